@@ -1,0 +1,54 @@
+#pragma once
+// Runs a planned graph on the CPU (DESIGN.md, backend layer). Each executable
+// owns its arena: separate executables never share scratch memory, so a
+// prediction can never disturb a training step's buffers.
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tensorgrad/graph/graph.h"
+
+namespace tensorgrad {
+
+class Executable {
+ public:
+  /// Plans `graph` so that `outputs` can be read after a run, and allocates
+  /// the arena. Work below about a million flops runs on the calling thread
+  /// only (threads would cost more than they save).
+  Executable(Graph graph, std::vector<Value> outputs);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  const Graph& graph() const { return graph_; }
+
+  /// Binds an input leaf to caller memory for the following runs, without a
+  /// copy; the tensor must stay alive while runs use it. Throws ShapeError or
+  /// TypeError when it does not match the input's shape or dtype exactly.
+  void bind(Value input, const Tensor& tensor);
+
+  /// A view of a node's result (valid until the next run). Throws
+  /// StateError for a node that is not an output of this executable.
+  Tensor output(Value v) const;
+  float scalar(Value v) const;
+
+  /// Runs every scheduled node with index in [first_node, last_node).
+  /// Allocates nothing. Throws StateError when an input is not bound.
+  void run(size_t first_node = 0, size_t last_node = SIZE_MAX);
+
+  /// Advances once per call of `run` that starts at node 0; dropout streams mix it in.
+  uint64_t rng_counter() const { return rng_counter_; }
+  void set_rng_counter(uint64_t c) { rng_counter_ = c; }
+  size_t arena_bytes() const { return plan_.arena_bytes; }
+
+ private:
+  Graph graph_;
+  std::vector<Value> outputs_;
+  MemoryPlan plan_;
+  std::shared_ptr<void> arena_;
+  std::vector<void*> data_;  // per node: where its result lives (null for unbound inputs)
+  bool single_thread_ = false;
+  uint64_t rng_counter_ = 0;
+};
+
+}  // namespace tensorgrad

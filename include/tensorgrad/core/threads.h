@@ -1,0 +1,15 @@
+#pragma once
+#include <cstdint>
+
+namespace tensorgrad {
+
+/// Sets the number of compute threads every pool uses: tensorgrad's kernels
+/// and the BLAS library's. Applies from the next run of a graph. Default: the
+/// number of cores. Throws ValueError when n < 1.
+void set_num_threads(int n);
+/// The current thread count.
+int num_threads();
+/// Incremented by every set_num_threads; backends compare it to rebuild pools.
+uint64_t threads_generation();
+
+}  // namespace tensorgrad

@@ -1,0 +1,87 @@
+#pragma once
+// Lazy graphs of op nodes (the static path of DESIGN.md): built once, planned
+// once, run every step. Nodes are appended in creation order, which is a
+// topological order since an op's inputs exist before it.
+#include <array>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/ops/builder.h"
+
+namespace tensorgrad {
+
+/// What a node is. Inputs are bound per run; parameters and state are
+/// persistent tensors bound once (their memory outlives the graph's runs).
+enum class NodeRole : uint8_t { Op, Input, Parameter, State };
+
+struct Node {
+  static constexpr int kMaxInputs = 5;
+  OpKind op = OpKind::Leaf;
+  OpAttrs attrs;
+  std::array<Value, kMaxInputs> inputs{};
+  int n_inputs = 0;
+  Shape shape;
+  DType dtype = DType::Float32;
+  NodeRole role = NodeRole::Op;
+  bool trainable = false;  // parameters only
+  Tensor bound;            // parameters and state: their persistent memory
+  std::string name;        // leaves: for messages and lookup
+
+  std::span<const Value> input_values() const { return {inputs.data(), size_t(n_inputs)}; }
+};
+
+/// A lazy graph; implements Builder by recording nodes.
+class Graph final : public Builder {
+ public:
+  /// A per-run input of exactly `shape` (batch included) and `dtype`.
+  Value input(const std::string& name, const Shape& shape, DType dtype = DType::Float32);
+  /// A persistent tensor the graph reads and, through in-place ops, writes
+  /// (optimizer moments, accumulators). Never differentiated.
+  Value state(const Tensor& tensor, const std::string& name);
+
+  Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
+  using Builder::apply;
+  Value parameter(const Tensor& tensor, const char* name, bool trainable) override;
+  Shape shape(Value v) const override { return node(v).shape; }
+  DType dtype(Value v) const override { return node(v).dtype; }
+
+  /// Throws IndexError for a handle that is not in this graph.
+  const Node& node(Value v) const;
+  const std::vector<Node>& nodes() const { return nodes_; }
+  size_t size() const { return nodes_.size(); }
+  /// Parameters with trainable = true, in creation order.
+  std::vector<Value> trainable_parameters() const;
+  /// The input leaf named `name`, or an invalid Value.
+  Value find_input(const std::string& name) const;
+
+  /// Reverse-mode autodiff: appends the backward nodes and returns
+  /// d(seed * loss)/d(wrt[i]) for each i (invalid where wrt[i] does not reach
+  /// the loss). `loss` must be a scalar (else ShapeError). A node used by
+  /// several ops accumulates their gradients. Only nodes on a path from some
+  /// wrt to the loss get a gradient: data inputs cost nothing.
+  std::vector<Value> gradients(Value loss, std::span<const Value> wrt, float seed = 1.0f);
+
+ private:
+  Value add_leaf(NodeRole role, const std::string& name, const Shape& shape, DType dtype, const Tensor& bound,
+                 bool trainable);
+  std::vector<Node> nodes_;
+  std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
+};
+
+/// Where every node's memory goes when a graph runs.
+struct MemoryPlan {
+  std::vector<int64_t> offset;    // byte offset in the arena; -1 when not in the arena
+  std::vector<int32_t> schedule;  // nodes to run, in order (dead nodes pruned)
+  size_t arena_bytes = 0;
+};
+
+/// Plans one arena for every intermediate of `graph` from liveness: a node's
+/// slot is reused once its last consumer has run. `outputs` stay live to the
+/// end. Ops that update state in place are always scheduled. Slots are 64-byte
+/// aligned; an op's output never shares memory with its own inputs.
+MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs);
+
+}  // namespace tensorgrad

@@ -1,0 +1,63 @@
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/ops/op.h"
+
+namespace tensorgrad {
+
+/// A handle to a value inside a Builder (a graph node, or an eager tensor).
+struct Value {
+  int32_t id = -1;
+  bool valid() const { return id >= 0; }
+  bool operator==(const Value&) const = default;
+};
+
+/// The small interface every gradient rule and every layer is written
+/// against. The lazy graph (graph/graph.h) records ops; the eager API runs
+/// them at once. The typed helpers below all go through `apply`.
+class Builder {
+ public:
+  virtual ~Builder() = default;
+
+  /// Applies `op` to `inputs`; checks the shape rule (throws ShapeError /
+  /// TypeError) and returns the result.
+  virtual Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) = 0;
+  /// A parameter (or other persistent tensor) bound into the computation.
+  /// The same tensor memory given twice gives the same Value (shared layers).
+  /// `trainable` false: no gradient flows to it, no update, no decay.
+  virtual Value parameter(const Tensor& tensor, const char* name, bool trainable) = 0;
+  virtual Shape shape(Value v) const = 0;
+  virtual DType dtype(Value v) const = 0;
+
+  Value apply(OpKind op, std::initializer_list<Value> inputs, const OpAttrs& attrs = {}) {
+    return apply(op, std::span<const Value>(inputs.begin(), inputs.size()), attrs);
+  }
+
+  // Typed helpers; shapes as in op.h.
+  Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
+  Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
+  Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
+  Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }
+  Value scale(Value x, float s);
+  Value relu(Value x) { return apply(OpKind::Relu, {x}); }
+  Value sigmoid(Value x) { return apply(OpKind::Sigmoid, {x}); }
+  Value tanh(Value x) { return apply(OpKind::Tanh, {x}); }
+  Value softmax(Value x) { return apply(OpKind::Softmax, {x}); }
+  Value log_softmax(Value x) { return apply(OpKind::LogSoftmax, {x}); }
+  /// Mean over rows of weights[i] * cross-entropy(softmax(logits[i]), labels[i]).
+  Value softmax_cross_entropy(Value logits, Value labels, Value weights = {});
+  /// sum(weights * (pred - target)^2) / numel(pred), weights optional.
+  Value mse_loss(Value pred, Value target, Value weights = {});
+  /// Inverted dropout with drop probability `rate`, random stream `seed`.
+  Value dropout(Value x, float rate, uint64_t seed);
+  Value sum(Value x) { return apply(OpKind::Sum, {x}); }
+  Value mean(Value x) { return apply(OpKind::Mean, {x}); }
+  Value sum_to(Value x, const Shape& shape);
+  Value broadcast_to(Value x, const Shape& shape);
+  Value fill(const Shape& shape, float value);
+};
+
+}  // namespace tensorgrad

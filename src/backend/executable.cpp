@@ -1,0 +1,89 @@
+#include "tensorgrad/backend/executable.h"
+
+#include <cstdlib>
+
+#include "backend/thread_pool.h"
+#include "kernels/kernels.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad {
+
+namespace {
+constexpr double kParallelFlops = 1e6;
+
+double node_flops(const Graph& g, const Node& n) {
+  if (n.op == OpKind::MatMul) {
+    const Shape& a = g.node(n.inputs[0]).shape;
+    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? a[0] : a[1]);
+  }
+  return double(n.shape.numel());
+}
+}  // namespace
+
+Executable::Executable(Graph graph, std::vector<Value> outputs)
+    : graph_(std::move(graph)), outputs_(std::move(outputs)) {
+  plan_ = plan_memory(graph_, outputs_);
+  void* mem = std::aligned_alloc(64, plan_.arena_bytes == 0 ? 64 : plan_.arena_bytes);
+  if (!mem) throw Error("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
+  arena_ = std::shared_ptr<void>(mem, [](void* p) { std::free(p); });
+  const auto& nodes = graph_.nodes();
+  data_.assign(nodes.size(), nullptr);
+  double flops = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_.get()) + plan_.offset[i];
+    else if (nodes[i].bound.defined()) data_[i] = nodes[i].bound.raw();
+  }
+  for (int32_t i : plan_.schedule) {
+    const Node& n = nodes[size_t(i)];
+    if (op_info(n.op).in_place) data_[size_t(i)] = data_[size_t(n.inputs[0].id)];
+    flops += node_flops(graph_, n);
+  }
+  single_thread_ = flops < kParallelFlops;
+}
+
+Executable::~Executable() = default;
+
+void Executable::bind(Value input, const Tensor& tensor) {
+  const Node& n = graph_.node(input);
+  if (n.role != NodeRole::Input) throw StateError("bind: node '" + n.name + "' is not an input");
+  if (!tensor.defined()) throw StateError("bind: input '" + n.name + "' given an undefined tensor");
+  if (tensor.shape() != n.shape)
+    throw ShapeError("input '" + n.name + "' expects shape " + n.shape.str() + "; got " + tensor.shape().str());
+  if (tensor.dtype() != n.dtype)
+    throw TypeError("input '" + n.name + "' expects " + dtype_name(n.dtype) + "; got " + dtype_name(tensor.dtype()));
+  data_[size_t(input.id)] = tensor.raw();
+}
+
+Tensor Executable::output(Value v) const {
+  const Node& n = graph_.node(v);
+  if (!data_[size_t(v.id)]) throw StateError("output: node " + std::to_string(v.id) + " has no memory in this plan");
+  return Tensor::view(data_[size_t(v.id)], n.shape, n.dtype);
+}
+
+float Executable::scalar(Value v) const {
+  graph_.node(v);
+  const void* p = data_[size_t(v.id)];
+  if (!p) throw StateError("scalar: node " + std::to_string(v.id) + " has no memory in this plan");
+  return *static_cast<const float*>(p);
+}
+
+void Executable::run(size_t first_node, size_t last_node) {
+  const auto& nodes = graph_.nodes();
+  std::shared_ptr<pthreadpool> pool = single_thread_ ? nullptr : compute_pool();
+  if (first_node == 0) ++rng_counter_;
+  kernels::KernelContext ctx{pool.get(), rng_counter_};
+  kernels::TensorRef in[Node::kMaxInputs];
+  for (int32_t i : plan_.schedule) {
+    if (size_t(i) < first_node) continue;
+    if (size_t(i) >= last_node) break;
+    const Node& n = nodes[size_t(i)];
+    for (int j = 0; j < n.n_inputs; ++j) {
+      const size_t id = size_t(n.inputs[size_t(j)].id);
+      if (!data_[id]) throw StateError("run: input '" + nodes[id].name + "' is not bound");
+      in[j] = {data_[id], nodes[id].shape, nodes[id].dtype};
+    }
+    kernels::run_kernel(n.op, n.attrs, {in, size_t(n.n_inputs)}, {data_[size_t(i)], n.shape, n.dtype}, ctx);
+  }
+}
+
+}  // namespace tensorgrad

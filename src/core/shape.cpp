@@ -1,0 +1,72 @@
+#include "tensorgrad/core/shape.h"
+
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad {
+
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  if (dims.size() > size_t(kMaxRank))
+    throw ShapeError("a shape has at most " + std::to_string(kMaxRank) + " dimensions; got " +
+                     std::to_string(dims.size()));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0)
+      throw ShapeError("shape dimensions must be >= 0; dimension " + std::to_string(i) + " is " +
+                       std::to_string(dims[i]));
+    dims_[i] = dims[i];
+  }
+  rank_ = int(dims.size());
+}
+
+int64_t Shape::operator[](int i) const {
+  int j = i < 0 ? i + rank_ : i;
+  if (j < 0 || j >= rank_)
+    throw IndexError("dimension " + std::to_string(i) + " is out of range for shape " + str());
+  return dims_[j];
+}
+
+void Shape::set(int i, int64_t value) {
+  int j = i < 0 ? i + rank_ : i;
+  if (j < 0 || j >= rank_)
+    throw IndexError("dimension " + std::to_string(i) + " is out of range for shape " + str());
+  if (value < 0) throw ShapeError("shape dimensions must be >= 0; got " + std::to_string(value));
+  dims_[j] = value;
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+int64_t Shape::row_size() const {
+  int64_t n = 1;
+  for (int i = 1; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+Shape Shape::with_rows(int64_t rows) const {
+  if (rank_ == 0) throw ShapeError("a scalar has no rows to replace");
+  Shape s = *this;
+  s.set(0, rows);
+  return s;
+}
+
+std::string Shape::str() const {
+  std::string s = "{";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims_[i]);
+  }
+  return s + "}";
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[i] != o.dims_[i]) return false;
+  return true;
+}
+
+}  // namespace tensorgrad

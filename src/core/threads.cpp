@@ -1,0 +1,41 @@
+#include "tensorgrad/core/threads.h"
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "tensorgrad/core/error.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace tensorgrad {
+
+namespace {
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : int(n);
+}
+std::atomic<int> g_threads{0};
+std::atomic<uint64_t> g_generation{1};
+}  // namespace
+
+void set_num_threads(int n) {
+  if (n < 1) throw ValueError("set_num_threads: expected at least 1 thread; got " + std::to_string(n));
+  g_threads = n;
+  openblas_set_num_threads(n);
+  ++g_generation;
+}
+
+int num_threads() {
+  int n = g_threads.load();
+  if (n == 0) {
+    n = default_threads();
+    g_threads = n;
+    openblas_set_num_threads(n);
+  }
+  return n;
+}
+
+uint64_t threads_generation() { return g_generation.load(); }
+
+}  // namespace tensorgrad

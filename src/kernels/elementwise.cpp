@@ -1,0 +1,189 @@
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "tensorgrad/core/random.h"
+
+namespace tensorgrad::kernels {
+
+namespace {
+constexpr size_t kTile = 16384;  // elements per task: below this threads cost more than they save
+
+template <class F>
+void map(const KernelContext& ctx, int64_t n, F&& f) {
+  parallel_for(ctx.pool, size_t(n), kTile, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) f(i);
+  });
+}
+
+// Strides of `s` broadcast to an output of rank r (0 where s is broadcast).
+void broadcast_strides(const Shape& s, const Shape& out, int64_t* strides) {
+  int r = out.rank();
+  int64_t stride = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    int si = i - (r - s.rank());
+    int64_t d = si >= 0 ? s[si] : 1;
+    strides[i] = d == 1 ? 0 : stride;
+    stride *= d;
+  }
+}
+
+template <class Op>
+void binary_strided(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx, Op op) {
+  const float *pa = a.f(), *pb = b.f();
+  float* po = out.f();
+  const int64_t n = out.numel();
+  if (a.shape == out.shape && b.shape == out.shape) {
+    map(ctx, n, [&](size_t i) { po[i] = op(pa[i], pb[i]); });
+    return;
+  }
+  if (b.numel() == 1) {
+    const float s = pb[0];
+    map(ctx, n, [&](size_t i) { po[i] = op(pa[i], s); });
+    return;
+  }
+  if (a.numel() == 1) {
+    const float s = pa[0];
+    map(ctx, n, [&](size_t i) { po[i] = op(s, pb[i]); });
+    return;
+  }
+  const int r = out.shape.rank();
+  int64_t sa[Shape::kMaxRank], sb[Shape::kMaxRank];
+  broadcast_strides(a.shape, out.shape, sa);
+  broadcast_strides(b.shape, out.shape, sb);
+  const int64_t inner = out.shape[r - 1], outer = n / inner;
+  const int64_t ia = sa[r - 1], ib = sb[r - 1];
+  const size_t tile = std::max<size_t>(1, kTile / size_t(std::max<int64_t>(inner, 1)));
+  parallel_for(ctx.pool, size_t(outer), tile, [&](size_t ob, size_t oe) {
+    for (size_t o = ob; o < oe; ++o) {
+      int64_t offa = 0, offb = 0, rem = int64_t(o);
+      for (int d = r - 2; d >= 0; --d) {
+        int64_t idx = rem % out.shape[d];
+        rem /= out.shape[d];
+        offa += idx * sa[d];
+        offb += idx * sb[d];
+      }
+      const float *ra = pa + offa, *rb = pb + offb;
+      float* ro = po + int64_t(o) * inner;
+      if (ia == 1 && ib == 1)
+        for (int64_t j = 0; j < inner; ++j) ro[j] = op(ra[j], rb[j]);
+      else if (ia == 1)
+        for (int64_t j = 0; j < inner; ++j) ro[j] = op(ra[j], rb[0]);
+      else if (ib == 1)
+        for (int64_t j = 0; j < inner; ++j) ro[j] = op(ra[0], rb[j]);
+      else
+        for (int64_t j = 0; j < inner; ++j) ro[j] = op(ra[0], rb[0]);
+    }
+  });
+}
+}  // namespace
+
+void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
+  switch (op) {
+    case OpKind::Add: return binary_strided(a, b, out, ctx, [](float x, float y) { return x + y; });
+    case OpKind::Sub: return binary_strided(a, b, out, ctx, [](float x, float y) { return x - y; });
+    default: return binary_strided(a, b, out, ctx, [](float x, float y) { return x * y; });
+  }
+}
+
+void broadcast_to(const TensorRef& x, const TensorRef& out) {
+  const float* px = x.f();
+  float* po = out.f();
+  const int64_t n = out.numel();
+  if (x.numel() == 1) {
+    for (int64_t i = 0; i < n; ++i) po[i] = px[0];
+    return;
+  }
+  const int r = out.shape.rank();
+  int64_t sx[Shape::kMaxRank];
+  broadcast_strides(x.shape, out.shape, sx);
+  const int64_t inner = out.shape[r - 1], outer = n / inner, ix = sx[r - 1];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0, rem = o;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rem % out.shape[d]) * sx[d];
+      rem /= out.shape[d];
+    }
+    float* ro = po + o * inner;
+    for (int64_t j = 0; j < inner; ++j) ro[j] = px[off + j * ix];
+  }
+}
+
+void sum_to(const TensorRef& x, const TensorRef& out) {
+  // Sequential in a fixed order, so the result does not depend on threads.
+  float* po = out.f();
+  const float* px = x.f();
+  const int64_t n_out = out.numel(), n = x.numel();
+  if (n_out == 1) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += px[i];
+    po[0] = float(s);
+    return;
+  }
+  for (int64_t i = 0; i < n_out; ++i) po[i] = 0.0f;
+  const int r = x.shape.rank();
+  int64_t so[Shape::kMaxRank];
+  broadcast_strides(out.shape, x.shape, so);
+  const int64_t inner = x.shape[r - 1], outer = n / inner, io = so[r - 1];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0, rem = o;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rem % x.shape[d]) * so[d];
+      rem /= x.shape[d];
+    }
+    const float* rx = px + o * inner;
+    float* ro = po + off;
+    if (io == 1)
+      for (int64_t j = 0; j < inner; ++j) ro[j] += rx[j];
+    else {
+      float s = 0.0f;
+      for (int64_t j = 0; j < inner; ++j) s += rx[j];
+      ro[0] += s;
+    }
+  }
+}
+
+void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out) {
+  double s = 0;
+  const float* p = x.f();
+  for (int64_t i = 0; i < x.numel(); ++i) s += p[i];
+  if (op == OpKind::Mean && x.numel() > 0) s /= double(x.numel());
+  out.f()[0] = float(s);
+}
+
+void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+  const float* px = x.f();
+  float* py = y.f();
+  const int64_t n = x.numel();
+  switch (op) {
+    case OpKind::Scale: {
+      const float s = at.scale;
+      return map(ctx, n, [&](size_t i) { py[i] = px[i] * s; });
+    }
+    case OpKind::Relu: return map(ctx, n, [&](size_t i) { py[i] = px[i] > 0.0f ? px[i] : 0.0f; });
+    case OpKind::Sigmoid: return map(ctx, n, [&](size_t i) { py[i] = 1.0f / (1.0f + std::exp(-px[i])); });
+    case OpKind::Tanh: return map(ctx, n, [&](size_t i) { py[i] = std::tanh(px[i]); });
+    case OpKind::Dropout: {
+      // Inverted dropout: keep with probability 1 - rate and scale by 1/(1 - rate).
+      // The mask is a pure function of (seed, run counter, index): the same
+      // for the forward and the backward op of a run, whatever the threads.
+      const float rate = at.scale, keep_scale = 1.0f / (1.0f - rate);
+      const uint64_t key = hash_random(at.seed, ctx.rng_counter);
+      return map(ctx, n, [&](size_t i) { py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f; });
+    }
+    default: return;
+  }
+}
+
+void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx) {
+  const float *py = y.f(), *pg = g.f();
+  float* pd = dx.f();
+  const int64_t n = y.numel();
+  switch (op) {
+    case OpKind::ReluBackward: return map(ctx, n, [&](size_t i) { pd[i] = py[i] > 0.0f ? pg[i] : 0.0f; });
+    case OpKind::SigmoidBackward: return map(ctx, n, [&](size_t i) { pd[i] = pg[i] * py[i] * (1.0f - py[i]); });
+    case OpKind::TanhBackward: return map(ctx, n, [&](size_t i) { pd[i] = pg[i] * (1.0f - py[i] * py[i]); });
+    default: return;
+  }
+}
+
+}  // namespace tensorgrad::kernels

@@ -1,0 +1,68 @@
+#pragma once
+// CPU kernels of the op set, forward and backward. Internal to the library:
+// the graph backend and the eager API call `run_kernel`; nothing else does.
+// Kernels trust their inputs: shapes were checked by the shape rule and data
+// (labels, ids) by the layer that fed it, so a kernel never throws.
+#include <pthreadpool.h>
+
+#include <cstdint>
+#include <span>
+
+#include "tensorgrad/core/dtype.h"
+#include "tensorgrad/core/shape.h"
+#include "tensorgrad/ops/op.h"
+
+namespace tensorgrad::kernels {
+
+/// A tensor as a kernel sees it: contiguous row-major memory with a shape.
+struct TensorRef {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::Float32;
+  float* f() const { return static_cast<float*>(data); }
+  int32_t* i() const { return static_cast<int32_t*>(data); }
+  int64_t numel() const { return shape.numel(); }
+};
+
+/// What a run hands every kernel.
+struct KernelContext {
+  pthreadpool_t pool = nullptr;  // null: run on the calling thread only
+  uint64_t rng_counter = 0;      // advances once per run; dropout mixes it into its stream
+};
+
+/// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
+void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, const TensorRef& out,
+                const KernelContext& ctx);
+
+/// Splits [0, n) into tiles of `tile` and runs f(begin, end) on the pool.
+/// Runs inline when there is no pool or a single tile. Allocates nothing.
+template <class F>
+void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
+  if (!pool || n <= tile || pthreadpool_get_threads_count(pool) <= 1) {
+    if (n) f(size_t(0), n);
+    return;
+  }
+  using Fn = std::remove_reference_t<F>;
+  pthreadpool_parallelize_1d_tile_1d(
+      pool, [](void* c, size_t start, size_t len) { (*static_cast<Fn*>(c))(start, start + len); },
+      const_cast<void*>(static_cast<const void*>(&f)), n, tile, 0);
+}
+
+// Kernel groups, one file each.
+void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx);
+void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
+void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
+void broadcast_to(const TensorRef& x, const TensorRef& out);
+void sum_to(const TensorRef& x, const TensorRef& out);
+void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out);
+void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+void softmax_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
+void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out);
+void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx);
+void mse_loss(std::span<const TensorRef> in, const TensorRef& out);
+void mse_loss_backward(std::span<const TensorRef> in, const TensorRef& dx);
+void accuracy(const TensorRef& pred, const TensorRef& labels, const TensorRef& out);
+void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
+
+}  // namespace tensorgrad::kernels

@@ -1,0 +1,142 @@
+// Softmax family and the losses built on it. Shapes: B rows (batch), C
+// columns (classes). Row-wise maxima are subtracted before exp, so logits of
+// 1e4 stay finite.
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace tensorgrad::kernels {
+
+namespace {
+// log(sum(exp(z))) of one row, stable.
+inline float log_sum_exp(const float* z, int64_t c) {
+  float m = z[0];
+  for (int64_t j = 1; j < c; ++j) m = std::max(m, z[j]);
+  float s = 0.0f;
+  for (int64_t j = 0; j < c; ++j) s += std::exp(z[j] - m);
+  return m + std::log(s);
+}
+
+inline float row_weight(const TensorRef* w, int64_t i) { return w ? w->f()[i] : 1.0f; }
+}  // namespace
+
+void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+  const int64_t c = x.shape[-1], rows = x.numel() / c;
+  parallel_for(ctx.pool, size_t(rows), 64, [&](size_t rb, size_t re) {
+    for (size_t r = rb; r < re; ++r) {
+      const float* z = x.f() + r * c;
+      float* out = y.f() + r * c;
+      const float lse = log_sum_exp(z, c);
+      for (int64_t j = 0; j < c; ++j)
+        out[j] = op == OpKind::Softmax ? std::exp(z[j] - lse) : z[j] - lse;
+    }
+  });
+}
+
+// Softmax:     dx = y * (g - sum(g * y))
+// LogSoftmax:  dx = g - exp(y) * sum(g)
+void softmax_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx) {
+  const int64_t c = y.shape[-1], rows = y.numel() / c;
+  parallel_for(ctx.pool, size_t(rows), 64, [&](size_t rb, size_t re) {
+    for (size_t r = rb; r < re; ++r) {
+      const float *py = y.f() + r * c, *pg = g.f() + r * c;
+      float* pd = dx.f() + r * c;
+      float s = 0.0f;
+      if (op == OpKind::SoftmaxBackward) {
+        for (int64_t j = 0; j < c; ++j) s += pg[j] * py[j];
+        for (int64_t j = 0; j < c; ++j) pd[j] = py[j] * (pg[j] - s);
+      } else {
+        for (int64_t j = 0; j < c; ++j) s += pg[j];
+        for (int64_t j = 0; j < c; ++j) pd[j] = pg[j] - std::exp(py[j]) * s;
+      }
+    }
+  });
+}
+
+// in: logits{B,C}, labels ({B,C} float or {B} int32) [, weights{B}]
+// out: scalar sum_i w_i * CE_i / B (Keras' "sum over batch size" reduction).
+void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out) {
+  const TensorRef &z = in[0], &t = in[1];
+  const TensorRef* w = in.size() > 2 ? &in[2] : nullptr;
+  const int64_t b = z.shape[0], c = z.shape[1];
+  const bool sparse = t.shape.rank() == 1;
+  double total = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const float* zi = z.f() + i * c;
+    const float lse = log_sum_exp(zi, c);
+    double li = 0;
+    if (sparse) {
+      li = lse - zi[t.i()[i]];
+    } else {
+      const float* ti = t.f() + i * c;
+      for (int64_t j = 0; j < c; ++j)
+        if (ti[j] != 0.0f) li += double(ti[j]) * (lse - zi[j]);
+    }
+    total += row_weight(w, i) * li;
+  }
+  out.f()[0] = b ? float(total / double(b)) : 0.0f;
+}
+
+// in: logits, labels [, weights], g (scalar) -> dlogits = (softmax - t) * w_i * g / B
+void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx) {
+  const TensorRef &z = in[0], &t = in[1], &g = in.back();
+  const TensorRef* w = in.size() > 3 ? &in[2] : nullptr;
+  const int64_t b = z.shape[0], c = z.shape[1];
+  const bool sparse = t.shape.rank() == 1;
+  const float gs = g.f()[0] / float(b);
+  for (int64_t i = 0; i < b; ++i) {
+    const float* zi = z.f() + i * c;
+    float* di = dx.f() + i * c;
+    const float lse = log_sum_exp(zi, c), s = gs * row_weight(w, i);
+    for (int64_t j = 0; j < c; ++j) {
+      const float target = sparse ? (t.i()[i] == j ? 1.0f : 0.0f) : t.f()[i * c + j];
+      di[j] = s * (std::exp(zi[j] - lse) - target);
+    }
+  }
+}
+
+// in: pred{B,N}, target{B,N} [, weights {B} or {B,N}] -> sum(w (p - t)^2) / (B N)
+void mse_loss(std::span<const TensorRef> in, const TensorRef& out) {
+  const TensorRef &p = in[0], &t = in[1];
+  const TensorRef* w = in.size() > 2 ? &in[2] : nullptr;
+  const int64_t n = p.numel(), cols = p.shape[1];
+  const bool per_row = w && w->shape.rank() == 1;
+  double total = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double d = double(p.f()[k]) - t.f()[k];
+    const double wk = !w ? 1.0 : per_row ? w->f()[k / cols] : w->f()[k];
+    total += wk * d * d;
+  }
+  out.f()[0] = n ? float(total / double(n)) : 0.0f;
+}
+
+void mse_loss_backward(std::span<const TensorRef> in, const TensorRef& dx) {
+  const TensorRef &p = in[0], &t = in[1], &g = in.back();
+  const TensorRef* w = in.size() > 3 ? &in[2] : nullptr;
+  const int64_t n = p.numel(), cols = p.shape[1];
+  const bool per_row = w && w->shape.rank() == 1;
+  const float s = 2.0f * g.f()[0] / float(n);
+  for (int64_t k = 0; k < n; ++k) {
+    const float wk = !w ? 1.0f : per_row ? w->f()[k / cols] : w->f()[k];
+    dx.f()[k] = s * wk * (p.f()[k] - t.f()[k]);
+  }
+}
+
+void accuracy(const TensorRef& pred, const TensorRef& labels, const TensorRef& out) {
+  const int64_t b = pred.shape[0], c = pred.shape[1];
+  const bool sparse = labels.shape.rank() == 1;
+  auto argmax = [c](const float* r) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < c; ++j)
+      if (r[j] > r[best]) best = j;
+    return best;
+  };
+  int64_t correct = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t truth = sparse ? labels.i()[i] : argmax(labels.f() + i * c);
+    correct += argmax(pred.f() + i * c) == truth;
+  }
+  out.f()[0] = float(correct);
+}
+
+}  // namespace tensorgrad::kernels
