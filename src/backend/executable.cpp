@@ -60,12 +60,14 @@ Tensor Executable::output(Value v) const {
   return Tensor::view(data_[size_t(v.id)], n.shape, n.dtype);
 }
 
-float Executable::scalar(Value v) const {
+const void* Executable::data_ptr(Value v) const {
   graph_.node(v);
   const void* p = data_[size_t(v.id)];
-  if (!p) throw StateError("scalar: node " + std::to_string(v.id) + " has no memory in this plan");
-  return *static_cast<const float*>(p);
+  if (!p) throw StateError("node " + std::to_string(v.id) + " has no memory in this plan");
+  return p;
 }
+
+float Executable::scalar(Value v) const { return *static_cast<const float*>(data_ptr(v)); }
 
 void Executable::run(size_t first_node, size_t last_node) {
   const auto& nodes = graph_.nodes();

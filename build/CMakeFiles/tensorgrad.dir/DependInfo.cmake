@@ -14,6 +14,7 @@ set(CMAKE_DEPENDS_DEPENDENCY_FILES
   "/work/main/src/core/shape.cpp" "CMakeFiles/tensorgrad.dir/src/core/shape.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/core/shape.cpp.o.d"
   "/work/main/src/core/tensor.cpp" "CMakeFiles/tensorgrad.dir/src/core/tensor.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/core/tensor.cpp.o.d"
   "/work/main/src/core/threads.cpp" "CMakeFiles/tensorgrad.dir/src/core/threads.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/core/threads.cpp.o.d"
+  "/work/main/src/data/idx.cpp" "CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o.d"
   "/work/main/src/graph/graph.cpp" "CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o.d"
   "/work/main/src/graph/planner.cpp" "CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o.d"
   "/work/main/src/kernels/dispatch.cpp" "CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o.d"
@@ -21,8 +22,12 @@ set(CMAKE_DEPENDS_DEPENDENCY_FILES
   "/work/main/src/kernels/matmul.cpp" "CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o.d"
   "/work/main/src/kernels/optimizer.cpp" "CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o.d"
   "/work/main/src/kernels/softmax.cpp" "CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o.d"
+  "/work/main/src/nn/layers.cpp" "CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o.d"
+  "/work/main/src/nn/progress.cpp" "CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o.d"
+  "/work/main/src/nn/sequential.cpp" "CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o.d"
   "/work/main/src/ops/gradients.cpp" "CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o.d"
   "/work/main/src/ops/op.cpp" "CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o.d"
+  "/work/main/src/opt/optimizer.cpp" "CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o" "gcc" "CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o.d"
   )
 
 # Targets to which this target links.

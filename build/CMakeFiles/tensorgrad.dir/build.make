@@ -153,10 +153,24 @@ CMakeFiles/tensorgrad.dir/src/core/threads.cpp.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/core/threads.cpp.s"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/core/threads.cpp -o CMakeFiles/tensorgrad.dir/src/core/threads.cpp.s
 
+CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
+CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o: /work/main/src/data/idx.cpp
+CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building CXX object CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o -MF CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o -c /work/main/src/data/idx.cpp
+
+CMakeFiles/tensorgrad.dir/src/data/idx.cpp.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing CXX source to CMakeFiles/tensorgrad.dir/src/data/idx.cpp.i"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -E /work/main/src/data/idx.cpp > CMakeFiles/tensorgrad.dir/src/data/idx.cpp.i
+
+CMakeFiles/tensorgrad.dir/src/data/idx.cpp.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/data/idx.cpp.s"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/data/idx.cpp -o CMakeFiles/tensorgrad.dir/src/data/idx.cpp.s
+
 CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o: /work/main/src/graph/graph.cpp
 CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building CXX object CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building CXX object CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o -MF CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o -c /work/main/src/graph/graph.cpp
 
 CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.i: cmake_force
@@ -170,7 +184,7 @@ CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o: /work/main/src/graph/planner.cpp
 CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building CXX object CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building CXX object CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o -MF CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o -c /work/main/src/graph/planner.cpp
 
 CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.i: cmake_force
@@ -184,7 +198,7 @@ CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o: /work/main/src/kernels/dispatch.cpp
 CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o -MF CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o -c /work/main/src/kernels/dispatch.cpp
 
 CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.i: cmake_force
@@ -198,7 +212,7 @@ CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o: /work/main/src/kernels/elementwise.cpp
 CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o -MF CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o -c /work/main/src/kernels/elementwise.cpp
 
 CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.i: cmake_force
@@ -212,7 +226,7 @@ CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o: /work/main/src/kernels/matmul.cpp
 CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o -MF CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o -c /work/main/src/kernels/matmul.cpp
 
 CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.i: cmake_force
@@ -226,7 +240,7 @@ CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o: /work/main/src/kernels/optimizer.cpp
 CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o -MF CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o -c /work/main/src/kernels/optimizer.cpp
 
 CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.i: cmake_force
@@ -240,7 +254,7 @@ CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o: /work/main/src/kernels/softmax.cpp
 CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building CXX object CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o -MF CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o -c /work/main/src/kernels/softmax.cpp
 
 CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.i: cmake_force
@@ -251,10 +265,52 @@ CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.s"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/kernels/softmax.cpp -o CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.s
 
+CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
+CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o: /work/main/src/nn/layers.cpp
+CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building CXX object CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o -MF CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o -c /work/main/src/nn/layers.cpp
+
+CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing CXX source to CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.i"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -E /work/main/src/nn/layers.cpp > CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.i
+
+CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.s"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/nn/layers.cpp -o CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.s
+
+CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
+CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o: /work/main/src/nn/progress.cpp
+CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building CXX object CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o -MF CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o -c /work/main/src/nn/progress.cpp
+
+CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing CXX source to CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.i"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -E /work/main/src/nn/progress.cpp > CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.i
+
+CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.s"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/nn/progress.cpp -o CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.s
+
+CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
+CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o: /work/main/src/nn/sequential.cpp
+CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building CXX object CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o -MF CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o -c /work/main/src/nn/sequential.cpp
+
+CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing CXX source to CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.i"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -E /work/main/src/nn/sequential.cpp > CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.i
+
+CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.s"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/nn/sequential.cpp -o CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.s
+
 CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o: /work/main/src/ops/gradients.cpp
 CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building CXX object CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building CXX object CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o -MF CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o -c /work/main/src/ops/gradients.cpp
 
 CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.i: cmake_force
@@ -268,7 +324,7 @@ CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.s: cmake_force
 CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
 CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o: /work/main/src/ops/op.cpp
 CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building CXX object CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building CXX object CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o -MF CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o -c /work/main/src/ops/op.cpp
 
 CMakeFiles/tensorgrad.dir/src/ops/op.cpp.i: cmake_force
@@ -279,6 +335,20 @@ CMakeFiles/tensorgrad.dir/src/ops/op.cpp.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/ops/op.cpp.s"
 	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/ops/op.cpp -o CMakeFiles/tensorgrad.dir/src/ops/op.cpp.s
 
+CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o: CMakeFiles/tensorgrad.dir/flags.make
+CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o: /work/main/src/opt/optimizer.cpp
+CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o: CMakeFiles/tensorgrad.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building CXX object CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -MD -MT CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o -MF CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o.d -o CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o -c /work/main/src/opt/optimizer.cpp
+
+CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing CXX source to CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.i"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -E /work/main/src/opt/optimizer.cpp > CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.i
+
+CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling CXX source to assembly CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.s"
+	/usr/bin/c++ $(CXX_DEFINES) $(CXX_INCLUDES) $(CXX_FLAGS) -S /work/main/src/opt/optimizer.cpp -o CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.s
+
 # Object files for target tensorgrad
 tensorgrad_OBJECTS = \
 "CMakeFiles/tensorgrad.dir/src/backend/executable.cpp.o" \
@@ -287,6 +357,7 @@ tensorgrad_OBJECTS = \
 "CMakeFiles/tensorgrad.dir/src/core/shape.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/core/tensor.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/core/threads.cpp.o" \
+"CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o" \
@@ -294,8 +365,12 @@ tensorgrad_OBJECTS = \
 "CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o" \
+"CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o" \
+"CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o" \
+"CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o" \
 "CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o" \
-"CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o"
+"CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o" \
+"CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o"
 
 # External object files for target tensorgrad
 tensorgrad_EXTERNAL_OBJECTS =
@@ -306,6 +381,7 @@ libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/core/random.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/core/shape.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/core/tensor.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/core/threads.cpp.o
+libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/data/idx.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/graph/graph.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/graph/planner.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/kernels/dispatch.cpp.o
@@ -313,11 +389,15 @@ libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/kernels/elementwise.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/kernels/matmul.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/kernels/optimizer.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/kernels/softmax.cpp.o
+libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/nn/layers.cpp.o
+libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/nn/progress.cpp.o
+libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/nn/sequential.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/ops/gradients.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/ops/op.cpp.o
+libtensorgrad.a: CMakeFiles/tensorgrad.dir/src/opt/optimizer.cpp.o
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/build.make
 libtensorgrad.a: CMakeFiles/tensorgrad.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Linking CXX static library libtensorgrad.a"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Linking CXX static library libtensorgrad.a"
 	$(CMAKE_COMMAND) -P CMakeFiles/tensorgrad.dir/cmake_clean_target.cmake
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/tensorgrad.dir/link.txt --verbose=$(VERBOSE)
 

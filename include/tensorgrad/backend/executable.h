@@ -30,7 +30,11 @@ class Executable {
   /// A view of a node's result (valid until the next run). Throws
   /// StateError for a node that is not an output of this executable.
   Tensor output(Value v) const;
+  /// The first element of a float32 output.
   float scalar(Value v) const;
+  /// Where a node's result lives (no Tensor made, so nothing allocated).
+  /// Throws StateError for a node without memory in this plan.
+  const void* data_ptr(Value v) const;
 
   /// Runs every scheduled node with index in [first_node, last_node).
   /// Allocates nothing. Throws StateError when an input is not bound.

@@ -1,0 +1,106 @@
+#pragma once
+// Keras-style layers (DESIGN.md, nn layer). A layer is built once for its
+// input shape (which creates its weights, drawn from the global seed) and then
+// called into any Builder: the training graph, the prediction graph, or the
+// eager API, all sharing the same weight tensors.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/ops/builder.h"
+
+namespace tensorgrad::nn {
+
+/// A named weight: "<layer>/<weight>" with Keras' names ("dense/kernel").
+struct Weight {
+  std::string name;
+  Tensor value;
+  bool trainable = true;
+};
+
+/// How a layer is being called.
+struct CallOptions {
+  bool training = false;  // dropout active, batch statistics
+  bool logits = false;    // leave out a final softmax (it is folded into the loss)
+};
+
+/// Activations by their Keras names.
+enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax };
+/// "linear" (or ""), "relu", "sigmoid", "tanh", "softmax"; throws ValueError
+/// for any other name, listing these.
+Activation activation_from_name(const std::string& name);
+const char* activation_name(Activation a);
+/// Applies `a` to x (softmax along the last axis).
+Value apply_activation(Builder& b, Activation a, Value x);
+
+/// Resets the automatic layer names, so the next Dense is "dense" again (as
+/// keras.backend.clear_session()).
+void clear_session();
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  /// The layer's name: Keras' automatic one ("dense", "dense_1", ...) unless set.
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  /// Keras' class name ("Dense").
+  virtual const char* type() const = 0;
+  /// Creates the weights for `input_shape` (no batch dimension) and returns
+  /// the output shape. Throws ShapeError when the input does not fit the layer.
+  virtual Shape build(const Shape& input_shape) = 0;
+  /// The layer applied to x {batch, input_shape...}. Called after build.
+  virtual Value call(Builder& b, Value x, const CallOptions& options) = 0;
+  /// Its weights, in Keras order.
+  virtual std::vector<Weight> weights() const { return {}; }
+  /// True when the layer ends in a softmax that CallOptions::logits can leave out.
+  virtual bool ends_with_softmax() const { return false; }
+  /// Frozen layers (false) are neither updated nor decayed.
+  bool trainable = true;
+
+ protected:
+  explicit Layer(const char* name_prefix);
+
+ private:
+  std::string name_;
+};
+
+/// Densely connected layer (keras.layers.Dense): y = activation(x W + b).
+/// x: {batch, in}; kernel W: {in, units} Glorot uniform; bias b: {units} zeros.
+class Dense : public Layer {
+ public:
+  /// Throws ValueError when units < 1 or the activation is unknown.
+  explicit Dense(int64_t units, const std::string& activation = "linear", bool use_bias = true);
+  const char* type() const override { return "Dense"; }
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+  int64_t units() const { return units_; }
+
+ private:
+  int64_t units_;
+  Activation activation_;
+  bool use_bias_;
+  Tensor kernel_, bias_;
+};
+
+/// Inverted dropout (keras.layers.Dropout): in training, zeroes each element
+/// with probability `rate` and scales the rest by 1/(1 - rate); identity at
+/// inference. The mask is redrawn every step from a stream seeded from the
+/// global seed when the layer is made.
+class Dropout : public Layer {
+ public:
+  /// Throws ValueError unless 0 <= rate < 1.
+  explicit Dropout(float rate);
+  const char* type() const override { return "Dropout"; }
+  Shape build(const Shape& input_shape) override { return input_shape; }
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  float rate() const { return rate_; }
+
+ private:
+  float rate_;
+  uint64_t seed_;
+};
+
+}  // namespace tensorgrad::nn

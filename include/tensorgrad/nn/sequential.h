@@ -1,0 +1,116 @@
+#pragma once
+// keras.Sequential in C++: a stack of layers, compile, fit, evaluate, predict.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/nn/history.h"
+#include "tensorgrad/nn/layers.h"
+#include "tensorgrad/opt/optimizer.h"
+
+namespace tensorgrad::nn {
+
+/// Options of Sequential::fit, Keras' arguments by Keras' names.
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  /// Rows per optimizer update (gradient accumulation); 0 = batch_size; else
+  /// an exact multiple of batch_size (ValueError otherwise). With
+  /// accumulation, a last partial batch of an epoch is left out, as ggml_opt_fit does.
+  int64_t nbatch_logical = 0;
+  /// Fraction in [0, 1) of the rows held out for validation: the last rows,
+  /// taken before shuffling (as Keras).
+  double validation_split = 0.0;
+  /// Explicit validation data; takes precedence over validation_split.
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  bool shuffle = true;
+  /// One weight per row, {rows} or {rows, 1}; undefined = all ones.
+  Tensor sample_weight;
+  /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
+  /// otherwise; 2 one line per epoch.
+  int verbose = 1;
+};
+
+/// A linear stack of layers (keras.Sequential). Layers are built as they are
+/// added, so each layer's weights exist from then on (drawn from the global seed).
+class Sequential {
+ public:
+  /// input_shape excludes the batch: {784} for flat images, {28, 28, 1} for
+  /// images. Throws ShapeError for an empty or non-positive shape.
+  explicit Sequential(const Shape& input_shape);
+  ~Sequential();
+  Sequential(Sequential&&) noexcept;
+  Sequential& operator=(Sequential&&) noexcept;
+
+  /// Appends a layer and builds it for the current output shape. Throws
+  /// ShapeError when it does not fit, StateError after compile.
+  Sequential& add(std::shared_ptr<Layer> layer);
+  template <class L>
+  Sequential& add(L layer) {
+    return add(std::shared_ptr<Layer>(std::make_shared<L>(std::move(layer))));
+  }
+
+  /// Sets the loss ("mse", "categorical_crossentropy",
+  /// "sparse_categorical_crossentropy"), the optimizer and the metrics
+  /// (only "accuracy", for the cross-entropy losses). A final softmax is folded
+  /// into a cross-entropy loss for training; predict still returns
+  /// probabilities. Throws ValueError for unknown names.
+  void compile(const OptimizerSpec& optimizer, const std::string& loss, const std::vector<std::string>& metrics = {});
+  bool compiled() const { return compiled_; }
+
+  /// Trains on x {rows, input_shape...} (or {rows, features}) and y (as the
+  /// loss takes it; see OptimizerContext::step) for `epochs` epochs. Returns the
+  /// History. Throws StateError before compile, ShapeError when x and y
+  /// differ in rows or x has the wrong feature count, ValueError for
+  /// validation_split outside [0, 1), a sample_weight matrix (use the Trainer's
+  /// loss_mask), NaN or infinity, and the label errors of OptimizerContext::step.
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+
+  /// Loss (and accuracy, if compiled with it) over (x, y), in batches of
+  /// batch_size. Keys as History: "loss", "accuracy".
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32);
+
+  /// Outputs for any number of rows: {rows, outputs}, probabilities after a
+  /// softmax. Runs in batches of batch_size. Throws as check_features.
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  /// The same into caller memory `out` {rows, outputs}, all rows in one
+  /// batch; allocates nothing once this row count has been seen.
+  void predict(const Tensor& x, Tensor& out);
+
+  /// The optimizer context fit uses for batches of `batch_size` (made on first
+  /// use; shares the optimizer state of every other batch size). This is the
+  /// public step fit is written on. Throws StateError before compile.
+  OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
+                                      LossWeights weights = LossWeights::None);
+
+  /// Every weight, "<layer>/<weight>", in layer order.
+  std::vector<Weight> weights() const;
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return output_shape_; }
+  /// The forward pass as a function the optimizer context builds graphs from.
+  ModelFunction model_function() const;
+  /// A Keras-like table of layers, output shapes and parameter counts.
+  std::string summary() const;
+
+ private:
+  struct PredictPlan;
+  PredictPlan& predict_plan(int64_t rows);
+  std::map<std::string, double> evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size);
+
+  Shape input_shape_, output_shape_;
+  std::vector<std::shared_ptr<Layer>> layers_;
+  std::vector<Shape> layer_shapes_;  // output shape of each layer, without the batch
+  bool compiled_ = false;
+  OptimizerSpec optimizer_;
+  LossKind loss_ = LossKind::MeanSquaredError;
+  bool accuracy_metric_ = false;
+  std::shared_ptr<OptimizerState> opt_state_;
+  std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
+  std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;
+};
+
+}  // namespace tensorgrad::nn

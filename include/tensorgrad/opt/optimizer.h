@@ -1,0 +1,163 @@
+#pragma once
+// The optimizer context (DESIGN.md, opt layer), as ggml_opt is for the seeds:
+// a model's forward pass, a loss head, reverse-mode gradients, gradient
+// accumulation, a hook stage and the optimizer update, built and planned once
+// and then stepped. `fit` and the Trainer are both written on `step`.
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/ops/builder.h"
+
+namespace tensorgrad {
+
+/// Losses by their Keras names.
+enum class LossKind { MeanSquaredError, CategoricalCrossentropy, SparseCategoricalCrossentropy };
+/// "mse" / "mean_squared_error", "categorical_crossentropy",
+/// "sparse_categorical_crossentropy". Throws ValueError for any other name,
+/// listing the accepted ones.
+LossKind loss_from_name(const std::string& name);
+const char* loss_name(LossKind loss);
+
+/// Optimizer settings. AdamW defaults as PyTorch and ggml (lr 1e-3, betas
+/// 0.9/0.999, eps 1e-8) with decoupled weight decay 0; SGD is plain (no momentum)
+/// with the same decoupled decay.
+struct OptimizerSpec {
+  enum class Kind { AdamW, SGD };
+  Kind kind = Kind::AdamW;
+  float learning_rate = 1e-3f;
+  float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+
+  static OptimizerSpec adamw(float learning_rate = 1e-3f, float weight_decay = 0.0f);
+  /// Adam is AdamW with no weight decay.
+  static OptimizerSpec adam(float learning_rate = 1e-3f);
+  static OptimizerSpec sgd(float learning_rate = 1e-2f, float weight_decay = 0.0f);
+  /// Throws ValueError for a non-positive or non-finite learning rate, betas
+  /// outside [0, 1), epsilon <= 0, or weight decay outside [0, 1].
+  void validate() const;
+};
+
+/// How a model's forward pass is built into a graph. `forward(b, x, training,
+/// logits)` returns the output for input `x` {batch, input_shape...};
+/// with `logits` true a final softmax is left out (it is folded into the loss).
+struct ModelFunction {
+  Shape input_shape;  // without the batch dimension
+  std::function<Value(Builder& b, Value x, bool training, bool logits)> forward;
+};
+
+/// Loss weights: none, one per sample ({batch} or {batch, 1}), or one per
+/// output element ({batch, outputs}; the seeds' loss_mask, MSE only).
+enum class LossWeights { None, PerSample, PerOutput };
+
+/// Persistent optimizer state shared by every context of one model: the
+/// hyper-parameters and step count, each parameter's moments and gradient
+/// accumulator, and the position inside the accumulation period. Kept apart
+/// from the context so that contexts for other batch sizes continue the same
+/// optimizer (as a Keras optimizer lives across fit calls).
+struct OptimizerState {
+  Tensor hyper;  // {kHyperSize}, see HyperSlot
+  struct Slots { Tensor m, v, acc; };
+  std::unordered_map<const void*, Slots> slots;  // by parameter memory
+  int64_t micro_step = 0;                        // physical steps since the last update
+  int64_t n_updates = 0;
+  explicit OptimizerState(const OptimizerSpec& spec);
+};
+
+/// Options of an optimizer context.
+struct OptimizerContextOptions {
+  int64_t batch_size = 32;
+  /// Rows per optimizer update; an exact multiple of batch_size (0 = batch_size).
+  /// Gradients are averaged over the logical batch: the loss of each physical
+  /// batch is scaled by batch_size / nbatch_logical, as ggml scales by 1/opt_period.
+  int64_t nbatch_logical = 0;
+  LossKind loss = LossKind::MeanSquaredError;
+  LossWeights weights = LossWeights::None;
+  OptimizerSpec optimizer;
+};
+
+/// What one step or evaluation measured.
+struct StepResult {
+  float loss = 0.0f;       // mean loss of the batch (unscaled by accumulation)
+  int64_t correct = -1;    // rows whose argmax matches the label; -1 for MSE
+  int64_t rows = 0;
+  bool updated = false;    // whether this step applied an optimizer update
+};
+
+/// A trainable gradient as the hook stage sees it.
+struct NamedGradient {
+  std::string name;
+  Tensor grad;  // view of the gradient (averaged over the logical batch), writable
+};
+/// Called between backward and update with every trainable gradient (gradient
+/// clipping, all-reduce, inspection). May modify the gradients in place.
+using GradientHook = std::function<void(std::span<NamedGradient>)>;
+
+class OptimizerContext {
+ public:
+  /// Builds and plans the training graph for exactly `options.batch_size`
+  /// rows. Throws ValueError when nbatch_logical is not a positive multiple of
+  /// batch_size or the optimizer settings are invalid, and ShapeError/TypeError
+  /// when the model cannot be built for the loss.
+  OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
+                   std::shared_ptr<OptimizerState> state = nullptr);
+  ~OptimizerContext();
+
+  /// One forward and backward pass on (x, y); the optimizer updates the
+  /// weights when the accumulation period completes. x: {batch_size,
+  /// input_shape...} (or {batch_size, features} flattened); y: {batch_size,
+  /// outputs} float32 for MSE and categorical cross-entropy, {batch_size} or
+  /// {batch_size, 1} class ids (int32, or float32 holding whole numbers) for
+  /// sparse cross-entropy; sample_weight per LossWeights (undefined = ones).
+  /// Throws ShapeError ("exactly N" rows, feature count), TypeError (label
+  /// form), IndexError (class id out of range), ValueError (NaN or infinity,
+  /// fractional id). Allocates nothing after the first call.
+  StepResult step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  /// The loss and accuracy of (x, y) without a backward pass or update.
+  StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+
+  /// Checks labels and weights for `rows` rows (any row count when rows < 0)
+  /// with the same rules and errors as step(), without running anything.
+  void check_targets(const Tensor& y, const Tensor& sample_weight, int64_t rows) const;
+
+  /// Adds a hook run between backward and update (see GradientHook).
+  void add_gradient_hook(GradientHook hook);
+  void set_learning_rate(float lr);
+  float learning_rate() const;
+  int64_t batch_size() const { return options_.batch_size; }
+  int64_t accumulation_period() const { return period_; }
+  /// Calls of step().
+  int64_t n_steps() const { return n_steps_; }
+  const OptimizerContextOptions& options() const { return options_; }
+  const std::shared_ptr<OptimizerState>& state() const { return state_; }
+  /// Outputs per row of the model.
+  int64_t output_size() const { return outputs_; }
+
+ private:
+  struct Head;
+  StepResult run(Head& head, const Tensor& x, const Tensor& y, const Tensor& w, bool train);
+  std::unique_ptr<Head> build(bool train);
+  void stage(Head& head, const Tensor& x, const Tensor& y, const Tensor& w);
+
+  ModelFunction model_;
+  OptimizerContextOptions options_;
+  std::shared_ptr<OptimizerState> state_;
+  int64_t period_ = 1;
+  int64_t outputs_ = 0;
+  int64_t n_steps_ = 0;
+  std::unique_ptr<Head> train_, eval_;
+  std::vector<GradientHook> hooks_;
+  std::vector<NamedGradient> grads_;
+  Tensor labels_i32_, ones_;  // staging: class ids converted to int32; default weights
+};
+
+/// Checks a batch against what a model expects and throws the DESIGN.md error
+/// naming the problem: rows (exactly `rows` when rows >= 0), features, NaN or
+/// infinity. Returns x viewed as {rows, input_shape...}.
+Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what = "x");
+
+}  // namespace tensorgrad

@@ -1,0 +1,15 @@
+#pragma once
+// Everything a user of tensorgrad needs, in one include.
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+#include "tensorgrad/core/shape.h"
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/core/threads.h"
+#include "tensorgrad/data/idx.h"
+#include "tensorgrad/graph/graph.h"
+#include "tensorgrad/nn/history.h"
+#include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/sequential.h"
+#include "tensorgrad/ops/builder.h"
+#include "tensorgrad/opt/optimizer.h"

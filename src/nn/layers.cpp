@@ -1,0 +1,109 @@
+#include "tensorgrad/nn/layers.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+
+namespace tensorgrad::nn {
+
+namespace {
+std::map<std::string, int>& name_counters() {
+  static std::map<std::string, int> counters;
+  return counters;
+}
+
+// Glorot (Xavier) uniform, Keras' default kernel initialiser: U(-l, l) with
+// l = sqrt(6 / (fan_in + fan_out)).
+Tensor glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
+  Tensor t = Tensor::empty(shape);
+  const float limit = std::sqrt(6.0f / float(fan_in + fan_out));
+  std::uniform_real_distribution<float> dist(-limit, limit);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(global_generator());
+  return t;
+}
+}  // namespace
+
+void clear_session() { name_counters().clear(); }
+
+Layer::Layer(const char* prefix) {
+  int& n = name_counters()[prefix];
+  name_ = n == 0 ? std::string(prefix) : std::string(prefix) + "_" + std::to_string(n);
+  ++n;
+}
+
+Activation activation_from_name(const std::string& name) {
+  if (name.empty() || name == "linear") return Activation::Linear;
+  if (name == "relu") return Activation::Relu;
+  if (name == "sigmoid") return Activation::Sigmoid;
+  if (name == "tanh") return Activation::Tanh;
+  if (name == "softmax") return Activation::Softmax;
+  throw ValueError("unknown activation '" + name + "'; expected one of linear, relu, sigmoid, tanh, softmax");
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::Linear: return "linear";
+    case Activation::Relu: return "relu";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Tanh: return "tanh";
+    case Activation::Softmax: return "softmax";
+  }
+  return "?";
+}
+
+Value apply_activation(Builder& b, Activation a, Value x) {
+  switch (a) {
+    case Activation::Linear: return x;
+    case Activation::Relu: return b.relu(x);
+    case Activation::Sigmoid: return b.sigmoid(x);
+    case Activation::Tanh: return b.tanh(x);
+    case Activation::Softmax: return b.softmax(x);
+  }
+  return x;
+}
+
+Dense::Dense(int64_t units, const std::string& activation, bool use_bias)
+    : Layer("dense"), units_(units), activation_(activation_from_name(activation)), use_bias_(use_bias) {
+  if (units < 1) throw ValueError("Dense: units must be at least 1; got " + std::to_string(units));
+}
+
+Shape Dense::build(const Shape& input_shape) {
+  if (input_shape.rank() != 1)
+    throw ShapeError("Dense '" + name() + "' takes rows of features {features}; got input_shape " +
+                     input_shape.str() + ". Add a Flatten layer before it");
+  const int64_t in = input_shape[0];
+  kernel_ = glorot_uniform(Shape{in, units_}, in, units_);
+  if (use_bias_) bias_ = Tensor::zeros(Shape{units_});
+  return Shape{units_};
+}
+
+Value Dense::call(Builder& b, Value x, const CallOptions& options) {
+  if (!kernel_.defined()) throw StateError("Dense '" + name() + "' was called before build()");
+  Value y = b.matmul(x, b.parameter(kernel_, (name() + "/kernel").c_str(), trainable));
+  if (use_bias_) y = b.add(y, b.parameter(bias_, (name() + "/bias").c_str(), trainable));
+  if (options.logits && activation_ == Activation::Softmax) return y;
+  return apply_activation(b, activation_, y);
+}
+
+std::vector<Weight> Dense::weights() const {
+  std::vector<Weight> w{{name() + "/kernel", kernel_, trainable}};
+  if (use_bias_) w.push_back({name() + "/bias", bias_, trainable});
+  return w;
+}
+
+Dropout::Dropout(float rate) : Layer("dropout"), rate_(rate) {
+  if (!(rate >= 0.0f && rate < 1.0f))
+    throw ValueError("Dropout: rate must be in [0, 1); got " + std::to_string(rate));
+  seed_ = global_generator()();
+}
+
+Value Dropout::call(Builder& b, Value x, const CallOptions& options) {
+  if (!options.training || rate_ == 0.0f) return x;
+  return b.dropout(x, rate_, seed_);
+}
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,336 @@
+#include "tensorgrad/nn/sequential.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "nn/progress.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+
+namespace tensorgrad::nn {
+
+const std::vector<double>& History::operator[](const std::string& key) const {
+  auto it = history.find(key);
+  if (it == history.end()) {
+    std::string keys;
+    for (auto& [k, v] : history) keys += (keys.empty() ? "" : ", ") + k;
+    throw IndexError("history has no '" + key + "'; it has: " + keys);
+  }
+  return it->second;
+}
+
+struct Sequential::PredictPlan {
+  std::unique_ptr<Executable> exe;
+  Value x, out;
+};
+
+namespace {
+Shape prepend(int64_t rows, const Shape& s) {
+  int64_t dims[Shape::kMaxRank];
+  dims[0] = rows;
+  for (int i = 0; i < s.rank(); ++i) dims[i + 1] = s[i];
+  return Shape(std::span<const int64_t>(dims, size_t(s.rank() + 1)));
+}
+
+// Copies rows `index[0..count)` of src into the first rows of dst.
+void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const Tensor& dst) {
+  const size_t row_bytes = size_t(src.shape().row_size()) * dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  for (int64_t i = 0; i < count; ++i) std::memcpy(d + size_t(i) * row_bytes, s + size_t(index[i]) * row_bytes, row_bytes);
+}
+
+// "(None, 28, 28, 1)", as Keras prints shapes with an unknown batch.
+std::string keras_shape(const Shape& s) {
+  std::string out = "(None";
+  for (int64_t d : s) out += ", " + std::to_string(d);
+  return out + ")";
+}
+
+std::string metrics_text(const std::map<std::string, double>& m) {
+  std::string out;
+  char buf[64];
+  for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+    auto it = m.find(key);
+    if (it == m.end()) continue;
+    std::snprintf(buf, sizeof buf, "%s%s: %.4f", out.empty() ? "" : " - ", key, it->second);
+    out += buf;
+  }
+  return out;
+}
+}  // namespace
+
+Sequential::Sequential(const Shape& input_shape) : input_shape_(input_shape), output_shape_(input_shape) {
+  if (input_shape.rank() == 0 || input_shape.numel() <= 0)
+    throw ShapeError("Sequential: input_shape (without the batch) must be non-empty with positive sizes; got " +
+                     input_shape.str());
+}
+Sequential::~Sequential() = default;
+Sequential::Sequential(Sequential&&) noexcept = default;
+Sequential& Sequential::operator=(Sequential&&) noexcept = default;
+
+Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
+  if (!layer) throw ValueError("Sequential::add: null layer");
+  output_shape_ = layer->build(output_shape_);
+  layers_.push_back(std::move(layer));
+  layer_shapes_.push_back(output_shape_);
+  // A changed stack needs new graphs; the optimizer state stays with compile.
+  contexts_.clear();
+  predict_plans_.clear();
+  compiled_ = false;
+  return *this;
+}
+
+ModelFunction Sequential::model_function() const {
+  ModelFunction f;
+  f.input_shape = input_shape_;
+  f.forward = [layers = layers_](Builder& b, Value x, bool training, bool logits) {
+    for (size_t i = 0; i < layers.size(); ++i)
+      x = layers[i]->call(b, x, CallOptions{training, logits && i + 1 == layers.size()});
+    return x;
+  };
+  return f;
+}
+
+void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss,
+                         const std::vector<std::string>& metrics) {
+  if (layers_.empty()) throw StateError("compile: the model has no layers; add() some first");
+  optimizer.validate();
+  loss_ = loss_from_name(loss);
+  accuracy_metric_ = false;
+  for (const std::string& m : metrics) {
+    if (m != "accuracy" && m != "acc") throw ValueError("unknown metric '" + m + "'; supported: \"accuracy\"");
+    if (loss_ == LossKind::MeanSquaredError)
+      throw ValueError("metric \"accuracy\" needs a cross-entropy loss; the model is compiled with \"mse\"");
+    accuracy_metric_ = true;
+  }
+  optimizer_ = optimizer;
+  opt_state_ = std::make_shared<OptimizerState>(optimizer);
+  contexts_.clear();
+  compiled_ = true;
+}
+
+OptimizerContext& Sequential::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
+  if (!compiled_) throw StateError("the model is not compiled: call compile(optimizer, loss) first");
+  auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
+  auto& slot = contexts_[key];
+  if (!slot) {
+    OptimizerContextOptions o;
+    o.batch_size = batch_size;
+    o.nbatch_logical = nbatch_logical;
+    o.loss = loss_;
+    o.weights = weights;
+    o.optimizer = optimizer_;
+    try {
+      slot = std::make_unique<OptimizerContext>(model_function(), o, opt_state_);
+    } catch (...) {
+      contexts_.erase(key);
+      throw;
+    }
+  }
+  return *slot;
+}
+
+History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& opt) {
+  if (!compiled_) throw StateError("fit() before compile(): call compile(optimizer, loss) first");
+  if (opt.epochs < 0) throw ValueError("epochs must be >= 0; got " + std::to_string(opt.epochs));
+  if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
+  if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
+    throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
+  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const int64_t n = x.shape()[0];
+  if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != n)
+    throw ShapeError("x has " + std::to_string(n) + " rows but y has " +
+                     (y.defined() && y.shape().rank() ? std::to_string(y.shape()[0]) : std::string("none")) +
+                     "; give one label row per input row");
+  const bool weighted = opt.sample_weight.defined();
+  if (weighted) {
+    const Shape& ws = opt.sample_weight.shape();
+    if (ws.rank() == 0 || ws[0] != n)
+      throw ShapeError("sample_weight must have one weight per row of x (" + std::to_string(n) + "); got " + ws.str());
+    if (ws.numel() != n)
+      throw ValueError("sample_weight must be one weight per row ({" + std::to_string(n) + "} or {" +
+                       std::to_string(n) + ", 1}), as in Keras; got " + ws.str() +
+                       ". For one weight per output element, use a Trainer with loss_mask = outputs");
+  }
+  const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
+
+  int64_t n_train = n;
+  Tensor xv, yv;
+  if (opt.validation_data) {
+    xv = check_features(opt.validation_data->first, input_shape_, -1, "validation x");
+    yv = opt.validation_data->second;
+    if (!yv.defined() || yv.shape().rank() == 0 || yv.shape()[0] != xv.shape()[0])
+      throw ShapeError("validation_data: x and y differ in rows");
+  } else if (opt.validation_split > 0.0) {
+    n_train = int64_t(double(n) * (1.0 - opt.validation_split));
+    if (n_train < n) {
+      xv = x.rows(n_train, n);
+      yv = y.rows(n_train, n);
+    }
+  }
+  if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
+
+  const int64_t bs = std::min(opt.batch_size, n_train);
+  OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
+  ctx.check_targets(y, weighted ? opt.sample_weight : Tensor{}, -1);
+  if (xv.defined()) optimizer_context(std::min(bs, xv.shape()[0])).check_targets(yv, {}, -1);
+  const int64_t rem = n_train % bs;
+  const bool use_rem = rem > 0 && ctx.accumulation_period() == 1;
+  OptimizerContext* ctx_rem = use_rem ? &optimizer_context(rem, 0, wmode) : nullptr;
+  const int64_t steps = n_train / bs + (use_rem ? 1 : 0);
+
+  // Batch staging, filled by gathering shuffled rows.
+  Tensor xb = Tensor::empty(prepend(bs, input_shape_));
+  Shape ys = y.shape();
+  ys.set(0, bs);
+  Tensor yb = Tensor::empty(ys, y.dtype());
+  Tensor wb = weighted ? Tensor::empty(Shape{bs}) : Tensor{};
+  Tensor xr, yr, wr;
+  if (use_rem) {
+    xr = xb.rows(0, rem);
+    yr = yb.rows(0, rem);
+    if (weighted) wr = wb.rows(0, rem);
+  }
+  const Tensor w_all = weighted ? opt.sample_weight.reshape(Shape{n}) : Tensor{};
+
+  std::vector<int64_t> order(static_cast<size_t>(n_train));
+  History hist;
+  ProgressPrinter progress(opt.verbose, opt.epochs);
+  const bool report_acc = accuracy_metric_;
+  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), int64_t(0));
+    if (opt.shuffle) std::shuffle(order.begin(), order.end(), global_generator());
+    progress.begin_epoch(epoch, steps);
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t start = s * bs, rows = std::min(bs, n_train - start);
+      const bool full = rows == bs;
+      gather_rows(x, &order[size_t(start)], rows, xb);
+      gather_rows(y, &order[size_t(start)], rows, yb);
+      if (weighted) gather_rows(w_all, &order[size_t(start)], rows, wb);
+      StepResult r = full ? ctx.step(xb, yb, wb) : ctx_rem->step(xr, yr, wr);
+      loss_sum += double(r.loss) * double(rows);
+      correct += r.correct;
+      seen += rows;
+      if (opt.verbose == 1) {
+        std::map<std::string, double> m{{"loss", loss_sum / double(seen)}};
+        if (report_acc) m["accuracy"] = double(correct) / double(seen);
+        progress.step(s + 1, metrics_text(m));
+      }
+    }
+    std::map<std::string, double> logs{{"loss", seen ? loss_sum / double(seen) : 0.0}};
+    if (report_acc) logs["accuracy"] = seen ? double(correct) / double(seen) : 0.0;
+    if (xv.defined()) {
+      for (auto& [k, v] : evaluate_rows(xv, yv, bs)) logs["val_" + k] = v;
+    }
+    hist.epoch.push_back(epoch);
+    for (auto& [k, v] : logs) hist.history[k].push_back(v);
+    progress.end_epoch(metrics_text(logs));
+  }
+  return hist;
+}
+
+std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size) {
+  const int64_t n = x.shape()[0];
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const int64_t rows = std::min(batch_size, n - start);
+    StepResult r = optimizer_context(rows).evaluate(x.rows(start, start + rows), y.rows(start, start + rows));
+    loss_sum += double(r.loss) * double(rows);
+    correct += r.correct;
+  }
+  std::map<std::string, double> out{{"loss", n ? loss_sum / double(n) : 0.0}};
+  if (accuracy_metric_) out["accuracy"] = n ? double(correct) / double(n) : 0.0;
+  return out;
+}
+
+std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size) {
+  if (!compiled_) throw StateError("evaluate() before compile(): call compile(optimizer, loss) first");
+  if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
+  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != x.shape()[0])
+    throw ShapeError("x has " + std::to_string(x.shape()[0]) + " rows but y does not; give one label row per input row");
+  if (x.shape()[0] == 0) throw ValueError("evaluate: x has no rows");
+  optimizer_context(std::min(batch_size, x.shape()[0])).check_targets(y, {}, -1);
+  return evaluate_rows(x, y, batch_size);
+}
+
+Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
+  auto& slot = predict_plans_[rows];
+  if (!slot) {
+    auto plan = std::make_unique<PredictPlan>();
+    Graph g;
+    plan->x = g.input("x", prepend(rows, input_shape_));
+    plan->out = model_function().forward(g, plan->x, false, false);
+    plan->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{plan->out});
+    slot = std::move(plan);
+  }
+  return *slot;
+}
+
+Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
+  if (layers_.empty()) throw StateError("predict: the model has no layers");
+  if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
+  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const int64_t n = x.shape()[0];
+  Tensor out = Tensor::empty(prepend(n, output_shape_));
+  const size_t row_bytes = size_t(output_shape_.numel()) * sizeof(float);
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const int64_t rows = std::min(batch_size, n - start);
+    PredictPlan& plan = predict_plan(rows);
+    plan.exe->bind(plan.x, x.rows(start, start + rows));
+    plan.exe->run();
+    std::memcpy(static_cast<char*>(out.raw()) + size_t(start) * row_bytes, plan.exe->data_ptr(plan.out),
+                size_t(rows) * row_bytes);
+  }
+  return out;
+}
+
+void Sequential::predict(const Tensor& x_in, Tensor& out) {
+  if (layers_.empty()) throw StateError("predict: the model has no layers");
+  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const int64_t n = x.shape()[0];
+  if (!out.defined() || out.dtype() != DType::Float32 || out.shape().rank() == 0 || out.shape()[0] != n ||
+      out.shape().row_size() != output_shape_.numel())
+    throw ShapeError("predict: out must be a float32 tensor of shape " + prepend(n, output_shape_).str() + "; got " +
+                     (out.defined() ? out.shape().str() : std::string("an undefined tensor")));
+  if (n == 0) return;
+  PredictPlan& plan = predict_plan(n);
+  plan.exe->bind(plan.x, x);
+  plan.exe->run();
+  std::memcpy(out.raw(), plan.exe->data_ptr(plan.out), out.nbytes());
+}
+
+std::vector<Weight> Sequential::weights() const {
+  std::vector<Weight> out;
+  for (auto& l : layers_)
+    for (auto& w : l->weights()) out.push_back(w);
+  return out;
+}
+
+std::string Sequential::summary() const {
+  std::ostringstream s;
+  s << "Layer (type)                 Output shape        Param #\n";
+  int64_t total = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer* l = layers_[i].get();
+    int64_t params = 0;
+    for (auto& w : l->weights()) params += w.value.numel();
+    total += params;
+    char line[160];
+    std::snprintf(line, sizeof line, "%-28s %-19s %lld\n", (l->name() + " (" + l->type() + ")").c_str(),
+                  keras_shape(layer_shapes_[i]).c_str(),
+                  (long long)params);
+    s << line;
+  }
+  s << "Total params: " << total << "\n";
+  return s.str();
+}
+
+}  // namespace tensorgrad::nn
