@@ -11,6 +11,14 @@ extern "C" void openblas_set_num_threads(int);
 namespace tensorgrad {
 
 namespace {
+// OpenBLAS is kept single-threaded: tensorgrad's pool splits large products
+// into blocks and calls sgemm once per block on its own threads. Two pools of
+// spinning threads on the same cores made 2 threads 2.6x slower than 1.
+[[maybe_unused]] const bool g_blas_single = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
 int default_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : int(n);
@@ -22,7 +30,6 @@ std::atomic<uint64_t> g_generation{1};
 void set_num_threads(int n) {
   if (n < 1) throw ValueError("set_num_threads: expected at least 1 thread; got " + std::to_string(n));
   g_threads = n;
-  openblas_set_num_threads(n);
   ++g_generation;
 }
 
@@ -31,7 +38,6 @@ int num_threads() {
   if (n == 0) {
     n = default_threads();
     g_threads = n;
-    openblas_set_num_threads(n);
   }
   return n;
 }

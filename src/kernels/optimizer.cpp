@@ -1,20 +1,46 @@
 // Optimizer updates as kernels over persistent tensors (DESIGN.md: state lives
 // on the device). Formulas as PyTorch's AdamW and SGD with decoupled weight
 // decay (Loshchilov & Hutter 2019), which is also what ggml's AdamW computes.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
 
 namespace tensorgrad::kernels {
 
+namespace {
+struct AdamStep {
+  float lr, b1, b2, eps, decay, c1, c2;
+};
+
+// One AdamW update of n elements; plain loop over restrict pointers so it vectorises.
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
+                 AdamStep s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = s.b1 * m[i] + (1.0f - s.b1) * gi;
+    const float vi = s.b2 * v[i] + (1.0f - s.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * s.decay - s.lr * (mi * s.c1) / (std::sqrt(vi * s.c2) + s.eps);
+  }
+}
+
+void sgd_range(float* __restrict p, const float* __restrict g, size_t n, float lr, float decay) {
+  for (size_t i = 0; i < n; ++i) p[i] = p[i] * decay - lr * g[i];
+}
+
+void add_range(float* __restrict acc, const float* __restrict g, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] += g[i];
+}
+}  // namespace
+
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx) {
   switch (op) {
     case OpKind::AccumulateGrad: {
       float* acc = in[0].f();
       const float* g = in[1].f();
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) acc[i] += g[i];
-      });
+      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) { add_range(acc + b, g + b, e - b); });
       return;
     }
     case OpKind::OptimizerTick: {
@@ -27,18 +53,12 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     case OpKind::AdamWUpdate: {
       float *p = in[0].f(), *g = in[1].f(), *m = in[2].f(), *v = in[3].f();
       const float* h = in[4].f();
-      const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps];
-      const float decay = 1.0f - lr * h[kWeightDecay];
-      const float c1 = 1.0f / (1.0f - h[kBeta1Pow]), c2 = 1.0f / (1.0f - h[kBeta2Pow]);
+      const AdamStep st{h[kLr], h[kBeta1], h[kBeta2], h[kEps], 1.0f - h[kLr] * h[kWeightDecay],
+                        1.0f / (1.0f - h[kBeta1Pow]), 1.0f / (1.0f - h[kBeta2Pow])};
       const bool zero = at.zero_grad;
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) {
-          const float gi = g[i];
-          m[i] = b1 * m[i] + (1.0f - b1) * gi;
-          v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-          p[i] = p[i] * decay - lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
-          if (zero) g[i] = 0.0f;
-        }
+      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) {
+        adamw_range(p + b, g + b, m + b, v + b, e - b, st);
+        if (zero) std::fill(g + b, g + e, 0.0f);
       });
       return;
     }
@@ -47,11 +67,9 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
       const float* h = in[2].f();
       const float lr = h[kLr], decay = 1.0f - lr * h[kWeightDecay];
       const bool zero = at.zero_grad;
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) {
-          p[i] = p[i] * decay - lr * g[i];
-          if (zero) g[i] = 0.0f;
-        }
+      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) {
+        sgd_range(p + b, g + b, e - b, lr, decay);
+        if (zero) std::fill(g + b, g + e, 0.0f);
       });
       return;
     }

@@ -216,7 +216,7 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
 void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t rows) const {
   check_rows(y, rows, "y");
   const int64_t n = y.shape()[0];
-  const std::string loss = loss_name(options_.loss);
+  const char* loss = loss_name(options_.loss);  // a std::string here would allocate on every step
   switch (options_.loss) {
     case LossKind::SparseCategoricalCrossentropy: {
       if (y.shape().rank() > 2 || (y.shape().rank() == 2 && y.shape()[1] != 1))
@@ -244,10 +244,10 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
     case LossKind::MeanSquaredError: {
       const bool ce = options_.loss == LossKind::CategoricalCrossentropy;
       if (y.dtype() != DType::Float32)
-        throw TypeError(loss + " takes float32 " + (ce ? "one-hot rows" : "targets") + "; got int32" +
+        throw TypeError(std::string(loss) + " takes float32 " + (ce ? "one-hot rows" : "targets") + "; got int32" +
                         (ce ? " class ids: use sparse_categorical_crossentropy for those" : ""));
       if (y.shape().row_size() != outputs_ || (ce && outputs_ > 1 && y.shape().rank() != 2))
-        throw ShapeError(loss + " takes " + (ce ? "one-hot rows" : "targets") + " of shape {" + std::to_string(n) +
+        throw ShapeError(std::string(loss) + " takes " + (ce ? "one-hot rows" : "targets") + " of shape {" + std::to_string(n) +
                          ", " + std::to_string(outputs_) + "} (the model has " + std::to_string(outputs_) +
                          " outputs); got " + y.shape().str() +
                          (ce && y.shape().row_size() == 1 ? ": class ids need sparse_categorical_crossentropy" : ""));
