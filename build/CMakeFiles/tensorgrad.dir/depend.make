@@ -1,2 +1,0 @@
-# Empty dependencies file for tensorgrad.
-# This may be replaced when dependencies are built.
