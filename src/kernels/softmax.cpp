@@ -1,6 +1,8 @@
 // Softmax family and the losses built on it. Shapes: B rows (batch), C
 // columns (classes). Row-wise maxima are subtracted before exp, so logits of
-// 1e4 stay finite.
+// 1e4 stay finite; probabilities are exp(z - m) / s rather than
+// exp(z - lse), since lse = m + log(s) rounded to float32 would lose 2e-4 at
+// |m| = 1e4.
 #include <cmath>
 
 #include "kernels/kernels.h"
@@ -8,13 +10,17 @@
 namespace tensorgrad::kernels {
 
 namespace {
-// log(sum(exp(z))) of one row, stable.
-inline float log_sum_exp(const float* z, int64_t c) {
+// One row's maximum m and s = sum(exp(z - m)).
+struct RowStats {
+  float m, s;
+  float log_s() const { return std::log(s); }
+};
+inline RowStats row_stats(const float* z, int64_t c) {
   float m = z[0];
   for (int64_t j = 1; j < c; ++j) m = std::max(m, z[j]);
   float s = 0.0f;
   for (int64_t j = 0; j < c; ++j) s += std::exp(z[j] - m);
-  return m + std::log(s);
+  return {m, s};
 }
 
 inline float row_weight(const TensorRef* w, int64_t i) { return w ? w->f()[i] : 1.0f; }
@@ -26,9 +32,14 @@ void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelCont
     for (size_t r = rb; r < re; ++r) {
       const float* z = x.f() + r * c;
       float* out = y.f() + r * c;
-      const float lse = log_sum_exp(z, c);
-      for (int64_t j = 0; j < c; ++j)
-        out[j] = op == OpKind::Softmax ? std::exp(z[j] - lse) : z[j] - lse;
+      const RowStats st = row_stats(z, c);
+      if (op == OpKind::Softmax) {
+        const float inv = 1.0f / st.s;
+        for (int64_t j = 0; j < c; ++j) out[j] = std::exp(z[j] - st.m) * inv;
+      } else {
+        const float log_s = st.log_s();
+        for (int64_t j = 0; j < c; ++j) out[j] = (z[j] - st.m) - log_s;
+      }
     }
   });
 }
@@ -63,21 +74,24 @@ void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out) 
   double total = 0;
   for (int64_t i = 0; i < b; ++i) {
     const float* zi = z.f() + i * c;
-    const float lse = log_sum_exp(zi, c);
-    double li = 0;
+    const RowStats r = row_stats(zi, c);
+    const double log_s = r.log_s();
+    double li = 0;  // sum_j t_j * -log softmax_j, with -log softmax_j = log_s - (z_j - m)
     if (sparse) {
-      li = lse - zi[t.i()[i]];
+      li = log_s - (zi[t.i()[i]] - r.m);
     } else {
       const float* ti = t.f() + i * c;
       for (int64_t j = 0; j < c; ++j)
-        if (ti[j] != 0.0f) li += double(ti[j]) * (lse - zi[j]);
+        if (ti[j] != 0.0f) li += double(ti[j]) * (log_s - (zi[j] - r.m));
     }
     total += row_weight(w, i) * li;
   }
   out.f()[0] = b ? float(total / double(b)) : 0.0f;
 }
 
-// in: logits, labels [, weights], g (scalar) -> dlogits = (softmax - t) * w_i * g / B
+// in: logits, labels [, weights], g (scalar)
+// -> dlogits = (softmax * sum(t) - t) * w_i * g / B  (sum(t) = 1 for one-hot rows;
+// rows that do not sum to 1, or masked all-zero rows, still get the exact gradient)
 void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx) {
   const TensorRef &z = in[0], &t = in[1], &g = in.back();
   const TensorRef* w = in.size() > 3 ? &in[2] : nullptr;
@@ -87,10 +101,17 @@ void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorR
   for (int64_t i = 0; i < b; ++i) {
     const float* zi = z.f() + i * c;
     float* di = dx.f() + i * c;
-    const float lse = log_sum_exp(zi, c), s = gs * row_weight(w, i);
+    const RowStats r = row_stats(zi, c);
+    const float s = gs * row_weight(w, i);
+    float tsum = 1.0f;
+    if (!sparse) {
+      tsum = 0.0f;
+      for (int64_t j = 0; j < c; ++j) tsum += t.f()[i * c + j];
+    }
+    const float p_scale = tsum / r.s;
     for (int64_t j = 0; j < c; ++j) {
       const float target = sparse ? (t.i()[i] == j ? 1.0f : 0.0f) : t.f()[i * c + j];
-      di[j] = s * (std::exp(zi[j] - lse) - target);
+      di[j] = s * (std::exp(zi[j] - r.m) * p_scale - target);
     }
   }
 }

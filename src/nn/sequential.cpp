@@ -98,15 +98,18 @@ ModelFunction Sequential::model_function() const {
 void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss,
                          const std::vector<std::string>& metrics) {
   if (layers_.empty()) throw StateError("compile: the model has no layers; add() some first");
+  // Validate everything before changing anything: a failed compile leaves the model as it was.
   optimizer.validate();
-  loss_ = loss_from_name(loss);
-  accuracy_metric_ = false;
+  const LossKind kind = loss_from_name(loss);
+  bool accuracy = false;
   for (const std::string& m : metrics) {
     if (m != "accuracy" && m != "acc") throw ValueError("unknown metric '" + m + "'; supported: \"accuracy\"");
-    if (loss_ == LossKind::MeanSquaredError)
+    if (kind == LossKind::MeanSquaredError)
       throw ValueError("metric \"accuracy\" needs a cross-entropy loss; the model is compiled with \"mse\"");
-    accuracy_metric_ = true;
+    accuracy = true;
   }
+  loss_ = kind;
+  accuracy_metric_ = accuracy;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
   contexts_.clear();
@@ -178,10 +181,16 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
   ctx.check_targets(y, weighted ? opt.sample_weight : Tensor{}, -1);
   if (xv.defined()) optimizer_context(std::min(bs, xv.shape()[0])).check_targets(yv, {}, -1);
+  // Whole logical batches only when accumulating (as ggml_opt_fit): a part
+  // period would carry its gradients into the next epoch's first update.
+  const int64_t period = ctx.accumulation_period();
   const int64_t rem = n_train % bs;
-  const bool use_rem = rem > 0 && ctx.accumulation_period() == 1;
+  const bool use_rem = rem > 0 && period == 1;
   OptimizerContext* ctx_rem = use_rem ? &optimizer_context(rem, 0, wmode) : nullptr;
-  const int64_t steps = n_train / bs + (use_rem ? 1 : 0);
+  const int64_t steps = period == 1 ? n_train / bs + (use_rem ? 1 : 0) : n_train / bs / period * period;
+  if (steps == 0)
+    throw ValueError("nbatch_logical " + std::to_string(opt.nbatch_logical) + " is more than the " +
+                     std::to_string(n_train) + " training rows: no whole logical batch fits");
 
   // Batch staging, filled by gathering shuffled rows.
   Tensor xb = Tensor::empty(prepend(bs, input_shape_));

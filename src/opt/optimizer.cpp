@@ -1,6 +1,7 @@
 #include "tensorgrad/opt/optimizer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "tensorgrad/core/error.h"
@@ -232,6 +233,12 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
           if (!std::isfinite(v) || v != std::floor(v))
             throw ValueError("class ids must be whole numbers; y row " + std::to_string(i) + " holds " +
                              std::to_string(v));
+          if (v < 0.0f || v >= float(outputs_)) {  // before converting: int64_t(1e30f) is undefined
+            char buf[32];
+            std::snprintf(buf, sizeof buf, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));
+            throw IndexError(std::string("class id ") + buf + " at y row " + std::to_string(i) + " is outside [0, " +
+                             std::to_string(outputs_) + "): the model has " + std::to_string(outputs_) + " classes");
+          }
           id = int64_t(v);
         }
         if (id < 0 || id >= outputs_)
