@@ -53,6 +53,14 @@ Shape Shape::with_rows(int64_t rows) const {
   return s;
 }
 
+Shape Shape::with_batch(int64_t rows) const {
+  if (rank_ == kMaxRank) throw ShapeError("cannot add a batch dimension to " + str() + ": already at the rank limit");
+  int64_t dims[kMaxRank];
+  dims[0] = rows;
+  for (int i = 0; i < rank_; ++i) dims[i + 1] = dims_[i];
+  return Shape(std::span<const int64_t>(dims, size_t(rank_ + 1)));
+}
+
 std::string Shape::str() const {
   std::string s = "{";
   for (int i = 0; i < rank_; ++i) {

@@ -28,13 +28,6 @@ struct Sequential::PredictPlan {
 };
 
 namespace {
-Shape prepend(int64_t rows, const Shape& s) {
-  int64_t dims[Shape::kMaxRank];
-  dims[0] = rows;
-  for (int i = 0; i < s.rank(); ++i) dims[i + 1] = s[i];
-  return Shape(std::span<const int64_t>(dims, size_t(s.rank() + 1)));
-}
-
 // Copies rows `index[0..count)` of src into the first rows of dst.
 void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const Tensor& dst) {
   const size_t row_bytes = size_t(src.shape().row_size()) * dtype_size(src.dtype());
@@ -193,7 +186,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
                      std::to_string(n_train) + " training rows: no whole logical batch fits");
 
   // Batch staging, filled by gathering shuffled rows.
-  Tensor xb = Tensor::empty(prepend(bs, input_shape_));
+  Tensor xb = Tensor::empty(input_shape_.with_batch(bs));
   Shape ys = y.shape();
   ys.set(0, bs);
   Tensor yb = Tensor::empty(ys, y.dtype());
@@ -275,7 +268,7 @@ Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
   if (!slot) {
     auto plan = std::make_unique<PredictPlan>();
     Graph g;
-    plan->x = g.input("x", prepend(rows, input_shape_));
+    plan->x = g.input("x", input_shape_.with_batch(rows));
     plan->out = model_function().forward(g, plan->x, false, false);
     plan->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{plan->out});
     slot = std::move(plan);
@@ -288,7 +281,7 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const Tensor x = check_features(x_in, input_shape_, -1, "x");
   const int64_t n = x.shape()[0];
-  Tensor out = Tensor::empty(prepend(n, output_shape_));
+  Tensor out = Tensor::empty(output_shape_.with_batch(n));
   const size_t row_bytes = size_t(output_shape_.numel()) * sizeof(float);
   for (int64_t start = 0; start < n; start += batch_size) {
     const int64_t rows = std::min(batch_size, n - start);
@@ -307,7 +300,7 @@ void Sequential::predict(const Tensor& x_in, Tensor& out) {
   const int64_t n = x.shape()[0];
   if (!out.defined() || out.dtype() != DType::Float32 || out.shape().rank() == 0 || out.shape()[0] != n ||
       out.shape().row_size() != output_shape_.numel())
-    throw ShapeError("predict: out must be a float32 tensor of shape " + prepend(n, output_shape_).str() + "; got " +
+    throw ShapeError("predict: out must be a float32 tensor of shape " + output_shape_.with_batch(n).str() + "; got " +
                      (out.defined() ? out.shape().str() : std::string("an undefined tensor")));
   if (n == 0) return;
   PredictPlan& plan = predict_plan(n);

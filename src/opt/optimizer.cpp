@@ -65,13 +65,6 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
 }
 
 namespace {
-Shape prepend(int64_t rows, const Shape& s) {
-  int64_t dims[Shape::kMaxRank];
-  dims[0] = rows;
-  for (int i = 0; i < s.rank(); ++i) dims[i + 1] = s[i];
-  return Shape(std::span<const int64_t>(dims, size_t(s.rank() + 1)));
-}
-
 // Index of the first NaN or infinity, or -1. Integer test on the exponent
 // bits, which vectorises without fast-math.
 int64_t first_non_finite(const float* p, int64_t n) {
@@ -111,7 +104,7 @@ Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, c
                      std::to_string(input_shape.numel()) + " features); got shape " + x.shape().str() + " (" +
                      std::to_string(x.shape().row_size()) + " features per row)");
   check_finite(x, what);
-  return x.shape().rank() == input_shape.rank() + 1 ? x : x.reshape(prepend(x.shape()[0], input_shape));
+  return x.shape().rank() == input_shape.rank() + 1 ? x : x.reshape(input_shape.with_batch(x.shape()[0]));
 }
 
 struct OptimizerContext::Head {
@@ -148,7 +141,7 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
   const bool ce = options_.loss != LossKind::MeanSquaredError;
   auto head = std::make_unique<Head>();
   Graph g;
-  head->x = g.input("x", prepend(b, model_.input_shape));
+  head->x = g.input("x", model_.input_shape.with_batch(b));
   Value out = model_.forward(g, head->x, train, ce);
   const Shape os = g.shape(out);
   if (os.rank() != 2 || os[0] != b)

@@ -33,6 +33,9 @@ class Shape {
   int64_t row_size() const;
   /// The same shape with dimension 0 replaced by `rows`. Throws ShapeError on a scalar.
   Shape with_rows(int64_t rows) const;
+  /// {rows, this shape...}: a per-row shape with a leading batch dimension.
+  /// Throws ShapeError when that exceeds kMaxRank dimensions.
+  Shape with_batch(int64_t rows) const;
   /// "{2, 3}".
   std::string str() const;
 
