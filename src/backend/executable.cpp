@@ -37,6 +37,14 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
     const Node& n = nodes[size_t(i)];
     if (op_info(n.op).in_place) data_[size_t(i)] = data_[size_t(n.inputs[0].id)];
     flops += node_flops(graph_, n);
+    steps_.push_back({i, uint32_t(ref_node_.size())});
+    ref_node_.push_back(i);
+    for (Value in : n.input_values()) ref_node_.push_back(in.id);
+  }
+  refs_ = std::make_unique<kernels::TensorRef[]>(ref_node_.size());
+  for (size_t k = 0; k < ref_node_.size(); ++k) {
+    const Node& n = nodes[size_t(ref_node_[k])];
+    refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
   }
   single_thread_ = flops < kParallelFlops;
 }
@@ -74,17 +82,17 @@ void Executable::run(size_t first_node, size_t last_node) {
   std::shared_ptr<pthreadpool> pool = single_thread_ ? nullptr : compute_pool();
   if (first_node == 0) ++rng_counter_;
   kernels::KernelContext ctx{pool.get(), rng_counter_};
-  kernels::TensorRef in[Node::kMaxInputs];
-  for (int32_t i : plan_.schedule) {
-    if (size_t(i) < first_node) continue;
-    if (size_t(i) >= last_node) break;
-    const Node& n = nodes[size_t(i)];
-    for (int j = 0; j < n.n_inputs; ++j) {
-      const size_t id = size_t(n.inputs[size_t(j)].id);
+  for (const Step& step : steps_) {
+    if (size_t(step.node) < first_node) continue;
+    if (size_t(step.node) >= last_node) break;
+    const Node& n = nodes[size_t(step.node)];
+    kernels::TensorRef* refs = &refs_[step.first_ref];
+    for (int k = 0; k <= n.n_inputs; ++k) {
+      const size_t id = size_t(ref_node_[step.first_ref + uint32_t(k)]);
       if (!data_[id]) throw StateError("run: input '" + nodes[id].name + "' is not bound");
-      in[j] = {data_[id], nodes[id].shape, nodes[id].dtype};
+      refs[k].data = data_[id];
     }
-    kernels::run_kernel(n.op, n.attrs, {in, size_t(n.n_inputs)}, {data_[size_t(i)], n.shape, n.dtype}, ctx);
+    kernels::run_kernel(n.op, n.attrs, {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
   }
 }
 

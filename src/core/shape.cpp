@@ -19,11 +19,8 @@ Shape::Shape(std::span<const int64_t> dims) {
   rank_ = int(dims.size());
 }
 
-int64_t Shape::operator[](int i) const {
-  int j = i < 0 ? i + rank_ : i;
-  if (j < 0 || j >= rank_)
-    throw IndexError("dimension " + std::to_string(i) + " is out of range for shape " + str());
-  return dims_[j];
+void Shape::throw_out_of_range(int i) const {
+  throw IndexError("dimension " + std::to_string(i) + " is out of range for shape " + str());
 }
 
 void Shape::set(int i, int64_t value) {

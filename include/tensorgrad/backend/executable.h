@@ -10,6 +10,10 @@
 
 namespace tensorgrad {
 
+namespace kernels {
+struct TensorRef;
+}
+
 class Executable {
  public:
   /// Plans `graph` so that `outputs` can be read after a run, and allocates
@@ -51,6 +55,15 @@ class Executable {
   MemoryPlan plan_;
   std::shared_ptr<void> arena_;
   std::vector<void*> data_;  // per node: where its result lives (null for unbound inputs)
+  // What each scheduled node hands its kernel, built once: refs_[first] is
+  // the output, the inputs follow; a run only refreshes the data pointers.
+  struct Step {
+    int32_t node;
+    uint32_t first_ref;
+  };
+  std::vector<Step> steps_;
+  std::unique_ptr<kernels::TensorRef[]> refs_;
+  std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
   bool single_thread_ = false;
   uint64_t rng_counter_ = 0;
 };

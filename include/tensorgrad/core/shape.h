@@ -24,7 +24,11 @@ class Shape {
   int rank() const { return rank_; }
   /// Dimension i; negative i counts from the end (-1 is the last).
   /// Throws IndexError when i is outside [-rank, rank).
-  int64_t operator[](int i) const;
+  int64_t operator[](int i) const {
+    const int j = i < 0 ? i + rank_ : i;
+    if (j < 0 || j >= rank_) throw_out_of_range(i);
+    return dims_[size_t(j)];
+  }
   /// Sets dimension i (same indexing as operator[]). Throws as operator[].
   void set(int i, int64_t value);
   /// Product of the dimensions (1 for a scalar).
@@ -45,6 +49,7 @@ class Shape {
   bool operator!=(const Shape& o) const { return !(*this == o); }
 
  private:
+  [[noreturn]] void throw_out_of_range(int i) const;
   std::array<int64_t, kMaxRank> dims_{};
   int rank_ = 0;
 };
