@@ -1,0 +1,437 @@
+#!/usr/bin/python3
+"""Runs tensorgrad's benchmarks side by side with the reference peers in
+/work/shared/bench (PyTorch, libtorch, dlib) and prints one table.
+
+    /usr/bin/python3 bench/compare.py            # 3 rounds, 2 threads
+    /usr/bin/python3 bench/compare.py --quick    # 1 round, fewer repetitions
+
+What it does, from the repository root (or wherever --root points):
+  1. builds what is missing: build/bench/tensorgrad_bench with the project's
+     CMake (always brought up to date incrementally unless --no-build),
+     build/peer-libtorch/peer_libtorch from the peers' CMakeLists.txt, and
+     build/peer_dlib with the build line at the top of peer_dlib.cpp;
+  2. runs every workload (mlp, rlstep, predict) for several rounds, tensorgrad
+     and the peers alternating within each round (the order flips every
+     round), all at the same thread count;
+  3. prints, per workload, the median over rounds for each implementation,
+     the ratio peer / tensorgrad (> 1 means tensorgrad is faster) and the
+     target from the issue.
+
+A peer whose package is absent (python3-torch, libtorch-dev, libdlib-dev) is
+skipped with a message; the script then still measures tensorgrad alone.
+Standard library only.
+"""
+import argparse
+import datetime
+import json
+import os
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+TARGETS = {  # workload row -> (target, unit); lower is better
+    "mlp (fit)": (0.75, "s/epoch"),
+    "mlp (step loop)": (0.75, "s/epoch"),
+    "rlstep": (20.0, "us/step"),
+    "predict": (8.0, "us/image"),
+}
+ROWS = ["mlp (fit)", "mlp (step loop)", "rlstep", "predict"]
+PEERS = ["pytorch", "libtorch", "dlib"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, timeout=900, cwd=None):
+    """Runs cmd, returns stdout; raises RuntimeError with stderr on failure."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    shown = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    log(f"  $ {shown + ' ' if shown else ''}{' '.join(shlex.quote(c) for c in cmd)}")
+    try:
+        p = subprocess.run(cmd, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout} s")
+    if p.returncode != 0:
+        raise RuntimeError(f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-2000:]}")
+    return p.stdout
+
+
+# ---------------------------------------------------------------- machine load
+# The machine may be shared: before each measurement wait (a bounded time) for
+# the other processes to go quiet, and record how busy they kept the CPUs
+# during it (all CPU time on the machine minus our child's own), so that noisy
+# samples are visible in the per-round listing.
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPU = os.cpu_count() or 1
+
+
+def cpu_busy_seconds():
+    """CPU-seconds spent busy by the whole machine since boot (None if unknown)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    v = [int(x) for x in fields[1:]]
+    # user nice system idle iowait irq softirq steal ...
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)) / CLK_TCK
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class LoadMeter:
+    """Share of the machine's CPUs that other processes used while a child ran."""
+
+    def __enter__(self):
+        self.busy0, self.child0, self.t0 = cpu_busy_seconds(), children_cpu_seconds(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        busy1, child1, t1 = cpu_busy_seconds(), children_cpu_seconds(), time.monotonic()
+        if self.busy0 is None or busy1 is None or t1 <= self.t0:
+            self.others = None
+        else:
+            others = (busy1 - self.busy0) - (child1 - self.child0)
+            self.others = max(0.0, min(1.0, others / ((t1 - self.t0) * NCPU)))
+        return False
+
+
+def wait_for_quiet(max_wait, threshold=0.15):
+    """Waits up to max_wait seconds for other processes to use < threshold of the CPUs."""
+    if max_wait <= 0:
+        return None
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0, t0 = cpu_busy_seconds(), time.monotonic()
+        time.sleep(1.0)
+        b1, t1 = cpu_busy_seconds(), time.monotonic()
+        if b0 is None or b1 is None:
+            return None
+        load = (b1 - b0) / ((t1 - t0) * NCPU)
+        if load < threshold or time.monotonic() >= deadline:
+            return load
+
+
+def last_json_line(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("no JSON line in output: " + text[-500:])
+
+
+# ---------------------------------------------------------------- building
+
+def build_tensorgrad(root, build, no_build):
+    exe = os.path.join(build, "bench", "tensorgrad_bench")
+    if no_build:
+        if not os.path.exists(exe):
+            sys.exit(f"error: {exe} is missing and --no-build was given")
+        return exe
+    try:
+        if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+            run(["cmake", "-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], timeout=600)
+        run(["cmake", "--build", build, "-j2", "--target", "tensorgrad_bench"], timeout=1800)
+    except RuntimeError as e:
+        if os.path.exists(exe):
+            log(f"warning: building tensorgrad_bench failed ({str(e)[:300]}); using the existing {exe}")
+        else:
+            sys.exit(f"error: cannot build tensorgrad_bench: {e}")
+    return exe
+
+
+def torch_python_ok():
+    try:
+        run(["/usr/bin/python3", "-c", "import torch"], timeout=120)
+        return True
+    except (RuntimeError, FileNotFoundError):
+        return False
+
+
+def build_libtorch(peers, build):
+    exe = os.path.join(build, "peer-libtorch", "peer_libtorch")
+    if os.path.exists(exe):
+        return exe
+    src = os.path.join(peers, "libtorch")
+    if not os.path.exists(os.path.join(src, "peer_libtorch.cpp")):
+        log(f"skipping libtorch: {src}/peer_libtorch.cpp not found")
+        return None
+    if not any(os.path.exists(os.path.join(d, "TorchConfig.cmake")) for d in (
+            "/usr/lib/x86_64-linux-gnu/cmake/Torch", "/usr/share/cmake/Torch", "/usr/lib/cmake/Torch")):
+        log("skipping libtorch: Torch's CMake package not found (install Debian's libtorch-dev)")
+        return None
+    try:
+        run(["cmake", "-S", src, "-B", os.path.join(build, "peer-libtorch"), "-DCMAKE_BUILD_TYPE=Release"], timeout=600)
+        run(["cmake", "--build", os.path.join(build, "peer-libtorch")], timeout=1800)
+    except RuntimeError as e:
+        log(f"skipping libtorch: build failed: {str(e)[:500]}")
+        return None
+    return exe
+
+
+def build_dlib(peers, build):
+    exe = os.path.join(build, "peer_dlib")
+    if os.path.exists(exe):
+        return exe
+    src = os.path.join(peers, "dlib", "peer_dlib.cpp")
+    if not os.path.exists(src):
+        log(f"skipping dlib: {src} not found")
+        return None
+    if shutil.which("pkg-config") is None:
+        log("skipping dlib: pkg-config not found")
+        return None
+    try:
+        flags = run(["pkg-config", "--cflags", "--libs", "dlib-1"], timeout=60).split()
+    except RuntimeError:
+        log("skipping dlib: pkg-config knows no dlib-1 (install Debian's libdlib-dev)")
+        return None
+    try:
+        # The build line at the top of peer_dlib.cpp.
+        run(["g++", "-O3", "-march=native", "-std=c++17", src, "-o", exe] + flags + ["-lpthread"], timeout=1800)
+    except RuntimeError as e:
+        log(f"skipping dlib: build failed: {str(e)[:500]}")
+        return None
+    return exe
+
+
+# ---------------------------------------------------------------- measuring
+
+def tensorgrad_run(exe, workload, threads, reps):
+    """Returns {row: value} from one tensorgrad_bench process."""
+    # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
+    filt = {"mlp": "^mlp_(fit|steps)/", "rlstep": "^rlstep/", "predict": "^predict/"}[workload]
+    env = {"TG_THREADS": str(threads)}
+    if reps:
+        env["TG_REPS"] = str(reps)
+    out = run([exe, f"--benchmark_filter={filt}", "--benchmark_format=json"], env=env)
+    try:
+        data = json.loads(out)
+    except ValueError:
+        raise RuntimeError("tensorgrad_bench printed no JSON: " + out.strip()[-500:])
+    counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
+                "rlstep": ("rlstep", "us_per_step"), "predict": ("predict", "us_per_image")}
+    found, single = {}, {}
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            raise RuntimeError(f"{b.get('name')}: {b.get('error_message')}")
+        base = b.get("run_name", b["name"]).split("/")[0]
+        if base not in counters:
+            continue
+        row, counter = counters[base]
+        if counter not in b:
+            continue
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                found[row] = b[counter]
+        else:  # one repetition: no aggregates are computed
+            single.setdefault(row, []).append(b[counter])
+    for row, vals in single.items():
+        found.setdefault(row, statistics.median(vals))
+    if not found:
+        raise RuntimeError("no results in tensorgrad_bench output")
+    return found
+
+
+def peer_run(peer, exe, workload, threads):
+    """Returns {row: value} from one peer process, or {} where it lacks the workload."""
+    if peer == "dlib":
+        if workload == "predict":
+            return {}  # peer_dlib has no predict workload
+        env = {"OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+        res = last_json_line(run([exe, workload], env=env))
+    elif peer == "libtorch":
+        cmd = [exe, workload, "--threads", str(threads)] + (["--epochs", "2"] if workload == "mlp" else [])
+        res = last_json_line(run(cmd))
+    else:  # pytorch
+        cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
+            ["--epochs", "2"] if workload == "mlp" else [])
+        res = last_json_line(run(cmd))
+    if workload == "mlp":
+        return {"mlp (fit)": res["s_per_epoch_median"]}
+    if workload == "rlstep":
+        return {"rlstep": res["us_per_step_median"]}
+    return {"predict": res["us_per_image_median"]}
+
+
+# ---------------------------------------------------------------- reporting
+
+def machine():
+    info = {"nproc": str(os.cpu_count())}
+    try:
+        info["nproc"] = run(["nproc"], timeout=10).strip()
+    except (RuntimeError, FileNotFoundError):
+        pass
+    info["cpu"] = "unknown"
+    try:
+        for line in run(["lscpu"], timeout=10).splitlines():
+            if line.startswith("Model name:"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except (RuntimeError, FileNotFoundError):
+        pass
+    return info
+
+
+def revision(root):
+    """The checked-out commit and whether tracked files differ from it (read-only git calls)."""
+    try:
+        sha = run(["git", "-C", root, "rev-parse", "--short", "HEAD"], timeout=30).strip()
+        dirty = run(["git", "--no-optional-locks", "-C", root, "status", "--porcelain",
+                     "--untracked-files=no"], timeout=60).strip()
+        return sha + (" with uncommitted changes" if dirty else "")
+    except (RuntimeError, FileNotFoundError):
+        return "unknown"
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 round and 1 repetition per tensorgrad benchmark")
+    ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
+    ap.add_argument("--workloads", default="mlp,rlstep,predict", help="comma-separated subset of mlp,rlstep,predict")
+    ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
+    ap.add_argument("--no-build", action="store_true", help="use the existing build/bench/tensorgrad_bench")
+    ap.add_argument("--wait-idle", type=float, default=30.0, metavar="S",
+                    help="before each measurement, wait up to S seconds for other processes to go quiet "
+                         "(default 30; 0 disables)")
+    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    help="repository root (default: this script's parent directory)")
+    ap.add_argument("--peers", default="/work/shared/bench", help="folder with the peer programs")
+    args = ap.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    reps = 1 if args.quick else 0  # 0: the binary's defaults (mlp 3, others 5)
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for w in workloads:
+        if w not in ("mlp", "rlstep", "predict"):
+            sys.exit(f"error: unknown workload {w!r}; choose from mlp, rlstep, predict")
+    command = "cd " + shlex.quote(os.getcwd()) + " && /usr/bin/python3 " + " ".join(shlex.quote(a) for a in sys.argv)
+    root = os.path.abspath(args.root)
+    build = os.path.join(root, "build")
+    started = datetime.datetime.now().astimezone()
+
+    log("building")
+    tg_exe = build_tensorgrad(root, build, args.no_build)
+    peers = {}
+    if not args.no_peers:
+        script = os.path.join(args.peers, "peer_pytorch.py")
+        if not os.path.exists(script):
+            log(f"skipping pytorch: {script} not found")
+        elif not torch_python_ok():
+            log("skipping pytorch: /usr/bin/python3 cannot import torch (install Debian's python3-torch)")
+        else:
+            peers["pytorch"] = script
+        exe = build_libtorch(args.peers, build)
+        if exe:
+            peers["libtorch"] = exe
+        exe = build_dlib(args.peers, build)
+        if exe:
+            peers["dlib"] = exe
+        if "pytorch" in peers and "mlp" in workloads and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+            log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
+
+    impls = ["tensorgrad"] + [p for p in PEERS if p in peers]
+    values = {}  # (row, impl) -> [value per round]
+    loads = {}   # (row, impl) -> [share of the CPUs other processes used, per round]
+    failures = []
+    for r in range(rounds):
+        order = impls if r % 2 == 0 else list(reversed(impls))
+        for w in workloads:
+            for impl in order:
+                if impl == "dlib" and w == "predict":
+                    continue  # peer_dlib has no predict workload
+                log(f"[round {r + 1}/{rounds}] {w}: {impl}")
+                before = wait_for_quiet(args.wait_idle)
+                if before is not None and before >= 0.15:
+                    log(f"  machine still busy ({100 * before:.0f}% of CPUs) after waiting {args.wait_idle:.0f} s")
+                try:
+                    with LoadMeter() as meter:
+                        got = tensorgrad_run(tg_exe, w, args.threads, reps) if impl == "tensorgrad" \
+                            else peer_run(impl, peers[impl], w, args.threads)
+                except (RuntimeError, KeyError, ValueError) as e:
+                    msg = f"{impl} {w} (round {r + 1}) failed: {str(e)[:500]}"
+                    log("  " + msg)
+                    failures.append(msg)
+                    continue
+                for row, v in got.items():
+                    values.setdefault((row, impl), []).append(v)
+                    loads.setdefault((row, impl), []).append(meter.others)
+                    others = "?" if meter.others is None else f"{100 * meter.others:.0f}%"
+                    log(f"  {row}: {fmt(v)} {TARGETS[row][1]} (other processes: {others} of the CPUs)")
+
+    m = machine()
+    rev = revision(root)
+    rows = [row for row in ROWS if any(k[0] == row for k in values)]
+    med = {k: statistics.median(v) for k, v in values.items()}
+    out = []
+    out.append(f"command: {command}")
+    out.append(f"date: {started.strftime('%Y-%m-%d %H:%M %Z')}; machine: {m['nproc']} CPUs, {m['cpu']}; "
+               f"threads: {args.threads}; rounds: {rounds}")
+    out.append(f"tensorgrad: {rev}; peers: {', '.join(peers) if peers else 'none'}")
+    out.append("")
+    header = ["workload", "unit", "target", "tensorgrad", "meets target"] + [
+        f"{p} (ratio)" for p in PEERS if p in peers]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join(["---"] * len(header)) + "|")
+    for row in rows:
+        target, unit = TARGETS[row]
+        tg = med.get((row, "tensorgrad"))
+        verdict = "-" if tg is None else ("yes" if tg <= target else f"no ({tg / target:.2f}x the target)")
+        cells = [row, unit, f"<= {fmt(target)}", fmt(tg), verdict]
+        for p in PEERS:
+            if p not in peers:
+                continue
+            pv = med.get((row, p))
+            if pv is None:
+                cells.append("-")
+            elif tg:
+                cells.append(f"{fmt(pv)} ({pv / tg:.2f})")
+            else:
+                cells.append(fmt(pv))
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Medians over rounds; ratio = peer / tensorgrad (> 1: tensorgrad is faster).")
+    out.append("Per round (in brackets: share of the CPUs other processes used during that run):")
+    for row in rows:
+        for impl in impls:
+            if (row, impl) in values:
+                cells = []
+                for v, ld in zip(values[(row, impl)], loads[(row, impl)]):
+                    cells.append(fmt(v) + (" [?]" if ld is None else f" [{100 * ld:.0f}%]"))
+                out.append(f"  {row:16s} {impl:10s} " + ", ".join(cells))
+    skipped = [p for p in PEERS if p not in peers]
+    if skipped and not args.no_peers:
+        out.append("Skipped peers (package absent or build failed): " + ", ".join(skipped))
+    if failures:
+        out.append("Failures:")
+        out.extend("  " + f for f in failures)
+    print("\n".join(out))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+// tensorgrad's side of the reference workloads in /work/shared/bench
+// (peer_pytorch.py, libtorch/peer_libtorch.cpp, dlib/peer_dlib.cpp): the same
+// models, optimizers, batch sizes and data shapes, timed the way the peers
+// time them (warm-up first, then the median of individually timed units).
+//
+//   mlp_fit     784-500-10 ReLU MLP (Dense(500, relu), Dense(10, softmax)),
+//               AdamW lr 1e-3, sparse categorical cross-entropy, batch 500:
+//               one model.fit epoch (verbose 0) over 57,000 random rows shaped
+//               like Fashion-MNIST (uniform [0, 1) x, int32 labels 0..9).
+//               Counter s_per_epoch. The headline: it is what users run.
+//   mlp_steps   the same epoch written by hand on the public step fit uses:
+//               114 ctx.step calls on consecutive 500-row slices of x (the
+//               rows are uniform random, so they are already in random order).
+//               Counter s_per_epoch.
+//   rlstep      4-64-64-2 ReLU MLP, Adam lr 1e-3, MSE, batch 32: one ctx.step
+//               on a fixed random batch. Counter us_per_step (median of 2,000
+//               steps after 200 warm-up steps, as the peers).
+//   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
+//               caller-owned {500, 10}. Counter us_per_image (median of 200
+//               calls after 20 warm-up calls, divided by 500).
+//
+// Each repetition builds a fresh model. Google Benchmark reports the
+// aggregates over repetitions; the "_median" rows are the numbers to quote.
+// Environment (Google Benchmark owns the command-line flags):
+//   TG_THREADS  compute threads, passed to tensorgrad::set_num_threads (default 2)
+//   TG_REPS     repetitions of every benchmark (default: mlp 3, others 5)
+// Example:
+//   TG_THREADS=2 build/bench/tensorgrad_bench --benchmark_filter=rlstep
+#include <benchmark/benchmark.h>
+#include <tensorgrad/tensorgrad.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tg = tensorgrad;
+
+namespace {
+
+constexpr int64_t kRows = 57000, kFeatures = 784, kClasses = 10, kBatch = 500;
+
+int env_int(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (*end || v < 1) {
+    std::fprintf(stderr, "tensorgrad_bench: %s must be a positive integer; got '%s'\n", name, s);
+    std::exit(2);
+  }
+  return int(v);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+tg::Tensor uniform(const tg::Shape& shape, std::mt19937_64& rng) {
+  tg::Tensor t = tg::Tensor::empty(shape);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+  return t;
+}
+
+tg::Tensor normal(const tg::Shape& shape, std::mt19937_64& rng) {
+  tg::Tensor t = tg::Tensor::empty(shape);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = n(rng);
+  return t;
+}
+
+// 57,000 rows shaped like Fashion-MNIST, made once per process (untimed).
+struct MnistLike {
+  tg::Tensor x, y;
+};
+const MnistLike& mnist_like() {
+  static const MnistLike data = [] {
+    std::mt19937_64 rng(12345);
+    MnistLike d;
+    d.x = uniform(tg::Shape{kRows, kFeatures}, rng);
+    d.y = tg::Tensor::empty(tg::Shape{kRows}, tg::DType::Int32);
+    std::uniform_int_distribution<int32_t> label(0, int32_t(kClasses) - 1);
+    int32_t* y = d.y.data<int32_t>();
+    for (int64_t i = 0; i < kRows; ++i) y[i] = label(rng);
+    return d;
+  }();
+  return data;
+}
+
+tg::nn::Sequential make_mlp(bool compile) {
+  tg::nn::clear_session();
+  tg::nn::Sequential model(tg::Shape{kFeatures});
+  model.add(tg::nn::Dense(500, "relu"));
+  model.add(tg::nn::Dense(kClasses, "softmax"));
+  if (compile) model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+  return model;
+}
+
+void BM_mlp_fit(benchmark::State& state) {
+  try {
+    const MnistLike& d = mnist_like();
+    tg::manual_seed(0);
+    tg::nn::Sequential model = make_mlp(true);
+    // Warm-up: builds and plans the batch-500 context fit uses and runs it
+    // once, so the timed epoch is a steady-state one.
+    tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
+    benchmark::DoNotOptimize(ctx.step(d.x.rows(0, kBatch), d.y.rows(0, kBatch)).loss);
+    tg::nn::FitOptions fit;
+    fit.epochs = 1;
+    fit.batch_size = kBatch;
+    fit.verbose = 0;
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      tg::nn::History h = model.fit(d.x, d.y, fit);
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(h);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["s_per_epoch"] = median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_mlp_steps(benchmark::State& state) {
+  try {
+    const MnistLike& d = mnist_like();
+    tg::manual_seed(0);
+    tg::nn::Sequential model = make_mlp(true);
+    tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
+    benchmark::DoNotOptimize(ctx.step(d.x.rows(0, kBatch), d.y.rows(0, kBatch)).loss);
+    const int64_t steps = kRows / kBatch;  // 114
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      float loss = 0.0f;
+      for (int64_t i = 0; i < steps; ++i)
+        loss += ctx.step(d.x.rows(i * kBatch, (i + 1) * kBatch), d.y.rows(i * kBatch, (i + 1) * kBatch)).loss;
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(loss);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["s_per_epoch"] = median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_rlstep(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::Sequential model(tg::Shape{4});
+    model.add(tg::nn::Dense(64, "relu"));
+    model.add(tg::nn::Dense(64, "relu"));
+    model.add(tg::nn::Dense(2));
+    model.compile(tg::OptimizerSpec::adam(1e-3f), "mse");
+    std::mt19937_64 rng(7);
+    const tg::Tensor x = normal(tg::Shape{32, 4}, rng), y = normal(tg::Shape{32, 2}, rng);
+    tg::OptimizerContext& ctx = model.optimizer_context(32);
+    for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(ctx.step(x, y).loss);  // warm-up, as the peers
+    std::vector<double> times;
+    times.reserve(size_t(state.max_iterations));
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const tg::StepResult r = ctx.step(x, y);
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(r.loss);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["us_per_step"] = 1e6 * median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_predict(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::Sequential model = make_mlp(false);
+    std::mt19937_64 rng(11);
+    const tg::Tensor x = uniform(tg::Shape{kBatch, kFeatures}, rng);
+    tg::Tensor out = tg::Tensor::empty(tg::Shape{kBatch, kClasses});
+    for (int i = 0; i < 20; ++i) model.predict(x, out);  // warm-up, as the peers
+    std::vector<double> times;
+    times.reserve(size_t(state.max_iterations));
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      model.predict(x, out);
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(out.raw());
+      benchmark::ClobberMemory();
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["us_per_image"] = 1e6 * median(times) / double(kBatch);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = env_int("TG_THREADS", 2);
+  const int mlp_reps = env_int("TG_REPS", 3);
+  const int small_reps = env_int("TG_REPS", 5);
+  try {
+    tg::set_num_threads(threads);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensorgrad_bench: set_num_threads(%d): %s\n", threads, e.what());
+    return 2;
+  }
+  benchmark::AddCustomContext("tensorgrad_threads", std::to_string(tg::num_threads()));
+
+  benchmark::RegisterBenchmark("mlp_fit", BM_mlp_fit)
+      ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("mlp_steps", BM_mlp_steps)
+      ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("rlstep", BM_rlstep)
+      ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("predict", BM_predict)
+      ->Iterations(200)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
