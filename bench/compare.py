@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs tensorgrad's benchmarks side by side with the reference peers in
-/work/shared/bench (PyTorch, libtorch, dlib) and prints one table.
+../shared/bench (PyTorch, libtorch, dlib) and prints one table.
 
     /usr/bin/python3 bench/compare.py            # 3 rounds, 2 threads
     /usr/bin/python3 bench/compare.py --quick    # 1 round, fewer repetitions
@@ -321,7 +321,8 @@ def main():
                          "(default 30; 0 disables)")
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     help="repository root (default: this script's parent directory)")
-    ap.add_argument("--peers", default="/work/shared/bench", help="folder with the peer programs")
+    ap.add_argument("--peers", default=None,
+                    help="folder with the peer programs (default: ../shared/bench beside the repository)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     reps = 1 if args.quick else 0  # 0: the binary's defaults (mlp 3, others 5)
@@ -331,6 +332,8 @@ def main():
             sys.exit(f"error: unknown workload {w!r}; choose from mlp, rlstep, predict")
     command = "cd " + shlex.quote(os.getcwd()) + " && /usr/bin/python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     root = os.path.abspath(args.root)
+    if args.peers is None:
+        args.peers = os.path.join(os.path.dirname(root), "shared", "bench")
     build = os.path.join(root, "build")
     started = datetime.datetime.now().astimezone()
 
