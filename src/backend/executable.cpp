@@ -33,6 +33,7 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
     if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_.get()) + plan_.offset[i];
     else if (nodes[i].bound.defined()) data_[i] = nodes[i].bound.raw();
   }
+  for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];
   for (int32_t i : plan_.schedule) {
     const Node& n = nodes[size_t(i)];
     if (op_info(n.op).in_place) data_[size_t(i)] = data_[size_t(n.inputs[0].id)];
@@ -82,6 +83,7 @@ void Executable::run(size_t first_node, size_t last_node) {
   std::shared_ptr<pthreadpool> pool = single_thread_ ? nullptr : compute_pool();
   if (first_node == 0) ++rng_counter_;
   kernels::KernelContext ctx{pool.get(), rng_counter_};
+  for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];  // inputs may be rebound
   for (const Step& step : steps_) {
     if (size_t(step.node) < first_node) continue;
     if (size_t(step.node) >= last_node) break;

@@ -48,11 +48,20 @@ MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
     if (needed[i])
       for (Value in : nodes[i].input_values()) needed[size_t(in.id)] = true;
 
+  // A view (Reshape) shares its input's memory: liveness belongs to the root
+  // node that owns the memory.
+  std::vector<int32_t> root(n);
+  for (size_t i = 0; i < n; ++i)
+    root[i] = nodes[i].role == NodeRole::Op && op_info(nodes[i].op).view ? root[size_t(nodes[i].inputs[0].id)]
+                                                                         : int32_t(i);
   std::vector<int32_t> last_use(n, -1);
   for (size_t i = 0; i < n; ++i)
     if (needed[i])
-      for (Value in : nodes[i].input_values()) last_use[size_t(in.id)] = int32_t(i);
-  for (Value v : outputs) last_use[size_t(v.id)] = kForever;
+      for (Value in : nodes[i].input_values()) {
+        int32_t& lu = last_use[size_t(root[size_t(in.id)])];
+        lu = std::max(lu, int32_t(i));
+      }
+  for (Value v : outputs) last_use[size_t(root[size_t(v.id)])] = kForever;
 
   MemoryPlan plan;
   plan.offset.assign(n, -1);
@@ -60,8 +69,14 @@ MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
   std::vector<std::vector<int32_t>> frees_after(n);
   for (size_t i = 0; i < n; ++i) {
     if (!needed[i] || nodes[i].role != NodeRole::Op) continue;
+    const OpInfo& info = op_info(nodes[i].op);
+    if (info.view) {
+      plan.offset[i] = plan.offset[size_t(root[i])];  // -1 when the root is a leaf
+      plan.views.push_back(int32_t(i));
+      continue;
+    }
     plan.schedule.push_back(int32_t(i));
-    if (!op_info(nodes[i].op).in_place) {
+    if (!info.in_place) {
       plan.offset[i] = int64_t(slots.allocate(aligned(nodes[i].shape.numel() * dtype_size(nodes[i].dtype))));
       if (last_use[i] == -1) frees_after[i].push_back(int32_t(i));  // computed but unused: free at once
       else if (last_use[i] != kForever) frees_after[size_t(last_use[i])].push_back(int32_t(i));

@@ -13,6 +13,13 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::Add:
     case OpKind::Sub:
     case OpKind::Mul: return binary(op, in[0], in[1], out, ctx);
+    case OpKind::Reshape: return;  // a view: the planner gave it its input's memory
+    case OpKind::Rsqrt:
+    case OpKind::Gelu:
+    case OpKind::Silu:
+    case OpKind::Elu:
+    case OpKind::LeakyRelu:
+    case OpKind::Softplus:
     case OpKind::Scale:
     case OpKind::Relu:
     case OpKind::Sigmoid:
@@ -26,6 +33,25 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::Mean: return reduce_all(op, in[0], out);
     case OpKind::SumTo: return sum_to(in[0], out);
     case OpKind::BroadcastTo: return broadcast_to(in[0], out);
+    case OpKind::MeanLastAxis: return mean_last_axis(in[0], out, ctx);
+    case OpKind::Slice: return slice(at, in[0], out);
+    case OpKind::SliceBackward: return slice_backward(at, in[0], out);
+    case OpKind::Concat: return concat(at, in[0], in[1], out);
+    case OpKind::Gather: return gather(in[0], in[1], out, ctx);
+    case OpKind::GatherBackward: return gather_backward(in[0], in[1], out);
+    case OpKind::ToIndex: return to_index(in[0], out);
+    case OpKind::Im2Col: return im2col(at.window, in[0], out, ctx);
+    case OpKind::Col2Im: return col2im(at.window, in[0], out, ctx);
+    case OpKind::MaxPool2D:
+    case OpKind::AvgPool2D: return pool2d(op, at.window, in[0], out, ctx);
+    case OpKind::MaxPool2DBackward: return max_pool2d_backward(at.window, in[0], in[1], out, ctx);
+    case OpKind::AvgPool2DBackward: return avg_pool2d_backward(at.window, in[0], out, ctx);
+    case OpKind::GeluBackward:
+    case OpKind::SiluBackward:
+    case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward:
+    case OpKind::SoftplusBackward: return activation_backward(op, at, in[0], in[1], out, ctx);
+    case OpKind::RsqrtBackward:
     case OpKind::ReluBackward:
     case OpKind::SigmoidBackward:
     case OpKind::TanhBackward: return unary_backward(op, in[0], in[1], out, ctx);
@@ -37,7 +63,8 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick:
     case OpKind::AdamWUpdate:
-    case OpKind::SgdUpdate: return optimizer(op, at, in, ctx);
+    case OpKind::SgdUpdate:
+    case OpKind::MovingAverage: return optimizer(op, at, in, ctx);
     case OpKind::Count: return;
   }
 }

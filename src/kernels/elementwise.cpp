@@ -173,6 +173,20 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::Relu: return map1(ctx, px, py, n, [](float v) { return v > 0.0f ? v : 0.0f; });
     case OpKind::Sigmoid: return map1(ctx, px, py, n, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
     case OpKind::Tanh: return map1(ctx, px, py, n, [](float v) { return std::tanh(v); });
+    case OpKind::Rsqrt: return map1(ctx, px, py, n, [](float v) { return 1.0f / std::sqrt(v); });
+    case OpKind::Gelu:  // exact (erf) form, Keras' default approximate=False
+      return map1(ctx, px, py, n, [](float v) { return 0.5f * v * (1.0f + std::erf(v * float(M_SQRT1_2))); });
+    case OpKind::Silu: return map1(ctx, px, py, n, [](float v) { return v / (1.0f + std::exp(-v)); });
+    case OpKind::Elu: {
+      const float alpha = at.scale;
+      return map1(ctx, px, py, n, [=](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+    }
+    case OpKind::LeakyRelu: {
+      const float slope = at.scale;
+      return map1(ctx, px, py, n, [=](float v) { return v > 0.0f ? v : slope * v; });
+    }
+    case OpKind::Softplus:  // log(1 + e^x) without overflow
+      return map1(ctx, px, py, n, [](float v) { return std::log1p(std::exp(-std::fabs(v))) + std::max(v, 0.0f); });
     case OpKind::Dropout: {
       // Inverted dropout: keep with probability 1 - rate and scale by 1/(1 - rate).
       // The mask is a pure function of (seed, run counter, index): the same
@@ -188,6 +202,48 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
   }
 }
 
+// Derivatives written from the input x (these activations do not invert cheaply from y).
+void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
+                         const KernelContext& ctx) {
+  const float *px = x.f(), *pg = g.f();
+  float* pd = dx.f();
+  const int64_t n = x.numel();
+  const float a = at.scale;
+  switch (op) {
+    case OpKind::GeluBackward:
+      return map2(ctx, px, pg, pd, n, [](float v, float gv) {
+        const float cdf = 0.5f * (1.0f + std::erf(v * float(M_SQRT1_2)));
+        const float pdf = std::exp(-0.5f * v * v) * 0.3989422804014327f;  // 1/sqrt(2 pi)
+        return gv * (cdf + v * pdf);
+      });
+    case OpKind::SiluBackward:
+      return map2(ctx, px, pg, pd, n, [](float v, float gv) {
+        const float s = 1.0f / (1.0f + std::exp(-v));
+        return gv * s * (1.0f + v * (1.0f - s));
+      });
+    case OpKind::EluBackward:
+      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a * std::exp(v); });
+    case OpKind::LeakyReluBackward:
+      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
+    case OpKind::SoftplusBackward:
+      return map2(ctx, px, pg, pd, n, [](float v, float gv) { return gv / (1.0f + std::exp(-v)); });
+    default: return;
+  }
+}
+
+void mean_last_axis(const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+  const int64_t c = x.shape[-1], rows = x.numel() / std::max<int64_t>(c, 1);
+  const float* px = x.f();
+  float* py = y.f();
+  parallel_for(ctx.pool, size_t(rows), 256, [=](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < c; ++j) s += px[r * size_t(c) + size_t(j)];
+      py[r] = c ? s / float(c) : 0.0f;
+    }
+  });
+}
+
 void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx) {
   const float *py = y.f(), *pg = g.f();
   float* pd = dx.f();
@@ -197,6 +253,8 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::SigmoidBackward:
       return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * yv * (1.0f - yv); });
     case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv * yv); });
+    case OpKind::RsqrtBackward:
+      return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return -0.5f * gv * yv * yv * yv; });
     default: return;
   }
 }

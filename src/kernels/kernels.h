@@ -52,6 +52,21 @@ void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx);
 void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
+void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
+                         const KernelContext& ctx);
+void mean_last_axis(const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+void slice(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
+void slice_backward(const OpAttrs& at, const TensorRef& g, const TensorRef& dx);
+void concat(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& y);
+void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx);
+void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& dtable);
+void to_index(const TensorRef& x, const TensorRef& y);
+void im2col(const Window2D& w, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx);
+void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx);
+void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
+                         const KernelContext& ctx);
+void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
 void broadcast_to(const TensorRef& x, const TensorRef& out);
 void sum_to(const TensorRef& x, const TensorRef& out);

@@ -73,6 +73,13 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
       });
       return;
     }
+    case OpKind::MovingAverage: {
+      float* state = in[0].f();
+      const float* value = in[1].f();
+      const float m = at.scale;
+      for (int64_t i = 0; i < in[0].numel(); ++i) state[i] = m * state[i] + (1.0f - m) * value[i];
+      return;
+    }
     default: return;
   }
 }

@@ -6,6 +6,23 @@
 
 namespace tensorgrad {
 
+namespace {
+OpKind backward_of(OpKind op) {
+  switch (op) {
+    case OpKind::Gelu: return OpKind::GeluBackward;
+    case OpKind::Silu: return OpKind::SiluBackward;
+    case OpKind::Elu: return OpKind::EluBackward;
+    case OpKind::LeakyRelu: return OpKind::LeakyReluBackward;
+    default: return OpKind::SoftplusBackward;
+  }
+}
+
+OpAttrs with_shape(OpAttrs at, const Shape& shape) {
+  at.shape = shape;
+  return at;
+}
+}  // namespace
+
 // Every gradient rule of the op set, one case each. x = inputs, y = output,
 // g = d(loss)/dy, dx = the results.
 void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Value> x, Value y, Value g,
@@ -42,6 +59,32 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
     case OpKind::Mean: dx[0] = b.scale(b.broadcast_to(g, b.shape(x[0])), 1.0f / float(b.shape(x[0]).numel())); return;
     case OpKind::SumTo: dx[0] = b.broadcast_to(g, b.shape(x[0])); return;
     case OpKind::BroadcastTo: dx[0] = b.sum_to(g, b.shape(x[0])); return;
+    case OpKind::Reshape: dx[0] = b.reshape(g, b.shape(x[0])); return;
+    case OpKind::Rsqrt: dx[0] = back(OpKind::RsqrtBackward, {y, g}); return;
+    case OpKind::Gelu:
+    case OpKind::Silu:
+    case OpKind::Elu:
+    case OpKind::LeakyRelu:
+    case OpKind::Softplus: dx[0] = b.apply(backward_of(op), {x[0], g}, at); return;
+    case OpKind::MeanLastAxis:
+      dx[0] = b.scale(b.broadcast_to(g, b.shape(x[0])), 1.0f / float(b.shape(x[0])[-1]));
+      return;
+    case OpKind::Slice: dx[0] = b.apply(OpKind::SliceBackward, {g}, with_shape(at, b.shape(x[0]))); return;
+    case OpKind::Concat: {
+      const int64_t na = b.shape(x[0])[at.axis], nb = b.shape(x[1])[at.axis];
+      if (need(0)) dx[0] = b.slice(g, at.axis, 0, na);
+      if (need(1)) dx[1] = b.slice(g, at.axis, na, nb);
+      return;
+    }
+    case OpKind::Gather:  // ids take no gradient
+      dx[0] = b.apply(OpKind::GatherBackward, {g, x[1]}, with_shape(at, b.shape(x[0])));
+      return;
+    case OpKind::Im2Col: dx[0] = b.apply(OpKind::Col2Im, {g}, with_shape(at, b.shape(x[0]))); return;
+    case OpKind::Col2Im: dx[0] = b.windowed(OpKind::Im2Col, g, at.window); return;
+    case OpKind::MaxPool2D: dx[0] = b.apply(OpKind::MaxPool2DBackward, {x[0], g}, at); return;
+    case OpKind::AvgPool2D: dx[0] = b.apply(OpKind::AvgPool2DBackward, {g}, with_shape(at, b.shape(x[0]))); return;
+    case OpKind::SliceBackward: dx[0] = b.slice(g, at.axis, at.start, at.length); return;
+    case OpKind::ToIndex: return;  // ids are not differentiable
     case OpKind::SoftmaxCrossEntropy:  // labels and weights take no gradient
       dx[0] = x.size() == 3 ? back(OpKind::SoftmaxCrossEntropyBackward, {x[0], x[1], x[2], g})
                             : back(OpKind::SoftmaxCrossEntropyBackward, {x[0], x[1], g});

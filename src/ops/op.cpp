@@ -29,6 +29,22 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"mean", 1, 1, false},
     {"sum_to", 1, 1, false},
     {"broadcast_to", 1, 1, false},
+    {"reshape", 1, 1, false, true},
+    {"rsqrt", 1, 1, false},
+    {"gelu", 1, 1, false},
+    {"silu", 1, 1, false},
+    {"elu", 1, 1, false},
+    {"leaky_relu", 1, 1, false},
+    {"softplus", 1, 1, false},
+    {"mean_last_axis", 1, 1, false},
+    {"slice", 1, 1, false},
+    {"concat", 2, 2, false},
+    {"gather", 2, 2, false},
+    {"to_index", 1, 1, false},
+    {"im2col", 1, 1, false},
+    {"col2im", 1, 1, false},
+    {"max_pool2d", 1, 1, false},
+    {"avg_pool2d", 1, 1, false},
     {"relu_backward", 2, 2, false},
     {"sigmoid_backward", 2, 2, false},
     {"tanh_backward", 2, 2, false},
@@ -36,11 +52,22 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"log_softmax_backward", 2, 2, false},
     {"softmax_cross_entropy_backward", 3, 4, false},
     {"mse_loss_backward", 3, 4, false},
+    {"rsqrt_backward", 2, 2, false},
+    {"gelu_backward", 2, 2, false},
+    {"silu_backward", 2, 2, false},
+    {"elu_backward", 2, 2, false},
+    {"leaky_relu_backward", 2, 2, false},
+    {"softplus_backward", 2, 2, false},
+    {"slice_backward", 1, 1, false},
+    {"gather_backward", 2, 2, false},
+    {"max_pool2d_backward", 2, 2, false},
+    {"avg_pool2d_backward", 1, 1, false},
     {"accuracy", 2, 2, false},
     {"accumulate_grad", 2, 2, true},
     {"optimizer_tick", 1, 1, true},
     {"adamw_update", 5, 5, true},
     {"sgd_update", 3, 3, true},
+    {"moving_average", 2, 2, true},
 }};
 
 [[noreturn]] void shape_fail(OpKind op, const std::string& what) {
@@ -178,6 +205,105 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
     case OpKind::BroadcastTo:
       if (!broadcasts_to(s[0], a.shape)) shape_fail(op, "cannot broadcast " + s[0].str() + " to " + a.shape.str());
       return {a.shape};
+    case OpKind::Reshape:
+      if (a.shape.numel() != s[0].numel())
+        shape_fail(op, "cannot view " + s[0].str() + " (" + std::to_string(s[0].numel()) + " elements) as " +
+                           a.shape.str() + " (" + std::to_string(a.shape.numel()) + ")");
+      return {a.shape, t[0]};
+    case OpKind::Rsqrt:
+    case OpKind::Gelu:
+    case OpKind::Silu:
+    case OpKind::Elu:
+    case OpKind::LeakyRelu:
+    case OpKind::Softplus:
+      expect_float(op, t, 0, "input");
+      return {s[0]};
+    case OpKind::MeanLastAxis: {
+      expect_float(op, t, 0, "input");
+      if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
+      Shape out = s[0];
+      out.set(-1, 1);
+      return {out};
+    }
+    case OpKind::Slice: {
+      const int r = s[0].rank();
+      if (a.axis < 0 || a.axis >= r) shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + s[0].str());
+      if (a.start < 0 || a.length < 0 || a.start + a.length > s[0][a.axis])
+        shape_fail(op, "entries [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
+                           ") are outside axis " + std::to_string(a.axis) + " of " + s[0].str());
+      Shape out = s[0];
+      out.set(a.axis, a.length);
+      return {out, t[0]};
+    }
+    case OpKind::Concat: {
+      if (s[0].rank() != s[1].rank() || a.axis < 0 || a.axis >= s[0].rank())
+        shape_fail(op, "cannot join " + s[0].str() + " and " + s[1].str() + " along axis " + std::to_string(a.axis));
+      for (int d = 0; d < s[0].rank(); ++d)
+        if (d != a.axis && s[0][d] != s[1][d])
+          shape_fail(op, s[0].str() + " and " + s[1].str() + " differ outside axis " + std::to_string(a.axis));
+      if (t[0] != t[1]) throw TypeError("concat: both inputs must have the same dtype");
+      Shape out = s[0];
+      out.set(a.axis, s[0][a.axis] + s[1][a.axis]);
+      return {out, t[0]};
+    }
+    case OpKind::Gather: {
+      expect_float(op, t, 0, "table");
+      expect_rank(op, s[0], 2, "table");
+      if (t[1] != DType::Int32) throw TypeError("gather: ids must be int32; got float32 (convert with to_index)");
+      if (s[1].rank() + 1 > Shape::kMaxRank) shape_fail(op, "ids " + s[1].str() + " have too many dimensions");
+      int64_t dims[Shape::kMaxRank];
+      for (int d = 0; d < s[1].rank(); ++d) dims[d] = s[1][d];
+      dims[s[1].rank()] = s[0][1];
+      return {Shape(std::span<const int64_t>(dims, size_t(s[1].rank() + 1)))};
+    }
+    case OpKind::ToIndex:
+      expect_float(op, t, 0, "input");
+      return {s[0], DType::Int32};
+    case OpKind::Im2Col:
+    case OpKind::MaxPool2D:
+    case OpKind::AvgPool2D: {
+      expect_float(op, t, 0, "input");
+      expect_rank(op, s[0], 4, "input {batch, height, width, channels}");
+      const Window2D& w = a.window;
+      if (w.kh < 1 || w.kw < 1 || w.sh < 1 || w.sw < 1 || w.dh < 1 || w.dw < 1 || w.pad_top < 0 || w.pad_left < 0 ||
+          w.pad_bottom < 0 || w.pad_right < 0)
+        throw ValueError(std::string(info.name) + ": window sizes, strides and dilations must be >= 1 and pads >= 0");
+      const int64_t span_h = w.dh * (w.kh - 1) + 1, span_w = w.dw * (w.kw - 1) + 1;
+      const int64_t padded_h = s[0][1] + w.pad_top + w.pad_bottom, padded_w = s[0][2] + w.pad_left + w.pad_right;
+      if (span_h > padded_h || span_w > padded_w)
+        shape_fail(op, "a " + std::to_string(span_h) + "x" + std::to_string(span_w) +
+                           " window (dilation included) is larger than its padded input " + std::to_string(padded_h) +
+                           "x" + std::to_string(padded_w) + " (input " + s[0].str() + ")");
+      const int64_t ho = w.out_h(s[0][1]), wo = w.out_w(s[0][2]);
+      if (op == OpKind::Im2Col) return {Shape{s[0][0] * ho * wo, w.kh * w.kw * s[0][3]}};
+      return {Shape{s[0][0], ho, wo, s[0][3]}};
+    }
+    case OpKind::Col2Im: {
+      const Window2D& w = a.window;
+      const Shape& x = a.shape;
+      if (x.rank() != 4) shape_fail(op, "target shape must be {batch, height, width, channels}; got " + x.str());
+      const Shape want{x[0] * w.out_h(x[1]) * w.out_w(x[2]), w.kh * w.kw * x[3]};
+      if (s[0] != want) shape_fail(op, "columns must be " + want.str() + " for image " + x.str() + "; got " + s[0].str());
+      return {x};
+    }
+    case OpKind::RsqrtBackward:
+    case OpKind::GeluBackward:
+    case OpKind::SiluBackward:
+    case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward:
+    case OpKind::SoftplusBackward:
+    case OpKind::MaxPool2DBackward:
+      if (op != OpKind::MaxPool2DBackward && s[0] != s[1])
+        shape_fail(op, "input " + s[0].str() + " and gradient " + s[1].str() + " differ");
+      return {s[0]};
+    case OpKind::SliceBackward:
+    case OpKind::AvgPool2DBackward:
+      return {a.shape};
+    case OpKind::GatherBackward:
+      return {a.shape};
+    case OpKind::MovingAverage:
+      if (s[0] != s[1]) shape_fail(op, "state " + s[0].str() + " and value " + s[1].str() + " differ");
+      return {s[0]};
     case OpKind::ReluBackward:
     case OpKind::SigmoidBackward:
     case OpKind::TanhBackward:
@@ -254,6 +380,39 @@ Value Builder::broadcast_to(Value x, const Shape& shape) {
   OpAttrs at;
   at.shape = shape;
   return apply(OpKind::BroadcastTo, {x}, at);
+}
+
+Value Builder::reshape(Value x, const Shape& shape) {
+  if (this->shape(x) == shape) return x;
+  OpAttrs at;
+  at.shape = shape;
+  return apply(OpKind::Reshape, {x}, at);
+}
+
+Value Builder::slice(Value x, int axis, int64_t start, int64_t length) {
+  OpAttrs at;
+  at.axis = axis;
+  at.start = start;
+  at.length = length;
+  return apply(OpKind::Slice, {x}, at);
+}
+
+Value Builder::concat(Value a, Value b, int axis) {
+  OpAttrs at;
+  at.axis = axis;
+  return apply(OpKind::Concat, {a, b}, at);
+}
+
+Value Builder::unary(OpKind op, Value x, float param) {
+  OpAttrs at;
+  at.scale = param;
+  return apply(op, {x}, at);
+}
+
+Value Builder::windowed(OpKind op, Value x, const Window2D& window) {
+  OpAttrs at;
+  at.window = window;
+  return apply(op, {x}, at);
 }
 
 Value Builder::fill(const Shape& shape, float value) {

@@ -75,6 +75,7 @@ class Graph final : public Builder {
 struct MemoryPlan {
   std::vector<int64_t> offset;    // byte offset in the arena; -1 when not in the arena
   std::vector<int32_t> schedule;  // nodes to run, in order (dead nodes pruned)
+  std::vector<int32_t> views;     // view nodes (Reshape): no kernel, their input's memory
   size_t arena_bytes = 0;
 };
 

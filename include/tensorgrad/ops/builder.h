@@ -58,6 +58,16 @@ class Builder {
   Value sum_to(Value x, const Shape& shape);
   Value broadcast_to(Value x, const Shape& shape);
   Value fill(const Shape& shape, float value);
+  /// The same elements under a new shape (a view: no copy).
+  Value reshape(Value x, const Shape& shape);
+  /// `length` entries of x from `start` along `axis`.
+  Value slice(Value x, int axis, int64_t start, int64_t length);
+  /// a and b joined along `axis`.
+  Value concat(Value a, Value b, int axis);
+  /// A one-input op with one float parameter (Elu alpha, LeakyRelu slope).
+  Value unary(OpKind op, Value x, float param = 0.0f);
+  /// Im2Col, MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
+  Value windowed(OpKind op, Value x, const Window2D& window);
 };
 
 }  // namespace tensorgrad

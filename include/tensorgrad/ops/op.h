@@ -26,9 +26,26 @@ enum class OpKind : uint8_t {
   Sum, Mean,            // over every element -> scalar
   SumTo,                // reduce a broadcast result back to attrs.shape
   BroadcastTo,          // expand to attrs.shape
+  Reshape,              // same elements, shape attrs.shape; a view (no copy)
+  Rsqrt,                // 1 / sqrt(x)
+  Gelu, Silu, Elu, LeakyRelu, Softplus,  // Elu alpha / LeakyRelu slope in attrs.scale
+  MeanLastAxis,         // {..., N} -> {..., 1}
+  Slice,                // attrs.length entries from attrs.start along attrs.axis
+  Concat,               // (a, b) joined along attrs.axis
+  Gather,               // (table{V,D}, ids int32{...}) -> {..., D}: embedding lookup
+  ToIndex,              // float32 holding whole numbers -> int32 (checked by the caller)
+  Im2Col,               // x{B,H,W,C} -> {B*Ho*Wo, kh*kw*C}, rows (b,oy,ox), columns (ky,kx,c); attrs.window
+  Col2Im,               // the adjoint of Im2Col: {B*Ho*Wo, kh*kw*C} -> attrs.shape {B,H,W,C}, summing overlaps
+  MaxPool2D, AvgPool2D, // x{B,H,W,C} -> {B,Ho,Wo,C}; attrs.window (padding excluded from averages)
   // backward ops (inputs listed at each gradient rule)
   ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
   SoftmaxCrossEntropyBackward, MseLossBackward,
+  RsqrtBackward,        // (y, g)
+  GeluBackward, SiluBackward, EluBackward, LeakyReluBackward, SoftplusBackward,  // (x, g)
+  SliceBackward,        // g -> zeros of attrs.shape with g placed at the slice
+  GatherBackward,       // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
+  MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch)
+  AvgPool2DBackward,    // g -> dx of attrs.shape
   // metrics
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
   // optimizer ops: update their first input in place
@@ -36,6 +53,7 @@ enum class OpKind : uint8_t {
   OptimizerTick,   // (hyper): step t += 1 and the bias-correction powers
   AdamWUpdate,     // (param, grad, m, v, hyper)
   SgdUpdate,       // (param, grad, hyper)
+  MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
   Count
 };
 
@@ -43,13 +61,27 @@ enum class OpKind : uint8_t {
 /// optimizer context, a persistent device tensor).
 enum HyperSlot : int { kLr, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kBeta1Pow, kBeta2Pow, kHyperSize };
 
+/// A sliding window over the two spatial axes of {B, H, W, C} (convolution
+/// patches and pooling). Pads are in input pixels.
+struct Window2D {
+  int64_t kh = 1, kw = 1;                // window size
+  int64_t sh = 1, sw = 1;                // strides
+  int64_t dh = 1, dw = 1;                // dilation
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int64_t out_h(int64_t h) const { return (h + pad_top + pad_bottom - dh * (kh - 1) - 1) / sh + 1; }
+  int64_t out_w(int64_t w) const { return (w + pad_left + pad_right - dw * (kw - 1) - 1) / sw + 1; }
+};
+
 /// Attributes of one op application. Unused fields stay at their defaults.
 struct OpAttrs {
   bool trans_a = false, trans_b = false;  // MatMul
-  float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value
+  float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum
   uint64_t seed = 0;                      // Dropout stream
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
-  Shape shape;                            // SumTo / BroadcastTo / Fill target
+  Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
+  int axis = 0;                           // Slice / Concat
+  int64_t start = 0, length = 0;          // Slice
+  Window2D window;                        // Im2Col / Col2Im / pooling
 };
 
 /// Static facts of an op.
@@ -57,6 +89,7 @@ struct OpInfo {
   const char* name;
   int min_inputs, max_inputs;
   bool in_place;  // writes its first input; the output aliases it
+  bool view = false;  // the output is its first input's memory, unchanged (Reshape)
 };
 const OpInfo& op_info(OpKind op);
 
