@@ -1,5 +1,7 @@
 #include "tensorgrad/nn/layers.h"
 
+#include "nn/initializers.h"
+
 #include <cmath>
 #include <map>
 #include <random>
@@ -15,16 +17,6 @@ std::map<std::string, int>& name_counters() {
   return counters;
 }
 
-// Glorot (Xavier) uniform, Keras' default kernel initialiser: U(-l, l) with
-// l = sqrt(6 / (fan_in + fan_out)).
-Tensor glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
-  Tensor t = Tensor::empty(shape);
-  const float limit = std::sqrt(6.0f / float(fan_in + fan_out));
-  std::uniform_real_distribution<float> dist(-limit, limit);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(global_generator());
-  return t;
-}
 }  // namespace
 
 void clear_session() { name_counters().clear(); }
@@ -41,7 +33,13 @@ Activation activation_from_name(const std::string& name) {
   if (name == "sigmoid") return Activation::Sigmoid;
   if (name == "tanh") return Activation::Tanh;
   if (name == "softmax") return Activation::Softmax;
-  throw ValueError("unknown activation '" + name + "'; expected one of linear, relu, sigmoid, tanh, softmax");
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  if (name == "elu") return Activation::Elu;
+  if (name == "leaky_relu") return Activation::LeakyRelu;
+  if (name == "softplus") return Activation::Softplus;
+  throw ValueError("unknown activation '" + name +
+                   "'; expected one of linear, relu, sigmoid, tanh, softmax, gelu, silu, elu, leaky_relu, softplus");
 }
 
 const char* activation_name(Activation a) {
@@ -51,6 +49,11 @@ const char* activation_name(Activation a) {
     case Activation::Sigmoid: return "sigmoid";
     case Activation::Tanh: return "tanh";
     case Activation::Softmax: return "softmax";
+    case Activation::Gelu: return "gelu";
+    case Activation::Silu: return "silu";
+    case Activation::Elu: return "elu";
+    case Activation::LeakyRelu: return "leaky_relu";
+    case Activation::Softplus: return "softplus";
   }
   return "?";
 }
@@ -62,6 +65,11 @@ Value apply_activation(Builder& b, Activation a, Value x) {
     case Activation::Sigmoid: return b.sigmoid(x);
     case Activation::Tanh: return b.tanh(x);
     case Activation::Softmax: return b.softmax(x);
+    case Activation::Gelu: return b.unary(OpKind::Gelu, x);
+    case Activation::Silu: return b.unary(OpKind::Silu, x);
+    case Activation::Elu: return b.unary(OpKind::Elu, x, 1.0f);
+    case Activation::LeakyRelu: return b.unary(OpKind::LeakyRelu, x, 0.2f);
+    case Activation::Softplus: return b.unary(OpKind::Softplus, x);
   }
   return x;
 }
@@ -93,6 +101,19 @@ std::vector<Weight> Dense::weights() const {
   std::vector<Weight> w{{name() + "/kernel", kernel_, trainable}};
   if (use_bias_) w.push_back({name() + "/bias", bias_, trainable});
   return w;
+}
+
+Value Flatten::call(Builder& b, Value x, const CallOptions&) {
+  const Shape s = b.shape(x);
+  return b.reshape(x, Shape{s[0], s.row_size()});
+}
+
+ActivationLayer::ActivationLayer(const std::string& activation)
+    : Layer("activation"), activation_(activation_from_name(activation)) {}
+
+Value ActivationLayer::call(Builder& b, Value x, const CallOptions& options) {
+  if (options.logits && activation_ == Activation::Softmax) return x;
+  return apply_activation(b, activation_, x);
 }
 
 Dropout::Dropout(float rate) : Layer("dropout"), rate_(rate) {

@@ -60,6 +60,7 @@ Sequential::Sequential(const Shape& input_shape) : input_shape_(input_shape), ou
   if (input_shape.rank() == 0 || input_shape.numel() <= 0)
     throw ShapeError("Sequential: input_shape (without the batch) must be non-empty with positive sizes; got " +
                      input_shape.str());
+  rebuild_model_function();
 }
 Sequential::~Sequential() = default;
 Sequential::Sequential(Sequential&&) noexcept = default;
@@ -67,9 +68,13 @@ Sequential& Sequential::operator=(Sequential&&) noexcept = default;
 
 Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   if (!layer) throw ValueError("Sequential::add: null layer");
+  if (!layers_.empty() && std::string(layer->type()) == "Embedding")
+    throw ValueError("Embedding '" + layer->name() +
+                     "' must be the first layer: it reads token ids from the model input, where they are checked");
   output_shape_ = layer->build(output_shape_);
   layers_.push_back(std::move(layer));
   layer_shapes_.push_back(output_shape_);
+  rebuild_model_function();
   // A changed stack needs new graphs; the optimizer state stays with compile.
   contexts_.clear();
   predict_plans_.clear();
@@ -77,15 +82,18 @@ Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   return *this;
 }
 
-ModelFunction Sequential::model_function() const {
-  ModelFunction f;
-  f.input_shape = input_shape_;
-  f.forward = [layers = layers_](Builder& b, Value x, bool training, bool logits) {
+ModelFunction Sequential::model_function() const { return model_; }
+
+void Sequential::rebuild_model_function() {
+  model_.input_shape = input_shape_;
+  model_.forward = [layers = layers_](Builder& b, Value x, bool training, bool logits) {
     for (size_t i = 0; i < layers.size(); ++i)
       x = layers[i]->call(b, x, CallOptions{training, logits && i + 1 == layers.size()});
     return x;
   };
-  return f;
+  model_.validate_input = nullptr;
+  if (!layers_.empty())
+    model_.validate_input = [first = layers_.front()](const Tensor& x) { first->validate_input(x); };
 }
 
 void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss,
@@ -136,7 +144,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
   if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
     throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
-  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
   if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != n)
     throw ShapeError("x has " + std::to_string(n) + " rows but y has " +
@@ -157,7 +165,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   int64_t n_train = n;
   Tensor xv, yv;
   if (opt.validation_data) {
-    xv = check_features(opt.validation_data->first, input_shape_, -1, "validation x");
+    xv = model_.check_input(opt.validation_data->first, -1, "validation x");
     yv = opt.validation_data->second;
     if (!yv.defined() || yv.shape().rank() == 0 || yv.shape()[0] != xv.shape()[0])
       throw ShapeError("validation_data: x and y differ in rows");
@@ -255,7 +263,7 @@ std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const T
 std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size) {
   if (!compiled_) throw StateError("evaluate() before compile(): call compile(optimizer, loss) first");
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
-  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const Tensor x = model_.check_input(x_in, -1, "x");
   if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != x.shape()[0])
     throw ShapeError("x has " + std::to_string(x.shape()[0]) + " rows but y does not; give one label row per input row");
   if (x.shape()[0] == 0) throw ValueError("evaluate: x has no rows");
@@ -279,7 +287,7 @@ Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
 Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   if (layers_.empty()) throw StateError("predict: the model has no layers");
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
-  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
   Tensor out = Tensor::empty(output_shape_.with_batch(n));
   const size_t row_bytes = size_t(output_shape_.numel()) * sizeof(float);
@@ -296,7 +304,7 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
 
 void Sequential::predict(const Tensor& x_in, Tensor& out) {
   if (layers_.empty()) throw StateError("predict: the model has no layers");
-  const Tensor x = check_features(x_in, input_shape_, -1, "x");
+  const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
   if (!out.defined() || out.dtype() != DType::Float32 || out.shape().rank() == 0 || out.shape()[0] != n ||
       out.shape().row_size() != output_shape_.numel())

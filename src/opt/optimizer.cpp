@@ -107,6 +107,12 @@ Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, c
   return x.shape().rank() == input_shape.rank() + 1 ? x : x.reshape(input_shape.with_batch(x.shape()[0]));
 }
 
+Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* what) const {
+  Tensor checked = check_features(x, input_shape, rows, what);
+  if (validate_input) validate_input(checked);
+  return checked;
+}
+
 struct OptimizerContext::Head {
   std::unique_ptr<Executable> exe;
   Value x, y, w, loss, correct;
@@ -275,7 +281,7 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
 
 void OptimizerContext::stage(Head& head, const Tensor& x, const Tensor& y, const Tensor& w) {
   const int64_t b = options_.batch_size;
-  head.exe->bind(head.x, check_features(x, model_.input_shape, b, "x"));
+  head.exe->bind(head.x, model_.check_input(x, b, "x"));
   check_targets(y, w, b);
   if (options_.loss == LossKind::SparseCategoricalCrossentropy) {
     int32_t* ids = labels_i32_.data<int32_t>();

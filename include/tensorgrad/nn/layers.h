@@ -21,14 +21,17 @@ struct Weight {
 
 /// How a layer is being called.
 struct CallOptions {
-  bool training = false;  // dropout active, batch statistics
-  bool logits = false;    // leave out a final softmax (it is folded into the loss)
+  bool training = false;   // dropout active, batch statistics (and their moving averages updated)
+  bool logits = false;     // leave out a final softmax (it is folded into the loss)
+  bool calibrate = false;  // batch normalization: set the moving statistics to this batch's, exactly
 };
 
 /// Activations by their Keras names.
-enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax };
-/// "linear" (or ""), "relu", "sigmoid", "tanh", "softmax"; throws ValueError
-/// for any other name, listing these.
+enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus };
+/// "linear" (or ""), "relu", "sigmoid", "tanh", "softmax", "gelu" (exact
+/// erf form), "silu" (or "swish"), "elu" (alpha 1), "leaky_relu" (slope 0.2,
+/// Keras 3's default), "softplus"; throws ValueError for any other name,
+/// listing these.
 Activation activation_from_name(const std::string& name);
 const char* activation_name(Activation a);
 /// Applies `a` to x (softmax along the last axis).
@@ -55,6 +58,9 @@ class Layer {
   virtual std::vector<Weight> weights() const { return {}; }
   /// True when the layer ends in a softmax that CallOptions::logits can leave out.
   virtual bool ends_with_softmax() const { return false; }
+  /// Checks a model input this layer reads directly (the first layer): token
+  /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
+  virtual void validate_input(const Tensor& x) const { (void)x; }
   /// Frozen layers (false) are neither updated nor decayed.
   bool trainable = true;
 
@@ -83,6 +89,30 @@ class Dense : public Layer {
   Activation activation_;
   bool use_bias_;
   Tensor kernel_, bias_;
+};
+
+/// Flattens every dimension but the batch (keras.layers.Flatten):
+/// {batch, d1, d2, ...} -> {batch, d1*d2*...}. A view, no copy.
+class Flatten : public Layer {
+ public:
+  Flatten() : Layer("flatten") {}
+  const char* type() const override { return "Flatten"; }
+  Shape build(const Shape& input_shape) override { return Shape{input_shape.numel()}; }
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+};
+
+/// An activation as a layer (keras.layers.Activation).
+class ActivationLayer : public Layer {
+ public:
+  /// Throws ValueError for an unknown name (see activation_from_name).
+  explicit ActivationLayer(const std::string& activation);
+  const char* type() const override { return "Activation"; }
+  Shape build(const Shape& input_shape) override { return input_shape; }
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+
+ private:
+  Activation activation_;
 };
 
 /// Inverted dropout (keras.layers.Dropout): in training, zeroes each element

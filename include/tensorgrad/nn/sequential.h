@@ -99,9 +99,11 @@ class Sequential {
  private:
   struct PredictPlan;
   PredictPlan& predict_plan(int64_t rows);
+  void rebuild_model_function();
   std::map<std::string, double> evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size);
 
   Shape input_shape_, output_shape_;
+  ModelFunction model_;  // rebuilt by add(); copied into every graph built
   std::vector<std::shared_ptr<Layer>> layers_;
   std::vector<Shape> layer_shapes_;  // output shape of each layer, without the batch
   bool compiled_ = false;

@@ -48,6 +48,12 @@ struct OptimizerSpec {
 struct ModelFunction {
   Shape input_shape;  // without the batch dimension
   std::function<Value(Builder& b, Value x, bool training, bool logits)> forward;
+  /// Optional check of input values the graph cannot check (token ids);
+  /// throws the DESIGN.md error naming the bad value.
+  std::function<void(const Tensor& x)> validate_input;
+
+  /// check_features, then validate_input: x viewed as {rows, input_shape...}.
+  Tensor check_input(const Tensor& x, int64_t rows, const char* what = "x") const;
 };
 
 /// Loss weights: none, one per sample ({batch} or {batch, 1}), or one per

@@ -1,0 +1,138 @@
+#pragma once
+// Convolution and pooling layers (keras.layers), channels-last: images are
+// {height, width, channels}, sequences {steps, channels}, batch first.
+#include <array>
+#include <string>
+
+#include "tensorgrad/nn/layers.h"
+
+namespace tensorgrad::nn {
+
+/// Padding modes as Keras: "valid" (none) or "same" (TensorFlow's rule:
+/// output size ceil(in / stride); the extra pixel of an odd total goes after).
+enum class Padding { Valid, Same };
+/// Throws ValueError for anything but "valid" or "same".
+Padding padding_from_name(const std::string& name);
+
+/// 2-D convolution (keras.layers.Conv2D). Input {H, W, C_in}, output
+/// {H_out, W_out, filters}; kernel {kh, kw, C_in, filters} Glorot uniform
+/// (fan_in kh*kw*C_in, fan_out kh*kw*filters), bias {filters} zeros.
+/// Computed as one GEMM on an im2col patch matrix (measured faster than
+/// oneDNN here; see BENCHMARKS.md).
+class Conv2D : public Layer {
+ public:
+  /// Throws ValueError for filters < 1, a non-positive size, stride or
+  /// dilation, strides > 1 combined with dilation > 1 (as Keras), an
+  /// unknown padding or activation.
+  Conv2D(int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides = {1, 1},
+         const std::string& padding = "valid", std::array<int64_t, 2> dilation_rate = {1, 1},
+         const std::string& activation = "linear", bool use_bias = true);
+  /// Square kernel convenience: Conv2D(8, 3, "same", "relu").
+  Conv2D(int64_t filters, int64_t kernel_size, const std::string& padding = "valid",
+         const std::string& activation = "linear");
+  const char* type() const override { return "Conv2D"; }
+  /// Throws ShapeError unless the input is {H, W, C}, or when the kernel
+  /// (dilation included) is larger than the padded input.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+
+ protected:
+  Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
+         const std::string& padding, std::array<int64_t, 2> dilation_rate, const std::string& activation,
+         bool use_bias);
+  Value convolve(Builder& b, Value x4) const;  // x4 {B, H, W, C} -> {B, Ho, Wo, filters}
+
+  int64_t filters_;
+  std::array<int64_t, 2> kernel_size_, strides_, dilation_;
+  Padding padding_;
+  Activation activation_;
+  bool use_bias_;
+  Window2D window_;
+  Shape in_shape_;  // {H, W, C}
+  Tensor kernel_, bias_;
+};
+
+/// 1-D convolution over sequences (keras.layers.Conv1D): input {steps, C_in},
+/// output {steps_out, filters}; kernel {k, C_in, filters}. Runs as a Conv2D
+/// with a 1 x k window.
+class Conv1D : public Conv2D {
+ public:
+  /// Throws as Conv2D.
+  Conv1D(int64_t filters, int64_t kernel_size, int64_t strides = 1, const std::string& padding = "valid",
+         int64_t dilation_rate = 1, const std::string& activation = "linear", bool use_bias = true);
+  const char* type() const override { return "Conv1D"; }
+  /// Throws ShapeError unless the input is {steps, C}.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+};
+
+/// Max or average pooling over 2-D windows (keras.layers.MaxPooling2D,
+/// AveragePooling2D): input {H, W, C}. strides default to pool_size.
+/// Max pooling sends each window's gradient to its first maximum (as
+/// PyTorch); average pooling leaves padding out of the count (as Keras).
+class Pooling2D : public Layer {
+ public:
+  const char* type() const override { return is_max_ ? "MaxPooling2D" : "AveragePooling2D"; }
+  /// Throws ShapeError unless the input is {H, W, C} or when the window is
+  /// larger than the padded input.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+
+ protected:
+  /// Throws ValueError for non-positive sizes or strides, or an unknown padding.
+  Pooling2D(const char* prefix, bool is_max, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
+            const std::string& padding);
+
+ private:
+  bool is_max_;
+  std::array<int64_t, 2> pool_size_, strides_;
+  Padding padding_;
+  Window2D window_;
+};
+
+class MaxPooling2D : public Pooling2D {
+ public:
+  /// strides {0, 0} means pool_size.
+  explicit MaxPooling2D(std::array<int64_t, 2> pool_size = {2, 2}, std::array<int64_t, 2> strides = {0, 0},
+                        const std::string& padding = "valid")
+      : Pooling2D("max_pooling2d", true, pool_size, strides, padding) {}
+};
+
+class AveragePooling2D : public Pooling2D {
+ public:
+  /// strides {0, 0} means pool_size.
+  explicit AveragePooling2D(std::array<int64_t, 2> pool_size = {2, 2}, std::array<int64_t, 2> strides = {0, 0},
+                            const std::string& padding = "valid")
+      : Pooling2D("average_pooling2d", false, pool_size, strides, padding) {}
+};
+
+/// Mean or maximum over the spatial axes (keras.layers.GlobalAveragePooling2D,
+/// GlobalMaxPooling2D): {H, W, C} -> {C}.
+class GlobalPooling2D : public Layer {
+ public:
+  const char* type() const override { return is_max_ ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D"; }
+  /// Throws ShapeError unless the input is {H, W, C}.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+
+ protected:
+  GlobalPooling2D(const char* prefix, bool is_max) : Layer(prefix), is_max_(is_max) {}
+
+ private:
+  bool is_max_;
+  Window2D window_;
+};
+
+class GlobalAveragePooling2D : public GlobalPooling2D {
+ public:
+  GlobalAveragePooling2D() : GlobalPooling2D("global_average_pooling2d", false) {}
+};
+
+class GlobalMaxPooling2D : public GlobalPooling2D {
+ public:
+  GlobalMaxPooling2D() : GlobalPooling2D("global_max_pooling2d", true) {}
+};
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,75 @@
+#pragma once
+// Embedding and recurrent layers (keras.layers). Sequences are
+// {steps, features}, batch first.
+#include "tensorgrad/nn/layers.h"
+
+namespace tensorgrad::nn {
+
+/// Token embedding (keras.layers.Embedding): ids {steps} -> vectors
+/// {steps, output_dim}; embeddings {input_dim, output_dim} drawn from
+/// U(-0.05, 0.05) as Keras. Ids come as float32 holding whole numbers (the
+/// model input is float32) and must be the model's input: Embedding is the
+/// first layer. A fractional id throws ValueError, one outside
+/// [0, input_dim) IndexError, both naming the id and the vocabulary size.
+class Embedding : public Layer {
+ public:
+  /// Throws ValueError for input_dim or output_dim < 1.
+  Embedding(int64_t input_dim, int64_t output_dim);
+  const char* type() const override { return "Embedding"; }
+  /// Throws ShapeError unless the input is {steps}.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+  void validate_input(const Tensor& x) const override;
+
+ private:
+  int64_t input_dim_, output_dim_;
+  Tensor embeddings_;
+};
+
+/// Long short-term memory (keras.layers.LSTM, Hochreiter & Schmidhuber
+/// 1997): gates in the order i, f, c, o; tanh activation, sigmoid recurrent
+/// activation. kernel {features, 4*units} Glorot uniform, recurrent_kernel
+/// {units, 4*units} orthogonal, bias {4*units} zeros with the forget-gate
+/// quarter set to one (unit_forget_bias). Output {units} (last step) or
+/// {steps, units} with return_sequences. Initial states are zeros.
+class LSTM : public Layer {
+ public:
+  /// Throws ValueError for units < 1.
+  explicit LSTM(int64_t units, bool return_sequences = false);
+  const char* type() const override { return "LSTM"; }
+  /// Throws ShapeError unless the input is {steps, features}.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+
+ private:
+  int64_t units_;
+  bool return_sequences_;
+  Tensor kernel_, recurrent_kernel_, bias_;
+};
+
+/// Gated recurrent unit (keras.layers.GRU with reset_after = true, the cuDNN
+/// and PyTorch formula, Cho et al. 2014): gates z, r, h;
+///   z = sigmoid(x Wz + bz + h Uz + rz), r = sigmoid(x Wr + br + h Ur + rr),
+///   n = tanh(x Wh + bh + r * (h Uh + rh)), h' = z * h + (1 - z) * n.
+/// kernel {features, 3*units} Glorot uniform, recurrent_kernel
+/// {units, 3*units} orthogonal, bias {2, 3*units} zeros (row 0 input bias,
+/// row 1 recurrent bias). Output as LSTM.
+class GRU : public Layer {
+ public:
+  /// Throws ValueError for units < 1.
+  explicit GRU(int64_t units, bool return_sequences = false);
+  const char* type() const override { return "GRU"; }
+  /// Throws ShapeError unless the input is {steps, features}.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+
+ private:
+  int64_t units_;
+  bool return_sequences_;
+  Tensor kernel_, recurrent_kernel_, bias_;
+};
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,66 @@
+#include "nn/initializers.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+
+// LAPACK from OpenBLAS (column-major Fortran interface).
+extern "C" {
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork, int* info);
+void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda, const float* tau, float* work,
+             const int* lwork, int* info);
+}
+
+namespace tensorgrad::nn {
+
+Tensor random_uniform(const Shape& shape, float low, float high) {
+  Tensor t = Tensor::empty(shape);
+  std::uniform_real_distribution<float> dist(low, high);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(global_generator());
+  return t;
+}
+
+Tensor glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
+  const float limit = std::sqrt(6.0f / float(fan_in + fan_out));
+  return random_uniform(shape, -limit, limit);
+}
+
+Tensor orthogonal(int64_t rows, int64_t cols) {
+  // QR of a tall {m, n} normal matrix, m = max, n = min; Q is {m, n} with
+  // orthonormal columns. For rows < cols the result is Q transposed.
+  const int m = int(std::max(rows, cols)), n = int(std::min(rows, cols));
+  std::vector<float> a(size_t(m) * size_t(n));  // column-major {m, n}
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : a) v = normal(global_generator());
+  std::vector<float> tau(static_cast<size_t>(n));
+  int info = 0, lwork = -1;
+  float query = 0;
+  sgeqrf_(&m, &n, a.data(), &m, tau.data(), &query, &lwork, &info);
+  lwork = std::max(1, int(query));
+  std::vector<float> work(static_cast<size_t>(lwork));
+  sgeqrf_(&m, &n, a.data(), &m, tau.data(), work.data(), &lwork, &info);
+  if (info != 0) throw Error("orthogonal initialiser: QR decomposition failed (LAPACK info " + std::to_string(info) + ")");
+  std::vector<float> diag_sign(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) diag_sign[size_t(j)] = a[size_t(j) * size_t(m) + size_t(j)] < 0.0f ? -1.0f : 1.0f;
+  lwork = -1;
+  sorgqr_(&m, &n, &n, a.data(), &m, tau.data(), &query, &lwork, &info);
+  lwork = std::max(1, int(query));
+  work.assign(size_t(lwork), 0.0f);
+  sorgqr_(&m, &n, &n, a.data(), &m, tau.data(), work.data(), &lwork, &info);
+  if (info != 0) throw Error("orthogonal initialiser: forming Q failed (LAPACK info " + std::to_string(info) + ")");
+  Tensor t = Tensor::empty(Shape{rows, cols});
+  float* out = t.data<float>();
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      const float q = a[size_t(j) * size_t(m) + size_t(i)] * diag_sign[size_t(j)];  // Q[i, j]
+      if (rows >= cols) out[size_t(i) * size_t(cols) + size_t(j)] = q;               // {m, n} as is
+      else out[size_t(j) * size_t(cols) + size_t(i)] = q;                            // transposed to {n, m}
+    }
+  return t;
+}
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,81 @@
+#include "tensorgrad/nn/normalization.h"
+
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::nn {
+
+BatchNormalization::BatchNormalization(float momentum, float epsilon)
+    : Layer("batch_normalization"), momentum_(momentum), epsilon_(epsilon) {
+  if (!(momentum >= 0.0f && momentum < 1.0f))
+    throw ValueError("BatchNormalization: momentum must be in [0, 1); got " + std::to_string(momentum));
+  if (!(epsilon > 0.0f)) throw ValueError("BatchNormalization: epsilon must be > 0; got " + std::to_string(epsilon));
+}
+
+Shape BatchNormalization::build(const Shape& input_shape) {
+  const int64_t c = input_shape[-1];
+  gamma_ = Tensor::full(Shape{c}, 1.0f);
+  beta_ = Tensor::zeros(Shape{c});
+  moving_mean_ = Tensor::zeros(Shape{c});
+  moving_variance_ = Tensor::full(Shape{c}, 1.0f);
+  return input_shape;
+}
+
+Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) {
+  if (!gamma_.defined()) throw StateError(name() + " was called before build()");
+  const Shape c{gamma_.numel()};
+  Value gamma = b.parameter(gamma_, (name() + "/gamma").c_str(), trainable);
+  Value beta = b.parameter(beta_, (name() + "/beta").c_str(), trainable);
+  Value moving_mean = b.parameter(moving_mean_, (name() + "/moving_mean").c_str(), false);
+  Value moving_var = b.parameter(moving_variance_, (name() + "/moving_variance").c_str(), false);
+  const bool batch_stats = options.calibrate || (options.training && trainable);
+  Value mean = moving_mean, var = moving_var, centered;
+  if (batch_stats) {
+    const float inv_n = float(c.numel()) / float(b.shape(x).numel());
+    mean = b.scale(b.sum_to(x, c), inv_n);
+    centered = b.sub(x, mean);
+    var = b.scale(b.sum_to(b.mul(centered, centered), c), inv_n);
+    if (options.calibrate || !freeze_stats) {
+      OpAttrs at;
+      at.scale = options.calibrate ? 0.0f : momentum_;  // calibration sets them exactly
+      b.apply(OpKind::MovingAverage, {moving_mean, mean}, at);
+      b.apply(OpKind::MovingAverage, {moving_var, var}, at);
+    }
+  } else {
+    centered = b.sub(x, mean);
+  }
+  Value inv_std = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, epsilon_))});
+  return b.add(b.mul(centered, b.mul(inv_std, gamma)), beta);
+}
+
+std::vector<Weight> BatchNormalization::weights() const {
+  return {{name() + "/gamma", gamma_, trainable},
+          {name() + "/beta", beta_, trainable},
+          {name() + "/moving_mean", moving_mean_, false},
+          {name() + "/moving_variance", moving_variance_, false}};
+}
+
+LayerNormalization::LayerNormalization(float epsilon) : Layer("layer_normalization"), epsilon_(epsilon) {
+  if (!(epsilon > 0.0f)) throw ValueError("LayerNormalization: epsilon must be > 0; got " + std::to_string(epsilon));
+}
+
+Shape LayerNormalization::build(const Shape& input_shape) {
+  gamma_ = Tensor::full(Shape{input_shape[-1]}, 1.0f);
+  beta_ = Tensor::zeros(Shape{input_shape[-1]});
+  return input_shape;
+}
+
+Value LayerNormalization::call(Builder& b, Value x, const CallOptions&) {
+  if (!gamma_.defined()) throw StateError(name() + " was called before build()");
+  Value centered = b.sub(x, b.apply(OpKind::MeanLastAxis, {x}));
+  Value var = b.apply(OpKind::MeanLastAxis, {b.mul(centered, centered)});
+  Value inv_std = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, epsilon_))});
+  Value gamma = b.parameter(gamma_, (name() + "/gamma").c_str(), trainable);
+  Value beta = b.parameter(beta_, (name() + "/beta").c_str(), trainable);
+  return b.add(b.mul(b.mul(centered, inv_std), gamma), beta);
+}
+
+std::vector<Weight> LayerNormalization::weights() const {
+  return {{name() + "/gamma", gamma_, trainable}, {name() + "/beta", beta_, trainable}};
+}
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,174 @@
+#include "tensorgrad/nn/recurrent.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "nn/initializers.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::nn {
+
+namespace {
+Shape expect_sequence(const std::string& layer, const Shape& s) {
+  if (s.rank() != 2)
+    throw ShapeError(layer + " takes sequences {steps, features}; got input_shape " + s.str() +
+                     (s.rank() == 1 ? " (add an Embedding for token ids, or give each step a feature axis)" : ""));
+  return s;
+}
+
+// x {B, T, F} -> x W + bias as {B, T, G}: one GEMM for every step at once.
+Value project_inputs(Builder& b, Value x, Value kernel, Value bias) {
+  const Shape s = b.shape(x);
+  const int64_t g = b.shape(kernel)[1];
+  Value xw = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), kernel);
+  return b.reshape(b.add(xw, bias), Shape{s[0], s[1], g});
+}
+
+// Step t of {B, T, G} as {B, G}.
+Value step_of(Builder& b, Value seq, int64_t t) {
+  const Shape s = b.shape(seq);
+  return b.reshape(b.slice(seq, 1, t, 1), Shape{s[0], s[2]});
+}
+
+// Joins per-step outputs {B, H} into {B, T, H}, pairwise (a balanced tree
+// keeps the copying at O(T log T)).
+Value stack_steps(Builder& b, std::vector<Value> steps) {
+  for (Value& v : steps) {
+    const Shape s = b.shape(v);
+    v = b.reshape(v, Shape{s[0], 1, s[1]});
+  }
+  while (steps.size() > 1) {
+    std::vector<Value> next;
+    for (size_t i = 0; i + 1 < steps.size(); i += 2) next.push_back(b.concat(steps[i], steps[i + 1], 1));
+    if (steps.size() % 2) next.push_back(steps.back());
+    steps = std::move(next);
+  }
+  return steps[0];
+}
+
+Value gate(Builder& b, Value z, int64_t index, int64_t units) { return b.slice(z, 1, index * units, units); }
+}  // namespace
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim)
+    : Layer("embedding"), input_dim_(input_dim), output_dim_(output_dim) {
+  if (input_dim < 1 || output_dim < 1)
+    throw ValueError("Embedding: input_dim and output_dim must be >= 1; got " + std::to_string(input_dim) + " and " +
+                     std::to_string(output_dim));
+}
+
+Shape Embedding::build(const Shape& input_shape) {
+  if (input_shape.rank() != 1)
+    throw ShapeError(name() + " takes a sequence of token ids {steps}; got input_shape " + input_shape.str());
+  embeddings_ = random_uniform(Shape{input_dim_, output_dim_}, -0.05f, 0.05f);
+  return Shape{input_shape[0], output_dim_};
+}
+
+void Embedding::validate_input(const Tensor& x) const {
+  const float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = p[i];
+    const int64_t row = i / std::max<int64_t>(x.shape().row_size(), 1), col = i % std::max<int64_t>(x.shape().row_size(), 1);
+    if (v != std::floor(v))
+      throw ValueError(name() + ": token ids must be whole numbers; row " + std::to_string(row) + ", step " +
+                       std::to_string(col) + " holds " + std::to_string(v));
+    if (v < 0.0f || v >= float(input_dim_)) {
+      char id[32];
+      std::snprintf(id, sizeof id, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));
+      throw IndexError(name() + ": token id " + id + " at row " + std::to_string(row) + ", step " +
+                       std::to_string(col) + " is outside the vocabulary [0, " + std::to_string(input_dim_) +
+                       "); raise input_dim or map the id");
+    }
+  }
+}
+
+Value Embedding::call(Builder& b, Value x, const CallOptions&) {
+  if (!embeddings_.defined()) throw StateError(name() + " was called before build()");
+  return b.apply(OpKind::Gather,
+                 {b.parameter(embeddings_, (name() + "/embeddings").c_str(), trainable), b.apply(OpKind::ToIndex, {x})});
+}
+
+std::vector<Weight> Embedding::weights() const { return {{name() + "/embeddings", embeddings_, trainable}}; }
+
+LSTM::LSTM(int64_t units, bool return_sequences) : Layer("lstm"), units_(units), return_sequences_(return_sequences) {
+  if (units < 1) throw ValueError("LSTM: units must be >= 1; got " + std::to_string(units));
+}
+
+Shape LSTM::build(const Shape& input_shape) {
+  const Shape s = expect_sequence(name(), input_shape);
+  kernel_ = glorot_uniform(Shape{s[1], 4 * units_}, s[1], 4 * units_);
+  recurrent_kernel_ = orthogonal(units_, 4 * units_);
+  bias_ = Tensor::zeros(Shape{4 * units_});
+  for (int64_t j = units_; j < 2 * units_; ++j) bias_.data<float>()[j] = 1.0f;  // unit_forget_bias
+  return return_sequences_ ? Shape{s[0], units_} : Shape{units_};
+}
+
+Value LSTM::call(Builder& b, Value x, const CallOptions&) {
+  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
+  const Shape s = b.shape(x);
+  const int64_t batch = s[0], steps = s[1], u = units_;
+  Value w = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
+  Value rw = b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable);
+  Value bias = b.parameter(bias_, (name() + "/bias").c_str(), trainable);
+  Value xw = project_inputs(b, x, w, bias);
+  Value h = b.fill(Shape{batch, u}, 0.0f), c = h;
+  std::vector<Value> outputs;
+  for (int64_t t = 0; t < steps; ++t) {
+    Value z = b.add(step_of(b, xw, t), b.matmul(h, rw));
+    Value i = b.sigmoid(gate(b, z, 0, u)), f = b.sigmoid(gate(b, z, 1, u));
+    Value g = b.tanh(gate(b, z, 2, u)), o = b.sigmoid(gate(b, z, 3, u));
+    c = b.add(b.mul(f, c), b.mul(i, g));
+    h = b.mul(o, b.tanh(c));
+    if (return_sequences_) outputs.push_back(h);
+  }
+  return return_sequences_ ? stack_steps(b, std::move(outputs)) : h;
+}
+
+std::vector<Weight> LSTM::weights() const {
+  return {{name() + "/kernel", kernel_, trainable},
+          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
+          {name() + "/bias", bias_, trainable}};
+}
+
+GRU::GRU(int64_t units, bool return_sequences) : Layer("gru"), units_(units), return_sequences_(return_sequences) {
+  if (units < 1) throw ValueError("GRU: units must be >= 1; got " + std::to_string(units));
+}
+
+Shape GRU::build(const Shape& input_shape) {
+  const Shape s = expect_sequence(name(), input_shape);
+  kernel_ = glorot_uniform(Shape{s[1], 3 * units_}, s[1], 3 * units_);
+  recurrent_kernel_ = orthogonal(units_, 3 * units_);
+  bias_ = Tensor::zeros(Shape{2, 3 * units_});
+  return return_sequences_ ? Shape{s[0], units_} : Shape{units_};
+}
+
+Value GRU::call(Builder& b, Value x, const CallOptions&) {
+  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
+  const Shape s = b.shape(x);
+  const int64_t batch = s[0], steps = s[1], u = units_;
+  Value w = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
+  Value rw = b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable);
+  Value bias = b.parameter(bias_, (name() + "/bias").c_str(), trainable);
+  Value input_bias = b.reshape(b.slice(bias, 0, 0, 1), Shape{3 * u});
+  Value recurrent_bias = b.reshape(b.slice(bias, 0, 1, 1), Shape{3 * u});
+  Value xw = project_inputs(b, x, w, input_bias);
+  Value h = b.fill(Shape{batch, u}, 0.0f);
+  std::vector<Value> outputs;
+  for (int64_t t = 0; t < steps; ++t) {
+    Value xt = step_of(b, xw, t);
+    Value hu = b.add(b.matmul(h, rw), recurrent_bias);  // reset_after: r multiplies h U + rh
+    Value z = b.sigmoid(b.add(gate(b, xt, 0, u), gate(b, hu, 0, u)));
+    Value r = b.sigmoid(b.add(gate(b, xt, 1, u), gate(b, hu, 1, u)));
+    Value n = b.tanh(b.add(gate(b, xt, 2, u), b.mul(r, gate(b, hu, 2, u))));
+    h = b.add(n, b.mul(z, b.sub(h, n)));  // z * h + (1 - z) * n
+    if (return_sequences_) outputs.push_back(h);
+  }
+  return return_sequences_ ? stack_steps(b, std::move(outputs)) : h;
+}
+
+std::vector<Weight> GRU::weights() const {
+  return {{name() + "/kernel", kernel_, trainable},
+          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
+          {name() + "/bias", bias_, trainable}};
+}
+
+}  // namespace tensorgrad::nn
