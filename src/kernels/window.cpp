@@ -3,6 +3,7 @@
 // and pooling. Output pixel (oy, ox) reads input rows iy = oy*sh - pad_top +
 // ky*dh and columns ix = ox*sw - pad_left + kx*dw; positions outside the
 // image are padding (zeros for patches, skipped for pooling).
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -19,23 +20,32 @@ Geometry geometry(const Window2D& win, const Shape& x) {
 }
 }  // namespace
 
-// cols{B*Ho*Wo, kh*kw*C}: row (b, oy, ox), column (ky, kx, c).
+// cols{B*Ho*Wo, kh*kw*C}: row (b, oy, ox), column (ky, kx, c). With
+// dilation 1 the kw taps of one kernel row are kw*C contiguous floats of x,
+// copied as one run; only the taps that fall in padding are zeroed.
 void im2col(const Window2D& win, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
-  const size_t row_len = size_t(win.kh * win.kw * g.c), c_bytes = size_t(g.c) * sizeof(float);
+  const int64_t row_len = win.kh * win.kw * g.c;
   const float* px = x.f();
   float* pc = cols.f();
   parallel_for(ctx.pool, size_t(g.b * g.ho), 16, [&](size_t rb, size_t re) {
     for (size_t r = rb; r < re; ++r) {
       const int64_t b = int64_t(r) / g.ho, oy = int64_t(r) % g.ho;
       for (int64_t ox = 0; ox < g.wo; ++ox) {
-        float* dst = pc + (size_t(r) * size_t(g.wo) + size_t(ox)) * row_len;
+        float* dst = pc + (int64_t(r) * g.wo + ox) * row_len;
+        const int64_t ix0 = ox * win.sw - win.pad_left;
         for (int64_t ky = 0; ky < win.kh; ++ky) {
           const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
+          const bool row_in = iy >= 0 && iy < g.h;
+          const float* src_row = px + (b * g.h + (row_in ? iy : 0)) * g.w * g.c;
           for (int64_t kx = 0; kx < win.kw; ++kx, dst += g.c) {
-            const int64_t ix = ox * win.sw - win.pad_left + kx * win.dw;
-            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) std::memset(dst, 0, c_bytes);
-            else std::memcpy(dst, px + ((b * g.h + iy) * g.w + ix) * g.c, c_bytes);
+            const int64_t ix = ix0 + kx * win.dw;
+            if (!row_in || ix < 0 || ix >= g.w) {
+              for (int64_t c = 0; c < g.c; ++c) dst[c] = 0.0f;
+            } else {
+              const float* src = src_row + ix * g.c;
+              for (int64_t c = 0; c < g.c; ++c) dst[c] = src[c];
+            }
           }
         }
       }
@@ -109,32 +119,47 @@ void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef&
   });
 }
 
-// Each window's gradient goes to its first maximum in (ky, kx) order, as PyTorch.
+// Each window's gradient goes to its first maximum in (ky, kx) order, as
+// PyTorch. Channels are the inner loop (contiguous), tracked in blocks.
 void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx,
                          const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float *px = x.f(), *pg = gr.f();
   float* pd = dx.f();
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
+  constexpr int64_t kBlock = 64;
   for_each_output(g, win, ctx, [&](int64_t b, int64_t oy, int64_t ox, int64_t iy0, int64_t ix0) {
     const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * g.c;
-    for (int64_t c = 0; c < g.c; ++c) {
-      int64_t best = -1;
-      float best_v = 0.0f;
+    for (int64_t c0 = 0; c0 < g.c; c0 += kBlock) {
+      const int64_t n = std::min(kBlock, g.c - c0);
+      float best_v[kBlock];
+      int64_t best_at[kBlock];
+      bool found = false;
       for (int64_t ky = 0; ky < win.kh; ++ky) {
         const int64_t iy = iy0 + ky * win.dh;
         if (iy < 0 || iy >= g.h) continue;
         for (int64_t kx = 0; kx < win.kw; ++kx) {
           const int64_t ix = ix0 + kx * win.dw;
           if (ix < 0 || ix >= g.w) continue;
-          const int64_t at = ((b * g.h + iy) * g.w + ix) * g.c + c;
-          if (best < 0 || px[at] > best_v) {
-            best = at;
-            best_v = px[at];
+          const int64_t base = ((b * g.h + iy) * g.w + ix) * g.c + c0;
+          const float* in = px + base;
+          if (!found) {
+            for (int64_t c = 0; c < n; ++c) {
+              best_v[c] = in[c];
+              best_at[c] = base + c;
+            }
+            found = true;
+            continue;
+          }
+          for (int64_t c = 0; c < n; ++c) {
+            const bool better = in[c] > best_v[c];  // strict: ties keep the first
+            best_v[c] = better ? in[c] : best_v[c];
+            best_at[c] = better ? base + c : best_at[c];
           }
         }
       }
-      if (best >= 0) pd[best] += grad[c];
+      if (found)
+        for (int64_t c = 0; c < n; ++c) pd[best_at[c]] += grad[c0 + c];
     }
   });
 }

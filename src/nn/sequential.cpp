@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "nn/progress.h"
+#include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/random.h"
 
@@ -315,6 +316,25 @@ void Sequential::predict(const Tensor& x_in, Tensor& out) {
   plan.exe->bind(plan.x, x);
   plan.exe->run();
   std::memcpy(out.raw(), plan.exe->data_ptr(plan.out), out.nbytes());
+}
+
+void Sequential::freeze_bn_stats(bool freeze) {
+  for (auto& l : layers_)
+    if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->freeze_stats = freeze;
+  contexts_.clear();  // training graphs are rebuilt with or without the updates
+}
+
+void Sequential::calibrate_bn(const Tensor& x_in) {
+  const Tensor x = model_.check_input(x_in, -1, "x");
+  const int64_t rows = std::min<int64_t>(x.shape()[0], 1024);
+  if (rows == 0) throw ValueError("calibrate_bn: x has no rows");
+  Graph g;
+  Value in = g.input("x", input_shape_.with_batch(rows));
+  Value out = in;
+  for (auto& l : layers_) out = l->call(g, out, CallOptions{false, false, true});
+  Executable exe(std::move(g), {out});
+  exe.bind(in, x.rows(0, rows));
+  exe.run();
 }
 
 std::vector<Weight> Sequential::weights() const {

@@ -86,6 +86,15 @@ class Sequential {
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
                                       LossWeights weights = LossWeights::None);
 
+  /// Fixes every BatchNormalization layer's moving statistics: later
+  /// training steps still normalize with batch statistics but no longer
+  /// update them (as the seeds' freeze). Applies to graphs built from now on.
+  void freeze_bn_stats(bool freeze = true);
+  /// Sets every BatchNormalization layer's moving mean and variance to the
+  /// exact statistics of the first min(rows, 1024) rows of x, computed in one
+  /// batch (the recalibration the seeds run after fit). Throws as predict.
+  void calibrate_bn(const Tensor& x);
+
   /// Every weight, "<layer>/<weight>", in layer order.
   std::vector<Weight> weights() const;
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
