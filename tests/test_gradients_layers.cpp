@@ -1,0 +1,472 @@
+// Gradient checks for the layer ops (Reshape, Rsqrt, the activations Gelu,
+// Silu, Elu, LeakyRelu, Softplus, MeanLastAxis, Slice, Concat, Gather,
+// Im2Col, MaxPool2D, AvgPool2D) and compositions of them (a convolution
+// written as im2col + matmul, layer normalisation, a small CNN), against
+// central finite differences, through the real static path: Graph ->
+// Graph::gradients -> Executable::run. Same method as tests/test_gradients.cpp.
+//
+// How a check works. The differentiated tensors are trainable parameters
+// (g.parameter); fixed data (ids, projection weights) are inputs bound with
+// Executable::bind. An op's output y is reduced to a scalar with
+// loss = sum(y * w) for a fixed random w in [-1, 1], so every output element
+// enters the loss with its own weight. The analytic gradient is read from one
+// run; for the numeric one each element of the parameter's memory is set to
+// x + h and x - h and the loss re-read: num = (L(x+h) - L(x-h)) / (x+h - x-h),
+// the denominator being the representable float32 step.
+//
+// Precision (float32; as in test_gradients.cpp, after ggml's test-backend-ops):
+//  * step h = 1e-2 on inputs of magnitude O(1). The central difference's
+//    truncation error is h^2/6 * |f'''|: zero for the linear ops (reshape,
+//    slice, concat, gather, im2col, pooling away from a switch of the argmax,
+//    the bilinear convolution), ~2e-5 for gelu/silu/softplus/elu with O(1)
+//    arguments, and at most ~4e-4 for rsqrt on [0.5, 2] (|f'''| = 15/8 x^-3.5
+//    <= 21 at x = 0.5), against gradients of magnitude >= 0.1 there.
+//  * every loss is kept O(1..10); one float32 forward carries a relative
+//    rounding error of a few ulps, and only the outputs a perturbed element
+//    touches change between the two runs (the rest round identically: the runs
+//    are deterministic on one thread), so the quotient's noise is ~1e-5.
+//  * tolerance, per element: |num - ana| <= atol + rtol * |num| with
+//    atol = 1e-3 and rtol = 1e-2: a 5% error is caught in any element above
+//    0.025, and every check must have some gradient above 1e-2 (min_grad),
+//    else it is vacuous and fails.
+//  * kinks: elu (alpha != 1) and leaky_relu change slope at 0, so their inputs
+//    satisfy |x| >= 0.1 = 10 h. Max pooling switches its argmax when two
+//    window entries cross; its inputs are a permutation of distinct values
+//    spaced 0.05 > 2 h apart, so no step of h reorders a window.
+//
+// All inputs come from std::mt19937 with fixed seeds; the graphs are small
+// enough to run on the calling thread, so every run is deterministic.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/graph/graph.h"
+
+using namespace tensorgrad;
+
+namespace {
+
+constexpr float kStep = 1e-2f;
+constexpr double kRtol = 1e-2, kAtol = 1e-3, kMinGrad = 1e-2;
+
+Tensor uniform(const Shape& s, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(size_t(s.numel()));
+  for (float& x : v) x = d(rng);
+  return Tensor::from_vector(v, s);
+}
+
+// |x| uniform in [lo, hi] with a random sign (inputs kept away from a kink).
+Tensor away_from_zero(const Shape& s, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> v(size_t(s.numel()));
+  for (float& x : v) x = sign(rng) ? d(rng) : -d(rng);
+  return Tensor::from_vector(v, s);
+}
+
+// Distinct values: a random permutation of 0..n-1, times `spacing`, centred.
+Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {
+  std::vector<int> perm(size_t(s.numel()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<float> v(perm.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (float(perm[i]) - float(v.size()) / 2.0f) * spacing;
+  return Tensor::from_vector(v, s);
+}
+
+Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1, int64_t top = 0,
+                int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {
+  Window2D w;
+  w.kh = kh, w.kw = kw, w.sh = sh, w.sw = sw, w.dh = dh, w.dw = dw;
+  w.pad_top = top, w.pad_left = left, w.pad_bottom = bottom, w.pad_right = right;
+  return w;
+}
+
+std::string window_str(const Window2D& w) {
+  std::ostringstream s;
+  s << w.kh << "x" << w.kw << " s" << w.sh << "," << w.sw << " d" << w.dh << "," << w.dw << " pads(t" << w.pad_top
+    << ",l" << w.pad_left << ",b" << w.pad_bottom << ",r" << w.pad_right << ")";
+  return s.str();
+}
+
+// One gradient check: build the graph through `g` with param()/data(), then
+// call check() once.
+class GradCheck {
+ public:
+  explicit GradCheck(uint32_t seed) : rng(seed) {}
+  Graph g;
+  std::mt19937 rng;
+
+  Value param(const Tensor& t, const std::string& name) {
+    params_.push_back({g.parameter(t, name.c_str(), /*trainable=*/true), t, name});
+    return params_.back().v;
+  }
+  Value data(const Tensor& t, const std::string& name) {
+    binds_.push_back({g.input(name, t.shape(), t.dtype()), t});
+    return binds_.back().v;
+  }
+  // sum(y * w), w uniform in [-1, 1].
+  Value project(Value y) {
+    return g.sum(g.mul(y, data(uniform(g.shape(y), rng, -1.0f, 1.0f), "w" + std::to_string(binds_.size()))));
+  }
+
+  // Empty string when every parameter passes; else what failed.
+  std::string check(Value loss) {
+    std::ostringstream msg;
+    std::vector<Value> wrt;
+    for (auto& p : params_) wrt.push_back(p.v);
+    std::vector<Value> grads = g.gradients(loss, wrt);
+    std::vector<Value> outputs{loss};
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].valid()) return "parameter '" + params_[i].name + "' got no gradient";
+      outputs.push_back(grads[i]);
+    }
+    Executable exe(std::move(g), outputs);
+    for (auto& b : binds_) exe.bind(b.v, b.t);
+    auto run_loss = [&] {
+      exe.run();
+      return double(exe.scalar(loss));
+    };
+    const double l0 = run_loss();
+    if (!std::isfinite(l0)) return "loss is not finite";
+    std::vector<std::vector<float>> analytic;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      Tensor gt = exe.output(grads[i]);
+      if (gt.shape() != params_[i].t.shape())
+        return "parameter '" + params_[i].name + "' " + params_[i].t.shape().str() + " got a gradient of shape " +
+               gt.shape().str();
+      analytic.push_back(gt.to_vector());
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* x = params_[i].t.data<float>();
+      const std::vector<float>& ana = analytic[i];
+      double max_num = 0, max_ana = 0, worst_excess = 0;
+      int64_t worst = -1;
+      float worst_num = 0;
+      for (size_t k = 0; k < ana.size(); ++k) {
+        const float saved = x[k], xp = saved + kStep, xm = saved - kStep;
+        x[k] = xp;
+        const double lp = run_loss();
+        x[k] = xm;
+        const double lm = run_loss();
+        x[k] = saved;
+        const double num = (lp - lm) / (double(xp) - double(xm));
+        max_num = std::max(max_num, std::fabs(num));
+        max_ana = std::max(max_ana, std::fabs(double(ana[k])));
+        const double excess = std::fabs(num - ana[k]) - (kAtol + kRtol * std::fabs(num));
+        if (!std::isfinite(ana[k]) || !std::isfinite(num) || excess > 0)
+          if (worst < 0 || !(excess <= worst_excess)) worst = int64_t(k), worst_excess = excess, worst_num = float(num);
+      }
+      if (worst >= 0)
+        msg << "parameter '" << params_[i].name << "' " << params_[i].t.shape().str()
+            << ": gradient mismatch, worst at element " << worst << ": numeric " << worst_num << " vs analytic "
+            << ana[size_t(worst)] << "\n";
+      if (std::max(max_num, max_ana) < kMinGrad)
+        msg << "parameter '" << params_[i].name << "': gradient ~0 everywhere (vacuous check)\n";
+    }
+    return msg.str();
+  }
+
+ private:
+  struct Param {
+    Value v;
+    Tensor t;
+    std::string name;
+  };
+  struct Bind {
+    Value v;
+    Tensor t;
+  };
+  std::vector<Param> params_;
+  std::vector<Bind> binds_;
+};
+
+const std::vector<Shape> kShapes = {{5}, {3, 4}, {2, 3, 4}};
+
+// ---------------------------------------------------------------------------
+// Reshape (a view), forward and in its gradient.
+
+TEST(LayerOpGrad, Reshape) {
+  const std::vector<std::pair<Shape, Shape>> cases = {{{2, 3, 4}, {6, 4}}, {{3, 4}, {12}}, {{12}, {2, 2, 3}}};
+  for (const auto& [from, to] : cases) {
+    SCOPED_TRACE(from.str() + " -> " + to.str());
+    GradCheck c(1000);
+    Value x = c.param(uniform(from, c.rng, -1.5f, 1.5f), "x");
+    // A reshape of a parameter and a reshape of an intermediate, consumed by
+    // a nonlinear op after it (so the reshaped gradient is not just w).
+    Value y = c.g.add(c.g.tanh(c.g.reshape(x, to)), c.g.reshape(c.g.mul(x, x), to));
+    ASSERT_EQ(c.g.shape(y), to);
+    EXPECT_EQ(c.check(c.project(c.g.sigmoid(y))), "");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise activations.
+
+TEST(LayerOpGrad, Rsqrt) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(s.str());
+    GradCheck c(1001);
+    Value x = c.param(uniform(s, c.rng, 0.5f, 2.0f), "x");
+    EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Rsqrt, {x}))), "");
+  }
+}
+
+TEST(LayerOpGrad, SmoothActivations) {
+  for (OpKind op : {OpKind::Gelu, OpKind::Silu, OpKind::Softplus})
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(op_info(op).name) + " " + s.str());
+      GradCheck c(1002 + uint32_t(op));
+      Value x = c.param(uniform(s, c.rng, -3.0f, 3.0f), "x");
+      EXPECT_EQ(c.check(c.project(c.g.unary(op, x))), "");
+    }
+}
+
+TEST(LayerOpGrad, EluAndLeakyRelu) {
+  const std::vector<std::pair<OpKind, float>> cases = {
+      {OpKind::Elu, 1.0f}, {OpKind::Elu, 0.5f}, {OpKind::LeakyRelu, 0.2f}};
+  for (const auto& [op, param] : cases)
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(op_info(op).name) + " " + std::to_string(param) + " " + s.str());
+      GradCheck c(1010 + uint32_t(op));
+      Tensor xt = away_from_zero(s, c.rng, 0.1f, 2.0f);  // |x| >= 10 h: no step crosses the kink at 0
+      int neg = 0;
+      for (float v : xt.to_vector()) neg += v < 0;
+      EXPECT_GT(neg, 0);  // both branches exercised
+      EXPECT_LT(neg, int(xt.numel()));
+      Value x = c.param(xt, "x");
+      EXPECT_EQ(c.check(c.project(c.g.unary(op, x, param))), "");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reductions and layout ops.
+
+TEST(LayerOpGrad, MeanLastAxis) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(s.str());
+    GradCheck c(1020);
+    Value x = c.param(uniform(s, c.rng, -1.5f, 1.5f), "x");
+    Value m = c.g.apply(OpKind::MeanLastAxis, {x});
+    Shape want = s;
+    want.set(-1, 1);
+    ASSERT_EQ(c.g.shape(m), want);
+    // Both the plain mean and the mean of a nonlinear function.
+    Value y = c.g.add(m, c.g.apply(OpKind::MeanLastAxis, {c.g.mul(x, x)}));
+    EXPECT_EQ(c.check(c.g.scale(c.project(y), 2.0f)), "");
+  }
+}
+
+TEST(LayerOpGrad, Slice) {
+  const Shape s{3, 4, 5};
+  struct Case {
+    int axis;
+    int64_t start, length;
+  };
+  for (Case k : {Case{0, 1, 2}, Case{0, 0, 1}, Case{1, 1, 2}, Case{1, 3, 1}, Case{2, 0, 3}, Case{2, 2, 3}}) {
+    SCOPED_TRACE("axis " + std::to_string(k.axis) + " [" + std::to_string(k.start) + ", +" +
+                 std::to_string(k.length) + ")");
+    GradCheck c(1030 + uint32_t(k.axis));
+    Value x = c.param(uniform(s, c.rng, -1.5f, 1.5f), "x");
+    Value y = c.g.slice(c.g.tanh(x), k.axis, k.start, k.length);
+    Shape want = s;
+    want.set(k.axis, k.length);
+    ASSERT_EQ(c.g.shape(y), want);
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+TEST(LayerOpGrad, Concat) {
+  for (int axis : {0, 1, 2}) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    GradCheck c(1040 + uint32_t(axis));
+    Shape sa{2, 3, 4}, sb{2, 3, 4};
+    sb.set(axis, axis + 1);  // the second operand differs along the axis
+    Value a = c.param(uniform(sa, c.rng, -1.5f, 1.5f), "a");
+    Value b = c.param(uniform(sb, c.rng, -1.5f, 1.5f), "b");
+    Value y = c.g.concat(c.g.tanh(a), c.g.mul(b, b), axis);
+    Shape want = sa;
+    want.set(axis, sa[axis] + sb[axis]);
+    ASSERT_EQ(c.g.shape(y), want);
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+TEST(LayerOpGrad, GatherRepeatedIds) {
+  const std::vector<int32_t> ids = {1, 3, 1, 5, 0, 3, 3, 2};  // repeats; row 4 unused
+  for (bool float_ids : {false, true}) {
+    SCOPED_TRACE(float_ids ? "float ids through to_index" : "int32 ids");
+    GradCheck c(1050);
+    Value table = c.param(uniform({6, 4}, c.rng, -1.5f, 1.5f), "table");
+    Value id;
+    if (float_ids) {
+      std::vector<float> f(ids.begin(), ids.end());
+      id = c.g.apply(OpKind::ToIndex, {c.data(Tensor::from_vector(f, {2, 4}), "ids")});
+    } else {
+      id = c.data(Tensor::from_vector(std::span<const int32_t>(ids), Shape{2, 4}), "ids");
+    }
+    Value y = c.g.apply(OpKind::Gather, {table, id});
+    ASSERT_EQ(c.g.shape(y), (Shape{2, 4, 4}));
+    EXPECT_EQ(c.check(c.project(c.g.tanh(y))), "");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Im2Col over several windows; x {B, H, W, C}.
+
+struct WindowCase {
+  const char* name;
+  Shape x;
+  Window2D w;
+};
+
+const std::vector<WindowCase> kIm2ColCases = {
+    {"3x3_same", {2, 4, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+    {"3x3_valid", {1, 5, 6, 1}, window(3, 3, 1, 1)},
+    {"2x2_s2", {2, 4, 6, 3}, window(2, 2, 2, 2)},
+    {"3x3_s2_pads0011", {1, 5, 6, 2}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
+    {"3x3_dilation2_same", {1, 6, 6, 2}, window(3, 3, 1, 1, 2, 2, 2, 2, 2, 2)},
+    {"3x3_dilation2_valid", {1, 6, 7, 1}, window(3, 3, 1, 1, 2, 2)},
+    {"1x3_conv1d", {2, 1, 8, 3}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},
+    {"2x3_mixed", {1, 6, 7, 2}, window(2, 3, 2, 1, 1, 2, 1, 0, 0, 2)},
+};
+
+TEST(LayerOpGradIm2Col, Windows) {
+  for (const WindowCase& k : kIm2ColCases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1100);
+    Value x = c.param(uniform(k.x, c.rng, -1.5f, 1.5f), "x");
+    Value cols = c.g.windowed(OpKind::Im2Col, x, k.w);
+    const int64_t ho = k.w.out_h(k.x[1]), wo = k.w.out_w(k.x[2]);
+    ASSERT_EQ(c.g.shape(cols), (Shape{k.x[0] * ho * wo, k.w.kh * k.w.kw * k.x[3]}));
+    EXPECT_EQ(c.check(c.project(cols)), "");
+  }
+}
+
+// Col2Im has a gradient rule too (Im2Col of the incoming gradient).
+TEST(LayerOpGradIm2Col, Col2Im) {
+  for (size_t i : {size_t(0), size_t(3), size_t(4), size_t(7)}) {
+    const WindowCase& k = kIm2ColCases[i];
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1150);
+    const Shape cs{k.x[0] * k.w.out_h(k.x[1]) * k.w.out_w(k.x[2]), k.w.kh * k.w.kw * k.x[3]};
+    Value cols = c.param(uniform(cs, c.rng, -1.0f, 1.0f), "cols");
+    OpAttrs at;
+    at.window = k.w;
+    at.shape = k.x;
+    Value img = c.g.apply(OpKind::Col2Im, {cols}, at);
+    ASSERT_EQ(c.g.shape(img), k.x);
+    EXPECT_EQ(c.check(c.project(img)), "");
+  }
+}
+
+// conv(x, K) = reshape(matmul(im2col(x), reshape(K, {kh*kw*C, F})), {B, Ho, Wo, F}),
+// gradients wrt both the image and the Keras-layout kernel {kh, kw, C, F}.
+TEST(LayerOpGradIm2Col, ConvolutionComposition) {
+  const std::vector<WindowCase> cases = {
+      {"3x3_same", {2, 5, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"3x3_s2_pads0011", {1, 6, 6, 3}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
+      {"2x2_dilation2", {2, 5, 4, 2}, window(2, 2, 1, 1, 2, 2)},
+  };
+  const int64_t f = 3;
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1200);
+    Value x = c.param(uniform(k.x, c.rng, -1.0f, 1.0f), "x");
+    Value kern = c.param(uniform({k.w.kh, k.w.kw, k.x[3], f}, c.rng, -0.5f, 0.5f), "K");
+    Value cols = c.g.windowed(OpKind::Im2Col, x, k.w);
+    Value y = c.g.matmul(cols, c.g.reshape(kern, {k.w.kh * k.w.kw * k.x[3], f}));
+    y = c.g.reshape(y, {k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), f});
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Pooling.
+
+TEST(LayerOpGradPool, MaxPool2D) {
+  const std::vector<WindowCase> cases = {
+      {"2x2_s2", {2, 4, 4, 3}, window(2, 2, 2, 2)},
+      {"3x3_s1_pad1", {1, 5, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"3x3_s2", {2, 7, 7, 1}, window(3, 3, 2, 2)},
+      {"3x3_s2_pads0011", {1, 6, 6, 2}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
+  };
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1300);
+    // Distinct values 0.05 apart: a step of h = 0.01 never reorders a window.
+    Value x = c.param(distinct(k.x, c.rng, 0.05f), "x");
+    Value y = c.g.windowed(OpKind::MaxPool2D, x, k.w);
+    ASSERT_EQ(c.g.shape(y), (Shape{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), k.x[3]}));
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+TEST(LayerOpGradPool, AvgPool2D) {
+  const std::vector<WindowCase> cases = {
+      {"2x2_s2_valid", {2, 4, 4, 3}, window(2, 2, 2, 2)},
+      {"3x3_s1_pad1", {1, 5, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},  // counts 4, 6, 9
+      {"3x3_s2_pads0011", {1, 6, 6, 2}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
+      {"2x2_s1_pads0011", {2, 3, 4, 1}, window(2, 2, 1, 1, 1, 1, 0, 0, 1, 1)},
+      {"3x3_s2_valid", {1, 7, 5, 2}, window(3, 3, 2, 2)},
+  };
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1400);
+    Value x = c.param(uniform(k.x, c.rng, -1.5f, 1.5f), "x");
+    Value y = c.g.windowed(OpKind::AvgPool2D, x, k.w);
+    ASSERT_EQ(c.g.shape(y), (Shape{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), k.x[3]}));
+    // Scaled by 2: pooled gradients are w / count, down to 1/9.
+    EXPECT_EQ(c.check(c.g.scale(c.project(y), 2.0f)), "");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Chains.
+
+// Layer normalisation over the last axis, with affine gamma/beta and a gelu:
+// y = gelu(((x - m) * rsqrt(mean((x - m)^2) + eps)) * gamma + beta).
+TEST(LayerOpGradChain, LayerNorm) {
+  GradCheck c(1500);
+  const int64_t rows = 3, n = 6;
+  Value x = c.param(uniform({rows, n}, c.rng, -2.0f, 2.0f), "x");
+  Value gamma = c.param(uniform({n}, c.rng, 0.5f, 1.5f), "gamma");
+  Value beta = c.param(uniform({n}, c.rng, -0.5f, 0.5f), "beta");
+  Value d = c.g.sub(x, c.g.apply(OpKind::MeanLastAxis, {x}));
+  Value var = c.g.apply(OpKind::MeanLastAxis, {c.g.mul(d, d)});
+  Value inv = c.g.apply(OpKind::Rsqrt, {c.g.add(var, c.g.fill({}, 1e-5f))});
+  Value y = c.g.unary(OpKind::Gelu, c.g.add(c.g.mul(c.g.mul(d, inv), gamma), beta));
+  EXPECT_EQ(c.check(c.project(y)), "");
+}
+
+// A small CNN: conv 3x3 'same' -> silu -> avg_pool 2x2 -> flatten, joined
+// with an embedding lookup -> dense -> softplus -> slice -> mean.
+TEST(LayerOpGradChain, SmallConvNet) {
+  GradCheck c(1600);
+  const int64_t b = 2, h = 4, w = 4, ch = 2, f = 3, emb = 4, units = 5;
+  Value x = c.param(uniform({b, h, w, ch}, c.rng, -1.0f, 1.0f), "x");
+  Value kern = c.param(uniform({3, 3, ch, f}, c.rng, -0.5f, 0.5f), "K");
+  Value table = c.param(uniform({5, emb}, c.rng, -1.0f, 1.0f), "table");
+  Value dense = c.param(uniform({(h / 2) * (w / 2) * f + emb, units}, c.rng, -0.5f, 0.5f), "W");
+  Value ids = c.data(Tensor::from_vector(std::span<const int32_t>(std::vector<int32_t>{3, 1}), Shape{b}), "ids");
+  const Window2D same = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  Value conv = c.g.matmul(c.g.windowed(OpKind::Im2Col, x, same), c.g.reshape(kern, {9 * ch, f}));
+  Value act = c.g.unary(OpKind::Silu, c.g.reshape(conv, {b, h, w, f}));
+  Value pooled = c.g.windowed(OpKind::AvgPool2D, act, window(2, 2, 2, 2));
+  Value feats = c.g.concat(c.g.reshape(pooled, {b, (h / 2) * (w / 2) * f}), c.g.apply(OpKind::Gather, {table, ids}), 1);
+  Value out = c.g.unary(OpKind::Softplus, c.g.matmul(feats, dense));
+  Value y = c.g.apply(OpKind::MeanLastAxis, {c.g.slice(out, 1, 1, 3)});
+  EXPECT_EQ(c.check(c.g.scale(c.project(y), 4.0f)), "");
+}
+
+}  // namespace
