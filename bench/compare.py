@@ -36,10 +36,11 @@ import time
 TARGETS = {  # workload row -> (target, unit); lower is better
     "mlp (fit)": (0.75, "s/epoch"),
     "mlp (step loop)": (0.75, "s/epoch"),
+    "cnn (fit)": (2.4, "s/epoch"),
     "rlstep": (20.0, "us/step"),
     "predict": (8.0, "us/image"),
 }
-ROWS = ["mlp (fit)", "mlp (step loop)", "rlstep", "predict"]
+ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "rlstep", "predict"]
 PEERS = ["pytorch", "libtorch", "dlib"]
 
 
@@ -212,7 +213,7 @@ def build_dlib(peers, build):
 def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
-    filt = {"mlp": "^mlp_(fit|steps)/", "rlstep": "^rlstep/", "predict": "^predict/"}[workload]
+    filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "rlstep": "^rlstep/", "predict": "^predict/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -222,6 +223,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     except ValueError:
         raise RuntimeError("tensorgrad_bench printed no JSON: " + out.strip()[-500:])
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
+                "cnn_fit": ("cnn (fit)", "s_per_epoch"),
                 "rlstep": ("rlstep", "us_per_step"), "predict": ("predict", "us_per_image")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
@@ -247,6 +249,8 @@ def tensorgrad_run(exe, workload, threads, reps):
 
 def peer_run(peer, exe, workload, threads):
     """Returns {row: value} from one peer process, or {} where it lacks the workload."""
+    if workload == "cnn" and peer != "pytorch":
+        return {}  # only peer_pytorch.py has the cnn workload
     if peer == "dlib":
         if workload == "predict":
             return {}  # peer_dlib has no predict workload
@@ -257,10 +261,10 @@ def peer_run(peer, exe, workload, threads):
         res = last_json_line(run(cmd))
     else:  # pytorch
         cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
-            ["--epochs", "2"] if workload == "mlp" else [])
+            ["--epochs", "2"] if workload in ("mlp", "cnn") else [])
         res = last_json_line(run(cmd))
-    if workload == "mlp":
-        return {"mlp (fit)": res["s_per_epoch_median"]}
+    if workload in ("mlp", "cnn"):
+        return {workload + " (fit)": res["s_per_epoch_median"]}
     if workload == "rlstep":
         return {"rlstep": res["us_per_step_median"]}
     return {"predict": res["us_per_image_median"]}
@@ -313,7 +317,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 round and 1 repetition per tensorgrad benchmark")
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
-    ap.add_argument("--workloads", default="mlp,rlstep,predict", help="comma-separated subset of mlp,rlstep,predict")
+    ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict",
+                    help="comma-separated subset of mlp,cnn,rlstep,predict")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true", help="use the existing build/bench/tensorgrad_bench")
     ap.add_argument("--wait-idle", type=float, default=30.0, metavar="S",
@@ -328,8 +333,8 @@ def main():
     reps = 1 if args.quick else 0  # 0: the binary's defaults (mlp 3, others 5)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if w not in ("mlp", "rlstep", "predict"):
-            sys.exit(f"error: unknown workload {w!r}; choose from mlp, rlstep, predict")
+        if w not in ("mlp", "cnn", "rlstep", "predict"):
+            sys.exit(f"error: unknown workload {w!r}; choose from mlp, cnn, rlstep, predict")
     command = "cd " + shlex.quote(os.getcwd()) + " && /usr/bin/python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     root = os.path.abspath(args.root)
     if args.peers is None:
@@ -354,7 +359,7 @@ def main():
         exe = build_dlib(args.peers, build)
         if exe:
             peers["dlib"] = exe
-        if "pytorch" in peers and "mlp" in workloads and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        if "pytorch" in peers and ("mlp" in workloads or "cnn" in workloads) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
             log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
 
     impls = ["tensorgrad"] + [p for p in PEERS if p in peers]

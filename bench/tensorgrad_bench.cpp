@@ -15,6 +15,11 @@
 //   rlstep      4-64-64-2 ReLU MLP, Adam lr 1e-3, MSE, batch 32: one ctx.step
 //               on a fixed random batch. Counter us_per_step (median of 2,000
 //               steps after 200 warm-up steps, as the peers).
+//   cnn_fit     ggml's MNIST CNN as peer_pytorch.py's cnn: Conv2D(8, 3x3, same,
+//               relu), MaxPooling2D(2), Conv2D(16, 3x3, same, relu),
+//               MaxPooling2D(2), Flatten, Dense(10, softmax); AdamW lr 1e-3,
+//               batch 500; one fit epoch over 57,000 random 28x28x1 images.
+//               Counter s_per_epoch.
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -137,6 +142,41 @@ void BM_mlp_fit(benchmark::State& state) {
   }
 }
 
+void BM_cnn_fit(benchmark::State& state) {
+  try {
+    const MnistLike& d = mnist_like();
+    const tg::Tensor images = d.x.reshape(tg::Shape{kRows, 28, 28, 1});
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::Sequential model(tg::Shape{28, 28, 1});
+    model.add(tg::nn::Conv2D(8, 3, "same", "relu"));
+    model.add(tg::nn::MaxPooling2D());
+    model.add(tg::nn::Conv2D(16, 3, "same", "relu"));
+    model.add(tg::nn::MaxPooling2D());
+    model.add(tg::nn::Flatten());
+    model.add(tg::nn::Dense(kClasses, "softmax"));
+    model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+    tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
+    benchmark::DoNotOptimize(ctx.step(images.rows(0, kBatch), d.y.rows(0, kBatch)).loss);
+    tg::nn::FitOptions fit;
+    fit.epochs = 1;
+    fit.batch_size = kBatch;
+    fit.verbose = 0;
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      tg::nn::History h = model.fit(images, d.y, fit);
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(h);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["s_per_epoch"] = median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_mlp_steps(benchmark::State& state) {
   try {
     const MnistLike& d = mnist_like();
@@ -234,6 +274,9 @@ int main(int argc, char** argv) {
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("mlp_steps", BM_mlp_steps)
+      ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("cnn_fit", BM_cnn_fit)
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("rlstep", BM_rlstep)

@@ -5,8 +5,10 @@
 // (labels, ids) by the layer that fed it, so a kernel never throws.
 #include <pthreadpool.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+#include <thread>
 
 #include "tensorgrad/core/dtype.h"
 #include "tensorgrad/core/shape.h"
@@ -36,16 +38,20 @@ void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, 
 
 /// Splits [0, n) into tiles of `tile` and runs f(begin, end) on the pool.
 /// Runs inline when there is no pool or a single tile. Allocates nothing.
+/// Workers spin between tasks (the fast path) unless there are more threads
+/// than cores, where spinning threads would starve each other: then they sleep.
 template <class F>
 void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
-  if (!pool || n <= tile || pthreadpool_get_threads_count(pool) <= 1) {
+  const size_t threads = pool ? pthreadpool_get_threads_count(pool) : 1;
+  if (n <= tile || threads <= 1) {
     if (n) f(size_t(0), n);
     return;
   }
+  static const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   using Fn = std::remove_reference_t<F>;
   pthreadpool_parallelize_1d_tile_1d(
       pool, [](void* c, size_t start, size_t len) { (*static_cast<Fn*>(c))(start, start + len); },
-      const_cast<void*>(static_cast<const void*>(&f)), n, tile, 0);
+      const_cast<void*>(static_cast<const void*>(&f)), n, tile, threads > cores ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0);
 }
 
 // Kernel groups, one file each.
