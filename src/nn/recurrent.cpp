@@ -69,8 +69,9 @@ void Embedding::validate_input(const Tensor& x) const {
     const float v = p[i];
     const int64_t row = i / std::max<int64_t>(x.shape().row_size(), 1), col = i % std::max<int64_t>(x.shape().row_size(), 1);
     if (v != std::floor(v))
-      throw ValueError(name() + ": token ids must be whole numbers; row " + std::to_string(row) + ", step " +
-                       std::to_string(col) + " holds " + std::to_string(v));
+      throw ValueError(name() + ": token ids must be whole numbers in [0, " + std::to_string(input_dim_) +
+                       ") (the vocabulary size is " + std::to_string(input_dim_) + "); row " + std::to_string(row) +
+                       ", step " + std::to_string(col) + " holds " + std::to_string(v));
     if (v < 0.0f || v >= float(input_dim_)) {
       char id[32];
       std::snprintf(id, sizeof id, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));

@@ -93,6 +93,7 @@ void Sequential::rebuild_model_function() {
     return x;
   };
   model_.validate_input = nullptr;
+  model_.integer_input = !layers_.empty() && std::string(layers_.front()->type()) == "Embedding";
   if (!layers_.empty())
     model_.validate_input = [first = layers_.front()](const Tensor& x) { first->validate_input(x); };
 }

@@ -108,6 +108,11 @@ Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, c
 }
 
 Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* what) const {
+  if (integer_input && x.defined() && x.dtype() == DType::Int32) {
+    Tensor ids = Tensor::empty(x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) ids.data<float>()[i] = float(x.data<int32_t>()[i]);
+    return check_input(ids, rows, what);
+  }
   Tensor checked = check_features(x, input_shape, rows, what);
   if (validate_input) validate_input(checked);
   return checked;

@@ -51,8 +51,11 @@ struct ModelFunction {
   /// Optional check of input values the graph cannot check (token ids);
   /// throws the DESIGN.md error naming the bad value.
   std::function<void(const Tensor& x)> validate_input;
+  /// The input holds token ids: int32 x is accepted and converted to float32.
+  bool integer_input = false;
 
-  /// check_features, then validate_input: x viewed as {rows, input_shape...}.
+  /// check_features, then validate_input: x viewed as {rows, input_shape...}
+  /// (converted to float32 first when integer_input and x is int32).
   Tensor check_input(const Tensor& x, int64_t rows, const char* what = "x") const;
 };
 
