@@ -10,11 +10,16 @@ Shape::Shape(std::span<const int64_t> dims) {
   if (dims.size() > size_t(kMaxRank))
     throw ShapeError("a shape has at most " + std::to_string(kMaxRank) + " dimensions; got " +
                      std::to_string(dims.size()));
+  int64_t count = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 0)
       throw ShapeError("shape dimensions must be >= 0; dimension " + std::to_string(i) + " is " +
                        std::to_string(dims[i]));
     dims_[i] = dims[i];
+    if (count != 0 && dims[i] != 0 && __builtin_mul_overflow(count, dims[i], &count))
+      throw ShapeError("a shape's element count must fit in 64 bits; " + std::to_string(dims[i]) +
+                       " overflows it at dimension " + std::to_string(i));
+    if (dims[i] == 0) count = 0;
   }
   rank_ = int(dims.size());
 }
@@ -28,7 +33,14 @@ void Shape::set(int i, int64_t value) {
   if (j < 0 || j >= rank_)
     throw IndexError("dimension " + std::to_string(i) + " is out of range for shape " + str());
   if (value < 0) throw ShapeError("shape dimensions must be >= 0; got " + std::to_string(value));
+  const int64_t old = dims_[j];
   dims_[j] = value;
+  try {
+    Shape(std::span<const int64_t>(dims_.data(), size_t(rank_)));  // re-checks the element count
+  } catch (...) {
+    dims_[j] = old;
+    throw;
+  }
 }
 
 int64_t Shape::numel() const {

@@ -10,10 +10,15 @@ namespace tensorgrad {
 namespace {
 constexpr size_t kAlignment = 64;
 
-std::shared_ptr<void> allocate(size_t bytes) {
+std::shared_ptr<void> allocate(const Shape& shape, DType dtype) {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(size_t(shape.numel()), dtype_size(dtype), &bytes) || bytes > (size_t(1) << 48))
+    throw ValueError("a tensor of shape " + shape.str() + " is too large to allocate; use smaller dimensions");
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (!p)
+    throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for a tensor of shape " + shape.str() +
+                "; use a smaller batch or model");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 }  // namespace
@@ -22,7 +27,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.holder_ = allocate(t.nbytes());
+  t.holder_ = allocate(shape, dtype);
   t.data_ = t.holder_.get();
   t.owning_ = true;
   return t;
@@ -119,6 +124,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  if (!defined()) throw StateError("rows() on an undefined tensor");
   if (shape_.rank() == 0) throw ShapeError("rows() on a scalar tensor");
   if (begin < 0 || end < begin || end > shape_[0])
     throw IndexError("rows [" + std::to_string(begin) + ", " + std::to_string(end) +

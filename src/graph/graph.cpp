@@ -82,8 +82,8 @@ Value Graph::find_input(const std::string& name) const {
 }
 
 std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, float seed) {
-  const Node& l = node(loss);
-  if (l.shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + l.shape.str());
+  const Shape loss_shape = node(loss).shape;  // a copy: appending nodes below may move nodes_
+  if (loss_shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + loss_shape.str());
   const size_t n = size_t(loss.id) + 1;
   // Forward: which nodes depend on some wrt. Backward: which feed the loss.
   std::vector<bool> depends(n, false), feeds(n, false);
@@ -101,7 +101,7 @@ std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, floa
 
   std::vector<Value> grad(n);
   grad[n - 1] = fill(Shape{}, seed);
-  if (l.shape.rank() != 0) grad[n - 1] = broadcast_to(grad[n - 1], l.shape);
+  if (loss_shape.rank() != 0) grad[n - 1] = broadcast_to(grad[n - 1], loss_shape);
   for (size_t i = n; i-- > 0;) {
     if (!grad[i].valid() || nodes_[i].role != NodeRole::Op) continue;
     // Copy what the rule needs: appending nodes may move nodes_.

@@ -81,85 +81,116 @@ void col2im(const Window2D& win, const TensorRef& cols, const TensorRef& x, cons
   });
 }
 
-// Runs f(b, oy, ox, iy0, ix0) for every output pixel, one image per task.
+// The window taps of output pixel (oy, ox) that fall inside the image:
+// ky in [ky0, ky1), kx in [kx0, kx1); no padding test is left in the loops.
+struct Taps {
+  int64_t iy0, ix0, ky0, ky1, kx0, kx1;
+};
+inline int64_t first_tap(int64_t i0, int64_t d) { return i0 >= 0 ? 0 : (-i0 + d - 1) / d; }
+inline int64_t end_tap(int64_t i0, int64_t d, int64_t k, int64_t n) {
+  return std::min(k, i0 >= n ? 0 : (n - 1 - i0) / d + 1);
+}
+
+// Runs f(b, oy, ox, taps) for every output pixel, one image per task.
 template <class F>
 void for_each_output(const Geometry& g, const Window2D& win, const KernelContext& ctx, F f) {
   parallel_for(ctx.pool, size_t(g.b), 1, [&](size_t bb, size_t be) {
     for (size_t b = bb; b < be; ++b)
-      for (int64_t oy = 0; oy < g.ho; ++oy)
-        for (int64_t ox = 0; ox < g.wo; ++ox) f(int64_t(b), oy, ox, oy * win.sh - win.pad_top, ox * win.sw - win.pad_left);
+      for (int64_t oy = 0; oy < g.ho; ++oy) {
+        const int64_t iy0 = oy * win.sh - win.pad_top;
+        const int64_t ky0 = first_tap(iy0, win.dh), ky1 = end_tap(iy0, win.dh, win.kh, g.h);
+        for (int64_t ox = 0; ox < g.wo; ++ox) {
+          const int64_t ix0 = ox * win.sw - win.pad_left;
+          f(int64_t(b), oy, ox,
+            Taps{iy0, ix0, ky0, ky1, first_tap(ix0, win.dw), end_tap(ix0, win.dw, win.kw, g.w)});
+        }
+      }
   });
 }
+
+// Eight channels at a time: GCC vector extensions, so pooling over C = 8, 16,
+// ... (every CNN here) costs a few instructions per tap instead of a loop.
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
 void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float* px = x.f();
   float* py = y.f();
   const bool is_max = op == OpKind::MaxPool2D;
-  for_each_output(g, win, ctx, [&](int64_t b, int64_t oy, int64_t ox, int64_t iy0, int64_t ix0) {
-    float* out = py + ((b * g.ho + oy) * g.wo + ox) * g.c;
-    for (int64_t c = 0; c < g.c; ++c) out[c] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-    int64_t count = 0;
-    for (int64_t ky = 0; ky < win.kh; ++ky) {
-      const int64_t iy = iy0 + ky * win.dh;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int64_t kx = 0; kx < win.kw; ++kx) {
-        const int64_t ix = ix0 + kx * win.dw;
-        if (ix < 0 || ix >= g.w) continue;
-        const float* in = px + ((b * g.h + iy) * g.w + ix) * g.c;
-        ++count;
-        if (is_max)
-          for (int64_t c = 0; c < g.c; ++c) out[c] = in[c] > out[c] ? in[c] : out[c];
-        else
-          for (int64_t c = 0; c < g.c; ++c) out[c] += in[c];
+  const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
+  for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
+    float* out = py + ((b * g.ho + oy) * g.wo + ox) * C;
+    const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t c = 0; c < C; ++c) out[c] = init;
+    for (int64_t ky = t.ky0; ky < t.ky1; ++ky) {
+      const float* row = px + ((b * g.h + t.iy0 + ky * win.dh) * g.w) * C;
+      for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+        const float* in = row + (t.ix0 + kx * win.dw) * C;
+        for (int64_t c = 0; c < C8; c += 8) {
+          const v8f v = load8(in + c), o = load8(out + c);
+          store8(out + c, is_max ? (v > o ? v : o) : o + v);
+        }
+        for (int64_t c = C8; c < C; ++c) out[c] = is_max ? std::max(out[c], in[c]) : out[c] + in[c];
       }
     }
-    if (!is_max && count > 0)  // padding is not counted, as Keras' "same" average pooling
-      for (int64_t c = 0; c < g.c; ++c) out[c] /= float(count);
+    const int64_t count = (t.ky1 - t.ky0) * (t.kx1 - t.kx0);
+    if (!is_max && count > 0) {  // padding is not counted, as Keras' "same" average pooling
+      const float inv = 1.0f / float(count);
+      for (int64_t c = 0; c < C; ++c) out[c] *= inv;
+    }
   });
 }
 
 // Each window's gradient goes to its first maximum in (ky, kx) order, as
-// PyTorch. Channels are the inner loop (contiguous), tracked in blocks.
+// PyTorch: one pass finds the maxima, a second hands the gradient to the
+// first tap equal to them (later equal taps see it already handed out).
 void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx,
                          const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float *px = x.f(), *pg = gr.f();
   float* pd = dx.f();
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
-  constexpr int64_t kBlock = 64;
-  for_each_output(g, win, ctx, [&](int64_t b, int64_t oy, int64_t ox, int64_t iy0, int64_t ix0) {
-    const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * g.c;
-    for (int64_t c0 = 0; c0 < g.c; c0 += kBlock) {
-      const int64_t n = std::min(kBlock, g.c - c0);
-      float best_v[kBlock];
-      int64_t best_at[kBlock];
-      bool found = false;
-      for (int64_t ky = 0; ky < win.kh; ++ky) {
-        const int64_t iy = iy0 + ky * win.dh;
-        if (iy < 0 || iy >= g.h) continue;
-        for (int64_t kx = 0; kx < win.kw; ++kx) {
-          const int64_t ix = ix0 + kx * win.dw;
-          if (ix < 0 || ix >= g.w) continue;
-          const int64_t base = ((b * g.h + iy) * g.w + ix) * g.c + c0;
-          const float* in = px + base;
-          if (!found) {
-            for (int64_t c = 0; c < n; ++c) {
-              best_v[c] = in[c];
-              best_at[c] = base + c;
-            }
-            found = true;
-            continue;
-          }
-          for (int64_t c = 0; c < n; ++c) {
-            const bool better = in[c] > best_v[c];  // strict: ties keep the first
-            best_v[c] = better ? in[c] : best_v[c];
-            best_at[c] = better ? base + c : best_at[c];
+  const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
+  for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
+    if (t.ky0 >= t.ky1 || t.kx0 >= t.kx1) return;
+    const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * C;
+    auto tap = [&](int64_t ky, int64_t kx) { return ((b * g.h + t.iy0 + ky * win.dh) * g.w + t.ix0 + kx * win.dw) * C; };
+    for (int64_t c = 0; c < C8; c += 8) {
+      v8f best = load8(px + tap(t.ky0, t.kx0) + c);
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+          const v8f v = load8(px + tap(ky, kx) + c);
+          best = v > best ? v : best;
+        }
+      v8f pending = load8(grad + c);
+      const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+          const int64_t at = tap(ky, kx) + c;
+          const auto hit = load8(px + at) == best;
+          store8(pd + at, load8(pd + at) + (hit ? pending : zero));
+          pending = hit ? zero : pending;
+        }
+    }
+    for (int64_t c = C8; c < C; ++c) {
+      float best = px[tap(t.ky0, t.kx0) + c];
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) best = std::max(best, px[tap(ky, kx) + c]);
+      float pending = grad[c];
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+          const int64_t at = tap(ky, kx) + c;
+          if (px[at] == best) {
+            pd[at] += pending;
+            pending = 0.0f;
           }
         }
-      }
-      if (found)
-        for (int64_t c = 0; c < n; ++c) pd[best_at[c]] += grad[c0 + c];
     }
   });
 }
@@ -169,22 +200,16 @@ void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorR
   const float* pg = gr.f();
   float* pd = dx.f();
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
-  for_each_output(g, win, ctx, [&](int64_t b, int64_t oy, int64_t ox, int64_t iy0, int64_t ix0) {
-    int64_t count = 0;
-    for (int64_t ky = 0; ky < win.kh; ++ky)
-      for (int64_t kx = 0; kx < win.kw; ++kx) {
-        const int64_t iy = iy0 + ky * win.dh, ix = ix0 + kx * win.dw;
-        count += iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-      }
-    if (count == 0) return;
-    const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * g.c;
+  const int64_t C = g.c;
+  for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
+    const int64_t count = (t.ky1 - t.ky0) * (t.kx1 - t.kx0);
+    if (count <= 0) return;
+    const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * C;
     const float inv = 1.0f / float(count);
-    for (int64_t ky = 0; ky < win.kh; ++ky)
-      for (int64_t kx = 0; kx < win.kw; ++kx) {
-        const int64_t iy = iy0 + ky * win.dh, ix = ix0 + kx * win.dw;
-        if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-        float* d = pd + ((b * g.h + iy) * g.w + ix) * g.c;
-        for (int64_t c = 0; c < g.c; ++c) d[c] += grad[c] * inv;
+    for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+      for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+        float* d = pd + ((b * g.h + t.iy0 + ky * win.dh) * g.w + t.ix0 + kx * win.dw) * C;
+        for (int64_t c = 0; c < C; ++c) d[c] += grad[c] * inv;
       }
   });
 }
