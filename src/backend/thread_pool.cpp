@@ -1,6 +1,9 @@
 #include "backend/thread_pool.h"
 
 #include <mutex>
+#include <string>
+
+#include "tensorgrad/core/error.h"
 
 #include "tensorgrad/core/threads.h"
 
@@ -14,7 +17,12 @@ std::shared_ptr<pthreadpool> compute_pool() {
   const int n = num_threads();  // may initialise the default count and bump nothing
   if (generation != threads_generation()) {
     generation = threads_generation();
-    pool = n > 1 ? std::shared_ptr<pthreadpool>(pthreadpool_create(size_t(n)), pthreadpool_destroy) : nullptr;
+    pool = nullptr;
+    if (n > 1) {
+      pthreadpool_t p = pthreadpool_create(size_t(n));
+      if (!p) throw Error("could not start a pool of " + std::to_string(n) + " threads; call set_num_threads with fewer");
+      pool = std::shared_ptr<pthreadpool>(p, pthreadpool_destroy);
+    }
   }
   return pool;
 }

@@ -19,6 +19,8 @@ namespace {
   return true;
 }();
 
+constexpr int kMaxThreads = 1024;
+
 int default_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : int(n);
@@ -29,6 +31,9 @@ std::atomic<uint64_t> g_generation{1};
 
 void set_num_threads(int n) {
   if (n < 1) throw ValueError("set_num_threads: expected at least 1 thread; got " + std::to_string(n));
+  if (n > kMaxThreads)
+    throw ValueError("set_num_threads: at most " + std::to_string(kMaxThreads) + " threads; got " + std::to_string(n) +
+                     " (this machine has " + std::to_string(default_threads()) + " cores)");
   g_threads = n;
   ++g_generation;
 }

@@ -27,6 +27,19 @@ Layer::Layer(const char* prefix) {
   ++n;
 }
 
+Shape Layer::build_once(const Shape& input_shape) {
+  if (built_) {
+    if (input_shape != built_input_)
+      throw ShapeError("layer '" + name_ + "' was built for input shape " + built_input_.str() + "; it cannot take " +
+                       input_shape.str() + " (a shared layer needs the same input shape in every model)");
+    return built_output_;
+  }
+  built_output_ = build(input_shape);
+  built_input_ = input_shape;
+  built_ = true;
+  return built_output_;
+}
+
 Activation activation_from_name(const std::string& name) {
   if (name.empty() || name == "linear") return Activation::Linear;
   if (name == "relu") return Activation::Relu;

@@ -72,18 +72,25 @@ Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   if (!layers_.empty() && std::string(layer->type()) == "Embedding")
     throw ValueError("Embedding '" + layer->name() +
                      "' must be the first layer: it reads token ids from the model input, where they are checked");
-  output_shape_ = layer->build(output_shape_);
+  output_shape_ = layer->build_once(output_shape_);
   layers_.push_back(std::move(layer));
   layer_shapes_.push_back(output_shape_);
   rebuild_model_function();
   // A changed stack needs new graphs; the optimizer state stays with compile.
   contexts_.clear();
   predict_plans_.clear();
+  if (compiled_) changed_after_compile_ = true;
   compiled_ = false;
   return *this;
 }
 
 ModelFunction Sequential::model_function() const { return model_; }
+
+std::string Sequential::not_compiled_message(const char* call) const {
+  if (changed_after_compile_)
+    return std::string(call) + ": the model changed after compile() (add() was called): call compile() again";
+  return std::string(call) + " before compile(): call compile(optimizer, loss) first";
+}
 
 void Sequential::rebuild_model_function() {
   model_.input_shape = input_shape_;
@@ -111,8 +118,16 @@ void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss
       throw ValueError("metric \"accuracy\" needs a cross-entropy loss; the model is compiled with \"mse\"");
     accuracy = true;
   }
+  if (kind != LossKind::MeanSquaredError) {
+    const char* last = layers_.back()->output_activation();
+    if (last && std::string(last) != "softmax" && std::string(last) != "linear")
+      throw ValueError(std::string(loss_name(kind)) + " needs a final softmax (folded into the loss) or a linear output " +
+                       "(taken as logits); the last layer '" + layers_.back()->name() + "' ends in " + last +
+                       ". Use activation \"softmax\", or \"mse\" for other outputs");
+  }
   loss_ = kind;
   accuracy_metric_ = accuracy;
+  changed_after_compile_ = false;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
   contexts_.clear();
@@ -120,7 +135,7 @@ void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss
 }
 
 OptimizerContext& Sequential::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
-  if (!compiled_) throw StateError("the model is not compiled: call compile(optimizer, loss) first");
+  if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
   auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
   auto& slot = contexts_[key];
   if (!slot) {
@@ -141,13 +156,17 @@ OptimizerContext& Sequential::optimizer_context(int64_t batch_size, int64_t nbat
 }
 
 History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& opt) {
-  if (!compiled_) throw StateError("fit() before compile(): call compile(optimizer, loss) first");
+  if (!compiled_) throw StateError(not_compiled_message("fit()"));
+  if (opt.verbose < 0 || opt.verbose > 2)
+    throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
+                     std::to_string(opt.verbose));
   if (opt.epochs < 0) throw ValueError("epochs must be >= 0; got " + std::to_string(opt.epochs));
   if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
   if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
     throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
   const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
+  if (n == 0) throw ValueError("fit: x has no rows; give at least one training row");
   if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != n)
     throw ShapeError("x has " + std::to_string(n) + " rows but y has " +
                      (y.defined() && y.shape().rank() ? std::to_string(y.shape()[0]) : std::string("none")) +
@@ -171,6 +190,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
     yv = opt.validation_data->second;
     if (!yv.defined() || yv.shape().rank() == 0 || yv.shape()[0] != xv.shape()[0])
       throw ShapeError("validation_data: x and y differ in rows");
+    if (xv.shape()[0] == 0) throw ValueError("validation_data has no rows; give some or leave it out");
   } else if (opt.validation_split > 0.0) {
     n_train = int64_t(double(n) * (1.0 - opt.validation_split));
     if (n_train < n) {
@@ -180,6 +200,9 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   }
   if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
 
+  if (opt.nbatch_logical > 0 && opt.batch_size > n_train)
+    throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
+                     " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, n_train);
   OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
   ctx.check_targets(y, weighted ? opt.sample_weight : Tensor{}, -1);
@@ -263,7 +286,7 @@ std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const T
 }
 
 std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size) {
-  if (!compiled_) throw StateError("evaluate() before compile(): call compile(optimizer, loss) first");
+  if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const Tensor x = model_.check_input(x_in, -1, "x");
   if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != x.shape()[0])
@@ -274,6 +297,10 @@ std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Ten
 }
 
 Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
+  // One plan (graph and arena) per row count; a caller cycling through many
+  // row counts would otherwise grow memory without bound.
+  constexpr size_t kMaxPlans = 8;
+  if (predict_plans_.size() >= kMaxPlans && !predict_plans_.count(rows)) predict_plans_.clear();
   auto& slot = predict_plans_[rows];
   if (!slot) {
     auto plan = std::make_unique<PredictPlan>();
@@ -308,7 +335,9 @@ void Sequential::predict(const Tensor& x_in, Tensor& out) {
   if (layers_.empty()) throw StateError("predict: the model has no layers");
   const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
-  if (!out.defined() || out.dtype() != DType::Float32 || out.shape().rank() == 0 || out.shape()[0] != n ||
+  if (out.defined() && out.dtype() != DType::Float32)
+    throw TypeError(std::string("predict: out must be float32; got ") + dtype_name(out.dtype()));
+  if (!out.defined() || out.shape().rank() == 0 || out.shape()[0] != n ||
       out.shape().row_size() != output_shape_.numel())
     throw ShapeError("predict: out must be a float32 tensor of shape " + output_shape_.with_batch(n).str() + "; got " +
                      (out.defined() ? out.shape().str() : std::string("an undefined tensor")));

@@ -137,9 +137,20 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     throw ValueError(std::string("per-output loss weights (loss_mask) need loss \"mse\"; got \"") +
                      loss_name(options_.loss) + "\"");
   options_.optimizer.validate();
+  if (!model_.forward) throw ValueError("OptimizerContext: the ModelFunction has no forward function");
   period_ = options_.nbatch_logical / options_.batch_size;
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
-  train_ = build(true);
+  // The output width from shapes alone; the graphs themselves are built and
+  // planned on first use (evaluation alone never builds the backward pass).
+  {
+    Graph g;
+    const Shape os = g.shape(model_.forward(g, g.input("x", model_.input_shape.with_batch(options_.batch_size)), false,
+                                            options_.loss != LossKind::MeanSquaredError));
+    if (os.rank() != 2)
+      throw ShapeError("the model's output must be {batch, outputs} to take a loss; got " + os.str() +
+                       " (add Flatten or Dense before the output)");
+    outputs_ = os[1];
+  }
   const int64_t b = options_.batch_size;
   labels_i32_ = Tensor::zeros(Shape{b}, DType::Int32);
   ones_ = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, outputs_} : Shape{b}, 1.0f);
@@ -310,7 +321,15 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
     head.exe->run(0, head.split);
     ++n_steps_;
     if (++state_->micro_step >= period_) {
-      for (auto& hook : hooks_) hook(grads_);
+      try {
+        for (auto& hook : hooks_) hook(grads_);
+      } catch (...) {
+        // The period's gradients are dropped, so the next period starts clean.
+        state_->micro_step = 0;
+        if (period_ > 1)
+          for (NamedGradient& g : grads_) g.grad.fill(0.0f);
+        throw;
+      }
       head.exe->run(head.split);
       state_->micro_step = 0;
       ++state_->n_updates;
@@ -325,6 +344,7 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
 }
 
 StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  if (!train_) train_ = build(true);
   return run(*train_, x, y, sample_weight, true);
 }
 

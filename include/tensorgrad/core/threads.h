@@ -5,7 +5,8 @@ namespace tensorgrad {
 
 /// Sets the number of compute threads every pool uses: tensorgrad's kernels
 /// and the BLAS library's. Applies from the next run of a graph. Default: the
-/// number of cores. Throws ValueError when n < 1.
+/// number of cores. Throws ValueError when n < 1 or n > 1024. More threads
+/// than cores work but wait in the kernel between tasks instead of spinning.
 void set_num_threads(int n);
 /// The current thread count.
 int num_threads();

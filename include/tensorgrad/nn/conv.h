@@ -37,6 +37,7 @@ class Conv2D : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+  const char* output_activation() const override { return activation_name(activation_); }
 
  protected:
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,

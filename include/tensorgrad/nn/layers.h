@@ -61,14 +61,26 @@ class Layer {
   /// Checks a model input this layer reads directly (the first layer): token
   /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
   virtual void validate_input(const Tensor& x) const { (void)x; }
-  /// Frozen layers (false) are neither updated nor decayed.
+  /// The activation the layer ends with ("relu", "softmax", "linear"), or
+  /// null for layers that are not activations (pooling, normalization, ...).
+  virtual const char* output_activation() const { return nullptr; }
+  /// Frozen layers (false) are neither updated nor decayed. Like Keras, a
+  /// change takes effect at the next compile().
   bool trainable = true;
+
+  /// build() on first use, returning the output shape. A layer already built
+  /// (added to a second model: a shared layer, as in Keras) keeps its
+  /// weights. Throws ShapeError when it was built for another input shape.
+  Shape build_once(const Shape& input_shape);
+  bool built() const { return built_; }
 
  protected:
   explicit Layer(const char* name_prefix);
 
  private:
   std::string name_;
+  bool built_ = false;
+  Shape built_input_, built_output_;
 };
 
 /// Densely connected layer (keras.layers.Dense): y = activation(x W + b).
@@ -82,6 +94,7 @@ class Dense : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+  const char* output_activation() const override { return activation_name(activation_); }
   int64_t units() const { return units_; }
 
  private:
@@ -110,6 +123,7 @@ class ActivationLayer : public Layer {
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
+  const char* output_activation() const override { return activation_name(activation_); }
 
  private:
   Activation activation_;

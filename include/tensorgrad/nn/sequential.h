@@ -36,6 +36,8 @@ struct FitOptions {
 
 /// A linear stack of layers (keras.Sequential). Layers are built as they are
 /// added, so each layer's weights exist from then on (drawn from the global seed).
+/// One thread at a time (DESIGN.md): calls on one model from two threads
+/// at once, predict included, share its scratch memory and must be serialised.
 class Sequential {
  public:
   /// input_shape excludes the batch: {784} for flat images, {28, 28, 1} for
@@ -45,8 +47,10 @@ class Sequential {
   Sequential(Sequential&&) noexcept;
   Sequential& operator=(Sequential&&) noexcept;
 
-  /// Appends a layer and builds it for the current output shape. Throws
-  /// ShapeError when it does not fit, StateError after compile.
+  /// Appends a layer and builds it for the current output shape (a layer
+  /// already built, shared with another model, keeps its weights). Throws
+  /// ShapeError when it does not fit. After compile(), the model must be
+  /// compiled again (as Keras); the optimizer state is then fresh.
   Sequential& add(std::shared_ptr<Layer> layer);
   template <class L>
   Sequential& add(L layer) {
@@ -57,7 +61,10 @@ class Sequential {
   /// "sparse_categorical_crossentropy"), the optimizer and the metrics
   /// (only "accuracy", for the cross-entropy losses). A final softmax is folded
   /// into a cross-entropy loss for training; predict still returns
-  /// probabilities. Throws ValueError for unknown names.
+  /// probabilities. A final linear output is taken as logits (Keras'
+  /// from_logits = True) and predict returns them. Throws ValueError for
+  /// unknown names, and for a cross-entropy loss after another final
+  /// activation (sigmoid, relu, ...).
   void compile(const OptimizerSpec& optimizer, const std::string& loss, const std::vector<std::string>& metrics = {});
   bool compiled() const { return compiled_; }
 
@@ -77,12 +84,15 @@ class Sequential {
   /// softmax. Runs in batches of batch_size. Throws as check_features.
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
   /// The same into caller memory `out` {rows, outputs}, all rows in one
-  /// batch; allocates nothing once this row count has been seen.
+  /// batch; allocates nothing once this row count has been seen (plans for
+  /// the 8 most recent row counts are kept). Throws TypeError for a
+  /// non-float32 `out`, ShapeError for the wrong shape.
   void predict(const Tensor& x, Tensor& out);
 
   /// The optimizer context fit uses for batches of `batch_size` (made on first
   /// use; shares the optimizer state of every other batch size). This is the
-  /// public step fit is written on. Throws StateError before compile.
+  /// public step fit is written on. The reference stays valid until the next
+  /// compile(), add() or freeze_bn_stats(). Throws StateError before compile.
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
                                       LossWeights weights = LossWeights::None);
 
@@ -109,6 +119,7 @@ class Sequential {
   struct PredictPlan;
   PredictPlan& predict_plan(int64_t rows);
   void rebuild_model_function();
+  std::string not_compiled_message(const char* call) const;
   std::map<std::string, double> evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size);
 
   Shape input_shape_, output_shape_;
@@ -116,6 +127,7 @@ class Sequential {
   std::vector<std::shared_ptr<Layer>> layers_;
   std::vector<Shape> layer_shapes_;  // output shape of each layer, without the batch
   bool compiled_ = false;
+  bool changed_after_compile_ = false;
   OptimizerSpec optimizer_;
   LossKind loss_ = LossKind::MeanSquaredError;
   bool accuracy_metric_ = false;

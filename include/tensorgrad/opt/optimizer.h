@@ -103,15 +103,19 @@ struct NamedGradient {
   Tensor grad;  // view of the gradient (averaged over the logical batch), writable
 };
 /// Called between backward and update with every trainable gradient (gradient
-/// clipping, all-reduce, inspection). May modify the gradients in place.
+/// clipping, all-reduce, inspection). May modify the gradients in place. A
+/// hook that throws cancels that update: the period's gradients are dropped
+/// and the exception propagates. The views are valid after the first step().
 using GradientHook = std::function<void(std::span<NamedGradient>)>;
 
 class OptimizerContext {
  public:
-  /// Builds and plans the training graph for exactly `options.batch_size`
-  /// rows. Throws ValueError when nbatch_logical is not a positive multiple of
-  /// batch_size or the optimizer settings are invalid, and ShapeError/TypeError
-  /// when the model cannot be built for the loss.
+  /// A context for exactly `options.batch_size` rows; the training graph is
+  /// built and planned on the first step(), the evaluation graph on the first
+  /// evaluate(). Throws ValueError when nbatch_logical is not a positive
+  /// multiple of batch_size, the optimizer settings are invalid or the model
+  /// function is empty, and ShapeError/TypeError when the model cannot be
+  /// built for the loss.
   OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
                    std::shared_ptr<OptimizerState> state = nullptr);
   ~OptimizerContext();

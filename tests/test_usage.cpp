@@ -1,0 +1,146 @@
+// Misuse a new user ran into (fresh-clone trial), each now an error that
+// names the problem or a documented behaviour.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "tensorgrad/tensorgrad.h"
+
+using namespace tensorgrad;
+using nn::Dense;
+using nn::Sequential;
+
+namespace {
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception: ") + e.what();
+  }
+  return "no exception";
+}
+
+Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
+  Tensor t = Tensor::empty(Shape{rows, cols});
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
+  return t;
+}
+
+Tensor class_ids(int64_t rows, int32_t classes) {
+  Tensor t = Tensor::empty(Shape{rows}, DType::Int32);
+  for (int64_t i = 0; i < rows; ++i) t.data<int32_t>()[i] = int32_t(i % classes);
+  return t;
+}
+
+nn::FitOptions quiet(int64_t batch = 8) {
+  nn::FitOptions f;
+  f.batch_size = batch;
+  f.verbose = 0;
+  return f;
+}
+}  // namespace
+
+TEST(Usage, SharedLayerKeepsItsWeights) {
+  manual_seed(3);
+  auto shared = std::make_shared<Dense>(2);
+  Sequential a({3});
+  a.add(std::shared_ptr<nn::Layer>(shared));
+  const std::vector<float> before = shared->weights()[0].value.to_vector();
+  Sequential b({3});
+  b.add(std::shared_ptr<nn::Layer>(shared));
+  EXPECT_EQ(shared->weights()[0].value.to_vector(), before);
+  const Tensor x = random_rows(4, 3, 1);
+  EXPECT_EQ(a.predict(x).to_vector(), b.predict(x).to_vector());
+  Sequential c({5});
+  const std::string msg = message_of<ShapeError>([&] { c.add(std::shared_ptr<nn::Layer>(shared)); });
+  EXPECT_NE(msg.find("built for input shape {3}"), std::string::npos) << msg;
+}
+
+TEST(Usage, CrossEntropyAfterSigmoidIsRefused) {
+  Sequential m({4});
+  m.add(Dense(3, "sigmoid"));
+  const std::string msg =
+      message_of<ValueError>([&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy"); });
+  EXPECT_NE(msg.find("ends in sigmoid"), std::string::npos) << msg;
+  EXPECT_FALSE(m.compiled());
+}
+
+TEST(Usage, AddAfterCompileAsksForANewCompile) {
+  Sequential m({4});
+  m.add(Dense(3, "softmax"));
+  m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy");
+  m.add(Dense(3, "softmax"));
+  const std::string msg = message_of<StateError>([&] { m.fit(random_rows(8, 4, 2), class_ids(8, 3), quiet()); });
+  EXPECT_NE(msg.find("changed after compile"), std::string::npos) << msg;
+}
+
+TEST(Usage, ThrowingHookCancelsThePeriod) {
+  manual_seed(4);
+  Sequential m({4});
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  OptimizerContext& ctx = m.optimizer_context(4, 8);
+  bool fail = true;
+  ctx.add_gradient_hook([&](std::span<NamedGradient>) {
+    if (fail) throw ValueError("hook failed");
+  });
+  const Tensor x = random_rows(4, 4, 5), y = random_rows(4, 2, 6);
+  ctx.step(x, y);
+  EXPECT_THROW(ctx.step(x, y), ValueError);
+  EXPECT_EQ(ctx.state()->micro_step, 0);
+  fail = false;
+  EXPECT_FALSE(ctx.step(x, y).updated);  // a new period of two starts
+  EXPECT_TRUE(ctx.step(x, y).updated);
+}
+
+TEST(Usage, PredictIntoWrongDtypeIsTypeError) {
+  Sequential m({4});
+  m.add(Dense(3));
+  Tensor out = Tensor::zeros(Shape{5, 3}, DType::Int32);
+  const std::string msg = message_of<TypeError>([&] { m.predict(random_rows(5, 4, 7), out); });
+  EXPECT_NE(msg.find("float32"), std::string::npos) << msg;
+}
+
+TEST(Usage, OverflowingShapeIsShapeError) {
+  const std::string msg = message_of<ShapeError>([] { Tensor::zeros(Shape{(int64_t(1) << 62) + 1, 4}); });
+  EXPECT_NE(msg.find("64 bits"), std::string::npos) << msg;
+}
+
+TEST(Usage, EvaluateAFrozenModel) {
+  manual_seed(5);
+  Sequential m({4});
+  m.add(Dense(3, "softmax"));
+  m.layers()[0]->trainable = false;
+  m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy", {"accuracy"});
+  const auto r = m.evaluate(random_rows(10, 4, 8), class_ids(10, 3), 4);
+  EXPECT_GT(r.at("loss"), 0.0);
+  EXPECT_THROW(m.fit(random_rows(10, 4, 8), class_ids(10, 3), quiet()), ValueError);  // nothing to train
+}
+
+TEST(Usage, VerboseOutOfRangeAndTooManyThreads) {
+  Sequential m({4});
+  m.add(Dense(3));
+  m.compile(OptimizerSpec::adam(), "mse");
+  nn::FitOptions f = quiet();
+  f.verbose = 7;
+  EXPECT_NE(message_of<ValueError>([&] { m.fit(random_rows(8, 4, 9), random_rows(8, 3, 10), f); }).find("verbose"),
+            std::string::npos);
+  const int threads = num_threads();
+  EXPECT_NE(message_of<ValueError>([] { set_num_threads(5000); }).find("at most"), std::string::npos);
+  EXPECT_EQ(num_threads(), threads);
+}
+
+TEST(Usage, EmptyTrainingSetIsValueError) {
+  Sequential m({4});
+  m.add(Dense(3));
+  m.compile(OptimizerSpec::adam(), "mse");
+  const std::string msg =
+      message_of<ValueError>([&] { m.fit(Tensor::zeros(Shape{0, 4}), Tensor::zeros(Shape{0, 3}), quiet()); });
+  EXPECT_NE(msg.find("no rows"), std::string::npos) << msg;
+}
