@@ -1,5 +1,7 @@
 #include "tensorgrad/backend/executable.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "backend/thread_pool.h"
@@ -10,6 +12,25 @@ namespace tensorgrad {
 
 namespace {
 constexpr double kParallelFlops = 1e6;
+
+// TG_PROFILE=1 in the environment: time every kernel and print the totals per
+// op at exit (a developer's tool; off by default, one branch per node).
+struct OpProfile {
+  bool enabled = std::getenv("TG_PROFILE") != nullptr;
+  double seconds[size_t(OpKind::Count)] = {};
+  int64_t calls[size_t(OpKind::Count)] = {};
+  ~OpProfile() {
+    if (!enabled) return;
+    double total = 0;
+    for (double t : seconds) total += t;
+    std::fprintf(stderr, "TG_PROFILE: %.3f s in kernels\n", total);
+    for (size_t i = 0; i < size_t(OpKind::Count); ++i)
+      if (calls[i])
+        std::fprintf(stderr, "  %-32s %8.3f s %5.1f%% %10lld calls\n", op_info(OpKind(i)).name, seconds[i],
+                     100.0 * seconds[i] / total, (long long)calls[i]);
+  }
+};
+OpProfile g_profile;
 
 double node_flops(const Graph& g, const Node& n) {
   if (n.op == OpKind::MatMul) {
@@ -94,7 +115,14 @@ void Executable::run(size_t first_node, size_t last_node) {
       if (!data_[id]) throw StateError("run: input '" + nodes[id].name + "' is not bound");
       refs[k].data = data_[id];
     }
+    if (!g_profile.enabled) {
+      kernels::run_kernel(n.op, n.attrs, {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     kernels::run_kernel(n.op, n.attrs, {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+    g_profile.seconds[size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++g_profile.calls[size_t(n.op)];
   }
 }
 

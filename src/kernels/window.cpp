@@ -38,6 +38,13 @@ void im2col(const Window2D& win, const TensorRef& x, const TensorRef& cols, cons
           const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
           const bool row_in = iy >= 0 && iy < g.h;
           const float* src_row = px + (b * g.h + (row_in ? iy : 0)) * g.w * g.c;
+          if (row_in && win.dw == 1 && ix0 >= 0 && ix0 + win.kw <= g.w) {
+            // Interior: the kernel row's taps are kw*C contiguous floats.
+            const float* src = src_row + ix0 * g.c;
+            for (int64_t i = 0; i < win.kw * g.c; ++i) dst[i] = src[i];
+            dst += win.kw * g.c;
+            continue;
+          }
           for (int64_t kx = 0; kx < win.kw; ++kx, dst += g.c) {
             const int64_t ix = ix0 + kx * win.dw;
             if (!row_in || ix < 0 || ix >= g.w) {
@@ -86,8 +93,12 @@ void col2im(const Window2D& win, const TensorRef& cols, const TensorRef& x, cons
 struct Taps {
   int64_t iy0, ix0, ky0, ky1, kx0, kx1;
 };
-inline int64_t first_tap(int64_t i0, int64_t d) { return i0 >= 0 ? 0 : (-i0 + d - 1) / d; }
+inline int64_t first_tap(int64_t i0, int64_t d) {
+  if (i0 >= 0) return 0;
+  return d == 1 ? -i0 : (-i0 + d - 1) / d;
+}
 inline int64_t end_tap(int64_t i0, int64_t d, int64_t k, int64_t n) {
+  if (i0 + (k - 1) * d < n) return k;  // the usual case: no division
   return std::min(k, i0 >= n ? 0 : (n - 1 - i0) / d + 1);
 }
 
@@ -118,33 +129,45 @@ inline v8f load8(const float* p) {
 }
 inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
-void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+template <bool kMax>
+void pool2d_impl(const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float* px = x.f();
   float* py = y.f();
-  const bool is_max = op == OpKind::MaxPool2D;
   const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
   for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
     float* out = py + ((b * g.ho + oy) * g.wo + ox) * C;
-    const float init = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
-    for (int64_t c = 0; c < C; ++c) out[c] = init;
-    for (int64_t ky = t.ky0; ky < t.ky1; ++ky) {
-      const float* row = px + ((b * g.h + t.iy0 + ky * win.dh) * g.w) * C;
-      for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
-        const float* in = row + (t.ix0 + kx * win.dw) * C;
-        for (int64_t c = 0; c < C8; c += 8) {
-          const v8f v = load8(in + c), o = load8(out + c);
-          store8(out + c, is_max ? (v > o ? v : o) : o + v);
+    const float init = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+    auto tap = [&](int64_t ky, int64_t kx) { return px + ((b * g.h + t.iy0 + ky * win.dh) * g.w + t.ix0 + kx * win.dw) * C; };
+    for (int64_t c = 0; c < C8; c += 8) {  // the accumulator stays in a register across the taps
+      v8f acc = {init, init, init, init, init, init, init, init};
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
+          const v8f v = load8(tap(ky, kx) + c);
+          if constexpr (kMax) acc = v > acc ? v : acc;
+          else acc += v;
         }
-        for (int64_t c = C8; c < C; ++c) out[c] = is_max ? std::max(out[c], in[c]) : out[c] + in[c];
+      store8(out + c, acc);
+    }
+    for (int64_t c = C8; c < C; ++c) {
+      float acc = init;
+      for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) acc = kMax ? std::max(acc, tap(ky, kx)[c]) : acc + tap(ky, kx)[c];
+      out[c] = acc;
+    }
+    if constexpr (!kMax) {  // padding is not counted, as Keras' "same" average pooling
+      const int64_t count = (t.ky1 - t.ky0) * (t.kx1 - t.kx0);
+      if (count > 0) {
+        const float inv = 1.0f / float(count);
+        for (int64_t c = 0; c < C; ++c) out[c] *= inv;
       }
     }
-    const int64_t count = (t.ky1 - t.ky0) * (t.kx1 - t.kx0);
-    if (!is_max && count > 0) {  // padding is not counted, as Keras' "same" average pooling
-      const float inv = 1.0f / float(count);
-      for (int64_t c = 0; c < C; ++c) out[c] *= inv;
-    }
   });
+}
+
+void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+  if (op == OpKind::MaxPool2D) pool2d_impl<true>(win, x, y, ctx);
+  else pool2d_impl<false>(win, x, y, ctx);
 }
 
 // Each window's gradient goes to its first maximum in (ky, kx) order, as

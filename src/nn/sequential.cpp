@@ -237,6 +237,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   ProgressPrinter progress(opt.verbose, opt.epochs);
   const bool report_acc = accuracy_metric_;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    if (opt.learning_rate_schedule) ctx.set_learning_rate(opt.learning_rate_schedule(epoch, ctx.learning_rate()));
     std::iota(order.begin(), order.end(), int64_t(0));
     if (opt.shuffle) std::shuffle(order.begin(), order.end(), global_generator());
     progress.begin_epoch(epoch, steps);

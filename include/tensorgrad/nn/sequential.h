@@ -1,5 +1,6 @@
 #pragma once
 // keras.Sequential in C++: a stack of layers, compile, fit, evaluate, predict.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +33,10 @@ struct FitOptions {
   /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
   /// otherwise; 2 one line per epoch.
   int verbose = 1;
+  /// Optional learning-rate schedule, as keras.callbacks.LearningRateScheduler:
+  /// called before each epoch with the 0-based epoch and the current rate,
+  /// returns the rate for that epoch (positive and finite, else ValueError).
+  std::function<float(int epoch, float lr)> learning_rate_schedule;
 };
 
 /// A linear stack of layers (keras.Sequential). Layers are built as they are
