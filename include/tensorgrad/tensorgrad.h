@@ -2,6 +2,7 @@
 // Everything a user of tensorgrad needs, in one include.
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/core/tensor.h"
@@ -14,5 +15,6 @@
 #include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/nn/recurrent.h"
 #include "tensorgrad/nn/sequential.h"
+#include "tensorgrad/nn/trainer.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"

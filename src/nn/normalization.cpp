@@ -50,8 +50,8 @@ Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) 
 std::vector<Weight> BatchNormalization::weights() const {
   return {{name() + "/gamma", gamma_, trainable},
           {name() + "/beta", beta_, trainable},
-          {name() + "/moving_mean", moving_mean_, false},
-          {name() + "/moving_variance", moving_variance_, false}};
+          {name() + "/moving_mean", moving_mean_, false, false},
+          {name() + "/moving_variance", moving_variance_, false, false}};
 }
 
 LayerNormalization::LayerNormalization(float epsilon) : Layer("layer_normalization"), epsilon_(epsilon) {

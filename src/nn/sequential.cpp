@@ -1,6 +1,7 @@
 #include "tensorgrad/nn/sequential.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -62,12 +63,14 @@ Sequential::Sequential(const Shape& input_shape) : input_shape_(input_shape), ou
     throw ShapeError("Sequential: input_shape (without the batch) must be non-empty with positive sizes; got " +
                      input_shape.str());
   rebuild_model_function();
+  new_structure_id();
 }
 Sequential::~Sequential() = default;
 Sequential::Sequential(Sequential&&) noexcept = default;
 Sequential& Sequential::operator=(Sequential&&) noexcept = default;
 
 Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
+  check_live("add()");
   if (!layer) throw ValueError("Sequential::add: null layer");
   if (!layers_.empty() && std::string(layer->type()) == "Embedding")
     throw ValueError("Embedding '" + layer->name() +
@@ -76,6 +79,7 @@ Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
   layer_shapes_.push_back(output_shape_);
   rebuild_model_function();
+  new_structure_id();
   // A changed stack needs new graphs; the optimizer state stays with compile.
   contexts_.clear();
   predict_plans_.clear();
@@ -107,6 +111,7 @@ void Sequential::rebuild_model_function() {
 
 void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss,
                          const std::vector<std::string>& metrics) {
+  check_live("compile()");
   if (layers_.empty()) throw StateError("compile: the model has no layers; add() some first");
   // Validate everything before changing anything: a failed compile leaves the model as it was.
   optimizer.validate();
@@ -135,6 +140,7 @@ void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss
 }
 
 OptimizerContext& Sequential::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
+  check_live("optimizer_context()");
   if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
   auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
   auto& slot = contexts_[key];
@@ -156,6 +162,7 @@ OptimizerContext& Sequential::optimizer_context(int64_t batch_size, int64_t nbat
 }
 
 History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& opt) {
+  check_live("fit()");
   if (!compiled_) throw StateError(not_compiled_message("fit()"));
   if (opt.verbose < 0 || opt.verbose > 2)
     throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
@@ -287,6 +294,7 @@ std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const T
 }
 
 std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size) {
+  check_live("evaluate()");
   if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const Tensor x = model_.check_input(x_in, -1, "x");
@@ -315,6 +323,7 @@ Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
 }
 
 Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
+  check_live("predict()");
   if (layers_.empty()) throw StateError("predict: the model has no layers");
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const Tensor x = model_.check_input(x_in, -1, "x");
@@ -333,6 +342,7 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
 }
 
 void Sequential::predict(const Tensor& x_in, Tensor& out) {
+  check_live("predict()");
   if (layers_.empty()) throw StateError("predict: the model has no layers");
   const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t n = x.shape()[0];
@@ -350,12 +360,14 @@ void Sequential::predict(const Tensor& x_in, Tensor& out) {
 }
 
 void Sequential::freeze_bn_stats(bool freeze) {
+  check_live("freeze_bn_stats()");
   for (auto& l : layers_)
     if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->freeze_stats = freeze;
   contexts_.clear();  // training graphs are rebuilt with or without the updates
 }
 
 void Sequential::calibrate_bn(const Tensor& x_in) {
+  check_live("calibrate_bn()");
   const Tensor x = model_.check_input(x_in, -1, "x");
   const int64_t rows = std::min<int64_t>(x.shape()[0], 1024);
   if (rows == 0) throw ValueError("calibrate_bn: x has no rows");
@@ -368,7 +380,51 @@ void Sequential::calibrate_bn(const Tensor& x_in) {
   exe.run();
 }
 
+void Sequential::new_structure_id() {
+  static std::atomic<uint64_t> next{1};
+  structure_id_ = next++;
+}
+
+void Sequential::check_live(const char* call) const {
+  if (released_)
+    throw StateError(std::string(call) + ": this model has been freed (released); use a live model or snapshot");
+}
+
+Sequential Sequential::clone() const {
+  check_live("clone()");
+  Sequential copy(input_shape_);
+  for (const auto& layer : layers_) {
+    std::shared_ptr<Layer> c = layer->clone();
+    copy.layers_.push_back(c);
+  }
+  copy.output_shape_ = output_shape_;
+  copy.layer_shapes_ = layer_shapes_;
+  copy.rebuild_model_function();
+  if (compiled_) {
+    copy.optimizer_ = optimizer_;
+    copy.loss_ = loss_;
+    copy.accuracy_metric_ = accuracy_metric_;
+    copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
+    copy.compiled_ = true;
+  }
+  return copy;
+}
+
+void Sequential::free() {
+  if (released_) return;
+  contexts_.clear();
+  predict_plans_.clear();
+  layers_.clear();
+  layer_shapes_.clear();
+  opt_state_.reset();
+  model_ = ModelFunction{};
+  compiled_ = false;
+  released_ = true;
+  new_structure_id();
+}
+
 std::vector<Weight> Sequential::weights() const {
+  check_live("weights()");
   std::vector<Weight> out;
   for (auto& l : layers_)
     for (auto& w : l->weights()) out.push_back(w);

@@ -343,8 +343,16 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
   return r;
 }
 
+void OptimizerContext::set_rng_seed(uint64_t seed) {
+  rng_seed_ = seed;
+  if (train_) train_->exe->set_rng_counter(seed);
+}
+
 StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
-  if (!train_) train_ = build(true);
+  if (!train_) {
+    train_ = build(true);
+    train_->exe->set_rng_counter(rng_seed_);
+  }
   return run(*train_, x, y, sample_weight, true);
 }
 

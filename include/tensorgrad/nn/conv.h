@@ -38,6 +38,8 @@ class Conv2D : public Layer {
   std::vector<Weight> weights() const override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
 
  protected:
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
@@ -67,6 +69,7 @@ class Conv1D : public Conv2D {
   /// Throws ShapeError unless the input is {steps, C}.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 };
 
 /// Max or average pooling over 2-D windows (keras.layers.MaxPooling2D,
@@ -80,6 +83,8 @@ class Pooling2D : public Layer {
   /// larger than the padded input.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {}; }
 
  protected:
   /// Throws ValueError for non-positive sizes or strides, or an unknown padding.
@@ -117,6 +122,8 @@ class GlobalPooling2D : public Layer {
   /// Throws ShapeError unless the input is {H, W, C}.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {}; }
 
  protected:
   GlobalPooling2D(const char* prefix, bool is_max) : Layer(prefix), is_max_(is_max) {}

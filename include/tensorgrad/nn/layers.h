@@ -17,7 +17,21 @@ struct Weight {
   std::string name;
   Tensor value;
   bool trainable = true;
+  /// false for running statistics (batch-norm moving mean and variance):
+  /// target-network updates copy them whole instead of averaging.
+  bool averaged = true;
 };
+
+class Layer;
+/// A copy of `layer` whose weight tensors (listed by weight_slots) are
+/// deep-copied; the helper every Layer::clone uses.
+template <class T>
+std::shared_ptr<Layer> clone_layer(const T& layer) {
+  auto copy = std::make_shared<T>(layer);
+  for (Tensor* t : copy->weight_slots())
+    if (t->defined()) *t = t->clone();
+  return copy;
+}
 
 /// How a layer is being called.
 struct CallOptions {
@@ -64,6 +78,9 @@ class Layer {
   /// The activation the layer ends with ("relu", "softmax", "linear"), or
   /// null for layers that are not activations (pooling, normalization, ...).
   virtual const char* output_activation() const { return nullptr; }
+  /// An independent copy: same configuration and name, its own copy of the
+  /// weights (Trainer, snapshots).
+  virtual std::shared_ptr<Layer> clone() const = 0;
   /// Frozen layers (false) are neither updated nor decayed. Like Keras, a
   /// change takes effect at the next compile().
   bool trainable = true;
@@ -95,6 +112,8 @@ class Dense : public Layer {
   std::vector<Weight> weights() const override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
   int64_t units() const { return units_; }
 
  private:
@@ -112,6 +131,8 @@ class Flatten : public Layer {
   const char* type() const override { return "Flatten"; }
   Shape build(const Shape& input_shape) override { return Shape{input_shape.numel()}; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {}; }
 };
 
 /// An activation as a layer (keras.layers.Activation).
@@ -124,6 +145,8 @@ class ActivationLayer : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {}; }
 
  private:
   Activation activation_;
@@ -140,6 +163,8 @@ class Dropout : public Layer {
   const char* type() const override { return "Dropout"; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {}; }
   float rate() const { return rate_; }
 
  private:

@@ -23,6 +23,8 @@ class BatchNormalization : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&gamma_, &beta_, &moving_mean_, &moving_variance_}; }
   /// Training steps leave the moving statistics unchanged (Sequential::freeze_bn_stats).
   bool freeze_stats = false;
 
@@ -42,6 +44,8 @@ class LayerNormalization : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&gamma_, &beta_}; }
 
  private:
   float epsilon_;

@@ -21,6 +21,8 @@ class Embedding : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   void validate_input(const Tensor& x) const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&embeddings_}; }
 
  private:
   int64_t input_dim_, output_dim_;
@@ -42,6 +44,8 @@ class LSTM : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
 
  private:
   int64_t units_;
@@ -65,6 +69,8 @@ class GRU : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
 
  private:
   int64_t units_;

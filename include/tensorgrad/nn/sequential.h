@@ -72,6 +72,13 @@ class Sequential {
   /// activation (sigmoid, relu, ...).
   void compile(const OptimizerSpec& optimizer, const std::string& loss, const std::vector<std::string>& metrics = {});
   bool compiled() const { return compiled_; }
+  /// What compile() was given (meaningful once compiled).
+  const OptimizerSpec& optimizer() const { return optimizer_; }
+  LossKind loss() const { return loss_; }
+  std::vector<std::string> metrics() const { return accuracy_metric_ ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{}; }
+  /// Changes whenever the layer stack or its weights' memory changes (add,
+  /// clone, free): lets holders of cached weight pointers notice.
+  uint64_t structure_id() const { return structure_id_; }
 
   /// Trains on x {rows, input_shape...} (or {rows, features}) and y (as the
   /// loss takes it; see OptimizerContext::step) for `epochs` epochs. Returns the
@@ -110,6 +117,16 @@ class Sequential {
   /// batch (the recalibration the seeds run after fit). Throws as predict.
   void calibrate_bn(const Tensor& x);
 
+  /// An independent copy: the same layers (names, configuration) with their
+  /// own copies of the weights, compiled like this one when this one is, with
+  /// fresh optimizer state. Throws StateError after free().
+  Sequential clone() const;
+  /// Releases the model's weights and graphs early (as the seeds' free()).
+  /// Idempotent; afterwards every method throws StateError. The destructor
+  /// releases everything anyway.
+  void free();
+  bool released() const { return released_; }
+
   /// Every weight, "<layer>/<weight>", in layer order.
   std::vector<Weight> weights() const;
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
@@ -133,6 +150,10 @@ class Sequential {
   std::vector<Shape> layer_shapes_;  // output shape of each layer, without the batch
   bool compiled_ = false;
   bool changed_after_compile_ = false;
+  bool released_ = false;
+  uint64_t structure_id_ = 0;
+  void new_structure_id();
+  void check_live(const char* call) const;
   OptimizerSpec optimizer_;
   LossKind loss_ = LossKind::MeanSquaredError;
   bool accuracy_metric_ = false;

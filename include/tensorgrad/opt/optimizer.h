@@ -139,7 +139,12 @@ class OptimizerContext {
 
   /// Adds a hook run between backward and update (see GradientHook).
   void add_gradient_hook(GradientHook hook);
+  /// Throws ValueError unless lr is positive and finite.
   void set_learning_rate(float lr);
+  /// Starts the dropout streams of the training graph at `seed` (they
+  /// advance every step). Takes effect when the training graph is built (the
+  /// first step) or at once if it exists.
+  void set_rng_seed(uint64_t seed);
   float learning_rate() const;
   int64_t batch_size() const { return options_.batch_size; }
   int64_t accumulation_period() const { return period_; }
@@ -163,6 +168,7 @@ class OptimizerContext {
   int64_t outputs_ = 0;
   int64_t n_steps_ = 0;
   std::unique_ptr<Head> train_, eval_;
+  uint64_t rng_seed_ = 0;
   std::vector<GradientHook> hooks_;
   std::vector<NamedGradient> grads_;
   Tensor labels_i32_, ones_;  // staging: class ids converted to int32; default weights

@@ -1,0 +1,109 @@
+#pragma once
+// A training context you step yourself (the seeds' ggml_trainer(), trainer.R):
+// it outlives any single call, so a loop written by the user (reinforcement
+// learning above all: a replay buffer still being filled, rollout and
+// optimisation at different rates, a target network refreshed now and then)
+// takes one optimizer step at a time while weights, Adam moments and the
+// planned graphs persist.
+#include <optional>
+#include <vector>
+
+#include "tensorgrad/nn/sequential.h"
+
+namespace tensorgrad::nn {
+
+/// Options of a Trainer (the seed's ggml_trainer arguments).
+struct TrainerOptions {
+  /// Rows of every step() and eval(); exactly this many, else ShapeError.
+  int64_t batch_size = 32;
+  /// Rows per optimizer update (gradient accumulation); 0 = batch_size, else
+  /// an exact multiple of it (ValueError otherwise).
+  int64_t nbatch_logical = 0;
+  /// Loss weights, MSE only: 0 none; 1 one weight per sample ({batch} or
+  /// {batch, 1}); the number of outputs: one weight per output element
+  /// ({batch, outputs}), e.g. a 0/1 mask training only the action a
+  /// Q-network took. The loss is sum(w * (pred - y)^2) / (batch * outputs),
+  /// not renormalised. Anything else throws ValueError.
+  int64_t loss_mask = 0;
+  /// Decoupled weight decay in [0, 1]; unset = the compiled optimizer's.
+  /// Frozen weights are not decayed.
+  std::optional<float> weight_decay;
+};
+
+/// The trainer. Works on its own copy of a compiled Sequential's weights (the
+/// model given is unchanged). Its predictions, snapshots and handed-out
+/// models run in graphs and arenas of their own, so none of them can disturb
+/// training. One thread at a time; a snapshot may be used in another thread
+/// while the trainer steps. free() releases early; every method then throws
+/// StateError. Destruction releases everything.
+class Trainer {
+ public:
+  /// Throws StateError if `model` is not compiled or has been freed;
+  /// ValueError for bad options (see TrainerOptions).
+  Trainer(const Sequential& model, const TrainerOptions& options = {});
+  ~Trainer();
+  Trainer(Trainer&&) noexcept;
+  Trainer& operator=(Trainer&&) noexcept;
+
+  /// One forward and backward pass on exactly batch_size rows; the weights
+  /// update when the accumulation period completes. x {batch, input_shape...},
+  /// y as the compiled loss takes it, sample_weight per loss_mask (undefined =
+  /// all ones). Returns this step's loss. Throws ShapeError ("exactly N rows"),
+  /// ValueError (weights without loss_mask, NaN), and the label errors of
+  /// OptimizerContext::step. Allocates nothing after the first call.
+  float step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  /// The loss on (x, y) without a backward pass or update; same arguments.
+  float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  /// Outputs from the current weights for any number of rows, in batches of
+  /// batch_size (default: the trainer's).
+  Tensor predict(const Tensor& x, int64_t batch_size = 0);
+  /// The same into caller memory {rows, outputs}, all rows in one batch;
+  /// allocates nothing once this row count has been seen (a one-row action).
+  void predict(const Tensor& x, Tensor& out);
+
+  /// An independent model holding a copy of the current weights (for
+  /// prediction: inference mode), which outlives the trainer. Its own free()
+  /// releases it early.
+  Sequential snapshot() const;
+  /// theta' <- tau * theta + (1 - tau) * theta' for every weight of `target`
+  /// (Polyak averaging; batch-norm moving statistics are copied whole, never
+  /// averaged). Throws ValueError when tau is outside [0, 1] or the target's
+  /// weights differ by name or shape, StateError for a released target.
+  /// Allocates nothing when called again with the same target.
+  void update_target(Sequential& target, float tau = 1.0f);
+  /// A compiled model (same loss and optimizer settings) holding a copy of
+  /// the current weights and fresh optimizer state, valid after the trainer
+  /// is gone.
+  Sequential model() const;
+  /// Batch-norm moving statistics from up to 1024 rows of x (Sequential::calibrate_bn).
+  void calibrate_bn(const Tensor& x);
+  /// Throws ValueError unless lr is positive and finite.
+  void set_lr(float lr);
+  float lr() const;
+  /// Calls of step() so far.
+  int64_t n_steps() const;
+  int64_t batch_size() const { return options_.batch_size; }
+  /// Early release; idempotent.
+  void free();
+  bool freed() const { return freed_; }
+
+ private:
+  void check_live(const char* call) const;
+  Sequential model_;
+  TrainerOptions options_;
+  OptimizerContext* ctx_ = nullptr;
+  bool freed_ = false;
+  bool warned_non_finite_ = false;
+  // update_target's pairs, kept for the last target seen.
+  struct TargetPair {
+    const float* source;
+    float* target;
+    int64_t count;
+    bool averaged;
+  };
+  const Sequential* target_ = nullptr;
+  uint64_t target_structure_ = 0;
+  std::vector<TargetPair> target_pairs_;
+};
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,153 @@
+#include "tensorgrad/nn/trainer.h"
+
+#include <cmath>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
+#include "tensorgrad/core/random.h"
+
+namespace tensorgrad::nn {
+
+namespace {
+Sequential trainer_copy(const Sequential& model, const TrainerOptions& options) {
+  if (model.released()) throw StateError("Trainer: the model has been freed (released)");
+  if (!model.compiled()) throw StateError("Trainer: the model is not compiled; call compile(optimizer, loss) first");
+  if (options.loss_mask != 0 && model.loss() != LossKind::MeanSquaredError)
+    throw ValueError(std::string("Trainer: loss_mask needs loss \"mse\"; the model is compiled with \"") +
+                     loss_name(model.loss()) + "\"");
+  Sequential copy = model.clone();
+  OptimizerSpec spec = model.optimizer();
+  if (options.weight_decay) {
+    if (!(*options.weight_decay >= 0.0f && *options.weight_decay <= 1.0f))
+      throw ValueError("Trainer: weight_decay must be in [0, 1]; got " + std::to_string(*options.weight_decay));
+    spec.weight_decay = *options.weight_decay;
+  }
+  copy.compile(spec, loss_name(model.loss()), model.metrics());
+  return copy;
+}
+}  // namespace
+
+Trainer::Trainer(const Sequential& model, const TrainerOptions& options)
+    : model_(trainer_copy(model, options)), options_(options) {
+  if (options_.batch_size < 1)
+    throw ValueError("Trainer: batch_size must be at least 1; got " + std::to_string(options_.batch_size));
+  const int64_t outputs = model_.output_shape().numel();
+  LossWeights weights = LossWeights::None;
+  if (options_.loss_mask == 1) weights = LossWeights::PerSample;
+  else if (options_.loss_mask == outputs && outputs > 1) weights = LossWeights::PerOutput;
+  else if (options_.loss_mask != 0)
+    throw ValueError("Trainer: loss_mask must be 0 (none), 1 (one weight per sample) or " + std::to_string(outputs) +
+                     " (one weight per output); got " + std::to_string(options_.loss_mask));
+  ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
+  ctx_->set_rng_seed(global_generator()());  // dropout masks: a stream of its own, from the global seed
+}
+
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+
+void Trainer::check_live(const char* call) const {
+  if (freed_) throw StateError(std::string("Trainer::") + call + ": this trainer has been freed");
+}
+
+float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  check_live("step");
+  const float loss = ctx_->step(x, y, sample_weight).loss;
+  if (!std::isfinite(loss) && !warned_non_finite_) {
+    warned_non_finite_ = true;
+    log_message(LogLevel::Warning, "Trainer: the loss is " + std::to_string(loss) + " at step " +
+                                       std::to_string(ctx_->n_steps()) +
+                                       "; lower the learning rate or check the targets");
+  }
+  return loss;
+}
+
+float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  check_live("eval");
+  return ctx_->evaluate(x, y, sample_weight).loss;
+}
+
+Tensor Trainer::predict(const Tensor& x, int64_t batch_size) {
+  check_live("predict");
+  return model_.predict(x, batch_size > 0 ? batch_size : options_.batch_size);
+}
+
+void Trainer::predict(const Tensor& x, Tensor& out) {
+  check_live("predict");
+  model_.predict(x, out);
+}
+
+Sequential Trainer::snapshot() const {
+  check_live("snapshot");
+  return model_.clone();
+}
+
+Sequential Trainer::model() const {
+  check_live("model");
+  return model_.clone();
+}
+
+void Trainer::update_target(Sequential& target, float tau) {
+  check_live("update_target");
+  if (!(tau >= 0.0f && tau <= 1.0f)) throw ValueError("update_target: tau must be in [0, 1]; got " + std::to_string(tau));
+  if (target.released())
+    throw StateError("update_target: the target has been freed; pass a live snapshot (Trainer::snapshot())");
+  if (&target != target_ || target.structure_id() != target_structure_) {
+    const std::vector<Weight> mine = model_.weights(), theirs = target.weights();
+    auto mismatch = [&](const std::string& why) {
+      throw ValueError("update_target: the target must have the same weights as the trainer (names and shapes); " +
+                       why + ". Make it with snapshot()");
+    };
+    if (mine.size() != theirs.size())
+      mismatch("it has " + std::to_string(theirs.size()) + " weights, the trainer " + std::to_string(mine.size()));
+    std::vector<TargetPair> pairs;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine[i].name != theirs[i].name || mine[i].value.shape() != theirs[i].value.shape())
+        mismatch("weight " + std::to_string(i) + " is " + theirs[i].name + " " + theirs[i].value.shape().str() +
+                 ", the trainer's " + mine[i].name + " " + mine[i].value.shape().str());
+      pairs.push_back({mine[i].value.data<float>(), theirs[i].value.data<float>(), mine[i].value.numel(),
+                       mine[i].averaged});
+    }
+    target_pairs_ = std::move(pairs);
+    target_ = &target;
+    target_structure_ = target.structure_id();
+  }
+  for (const TargetPair& p : target_pairs_) {
+    if (!p.averaged || tau == 1.0f) {
+      for (int64_t i = 0; i < p.count; ++i) p.target[i] = p.source[i];
+    } else {
+      for (int64_t i = 0; i < p.count; ++i) p.target[i] = tau * p.source[i] + (1.0f - tau) * p.target[i];
+    }
+  }
+}
+
+void Trainer::calibrate_bn(const Tensor& x) {
+  check_live("calibrate_bn");
+  model_.calibrate_bn(x);
+}
+
+void Trainer::set_lr(float lr) {
+  check_live("set_lr");
+  ctx_->set_learning_rate(lr);
+}
+
+float Trainer::lr() const {
+  check_live("lr");
+  return ctx_->learning_rate();
+}
+
+int64_t Trainer::n_steps() const {
+  check_live("n_steps");
+  return ctx_->n_steps();
+}
+
+void Trainer::free() {
+  if (freed_) return;
+  ctx_ = nullptr;
+  model_.free();
+  target_pairs_.clear();
+  target_ = nullptr;
+  freed_ = true;
+}
+
+}  // namespace tensorgrad::nn
