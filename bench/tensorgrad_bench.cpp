@@ -20,6 +20,9 @@
 //               MaxPooling2D(2), Flatten, Dense(10, softmax); AdamW lr 1e-3,
 //               batch 500; one fit epoch over 57,000 random 28x28x1 images.
 //               Counter s_per_epoch.
+//   trainer_step  the rlstep workload through nn::Trainer::step (the RL
+//               user's entry point) instead of the optimizer context.
+//               Counter us_per_step.
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -202,6 +205,39 @@ void BM_mlp_steps(benchmark::State& state) {
   }
 }
 
+tg::nn::Sequential make_rl_model() {
+  tg::manual_seed(0);
+  tg::nn::clear_session();
+  tg::nn::Sequential model(tg::Shape{4});
+  model.add(tg::nn::Dense(64, "relu"));
+  model.add(tg::nn::Dense(64, "relu"));
+  model.add(tg::nn::Dense(2));
+  model.compile(tg::OptimizerSpec::adam(1e-3f), "mse");
+  return model;
+}
+
+void BM_trainer_step(benchmark::State& state) {
+  try {
+    tg::nn::Trainer trainer(make_rl_model(), tg::nn::TrainerOptions{32});
+    std::mt19937_64 rng(7);
+    const tg::Tensor x = normal(tg::Shape{32, 4}, rng), y = normal(tg::Shape{32, 2}, rng);
+    for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(trainer.step(x, y));
+    std::vector<double> times;
+    times.reserve(size_t(state.max_iterations));
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const float loss = trainer.step(x, y);
+      const double dt = seconds_since(t0);
+      benchmark::DoNotOptimize(loss);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["us_per_step"] = 1e6 * median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_rlstep(benchmark::State& state) {
   try {
     tg::manual_seed(0);
@@ -280,6 +316,9 @@ int main(int argc, char** argv) {
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("rlstep", BM_rlstep)
+      ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("trainer_step", BM_trainer_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("predict", BM_predict)
