@@ -17,6 +17,8 @@ namespace tensorgrad {
 /// persistent tensors bound once (their memory outlives the graph's runs).
 enum class NodeRole : uint8_t { Op, Input, Parameter, State };
 
+/// One node of a Graph: an op applied to earlier nodes, or a leaf (input,
+/// parameter, state) with its memory bound from outside.
 struct Node {
   static constexpr int kMaxInputs = 5;
   OpKind op = OpKind::Leaf;

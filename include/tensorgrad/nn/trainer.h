@@ -79,6 +79,7 @@ class Trainer {
   void calibrate_bn(const Tensor& x);
   /// Throws ValueError unless lr is positive and finite.
   void set_lr(float lr);
+  /// The current learning rate.
   float lr() const;
   /// Calls of step() so far.
   int64_t n_steps() const;

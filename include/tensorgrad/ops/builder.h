@@ -29,6 +29,7 @@ class Builder {
   /// The same tensor memory given twice gives the same Value (shared layers).
   /// `trainable` false: no gradient flows to it, no update, no decay.
   virtual Value parameter(const Tensor& tensor, const char* name, bool trainable) = 0;
+  /// Shape and dtype of a value; throw IndexError for a handle this builder did not make.
   virtual Shape shape(Value v) const = 0;
   virtual DType dtype(Value v) const = 0;
 
@@ -41,6 +42,7 @@ class Builder {
   Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
   Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
   Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }
+  /// x * s.
   Value scale(Value x, float s);
   Value relu(Value x) { return apply(OpKind::Relu, {x}); }
   Value sigmoid(Value x) { return apply(OpKind::Sigmoid, {x}); }
@@ -55,8 +57,11 @@ class Builder {
   Value dropout(Value x, float rate, uint64_t seed);
   Value sum(Value x) { return apply(OpKind::Sum, {x}); }
   Value mean(Value x) { return apply(OpKind::Mean, {x}); }
+  /// x summed down to `shape` (the adjoint of broadcasting); x itself when already that shape.
   Value sum_to(Value x, const Shape& shape);
+  /// x expanded to `shape` by NumPy broadcasting; x itself when already that shape.
   Value broadcast_to(Value x, const Shape& shape);
+  /// A constant of `shape` filled with `value`.
   Value fill(const Shape& shape, float value);
   /// The same elements under a new shape (a view: no copy).
   Value reshape(Value x, const Shape& shape);

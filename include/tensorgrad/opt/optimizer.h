@@ -36,6 +36,7 @@ struct OptimizerSpec {
   static OptimizerSpec adamw(float learning_rate = 1e-3f, float weight_decay = 0.0f);
   /// Adam is AdamW with no weight decay.
   static OptimizerSpec adam(float learning_rate = 1e-3f);
+  /// Plain SGD: p <- p * (1 - lr * weight_decay) - lr * g.
   static OptimizerSpec sgd(float learning_rate = 1e-2f, float weight_decay = 0.0f);
   /// Throws ValueError for a non-positive or non-finite learning rate, betas
   /// outside [0, 1), epsilon <= 0, or weight decay outside [0, 1].
@@ -74,6 +75,7 @@ struct OptimizerState {
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
   int64_t n_updates = 0;
+  /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
 };
 
@@ -145,6 +147,7 @@ class OptimizerContext {
   /// advance every step). Takes effect when the training graph is built (the
   /// first step) or at once if it exists.
   void set_rng_seed(uint64_t seed);
+  /// The current learning rate (as set by the spec, set_learning_rate or a schedule).
   float learning_rate() const;
   int64_t batch_size() const { return options_.batch_size; }
   int64_t accumulation_period() const { return period_; }
