@@ -144,3 +144,61 @@ TEST_P(AllocationFree, SmallRegressionStepWithAccumulationAndWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, AllocationFree, ::testing::Values(1, 2),
                          [](const auto& info) { return std::to_string(info.param) + "threads"; });
+
+// Trainer (nn/trainer.h): a step, a target update on the same snapshot and a
+// one-row predict into caller memory allocate nothing after warm-up.
+namespace {
+tg::nn::Sequential trainer_model() {
+  tg::manual_seed(3);
+  tg::nn::Sequential model({4});
+  model.add(tg::nn::Dense(64, "relu"));
+  model.add(tg::nn::Dense(64, "relu"));
+  model.add(tg::nn::Dense(2));
+  model.compile(tg::OptimizerSpec::adam(1e-3f), "mse");
+  return model;
+}
+
+tg::nn::TrainerOptions trainer_options() {
+  tg::nn::TrainerOptions o;
+  o.batch_size = 32;
+  return o;
+}
+}  // namespace
+
+TEST_P(AllocationFree, TrainerStep) {
+  tg::nn::Trainer tr(trainer_model(), trainer_options());
+  tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+  // The first step builds and plans the graph: the counter sees the trainer's path.
+  EXPECT_GT(allocations_in(1, [&] { tr.step(x, y); }), 0);
+  for (int i = 0; i < 2; ++i) tr.step(x, y);
+  const float before = tr.predict(x.rows(0, 1)).data<float>()[0];
+  EXPECT_EQ(allocations_in(100, [&] { tr.step(x, y); }), 0);
+  EXPECT_EQ(tr.n_steps(), 103);
+  EXPECT_NE(tr.predict(x.rows(0, 1)).data<float>()[0], before);  // the steps trained
+}
+
+TEST_P(AllocationFree, TrainerUpdateTargetOnTheSameSnapshot) {
+  tg::nn::Trainer tr(trainer_model(), trainer_options());
+  tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+  tr.step(x, y);
+  tg::nn::Sequential target = tr.snapshot();
+  tr.step(x, y);
+  tr.update_target(target, 0.5f);
+  tr.update_target(target, 0.5f);
+  EXPECT_EQ(allocations_in(100, [&] { tr.update_target(target, 0.05f); }), 0);
+  EXPECT_EQ(allocations_in(100, [&] { tr.update_target(target, 1.0f); }), 0);
+  // The last update was a copy: the target predicts as the trainer.
+  tg::Tensor one = x.rows(0, 1);
+  EXPECT_EQ(target.predict(one, 1).to_vector(), tr.predict(one).to_vector());
+}
+
+TEST_P(AllocationFree, TrainerOneRowPredictIntoCallerMemory) {
+  tg::nn::Trainer tr(trainer_model(), trainer_options());
+  tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+  tr.step(x, y);
+  tg::Tensor one = random_tensor({1, 4}), q = tg::Tensor::empty({1, 2});
+  tr.predict(one, q);
+  tr.predict(one, q);
+  EXPECT_EQ(allocations_in(100, [&] { tr.predict(one, q); }), 0);
+  EXPECT_EQ(q.to_vector(), tr.predict(one).to_vector());
+}

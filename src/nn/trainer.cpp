@@ -43,15 +43,49 @@ Trainer::Trainer(const Sequential& model, const TrainerOptions& options)
 }
 
 Trainer::~Trainer() = default;
-Trainer::Trainer(Trainer&&) noexcept = default;
-Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+// A moved-from trainer is released: it must not reach the context it handed on.
+Trainer::Trainer(Trainer&& other) noexcept
+    : model_(std::move(other.model_)),
+      options_(other.options_),
+      ctx_(other.ctx_),
+      freed_(other.freed_),
+      warned_non_finite_(other.warned_non_finite_),
+      target_(other.target_),
+      target_structure_(other.target_structure_),
+      target_pairs_(std::move(other.target_pairs_)) {
+  other.ctx_ = nullptr;
+  other.freed_ = true;
+}
+
+Trainer& Trainer::operator=(Trainer&& other) noexcept {
+  if (this != &other) {
+    model_ = std::move(other.model_);
+    options_ = other.options_;
+    ctx_ = other.ctx_;
+    freed_ = other.freed_;
+    warned_non_finite_ = other.warned_non_finite_;
+    target_ = other.target_;
+    target_structure_ = other.target_structure_;
+    target_pairs_ = std::move(other.target_pairs_);
+    other.ctx_ = nullptr;
+    other.freed_ = true;
+  }
+  return *this;
+}
+
+void Trainer::check_weights_allowed(const Tensor& sample_weight) const {
+  if (sample_weight.defined() && options_.loss_mask == 0)
+    throw ValueError("sample_weight given, but this trainer was built without loss_mask; rebuild it with "
+                     "TrainerOptions::loss_mask = 1 (one weight per sample) or = the number of outputs (one per output)");
+}
 
 void Trainer::check_live(const char* call) const {
-  if (freed_) throw StateError(std::string("Trainer::") + call + ": this trainer has been freed");
+  if (freed_) throw StateError(std::string("Trainer::") + call + ": this trainer has been freed (or moved from)");
 }
 
 float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
   check_live("step");
+  check_weights_allowed(sample_weight);
   const float loss = ctx_->step(x, y, sample_weight).loss;
   if (!std::isfinite(loss) && !warned_non_finite_) {
     warned_non_finite_ = true;
@@ -64,6 +98,7 @@ float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weigh
 
 float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
   check_live("eval");
+  check_weights_allowed(sample_weight);
   return ctx_->evaluate(x, y, sample_weight).loss;
 }
 
@@ -92,6 +127,7 @@ void Trainer::update_target(Sequential& target, float tau) {
   if (!(tau >= 0.0f && tau <= 1.0f)) throw ValueError("update_target: tau must be in [0, 1]; got " + std::to_string(tau));
   if (target.released())
     throw StateError("update_target: the target has been freed; pass a live snapshot (Trainer::snapshot())");
+  if (tau == 0.0f) return;  // tau = 0 keeps the target as it is, statistics included (as the seed)
   if (&target != target_ || target.structure_id() != target_structure_) {
     const std::vector<Weight> mine = model_.weights(), theirs = target.weights();
     auto mismatch = [&](const std::string& why) {

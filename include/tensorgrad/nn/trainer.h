@@ -42,6 +42,7 @@ class Trainer {
   /// ValueError for bad options (see TrainerOptions).
   Trainer(const Sequential& model, const TrainerOptions& options = {});
   ~Trainer();
+  /// Moving hands the context on; the moved-from trainer is released.
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
 
@@ -67,7 +68,7 @@ class Trainer {
   Sequential snapshot() const;
   /// theta' <- tau * theta + (1 - tau) * theta' for every weight of `target`
   /// (Polyak averaging; batch-norm moving statistics are copied whole, never
-  /// averaged). Throws ValueError when tau is outside [0, 1] or the target's
+  /// averaged; tau = 0 leaves the target as it is). Throws ValueError when tau is outside [0, 1] or the target's
   /// weights differ by name or shape, StateError for a released target.
   /// Allocates nothing when called again with the same target.
   void update_target(Sequential& target, float tau = 1.0f);
@@ -90,6 +91,7 @@ class Trainer {
 
  private:
   void check_live(const char* call) const;
+  void check_weights_allowed(const Tensor& sample_weight) const;
   Sequential model_;
   TrainerOptions options_;
   OptimizerContext* ctx_ = nullptr;
