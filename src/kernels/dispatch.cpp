@@ -31,7 +31,7 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::MseLoss: return mse_loss(in, out);
     case OpKind::Sum:
     case OpKind::Mean: return reduce_all(op, in[0], out);
-    case OpKind::SumTo: return sum_to(in[0], out);
+    case OpKind::SumTo: return sum_to(in[0], out, ctx);
     case OpKind::BroadcastTo: return broadcast_to(in[0], out);
     case OpKind::MeanLastAxis: return mean_last_axis(in[0], out, ctx);
     case OpKind::Slice: return slice(at, in[0], out);

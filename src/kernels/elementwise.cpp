@@ -119,11 +119,36 @@ void broadcast_to(const TensorRef& x, const TensorRef& out) {
   }
 }
 
-void sum_to(const TensorRef& x, const TensorRef& out) {
-  // Sequential in a fixed order, so the result does not depend on threads.
+// Column sums of x {rows, cols} (a bias gradient): a fixed number of row
+// chunks summed in parallel, then the chunks in order, so the result is the
+// same whatever the thread count.
+void column_sums(const float* px, int64_t rows, int64_t cols, float* po, const KernelContext& ctx) {
+  constexpr int64_t kChunks = 16, kMaxCols = 256;
+  float partial[kChunks][kMaxCols];
+  const int64_t per = (rows + kChunks - 1) / kChunks;
+  parallel_for(ctx.pool, size_t(kChunks), 1, [&](size_t cb, size_t ce) {
+    for (size_t c = cb; c < ce; ++c) {
+      float* acc = partial[c];
+      for (int64_t j = 0; j < cols; ++j) acc[j] = 0.0f;
+      const int64_t r0 = int64_t(c) * per, r1 = std::min(rows, r0 + per);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = px + r * cols;
+        for (int64_t j = 0; j < cols; ++j) acc[j] += row[j];
+      }
+    }
+  });
+  for (int64_t j = 0; j < cols; ++j) po[j] = 0.0f;
+  for (int64_t c = 0; c < kChunks; ++c)
+    for (int64_t j = 0; j < cols; ++j) po[j] += partial[c][j];
+}
+
+void sum_to(const TensorRef& x, const TensorRef& out, const KernelContext& ctx) {
+  // A fixed order of additions, so the result does not depend on threads.
   float* po = out.f();
   const float* px = x.f();
   const int64_t n_out = out.numel(), n = x.numel();
+  if (out.shape.rank() == 1 && x.shape.rank() >= 2 && x.shape[-1] == n_out && n_out <= 256 && n >= (int64_t(1) << 16))
+    return column_sums(px, n / n_out, n_out, po, ctx);
   if (n_out == 1) {
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += px[i];

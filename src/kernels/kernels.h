@@ -75,7 +75,7 @@ void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef&
 void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
 void broadcast_to(const TensorRef& x, const TensorRef& out);
-void sum_to(const TensorRef& x, const TensorRef& out);
+void sum_to(const TensorRef& x, const TensorRef& out, const KernelContext& ctx);
 void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out);
 void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void softmax_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
