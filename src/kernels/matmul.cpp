@@ -2,41 +2,52 @@
 #include <libxsmm.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/kernels.h"
 
 namespace tensorgrad::kernels {
 
 namespace {
-// Below this many multiply-adds one thread is faster than splitting.
-constexpr double kSplitWork = 2e6;
+// At most this many rows of C per GEMM call, so that thin products (a
+// convolution's {B*H*W, k*k*C} x {k*k*C, F}) run in blocks that stay in
+// cache; smaller products are split evenly over the threads.
+constexpr int64_t kRowBlock = 512;
 
-// libxsmm's JIT kernels for products whose second operand is not transposed:
-// as fast as OpenBLAS on square blocks and up to 4.5x faster on thin ones
-// (500x500 by 500x10), and they never allocate, whereas OpenBLAS 0.3.21's
-// small-matrix path mallocs on every call for narrow outputs (measured;
-// notes in BENCHMARKS.md). libxsmm 1.17 cannot JIT a transposed B (returns
-// null), which goes to OpenBLAS. Returns null when no kernel is available.
+// libxsmm's JIT kernel for a row-major C{m,n} = op(A){m,k} B{k,n} block:
+// as fast as OpenBLAS on square blocks, up to 4.5x faster on thin ones, and
+// it never allocates (OpenBLAS 0.3.21's small-matrix path mallocs on every
+// call for narrow outputs). libxsmm is column-major: row-major C = op(A) B is
+// column-major C^T = B^T op(A)^T, so the operands swap. Null when libxsmm has
+// no kernel for the shape.
 libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, int64_t lda, int64_t ldb, int64_t ldc) {
   static const bool initialised = [] {
     libxsmm_init();
     return true;
   }();
   (void)initialised;
-  // libxsmm is column-major: row-major C = op(A) op(B) is column-major
-  // C^T = op(B)^T op(A)^T, so the operands swap and so do their flags.
   const float alpha = 1.0f, beta = 0.0f;
   const int flags = trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
   const libxsmm_blasint xm = libxsmm_blasint(n), xn = libxsmm_blasint(m), xk = libxsmm_blasint(k);
   const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
   return libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags, nullptr);
 }
+
+// B^T of a {rows, cols} matrix, in a per-thread buffer that grows once and is
+// then reused (no allocation after the first call of a shape).
+const float* transposed(const float* b, int64_t rows, int64_t cols) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < size_t(rows * cols)) buffer.resize(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) buffer[size_t(j * rows + i)] = b[i * cols + j];
+  return buffer.data();
+}
 }  // namespace
 
-// C{M,N} = op(A) op(B), row-major. The BLAS runs single-threaded (see
-// core/threads.cpp): one pool, ours, owns every thread, so BLAS threads and
-// kernel threads never spin against each other on the same cores. Large
-// products are split into row or column blocks of C, one GEMM per block.
+// C{M,N} = op(A) op(B), row-major, in blocks of rows of C run on the pool.
+// The BLAS runs single-threaded (see core/threads.cpp): one pool, ours, owns
+// every thread, so BLAS threads and kernel threads never spin against each
+// other on the same cores.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx) {
   const int64_t m = c.shape[0], n = c.shape[1];
   const int64_t k = at.trans_a ? a.shape[0] : a.shape[1];
@@ -45,37 +56,29 @@ void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const Ten
     std::fill(c.f(), c.f() + c.numel(), 0.0f);
     return;
   }
-  const int64_t lda = a.shape[1], ldb = b.shape[1];
-  auto gemm = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-    // Block C[i0:i1, j0:j1]: rows i of op(A), columns j of op(B).
+  const int64_t lda = a.shape[1];
+  // A transposed B is turned around once (it is the small operand of every
+  // backward product), so every block runs libxsmm's B-not-transposed kernel.
+  const bool flip_b = at.trans_b && b.numel() <= (int64_t(1) << 20);
+  const float* pb = flip_b ? transposed(b.f(), b.shape[0], b.shape[1]) : b.f();
+  const bool trans_b = at.trans_b && !flip_b;
+  const int64_t ldb = flip_b ? n : b.shape[1];
+  auto gemm = [&](int64_t i0, int64_t i1) {
     const float* pa = a.f() + (at.trans_a ? i0 : i0 * lda);
-    const float* pb = b.f() + (at.trans_b ? j0 * ldb : j0);
-    float* pc = c.f() + i0 * n + j0;
-    if (!at.trans_b) {
-      if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, j1 - j0, k, at.trans_a, lda, ldb, n)) {
+    float* pc = c.f() + i0 * n;
+    if (!trans_b)
+      if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n)) {
         f(pb, pa, pc);
         return;
       }
-    }
-    cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, at.trans_b ? CblasTrans : CblasNoTrans,
-                int(i1 - i0), int(j1 - j0), int(k), 1.0f, pa, int(lda), pb, int(ldb), 0.0f, pc, int(n));
+    cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), 0.0f, pc, int(n));
   };
-  const size_t threads = ctx.pool ? pthreadpool_get_threads_count(ctx.pool) : 1;
-  if (threads <= 1 || double(m) * double(n) * double(k) < kSplitWork) {
-    gemm(0, m, 0, n);
-    return;
-  }
-  // Split the longer side of C into one block per thread, in multiples of 16.
-  const bool split_rows = m >= n;
-  const int64_t len = split_rows ? m : n;
-  const int64_t block = std::max<int64_t>(16, (len / int64_t(threads) + 15) / 16 * 16);
-  const size_t blocks = size_t((len + block - 1) / block);
+  const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
+  const int64_t rows = std::min(kRowBlock, std::max<int64_t>(16, ((m + threads - 1) / threads + 15) / 16 * 16));
+  const size_t blocks = size_t((m + rows - 1) / rows);
   parallel_for(ctx.pool, blocks, 1, [&](size_t b0, size_t b1) {
-    for (size_t bi = b0; bi < b1; ++bi) {
-      const int64_t s = int64_t(bi) * block, e = std::min(len, s + block);
-      if (split_rows) gemm(s, e, 0, n);
-      else gemm(0, m, s, e);
-    }
+    for (size_t bi = b0; bi < b1; ++bi) gemm(int64_t(bi) * rows, std::min(m, int64_t(bi + 1) * rows));
   });
 }
 

@@ -20,40 +20,54 @@ Geometry geometry(const Window2D& win, const Shape& x) {
 }
 }  // namespace
 
-// cols{B*Ho*Wo, kh*kw*C}: row (b, oy, ox), column (ky, kx, c). With
-// dilation 1 the kw taps of one kernel row are kw*C contiguous floats of x,
-// copied as one run; only the taps that fall in padding are zeroed.
+// Eight channels at a time: GCC vector extensions, so pooling over C = 8, 16,
+// ... (every CNN here) costs a few instructions per tap instead of a loop.
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+
+// cols{B*Ho*Wo, kh*kw*C}: row (b, oy, ox), column (ky, kx, c). Filled one
+// tap (ky, kx) at a time across a whole output row, so the loop overhead is
+// paid per tap and row, not per pixel (conv1 of the MNIST CNN has C = 1).
 void im2col(const Window2D& win, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
-  const int64_t row_len = win.kh * win.kw * g.c;
+  const int64_t row_len = win.kh * win.kw * g.c, C = g.c;
   const float* px = x.f();
   float* pc = cols.f();
   parallel_for(ctx.pool, size_t(g.b * g.ho), 16, [&](size_t rb, size_t re) {
     for (size_t r = rb; r < re; ++r) {
       const int64_t b = int64_t(r) / g.ho, oy = int64_t(r) % g.ho;
-      for (int64_t ox = 0; ox < g.wo; ++ox) {
-        float* dst = pc + (int64_t(r) * g.wo + ox) * row_len;
-        const int64_t ix0 = ox * win.sw - win.pad_left;
-        for (int64_t ky = 0; ky < win.kh; ++ky) {
-          const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
-          const bool row_in = iy >= 0 && iy < g.h;
-          const float* src_row = px + (b * g.h + (row_in ? iy : 0)) * g.w * g.c;
-          if (row_in && win.dw == 1 && ix0 >= 0 && ix0 + win.kw <= g.w) {
-            // Interior: the kernel row's taps are kw*C contiguous floats.
-            const float* src = src_row + ix0 * g.c;
-            for (int64_t i = 0; i < win.kw * g.c; ++i) dst[i] = src[i];
-            dst += win.kw * g.c;
-            continue;
+      float* rows = pc + int64_t(r) * g.wo * row_len;  // the Wo rows of this output row
+      for (int64_t ky = 0; ky < win.kh; ++ky) {
+        const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
+        const bool row_in = iy >= 0 && iy < g.h;
+        const float* src_row = px + (b * g.h + (row_in ? iy : 0)) * g.w * C;
+        for (int64_t kx = 0; kx < win.kw; ++kx) {
+          const int64_t col = (ky * win.kw + kx) * C, shift = kx * win.dw - win.pad_left;
+          // Output columns whose tap lands inside the image: 0 <= ox*sw + shift < W.
+          int64_t lo = 0, hi = 0;
+          if (row_in) {
+            lo = shift >= 0 ? 0 : (-shift + win.sw - 1) / win.sw;
+            hi = g.w - 1 - shift < 0 ? 0 : std::min(g.wo, (g.w - 1 - shift) / win.sw + 1);
+            lo = std::min(lo, hi);
           }
-          for (int64_t kx = 0; kx < win.kw; ++kx, dst += g.c) {
-            const int64_t ix = ix0 + kx * win.dw;
-            if (!row_in || ix < 0 || ix >= g.w) {
-              for (int64_t c = 0; c < g.c; ++c) dst[c] = 0.0f;
-            } else {
-              const float* src = src_row + ix * g.c;
-              for (int64_t c = 0; c < g.c; ++c) dst[c] = src[c];
+          for (int64_t ox = 0; ox < lo; ++ox)
+            for (int64_t c = 0; c < C; ++c) rows[ox * row_len + col + c] = 0.0f;
+          if (C == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) rows[ox * row_len + col] = src_row[ox * win.sw + shift];
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) {
+              const float* src = src_row + (ox * win.sw + shift) * C;
+              float* dst = rows + ox * row_len + col;
+              for (int64_t c = 0; c < C; ++c) dst[c] = src[c];
             }
           }
+          for (int64_t ox = hi; ox < g.wo; ++ox)
+            for (int64_t c = 0; c < C; ++c) rows[ox * row_len + col + c] = 0.0f;
         }
       }
     }
@@ -80,7 +94,11 @@ void col2im(const Window2D& win, const TensorRef& cols, const TensorRef& x, cons
               const int64_t ix = ox * win.sw - win.pad_left + kx * win.dw;
               if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
               float* dst = img + (iy * g.w + ix) * g.c;
-              for (int64_t c = 0; c < g.c; ++c) dst[c] += src[c];
+              if (g.c % 8 == 0) {
+                for (int64_t c = 0; c < g.c; c += 8) store8(dst + c, load8(dst + c) + load8(src + c));
+              } else {
+                for (int64_t c = 0; c < g.c; ++c) dst[c] += src[c];
+              }
             }
           }
         }
@@ -118,16 +136,6 @@ void for_each_output(const Geometry& g, const Window2D& win, const KernelContext
       }
   });
 }
-
-// Eight channels at a time: GCC vector extensions, so pooling over C = 8, 16,
-// ... (every CNN here) costs a few instructions per tap instead of a loop.
-typedef float v8f __attribute__((vector_size(32)));
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
 template <bool kMax>
 void pool2d_impl(const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
@@ -173,11 +181,53 @@ void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef&
 // Each window's gradient goes to its first maximum in (ky, kx) order, as
 // PyTorch: one pass finds the maxima, a second hands the gradient to the
 // first tap equal to them (later equal taps see it already handed out).
+// Windows that tile the image exactly (stride = size, no padding, no
+// dilation, sizes dividing the image; MaxPooling2D's default): every input
+// pixel belongs to one window, so each dx element is written once, without
+// clearing dx first or adding into it.
+bool tiles_exactly(const Window2D& win, const Geometry& g) {
+  return win.sh == win.kh && win.sw == win.kw && win.dh == 1 && win.dw == 1 && win.pad_top == 0 &&
+         win.pad_left == 0 && win.pad_bottom == 0 && win.pad_right == 0 && g.h == g.ho * win.kh &&
+         g.w == g.wo * win.kw && g.c % 8 == 0;
+}
+
+void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const float* px, const float* pg, float* pd,
+                               const KernelContext& ctx) {
+  const int64_t C = g.c;
+  const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
+  parallel_for(ctx.pool, size_t(g.b * g.ho), 8, [=](size_t rb, size_t re) {
+    for (size_t r = rb; r < re; ++r) {
+      const int64_t b = int64_t(r) / g.ho, oy = int64_t(r) % g.ho;
+      for (int64_t ox = 0; ox < g.wo; ++ox) {
+        const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * C;
+        auto tap = [&](int64_t ky, int64_t kx) { return ((b * g.h + oy * win.kh + ky) * g.w + ox * win.kw + kx) * C; };
+        for (int64_t c = 0; c < C; c += 8) {
+          v8f best = load8(px + tap(0, 0) + c);
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              const v8f v = load8(px + tap(ky, kx) + c);
+              best = v > best ? v : best;
+            }
+          v8f pending = load8(grad + c);
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              const int64_t at = tap(ky, kx) + c;
+              const auto hit = load8(px + at) == best;
+              store8(pd + at, hit ? pending : zero);
+              pending = hit ? zero : pending;
+            }
+        }
+      }
+    }
+  });
+}
+
 void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx,
                          const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float *px = x.f(), *pg = gr.f();
   float* pd = dx.f();
+  if (tiles_exactly(win, g)) return max_pool2d_backward_tiled(win, g, px, pg, pd, ctx);
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
   const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
   for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
