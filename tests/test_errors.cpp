@@ -2,6 +2,8 @@
 // naming the problem; and the model still works after the throw.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,29 +25,7 @@ using tensorgrad::nn::Sequential;
 
 namespace {
 
-// Runs f; succeeds when it throws exactly the tensorgrad::Error subclass E
-// and the message contains every one of `words`.
-template <class E>
-::testing::AssertionResult throws(const std::function<void()>& f, std::initializer_list<std::string> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (!dynamic_cast<const E*>(&e))
-      return ::testing::AssertionFailure() << "threw " << typeid(e).name() << ", expected " << typeid(E).name()
-                                           << "; message: " << msg;
-    for (const std::string& w : words)
-      if (msg.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << w << "\": " << msg;
-    return ::testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-tensorgrad exception " << typeid(e).name() << ": "
-                                         << e.what();
-  } catch (...) {
-    return ::testing::AssertionFailure() << "threw something that is not a std::exception";
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using test_support::throws;
 
 constexpr int64_t kIn = 20, kClasses = 3, kRows = 40;
 

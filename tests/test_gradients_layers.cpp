@@ -38,6 +38,8 @@
 // enough to run on the calling thread, so every run is deterministic.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -58,21 +60,8 @@ namespace {
 constexpr float kStep = 1e-2f;
 constexpr double kRtol = 1e-2, kAtol = 1e-3, kMinGrad = 1e-2;
 
-Tensor uniform(const Shape& s, std::mt19937& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(size_t(s.numel()));
-  for (float& x : v) x = d(rng);
-  return Tensor::from_vector(v, s);
-}
-
-// |x| uniform in [lo, hi] with a random sign (inputs kept away from a kink).
-Tensor away_from_zero(const Shape& s, std::mt19937& rng, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::bernoulli_distribution sign(0.5);
-  std::vector<float> v(size_t(s.numel()));
-  for (float& x : v) x = sign(rng) ? d(rng) : -d(rng);
-  return Tensor::from_vector(v, s);
-}
+using test_support::away_from_zero;
+using test_support::uniform;
 
 // Distinct values: a random permutation of 0..n-1, times `spacing`, centred.
 Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {

@@ -14,6 +14,8 @@
 // momentum swapped, statistics over the wrong axes) by orders of magnitude.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,29 +36,7 @@ using namespace tensorgrad::nn;
 
 namespace {
 
-// Runs f; succeeds when it throws exactly the tensorgrad::Error subclass E
-// and the message contains every one of `words`.
-template <class E>
-::testing::AssertionResult throws(const std::function<void()>& f, std::initializer_list<std::string> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (!dynamic_cast<const E*>(&e))
-      return ::testing::AssertionFailure() << "threw " << typeid(e).name() << ", expected " << typeid(E).name()
-                                           << "; message: " << msg;
-    for (const std::string& w : words)
-      if (msg.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << w << "\": " << msg;
-    return ::testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-tensorgrad exception " << typeid(e).name() << ": "
-                                         << e.what();
-  } catch (...) {
-    return ::testing::AssertionFailure() << "threw something that is not a std::exception";
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using test_support::throws;
 
 // Normal(mean, sd) data of `shape` from a fixed seed.
 Tensor normal(const Shape& shape, uint32_t seed, float mean = 0.0f, float sd = 1.0f) {

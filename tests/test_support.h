@@ -1,0 +1,58 @@
+#pragma once
+// Helpers shared by the test files: random inputs and checking that a call
+// throws the right tensorgrad error with the right words.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+
+namespace test_support {
+
+/// Uniform values in [lo, hi] from `rng`.
+inline tensorgrad::Tensor uniform(const tensorgrad::Shape& s, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(size_t(s.numel()));
+  for (float& x : v) x = d(rng);
+  return tensorgrad::Tensor::from_vector(v, s);
+}
+
+/// |x| uniform in [lo, hi] with a random sign (inputs kept away from a kink).
+inline tensorgrad::Tensor away_from_zero(const tensorgrad::Shape& s, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> v(size_t(s.numel()));
+  for (float& x : v) x = sign(rng) ? d(rng) : -d(rng);
+  return tensorgrad::Tensor::from_vector(v, s);
+}
+
+/// Runs f; succeeds when it throws exactly the tensorgrad::Error subclass E
+/// and the message contains every one of `words`.
+template <class E>
+::testing::AssertionResult throws(const std::function<void()>& f, std::initializer_list<std::string> words) {
+  try {
+    f();
+  } catch (const tensorgrad::Error& e) {
+    const std::string msg = e.what();
+    if (!dynamic_cast<const E*>(&e))
+      return ::testing::AssertionFailure() << "threw " << typeid(e).name() << ", expected " << typeid(E).name()
+                                           << "; message: " << msg;
+    for (const std::string& w : words)
+      if (msg.find(w) == std::string::npos)
+        return ::testing::AssertionFailure() << "message lacks \"" << w << "\": " << msg;
+    return ::testing::AssertionSuccess() << msg;
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-tensorgrad exception " << typeid(e).name() << ": "
+                                         << e.what();
+  } catch (...) {
+    return ::testing::AssertionFailure() << "threw something that is not a std::exception";
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+}  // namespace test_support
