@@ -90,86 +90,86 @@ Value Embedding::call(Builder& b, Value x, const CallOptions&) {
 
 std::vector<Weight> Embedding::weights() const { return {{name() + "/embeddings", embeddings_, trainable}}; }
 
-LSTM::LSTM(int64_t units, bool return_sequences) : Layer("lstm"), units_(units), return_sequences_(return_sequences) {
-  if (units < 1) throw ValueError("LSTM: units must be >= 1; got " + std::to_string(units));
+RecurrentLayer::RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates,
+                               Shape bias_shape)
+    : Layer(prefix), units_(units), return_sequences_(return_sequences), gates_(gates), bias_shape_(bias_shape) {
+  if (units < 1) throw ValueError(name() + ": units must be >= 1; got " + std::to_string(units));
 }
 
-Shape LSTM::build(const Shape& input_shape) {
+Shape RecurrentLayer::build(const Shape& input_shape) {
   const Shape s = expect_sequence(name(), input_shape);
-  kernel_ = glorot_uniform(Shape{s[1], 4 * units_}, s[1], 4 * units_);
-  recurrent_kernel_ = orthogonal(units_, 4 * units_);
-  bias_ = Tensor::zeros(Shape{4 * units_});
-  for (int64_t j = units_; j < 2 * units_; ++j) bias_.data<float>()[j] = 1.0f;  // unit_forget_bias
+  kernel_ = glorot_uniform(Shape{s[1], gates_ * units_}, s[1], gates_ * units_);
+  recurrent_kernel_ = orthogonal(units_, gates_ * units_);
+  bias_ = Tensor::zeros(bias_shape_);
   return return_sequences_ ? Shape{s[0], units_} : Shape{units_};
 }
 
-Value LSTM::call(Builder& b, Value x, const CallOptions&) {
+RecurrentLayer::Bound RecurrentLayer::bind(Builder& b) const {
   if (!kernel_.defined()) throw StateError(name() + " was called before build()");
+  return {b.parameter(kernel_, (name() + "/kernel").c_str(), trainable),
+          b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable),
+          b.parameter(bias_, (name() + "/bias").c_str(), trainable)};
+}
+
+Value RecurrentLayer::output(Builder& b, std::vector<Value> states) const {
+  return return_sequences_ ? stack_steps(b, std::move(states)) : states.back();
+}
+
+std::vector<Weight> RecurrentLayer::weights() const {
+  return {{name() + "/kernel", kernel_, trainable},
+          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
+          {name() + "/bias", bias_, trainable}};
+}
+
+LSTM::LSTM(int64_t units, bool return_sequences)
+    : RecurrentLayer("lstm", units, return_sequences, 4, Shape{4 * units}) {}
+
+Shape LSTM::build(const Shape& input_shape) {
+  const Shape out = RecurrentLayer::build(input_shape);
+  for (int64_t j = units_; j < 2 * units_; ++j) bias_.data<float>()[j] = 1.0f;  // unit_forget_bias
+  return out;
+}
+
+Value LSTM::call(Builder& b, Value x, const CallOptions&) {
+  const Bound w = bind(b);
   const Shape s = b.shape(x);
   const int64_t batch = s[0], steps = s[1], u = units_;
-  Value w = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
-  Value rw = b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable);
-  Value bias = b.parameter(bias_, (name() + "/bias").c_str(), trainable);
-  Value xw = project_inputs(b, x, w, bias);
+  Value xw = project_inputs(b, x, w.kernel, w.bias);
   Value h = b.fill(Shape{batch, u}, 0.0f), c = h;
-  std::vector<Value> outputs;
+  std::vector<Value> states;
   for (int64_t t = 0; t < steps; ++t) {
-    Value z = b.add(step_of(b, xw, t), b.matmul(h, rw));
+    Value z = b.add(step_of(b, xw, t), b.matmul(h, w.recurrent_kernel));
     Value i = b.sigmoid(gate(b, z, 0, u)), f = b.sigmoid(gate(b, z, 1, u));
     Value g = b.tanh(gate(b, z, 2, u)), o = b.sigmoid(gate(b, z, 3, u));
     c = b.add(b.mul(f, c), b.mul(i, g));
     h = b.mul(o, b.tanh(c));
-    if (return_sequences_) outputs.push_back(h);
+    states.push_back(h);
   }
-  return return_sequences_ ? stack_steps(b, std::move(outputs)) : h;
+  return output(b, std::move(states));
 }
 
-std::vector<Weight> LSTM::weights() const {
-  return {{name() + "/kernel", kernel_, trainable},
-          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
-          {name() + "/bias", bias_, trainable}};
-}
-
-GRU::GRU(int64_t units, bool return_sequences) : Layer("gru"), units_(units), return_sequences_(return_sequences) {
-  if (units < 1) throw ValueError("GRU: units must be >= 1; got " + std::to_string(units));
-}
-
-Shape GRU::build(const Shape& input_shape) {
-  const Shape s = expect_sequence(name(), input_shape);
-  kernel_ = glorot_uniform(Shape{s[1], 3 * units_}, s[1], 3 * units_);
-  recurrent_kernel_ = orthogonal(units_, 3 * units_);
-  bias_ = Tensor::zeros(Shape{2, 3 * units_});
-  return return_sequences_ ? Shape{s[0], units_} : Shape{units_};
-}
+GRU::GRU(int64_t units, bool return_sequences)
+    : RecurrentLayer("gru", units, return_sequences, 3, Shape{2, 3 * units}) {}
 
 Value GRU::call(Builder& b, Value x, const CallOptions&) {
-  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
+  const Bound w = bind(b);
   const Shape s = b.shape(x);
   const int64_t batch = s[0], steps = s[1], u = units_;
-  Value w = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
-  Value rw = b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable);
-  Value bias = b.parameter(bias_, (name() + "/bias").c_str(), trainable);
-  Value input_bias = b.reshape(b.slice(bias, 0, 0, 1), Shape{3 * u});
-  Value recurrent_bias = b.reshape(b.slice(bias, 0, 1, 1), Shape{3 * u});
-  Value xw = project_inputs(b, x, w, input_bias);
+  Value input_bias = b.reshape(b.slice(w.bias, 0, 0, 1), Shape{3 * u});
+  Value recurrent_bias = b.reshape(b.slice(w.bias, 0, 1, 1), Shape{3 * u});
+  Value xw = project_inputs(b, x, w.kernel, input_bias);
   Value h = b.fill(Shape{batch, u}, 0.0f);
-  std::vector<Value> outputs;
+  std::vector<Value> states;
   for (int64_t t = 0; t < steps; ++t) {
     Value xt = step_of(b, xw, t);
-    Value hu = b.add(b.matmul(h, rw), recurrent_bias);  // reset_after: r multiplies h U + rh
+    Value hu = b.add(b.matmul(h, w.recurrent_kernel), recurrent_bias);  // reset_after: r multiplies h U + rh
     Value z = b.sigmoid(b.add(gate(b, xt, 0, u), gate(b, hu, 0, u)));
     Value r = b.sigmoid(b.add(gate(b, xt, 1, u), gate(b, hu, 1, u)));
     Value n = b.tanh(b.add(gate(b, xt, 2, u), b.mul(r, gate(b, hu, 2, u))));
     h = b.add(n, b.mul(z, b.sub(h, n)));  // z * h + (1 - z) * n
-    if (return_sequences_) outputs.push_back(h);
+    states.push_back(h);
   }
-  return return_sequences_ ? stack_steps(b, std::move(outputs)) : h;
-}
-
-std::vector<Weight> GRU::weights() const {
-  return {{name() + "/kernel", kernel_, trainable},
-          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
-          {name() + "/bias", bias_, trainable}};
+  return output(b, std::move(states));
 }
 
 }  // namespace tensorgrad::nn

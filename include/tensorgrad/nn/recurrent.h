@@ -29,53 +29,63 @@ class Embedding : public Layer {
   Tensor embeddings_;
 };
 
+/// What LSTM and GRU share: `units`, return_sequences, and the weights
+/// kernel {features, gates*units} (Glorot uniform), recurrent_kernel
+/// {units, gates*units} (orthogonal) and bias (zeros). Initial states are zeros.
+class RecurrentLayer : public Layer {
+ public:
+  std::vector<Weight> weights() const override;
+  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
+  /// Throws ShapeError unless the input is {steps, features}.
+  Shape build(const Shape& input_shape) override;
+
+ protected:
+  /// Throws ValueError for units < 1.
+  RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates, Shape bias_shape);
+  struct Bound {
+    Value kernel, recurrent_kernel, bias;
+  };
+  /// The weights bound into `b`; throws StateError before build().
+  Bound bind(Builder& b) const;
+  /// The layer's output from the hidden state of each step: the last, or all
+  /// of them as {batch, steps, units}.
+  Value output(Builder& b, std::vector<Value> states) const;
+
+  int64_t units_;
+  bool return_sequences_;
+  int64_t gates_;
+  Shape bias_shape_;  // {gates*units} or {2, gates*units}
+  Tensor kernel_, recurrent_kernel_, bias_;
+};
+
 /// Long short-term memory (keras.layers.LSTM, Hochreiter & Schmidhuber
 /// 1997): gates in the order i, f, c, o; tanh activation, sigmoid recurrent
-/// activation. kernel {features, 4*units} Glorot uniform, recurrent_kernel
-/// {units, 4*units} orthogonal, bias {4*units} zeros with the forget-gate
-/// quarter set to one (unit_forget_bias). Output {units} (last step) or
-/// {steps, units} with return_sequences. Initial states are zeros.
-class LSTM : public Layer {
+/// activation. kernel {features, 4*units}, recurrent_kernel {units, 4*units},
+/// bias {4*units} with the forget-gate quarter set to one (unit_forget_bias).
+/// Output {units} (last step) or {steps, units} with return_sequences.
+class LSTM : public RecurrentLayer {
  public:
   /// Throws ValueError for units < 1.
   explicit LSTM(int64_t units, bool return_sequences = false);
   const char* type() const override { return "LSTM"; }
-  /// Throws ShapeError unless the input is {steps, features}.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
-
- private:
-  int64_t units_;
-  bool return_sequences_;
-  Tensor kernel_, recurrent_kernel_, bias_;
 };
 
 /// Gated recurrent unit (keras.layers.GRU with reset_after = true, the cuDNN
 /// and PyTorch formula, Cho et al. 2014): gates z, r, h;
 ///   z = sigmoid(x Wz + bz + h Uz + rz), r = sigmoid(x Wr + br + h Ur + rr),
 ///   n = tanh(x Wh + bh + r * (h Uh + rh)), h' = z * h + (1 - z) * n.
-/// kernel {features, 3*units} Glorot uniform, recurrent_kernel
-/// {units, 3*units} orthogonal, bias {2, 3*units} zeros (row 0 input bias,
-/// row 1 recurrent bias). Output as LSTM.
-class GRU : public Layer {
+/// kernel {features, 3*units}, recurrent_kernel {units, 3*units}, bias
+/// {2, 3*units} (row 0 input bias, row 1 recurrent bias). Output as LSTM.
+class GRU : public RecurrentLayer {
  public:
   /// Throws ValueError for units < 1.
   explicit GRU(int64_t units, bool return_sequences = false);
   const char* type() const override { return "GRU"; }
-  /// Throws ShapeError unless the input is {steps, features}.
-  Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
-
- private:
-  int64_t units_;
-  bool return_sequences_;
-  Tensor kernel_, recurrent_kernel_, bias_;
 };
 
 }  // namespace tensorgrad::nn
