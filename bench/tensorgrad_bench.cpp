@@ -117,29 +117,34 @@ tg::nn::Sequential make_mlp(bool compile) {
   return model;
 }
 
+// One fit epoch (verbose 0) of a compiled model on (x, y) per iteration,
+// after one warm-up step that builds and plans the batch-500 context fit
+// uses, so every timed epoch is a steady-state one. Counter s_per_epoch.
+void time_fit_epochs(benchmark::State& state, tg::nn::Sequential& model, const tg::Tensor& x, const tg::Tensor& y) {
+  tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
+  benchmark::DoNotOptimize(ctx.step(x.rows(0, kBatch), y.rows(0, kBatch)).loss);
+  tg::nn::FitOptions fit;
+  fit.epochs = 1;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    tg::nn::History h = model.fit(x, y, fit);
+    const double dt = seconds_since(t0);
+    benchmark::DoNotOptimize(h);
+    state.SetIterationTime(dt);
+    times.push_back(dt);
+  }
+  state.counters["s_per_epoch"] = median(times);
+}
+
 void BM_mlp_fit(benchmark::State& state) {
   try {
     const MnistLike& d = mnist_like();
     tg::manual_seed(0);
     tg::nn::Sequential model = make_mlp(true);
-    // Warm-up: builds and plans the batch-500 context fit uses and runs it
-    // once, so the timed epoch is a steady-state one.
-    tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
-    benchmark::DoNotOptimize(ctx.step(d.x.rows(0, kBatch), d.y.rows(0, kBatch)).loss);
-    tg::nn::FitOptions fit;
-    fit.epochs = 1;
-    fit.batch_size = kBatch;
-    fit.verbose = 0;
-    std::vector<double> times;
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      tg::nn::History h = model.fit(d.x, d.y, fit);
-      const double dt = seconds_since(t0);
-      benchmark::DoNotOptimize(h);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["s_per_epoch"] = median(times);
+    time_fit_epochs(state, model, d.x, d.y);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -148,7 +153,6 @@ void BM_mlp_fit(benchmark::State& state) {
 void BM_cnn_fit(benchmark::State& state) {
   try {
     const MnistLike& d = mnist_like();
-    const tg::Tensor images = d.x.reshape(tg::Shape{kRows, 28, 28, 1});
     tg::manual_seed(0);
     tg::nn::clear_session();
     tg::nn::Sequential model(tg::Shape{28, 28, 1});
@@ -159,22 +163,7 @@ void BM_cnn_fit(benchmark::State& state) {
     model.add(tg::nn::Flatten());
     model.add(tg::nn::Dense(kClasses, "softmax"));
     model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
-    tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
-    benchmark::DoNotOptimize(ctx.step(images.rows(0, kBatch), d.y.rows(0, kBatch)).loss);
-    tg::nn::FitOptions fit;
-    fit.epochs = 1;
-    fit.batch_size = kBatch;
-    fit.verbose = 0;
-    std::vector<double> times;
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      tg::nn::History h = model.fit(images, d.y, fit);
-      const double dt = seconds_since(t0);
-      benchmark::DoNotOptimize(h);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["s_per_epoch"] = median(times);
+    time_fit_epochs(state, model, d.x.reshape(tg::Shape{kRows, 28, 28, 1}), d.y);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
