@@ -5,8 +5,9 @@ namespace tensorgrad {
 
 /// Sets the number of compute threads every pool uses: tensorgrad's kernels
 /// and the BLAS library's. Applies from the next run of a graph. Default: the
-/// number of cores. Throws ValueError when n < 1 or n > 1024. More threads
-/// than cores work but wait in the kernel between tasks instead of spinning.
+/// number of cores. Throws ValueError when n < 1 or n > 1024. Idle pool
+/// threads wait in the kernel, not spinning, so they leave the cores to other
+/// work between steps.
 void set_num_threads(int n);
 /// The current thread count.
 int num_threads();
