@@ -144,3 +144,64 @@ TEST(Usage, EmptyTrainingSetIsValueError) {
       message_of<ValueError>([&] { m.fit(Tensor::zeros(Shape{0, 4}), Tensor::zeros(Shape{0, 3}), quiet()); });
   EXPECT_NE(msg.find("no rows"), std::string::npos) << msg;
 }
+
+TEST(Usage, MovedFromModelIsReleased) {
+  Sequential a({4});
+  a.add(std::make_shared<Dense>(3));  // a shared_ptr to a derived layer is accepted as is
+  a.compile(OptimizerSpec::adam(), "mse");
+  Sequential b = std::move(a);
+  EXPECT_TRUE(a.released());
+  EXPECT_NE(message_of<StateError>([&] { a.predict(random_rows(2, 4, 11)); }).find("freed"), std::string::npos);
+  EXPECT_EQ(b.predict(random_rows(2, 4, 11)).shape(), (Shape{2, 3}));
+}
+
+TEST(Usage, UpdateTargetRefusesAMovedFromTarget) {
+  manual_seed(6);
+  Sequential m({4});
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::adam(), "mse");
+  nn::Trainer trainer(m, nn::TrainerOptions{8});
+  Sequential target = trainer.snapshot();
+  trainer.update_target(target, 0.5f);
+  { Sequential elsewhere = std::move(target); }
+  EXPECT_NE(message_of<StateError>([&] { trainer.update_target(target, 0.5f); }).find("freed"), std::string::npos);
+}
+
+TEST(Usage, StaleOptimizerContextThrowsInsteadOfCrashing) {
+  Sequential m({3});
+  m.add(Dense(4));
+  m.add(nn::BatchNormalization());
+  m.add(Dense(1));
+  m.compile(OptimizerSpec::adam(), "mse");
+  OptimizerContext& ctx = m.optimizer_context(4);
+  const Tensor x = random_rows(4, 3, 12), y = random_rows(4, 1, 13);
+  ctx.step(x, y);
+  m.freeze_bn_stats();
+  EXPECT_NE(message_of<StateError>([&] { ctx.step(x, y); }).find("freeze_bn_stats"), std::string::npos);
+  OptimizerContext& fresh = m.optimizer_context(4);
+  EXPECT_NO_THROW(fresh.step(x, y));
+  m.compile(OptimizerSpec::adam(), "mse");
+  EXPECT_NE(message_of<StateError>([&] { fresh.step(x, y); }).find("compile"), std::string::npos);
+}
+
+TEST(Usage, CloneKeepsTiedWeightsTied) {
+  manual_seed(7);
+  auto shared = std::make_shared<Dense>(3, "tanh");
+  Sequential s({3});
+  s.add(shared);
+  s.add(shared);
+  s.add(Dense(1));
+  s.compile(OptimizerSpec::sgd(0.1f), "mse");
+  EXPECT_EQ(s.weights().size(), 4u);  // the shared layer's weights once, then the last Dense
+  Sequential c = s.clone();
+  ASSERT_EQ(c.layers()[0], c.layers()[1]);
+  EXPECT_NE(c.layers()[0], s.layers()[0]);
+  // Trained the same way, the clone and the original stay equal.
+  const Tensor x = random_rows(8, 3, 14), y = random_rows(8, 1, 15);
+  nn::FitOptions f = quiet(8);
+  f.epochs = 3;
+  f.shuffle = false;
+  s.fit(x, y, f);
+  c.fit(x, y, f);
+  EXPECT_EQ(s.predict(x).to_vector(), c.predict(x).to_vector());
+}

@@ -66,8 +66,44 @@ Sequential::Sequential(const Shape& input_shape) : input_shape_(input_shape), ou
   new_structure_id();
 }
 Sequential::~Sequential() = default;
-Sequential::Sequential(Sequential&&) noexcept = default;
-Sequential& Sequential::operator=(Sequential&&) noexcept = default;
+Sequential::Sequential(Sequential&& other) noexcept { *this = std::move(other); }
+
+Sequential& Sequential::operator=(Sequential&& other) noexcept {
+  if (this == &other) return *this;
+  input_shape_ = other.input_shape_;
+  output_shape_ = other.output_shape_;
+  model_ = std::move(other.model_);
+  layers_ = std::move(other.layers_);
+  layer_shapes_ = std::move(other.layer_shapes_);
+  compiled_ = other.compiled_;
+  changed_after_compile_ = other.changed_after_compile_;
+  released_ = other.released_;
+  structure_id_ = other.structure_id_;
+  optimizer_ = other.optimizer_;
+  loss_ = other.loss_;
+  accuracy_metric_ = other.accuracy_metric_;
+  opt_state_ = std::move(other.opt_state_);
+  contexts_ = std::move(other.contexts_);
+  retired_contexts_ = std::move(other.retired_contexts_);
+  predict_plans_ = std::move(other.predict_plans_);
+  // The moved-from model is released, with an identity of its own, so that
+  // nothing cached against it (a Trainer's update_target) can reach the memory
+  // that moved away.
+  other.layers_.clear();
+  other.contexts_.clear();
+  other.compiled_ = false;
+  other.released_ = true;
+  other.new_structure_id();
+  return *this;
+}
+
+void Sequential::retire_contexts(const char* why) {
+  for (auto& [key, ctx] : contexts_) {
+    ctx->retire(why);
+    retired_contexts_.push_back(std::move(ctx));
+  }
+  contexts_.clear();
+}
 
 Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   check_live("add()");
@@ -81,7 +117,7 @@ Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
   rebuild_model_function();
   new_structure_id();
   // A changed stack needs new graphs; the optimizer state stays with compile.
-  contexts_.clear();
+  retire_contexts("add() changed the model after this context was made");
   predict_plans_.clear();
   if (compiled_) changed_after_compile_ = true;
   compiled_ = false;
@@ -135,7 +171,7 @@ void Sequential::compile(const OptimizerSpec& optimizer, const std::string& loss
   changed_after_compile_ = false;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
-  contexts_.clear();
+  retire_contexts("compile() was called again");
   compiled_ = true;
 }
 
@@ -363,7 +399,7 @@ void Sequential::freeze_bn_stats(bool freeze) {
   check_live("freeze_bn_stats()");
   for (auto& l : layers_)
     if (auto* bn = dynamic_cast<BatchNormalization*>(l.get())) bn->freeze_stats = freeze;
-  contexts_.clear();  // training graphs are rebuilt with or without the updates
+  retire_contexts("freeze_bn_stats() changed the training graphs");
 }
 
 void Sequential::calibrate_bn(const Tensor& x_in) {
@@ -393,8 +429,11 @@ void Sequential::check_live(const char* call) const {
 Sequential Sequential::clone() const {
   check_live("clone()");
   Sequential copy(input_shape_);
+  // A layer used twice (tied weights) is cloned once and used twice again.
+  std::map<const Layer*, std::shared_ptr<Layer>> cloned;
   for (const auto& layer : layers_) {
-    std::shared_ptr<Layer> c = layer->clone();
+    std::shared_ptr<Layer>& c = cloned[layer.get()];
+    if (!c) c = layer->clone();
     copy.layers_.push_back(c);
   }
   copy.output_shape_ = output_shape_;
@@ -412,7 +451,7 @@ Sequential Sequential::clone() const {
 
 void Sequential::free() {
   if (released_) return;
-  contexts_.clear();
+  retire_contexts("the model was freed");
   predict_plans_.clear();
   layers_.clear();
   layer_shapes_.clear();
@@ -426,14 +465,18 @@ void Sequential::free() {
 std::vector<Weight> Sequential::weights() const {
   check_live("weights()");
   std::vector<Weight> out;
-  for (auto& l : layers_)
+  std::vector<const Layer*> seen;  // a layer used twice lists its weights once
+  for (auto& l : layers_) {
+    if (std::find(seen.begin(), seen.end(), l.get()) != seen.end()) continue;
+    seen.push_back(l.get());
     for (auto& w : l->weights()) out.push_back(w);
+  }
   return out;
 }
 
 std::string Sequential::summary() const {
   std::ostringstream s;
-  s << "Layer (type)                 Output shape        Param #\n";
+  s << "Layer (type)                                     Output shape        Param #\n";
   int64_t total = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer* l = layers_[i].get();
@@ -441,7 +484,7 @@ std::string Sequential::summary() const {
     for (auto& w : l->weights()) params += w.value.numel();
     total += params;
     char line[160];
-    std::snprintf(line, sizeof line, "%-28s %-19s %lld\n", (l->name() + " (" + l->type() + ")").c_str(),
+    std::snprintf(line, sizeof line, "%-48s %-19s %lld\n", (l->name() + " (" + l->type() + ")").c_str(),
                   keras_shape(layer_shapes_[i]).c_str(),
                   (long long)params);
     s << line;

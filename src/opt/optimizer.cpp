@@ -343,12 +343,21 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
   return r;
 }
 
+void OptimizerContext::retire(const std::string& why) {
+  retired_ = why.empty() ? "retired" : why;
+  train_.reset();
+  eval_.reset();
+  grads_.clear();
+}
+
 void OptimizerContext::set_rng_seed(uint64_t seed) {
   rng_seed_ = seed;
   if (train_) train_->exe->set_rng_counter(seed);
 }
 
 StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
   if (!train_) {
     train_ = build(true);
     train_->exe->set_rng_counter(rng_seed_);
@@ -357,6 +366,8 @@ StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor
 }
 
 StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
   if (!eval_) eval_ = build(false);
   return run(*eval_, x, y, sample_weight, false);
 }

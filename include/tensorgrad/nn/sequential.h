@@ -1,5 +1,6 @@
 #pragma once
 // keras.Sequential in C++: a stack of layers, compile, fit, evaluate, predict.
+#include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +50,8 @@ class Sequential {
   /// images. Throws ShapeError for an empty or non-positive shape.
   explicit Sequential(const Shape& input_shape);
   ~Sequential();
+  /// Moving hands everything on; the moved-from model is released (every
+  /// method then throws StateError).
   Sequential(Sequential&&) noexcept;
   Sequential& operator=(Sequential&&) noexcept;
 
@@ -57,9 +60,17 @@ class Sequential {
   /// ShapeError when it does not fit. After compile(), the model must be
   /// compiled again (as Keras); the optimizer state is then fresh.
   Sequential& add(std::shared_ptr<Layer> layer);
+  /// Adds a copy of a layer given by value: model.add(Dense(10)).
   template <class L>
+    requires std::derived_from<L, Layer>
   Sequential& add(L layer) {
     return add(std::shared_ptr<Layer>(std::make_shared<L>(std::move(layer))));
+  }
+  /// Adds a layer held by the caller (to share it, or to set trainable later).
+  template <class L>
+    requires std::derived_from<L, Layer>
+  Sequential& add(std::shared_ptr<L> layer) {
+    return add(std::shared_ptr<Layer>(std::move(layer)));
   }
 
   /// Sets the loss ("mse", "categorical_crossentropy",
@@ -103,8 +114,11 @@ class Sequential {
 
   /// The optimizer context fit uses for batches of `batch_size` (made on first
   /// use; shares the optimizer state of every other batch size). This is the
-  /// public step fit is written on. The reference stays valid until the next
-  /// compile(), add() or freeze_bn_stats(). Throws StateError before compile.
+  /// public step fit is written on. After the next compile(), add() or
+  /// freeze_bn_stats() the context is retired: its graphs are released and
+  /// its step() throws StateError naming the call that retired it (the
+  /// object itself stays valid until the model is destroyed). Throws
+  /// StateError before compile.
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
                                       LossWeights weights = LossWeights::None);
 
@@ -159,6 +173,8 @@ class Sequential {
   bool accuracy_metric_ = false;
   std::shared_ptr<OptimizerState> opt_state_;
   std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
+  std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
+  void retire_contexts(const char* why);
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;
 };
 

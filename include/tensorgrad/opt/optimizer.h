@@ -153,6 +153,9 @@ class OptimizerContext {
   int64_t accumulation_period() const { return period_; }
   /// Calls of step().
   int64_t n_steps() const { return n_steps_; }
+  /// Releases the graphs; every later step() or evaluate() throws
+  /// StateError saying `why` (the model this context belongs to changed).
+  void retire(const std::string& why);
   const OptimizerContextOptions& options() const { return options_; }
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
   /// Outputs per row of the model.
@@ -172,6 +175,7 @@ class OptimizerContext {
   int64_t n_steps_ = 0;
   std::unique_ptr<Head> train_, eval_;
   uint64_t rng_seed_ = 0;
+  std::string retired_;  // non-empty once retired: why
   std::vector<GradientHook> hooks_;
   std::vector<NamedGradient> grads_;
   Tensor labels_i32_, ones_;  // staging: class ids converted to int32; default weights
