@@ -205,23 +205,32 @@ tg::nn::Sequential make_rl_model() {
   return model;
 }
 
+// Times `step()` (returning the loss) once per iteration after 200 warm-up
+// steps, as the peers do. Counter us_per_step: the median.
+template <class Step>
+void time_steps(benchmark::State& state, Step step) {
+  for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(step());
+  std::vector<double> times;
+  times.reserve(size_t(state.max_iterations));
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const float loss = step();
+    const double dt = seconds_since(t0);
+    benchmark::DoNotOptimize(loss);
+    state.SetIterationTime(dt);
+    times.push_back(dt);
+  }
+  state.counters["us_per_step"] = 1e6 * median(times);
+}
+
 void BM_trainer_step(benchmark::State& state) {
   try {
-    tg::nn::Trainer trainer(make_rl_model(), tg::nn::TrainerOptions{32});
+    tg::nn::TrainerOptions options;
+    options.batch_size = 32;
+    tg::nn::Trainer trainer(make_rl_model(), options);
     std::mt19937_64 rng(7);
     const tg::Tensor x = normal(tg::Shape{32, 4}, rng), y = normal(tg::Shape{32, 2}, rng);
-    for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(trainer.step(x, y));
-    std::vector<double> times;
-    times.reserve(size_t(state.max_iterations));
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const float loss = trainer.step(x, y);
-      const double dt = seconds_since(t0);
-      benchmark::DoNotOptimize(loss);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["us_per_step"] = 1e6 * median(times);
+    time_steps(state, [&] { return trainer.step(x, y); });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -229,28 +238,11 @@ void BM_trainer_step(benchmark::State& state) {
 
 void BM_rlstep(benchmark::State& state) {
   try {
-    tg::manual_seed(0);
-    tg::nn::clear_session();
-    tg::nn::Sequential model(tg::Shape{4});
-    model.add(tg::nn::Dense(64, "relu"));
-    model.add(tg::nn::Dense(64, "relu"));
-    model.add(tg::nn::Dense(2));
-    model.compile(tg::OptimizerSpec::adam(1e-3f), "mse");
+    tg::nn::Sequential model = make_rl_model();
     std::mt19937_64 rng(7);
     const tg::Tensor x = normal(tg::Shape{32, 4}, rng), y = normal(tg::Shape{32, 2}, rng);
     tg::OptimizerContext& ctx = model.optimizer_context(32);
-    for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(ctx.step(x, y).loss);  // warm-up, as the peers
-    std::vector<double> times;
-    times.reserve(size_t(state.max_iterations));
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const tg::StepResult r = ctx.step(x, y);
-      const double dt = seconds_since(t0);
-      benchmark::DoNotOptimize(r.loss);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["us_per_step"] = 1e6 * median(times);
+    time_steps(state, [&] { return ctx.step(x, y).loss; });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

@@ -55,4 +55,18 @@ template <class E>
   return ::testing::AssertionFailure() << "did not throw";
 }
 
+/// The message of the exception of exactly type E that f throws; otherwise a
+/// text saying what happened instead (which then fails the word checks).
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception: ") + e.what();
+  }
+  return "no exception";
+}
+
 }  // namespace test_support

@@ -31,6 +31,8 @@
 // their model (build_model).
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -59,19 +61,7 @@ struct ThreadsGuard {
   ~ThreadsGuard() { set_num_threads(saved); }
 };
 
-// The message of the exception of exactly type E that f throws; otherwise a
-// text saying what happened instead (which then fails the word checks).
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception: ") + e.what();
-  }
-  return "no exception";
-}
+using test_support::message_of;
 
 ::testing::AssertionResult has_words(const std::string& message, std::initializer_list<const char*> words) {
   for (const char* w : words)

@@ -2,6 +2,8 @@
 // names the problem or a documented behaviour.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <random>
 #include <string>
 
@@ -12,17 +14,7 @@ using nn::Dense;
 using nn::Sequential;
 
 namespace {
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception: ") + e.what();
-  }
-  return "no exception";
-}
+using test_support::message_of;
 
 Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
   Tensor t = Tensor::empty(Shape{rows, cols});
