@@ -73,20 +73,8 @@ Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {
   return Tensor::from_vector(v, s);
 }
 
-Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1, int64_t top = 0,
-                int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {
-  Window2D w;
-  w.kh = kh, w.kw = kw, w.sh = sh, w.sw = sw, w.dh = dh, w.dw = dw;
-  w.pad_top = top, w.pad_left = left, w.pad_bottom = bottom, w.pad_right = right;
-  return w;
-}
-
-std::string window_str(const Window2D& w) {
-  std::ostringstream s;
-  s << w.kh << "x" << w.kw << " s" << w.sh << "," << w.sw << " d" << w.dh << "," << w.dw << " pads(t" << w.pad_top
-    << ",l" << w.pad_left << ",b" << w.pad_bottom << ",r" << w.pad_right << ")";
-  return s.str();
-}
+using test_support::window;
+using test_support::window_str;
 
 // One gradient check: build the graph through `g` with param()/data(), then
 // call check() once.

@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <random>
+#include <sstream>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -53,6 +54,23 @@ template <class E>
     return ::testing::AssertionFailure() << "threw something that is not a std::exception";
   }
   return ::testing::AssertionFailure() << "did not throw";
+}
+
+/// A Window2D from its sizes, strides, dilations and pads (top, left, bottom, right).
+inline tensorgrad::Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1,
+                                   int64_t top = 0, int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {
+  tensorgrad::Window2D w;
+  w.kh = kh, w.kw = kw, w.sh = sh, w.sw = sw, w.dh = dh, w.dw = dw;
+  w.pad_top = top, w.pad_left = left, w.pad_bottom = bottom, w.pad_right = right;
+  return w;
+}
+
+/// "3x3 s1,1 d1,1 pads(t1,l1,b1,r1)", for test names and messages.
+inline std::string window_str(const tensorgrad::Window2D& w) {
+  std::ostringstream s;
+  s << w.kh << "x" << w.kw << " s" << w.sh << "," << w.sw << " d" << w.dh << "," << w.dw << " pads(t" << w.pad_top
+    << ",l" << w.pad_left << ",b" << w.pad_bottom << ",r" << w.pad_right << ")";
+  return s.str();
 }
 
 /// The message of the exception of exactly type E that f throws; otherwise a

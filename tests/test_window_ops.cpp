@@ -12,6 +12,8 @@
 //  * the planner's aliasing of Reshape (a view that shares its input's memory).
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,20 +37,8 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng, float lo = -1.0f, flo
   return v;
 }
 
-Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1, int64_t top = 0,
-                int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {
-  Window2D w;
-  w.kh = kh, w.kw = kw, w.sh = sh, w.sw = sw, w.dh = dh, w.dw = dw;
-  w.pad_top = top, w.pad_left = left, w.pad_bottom = bottom, w.pad_right = right;
-  return w;
-}
-
-std::string window_str(const Window2D& w) {
-  std::ostringstream s;
-  s << w.kh << "x" << w.kw << " s" << w.sh << "," << w.sw << " d" << w.dh << "," << w.dw << " pads(t" << w.pad_top
-    << ",l" << w.pad_left << ",b" << w.pad_bottom << ",r" << w.pad_right << ")";
-  return s.str();
-}
+using test_support::window;
+using test_support::window_str;
 
 // TensorFlow's padding rules for one spatial axis, written from the TF docs.
 struct AxisPad {
