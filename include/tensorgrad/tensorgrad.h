@@ -3,6 +3,7 @@
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
+#include "tensorgrad/core/memory.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/core/tensor.h"

@@ -7,6 +7,7 @@
 #include "backend/thread_pool.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/memory.h"
 
 namespace tensorgrad {
 
@@ -39,11 +40,24 @@ double node_flops(const Graph& g, const Node& n) {
   }
   return double(n.shape.numel());
 }
+
+// Refuses an arena larger than the machine before allocating it, naming the
+// batch (the rows of the first input) that made it so large.
+void check_arena(const Graph& g, size_t bytes) {
+  std::string what = "this graph's arena";
+  for (const Node& n : g.nodes())
+    if (n.role == NodeRole::Input && n.shape.rank() > 0) {
+      what += " for a batch of " + std::to_string(n.shape[0]) + " rows";
+      break;
+    }
+  check_fits_in_memory(bytes, what, "use a smaller batch size");
+}
 }  // namespace
 
 Executable::Executable(Graph graph, std::vector<Value> outputs)
     : graph_(std::move(graph)), outputs_(std::move(outputs)) {
   plan_ = plan_memory(graph_, outputs_);
+  check_arena(graph_, plan_.arena_bytes);
   void* mem = std::aligned_alloc(64, plan_.arena_bytes == 0 ? 64 : plan_.arena_bytes);
   if (!mem) throw Error("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
   arena_ = std::shared_ptr<void>(mem, [](void* p) { std::free(p); });

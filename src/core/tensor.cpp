@@ -92,13 +92,24 @@ template <> int32_t* Tensor::data<int32_t>() const {
   return static_cast<int32_t*>(data_);
 }
 
+template <> int64_t* Tensor::data<int64_t>() const {
+  if (!defined()) throw StateError("data<int64_t>() on an undefined tensor");
+  if (dtype_ != DType::Int64)
+    throw TypeError(std::string("expected an int64 tensor; this one is ") + dtype_name(dtype_));
+  return static_cast<int64_t*>(data_);
+}
+
 float Tensor::item(int64_t i) const {
   if (!defined()) throw StateError("item() on an undefined tensor");
   if (i < 0 || i >= numel())
     throw IndexError("item(" + std::to_string(i) + ") is out of range for a tensor of " +
                      std::to_string(numel()) + " elements");
-  return dtype_ == DType::Float32 ? static_cast<const float*>(data_)[i]
-                                  : float(static_cast<const int32_t*>(data_)[i]);
+  switch (dtype_) {
+    case DType::Float32: return static_cast<const float*>(data_)[i];
+    case DType::Int32: return float(static_cast<const int32_t*>(data_)[i]);
+    case DType::Int64: return float(static_cast<const int64_t*>(data_)[i]);
+  }
+  return 0.0f;
 }
 
 std::vector<float> Tensor::to_vector() const {

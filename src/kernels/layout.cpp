@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "tensorgrad/core/error.h"
 
 namespace tensorgrad::kernels {
 
@@ -53,6 +54,14 @@ void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, co
   const int64_t d = table.shape[1], n = ids.numel();
   const float* t = table.f();
   const int32_t* id = ids.i();
+  // Checked before any row is copied, so a bad id stops the run before the
+  // update ops that follow it in the schedule.
+  const int64_t vocab = table.shape[0];
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] < 0 || id[i] >= vocab)
+      throw IndexError("gather: id " + std::to_string(id[i]) + " at position " + std::to_string(i) +
+                       " is outside the table of " + std::to_string(vocab) + " rows [0, " + std::to_string(vocab) +
+                       "); map the id into the table or enlarge it");
   float* out = y.f();
   parallel_for(ctx.pool, size_t(n), 256, [=](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) std::memcpy(out + i * size_t(d), t + size_t(id[i]) * size_t(d), size_t(d) * sizeof(float));

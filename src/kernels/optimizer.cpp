@@ -45,16 +45,16 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     }
     case OpKind::OptimizerTick: {
       float* h = in[0].f();
-      h[kStep] += 1.0f;
-      h[kBeta1Pow] = float(std::pow(double(h[kBeta1]), double(h[kStep])));
-      h[kBeta2Pow] = float(std::pow(double(h[kBeta2]), double(h[kStep])));
+      const int64_t t = ++*static_cast<int64_t*>(in[1].data);
+      h[kBiasCorrection1] = float(1.0 / (1.0 - std::pow(double(h[kBeta1]), double(t))));
+      h[kBiasCorrection2] = float(1.0 / (1.0 - std::pow(double(h[kBeta2]), double(t))));
       return;
     }
     case OpKind::AdamWUpdate: {
       float *p = in[0].f(), *g = in[1].f(), *m = in[2].f(), *v = in[3].f();
       const float* h = in[4].f();
       const AdamStep st{h[kLr], h[kBeta1], h[kBeta2], h[kEps], 1.0f - h[kLr] * h[kWeightDecay],
-                        1.0f / (1.0f - h[kBeta1Pow]), 1.0f / (1.0f - h[kBeta2Pow])};
+                        h[kBiasCorrection1], h[kBiasCorrection2]};
       const bool zero = at.zero_grad;
       parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) {
         adamw_range(p + b, g + b, m + b, v + b, e - b, st);

@@ -64,28 +64,27 @@ Shape Embedding::build(const Shape& input_shape) {
 }
 
 void Embedding::validate_input(const Tensor& x) const {
-  const float* p = x.data<float>();
+  const bool ints = x.dtype() == DType::Int32;
+  const int64_t cols = std::max<int64_t>(x.shape().row_size(), 1);
   for (int64_t i = 0; i < x.numel(); ++i) {
-    const float v = p[i];
-    const int64_t row = i / std::max<int64_t>(x.shape().row_size(), 1), col = i % std::max<int64_t>(x.shape().row_size(), 1);
+    const double v = ints ? double(x.data<int32_t>()[i]) : double(x.data<float>()[i]);
+    if (v >= 0.0 && v < double(input_dim_) && v == std::floor(v)) continue;
+    const std::string where = " at row " + std::to_string(i / cols) + ", step " + std::to_string(i % cols);
     if (v != std::floor(v))
       throw ValueError(name() + ": token ids must be whole numbers in [0, " + std::to_string(input_dim_) +
-                       ") (the vocabulary size is " + std::to_string(input_dim_) + "); row " + std::to_string(row) +
-                       ", step " + std::to_string(col) + " holds " + std::to_string(v));
-    if (v < 0.0f || v >= float(input_dim_)) {
-      char id[32];
-      std::snprintf(id, sizeof id, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));
-      throw IndexError(name() + ": token id " + id + " at row " + std::to_string(row) + ", step " +
-                       std::to_string(col) + " is outside the vocabulary [0, " + std::to_string(input_dim_) +
-                       "); raise input_dim or map the id");
-    }
+                       ") (the vocabulary size is " + std::to_string(input_dim_) + ");" + where + " holds " +
+                       std::to_string(v));
+    char id[32];
+    std::snprintf(id, sizeof id, std::fabs(v) < 1e15 ? "%.0f" : "%g", v);
+    throw IndexError(name() + ": token id " + id + where + " is outside the vocabulary [0, " +
+                     std::to_string(input_dim_) + "); raise input_dim or map the id");
   }
 }
 
 Value Embedding::call(Builder& b, Value x, const CallOptions&) {
   if (!embeddings_.defined()) throw StateError(name() + " was called before build()");
-  return b.apply(OpKind::Gather,
-                 {b.parameter(embeddings_, (name() + "/embeddings").c_str(), trainable), b.apply(OpKind::ToIndex, {x})});
+  const Value ids = b.dtype(x) == DType::Int32 ? x : b.apply(OpKind::ToIndex, {x});
+  return b.apply(OpKind::Gather, {b.parameter(embeddings_, (name() + "/embeddings").c_str(), trainable), ids});
 }
 
 std::vector<Weight> Embedding::weights() const { return {{name() + "/embeddings", embeddings_, trainable}}; }

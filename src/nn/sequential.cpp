@@ -27,6 +27,7 @@ const std::vector<double>& History::operator[](const std::string& key) const {
 struct Sequential::PredictPlan {
   std::unique_ptr<Executable> exe;
   Value x, out;
+  Tensor x_staging;  // float32 token ids converted to int32
 };
 
 namespace {
@@ -43,6 +44,20 @@ std::string keras_shape(const Shape& s) {
   std::string out = "(None";
   for (int64_t d : s) out += ", " + std::to_string(d);
   return out + ")";
+}
+
+// One weight per row: {rows} or {rows, 1}, as Keras' sample_weight; returns it as {rows}.
+Tensor check_sample_weight(const Tensor& w, int64_t rows, const char* what) {
+  const Shape& ws = w.shape();
+  if (ws.rank() == 0 || ws[0] != rows)
+    throw ShapeError(std::string(what) + " must have one weight per row of x (" + std::to_string(rows) + "); got " +
+                     ws.str());
+  if (ws.numel() != rows)
+    throw ValueError(std::string(what) + " must be one weight per row ({" + std::to_string(rows) + "} or {" +
+                     std::to_string(rows) + ", 1}), as in Keras; got " + ws.str() +
+                     ". For one weight per output element, use a Trainer with loss_mask = outputs");
+  if (w.dtype() != DType::Float32) throw TypeError(std::string(what) + " must be float32; got " + dtype_name(w.dtype()));
+  return w.reshape(Shape{rows});
 }
 
 std::string metrics_text(const std::map<std::string, double>& m) {
@@ -140,7 +155,8 @@ void Sequential::rebuild_model_function() {
     return x;
   };
   model_.validate_input = nullptr;
-  model_.integer_input = !layers_.empty() && std::string(layers_.front()->type()) == "Embedding";
+  model_.input_dtype = !layers_.empty() && std::string(layers_.front()->type()) == "Embedding" ? DType::Int32
+                                                                                              : DType::Float32;
   if (!layers_.empty())
     model_.validate_input = [first = layers_.front()](const Tensor& x) { first->validate_input(x); };
 }
@@ -215,30 +231,30 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
                      (y.defined() && y.shape().rank() ? std::to_string(y.shape()[0]) : std::string("none")) +
                      "; give one label row per input row");
   const bool weighted = opt.sample_weight.defined();
-  if (weighted) {
-    const Shape& ws = opt.sample_weight.shape();
-    if (ws.rank() == 0 || ws[0] != n)
-      throw ShapeError("sample_weight must have one weight per row of x (" + std::to_string(n) + "); got " + ws.str());
-    if (ws.numel() != n)
-      throw ValueError("sample_weight must be one weight per row ({" + std::to_string(n) + "} or {" +
-                       std::to_string(n) + ", 1}), as in Keras; got " + ws.str() +
-                       ". For one weight per output element, use a Trainer with loss_mask = outputs");
-  }
+  const Tensor w_all = weighted ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
   const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
+  if (opt.validation_sample_weight.defined() && !opt.validation_data)
+    throw ValueError("validation_sample_weight is given without validation_data; pass validation_data too (with "
+                     "validation_split the weights are split from sample_weight)");
 
   int64_t n_train = n;
-  Tensor xv, yv;
+  Tensor xv, yv, wv;  // wv: the validation rows' weights, as Keras splits them with the rows
   if (opt.validation_data) {
     xv = model_.check_input(opt.validation_data->first, -1, "validation x");
     yv = opt.validation_data->second;
     if (!yv.defined() || yv.shape().rank() == 0 || yv.shape()[0] != xv.shape()[0])
-      throw ShapeError("validation_data: x and y differ in rows");
+      throw ShapeError("validation_data: x has " + std::to_string(xv.shape()[0]) + " rows but y has " +
+                       (yv.defined() && yv.shape().rank() ? std::to_string(yv.shape()[0]) : std::string("none")) +
+                       "; give one label row per input row");
     if (xv.shape()[0] == 0) throw ValueError("validation_data has no rows; give some or leave it out");
+    if (opt.validation_sample_weight.defined())
+      wv = check_sample_weight(opt.validation_sample_weight, xv.shape()[0], "validation_sample_weight");
   } else if (opt.validation_split > 0.0) {
     n_train = int64_t(double(n) * (1.0 - opt.validation_split));
     if (n_train < n) {
       xv = x.rows(n_train, n);
       yv = y.rows(n_train, n);
+      if (weighted) wv = w_all.rows(n_train, n);
     }
   }
   if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
@@ -249,7 +265,9 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   const int64_t bs = std::min(opt.batch_size, n_train);
   OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
   ctx.check_targets(y, weighted ? opt.sample_weight : Tensor{}, -1);
-  if (xv.defined()) optimizer_context(std::min(bs, xv.shape()[0])).check_targets(yv, {}, -1);
+  if (xv.defined())
+    optimizer_context(std::min(bs, xv.shape()[0]), 0, wv.defined() ? LossWeights::PerSample : LossWeights::None)
+        .check_targets(yv, wv, -1);
   // Whole logical batches only when accumulating (as ggml_opt_fit): a part
   // period would carry its gradients into the next epoch's first update.
   const int64_t period = ctx.accumulation_period();
@@ -262,7 +280,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
                      std::to_string(n_train) + " training rows: no whole logical batch fits");
 
   // Batch staging, filled by gathering shuffled rows.
-  Tensor xb = Tensor::empty(input_shape_.with_batch(bs));
+  Tensor xb = Tensor::empty(input_shape_.with_batch(bs), model_.input_dtype);
   Shape ys = y.shape();
   ys.set(0, bs);
   Tensor yb = Tensor::empty(ys, y.dtype());
@@ -273,7 +291,6 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
     yr = yb.rows(0, rem);
     if (weighted) wr = wb.rows(0, rem);
   }
-  const Tensor w_all = weighted ? opt.sample_weight.reshape(Shape{n}) : Tensor{};
 
   std::vector<int64_t> order(static_cast<size_t>(n_train));
   History hist;
@@ -305,7 +322,7 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
     std::map<std::string, double> logs{{"loss", seen ? loss_sum / double(seen) : 0.0}};
     if (report_acc) logs["accuracy"] = seen ? double(correct) / double(seen) : 0.0;
     if (xv.defined()) {
-      for (auto& [k, v] : evaluate_rows(xv, yv, bs)) logs["val_" + k] = v;
+      for (auto& [k, v] : evaluate_rows(xv, yv, wv, bs)) logs["val_" + k] = v;
     }
     hist.epoch.push_back(epoch);
     for (auto& [k, v] : logs) hist.history[k].push_back(v);
@@ -314,13 +331,17 @@ History Sequential::fit(const Tensor& x_in, const Tensor& y, const FitOptions& o
   return hist;
 }
 
-std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size) {
+std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const Tensor& y, const Tensor& w,
+                                                       int64_t batch_size) {
   const int64_t n = x.shape()[0];
+  const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
   double loss_sum = 0;
   int64_t correct = 0;
   for (int64_t start = 0; start < n; start += batch_size) {
     const int64_t rows = std::min(batch_size, n - start);
-    StepResult r = optimizer_context(rows).evaluate(x.rows(start, start + rows), y.rows(start, start + rows));
+    StepResult r = optimizer_context(rows, 0, mode)
+                       .evaluate(x.rows(start, start + rows), y.rows(start, start + rows),
+                                 w.defined() ? w.rows(start, start + rows) : Tensor{});
     loss_sum += double(r.loss) * double(rows);
     correct += r.correct;
   }
@@ -329,16 +350,22 @@ std::map<std::string, double> Sequential::evaluate_rows(const Tensor& x, const T
   return out;
 }
 
-std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size) {
+std::map<std::string, double> Sequential::evaluate(const Tensor& x_in, const Tensor& y, int64_t batch_size,
+                                                  const Tensor& sample_weight) {
   check_live("evaluate()");
   if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const Tensor x = model_.check_input(x_in, -1, "x");
-  if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != x.shape()[0])
-    throw ShapeError("x has " + std::to_string(x.shape()[0]) + " rows but y does not; give one label row per input row");
-  if (x.shape()[0] == 0) throw ValueError("evaluate: x has no rows");
-  optimizer_context(std::min(batch_size, x.shape()[0])).check_targets(y, {}, -1);
-  return evaluate_rows(x, y, batch_size);
+  const int64_t n = x.shape()[0];
+  if (!y.defined() || y.shape().rank() == 0 || y.shape()[0] != n)
+    throw ShapeError("x has " + std::to_string(n) + " rows but y has " +
+                     (y.defined() && y.shape().rank() ? std::to_string(y.shape()[0]) : std::string("none")) +
+                     "; give one label row per input row");
+  if (n == 0) throw ValueError("evaluate: x has no rows");
+  const Tensor w = sample_weight.defined() ? check_sample_weight(sample_weight, n, "sample_weight") : Tensor{};
+  optimizer_context(std::min(batch_size, n), 0, w.defined() ? LossWeights::PerSample : LossWeights::None)
+      .check_targets(y, w, -1);
+  return evaluate_rows(x, y, w, batch_size);
 }
 
 Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
@@ -350,7 +377,7 @@ Sequential::PredictPlan& Sequential::predict_plan(int64_t rows) {
   if (!slot) {
     auto plan = std::make_unique<PredictPlan>();
     Graph g;
-    plan->x = g.input("x", input_shape_.with_batch(rows));
+    plan->x = g.input("x", input_shape_.with_batch(rows), model_.input_dtype);
     plan->out = model_function().forward(g, plan->x, false, false);
     plan->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{plan->out});
     slot = std::move(plan);
@@ -380,7 +407,7 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
 void Sequential::predict(const Tensor& x_in, Tensor& out) {
   check_live("predict()");
   if (layers_.empty()) throw StateError("predict: the model has no layers");
-  const Tensor x = model_.check_input(x_in, -1, "x");
+  const Tensor x = check_input_shape(x_in, input_shape_, -1, "x");
   const int64_t n = x.shape()[0];
   if (out.defined() && out.dtype() != DType::Float32)
     throw TypeError(std::string("predict: out must be float32; got ") + dtype_name(out.dtype()));
@@ -390,7 +417,7 @@ void Sequential::predict(const Tensor& x_in, Tensor& out) {
                      (out.defined() ? out.shape().str() : std::string("an undefined tensor")));
   if (n == 0) return;
   PredictPlan& plan = predict_plan(n);
-  plan.exe->bind(plan.x, x);
+  plan.exe->bind(plan.x, model_.check_input(x_in, n, "x", &plan.x_staging));
   plan.exe->run();
   std::memcpy(out.raw(), plan.exe->data_ptr(plan.out), out.nbytes());
 }
@@ -408,7 +435,7 @@ void Sequential::calibrate_bn(const Tensor& x_in) {
   const int64_t rows = std::min<int64_t>(x.shape()[0], 1024);
   if (rows == 0) throw ValueError("calibrate_bn: x has no rows");
   Graph g;
-  Value in = g.input("x", input_shape_.with_batch(rows));
+  Value in = g.input("x", input_shape_.with_batch(rows), model_.input_dtype);
   Value out = in;
   for (auto& l : layers_) out = l->call(g, out, CallOptions{false, false, true});
   Executable exe(std::move(g), {out});

@@ -157,6 +157,11 @@ void Trainer::update_target(Sequential& target, float tau) {
   }
 }
 
+std::vector<Weight> Trainer::weights() const {
+  check_live("weights");
+  return model_.weights();
+}
+
 void Trainer::calibrate_bn(const Tensor& x) {
   check_live("calibrate_bn");
   model_.calibrate_bn(x);

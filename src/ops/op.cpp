@@ -64,7 +64,7 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"avg_pool2d_backward", 1, 1, false},
     {"accuracy", 2, 2, false},
     {"accumulate_grad", 2, 2, true},
-    {"optimizer_tick", 1, 1, true},
+    {"optimizer_tick", 2, 2, true},
     {"adamw_update", 5, 5, true},
     {"sgd_update", 3, 3, true},
     {"moving_average", 2, 2, true},
@@ -325,6 +325,7 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       return {s[0]};
     case OpKind::OptimizerTick:
       if (s[0] != Shape{kHyperSize}) shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}");
+      if (s[1] != Shape{1} || t[1] != DType::Int64) shape_fail(op, "the step counter must be an int64 tensor {1}");
       return {s[0]};
     case OpKind::AdamWUpdate:
     case OpKind::SgdUpdate:

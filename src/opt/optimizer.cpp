@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/memory.h"
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
@@ -61,8 +62,11 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   h[kBeta2] = spec.beta_2;
   h[kEps] = spec.epsilon;
   h[kWeightDecay] = spec.weight_decay;
-  h[kBeta1Pow] = h[kBeta2Pow] = 1.0f;
+  h[kBiasCorrection1] = h[kBiasCorrection2] = 1.0f;
+  step = Tensor::zeros(Shape{1}, DType::Int64);
 }
+
+int64_t OptimizerState::iterations() const { return *step.data<int64_t>(); }
 
 namespace {
 // Index of the first NaN or infinity, or -1. Integer test on the exponent
@@ -95,27 +99,53 @@ void check_rows(const Tensor& t, int64_t rows, const char* what) {
 }
 }  // namespace
 
-Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what) {
+Tensor check_input_shape(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what) {
   check_rows(x, rows, what);
-  if (x.dtype() != DType::Float32)
-    throw TypeError(std::string(what) + " must be float32; got " + dtype_name(x.dtype()));
-  if (x.shape().row_size() != input_shape.numel())
-    throw ShapeError(std::string(what) + " rows must have input_shape " + input_shape.str() + " (" +
-                     std::to_string(input_shape.numel()) + " features); got shape " + x.shape().str() + " (" +
-                     std::to_string(x.shape().row_size()) + " features per row)");
-  check_finite(x, what);
-  return x.shape().rank() == input_shape.rank() + 1 ? x : x.reshape(input_shape.with_batch(x.shape()[0]));
+  const Shape full = input_shape.with_batch(x.shape()[0]);
+  if (x.shape() == full) return x;
+  const bool flattened = x.shape().rank() == 2 && x.shape()[1] == input_shape.numel();
+  if (flattened) return x.reshape(full);
+  const std::string flat = "{" + std::to_string(x.shape()[0]) + ", " + std::to_string(input_shape.numel()) + "}";
+  throw ShapeError(std::string(what) + " must be " + full.str() + " ({rows, input_shape...} for the model's input_shape " +
+                   input_shape.str() + ")" + (input_shape.rank() > 1 ? " or its flattened form " + flat : "") +
+                   "; got " + x.shape().str() + ". Reshape it, or build the model for this input_shape");
 }
 
-Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* what) const {
-  if (integer_input && x.defined() && x.dtype() == DType::Int32) {
-    Tensor ids = Tensor::empty(x.shape());
-    for (int64_t i = 0; i < x.numel(); ++i) ids.data<float>()[i] = float(x.data<int32_t>()[i]);
-    return check_input(ids, rows, what);
+Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what) {
+  const Tensor shaped = check_input_shape(x, input_shape, rows, what);
+  if (x.dtype() != DType::Float32)
+    throw TypeError(std::string(what) + " must be float32; got " + dtype_name(x.dtype()));
+  check_finite(shaped, what);
+  return shaped;
+}
+
+Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* what, Tensor* staging) const {
+  if (input_dtype == DType::Float32) {
+    Tensor checked = check_features(x, input_shape, rows, what);
+    if (validate_input) validate_input(checked);
+    return checked;
   }
-  Tensor checked = check_features(x, input_shape, rows, what);
-  if (validate_input) validate_input(checked);
-  return checked;
+  // Token ids: int32 is bound as it is; float32 holding whole numbers is
+  // checked, then converted into `staging` (kept by the caller, so a step
+  // converts without allocating) or into a new tensor.
+  const Tensor shaped = check_input_shape(x, input_shape, rows, what);
+  if (x.dtype() == DType::Int32) {
+    if (validate_input) validate_input(shaped);
+    return shaped;
+  }
+  if (x.dtype() != DType::Float32)
+    throw TypeError(std::string(what) + " holds token ids: int32, or float32 holding whole numbers; got " +
+                    dtype_name(x.dtype()));
+  check_finite(shaped, what);
+  if (validate_input) validate_input(shaped);
+  Tensor ids;
+  if (staging && staging->defined() && staging->shape() == shaped.shape()) ids = *staging;
+  else ids = Tensor::empty(shaped.shape(), DType::Int32);
+  if (staging) *staging = ids;
+  const float* src = shaped.data<float>();
+  int32_t* dst = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) dst[i] = int32_t(src[i]);
+  return ids;
 }
 
 struct OptimizerContext::Head {
@@ -142,18 +172,25 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
   // The output width from shapes alone; the graphs themselves are built and
   // planned on first use (evaluation alone never builds the backward pass).
+  // The forward arena and the staging buffers are a lower bound of what the
+  // first step needs: refuse a batch that cannot fit before allocating any.
+  const int64_t b = options_.batch_size;
   {
     Graph g;
-    const Shape os = g.shape(model_.forward(g, g.input("x", model_.input_shape.with_batch(options_.batch_size)), false,
-                                            options_.loss != LossKind::MeanSquaredError));
+    const Value out = model_.forward(g, g.input("x", model_.input_shape.with_batch(b), model_.input_dtype), false,
+                                     options_.loss != LossKind::MeanSquaredError);
+    const Shape os = g.shape(out);
     if (os.rank() != 2)
       throw ShapeError("the model's output must be {batch, outputs} to take a loss; got " + os.str() +
                        " (add Flatten or Dense before the output)");
     outputs_ = os[1];
+    const uint64_t staging = uint64_t(b) * 4u * uint64_t(1 + outputs_ + model_.input_shape.numel());
+    check_fits_in_memory(plan_memory(g, std::vector<Value>{out}).arena_bytes + staging,
+                         "batch_size " + std::to_string(b), "lower batch_size");
   }
-  const int64_t b = options_.batch_size;
-  labels_i32_ = Tensor::zeros(Shape{b}, DType::Int32);
-  ones_ = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, outputs_} : Shape{b}, 1.0f);
+  if (options_.loss == LossKind::SparseCategoricalCrossentropy) labels_i32_ = Tensor::zeros(Shape{b}, DType::Int32);
+  if (options_.weights != LossWeights::None)
+    ones_ = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, outputs_} : Shape{b}, 1.0f);
 }
 
 OptimizerContext::~OptimizerContext() = default;
@@ -163,7 +200,7 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
   const bool ce = options_.loss != LossKind::MeanSquaredError;
   auto head = std::make_unique<Head>();
   Graph g;
-  head->x = g.input("x", model_.input_shape.with_batch(b));
+  head->x = g.input("x", model_.input_shape.with_batch(b), model_.input_dtype);
   Value out = model_.forward(g, head->x, train, ce);
   const Shape os = g.shape(out);
   if (os.rank() != 2 || os[0] != b)
@@ -202,7 +239,8 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
       }
     }
     head->split = g.size();
-    Value tick = g.apply(OpKind::OptimizerTick, {g.state(state_->hyper, "optimizer/hyper")});
+    Value tick = g.apply(OpKind::OptimizerTick,
+                         {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
     OpAttrs at;
     at.zero_grad = period_ > 1;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -297,7 +335,7 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
 
 void OptimizerContext::stage(Head& head, const Tensor& x, const Tensor& y, const Tensor& w) {
   const int64_t b = options_.batch_size;
-  head.exe->bind(head.x, model_.check_input(x, b, "x"));
+  head.exe->bind(head.x, model_.check_input(x, b, "x", &x_staging_));
   check_targets(y, w, b);
   if (options_.loss == LossKind::SparseCategoricalCrossentropy) {
     int32_t* ids = labels_i32_.data<int32_t>();

@@ -5,13 +5,27 @@
 namespace tensorgrad {
 
 /// Element types. float32 is the default everywhere; int32 carries class and
-/// token ids.
-enum class DType { Float32, Int32 };
+/// token ids; int64 carries counters that must not saturate (optimizer steps).
+enum class DType { Float32, Int32, Int64 };
 
 /// Bytes per element.
-inline size_t dtype_size(DType) { return 4; }
-/// "float32" or "int32".
-inline const char* dtype_name(DType t) { return t == DType::Float32 ? "float32" : "int32"; }
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::Float32:
+    case DType::Int32: return 4;
+    case DType::Int64: return 8;
+  }
+  return 4;
+}
+/// "float32", "int32" or "int64".
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+  }
+  return "?";
+}
 
 /// Where a tensor's memory lives. Only the CPU exists now; the enum is the
 /// seam a CUDA backend plugs into.

@@ -51,7 +51,7 @@ class Tensor {
   /// Typed pointer; throws TypeError if T does not match dtype().
   template <class T> T* data() const;
 
-  /// Element i of the flattened tensor, as float (int32 converted).
+  /// Element i of the flattened tensor, as float (integers converted).
   /// Throws IndexError when out of range.
   float item(int64_t i = 0) const;
   /// A copy of the elements as floats.
@@ -78,5 +78,6 @@ class Tensor {
 
 template <> float* Tensor::data<float>() const;
 template <> int32_t* Tensor::data<int32_t>() const;
+template <> int64_t* Tensor::data<int64_t>() const;
 
 }  // namespace tensorgrad

@@ -7,9 +7,10 @@ namespace tensorgrad::nn {
 
 /// Token embedding (keras.layers.Embedding): ids {steps} -> vectors
 /// {steps, output_dim}; embeddings {input_dim, output_dim} drawn from
-/// U(-0.05, 0.05) as Keras. Ids come as int32, or float32 holding whole
-/// numbers (int32 input is converted, which costs one copy per call), and must
-/// be the model's input: Embedding is the first layer. A fractional id throws ValueError, one outside
+/// U(-0.05, 0.05) as Keras. Ids come as int32 (read in place), or float32
+/// holding whole numbers (converted to int32 once per batch), and must be the
+/// model's input: Embedding is the first layer, and the model's input dtype
+/// is then int32. A fractional id throws ValueError, one outside
 /// [0, input_dim) IndexError, both naming the id and the vocabulary size.
 class Embedding : public Layer {
  public:

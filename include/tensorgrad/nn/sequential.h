@@ -28,8 +28,14 @@ struct FitOptions {
   double validation_split = 0.0;
   /// Explicit validation data; takes precedence over validation_split.
   std::optional<std::pair<Tensor, Tensor>> validation_data;
+  /// One weight per row of validation_data ({rows} or {rows, 1}; Keras'
+  /// third element of validation_data); undefined = all ones. With
+  /// validation_split, the validation rows keep their sample_weight instead
+  /// (split with the rows, as Keras). ValueError without validation_data.
+  Tensor validation_sample_weight;
   bool shuffle = true;
-  /// One weight per row, {rows} or {rows, 1}; undefined = all ones.
+  /// One weight per row, {rows} or {rows, 1}; undefined = all ones. The loss
+  /// is sum(w * loss_row) / rows (Keras' sum over batch size).
   Tensor sample_weight;
   /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
   /// otherwise; 2 one line per epoch.
@@ -100,8 +106,12 @@ class Sequential {
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
 
   /// Loss (and accuracy, if compiled with it) over (x, y), in batches of
-  /// batch_size. Keys as History: "loss", "accuracy".
-  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32);
+  /// batch_size, with optional per-row sample_weight ({rows} or {rows, 1}) as
+  /// Keras' evaluate. Keys as History: "loss", "accuracy". Throws StateError
+  /// before compile, ShapeError naming both row counts when x and y (or the
+  /// weights) differ in rows, and the input and label errors of fit.
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32,
+                                         const Tensor& sample_weight = {});
 
   /// Outputs for any number of rows: {rows, outputs}, probabilities after a
   /// softmax. Runs in batches of batch_size. Throws as check_features.
@@ -156,7 +166,7 @@ class Sequential {
   PredictPlan& predict_plan(int64_t rows);
   void rebuild_model_function();
   std::string not_compiled_message(const char* call) const;
-  std::map<std::string, double> evaluate_rows(const Tensor& x, const Tensor& y, int64_t batch_size);
+  std::map<std::string, double> evaluate_rows(const Tensor& x, const Tensor& y, const Tensor& w, int64_t batch_size);
 
   Shape input_shape_, output_shape_;
   ModelFunction model_;  // rebuilt by add(); copied into every graph built

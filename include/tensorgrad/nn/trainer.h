@@ -76,6 +76,13 @@ class Trainer {
   /// the current weights and fresh optimizer state, valid after the trainer
   /// is gone.
   Sequential model() const;
+  /// The trainer's own weights, "<layer>/<weight>" in layer order: views of
+  /// the very tensors its steps update (no copy, unlike model() and
+  /// snapshot()), to read training as it goes. They are read-only by
+  /// contract: writing through them changes the trainer's weights. Valid
+  /// until the trainer is freed, moved from or destroyed. Throws StateError
+  /// after free().
+  std::vector<Weight> weights() const;
   /// Batch-norm moving statistics from up to 1024 rows of x (Sequential::calibrate_bn).
   void calibrate_bn(const Tensor& x);
   /// Throws ValueError unless lr is positive and finite.

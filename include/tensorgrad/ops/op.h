@@ -50,7 +50,7 @@ enum class OpKind : uint8_t {
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
   // optimizer ops: update their first input in place
   AccumulateGrad,  // (acc, g): acc += g
-  OptimizerTick,   // (hyper): step t += 1 and the bias-correction powers
+  OptimizerTick,   // (hyper, step int64{1}): t += 1, then hyper's bias corrections for t (in double)
   AdamWUpdate,     // (param, grad, m, v, hyper)
   SgdUpdate,       // (param, grad, hyper)
   MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
@@ -58,8 +58,11 @@ enum class OpKind : uint8_t {
 };
 
 /// Layout of the optimizer hyper-parameter tensor (one float32 vector per
-/// optimizer context, a persistent device tensor).
-enum HyperSlot : int { kLr, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kBeta1Pow, kBeta2Pow, kHyperSize };
+/// model's optimizer state, a persistent device tensor). The step count lives
+/// apart, in an int64 tensor, so it never saturates (a float32 count stops at
+/// 2^24); OptimizerTick writes Adam's bias corrections 1 / (1 - beta^t),
+/// computed in double, into kBiasCorrection1/2.
+enum HyperSlot : int { kLr, kBeta1, kBeta2, kEps, kWeightDecay, kBiasCorrection1, kBiasCorrection2, kHyperSize };
 
 /// A sliding window over the two spatial axes of {B, H, W, C} (convolution
 /// patches and pooling). Pads are in input pixels.

@@ -44,20 +44,27 @@ struct OptimizerSpec {
 };
 
 /// How a model's forward pass is built into a graph. `forward(b, x, training,
-/// logits)` returns the output for input `x` {batch, input_shape...};
-/// with `logits` true a final softmax is left out (it is folded into the loss).
+/// logits)` returns the output for input `x` {batch, input_shape...} of
+/// `input_dtype`; with `logits` true a final softmax is left out (it is
+/// folded into the loss).
 struct ModelFunction {
   Shape input_shape;  // without the batch dimension
+  /// float32, or int32 for token ids (a model starting with Embedding).
+  DType input_dtype = DType::Float32;
   std::function<Value(Builder& b, Value x, bool training, bool logits)> forward;
-  /// Optional check of input values the graph cannot check (token ids);
-  /// throws the DESIGN.md error naming the bad value.
+  /// Optional check of input values the graph cannot check (token ids), given
+  /// x as {rows, input_shape...} in float32 or int32; throws the DESIGN.md
+  /// error naming the bad value.
   std::function<void(const Tensor& x)> validate_input;
-  /// The input holds token ids: int32 x is accepted and converted to float32.
-  bool integer_input = false;
 
-  /// check_features, then validate_input: x viewed as {rows, input_shape...}
-  /// (converted to float32 first when integer_input and x is int32).
-  Tensor check_input(const Tensor& x, int64_t rows, const char* what = "x") const;
+  /// x as the graph takes it: {rows, input_shape...} of input_dtype. x must
+  /// be {rows, input_shape...} or {rows, product(input_shape)} (rows exactly
+  /// `rows` when rows >= 0; ShapeError naming both shapes otherwise), finite
+  /// (ValueError), and pass validate_input. For an int32 input, float32 ids
+  /// holding whole numbers are converted into `*staging` when it has the
+  /// right shape (no allocation), else into a new tensor that is also stored
+  /// there; int32 x is returned as a view. Throws TypeError for other dtypes.
+  Tensor check_input(const Tensor& x, int64_t rows, const char* what = "x", Tensor* staging = nullptr) const;
 };
 
 /// Loss weights: none, one per sample ({batch} or {batch, 1}), or one per
@@ -70,13 +77,19 @@ enum class LossWeights { None, PerSample, PerOutput };
 /// from the context so that contexts for other batch sizes continue the same
 /// optimizer (as a Keras optimizer lives across fit calls).
 struct OptimizerState {
-  Tensor hyper;  // {kHyperSize}, see HyperSlot
+  Tensor hyper;  // {kHyperSize} float32, see HyperSlot
+  /// {1} int64: optimizer updates applied so far (Keras' `iterations`, the t
+  /// of Adam's bias corrections). A persistent tensor the update graph
+  /// advances; writable, to resume a run.
+  Tensor step;
   struct Slots { Tensor m, v, acc; };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
   int64_t n_updates = 0;
   /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
+  /// The value of `step`.
+  int64_t iterations() const;
 };
 
 /// Options of an optimizer context.
@@ -179,11 +192,16 @@ class OptimizerContext {
   std::vector<GradientHook> hooks_;
   std::vector<NamedGradient> grads_;
   Tensor labels_i32_, ones_;  // staging: class ids converted to int32; default weights
+  Tensor x_staging_;          // float32 token ids converted to int32 (made on first use)
 };
 
-/// Checks a batch against what a model expects and throws the DESIGN.md error
-/// naming the problem: rows (exactly `rows` when rows >= 0), features, NaN or
-/// infinity. Returns x viewed as {rows, input_shape...}.
+/// Checks a batch's shape against a model's input: x must be {rows,
+/// input_shape...} or {rows, product(input_shape)} (the flattened form), with
+/// exactly `rows` rows when rows >= 0. Returns x viewed as {rows,
+/// input_shape...}; throws ShapeError naming both shapes otherwise.
+Tensor check_input_shape(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what = "x");
+/// check_input_shape, then float32 (TypeError) and finite (ValueError naming
+/// the row and column of the first NaN or infinity).
 Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what = "x");
 
 }  // namespace tensorgrad
