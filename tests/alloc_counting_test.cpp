@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <random>
+#include <string>
 #include <cstdlib>
 #include <new>
 #include <tensorgrad/tensorgrad.h>
@@ -19,31 +22,34 @@ void __libc_free(void*);
 
 namespace {
 std::atomic<long> g_allocations{0};
+std::atomic<unsigned long long> g_bytes{0};
 std::atomic<bool> g_counting{false};
-inline void count() {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+inline void count(size_t bytes = 0) {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 }  // namespace
 
 extern "C" {
 void* malloc(size_t n) {
-  count();
+  count(n);
   return __libc_malloc(n);
 }
 void* calloc(size_t a, size_t b) {
-  count();
+  count(a * b);
   return __libc_calloc(a, b);
 }
 void* realloc(void* p, size_t n) {
-  count();
+  count(n);
   return __libc_realloc(p, n);
 }
 void* aligned_alloc(size_t align, size_t n) {
-  count();
+  count(n);
   return __libc_memalign(align, n);
 }
 int posix_memalign(void** out, size_t align, size_t n) {
-  count();
+  count(n);
   *out = __libc_memalign(align, n);
   return *out ? 0 : ENOMEM;
 }
@@ -51,7 +57,7 @@ void free(void* p) { __libc_free(p); }
 }
 
 void* operator new(size_t n) {
-  count();
+  count(n);
   if (void* p = __libc_malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -72,6 +78,23 @@ long allocations_in(int calls, F&& f) {
   for (int i = 0; i < calls; ++i) f();
   g_counting = false;
   return g_allocations.load();
+}
+
+// Bytes allocated while f runs; f is expected to throw E, whose message is kept.
+template <class E, class F>
+unsigned long long bytes_before_throw(F&& f, std::string& message) {
+  g_bytes = 0;
+  g_counting = true;
+  try {
+    f();
+    message = "no exception";
+  } catch (const E& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("wrong exception: ") + e.what();
+  }
+  g_counting = false;
+  return g_bytes.load();
 }
 
 tg::Tensor random_tensor(const tg::Shape& shape, float scale = 1.0f) {
@@ -201,4 +224,86 @@ TEST_P(AllocationFree, TrainerOneRowPredictIntoCallerMemory) {
   tr.predict(one, q);
   EXPECT_EQ(allocations_in(100, [&] { tr.predict(one, q); }), 0);
   EXPECT_EQ(q.to_vector(), tr.predict(one).to_vector());
+}
+
+// Token ids: int32 ids are bound in place and float32 ids are converted into
+// staging made on the first step, so neither allocates afterwards (the
+// Embedding-GRU shape of a text classifier).
+namespace {
+tg::nn::Sequential token_model() {
+  tg::manual_seed(4);
+  tg::nn::Sequential model({6});
+  model.add(tg::nn::Embedding(50, 8));
+  model.add(tg::nn::GRU(16));
+  model.add(tg::nn::Dense(3, "softmax"));
+  model.compile(tg::OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy");
+  return model;
+}
+
+tg::Tensor token_ids(int64_t rows, bool as_int32) {
+  tg::Tensor t = tg::Tensor::empty({rows, 6}, as_int32 ? tg::DType::Int32 : tg::DType::Float32);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int id = int((i * 7 + 3) % 50);
+    if (as_int32) t.data<int32_t>()[i] = id;
+    else t.data<float>()[i] = float(id);
+  }
+  return t;
+}
+}  // namespace
+
+TEST_P(AllocationFree, TokenIdStepsEvalAndOneRowPredict) {
+  for (bool as_int32 : {true, false}) {
+    SCOPED_TRACE(as_int32 ? "int32 ids" : "float32 ids");
+    tg::nn::TrainerOptions o;
+    o.batch_size = 16;
+    tg::nn::Trainer tr(token_model(), o);
+    const tg::Tensor x = token_ids(16, as_int32), one = token_ids(1, as_int32);
+    tg::Tensor y = tg::Tensor::zeros({16}, tg::DType::Int32), q = tg::Tensor::empty({1, 3});
+    for (int i = 0; i < 16; ++i) y.data<int32_t>()[i] = i % 3;
+    for (int i = 0; i < 2; ++i) {
+      tr.step(x, y);
+      tr.eval(x, y);
+      tr.predict(one, q);
+    }
+    const float before = tr.eval(x, y);
+    EXPECT_EQ(allocations_in(50, [&] { tr.step(x, y); }), 0);
+    EXPECT_EQ(allocations_in(50, [&] { tr.eval(x, y); }), 0);
+    EXPECT_EQ(allocations_in(50, [&] { tr.predict(one, q); }), 0);
+    EXPECT_LT(tr.eval(x, y), before);  // the steps read the ids and trained
+  }
+}
+
+// A batch larger than the machine is refused before it costs anything:
+// less than 1 MB allocated, a ValueError naming the batch size and the bytes.
+TEST(MemoryLimit, HugeBatchIsRefusedBeforeAllocating) {
+  tg::nn::Sequential model = trainer_model();
+  const int64_t huge = 1000000000;
+  std::string message;
+  tg::nn::TrainerOptions o;
+  o.batch_size = huge;
+  EXPECT_LT(bytes_before_throw<tg::ValueError>([&] { tg::nn::Trainer tr(model, o); }, message), 1u << 20);
+  EXPECT_NE(message.find("batch_size 1000000000"), std::string::npos) << message;
+  EXPECT_NE(message.find("bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("physical memory"), std::string::npos) << message;
+
+  EXPECT_LT(bytes_before_throw<tg::ValueError>([&] { model.optimizer_context(huge); }, message), 1u << 20);
+  EXPECT_NE(message.find("batch_size 1000000000"), std::string::npos) << message;
+
+  // Any plan (a prediction's, fit's) is checked before its arena exists.
+  EXPECT_LT(bytes_before_throw<tg::ValueError>(
+                [&] {
+                  tg::Graph g;
+                  tg::Value x = g.input("x", tg::Shape{huge, 4});
+                  tg::Value w = g.parameter(model.weights()[0].value, "w", false);
+                  tg::Executable exe(std::move(g), {g.apply(tg::OpKind::MatMul, {x, w})});
+                },
+                message),
+            1u << 20);
+  EXPECT_NE(message.find("batch of 1000000000 rows"), std::string::npos) << message;
+
+  // Nothing was changed: the model still trains at a sane batch size.
+  tg::nn::TrainerOptions sane;
+  sane.batch_size = 8;
+  tg::nn::Trainer tr(model, sane);
+  EXPECT_TRUE(std::isfinite(tr.step(random_tensor({8, 4}), random_tensor({8, 2}))));
 }

@@ -440,3 +440,40 @@ TEST(Errors, FromVectorWrongCountIsShapeError) {
   EXPECT_EQ(t.numel(), 6);
   EXPECT_EQ(t.item(5), 2.0f);
 }
+
+// x of another rank with the right element count is not silently reshaped:
+// only {rows, input_shape...} or the flattened {rows, product} are taken.
+TEST(Errors, InputOfTheWrongRankIsShapeError) {
+  Sequential m({4});
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::sgd(), "mse");
+  const Tensor wrong = Tensor::zeros(Shape{10, 2, 2}), y = Tensor::zeros(Shape{10, 2});
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { m.fit(wrong, y, quiet()); }, [&] { m.evaluate(wrong, y); }, [&] { m.predict(wrong); },
+           [&] { m.optimizer_context(10).step(wrong, y); },
+           [&] {
+             nn::TrainerOptions o;
+             o.batch_size = 10;
+             nn::Trainer(m, o).step(wrong, y);
+           }})
+    EXPECT_TRUE(throws<ShapeError>(call, {"{10, 2, 2}", "{10, 4}", "input_shape {4}"}));
+  EXPECT_NO_THROW(m.fit(Tensor::zeros(Shape{10, 4}), y, quiet()));
+
+  // An image model takes {rows, 2, 2, 1} or the flattened {rows, 4}, nothing else.
+  Sequential img({2, 2, 1});
+  img.add(nn::Flatten());
+  img.add(Dense(2));
+  img.compile(OptimizerSpec::sgd(), "mse");
+  EXPECT_TRUE(throws<ShapeError>([&] { img.predict(wrong); }, {"{10, 2, 2, 1}", "flattened form {10, 4}", "{10, 2, 2}"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { img.predict(Tensor::zeros(Shape{10, 1, 4})); }, {"{10, 1, 4}"}));
+  EXPECT_EQ(img.predict(Tensor::zeros(Shape{10, 4})).shape(), (Shape{10, 2}));
+  EXPECT_EQ(img.predict(Tensor::zeros(Shape{10, 2, 2, 1})).shape(), (Shape{10, 2}));
+}
+
+TEST(Errors, EvaluateNamesBothRowCounts) {
+  Sequential m({4});
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::sgd(), "mse");
+  EXPECT_TRUE(throws<ShapeError>([&] { m.evaluate(Tensor::zeros(Shape{100, 4}), Tensor::zeros(Shape{99, 2})); },
+                                 {"x has 100 rows", "y has 99"}));
+}

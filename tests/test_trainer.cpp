@@ -209,15 +209,28 @@ TEST(Trainer, SteppingByHandTrainsTheModel) {
 }
 
 TEST(Trainer, ContextSurvivesAcrossSteps) {
-  ThreadsGuard threads;
-  set_num_threads(2);
-  const Data d = make_data();
-  Sequential m = build_model();
-  Trainer tr(m, batch(16));
-  // Same batch twice: a live context has moved the weights in between.
-  const float l1 = tr.step(b16(d.x, 0), b16(d.y, 0));
-  const float l2 = tr.step(b16(d.x, 0), b16(d.y, 0));
-  EXPECT_NE(l1, l2);
+  // One weight w = 1, x = 1, y = 0, mse: loss w^2, gradient 2w. Adam (lr 0.1)
+  // takes its first step of exactly lr; the second depends on the moments the
+  // first left behind, so the values below hold only if weights and moments
+  // both lived on between the calls.
+  Sequential m({1});
+  m.add(Dense(1, "linear", false));
+  m.weights()[0].value.fill(1.0f);
+  m.compile(OptimizerSpec::adam(0.1f), "mse");
+  Trainer tr(m, batch(1));
+  const Tensor x = Tensor::full(Shape{1, 1}, 1.0f), y = Tensor::zeros(Shape{1, 1});
+  double w = 1.0, mom = 0.0, vel = 0.0;
+  for (int t = 1; t <= 3; ++t) {
+    const double g = 2.0 * w;
+    EXPECT_NEAR(tr.step(x, y), w * w, 1e-5) << "step " << t;
+    mom = 0.9 * mom + 0.1 * g;
+    vel = 0.999 * vel + 0.001 * g * g;
+    w -= 0.1 * (mom / (1 - std::pow(0.9, t))) / (std::sqrt(vel / (1 - std::pow(0.999, t))) + 1e-8);
+    EXPECT_NEAR(tr.weights()[0].value.item(), w, 1e-5) << "step " << t;
+  }
+  // Fresh moments at every step would have given 1 - 3 * 0.1 = 0.7.
+  EXPECT_GT(std::fabs(w - 0.7), 1e-3);
+  EXPECT_EQ(tr.n_steps(), 3);
 }
 
 TEST(Trainer, EvalDoesNotTrain) {
@@ -308,6 +321,30 @@ TEST(Trainer, SetLrChangesTheStepSize) {
   };
   // Same data and seed, so any difference is the learning rate.
   EXPECT_NE(run_with_lr(1e-4f), run_with_lr(1e-1f));
+
+  // With SGD an update is -lr * gradient: from the same weights and batch,
+  // doubling the rate doubles every weight's change, exactly up to rounding.
+  Sequential sgd = build_model(1, OptimizerSpec::sgd(0.05f));
+  const auto start = weight_values(sgd);
+  auto change_with_lr = [&](float lr) {
+    Trainer tr(sgd, batch(16));
+    tr.set_lr(lr);
+    tr.step(b16(d.x, 0), b16(d.y, 0));
+    std::vector<std::vector<float>> change;
+    for (size_t i = 0; i < start.size(); ++i) {
+      change.push_back(tr.weights()[i].value.to_vector());
+      for (size_t j = 0; j < start[i].size(); ++j) change[i][j] -= start[i][j];
+    }
+    return change;
+  };
+  const auto small = change_with_lr(0.01f), large = change_with_lr(0.02f);
+  double largest = 0;
+  for (size_t i = 0; i < small.size(); ++i)
+    for (size_t j = 0; j < small[i].size(); ++j) {
+      EXPECT_NEAR(large[i][j], 2.0f * small[i][j], 1e-6f) << "weight " << i << ", element " << j;
+      largest = std::max(largest, std::fabs(double(small[i][j])));
+    }
+  EXPECT_GT(largest, 1e-4);  // the step did move the weights
 
   Sequential m = build_model();
   Trainer tr(m, batch(16));
@@ -709,15 +746,24 @@ TEST(Trainer, SnapshotAndReleaseLeaveTheTrainersWeightsAlone) {
   Sequential m = build_regression();
   Trainer tr(m, batch(16));
   for (int i = 0; i < 2; ++i) tr.step(b16(d.x, i), b16(d.y, i));
-  const auto before = weight_values(tr.model());
+  const std::vector<nn::Weight> own = tr.weights();  // the trainer's own tensors
+  std::vector<std::vector<float>> before;
+  for (const nn::Weight& w : own) before.push_back(w.value.to_vector());
   Sequential target = tr.snapshot();
-  EXPECT_EQ(weight_values(tr.model()), before);
-  // The copy is equal in value but distinct in memory.
+  // The copy is equal in value but distinct in memory from the trainer's weights.
   EXPECT_EQ(weight_values(target), before);
-  const Sequential handed = tr.model();
-  EXPECT_NE(target.weights()[0].value.raw(), handed.weights()[0].value.raw());
+  const std::vector<nn::Weight> copied = target.weights();
+  ASSERT_EQ(copied.size(), own.size());
+  for (size_t i = 0; i < own.size(); ++i) {
+    EXPECT_EQ(copied[i].name, own[i].name);
+    EXPECT_NE(copied[i].value.raw(), own[i].value.raw()) << own[i].name;
+  }
+  EXPECT_EQ(tr.weights()[0].value.raw(), own[0].value.raw());  // weights() is a view, not a copy
+  // Writing to the snapshot leaves the trainer alone.
+  Tensor(copied[0].value).fill(123.0f);
+  EXPECT_EQ(own[0].value.to_vector(), before[0]);
   target.free();
-  EXPECT_EQ(weight_values(tr.model()), before);
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_EQ(own[i].value.to_vector(), before[i]) << own[i].name;
   EXPECT_TRUE(has_words(message_of<StateError>([&] { target.predict(x, 16); }), {"released"}));
   // And training goes on as if nothing happened.
   EXPECT_TRUE(std::isfinite(tr.step(x, b16(d.y, 0))));

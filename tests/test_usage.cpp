@@ -4,6 +4,8 @@
 
 #include "test_support.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -110,8 +112,27 @@ TEST(Usage, EvaluateAFrozenModel) {
   m.add(Dense(3, "softmax"));
   m.layers()[0]->trainable = false;
   m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy", {"accuracy"});
-  const auto r = m.evaluate(random_rows(10, 4, 8), class_ids(10, 3), 4);
-  EXPECT_GT(r.at("loss"), 0.0);
+  const Tensor x = random_rows(10, 4, 8), y = class_ids(10, 3);
+  const auto r = m.evaluate(x, y, 4);
+  // The reference: mean cross-entropy of softmax(x W + b) and the share of
+  // rows whose largest probability is the label, computed here in double.
+  const std::vector<float> w = m.weights()[0].value.to_vector(), bias = m.weights()[1].value.to_vector();
+  double loss = 0;
+  int correct = 0;
+  for (int64_t i = 0; i < 10; ++i) {
+    double z[3], zmax = -1e300, sum = 0;
+    for (int c = 0; c < 3; ++c) {
+      z[c] = bias[size_t(c)];
+      for (int k = 0; k < 4; ++k) z[c] += double(x.data<float>()[i * 4 + k]) * w[size_t(k * 3 + c)];
+      zmax = std::max(zmax, z[c]);
+    }
+    for (double v : z) sum += std::exp(v - zmax);
+    const int label = y.data<int32_t>()[i];
+    loss += -(z[label] - zmax - std::log(sum));
+    correct += int(std::max_element(z, z + 3) - z == label);
+  }
+  EXPECT_NEAR(r.at("loss"), loss / 10, 1e-5);
+  EXPECT_DOUBLE_EQ(r.at("accuracy"), correct / 10.0);
   EXPECT_THROW(m.fit(random_rows(10, 4, 8), class_ids(10, 3), quiet()), ValueError);  // nothing to train
 }
 
@@ -196,4 +217,39 @@ TEST(Usage, CloneKeepsTiedWeightsTied) {
   s.fit(x, y, f);
   c.fit(x, y, f);
   EXPECT_EQ(s.predict(x).to_vector(), c.predict(x).to_vector());
+}
+
+// Keras splits sample weights with the rows: with y = [1, 2, 3, 4], a model
+// that predicts 0 and weights [2, 0, 1, 0], the last half validates to
+// (1 * 3^2 + 0 * 4^2) / 2 = 4.5 (the loss divides by the row count).
+TEST(Usage, ValidationKeepsTheSampleWeights) {
+  Sequential m({1});
+  m.add(Dense(1, "linear", false));
+  m.weights()[0].value.fill(0.0f);
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  const Tensor x = Tensor::zeros(Shape{4, 1});  // zero inputs: the prediction stays 0 while training
+  const Tensor y = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, Shape{4, 1});
+  nn::FitOptions f = quiet(2);
+  f.shuffle = false;
+  f.validation_split = 0.5;
+  f.sample_weight = Tensor::from_vector(std::vector<float>{2, 0, 1, 0}, Shape{4});
+  nn::History h = m.fit(x, y, f);
+  EXPECT_DOUBLE_EQ(h["loss"][0], (2.0 * 1 + 0.0 * 4) / 2);
+  EXPECT_DOUBLE_EQ(h["val_loss"][0], 4.5);
+
+  // The same rows as validation_data, with their weights given apart.
+  nn::FitOptions g = quiet(2);
+  g.validation_data = std::make_pair(x.rows(2, 4), y.rows(2, 4));
+  g.validation_sample_weight = Tensor::from_vector(std::vector<float>{1, 0}, Shape{2, 1});
+  EXPECT_DOUBLE_EQ(m.fit(x.rows(0, 2), y.rows(0, 2), g)["val_loss"][0], 4.5);
+  // And evaluate takes them as Keras' evaluate does.
+  EXPECT_DOUBLE_EQ(m.evaluate(x.rows(2, 4), y.rows(2, 4), 32, g.validation_sample_weight).at("loss"), 4.5);
+  EXPECT_DOUBLE_EQ(m.evaluate(x.rows(2, 4), y.rows(2, 4)).at("loss"), (9.0 + 16.0) / 2);
+
+  nn::FitOptions bad = quiet(2);
+  bad.validation_sample_weight = Tensor::full(Shape{2}, 1.0f);
+  EXPECT_NE(message_of<ValueError>([&] { m.fit(x, y, bad); }).find("validation_data"), std::string::npos);
+  bad.validation_data = std::make_pair(x.rows(2, 4), y.rows(2, 4));
+  bad.validation_sample_weight = Tensor::full(Shape{3}, 1.0f);
+  EXPECT_NE(message_of<ShapeError>([&] { m.fit(x, y, bad); }).find("validation_sample_weight"), std::string::npos);
 }
