@@ -70,8 +70,6 @@ class Layer {
   virtual Value call(Builder& b, Value x, const CallOptions& options) = 0;
   /// Its weights, in Keras order.
   virtual std::vector<Weight> weights() const { return {}; }
-  /// True when the layer ends in a softmax that CallOptions::logits can leave out.
-  virtual bool ends_with_softmax() const { return false; }
   /// Checks a model input this layer reads directly (the first layer): token
   /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
   virtual void validate_input(const Tensor& x) const { (void)x; }
@@ -110,7 +108,6 @@ class Dense : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
-  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
@@ -143,7 +140,6 @@ class ActivationLayer : public Layer {
   const char* type() const override { return "Activation"; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {}; }
