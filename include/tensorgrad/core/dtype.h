@@ -14,7 +14,7 @@ inline size_t dtype_size(DType) { return 4; }
 inline const char* dtype_name(DType t) { return t == DType::Float32 ? "float32" : "int32"; }
 
 /// Where a tensor's memory lives. Only the CPU exists now; the enum is the
-/// seam a CUDA backend plugs into.
+/// seam a CUDA backend (planned) plugs into.
 enum class Device { CPU };
 
 }  // namespace tensorgrad
