@@ -23,6 +23,12 @@ struct Weight {
 };
 
 class Layer;
+// GCC 12 at -O3 reports a false -Wstringop-overflow on the Tensor assignment
+// in clone_layer when weight_slots() has a single entry (Embedding).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 /// A copy of `layer` whose weight tensors (listed by weight_slots) are
 /// deep-copied; the helper every Layer::clone uses.
 template <class T>
@@ -32,6 +38,9 @@ std::shared_ptr<Layer> clone_layer(const T& layer) {
     if (t->defined()) *t = t->clone();
   return copy;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /// How a layer is being called.
 struct CallOptions {
