@@ -29,7 +29,6 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   t.dtype_ = dtype;
   t.holder_ = allocate(shape, dtype);
   t.data_ = t.holder_.get();
-  t.owning_ = true;
   return t;
 }
 
@@ -70,7 +69,6 @@ Tensor Tensor::view(void* data, const Shape& shape, DType dtype) {
   t.dtype_ = dtype;
   t.holder_ = std::shared_ptr<void>(data, [](void*) {});
   t.data_ = data;
-  t.owning_ = false;
   return t;
 }
 

@@ -75,12 +75,6 @@ std::vector<Value> Graph::trainable_parameters() const {
   return out;
 }
 
-Value Graph::find_input(const std::string& name) const {
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].role == NodeRole::Input && nodes_[i].name == name) return Value{int32_t(i)};
-  return {};
-}
-
 std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, float seed) {
   const Shape loss_shape = node(loss).shape;  // a copy: appending nodes below may move nodes_
   if (loss_shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + loss_shape.str());

@@ -1,5 +1,9 @@
 #include "kernels/kernels.h"
 
+#include <string>
+
+#include "tensorgrad/core/error.h"
+
 namespace tensorgrad::kernels {
 
 void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& out,
@@ -65,8 +69,17 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::AdamWUpdate:
     case OpKind::SgdUpdate:
     case OpKind::MovingAverage: return optimizer(op, at, in, ctx);
-    case OpKind::Count: return;
+    case OpKind::Count: break;
   }
+  unhandled_op(op, "kernels::run_kernel");
+}
+
+void unhandled_op(OpKind op, const char* function) {
+  std::string message = "internal error: op '";
+  message += op < OpKind::Count ? op_info(op).name : "count";
+  message += "' not handled by ";
+  message += function;
+  throw Error(message);
 }
 
 }  // namespace tensorgrad::kernels

@@ -92,8 +92,24 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
   switch (op) {
     case OpKind::Add: return binary_strided(a, b, out, ctx, [](float x, float y) { return x + y; });
     case OpKind::Sub: return binary_strided(a, b, out, ctx, [](float x, float y) { return x - y; });
-    default: return binary_strided(a, b, out, ctx, [](float x, float y) { return x * y; });
+    case OpKind::Mul: return binary_strided(a, b, out, ctx, [](float x, float y) { return x * y; });
+    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Scale: case OpKind::Relu:
+    case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax: case OpKind::LogSoftmax:
+    case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout: case OpKind::Sum: case OpKind::Mean:
+    case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape: case OpKind::Rsqrt: case OpKind::Gelu:
+    case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu: case OpKind::Softplus: case OpKind::MeanLastAxis:
+    case OpKind::Slice: case OpKind::Concat: case OpKind::Gather: case OpKind::ToIndex: case OpKind::Im2Col:
+    case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D: case OpKind::ReluBackward:
+    case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
+    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
+    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::MovingAverage: case OpKind::Count:
+      break;
   }
+  unhandled_op(op, "kernels::binary");
 }
 
 void broadcast_to(const TensorRef& x, const TensorRef& out) {
@@ -223,8 +239,21 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
       });
       return;
     }
-    default: return;
+    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
+    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss:
+    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
+    case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather: case OpKind::ToIndex:
+    case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
+    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
+    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
+    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::MovingAverage: case OpKind::Count:
+      break;
   }
+  unhandled_op(op, "kernels::unary");
 }
 
 // Derivatives written from the input x (these activations do not invert cheaply from y).
@@ -252,8 +281,22 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
       return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
     case OpKind::SoftplusBackward:
       return map2(ctx, px, pg, pd, n, [](float v, float gv) { return gv / (1.0f + std::exp(-v)); });
-    default: return;
+    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
+    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
+    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
+    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
+    case OpKind::Rsqrt: case OpKind::Gelu: case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu:
+    case OpKind::Softplus: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
+    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
+    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
+    case OpKind::RsqrtBackward: case OpKind::SliceBackward: case OpKind::GatherBackward:
+    case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
+    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
+    case OpKind::Count:
+      break;
   }
+  unhandled_op(op, "kernels::activation_backward");
 }
 
 void mean_last_axis(const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
@@ -280,8 +323,22 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv * yv); });
     case OpKind::RsqrtBackward:
       return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return -0.5f * gv * yv * yv * yv; });
-    default: return;
+    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
+    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
+    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
+    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
+    case OpKind::Rsqrt: case OpKind::Gelu: case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu:
+    case OpKind::Softplus: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
+    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
+    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward:
+    case OpKind::MseLossBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
+    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::MovingAverage: case OpKind::Count:
+      break;
   }
+  unhandled_op(op, "kernels::unary_backward");
 }
 
 }  // namespace tensorgrad::kernels

@@ -1,8 +1,9 @@
 #pragma once
 // CPU kernels of the op set, forward and backward. Internal to the library:
-// the graph backend and the eager API call `run_kernel`; nothing else does.
+// the graph backend and the eager API (planned) call `run_kernel`; nothing else does.
 // Kernels trust their inputs: shapes were checked by the shape rule and data
-// (labels, ids) by the layer that fed it, so a kernel never throws.
+// (labels, ids) by the layer that fed it, so a kernel never throws (save an
+// internal error for an op its function was not written for).
 #include <pthreadpool.h>
 
 #include <algorithm>
@@ -87,5 +88,9 @@ void mse_loss(std::span<const TensorRef> in, const TensorRef& out);
 void mse_loss_backward(std::span<const TensorRef> in, const TensorRef& dx);
 void accuracy(const TensorRef& pred, const TensorRef& labels, const TensorRef& out);
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
+
+/// Throws Error("internal error: op '<name>' not handled by <function>"): a
+/// kernel function reached with an op it was not written for (a dispatch bug).
+[[noreturn]] void unhandled_op(OpKind op, const char* function);
 
 }  // namespace tensorgrad::kernels

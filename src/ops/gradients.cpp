@@ -13,8 +13,23 @@ OpKind backward_of(OpKind op) {
     case OpKind::Silu: return OpKind::SiluBackward;
     case OpKind::Elu: return OpKind::EluBackward;
     case OpKind::LeakyRelu: return OpKind::LeakyReluBackward;
-    default: return OpKind::SoftplusBackward;
+    case OpKind::Softplus: return OpKind::SoftplusBackward;
+    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
+    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
+    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
+    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
+    case OpKind::Rsqrt: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
+    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
+    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
+    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
+    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::MovingAverage: case OpKind::Count:
+      break;
   }
+  throw Error(std::string("internal error: op '") + op_info(op).name + "' not handled by backward_of");
 }
 
 OpAttrs with_shape(OpAttrs at, const Shape& shape) {
@@ -99,9 +114,16 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
     case OpKind::Fill:
     case OpKind::Leaf:
       return;
-    default:
-      throw Error(std::string("op '") + op_info(op).name + "' has no gradient rule");
+    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
+    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
+    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
+    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::GatherBackward:
+    case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
+    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
+    case OpKind::Count:
+      break;
   }
+  throw Error(std::string("op '") + op_info(op).name + "' has no gradient rule");
 }
 
 }  // namespace tensorgrad

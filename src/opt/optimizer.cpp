@@ -370,7 +370,6 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
       }
       head.exe->run(head.split);
       state_->micro_step = 0;
-      ++state_->n_updates;
       r.updated = true;
     }
   } else {

@@ -28,7 +28,7 @@ inline const char* dtype_name(DType t) {
 }
 
 /// Where a tensor's memory lives. Only the CPU exists now; the enum is the
-/// seam a CUDA backend plugs into.
+/// seam a CUDA backend (planned) plugs into.
 enum class Device { CPU };
 
 }  // namespace tensorgrad

@@ -44,8 +44,6 @@ class Tensor {
   Device device() const { return Device::CPU; }
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
-  /// True when this tensor owns (shares ownership of) its memory.
-  bool owns_memory() const { return owning_; }
 
   void* raw() const { return data_; }
   /// Typed pointer; throws TypeError if T does not match dtype().
@@ -73,7 +71,6 @@ class Tensor {
   void* data_ = nullptr;
   Shape shape_;
   DType dtype_ = DType::Float32;
-  bool owning_ = false;
 };
 
 template <> float* Tensor::data<float>() const;

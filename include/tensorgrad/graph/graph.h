@@ -30,7 +30,7 @@ struct Node {
   NodeRole role = NodeRole::Op;
   bool trainable = false;  // parameters only
   Tensor bound;            // parameters and state: their persistent memory
-  std::string name;        // leaves: for messages and lookup
+  std::string name;        // leaves: for messages and gradient names
 
   std::span<const Value> input_values() const { return {inputs.data(), size_t(n_inputs)}; }
 };
@@ -56,8 +56,6 @@ class Graph final : public Builder {
   size_t size() const { return nodes_.size(); }
   /// Parameters with trainable = true, in creation order.
   std::vector<Value> trainable_parameters() const;
-  /// The input leaf named `name`, or an invalid Value.
-  Value find_input(const std::string& name) const;
 
   /// Reverse-mode autodiff: appends the backward nodes and returns
   /// d(seed * loss)/d(wrt[i]) for each i (invalid where wrt[i] does not reach

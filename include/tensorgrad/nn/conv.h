@@ -36,7 +36,6 @@ class Conv2D : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
-  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }

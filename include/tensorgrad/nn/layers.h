@@ -2,7 +2,7 @@
 // Keras-style layers (DESIGN.md, nn layer). A layer is built once for its
 // input shape (which creates its weights, drawn from the global seed) and then
 // called into any Builder: the training graph, the prediction graph, or the
-// eager API, all sharing the same weight tensors.
+// eager API (planned), all sharing the same weight tensors.
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +23,12 @@ struct Weight {
 };
 
 class Layer;
+// GCC 12 at -O3 reports a false -Wstringop-overflow on the Tensor assignment
+// in clone_layer when weight_slots() has a single entry (Embedding).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 /// A copy of `layer` whose weight tensors (listed by weight_slots) are
 /// deep-copied; the helper every Layer::clone uses.
 template <class T>
@@ -32,6 +38,9 @@ std::shared_ptr<Layer> clone_layer(const T& layer) {
     if (t->defined()) *t = t->clone();
   return copy;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /// How a layer is being called.
 struct CallOptions {
@@ -70,8 +79,6 @@ class Layer {
   virtual Value call(Builder& b, Value x, const CallOptions& options) = 0;
   /// Its weights, in Keras order.
   virtual std::vector<Weight> weights() const { return {}; }
-  /// True when the layer ends in a softmax that CallOptions::logits can leave out.
-  virtual bool ends_with_softmax() const { return false; }
   /// Checks a model input this layer reads directly (the first layer): token
   /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
   virtual void validate_input(const Tensor& x) const { (void)x; }
@@ -110,7 +117,6 @@ class Dense : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
-  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
@@ -143,7 +149,6 @@ class ActivationLayer : public Layer {
   const char* type() const override { return "Activation"; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  bool ends_with_softmax() const override { return activation_ == Activation::Softmax; }
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {}; }

@@ -8,7 +8,7 @@
 
 namespace tensorgrad {
 
-/// A handle to a value inside a Builder (a graph node, or an eager tensor).
+/// A handle to a value inside a Builder (a graph node; an eager tensor in the planned eager API).
 struct Value {
   int32_t id = -1;
   bool valid() const { return id >= 0; }
@@ -16,8 +16,8 @@ struct Value {
 };
 
 /// The small interface every gradient rule and every layer is written
-/// against. The lazy graph (graph/graph.h) records ops; the eager API runs
-/// them at once. The typed helpers below all go through `apply`.
+/// against. The lazy graph (graph/graph.h) records ops; the eager API
+/// (planned) will run them at once. The typed helpers below all go through `apply`.
 class Builder {
  public:
   virtual ~Builder() = default;

@@ -1,8 +1,8 @@
 #pragma once
 // The op set: every operation tensorgrad can run, with its attributes and its
 // shape rule. Gradient rules live in one table (ops/gradients.cpp), kernels in
-// src/kernels. Both the lazy graph and the eager API reach ops only through
-// the Builder interface (ops/builder.h).
+// src/kernels. Both the lazy graph and the eager API (planned) reach ops only
+// through the Builder interface (ops/builder.h).
 #include <cstdint>
 #include <span>
 

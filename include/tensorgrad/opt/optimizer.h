@@ -85,7 +85,6 @@ struct OptimizerState {
   struct Slots { Tensor m, v, acc; };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
-  int64_t n_updates = 0;
   /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
   /// The value of `step`.
@@ -171,8 +170,6 @@ class OptimizerContext {
   void retire(const std::string& why);
   const OptimizerContextOptions& options() const { return options_; }
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
-  /// Outputs per row of the model.
-  int64_t output_size() const { return outputs_; }
 
  private:
   struct Head;
