@@ -6,10 +6,14 @@
     /usr/bin/python3 bench/compare.py --quick    # 1 round, fewer repetitions
 
 What it does, from the repository root (or wherever --root points):
-  1. builds what is missing: build/bench/tensorgrad_bench with the project's
-     CMake (always brought up to date incrementally unless --no-build),
-     build/peer-libtorch/peer_libtorch from the peers' CMakeLists.txt, and
-     build/peer_dlib with the build line at the top of peer_dlib.cpp;
+  1. builds what is missing in a build directory of its own, build-bench/
+     (--build-dir), whatever configured build/ before (scripts/train.sh turns
+     the benchmarks off there): configures it with the project's CMake and
+     -DTENSORGRAD_BUILD_BENCH=ON (tests and apps off) and brings
+     build-bench/bench/tensorgrad_bench up to date incrementally (unless
+     --no-build); builds build-bench/peer-libtorch/peer_libtorch from the
+     peers' CMakeLists.txt and build-bench/peer_dlib with the build line at
+     the top of peer_dlib.cpp;
   2. runs every workload (mlp, rlstep, predict) for several rounds, tensorgrad
      and the peers alternating within each round (the order flips every
      round), all at the same thread count;
@@ -17,8 +21,10 @@ What it does, from the repository root (or wherever --root points):
      the ratio peer / tensorgrad (> 1 means tensorgrad is faster) and the
      target from the issue.
 
-A peer whose package is absent (python3-torch, libtorch-dev, libdlib-dev) is
-skipped with a message; the script then still measures tensorgrad alone.
+Google Benchmark (libbenchmark-dev) and the peers' packages come from
+`scripts/setup.sh --bench`; without Google Benchmark the script stops and says
+so. A peer whose package is absent (python3-torch, libtorch-dev, libdlib-dev)
+is skipped with a message; the script then still measures tensorgrad alone.
 Standard library only.
 """
 import argparse
@@ -137,15 +143,44 @@ def last_json_line(text):
 
 # ---------------------------------------------------------------- building
 
+# The options of the benchmark build, given on every configure so that the
+# build directory holds them whatever configured it before.
+BENCH_CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DTENSORGRAD_BUILD_BENCH=ON",
+                       "-DTENSORGRAD_BUILD_TESTS=OFF", "-DTENSORGRAD_BUILD_APPS=OFF"]
+SETUP_HINT = "run scripts/setup.sh --bench (as root or with sudo), then this command again"
+
+
+def benchmark_found(build, configure_output):
+    """Whether the configure in `build` found Google Benchmark (and so added bench/)."""
+    if "Google Benchmark not found" in configure_output:
+        return False
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("benchmark_DIR:"):
+                    return not line.strip().endswith("NOTFOUND")
+    except OSError:
+        return False
+    return False
+
+
 def build_tensorgrad(root, build, no_build):
     exe = os.path.join(build, "bench", "tensorgrad_bench")
     if no_build:
         if not os.path.exists(exe):
-            sys.exit(f"error: {exe} is missing and --no-build was given")
+            sys.exit(f"error: {exe} is missing and --no-build was given; run without --no-build to build it")
         return exe
+    if shutil.which("cmake") is None:
+        sys.exit("error: cmake is not installed, so tensorgrad_bench cannot be built; " + SETUP_HINT)
     try:
-        if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
-            run(["cmake", "-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], timeout=600)
+        out = run(["cmake", "-S", root, "-B", build] + BENCH_CMAKE_OPTIONS, timeout=600)
+    except RuntimeError as e:
+        sys.exit(f"error: configuring the benchmark build in {build} failed: {str(e)[-1500:]}\n"
+                 f"(a missing package? {SETUP_HINT})")
+    if not benchmark_found(build, out):
+        sys.exit("error: Google Benchmark (Debian's libbenchmark-dev) is not installed, so CMake skipped "
+                 f"bench/ and {build} has no tensorgrad_bench to build; {SETUP_HINT}")
+    try:
         run(["cmake", "--build", build, "-j2", "--target", "tensorgrad_bench"], timeout=1800)
     except RuntimeError as e:
         if os.path.exists(exe):
@@ -321,7 +356,11 @@ def main():
     ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict",
                     help="comma-separated subset of mlp,cnn,rlstep,predict")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
-    ap.add_argument("--no-build", action="store_true", help="use the existing build/bench/tensorgrad_bench")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the existing tensorgrad_bench in the build directory, without configuring or building")
+    ap.add_argument("--build-dir", default=None, metavar="DIR",
+                    help="build directory of the benchmarks and peers (default: build-bench/ in the repository "
+                         "root); configured with -DTENSORGRAD_BUILD_BENCH=ON on every run")
     ap.add_argument("--wait-idle", type=float, default=30.0, metavar="S",
                     help="before each measurement, wait up to S seconds for other processes to go quiet "
                          "(default 30; 0 disables)")
@@ -340,7 +379,7 @@ def main():
     root = os.path.abspath(args.root)
     if args.peers is None:
         args.peers = os.path.join(os.path.dirname(root), "shared", "bench")
-    build = os.path.join(root, "build")
+    build = os.path.abspath(args.build_dir) if args.build_dir else os.path.join(root, "build-bench")
     started = datetime.datetime.now().astimezone()
 
     log("building")

@@ -1,21 +1,67 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages tensorgrad needs to build, test and run its
-# main job; with --bench also the peers the benchmarks compare against.
+# Installs the Debian 12 packages tensorgrad needs, only those of the paths asked for:
+#   scripts/setup.sh                  the main job: toolchain, libraries, Fashion-MNIST
+#                                     (what scripts/train.sh and the examples need)
+#   scripts/setup.sh --test           also the test-only packages (scripts/test.sh)
+#   scripts/setup.sh --bench          also Google Benchmark and the peers bench/compare.py
+#                                     compares against
+#   scripts/setup.sh --test --bench   both
 # Idempotent: runs apt-get only when a package is missing.
 set -euo pipefail
 
+usage() {
+  cat <<'EOF'
+usage: scripts/setup.sh [--test] [--bench]
+
+Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
+  (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
+             libpthreadpool-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
+  --test     adds the test-only packages: libgtest-dev
+  --bench    adds the benchmarks' packages: libbenchmark-dev, python3, python3-torch,
+             python3-numpy, libtorch-dev, libdlib-dev
+  -h, --help prints this and exits
+The flags can be combined; packages already installed are left alone.
+EOF
+}
+
+want_test=0
+want_bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    --bench) want_bench=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *)
+      echo "setup: unknown option '$arg'" >&2
+      usage >&2
+      exit 2
+      ;;
+  esac
+done
+
+# The base: what the main job (scripts/train.sh) needs to build and run.
 packages=(
   g++ cmake make pkg-config          # toolchain
   libopenblas-dev                    # sgemm for large products
   libxsmm-dev                        # JIT small GEMMs (no per-call allocation)
   libpthreadpool-dev                 # the compute thread pool (as XNNPACK and PyTorch)
   zlib1g-dev                         # gzipped IDX files
-  libcli11-dev                       # command-line options of the apps
-  libgtest-dev                       # tests
+  libcli11-dev                       # command-line options of the apps and examples
   dataset-fashion-mnist              # the main job's data, /usr/share/datasets/fashion-mnist
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libbenchmark-dev python3-torch python3-numpy libtorch-dev libdlib-dev)
+if ((want_test)); then
+  packages+=(
+    libgtest-dev                     # the GoogleTest suites under CTest
+  )
+fi
+if ((want_bench)); then
+  packages+=(
+    libbenchmark-dev                 # Google Benchmark: bench/tensorgrad_bench
+    python3                          # /usr/bin/python3 runs bench/compare.py and the PyTorch peer
+    python3-torch python3-numpy      # the PyTorch peer
+    libtorch-dev                     # the libtorch peer
+    libdlib-dev                      # the dlib peer
+  )
 fi
 
 missing=()

@@ -257,6 +257,80 @@ TEST_F(IdxTest, WrongRankIsFormatError) {
   expect_throw_with<FormatError>([&] { read_idx_labels(path("img")); }, "has 3 dimensions (1 x 1 x 2); expected 1");
 }
 
+// Dimensions are big-endian uint32s, so a header can announce sizes whose
+// products no int64 (and so no Shape) can hold. Every reader must reject them
+// with FormatError before it makes a Shape or allocates anything.
+TEST_F(IdxTest, ImageDimensionsWhoseProductOverflowsAreFormatError) {
+  // The defect report's header: count 0, rows 4294967295, cols 4294967295.
+  write_plain(path("img"), idx_bytes({0, 4294967295u, 4294967295u}, {}));
+  for (bool flatten : {true, false}) {
+    auto read = [&] { read_idx_images(path("img"), flatten); };
+    expect_throw_with<FormatError>(read, path("img"));
+    expect_throw_with<FormatError>(read, "rows x cols (4294967295 x 4294967295 = 18446744065119617025 elements)");
+    expect_throw_with<FormatError>(read, "does not fit in a signed 64-bit size");
+  }
+  // Through load_mnist as well.
+  write_plain(path("train-images-idx3-ubyte"), idx_bytes({0, 4294967295u, 4294967295u}, {}));
+  write_plain(path("train-labels-idx1-ubyte"), idx_bytes({0}, {}));
+  expect_throw_with<FormatError>([&] { load_mnist(dir_.string()); }, "4294967295 x 4294967295");
+}
+
+TEST_F(IdxTest, GenericReaderRejectsOverflowingDimensions) {
+  write_plain(path("zero_count"), idx_bytes({0, 4294967295u, 4294967295u}, {}));
+  expect_throw_with<FormatError>([&] { read_idx(path("zero_count")); },
+                                 "dimensions 1 and 2 (4294967295 x 4294967295 = 18446744065119617025 elements)");
+  write_plain(path("all_huge"), idx_bytes({4294967295u, 4294967295u, 4294967295u}, {}));
+  expect_throw_with<FormatError>([&] { read_idx(path("all_huge")); },
+                                 "dimensions 0 and 1 (4294967295 x 4294967295 = 18446744065119617025 elements)");
+  expect_throw_with<FormatError>([&] { read_idx(path("all_huge")); }, "does not fit in a signed 64-bit size");
+  // A label file has one dimension, which always fits; an image file read as
+  // labels is a rank error, not an overflow.
+  expect_throw_with<FormatError>([&] { read_idx_labels(path("all_huge")); }, "has 3 dimensions");
+}
+
+TEST_F(IdxTest, ImagesWhoseFloatBytesOverflowAreFormatError) {
+  // 2^31 x 2^31 = 2^62 pixels fit in int64, but not as 4-byte float32 values.
+  write_plain(path("img"), idx_bytes({0, 2147483648u, 2147483648u}, {}));
+  for (bool flatten : {true, false}) {
+    auto read = [&] { read_idx_images(path("img"), flatten); };
+    expect_throw_with<FormatError>(read, "rows x cols (2147483648 x 2147483648 = 4611686018427387904 elements)");
+    expect_throw_with<FormatError>(read, "4 bytes per float32 pixel");
+    expect_throw_with<FormatError>(read, "does not fit in a signed 64-bit size");
+  }
+}
+
+TEST_F(IdxTest, HeaderAnnouncingMoreThanThePlainFileHoldsIsFormatError) {
+  write_plain(path("lab"), idx_bytes({4294967295u}, {1, 2, 3}));
+  expect_throw_with<FormatError>([&] { read_idx_labels(path("lab")); }, "4294967295 = 4294967295 data bytes, found 3");
+  expect_throw_with<FormatError>([&] { read_idx_labels(path("lab")); }, "the file is 11 bytes: 8 of header and 3 of data");
+  write_plain(path("img"), idx_bytes({1, 65536, 65536}, {1, 2, 3, 4, 5, 6}));
+  for (bool flatten : {true, false})
+    expect_throw_with<FormatError>([&] { read_idx_images(path("img"), flatten); },
+                                   "1 x 65536 x 65536 = 4294967296 data bytes, found 6 (the file is 22 bytes");
+  expect_throw_with<FormatError>([&] { read_idx(path("img")); }, "download it again");
+}
+
+TEST_F(IdxTest, HeaderAnnouncingMoreThanTheGzipFileCanHoldIsFormatError) {
+  write_gz(path("img.gz"), idx_bytes({1, 65536, 65536}, {1, 2, 3, 4, 5, 6}));
+  const auto gz_size = std::to_string(fs::file_size(path("img.gz")));
+  for (bool flatten : {true, false}) {
+    auto read = [&] { read_idx_images(path("img.gz"), flatten); };
+    expect_throw_with<FormatError>(read, "1 x 65536 x 65536 = 4294967296 data bytes");
+    expect_throw_with<FormatError>(read, "more than its " + gz_size + " compressed bytes can hold");
+    expect_throw_with<FormatError>(read, "1032");
+  }
+}
+
+TEST_F(IdxTest, HighlyCompressedGzipFileStillReads) {
+  // Zeros compress close to deflate's limit; the size bound must not reject them.
+  std::vector<uint8_t> zeros(4 * 1000 * 1000, 0);
+  write_gz(path("zeros.gz"), idx_bytes({4000, 1000}, zeros));
+  ASSERT_LT(fs::file_size(path("zeros.gz")), 10000u);
+  IdxArray a = read_idx(path("zeros.gz"));
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{4000, 1000}));
+  EXPECT_EQ(a.values, zeros);
+}
+
 TEST_F(MnistTest, LoadsPlainDirectory) {
   write_set(5, 3, 5, 3, /*gz=*/false);
   MnistFiles m = load_mnist(dir_.string());

@@ -122,9 +122,120 @@ GzFile open_idx(const std::string& path) {
   return GzFile(f);
 }
 
-}  // namespace
+// What a typed reader (images, labels) requires of a file; the generic
+// read_idx requires nothing beyond the format.
+struct IdxExpect {
+  const char* kind;                          // "image", "label": for messages
+  size_t rank;                               // exact number of dimensions
+  std::vector<const char*> dim_names;        // one per dimension, outermost first
+  const char* rank_advice;                   // after "expected <rank> (" in the wrong-rank message
+  uint64_t element_bytes;                    // bytes per element of the tensor returned
+  const char* element_desc;                  // "float32 pixel", "int32 label"
+};
 
-IdxArray read_idx(const std::string& path) {
+const IdxExpect kImageFile{"image", 3, {"count", "rows", "cols"},
+                           "count x rows x cols, as *-images-idx3-ubyte); pass an image file, not a label file",
+                           sizeof(float), "float32 pixel"};
+const IdxExpect kLabelFile{"label", 1, {"count"},
+                           "count, as *-labels-idx1-ubyte); pass a label file, not an image file",
+                           sizeof(int32_t), "int32 label"};
+
+constexpr uint64_t kMaxSize = uint64_t(std::numeric_limits<int64_t>::max());  // Shape's element count and byte sizes
+// deflate's largest expansion: a 258-byte match coded in 2 bits, 1032 bytes
+// per compressed byte; gzip headers and block headers only lower it.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+std::string u128_str(unsigned __int128 v) {
+  if (v == 0) return "0";
+  std::string s;
+  while (v) {
+    s.insert(s.begin(), char('0' + int(v % 10)));
+    v /= 10;
+  }
+  return s;
+}
+
+// "rows x cols" for a typed reader, "dimensions 1 and 2" for the generic one.
+std::string dims_label(const std::vector<size_t>& idx, const IdxExpect* e) {
+  std::string s;
+  if (e) {
+    for (size_t k = 0; k < idx.size(); ++k) s += (k ? " x " : "") + std::string(e->dim_names[idx[k]]);
+    return s;
+  }
+  s = idx.size() == 1 ? "dimension " : "dimensions ";
+  for (size_t k = 0; k < idx.size(); ++k) {
+    if (k) s += k + 1 == idx.size() ? " and " : ", ";
+    s += std::to_string(idx[k]);
+  }
+  return s;
+}
+
+// Throws FormatError unless the product of the nonzero dimensions, and that
+// product in bytes of the tensor the reader returns, fit in int64: then no
+// Shape, sub-product (image size, row size) or byte count built from them
+// can overflow, whatever the count (a count of 0 leaves the rest unchecked
+// by the element count alone).
+void check_dim_products(const std::string& path, const std::vector<int64_t>& dims, const IdxExpect* e) {
+  const uint64_t elem = e ? e->element_bytes : 1;
+  unsigned __int128 prod = 1;
+  std::vector<size_t> used;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) continue;
+    used.push_back(i);
+    prod *= uint64_t(dims[i]);  // < 2^63 * 2^32 before this check fails: no 128-bit overflow
+    const bool elements_overflow = prod > kMaxSize;
+    if (!elements_overflow && prod * elem <= kMaxSize) continue;
+    std::string values;
+    for (size_t k = 0; k < used.size(); ++k) values += (k ? " x " : "") + std::to_string(dims[used[k]]);
+    std::string what = "the product of " + dims_label(used, e) + " (" + values + " = " + u128_str(prod) +
+                       " elements)";
+    if (!elements_overflow)
+      what += ", which at " + std::to_string(elem) + " bytes per " + e->element_desc + " is " +
+              u128_str(prod * elem) + " bytes,";
+    std::string names;
+    if (e) {
+      names = " (";
+      for (size_t k = 0; k < dims.size(); ++k) names += (k ? " x " : "") + std::string(e->dim_names[k]);
+      names += ")";
+    }
+    throw FormatError("IDX file " + in_quotes(path) + " announces dimensions " + dims_str(dims) + names + ": " +
+                      what + " does not fit in a signed 64-bit size (at most " + std::to_string(kMaxSize) +
+                      "), so no tensor shape can hold it; the header is corrupted or this is not an IDX " +
+                      (e ? std::string(e->kind) + " " : std::string()) + "file, download it again");
+  }
+}
+
+// Throws FormatError when the header announces more data than the file can
+// hold: for a plain file its exact size after the header, for a gzipped one
+// deflate's largest expansion of its compressed size. Skipped where the size
+// is unknown (not a regular file); the chunked read still stops at the end.
+void check_file_capacity(gzFile f, const std::string& path, const std::vector<int64_t>& dims, uint64_t header_bytes,
+                         uint64_t data_bytes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;
+  const uintmax_t file_bytes = fs::file_size(path, ec);
+  if (ec) return;
+  if (gzdirect(f)) {
+    const uint64_t held = file_bytes > header_bytes ? uint64_t(file_bytes) - header_bytes : 0;
+    if (data_bytes > held)
+      throw FormatError("IDX file " + in_quotes(path) + " is truncated: its header announces " + dims_str(dims) +
+                        " = " + std::to_string(data_bytes) + " data bytes, found " + std::to_string(held) +
+                        " (the file is " + std::to_string(file_bytes) + " bytes: " + std::to_string(header_bytes) +
+                        " of header and " + std::to_string(held) +
+                        " of data); the file is incomplete or its header corrupted, download it again");
+    return;
+  }
+  const unsigned __int128 most = (unsigned __int128)file_bytes * kMaxDeflateRatio;
+  if ((unsigned __int128)header_bytes + data_bytes > most)
+    throw FormatError("IDX file " + in_quotes(path) + " announces " + dims_str(dims) + " = " +
+                      std::to_string(data_bytes) + " data bytes, more than its " + std::to_string(file_bytes) +
+                      " compressed bytes can hold (deflate expands at most " + std::to_string(kMaxDeflateRatio) +
+                      "-fold, so they decompress to at most " + u128_str(most) + " bytes, " +
+                      std::to_string(header_bytes) +
+                      " of them the header); the header is corrupted or the file truncated, download it again");
+}
+
+IdxArray read_idx_checked(const std::string& path, const IdxExpect* expect) {
   GzFile file = open_idx(path);
   gzFile f = file.get();
 
@@ -159,20 +270,23 @@ IdxArray read_idx(const std::string& path) {
     const uint8_t* b = header.data() + 4 * i;
     out.dims[i] = int64_t((uint64_t(b[0]) << 24) | (uint64_t(b[1]) << 16) | (uint64_t(b[2]) << 8) | uint64_t(b[3]));
   }
+  if (expect && rank != expect->rank)
+    throw FormatError("IDX " + std::string(expect->kind) + " file " + in_quotes(path) + " has " +
+                      std::to_string(rank) + " dimensions (" + dims_str(out.dims) + "); expected " +
+                      std::to_string(expect->rank) + " (" + expect->rank_advice);
+
+  // Sizes, all checked before anything is allocated for the data.
+  check_dim_products(path, out.dims, expect);
   uint64_t expected = 1;
-  constexpr uint64_t kMaxElements = uint64_t(std::numeric_limits<int64_t>::max());
-  for (int64_t d : out.dims) {
-    if (d != 0 && expected > kMaxElements / uint64_t(d))
-      throw FormatError("IDX file " + in_quotes(path) + " announces dimensions " + dims_str(out.dims) +
-                        ", whose element count overflows; the header is corrupted, download the file again");
-    expected *= uint64_t(d);
-  }
+  for (int64_t d : out.dims) expected *= uint64_t(d);  // fits: the nonzero product is <= INT64_MAX
   if (expected > uint64_t(std::numeric_limits<size_t>::max()))
     throw FormatError("IDX file " + in_quotes(path) + " announces " + std::to_string(expected) +
                       " elements, more than this machine can address");
+  check_file_capacity(f, path, out.dims, 4 + header.size(), expected);
 
   // Data, grown chunk by chunk so that a corrupted header announcing a huge
-  // array fails on the missing bytes rather than on one huge allocation.
+  // array fails on the missing bytes rather than on one huge allocation (the
+  // capacity check cannot size a stream that is not a regular file).
   const size_t want = size_t(expected);
   size_t have = 0;
   while (have < want) {
@@ -211,13 +325,14 @@ IdxArray read_idx(const std::string& path) {
   return out;
 }
 
+}  // namespace
+
+IdxArray read_idx(const std::string& path) { return read_idx_checked(path, nullptr); }
+
 Tensor read_idx_images(const std::string& path, bool flatten) {
-  IdxArray a = read_idx(path);
-  if (a.dims.size() != 3)
-    throw FormatError("IDX image file " + in_quotes(path) + " has " + std::to_string(a.dims.size()) +
-                      " dimensions (" + dims_str(a.dims) +
-                      "); expected 3 (count x rows x cols, as *-images-idx3-ubyte); "
-                      "pass an image file, not a label file");
+  IdxArray a = read_idx_checked(path, &kImageFile);
+  // read_idx_checked has checked rank 3 and that every product of these, in
+  // float32 bytes, fits in int64.
   const int64_t n = a.dims[0], rows = a.dims[1], cols = a.dims[2];
   Tensor t = flatten ? Tensor::empty(Shape{n, rows * cols}, DType::Float32)
                      : Tensor::empty(Shape{n, rows, cols, 1}, DType::Float32);
@@ -229,11 +344,7 @@ Tensor read_idx_images(const std::string& path, bool flatten) {
 }
 
 Tensor read_idx_labels(const std::string& path) {
-  IdxArray a = read_idx(path);
-  if (a.dims.size() != 1)
-    throw FormatError("IDX label file " + in_quotes(path) + " has " + std::to_string(a.dims.size()) +
-                      " dimensions (" + dims_str(a.dims) +
-                      "); expected 1 (count, as *-labels-idx1-ubyte); pass a label file, not an image file");
+  IdxArray a = read_idx_checked(path, &kLabelFile);  // rank 1 checked
   Tensor t = Tensor::empty(Shape{a.dims[0]}, DType::Int32);
   int32_t* dst = t.data<int32_t>();
   for (size_t i = 0; i < a.values.size(); ++i) dst[i] = int32_t(a.values[i]);

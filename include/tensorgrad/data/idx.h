@@ -14,6 +14,17 @@
 // Missing bytes throw FormatError (naming how many were expected and how many
 // came); bytes left over after the last element also throw FormatError, since
 // they mean the header and the data disagree (a wrong or corrupted file).
+//
+// Sizes: dimensions are unsigned 32-bit, so a header can announce sizes no
+// tensor can hold. Before any Shape is made or any data allocated, every
+// reader checks that the product of the nonzero dimensions (and so every
+// sub-product, such as rows x cols of an image file whose count is 0) fits
+// in int64, for read_idx_images and read_idx_labels also in bytes of the
+// float32 / int32 tensor they return, and that the file can hold the data
+// announced (a plain file: its size after the header; a gzipped one: 1032
+// times its compressed size, deflate's largest expansion). Each failure is a
+// FormatError naming the dimensions, their values and the size that does not
+// fit.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,8 +50,10 @@ struct IdxArray {
 /// are not a valid unsigned-byte IDX array: nonzero magic bytes, an element
 /// type code other than 0x08 (the message names the code), a header or data
 /// shorter than announced (the message gives expected and found byte counts),
-/// bytes after the last element, a corrupt gzip stream, or dimensions whose
-/// product overflows.
+/// bytes after the last element, a corrupt gzip stream, dimensions whose
+/// nonzero product does not fit in int64 (the message names the dimensions,
+/// their values and the product), or more data announced than the file can
+/// hold (checked before the data is read).
 IdxArray read_idx(const std::string& path);
 
 /// Reads an IDX image file (3 dimensions: count, rows, cols, as
@@ -51,7 +64,10 @@ IdxArray read_idx(const std::string& path);
 /// (Keras channels-last, one channel).
 ///
 /// Throws as read_idx, and FormatError when the file does not have exactly
-/// 3 dimensions (a label file passed by mistake, say).
+/// 3 dimensions (a label file passed by mistake, say) or when count x rows x
+/// cols (zero dimensions left out) as 4-byte float32 pixels does not fit in
+/// int64: a header of 0 x 4294967295 x 4294967295 is rejected, naming rows x
+/// cols and their product, not turned into a negative Shape.
 Tensor read_idx_images(const std::string& path, bool flatten = true);
 
 /// Reads an IDX label file (1 dimension: count, as train-labels-idx1-ubyte) in
@@ -61,7 +77,8 @@ Tensor read_idx_images(const std::string& path, bool flatten = true);
 /// (0..9 for MNIST and Fashion-MNIST).
 ///
 /// Throws as read_idx, and FormatError when the file does not have exactly
-/// 1 dimension (an image file passed by mistake, say).
+/// 1 dimension (an image file passed by mistake, say), checked before its
+/// sizes.
 Tensor read_idx_labels(const std::string& path);
 
 /// A dataset split: inputs `x` (float32) and class ids `y` (int32, shape {n}).
