@@ -154,7 +154,7 @@ inline int greedy_action(const float* q) { return q[1] > q[0] ? 1 : 0; }
 
 /// Mean return of greedy episodes of `model`, one per environment seed
 /// seed_base, seed_base + 1, ...; each episode's return into `returns` if given.
-inline double evaluate(tg::nn::Sequential& model, uint64_t seed_base, int episodes,
+inline double evaluate(tg::nn::Model& model, uint64_t seed_base, int episodes,
                        std::vector<float>* returns = nullptr) {
   cartpole::CartPole env;
   tg::Tensor x = tg::Tensor::empty(tg::Shape{1, 4});
@@ -228,7 +228,7 @@ class Agent {
     auto evaluate_now = [&] {
       const auto t0 = clock::now();
       r.train_seconds += std::chrono::duration<double>(t0 - last).count();
-      tg::nn::Sequential snap = trainer_.snapshot();
+      tg::nn::Model snap = trainer_.snapshot();
       const double ret = evaluate(snap, c_.eval_seed_base, c_.eval_episodes);
       if (!best_ || ret > r.best_eval) {
         best_.emplace(std::move(snap));
@@ -297,12 +297,12 @@ class Agent {
   }
 
   /// The kept snapshot (best evaluation); throws std::logic_error before train().
-  tg::nn::Sequential& best() {
+  tg::nn::Model& best() {
     if (!best_) throw std::logic_error("dqn::Agent::best: no evaluation has run yet; call train() first");
     return *best_;
   }
   tg::nn::Trainer& trainer() { return trainer_; }
-  tg::nn::Sequential& target() { return target_; }
+  tg::nn::Model& target() { return target_; }
   const Config& config() const { return c_; }
 
  private:
@@ -370,8 +370,8 @@ class Agent {
 
   Config c_;
   tg::nn::Trainer trainer_;
-  tg::nn::Sequential target_;
-  std::optional<tg::nn::Sequential> best_;
+  tg::nn::Model target_;
+  std::optional<tg::nn::Model> best_;
   ReplayBuffer buffer_;
   cartpole::CartPole env_;
   std::mt19937_64 rng_;

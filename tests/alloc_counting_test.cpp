@@ -204,7 +204,7 @@ TEST_P(AllocationFree, TrainerUpdateTargetOnTheSameSnapshot) {
   tg::nn::Trainer tr(trainer_model(), trainer_options());
   tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
   tr.step(x, y);
-  tg::nn::Sequential target = tr.snapshot();
+  tg::nn::Model target = tr.snapshot();
   tr.step(x, y);
   tr.update_target(target, 0.5f);
   tr.update_target(target, 0.5f);

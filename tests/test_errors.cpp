@@ -276,7 +276,7 @@ TEST(Errors, NbatchLogicalNotMultipleIsValueError) {
   OptimizerContextOptions co;
   co.batch_size = 16;
   co.nbatch_logical = 40;
-  co.loss = LossKind::SparseCategoricalCrossentropy;
+  co.losses = {Loss("sparse_categorical_crossentropy")};
   EXPECT_TRUE(throws<ValueError>([&] { OptimizerContext ctx(m.model_function(), co); },
                                  {"nbatch_logical", "16", "40"}));
   expect_still_works(m, before, x, y);

@@ -150,7 +150,7 @@ TrainerOptions batch(int64_t batch_size, int64_t loss_mask = 0) {
 // The 16-row batch i (0-based, cycling over the 64 rows).
 Tensor b16(const Tensor& t, int i) { return t.rows((i % 4) * 16, (i % 4) * 16 + 16); }
 
-std::vector<std::vector<float>> weight_values(const Sequential& m) {
+std::vector<std::vector<float>> weight_values(const nn::Model& m) {
   std::vector<std::vector<float>> out;
   for (const nn::Weight& w : m.weights()) out.push_back(w.value.to_vector());
   return out;
@@ -260,7 +260,7 @@ TEST(Trainer, ModelReturnsTheTrainedWeights) {
   Sequential m = build_model();
   Trainer tr(m, batch(16));
   for (int i = 0; i < 4; ++i) tr.step(b16(d.x, i), b16(d.y, i));
-  Sequential trained = tr.model();
+  nn::Model trained = tr.model();
   const Tensor preds = trained.predict(b16(d.x, 0), 16);
   EXPECT_EQ(preds.shape(), (Shape{16, 2}));
   EXPECT_TRUE(all_finite(flat(preds)));
@@ -399,7 +399,7 @@ TEST(Trainer, AdamMomentsCarryOverBetweenSteps) {
     return tr.eval(x, y);
   };
   auto reset_after = [&](int k) {
-    Sequential cur = build_model();
+    nn::Model cur = build_model();
     for (int i = 0; i < k; ++i) {
       Trainer tr(cur, batch(16));
       tr.step(x, y);
@@ -426,7 +426,7 @@ TEST(Trainer, RegressionModelTrainsThroughTheTrainer) {
     for (int i = 0; i < 4; ++i) losses.push_back(tr.step(b16(d.x, i), b16(d.y, i)));
   EXPECT_TRUE(all_finite(losses));
   EXPECT_LT(mean(losses, 12, 16), mean(losses, 0, 4));
-  Sequential trained = tr.model();
+  nn::Model trained = tr.model();
   const Tensor preds = trained.predict(b16(d.x, 0), 16);
   EXPECT_EQ(preds.shape(), (Shape{16, 3}));
   EXPECT_TRUE(all_finite(flat(preds)));
@@ -619,7 +619,7 @@ TEST(Trainer, HandedOutModelIsIndependentOfTheTrainer) {
   const Tensor x = b16(d.x, 0);
   Sequential m = build_regression();
   Trainer tr(m, batch(16));
-  Sequential handed = tr.model();
+  nn::Model handed = tr.model();
   const std::vector<float> p_handed = flat(handed.predict(x, 16));
   EXPECT_EQ(flat(tr.predict(x)), p_handed);
   tr.step(x, b16(d.y, 0));
@@ -651,7 +651,7 @@ TEST(Trainer, SnapshotStartsEqualAndStaysPut) {
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
   Sequential m = build_regression();
-  Sequential target({4});
+  nn::Model target = Sequential({4});
   std::vector<float> p_snap;
   {
     Trainer tr(m, batch(16));
@@ -680,7 +680,7 @@ TEST(Trainer, UpdateTargetTauOneCopiesZeroKeepsHalfAverages) {
   const Tensor x = b16(d.x, 0);
   Sequential m = build_regression();
   Trainer tr(m, batch(16));
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   for (int i = 0; i < 3; ++i) tr.step(b16(d.x, i), b16(d.y, i));
   const auto old = weight_values(target);
   const auto live = weight_values(tr.model());
@@ -707,14 +707,14 @@ TEST(Trainer, UpdateTargetRefusesATargetThatDoesNotMatch) {
   Sequential m2 = build_regression(1, 2);  // same names, other shapes
   Trainer tr1(m1, batch(16));
   Trainer tr2(m2, batch(16));
-  Sequential other = tr2.snapshot();
+  nn::Model other = tr2.snapshot();
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr1.update_target(other); }), {"same weights"}));
   // The seed refuses a model from $model() ("live snapshot"): moot in C++,
   // where model() and snapshot() both return an independent Sequential with
   // the same weights, so either is a valid target.
-  Sequential handed = tr1.model();
+  nn::Model handed = tr1.model();
   EXPECT_NO_THROW(tr1.update_target(handed));
-  Sequential own = tr1.snapshot();
+  nn::Model own = tr1.snapshot();
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr1.update_target(own, 2.0f); }), {"[0, 1]"}));
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr1.update_target(own, -0.5f); }), {"[0, 1]"}));
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr1.update_target(own, std::nanf("")); }), {"[0, 1]"}));
@@ -730,7 +730,7 @@ TEST(Trainer, SequentialModelSnapshotsAndUpdatesToo) {
   const Tensor x = b16(d.x, 0);
   Sequential m = build_model();
   Trainer tr(m, batch(16));
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   const std::vector<float> p0 = flat(target.predict(x, 16));
   tr.step(x, b16(d.y, 0));
   EXPECT_EQ(flat(target.predict(x, 16)), p0);
@@ -749,7 +749,7 @@ TEST(Trainer, SnapshotAndReleaseLeaveTheTrainersWeightsAlone) {
   const std::vector<nn::Weight> own = tr.weights();  // the trainer's own tensors
   std::vector<std::vector<float>> before;
   for (const nn::Weight& w : own) before.push_back(w.value.to_vector());
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   // The copy is equal in value but distinct in memory from the trainer's weights.
   EXPECT_EQ(weight_values(target), before);
   const std::vector<nn::Weight> copied = target.weights();
@@ -827,7 +827,7 @@ TEST(Trainer, ModelOutlivesTheTrainerWithFreshOptimizerState) {
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
   Sequential m = build_regression();
-  Sequential handed({4});
+  nn::Model handed = Sequential({4});
   std::vector<float> p_trained;
   {
     Trainer tr(m, batch(16));
@@ -839,7 +839,7 @@ TEST(Trainer, ModelOutlivesTheTrainerWithFreshOptimizerState) {
   EXPECT_EQ(flat(handed.predict(x, 16)), p_trained);
   // Fresh state: a step on the handed-out model equals a step from a clone of
   // it (a new optimizer), bit for bit.
-  Sequential twin = handed.clone();
+  nn::Model twin = handed.clone();
   const float l1 = handed.optimizer_context(16).step(x, y).loss;
   const float l2 = twin.optimizer_context(16).step(x, y).loss;
   EXPECT_EQ(l1, l2);
@@ -854,7 +854,7 @@ TEST(Trainer, UpdateTargetCopiesMovingStatisticsWhole) {
   const Data d = make_regression();
   Sequential m = build_bn();
   Trainer tr(m, batch(16));
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   for (int i = 0; i < 3; ++i) tr.step(b16(d.x, i), b16(d.y, i));
   const std::vector<nn::Weight> ws = target.weights();
   const auto old = weight_values(target);
@@ -889,7 +889,7 @@ TEST(Trainer, UpdateTargetTauZeroKeepsMovingStatistics) {
   const Data d = make_regression();
   Sequential m = build_bn();
   Trainer tr(m, batch(16));
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   for (int i = 0; i < 3; ++i) tr.step(b16(d.x, i), b16(d.y, i));
   const auto old = weight_values(target);
   tr.update_target(target, 0.0f);
@@ -920,7 +920,7 @@ TEST(Trainer, UpdateTargetRefusesOtherNamesShapesAndFreedTargets) {
   shorter.add(Dense(8, "relu"));
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.update_target(shorter); }), {"same weights"}));
   // A freed target, after a successful update with it (cached pairs).
-  Sequential target = tr.snapshot();
+  nn::Model target = tr.snapshot();
   tr.update_target(target, 0.5f);
   target.free();
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.update_target(target, 0.5f); }), {"freed"}));
@@ -951,9 +951,9 @@ TEST(Trainer, PredictModelAndSnapshotBetweenStepsNeverDisturbTraining) {
       if (disturb) {
         tr.predict(d.x.rows(0, 40));
         tr.predict(d.x.rows(3, 4), one);
-        Sequential handed = tr.model();
+        nn::Model handed = tr.model();
         handed.predict(d.x, 32);
-        Sequential snap = tr.snapshot();
+        nn::Model snap = tr.snapshot();
         snap.predict(d.x.rows(0, 5), 5);
         tr.eval(b16(d.x, 2), b16(d.y, 2));
       }

@@ -174,9 +174,9 @@ TEST(Usage, UpdateTargetRefusesAMovedFromTarget) {
   m.add(Dense(2));
   m.compile(OptimizerSpec::adam(), "mse");
   nn::Trainer trainer(m, nn::TrainerOptions{8});
-  Sequential target = trainer.snapshot();
+  nn::Model target = trainer.snapshot();
   trainer.update_target(target, 0.5f);
-  { Sequential elsewhere = std::move(target); }
+  { nn::Model elsewhere = std::move(target); }
   EXPECT_NE(message_of<StateError>([&] { trainer.update_target(target, 0.5f); }).find("freed"), std::string::npos);
 }
 

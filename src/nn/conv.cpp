@@ -108,10 +108,9 @@ Value Conv2D::convolve(Builder& b, Value x4) const {
   return b.reshape(y, Shape{batch, ho, wo, filters_});
 }
 
-Value Conv2D::call(Builder& b, Value x, const CallOptions& options) {
+Value Conv2D::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError(name() + " was called before build()");
   Value y = convolve(b, x);
-  if (options.logits && activation_ == Activation::Softmax) return y;
   return apply_activation(b, activation_, y);
 }
 
@@ -139,13 +138,12 @@ Shape Conv1D::build(const Shape& input_shape) {
   return Shape{window_.out_w(steps), filters_};
 }
 
-Value Conv1D::call(Builder& b, Value x, const CallOptions& options) {
+Value Conv1D::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError(name() + " was called before build()");
   const Shape xs = b.shape(x);
   Value y = convolve(b, b.reshape(x, Shape{xs[0], 1, xs[1], xs[2]}));
   const Shape ys = b.shape(y);
   y = b.reshape(y, Shape{ys[0], ys[2], ys[3]});
-  if (options.logits && activation_ == Activation::Softmax) return y;
   return apply_activation(b, activation_, y);
 }
 

@@ -1,5 +1,6 @@
 #include "tensorgrad/nn/layers.h"
 
+#include "nn/functional.h"
 #include "nn/initializers.h"
 
 #include <cmath>
@@ -21,11 +22,14 @@ std::map<std::string, int>& name_counters() {
 
 void clear_session() { name_counters().clear(); }
 
-Layer::Layer(const char* prefix) {
+std::string unique_name(const char* prefix) {
   int& n = name_counters()[prefix];
-  name_ = n == 0 ? std::string(prefix) : std::string(prefix) + "_" + std::to_string(n);
+  std::string name = n == 0 ? std::string(prefix) : std::string(prefix) + "_" + std::to_string(n);
   ++n;
+  return name;
 }
+
+Layer::Layer(const char* prefix) : name_(unique_name(prefix)) {}
 
 Shape Layer::build_once(const Shape& input_shape) {
   if (built_) {
@@ -102,11 +106,10 @@ Shape Dense::build(const Shape& input_shape) {
   return Shape{units_};
 }
 
-Value Dense::call(Builder& b, Value x, const CallOptions& options) {
+Value Dense::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError("Dense '" + name() + "' was called before build()");
   Value y = b.matmul(x, b.parameter(kernel_, (name() + "/kernel").c_str(), trainable));
   if (use_bias_) y = b.add(y, b.parameter(bias_, (name() + "/bias").c_str(), trainable));
-  if (options.logits && activation_ == Activation::Softmax) return y;
   return apply_activation(b, activation_, y);
 }
 
@@ -124,8 +127,7 @@ Value Flatten::call(Builder& b, Value x, const CallOptions&) {
 ActivationLayer::ActivationLayer(const std::string& activation)
     : Layer("activation"), activation_(activation_from_name(activation)) {}
 
-Value ActivationLayer::call(Builder& b, Value x, const CallOptions& options) {
-  if (options.logits && activation_ == Activation::Softmax) return x;
+Value ActivationLayer::call(Builder& b, Value x, const CallOptions&) {
   return apply_activation(b, activation_, x);
 }
 

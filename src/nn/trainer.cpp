@@ -9,25 +9,26 @@
 namespace tensorgrad::nn {
 
 namespace {
-Sequential trainer_copy(const Sequential& model, const TrainerOptions& options) {
+Model trainer_copy(const Model& model, const TrainerOptions& options) {
   if (model.released()) throw StateError("Trainer: the model has been freed (released)");
   if (!model.compiled()) throw StateError("Trainer: the model is not compiled; call compile(optimizer, loss) first");
-  if (options.loss_mask != 0 && model.loss() != LossKind::MeanSquaredError)
-    throw ValueError(std::string("Trainer: loss_mask needs loss \"mse\"; the model is compiled with \"") +
-                     loss_name(model.loss()) + "\"");
-  Sequential copy = model.clone();
+  if (options.loss_mask != 0)
+    for (const Loss& l : model.losses())
+      if (l.kind != LossKind::MeanSquaredError)
+        throw ValueError("Trainer: loss_mask needs loss \"mse\"; the model is compiled with \"" + l.name + "\"");
+  Model copy = model.clone();
   OptimizerSpec spec = model.optimizer();
   if (options.weight_decay) {
     if (!(*options.weight_decay >= 0.0f && *options.weight_decay <= 1.0f))
       throw ValueError("Trainer: weight_decay must be in [0, 1]; got " + std::to_string(*options.weight_decay));
     spec.weight_decay = *options.weight_decay;
   }
-  copy.compile(spec, loss_name(model.loss()), model.metrics());
+  copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics());
   return copy;
 }
 }  // namespace
 
-Trainer::Trainer(const Sequential& model, const TrainerOptions& options)
+Trainer::Trainer(const Model& model, const TrainerOptions& options)
     : model_(trainer_copy(model, options)), options_(options) {
   if (options_.batch_size < 1)
     throw ValueError("Trainer: batch_size must be at least 1; got " + std::to_string(options_.batch_size));
@@ -39,7 +40,7 @@ Trainer::Trainer(const Sequential& model, const TrainerOptions& options)
     throw ValueError("Trainer: loss_mask must be 0 (none), 1 (one weight per sample) or " + std::to_string(outputs) +
                      " (one weight per output); got " + std::to_string(options_.loss_mask));
   ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
-  ctx_->set_rng_seed(global_generator()());  // dropout masks: a stream of its own, from the global seed
+  ctx_->state()->rng_counter = global_generator()();  // dropout masks: a stream of its own, from the global seed
 }
 
 Trainer::~Trainer() = default;
@@ -84,8 +85,13 @@ void Trainer::check_live(const char* call) const {
 }
 
 float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  return step(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
+              sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
+}
+
+float Trainer::step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight) {
   check_live("step");
-  check_weights_allowed(sample_weight);
+  for (const Tensor& w : sample_weight) check_weights_allowed(w);
   const float loss = ctx_->step(x, y, sample_weight).loss;
   if (!std::isfinite(loss) && !warned_non_finite_) {
     warned_non_finite_ = true;
@@ -97,8 +103,13 @@ float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weigh
 }
 
 float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  return eval(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
+              sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
+}
+
+float Trainer::eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight) {
   check_live("eval");
-  check_weights_allowed(sample_weight);
+  for (const Tensor& w : sample_weight) check_weights_allowed(w);
   return ctx_->evaluate(x, y, sample_weight).loss;
 }
 
@@ -112,17 +123,22 @@ void Trainer::predict(const Tensor& x, Tensor& out) {
   model_.predict(x, out);
 }
 
-Sequential Trainer::snapshot() const {
+void Trainer::predict(std::span<const Tensor> x, std::span<Tensor> out) {
+  check_live("predict");
+  model_.predict(x, out);
+}
+
+Model Trainer::snapshot() const {
   check_live("snapshot");
   return model_.clone();
 }
 
-Sequential Trainer::model() const {
+Model Trainer::model() const {
   check_live("model");
   return model_.clone();
 }
 
-void Trainer::update_target(Sequential& target, float tau) {
+void Trainer::update_target(Model& target, float tau) {
   check_live("update_target");
   if (!(tau >= 0.0f && tau <= 1.0f)) throw ValueError("update_target: tau must be in [0, 1]; got " + std::to_string(tau));
   if (target.released())

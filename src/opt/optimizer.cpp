@@ -23,8 +23,16 @@ const char* loss_name(LossKind loss) {
     case LossKind::MeanSquaredError: return "mse";
     case LossKind::CategoricalCrossentropy: return "categorical_crossentropy";
     case LossKind::SparseCategoricalCrossentropy: return "sparse_categorical_crossentropy";
+    case LossKind::Custom: return "custom";
   }
   return "?";
+}
+
+Loss::Loss(const char* loss_name) : Loss(std::string(loss_name ? loss_name : "")) {}
+Loss::Loss(const std::string& loss_name) : kind(loss_from_name(loss_name)), name(loss_name) {}
+Loss::Loss(std::string loss_name, LossFunction fn) : kind(LossKind::Custom), name(std::move(loss_name)), function(std::move(fn)) {
+  if (!function) throw ValueError("custom loss '" + name + "' has an empty function");
+  if (name.empty()) throw ValueError("a custom loss needs a name (for messages and History keys)");
 }
 
 OptimizerSpec OptimizerSpec::adamw(float learning_rate, float weight_decay) {
@@ -119,25 +127,24 @@ Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, c
   return shaped;
 }
 
-Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* what, Tensor* staging) const {
-  if (input_dtype == DType::Float32) {
-    Tensor checked = check_features(x, input_shape, rows, what);
-    if (validate_input) validate_input(checked);
+Tensor InputSpec::check(const Tensor& x, int64_t rows, const std::string& what, Tensor* staging) const {
+  if (dtype == DType::Float32) {
+    Tensor checked = check_features(x, shape, rows, what.c_str());
+    if (validate) validate(checked);
     return checked;
   }
   // Token ids: int32 is bound as it is; float32 holding whole numbers is
   // checked, then converted into `staging` (kept by the caller, so a step
   // converts without allocating) or into a new tensor.
-  const Tensor shaped = check_input_shape(x, input_shape, rows, what);
+  const Tensor shaped = check_input_shape(x, shape, rows, what.c_str());
   if (x.dtype() == DType::Int32) {
-    if (validate_input) validate_input(shaped);
+    if (validate) validate(shaped);
     return shaped;
   }
   if (x.dtype() != DType::Float32)
-    throw TypeError(std::string(what) + " holds token ids: int32, or float32 holding whole numbers; got " +
-                    dtype_name(x.dtype()));
-  check_finite(shaped, what);
-  if (validate_input) validate_input(shaped);
+    throw TypeError(what + " holds token ids: int32, or float32 holding whole numbers; got " + dtype_name(x.dtype()));
+  check_finite(shaped, what.c_str());
+  if (validate) validate(shaped);
   Tensor ids;
   if (staging && staging->defined() && staging->shape() == shaped.shape()) ids = *staging;
   else ids = Tensor::empty(shaped.shape(), DType::Int32);
@@ -148,11 +155,76 @@ Tensor ModelFunction::check_input(const Tensor& x, int64_t rows, const char* wha
   return ids;
 }
 
+// One output's loss head: what it computes and its staging buffers.
 struct OptimizerContext::Head {
+  Loss loss;
+  float weight = 1.0f;
+  bool accuracy = false;
+  Shape shape;          // the output, batch included
+  int64_t outputs = 0;  // values per row
+  std::string y_name, w_name;  // "y", or "y 'name'" with several outputs: made once, so a step never allocates
+  Tensor labels_i32, ones;
+};
+
+// A built graph: its executable and where each input, label and result lives.
+struct OptimizerContext::Plan {
   std::unique_ptr<Executable> exe;
-  Value x, y, w, loss, correct;
+  std::vector<Value> x;
+  struct Output {
+    Value y, w, loss, correct;
+  };
+  std::vector<Output> out;
+  Value total;
   size_t split = SIZE_MAX;
 };
+
+namespace {
+bool is_activation(OpKind op) {
+  return op == OpKind::Relu || op == OpKind::Sigmoid || op == OpKind::Tanh || op == OpKind::Gelu ||
+         op == OpKind::Silu || op == OpKind::Elu || op == OpKind::LeakyRelu || op == OpKind::Softplus ||
+         op == OpKind::LogSoftmax;
+}
+
+// The logits of a cross-entropy output (DESIGN.md: softmax folding looks at
+// the op that produced the output). Walking back through views (Reshape:
+// Flatten, Reshape) to a Softmax over the same {batch, classes} gives its
+// input; an output made by a linear op is taken as logits (Keras'
+// from_logits); any other activation, or a dropout between the softmax and
+// the output, cannot be folded and is refused.
+Value cross_entropy_logits(const Graph& g, Value out, const std::string& output, const Loss& loss) {
+  Value v = out;
+  bool crossed_dropout = false;
+  while (true) {
+    const Node& n = g.node(v);
+    if (n.role != NodeRole::Op) break;
+    if (n.op == OpKind::Reshape) v = n.inputs[0];
+    else if (n.op == OpKind::Dropout) {
+      crossed_dropout = true;
+      v = n.inputs[0];
+    } else break;
+  }
+  const Node& n = g.node(v);
+  if (n.role == NodeRole::Op && n.op == OpKind::Softmax) {
+    if (crossed_dropout)
+      throw ValueError(loss.name + " on output '" + output +
+                       "': a Dropout comes after its softmax, but the softmax is folded into the loss (logits and "
+                       "softmax fused), which leaves no probabilities to drop. Put the Dropout before the layer "
+                       "with the softmax");
+    if (n.shape != g.shape(out))
+      throw ValueError(loss.name + " on output '" + output + "': its softmax is over the last axis of " +
+                       n.shape.str() + ", but the output is " + g.shape(out).str() +
+                       "; cross-entropy needs the softmax over the classes of {batch, classes}");
+    return n.inputs[0];
+  }
+  if (n.role == NodeRole::Op && (is_activation(n.op) || crossed_dropout)) {
+    const char* act = crossed_dropout ? "dropout" : op_info(n.op).name;
+    throw ValueError(loss.name + " on output '" + output +
+                     "' needs a final softmax (folded into the loss) or a linear output (taken as logits); it ends in " +
+                     act + ". Use activation \"softmax\", or \"mse\" for other outputs");
+  }
+  return out;
+}
+}  // namespace
 
 OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
                                    std::shared_ptr<OptimizerState> state)
@@ -163,64 +235,163 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   if (options_.nbatch_logical < options_.batch_size || options_.nbatch_logical % options_.batch_size != 0)
     throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(options_.batch_size) +
                      "; got " + std::to_string(options_.nbatch_logical));
-  if (options_.weights == LossWeights::PerOutput && options_.loss != LossKind::MeanSquaredError)
-    throw ValueError(std::string("per-output loss weights (loss_mask) need loss \"mse\"; got \"") +
-                     loss_name(options_.loss) + "\"");
   options_.optimizer.validate();
   if (!model_.forward) throw ValueError("OptimizerContext: the ModelFunction has no forward function");
+  if (model_.inputs.empty()) throw ValueError("OptimizerContext: the ModelFunction has no inputs");
+  const size_t n_out = model_.output_names.size();
+  if (n_out == 0) throw ValueError("OptimizerContext: the ModelFunction has no outputs");
+  auto count_error = [&](const char* what, size_t got) {
+    throw ValueError(std::string("the model has ") + std::to_string(n_out) + " output" + (n_out == 1 ? "" : "s") +
+                     "; give one " + what + " for each (or one for all); got " + std::to_string(got));
+  };
+  if (options_.losses.size() != 1 && options_.losses.size() != n_out) count_error("loss", options_.losses.size());
+  if (!options_.loss_weights.empty() && options_.loss_weights.size() != n_out)
+    count_error("loss weight", options_.loss_weights.size());
+  if (!options_.accuracy.empty() && options_.accuracy.size() != n_out)
+    count_error("accuracy flag", options_.accuracy.size());
+  if (options_.weights == LossWeights::PerOutput && n_out != 1)
+    throw ValueError("per-output loss weights (loss_mask) need a model with one output; this one has " +
+                     std::to_string(n_out));
   period_ = options_.nbatch_logical / options_.batch_size;
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
-  // The output width from shapes alone; the graphs themselves are built and
-  // planned on first use (evaluation alone never builds the backward pass).
-  // The forward arena and the staging buffers are a lower bound of what the
-  // first step needs: refuse a batch that cannot fit before allocating any.
+
   const int64_t b = options_.batch_size;
+  heads_.resize(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    Head& h = heads_[i];
+    h.loss = options_.losses.size() == 1 ? options_.losses[0] : options_.losses[i];
+    h.weight = options_.loss_weights.empty() ? 1.0f : options_.loss_weights[i];
+    if (!std::isfinite(h.weight) || h.weight < 0.0f)
+      throw ValueError("loss weight of output '" + model_.output_names[i] + "' must be finite and >= 0; got " +
+                       std::to_string(h.weight));
+    h.accuracy = !options_.accuracy.empty() && options_.accuracy[i];
+    if (h.accuracy && h.loss.kind != LossKind::CategoricalCrossentropy &&
+        h.loss.kind != LossKind::SparseCategoricalCrossentropy)
+      throw ValueError("accuracy on output '" + model_.output_names[i] + "' needs a cross-entropy loss; it has \"" +
+                       h.loss.name + "\"");
+    if (options_.weights == LossWeights::PerOutput && h.loss.kind != LossKind::MeanSquaredError)
+      throw ValueError("per-output loss weights (loss_mask) need loss \"mse\"; got \"" + h.loss.name + "\"");
+    h.y_name = n_out == 1 ? "y" : "y '" + model_.output_names[i] + "'";
+    h.w_name = n_out == 1 ? "sample_weight" : "sample_weight '" + model_.output_names[i] + "'";
+  }
+  // The output shapes from a forward graph; the training and evaluation
+  // graphs are built and planned on first use (evaluation alone never builds
+  // the backward pass). Its arena and the staging buffers are a lower bound
+  // of what the first step needs: a batch that cannot fit is refused before
+  // anything of its size is allocated.
   {
     Graph g;
-    const Value out = model_.forward(g, g.input("x", model_.input_shape.with_batch(b), model_.input_dtype), false,
-                                     options_.loss != LossKind::MeanSquaredError);
-    const Shape os = g.shape(out);
-    if (os.rank() != 2)
-      throw ShapeError("the model's output must be {batch, outputs} to take a loss; got " + os.str() +
-                       " (add Flatten or Dense before the output)");
-    outputs_ = os[1];
-    const uint64_t staging = uint64_t(b) * 4u * uint64_t(1 + outputs_ + model_.input_shape.numel());
-    check_fits_in_memory(plan_memory(g, std::vector<Value>{out}).arena_bytes + staging,
-                         "batch_size " + std::to_string(b), "lower batch_size");
+    std::vector<Value> xs;
+    uint64_t staging = uint64_t(b) * 4u;
+    for (const InputSpec& in : model_.inputs) {
+      xs.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
+      staging += uint64_t(b) * 4u * uint64_t(in.shape.numel());
+    }
+    const std::vector<Value> outs = model_.forward(g, xs, false);
+    if (outs.size() != n_out)
+      throw ValueError("OptimizerContext: the forward function returned " + std::to_string(outs.size()) +
+                       " outputs for " + std::to_string(n_out) + " output names");
+    for (size_t i = 0; i < n_out; ++i) {
+      Head& h = heads_[i];
+      h.shape = g.shape(outs[i]);
+      if (h.shape.rank() < 2 || h.shape[0] != b)
+        throw ShapeError("output '" + model_.output_names[i] + "' must be {batch, ...} to take a loss; got " +
+                         h.shape.str());
+      h.outputs = h.shape.row_size();
+      const bool ce = h.loss.kind == LossKind::CategoricalCrossentropy ||
+                      h.loss.kind == LossKind::SparseCategoricalCrossentropy;
+      if (ce && h.shape.rank() != 2)
+        throw ShapeError(h.loss.name + " on output '" + model_.output_names[i] +
+                         "' needs {batch, classes}; got " + h.shape.str() + " (add Flatten or Dense before the output)");
+      if (ce) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
+      staging += uint64_t(b) * 8u * uint64_t(h.outputs);
+    }
+    check_fits_in_memory(plan_memory(g, outs).arena_bytes + staging, "batch_size " + std::to_string(b),
+                         "lower batch_size");
   }
-  if (options_.loss == LossKind::SparseCategoricalCrossentropy) labels_i32_ = Tensor::zeros(Shape{b}, DType::Int32);
-  if (options_.weights != LossWeights::None)
-    ones_ = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, outputs_} : Shape{b}, 1.0f);
+  for (Head& h : heads_) {
+    if (h.loss.kind == LossKind::SparseCategoricalCrossentropy) h.labels_i32 = Tensor::zeros(Shape{b}, DType::Int32);
+    if (options_.weights != LossWeights::None)
+      h.ones = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, h.outputs} : Shape{b}, 1.0f);
+  }
+  x_staging_.resize(model_.inputs.size());
+  for (const InputSpec& in : model_.inputs)
+    x_names_.push_back(model_.inputs.size() == 1 ? std::string("x") : "x '" + in.name + "'");
+  output_losses_.assign(n_out, 0.0f);
+  output_correct_.assign(n_out, -1);
 }
 
 OptimizerContext::~OptimizerContext() = default;
 
-std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
+size_t OptimizerContext::n_outputs() const { return heads_.size(); }
+
+int64_t OptimizerContext::output_size(size_t output) const {
+  if (output >= heads_.size())
+    throw IndexError("output " + std::to_string(output) + " of a model with " + std::to_string(heads_.size()) +
+                     " outputs");
+  return heads_[output].outputs;
+}
+
+std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
   const int64_t b = options_.batch_size;
-  const bool ce = options_.loss != LossKind::MeanSquaredError;
-  auto head = std::make_unique<Head>();
+  auto plan = std::make_unique<Plan>();
   Graph g;
-  head->x = g.input("x", model_.input_shape.with_batch(b), model_.input_dtype);
-  Value out = model_.forward(g, head->x, train, ce);
-  const Shape os = g.shape(out);
-  if (os.rank() != 2 || os[0] != b)
-    throw ShapeError("the model's output must be {batch, outputs} to take a loss; got " + os.str() +
-                     " (add Flatten or Dense before the output)");
-  outputs_ = os[1];
-  head->y = options_.loss == LossKind::SparseCategoricalCrossentropy ? g.input("y", Shape{b}, DType::Int32)
-                                                                       : g.input("y", os);
-  if (options_.weights != LossWeights::None)
-    head->w = g.input("sample_weight", options_.weights == LossWeights::PerSample ? Shape{b} : os);
-  head->loss = ce ? g.softmax_cross_entropy(out, head->y, head->w) : g.mse_loss(out, head->y, head->w);
-  std::vector<Value> outputs{head->loss};
-  if (ce) {
-    head->correct = g.apply(OpKind::Accuracy, {out, head->y});
-    outputs.push_back(head->correct);
+  for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
+  const std::vector<Value> outs = model_.forward(g, plan->x, train);
+  std::vector<Value> results;
+  plan->out.resize(heads_.size());
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    const Head& h = heads_[i];
+    Plan::Output& o = plan->out[i];
+    const std::string& name = model_.output_names[i];
+    if (g.shape(outs[i]) != h.shape)
+      throw ShapeError("output '" + name + "' changed shape between graphs: " + h.shape.str() + " then " +
+                       g.shape(outs[i]).str());
+    const Shape flat{b, h.outputs};
+    Value out = h.shape.rank() == 2 ? outs[i] : g.reshape(outs[i], flat);
+    if (options_.weights != LossWeights::None)
+      o.w = g.input(name + "/sample_weight", options_.weights == LossWeights::PerSample ? Shape{b} : flat);
+    switch (h.loss.kind) {
+      case LossKind::SparseCategoricalCrossentropy:
+      case LossKind::CategoricalCrossentropy: {
+        const bool sparse = h.loss.kind == LossKind::SparseCategoricalCrossentropy;
+        o.y = sparse ? g.input(name + "/y", Shape{b}, DType::Int32) : g.input(name + "/y", flat);
+        o.loss = g.softmax_cross_entropy(cross_entropy_logits(g, outs[i], name, h.loss), o.y, o.w);
+        if (h.accuracy) o.correct = g.apply(OpKind::Accuracy, {out, o.y});
+        break;
+      }
+      case LossKind::MeanSquaredError:
+        o.y = g.input(name + "/y", flat);
+        o.loss = g.mse_loss(out, o.y, o.w);
+        break;
+      case LossKind::Custom: {
+        o.y = g.input(name + "/y", h.shape);
+        const Value rows = h.loss.function(g, o.y, outs[i]);
+        if (!rows.valid() || g.shape(rows) != Shape{b} || g.dtype(rows) != DType::Float32)
+          throw ShapeError("custom loss '" + h.loss.name + "' on output '" + name +
+                           "' must return float32 per-row losses {" + std::to_string(b) + "}; got " +
+                           (rows.valid() ? g.shape(rows).str() : std::string("no value")));
+        // Keras' sum over batch size: weighted per-row losses, summed, over the row count.
+        o.loss = g.scale(g.sum(o.w.valid() ? g.mul(rows, o.w) : rows), 1.0f / float(b));
+        break;
+      }
+    }
+    results.push_back(o.loss);
+    if (o.correct.valid()) results.push_back(o.correct);
+  }
+  plan->total = plan->out[0].loss;
+  if (heads_.size() > 1 || heads_[0].weight != 1.0f) {
+    plan->total = Value{};
+    for (size_t i = 0; i < heads_.size(); ++i) {
+      const Value part = heads_[i].weight == 1.0f ? plan->out[i].loss : g.scale(plan->out[i].loss, heads_[i].weight);
+      plan->total = plan->total.valid() ? g.add(plan->total, part) : part;
+    }
+    results.push_back(plan->total);
   }
   if (train) {
     const std::vector<Value> params = g.trainable_parameters();
     if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
-    std::vector<Value> grads = g.gradients(head->loss, params, 1.0f / float(period_));
+    std::vector<Value> grads = g.gradients(plan->total, params, 1.0f / float(period_));
     std::vector<Value> sources(params.size());
     for (size_t i = 0; i < params.size(); ++i) {
       if (!grads[i].valid()) continue;
@@ -235,10 +406,10 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
         sources[i] = g.apply(OpKind::AccumulateGrad, {g.state(slot.acc, p.name + "/grad"), grads[i]});
       } else {
         sources[i] = grads[i];
-        outputs.push_back(grads[i]);  // readable by the hook stage
+        results.push_back(grads[i]);  // readable by the hook stage
       }
     }
-    head->split = g.size();
+    plan->split = g.size();
     Value tick = g.apply(OpKind::OptimizerTick,
                          {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
     OpAttrs at;
@@ -255,23 +426,25 @@ std::unique_ptr<OptimizerContext::Head> OptimizerContext::build(bool train) {
     for (size_t i = 0; i < params.size(); ++i)
       if (sources[i].valid())
         named.emplace_back(g.node(params[i]).name, period_ > 1 ? g.node(sources[i]).inputs[0] : sources[i]);
-    head->exe = std::make_unique<Executable>(std::move(g), outputs);
+    plan->exe = std::make_unique<Executable>(std::move(g), results);
     grads_.clear();
     for (auto& [name, v] : named) {
-      const Node& n = head->exe->graph().node(v);
-      grads_.push_back({name, n.role == NodeRole::State ? n.bound : head->exe->output(v)});
+      const Node& n = plan->exe->graph().node(v);
+      grads_.push_back({name, n.role == NodeRole::State ? n.bound : plan->exe->output(v)});
     }
   } else {
-    head->exe = std::make_unique<Executable>(std::move(g), outputs);
+    plan->exe = std::make_unique<Executable>(std::move(g), results);
   }
-  return head;
+  return plan;
 }
 
-void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t rows) const {
-  check_rows(y, rows, "y");
+void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tensor& w, int64_t rows) const {
+  const Head& h = heads_.at(output);
+  check_rows(y, rows, h.y_name.c_str());
   const int64_t n = y.shape()[0];
-  const char* loss = loss_name(options_.loss);  // a std::string here would allocate on every step
-  switch (options_.loss) {
+  const int64_t outputs = h.outputs;
+  const char* loss = h.loss.name.c_str();  // a std::string here would allocate on every step
+  switch (h.loss.kind) {
     case LossKind::SparseCategoricalCrossentropy: {
       if (y.shape().rank() > 2 || (y.shape().rank() == 2 && y.shape()[1] != 1))
         throw ShapeError("sparse_categorical_crossentropy takes one class id per row ({" + std::to_string(n) +
@@ -284,34 +457,37 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
         } else {
           const float v = y.data<float>()[i];
           if (!std::isfinite(v) || v != std::floor(v))
-            throw ValueError("class ids must be whole numbers; y row " + std::to_string(i) + " holds " +
-                             std::to_string(v));
-          if (v < 0.0f || v >= float(outputs_)) {  // before converting: int64_t(1e30f) is undefined
+            throw ValueError("class ids must be whole numbers; " + h.y_name + " row " + std::to_string(i) +
+                             " holds " + std::to_string(v));
+          if (v < 0.0f || v >= float(outputs)) {  // before converting: int64_t(1e30f) is undefined
             char buf[32];
             std::snprintf(buf, sizeof buf, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));
-            throw IndexError(std::string("class id ") + buf + " at y row " + std::to_string(i) + " is outside [0, " +
-                             std::to_string(outputs_) + "): the model has " + std::to_string(outputs_) + " classes");
+            throw IndexError(std::string("class id ") + buf + " at " + h.y_name + " row " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(outputs) + "): the model has " +
+                             std::to_string(outputs) + " classes");
           }
           id = int64_t(v);
         }
-        if (id < 0 || id >= outputs_)
-          throw IndexError("class id " + std::to_string(id) + " at y row " + std::to_string(i) + " is outside [0, " +
-                           std::to_string(outputs_) + "): the model has " + std::to_string(outputs_) + " classes");
+        if (id < 0 || id >= outputs)
+          throw IndexError("class id " + std::to_string(id) + " at " + h.y_name + " row " + std::to_string(i) +
+                           " is outside [0, " + std::to_string(outputs) + "): the model has " +
+                           std::to_string(outputs) + " classes");
       }
       break;
     }
     case LossKind::CategoricalCrossentropy:
-    case LossKind::MeanSquaredError: {
-      const bool ce = options_.loss == LossKind::CategoricalCrossentropy;
+    case LossKind::MeanSquaredError:
+    case LossKind::Custom: {
+      const bool ce = h.loss.kind == LossKind::CategoricalCrossentropy;
       if (y.dtype() != DType::Float32)
-        throw TypeError(std::string(loss) + " takes float32 " + (ce ? "one-hot rows" : "targets") + "; got int32" +
-                        (ce ? " class ids: use sparse_categorical_crossentropy for those" : ""));
-      if (y.shape().row_size() != outputs_ || (ce && outputs_ > 1 && y.shape().rank() != 2))
-        throw ShapeError(std::string(loss) + " takes " + (ce ? "one-hot rows" : "targets") + " of shape {" + std::to_string(n) +
-                         ", " + std::to_string(outputs_) + "} (the model has " + std::to_string(outputs_) +
-                         " outputs); got " + y.shape().str() +
+        throw TypeError(std::string(loss) + " takes float32 " + (ce ? "one-hot rows" : "targets") + "; got " +
+                        dtype_name(y.dtype()) + (ce ? " class ids: use sparse_categorical_crossentropy for those" : ""));
+      if (y.shape().row_size() != outputs || (ce && outputs > 1 && y.shape().rank() != 2))
+        throw ShapeError(std::string(loss) + " takes " + (ce ? "one-hot rows" : "targets") + " of shape " +
+                         h.shape.with_rows(n).str() + " (the model has " + std::to_string(outputs) +
+                         " outputs per row); got " + y.shape().str() +
                          (ce && y.shape().row_size() == 1 ? ": class ids need sparse_categorical_crossentropy" : ""));
-      check_finite(y, "y");
+      check_finite(y, h.y_name.c_str());
       break;
     }
   }
@@ -322,41 +498,71 @@ void OptimizerContext::check_targets(const Tensor& y, const Tensor& w, int64_t r
     return;
   }
   if (!w.defined()) return;
-  check_rows(w, n, "sample_weight");
-  if (w.dtype() != DType::Float32) throw TypeError("sample_weight must be float32; got int32");
+  check_rows(w, n, h.w_name.c_str());
+  if (w.dtype() != DType::Float32)
+    throw TypeError(h.w_name + " must be float32; got " + dtype_name(w.dtype()));
   const bool per_sample = options_.weights == LossWeights::PerSample;
-  if (per_sample ? w.numel() != n : (w.shape().rank() != 2 || w.shape()[1] != outputs_))
-    throw ShapeError("sample_weight must be " +
+  if (per_sample ? w.numel() != n : (w.shape().rank() != 2 || w.shape()[1] != outputs))
+    throw ShapeError(h.w_name + " must be " +
                      (per_sample ? "{" + std::to_string(n) + "} or {" + std::to_string(n) + ", 1} (one per sample)"
-                                 : "{" + std::to_string(n) + ", " + std::to_string(outputs_) + "} (one per output)") +
+                                 : "{" + std::to_string(n) + ", " + std::to_string(outputs) + "} (one per output)") +
                      "; got " + w.shape().str());
-  check_finite(w, "sample_weight");
+  check_finite(w, h.w_name.c_str());
 }
 
-void OptimizerContext::stage(Head& head, const Tensor& x, const Tensor& y, const Tensor& w) {
+void OptimizerContext::stage(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
+                             std::span<const Tensor> w) {
   const int64_t b = options_.batch_size;
-  head.exe->bind(head.x, model_.check_input(x, b, "x", &x_staging_));
-  check_targets(y, w, b);
-  if (options_.loss == LossKind::SparseCategoricalCrossentropy) {
-    int32_t* ids = labels_i32_.data<int32_t>();
-    if (y.dtype() == DType::Int32) std::memcpy(ids, y.raw(), size_t(b) * sizeof(int32_t));
-    else
-      for (int64_t i = 0; i < b; ++i) ids[i] = int32_t(y.data<float>()[i]);
-    head.exe->bind(head.y, labels_i32_);
-  } else {
-    head.exe->bind(head.y, y.shape().rank() == 2 ? y : y.reshape(Shape{b, outputs_}));
+  const size_t n_in = model_.inputs.size(), n_out = heads_.size();
+  if (x.size() != n_in || y.size() != n_out || (w.size() > 1 && w.size() != n_out)) {
+    auto names = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+      return s;
+    };
+    std::vector<std::string> in_names;
+    for (const InputSpec& in : model_.inputs) in_names.push_back(in.name);
+    throw ShapeError("the model has " + std::to_string(n_in) + " input(s) (" + names(in_names) + ") and " +
+                     std::to_string(n_out) + " output(s) (" + names(model_.output_names) + "); got " +
+                     std::to_string(x.size()) + " x tensor(s), " + std::to_string(y.size()) + " y tensor(s) and " +
+                     std::to_string(w.size()) + " sample_weight tensor(s) (give none, one for all outputs, or one per output)");
   }
-  if (options_.weights == LossWeights::None) return;
-  const Shape& want = ones_.shape();
-  head.exe->bind(head.w, !w.defined() ? ones_ : w.shape() == want ? w : w.reshape(want));
+  for (size_t i = 0; i < n_in; ++i) {
+    const InputSpec& in = model_.inputs[i];
+    plan.exe->bind(plan.x[i], in.check(x[i], b, x_names_[i], &x_staging_[i]));
+  }
+  for (size_t i = 0; i < n_out; ++i) {
+    const Head& h = heads_[i];
+    const Plan::Output& o = plan.out[i];
+    const Tensor none;
+    const Tensor& wi = w.empty() ? none : w.size() == 1 ? w[0] : w[i];
+    check_targets(i, y[i], wi, b);
+    if (h.loss.kind == LossKind::SparseCategoricalCrossentropy) {
+      int32_t* ids = h.labels_i32.data<int32_t>();
+      if (y[i].dtype() == DType::Int32) std::memcpy(ids, y[i].raw(), size_t(b) * sizeof(int32_t));
+      else
+        for (int64_t r = 0; r < b; ++r) ids[r] = int32_t(y[i].data<float>()[r]);
+      plan.exe->bind(o.y, h.labels_i32);
+    } else {
+      const Shape& want = plan.exe->graph().node(o.y).shape;
+      plan.exe->bind(o.y, y[i].shape() == want ? y[i] : y[i].reshape(want));
+    }
+    if (options_.weights == LossWeights::None) continue;
+    const Shape& want = h.ones.shape();
+    plan.exe->bind(o.w, !wi.defined() ? h.ones : wi.shape() == want ? wi : wi.reshape(want));
+  }
 }
 
-StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, const Tensor& w, bool train) {
-  stage(head, x, y, w);
+StepResult OptimizerContext::run(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
+                                 std::span<const Tensor> w, bool train) {
+  stage(plan, x, y, w);
   StepResult r;
   r.rows = options_.batch_size;
   if (train) {
-    head.exe->run(0, head.split);
+    // One dropout stream per model: every context continues the model's counter.
+    plan.exe->set_rng_counter(state_->rng_counter);
+    plan.exe->run(0, plan.split);
+    state_->rng_counter = plan.exe->rng_counter();
     ++n_steps_;
     if (++state_->micro_step >= period_) {
       try {
@@ -368,15 +574,21 @@ StepResult OptimizerContext::run(Head& head, const Tensor& x, const Tensor& y, c
           for (NamedGradient& g : grads_) g.grad.fill(0.0f);
         throw;
       }
-      head.exe->run(head.split);
+      plan.exe->run(plan.split);
       state_->micro_step = 0;
       r.updated = true;
     }
   } else {
-    head.exe->run();
+    plan.exe->run();
   }
-  r.loss = head.exe->scalar(head.loss);
-  if (head.correct.valid()) r.correct = int64_t(head.exe->scalar(head.correct));
+  for (size_t i = 0; i < heads_.size(); ++i) {
+    output_losses_[i] = plan.exe->scalar(plan.out[i].loss);
+    output_correct_[i] = plan.out[i].correct.valid() ? int64_t(plan.exe->scalar(plan.out[i].correct)) : -1;
+  }
+  r.loss = plan.exe->scalar(plan.total);
+  r.correct = output_correct_[0];
+  r.output_losses = output_losses_;
+  r.output_correct = output_correct_;
   return r;
 }
 
@@ -387,26 +599,30 @@ void OptimizerContext::retire(const std::string& why) {
   grads_.clear();
 }
 
-void OptimizerContext::set_rng_seed(uint64_t seed) {
-  rng_seed_ = seed;
-  if (train_) train_->exe->set_rng_counter(seed);
-}
-
-StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Tensor> y,
+                                  std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  if (!train_) {
-    train_ = build(true);
-    train_->exe->set_rng_counter(rng_seed_);
-  }
+  if (!train_) train_ = build(true);
   return run(*train_, x, y, sample_weight, true);
 }
 
-StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  return step(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
+              sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
+}
+
+StepResult OptimizerContext::evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
+                                      std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
   if (!eval_) eval_ = build(false);
   return run(*eval_, x, y, sample_weight, false);
+}
+
+StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+  return evaluate(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
+                  sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
 }
 
 void OptimizerContext::add_gradient_hook(GradientHook hook) {

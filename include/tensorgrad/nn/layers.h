@@ -4,6 +4,7 @@
 // called into any Builder: the training graph, the prediction graph, or the
 // eager API (planned), all sharing the same weight tensors.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,35 @@ std::shared_ptr<Layer> clone_layer(const T& layer) {
 /// How a layer is being called.
 struct CallOptions {
   bool training = false;   // dropout active, batch statistics (and their moving averages updated)
-  bool logits = false;     // leave out a final softmax (it is folded into the loss)
   bool calibrate = false;  // batch normalization: set the moving statistics to this batch's, exactly
 };
+
+struct LayerCall;
+/// A symbolic tensor (Keras' KerasTensor): the output of Input() or of a
+/// layer called on symbolic tensors. It carries a shape without the batch
+/// and a dtype, and remembers the call that made it, so a Model can take the
+/// graph between its inputs and outputs. Copies share the same node.
+class SymbolicTensor {
+ public:
+  SymbolicTensor() = default;
+  explicit SymbolicTensor(std::shared_ptr<const LayerCall> call) : call_(std::move(call)) {}
+  bool defined() const { return call_ != nullptr; }
+  /// Shape without the batch, and dtype. Throw StateError when undefined.
+  const Shape& shape() const;
+  DType dtype() const;
+  /// The name of the layer that made it (or of the Input).
+  const std::string& name() const;
+  const std::shared_ptr<const LayerCall>& call() const { return call_; }
+
+ private:
+  std::shared_ptr<const LayerCall> call_;
+};
+
+/// A model input (keras.Input): `shape` without the batch, dtype float32 or
+/// int32 (token ids for an Embedding). Named "input_layer", "input_layer_1",
+/// ... unless `name` is given. Throws ShapeError for an empty or
+/// non-positive shape, TypeError for another dtype.
+SymbolicTensor Input(const Shape& shape, DType dtype = DType::Float32, const std::string& name = "");
 
 /// Activations by their Keras names.
 enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus };
@@ -64,7 +91,9 @@ Value apply_activation(Builder& b, Activation a, Value x);
 /// keras.backend.clear_session()).
 void clear_session();
 
-class Layer {
+/// A layer (keras.layers.Layer). Hold layers by std::shared_ptr to share
+/// them: calling the same object twice shares its weights.
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   virtual ~Layer() = default;
   /// The layer's name: Keras' automatic one ("dense", "dense_1", ...) unless set.
@@ -77,6 +106,27 @@ class Layer {
   virtual Shape build(const Shape& input_shape) = 0;
   /// The layer applied to x {batch, input_shape...}. Called after build.
   virtual Value call(Builder& b, Value x, const CallOptions& options) = 0;
+  /// For layers of several inputs (merge layers): builds for the inputs'
+  /// shapes (no batch) and returns the output shape. The default takes
+  /// exactly one input (ValueError naming the layer otherwise) and calls
+  /// build_once.
+  virtual Shape build_inputs(std::span<const Shape> input_shapes);
+  /// The layer applied to its inputs; the default calls call() on the one input.
+  virtual Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options);
+  /// True for layers that read int32 token ids (Embedding); every other
+  /// layer takes float32 and refuses an int32 symbolic tensor.
+  virtual bool takes_token_ids() const { return false; }
+
+  /// Calls the layer on symbolic tensors (Keras' functional API): builds it
+  /// for their shapes on first use and records the call. A layer held by a
+  /// std::shared_ptr is recorded itself (calling it again shares its
+  /// weights); a layer that is not (a temporary: Dense(64)(x)) is copied into
+  /// the graph, with weights of its own. Throws ShapeError naming the layer,
+  /// the shape that came and the one it needs; ValueError for a layer of one
+  /// input called on several (or an undefined tensor); TypeError for int32
+  /// tensors into a layer that is not an Embedding.
+  SymbolicTensor operator()(const SymbolicTensor& x);
+  SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs);
   /// Its weights, in Keras order.
   virtual std::vector<Weight> weights() const { return {}; }
   /// Checks a model input this layer reads directly (the first layer): token
@@ -175,6 +225,17 @@ class Dropout : public Layer {
  private:
   float rate_;
   uint64_t seed_;
+};
+
+/// One call of a layer in a functional graph (Keras' Node): the layer, the
+/// symbolic tensors it was called on, and its output's shape and dtype. An
+/// Input is a call without a layer.
+struct LayerCall {
+  std::shared_ptr<Layer> layer;  // null for an Input
+  std::vector<SymbolicTensor> inputs;
+  Shape shape;  // output, without the batch
+  DType dtype = DType::Float32;
+  std::string name;  // the Input's name, or the layer's name when called
 };
 
 }  // namespace tensorgrad::nn

@@ -22,6 +22,7 @@ class Embedding : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   void validate_input(const Tensor& x) const override;
+  bool takes_token_ids() const override { return true; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   std::vector<Tensor*> weight_slots() { return {&embeddings_}; }
 

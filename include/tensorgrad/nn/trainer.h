@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "tensorgrad/nn/sequential.h"
+#include "tensorgrad/nn/model.h"
 
 namespace tensorgrad::nn {
 
@@ -30,7 +30,7 @@ struct TrainerOptions {
   std::optional<float> weight_decay;
 };
 
-/// The trainer. Works on its own copy of a compiled Sequential's weights (the
+/// The trainer. Works on its own copy of a compiled Model's weights (the
 /// model given is unchanged). Its predictions, snapshots and handed-out
 /// models run in graphs and arenas of their own, so none of them can disturb
 /// training. One thread at a time; a snapshot may be used in another thread
@@ -40,7 +40,7 @@ class Trainer {
  public:
   /// Throws StateError if `model` is not compiled or has been freed;
   /// ValueError for bad options (see TrainerOptions).
-  Trainer(const Sequential& model, const TrainerOptions& options = {});
+  Trainer(const Model& model, const TrainerOptions& options = {});
   ~Trainer();
   /// Moving hands the context on; the moved-from trainer is released.
   Trainer(Trainer&&) noexcept;
@@ -53,29 +53,36 @@ class Trainer {
   /// ValueError (weights without loss_mask, NaN), and the label errors of
   /// OptimizerContext::step. Allocates nothing after the first call.
   float step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  /// Several inputs and outputs, in the model's order (OptimizerContext::step):
+  /// the loss is the weighted sum of the outputs' losses.
+  float step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
   /// The loss on (x, y) without a backward pass or update; same arguments.
   float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  float eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
   /// Outputs from the current weights for any number of rows, in batches of
   /// batch_size (default: the trainer's).
   Tensor predict(const Tensor& x, int64_t batch_size = 0);
   /// The same into caller memory {rows, outputs}, all rows in one batch;
   /// allocates nothing once this row count has been seen (a one-row action).
   void predict(const Tensor& x, Tensor& out);
+  /// Every output into caller memory, for inputs in the model's order
+  /// (Model::predict); allocation-free as above.
+  void predict(std::span<const Tensor> x, std::span<Tensor> out);
 
   /// An independent model holding a copy of the current weights (for
   /// prediction: inference mode), which outlives the trainer. Its own free()
   /// releases it early.
-  Sequential snapshot() const;
+  Model snapshot() const;
   /// theta' <- tau * theta + (1 - tau) * theta' for every weight of `target`
   /// (Polyak averaging; batch-norm moving statistics are copied whole, never
   /// averaged; tau = 0 leaves the target as it is). Throws ValueError when tau is outside [0, 1] or the target's
   /// weights differ by name or shape, StateError for a released target.
   /// Allocates nothing when called again with the same target.
-  void update_target(Sequential& target, float tau = 1.0f);
+  void update_target(Model& target, float tau = 1.0f);
   /// A compiled model (same loss and optimizer settings) holding a copy of
   /// the current weights and fresh optimizer state, valid after the trainer
   /// is gone.
-  Sequential model() const;
+  Model model() const;
   /// The trainer's own weights, "<layer>/<weight>" in layer order: views of
   /// the very tensors its steps update (no copy, unlike model() and
   /// snapshot()), to read training as it goes. They are read-only by
@@ -83,7 +90,7 @@ class Trainer {
   /// until the trainer is freed, moved from or destroyed. Throws StateError
   /// after free().
   std::vector<Weight> weights() const;
-  /// Batch-norm moving statistics from up to 1024 rows of x (Sequential::calibrate_bn).
+  /// Batch-norm moving statistics from up to 1024 rows of x (Model::calibrate_bn).
   void calibrate_bn(const Tensor& x);
   /// Throws ValueError unless lr is positive and finite.
   void set_lr(float lr);
@@ -99,7 +106,7 @@ class Trainer {
  private:
   void check_live(const char* call) const;
   void check_weights_allowed(const Tensor& sample_weight) const;
-  Sequential model_;
+  Model model_;
   TrainerOptions options_;
   OptimizerContext* ctx_ = nullptr;
   bool freed_ = false;
@@ -111,7 +118,7 @@ class Trainer {
     int64_t count;
     bool averaged;
   };
-  const Sequential* target_ = nullptr;
+  const Model* target_ = nullptr;
   uint64_t target_structure_ = 0;
   std::vector<TargetPair> target_pairs_;
 };

@@ -1,10 +1,12 @@
 #pragma once
 // The optimizer context (DESIGN.md, opt layer), as ggml_opt is for the seeds:
-// a model's forward pass, a loss head, reverse-mode gradients, gradient
-// accumulation, a hook stage and the optimizer update, built and planned once
-// and then stepped. `fit` and the Trainer are both written on `step`.
+// a model's forward pass, one loss head per output, reverse-mode gradients,
+// gradient accumulation, a hook stage and the optimizer update, built and
+// planned once and then stepped. `fit` and the Trainer are both written on
+// `step`.
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,13 +17,36 @@
 
 namespace tensorgrad {
 
-/// Losses by their Keras names.
-enum class LossKind { MeanSquaredError, CategoricalCrossentropy, SparseCategoricalCrossentropy };
+/// Losses by their Keras names; Custom is a user's LossFunction.
+enum class LossKind { MeanSquaredError, CategoricalCrossentropy, SparseCategoricalCrossentropy, Custom };
 /// "mse" / "mean_squared_error", "categorical_crossentropy",
 /// "sparse_categorical_crossentropy". Throws ValueError for any other name,
 /// listing the accepted ones.
 LossKind loss_from_name(const std::string& name);
+/// Keras' name of a built-in loss; "custom" for Custom.
 const char* loss_name(LossKind loss);
+
+/// A user's loss (DESIGN.md, "Loss heads per output"): from the targets
+/// y_true and the model's output y_pred (both {batch, ...} as the output),
+/// the per-row losses {batch}. The head multiplies them by the sample weights
+/// and divides by the row count (Keras' sum over batch size), so a custom
+/// loss is the same kind of thing as a built-in one. Any other result shape
+/// is a ShapeError naming the loss.
+using LossFunction = std::function<Value(Builder& b, Value y_true, Value y_pred)>;
+
+/// One output's loss: a built-in one by its Keras name, or a custom function
+/// with a name of its own (for messages and History keys).
+struct Loss {
+  LossKind kind = LossKind::MeanSquaredError;
+  std::string name = "mse";
+  LossFunction function;  // Custom only
+  Loss() = default;
+  /// A built-in loss by name; throws as loss_from_name.
+  Loss(const char* name);         // NOLINT: implicit, so "mse" reads as a loss
+  Loss(const std::string& name);  // NOLINT
+  /// A custom loss; throws ValueError for an empty function or name.
+  Loss(std::string name, LossFunction function);
+};
 
 /// Optimizer settings. AdamW defaults as PyTorch and ggml (lr 1e-3, betas
 /// 0.9/0.999, eps 1e-8) with decoupled weight decay 0; SGD is plain (no momentum)
@@ -43,28 +68,37 @@ struct OptimizerSpec {
   void validate() const;
 };
 
-/// How a model's forward pass is built into a graph. `forward(b, x, training,
-/// logits)` returns the output for input `x` {batch, input_shape...} of
-/// `input_dtype`; with `logits` true a final softmax is left out (it is
-/// folded into the loss).
-struct ModelFunction {
-  Shape input_shape;  // without the batch dimension
-  /// float32, or int32 for token ids (a model starting with Embedding).
-  DType input_dtype = DType::Float32;
-  std::function<Value(Builder& b, Value x, bool training, bool logits)> forward;
-  /// Optional check of input values the graph cannot check (token ids), given
-  /// x as {rows, input_shape...} in float32 or int32; throws the DESIGN.md
+/// One input of a model: its name, shape without the batch, dtype (float32,
+/// or int32 for token ids), and an optional check of values the graph cannot
+/// check (token ids against a vocabulary).
+struct InputSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::Float32;
+  /// Given x as {rows, shape...} in float32 or int32; throws the DESIGN.md
   /// error naming the bad value.
-  std::function<void(const Tensor& x)> validate_input;
+  std::function<void(const Tensor& x)> validate;
 
-  /// x as the graph takes it: {rows, input_shape...} of input_dtype. x must
-  /// be {rows, input_shape...} or {rows, product(input_shape)} (rows exactly
-  /// `rows` when rows >= 0; ShapeError naming both shapes otherwise), finite
-  /// (ValueError), and pass validate_input. For an int32 input, float32 ids
-  /// holding whole numbers are converted into `*staging` when it has the
-  /// right shape (no allocation), else into a new tensor that is also stored
-  /// there; int32 x is returned as a view. Throws TypeError for other dtypes.
-  Tensor check_input(const Tensor& x, int64_t rows, const char* what = "x", Tensor* staging = nullptr) const;
+  /// x as the graph takes it: {rows, shape...} of `dtype`. x must be {rows,
+  /// shape...} or {rows, product(shape)} (rows exactly `rows` when rows >= 0;
+  /// ShapeError naming both shapes otherwise), finite (ValueError), and pass
+  /// validate. For an int32 input, float32 ids holding whole numbers are
+  /// converted into `*staging` when it has the right shape (no allocation),
+  /// else into a new tensor that is also stored there; int32 x is returned as
+  /// a view. Throws TypeError for other dtypes. `what` names x in messages.
+  Tensor check(const Tensor& x, int64_t rows, const std::string& what, Tensor* staging = nullptr) const;
+};
+
+/// How a model's forward pass is built into a graph (DESIGN.md, "One model
+/// contract"): input specs, named outputs, and `forward(b, inputs, training)`
+/// returning one value per output, {batch, output_shape...}, for inputs
+/// {batch, input_shape...} in the order of `inputs`. Outputs are the model's
+/// full outputs (probabilities after a softmax); a loss head folds a final
+/// softmax into cross-entropy by looking at the op that produced the output.
+struct ModelFunction {
+  std::vector<InputSpec> inputs;
+  std::vector<std::string> output_names;
+  std::function<std::vector<Value>(Builder& b, std::span<const Value> inputs, bool training)> forward;
 };
 
 /// Loss weights: none, one per sample ({batch} or {batch, 1}), or one per
@@ -85,6 +119,10 @@ struct OptimizerState {
   struct Slots { Tensor m, v, acc; };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
+  /// Training runs so far over every context of the model: the counter the
+  /// dropout streams mix in, so that no two steps (of any batch size) share
+  /// a mask. Seeded once per model from the global generator.
+  uint64_t rng_counter = 0;
   /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
   /// The value of `step`.
@@ -98,17 +136,27 @@ struct OptimizerContextOptions {
   /// Gradients are averaged over the logical batch: the loss of each physical
   /// batch is scaled by batch_size / nbatch_logical, as ggml scales by 1/opt_period.
   int64_t nbatch_logical = 0;
-  LossKind loss = LossKind::MeanSquaredError;
+  /// One loss per output in the model's output order, or one for every output.
+  std::vector<Loss> losses{Loss()};
+  /// The total loss is sum_i loss_weights[i] * loss_i (Keras' loss_weights);
+  /// empty = all ones, else one per output (ValueError otherwise).
+  std::vector<float> loss_weights;
+  /// Accuracy per output: count rows whose argmax matches the label (only for
+  /// the cross-entropy losses); empty = none, else one flag per output.
+  std::vector<bool> accuracy;
   LossWeights weights = LossWeights::None;
   OptimizerSpec optimizer;
 };
 
-/// What one step or evaluation measured.
+/// What one step or evaluation measured. The spans point into the context
+/// and stay valid until its next step() or evaluate().
 struct StepResult {
-  float loss = 0.0f;       // mean loss of the batch (unscaled by accumulation)
-  int64_t correct = -1;    // rows whose argmax matches the label; -1 for MSE
+  float loss = 0.0f;       // total loss of the batch (unscaled by accumulation)
+  int64_t correct = -1;    // first output: rows whose argmax matches the label; -1 without accuracy
   int64_t rows = 0;
   bool updated = false;    // whether this step applied an optimizer update
+  std::span<const float> output_losses;     // per output, before loss_weights
+  std::span<const int64_t> output_correct;  // per output; -1 without accuracy
 };
 
 /// A trainable gradient as the hook stage sees it.
@@ -127,38 +175,45 @@ class OptimizerContext {
   /// A context for exactly `options.batch_size` rows; the training graph is
   /// built and planned on the first step(), the evaluation graph on the first
   /// evaluate(). Throws ValueError when nbatch_logical is not a positive
-  /// multiple of batch_size, the optimizer settings are invalid or the model
-  /// function is empty, and ShapeError/TypeError when the model cannot be
-  /// built for the loss.
+  /// multiple of batch_size, the optimizer settings are invalid, the model
+  /// function is empty, the losses, loss weights or accuracy flags do not
+  /// match the outputs, or the batch cannot fit in memory; ShapeError or
+  /// TypeError when the model cannot be built for its losses.
   OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
                    std::shared_ptr<OptimizerState> state = nullptr);
   ~OptimizerContext();
 
-  /// One forward and backward pass on (x, y); the optimizer updates the
-  /// weights when the accumulation period completes. x: {batch_size,
-  /// input_shape...} (or {batch_size, features} flattened); y: {batch_size,
-  /// outputs} float32 for MSE and categorical cross-entropy, {batch_size} or
-  /// {batch_size, 1} class ids (int32, or float32 holding whole numbers) for
-  /// sparse cross-entropy; sample_weight per LossWeights (undefined = ones).
-  /// Throws ShapeError ("exactly N" rows, feature count), TypeError (label
-  /// form), IndexError (class id out of range), ValueError (NaN or infinity,
-  /// fractional id). Allocates nothing after the first call.
+  /// One forward and backward pass; the optimizer updates the weights when
+  /// the accumulation period completes. x: one tensor per input, {batch_size,
+  /// input_shape...} (or {batch_size, features} flattened); y: one per
+  /// output, {batch_size, output_shape...} float32 for MSE, categorical
+  /// cross-entropy and custom losses, {batch_size} or {batch_size, 1} class
+  /// ids (int32, or float32 holding whole numbers) for sparse cross-entropy;
+  /// sample_weight: empty, one tensor for every output, or one per output, per
+  /// LossWeights (an undefined tensor = ones). Throws ShapeError ("exactly N"
+  /// rows, feature count, tensor counts), TypeError (label form), IndexError
+  /// (class id out of range), ValueError (NaN or infinity, fractional id).
+  /// Allocates nothing after the first call.
+  StepResult step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
+  /// One input, one output.
   StepResult step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
-  /// The loss and accuracy of (x, y) without a backward pass or update.
+  /// The losses and accuracy without a backward pass or update.
+  StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
+                      std::span<const Tensor> sample_weight = {});
   StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
 
-  /// Checks labels and weights for `rows` rows (any row count when rows < 0)
-  /// with the same rules and errors as step(), without running anything.
-  void check_targets(const Tensor& y, const Tensor& sample_weight, int64_t rows) const;
+  /// Checks one output's labels and weights for `rows` rows (any row count
+  /// when rows < 0) with the same rules and errors as step(), without running
+  /// anything.
+  void check_targets(size_t output, const Tensor& y, const Tensor& sample_weight, int64_t rows) const;
+  void check_targets(const Tensor& y, const Tensor& sample_weight, int64_t rows) const {
+    check_targets(0, y, sample_weight, rows);
+  }
 
   /// Adds a hook run between backward and update (see GradientHook).
   void add_gradient_hook(GradientHook hook);
   /// Throws ValueError unless lr is positive and finite.
   void set_learning_rate(float lr);
-  /// Starts the dropout streams of the training graph at `seed` (they
-  /// advance every step). Takes effect when the training graph is built (the
-  /// first step) or at once if it exists.
-  void set_rng_seed(uint64_t seed);
   /// The current learning rate (as set by the spec, set_learning_rate or a schedule).
   float learning_rate() const;
   int64_t batch_size() const { return options_.batch_size; }
@@ -170,26 +225,32 @@ class OptimizerContext {
   void retire(const std::string& why);
   const OptimizerContextOptions& options() const { return options_; }
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
+  /// Number of model outputs, and the values per row of output i.
+  size_t n_outputs() const;
+  int64_t output_size(size_t output = 0) const;
 
  private:
   struct Head;
-  StepResult run(Head& head, const Tensor& x, const Tensor& y, const Tensor& w, bool train);
-  std::unique_ptr<Head> build(bool train);
-  void stage(Head& head, const Tensor& x, const Tensor& y, const Tensor& w);
+  struct Plan;
+  StepResult run(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w,
+                 bool train);
+  std::unique_ptr<Plan> build(bool train);
+  void stage(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
 
   ModelFunction model_;
   OptimizerContextOptions options_;
   std::shared_ptr<OptimizerState> state_;
   int64_t period_ = 1;
-  int64_t outputs_ = 0;
   int64_t n_steps_ = 0;
-  std::unique_ptr<Head> train_, eval_;
-  uint64_t rng_seed_ = 0;
+  std::vector<Head> heads_;  // per output: its loss and staging
+  std::unique_ptr<Plan> train_, eval_;
   std::string retired_;  // non-empty once retired: why
   std::vector<GradientHook> hooks_;
   std::vector<NamedGradient> grads_;
-  Tensor labels_i32_, ones_;  // staging: class ids converted to int32; default weights
-  Tensor x_staging_;          // float32 token ids converted to int32 (made on first use)
+  std::vector<Tensor> x_staging_;  // per input: float32 token ids converted to int32
+  std::vector<std::string> x_names_;  // per input, for messages: made once so that a step never allocates
+  std::vector<float> output_losses_;
+  std::vector<int64_t> output_correct_;
 };
 
 /// Checks a batch's shape against a model's input: x must be {rows,

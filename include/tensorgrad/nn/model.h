@@ -1,0 +1,272 @@
+#pragma once
+// keras.Model in C++: the one model the library is written on (DESIGN.md,
+// "One model contract"). A functional model is the graph of layer calls
+// between Input()s and outputs; Sequential (nn/sequential.h) builds one a
+// layer at a time. compile, fit, evaluate, predict, summary, clone and the
+// Trainer take any Model.
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/nn/history.h"
+#include "tensorgrad/nn/layers.h"
+#include "tensorgrad/opt/optimizer.h"
+
+namespace tensorgrad::nn {
+
+/// Options of Model::fit, Keras' arguments by Keras' names.
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  /// Rows per optimizer update (gradient accumulation); 0 = batch_size; else
+  /// an exact multiple of batch_size (ValueError otherwise). With
+  /// accumulation, a last partial batch of an epoch is left out, as ggml_opt_fit does.
+  int64_t nbatch_logical = 0;
+  /// Fraction in [0, 1) of the rows held out for validation: the last rows,
+  /// taken before shuffling (as Keras).
+  double validation_split = 0.0;
+  /// Explicit validation data (one input, one output); takes precedence over
+  /// validation_split.
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  /// One weight per row of validation_data ({rows} or {rows, 1}; Keras'
+  /// third element of validation_data); undefined = all ones. With
+  /// validation_split, the validation rows keep their sample_weight instead
+  /// (split with the rows, as Keras). ValueError without validation_data.
+  Tensor validation_sample_weight;
+  bool shuffle = true;
+  /// One weight per row, {rows} or {rows, 1}, for every output; undefined =
+  /// all ones. Each output's loss is sum(w * loss_row) / rows (Keras' sum
+  /// over batch size).
+  Tensor sample_weight;
+  /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
+  /// otherwise; 2 one line per epoch.
+  int verbose = 1;
+  /// Optional learning-rate schedule, as keras.callbacks.LearningRateScheduler:
+  /// called before each epoch with the 0-based epoch and the current rate,
+  /// returns the rate for that epoch (positive and finite, else ValueError).
+  std::function<float(int epoch, float lr)> learning_rate_schedule;
+};
+
+class FunctionalGraph;
+
+/// A model (keras.Model): inputs, named outputs, and the layers between.
+/// Functional: `Model(inputs, outputs)` over symbolic tensors; Sequential
+/// derives from it. A Model called on a symbolic tensor is a layer sharing
+/// its weights (operator()). One thread at a time (DESIGN.md): calls on one
+/// model from two threads at once, predict included, share its scratch
+/// memory and must be serialised.
+class Model {
+ public:
+  /// The graph of layer calls between `inputs` (made by Input()) and
+  /// `outputs`, in the order given; outputs are named after the layer that
+  /// made them. Throws ValueError when an output depends on an input not in
+  /// `inputs` (Keras' "graph disconnected", naming the input and the layer
+  /// that needs it), when two distinct layers or two outputs share a name,
+  /// when an input is not made by Input() or is given twice, or when a list
+  /// is empty. An input no output uses is logged as a warning (as Keras).
+  Model(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
+        const std::string& name = "");
+  Model(const SymbolicTensor& input, const SymbolicTensor& output, const std::string& name = "");
+  virtual ~Model();
+  /// Moving hands everything on; the moved-from model is released (every
+  /// method then throws StateError).
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  /// Sets the optimizer, one loss for every output ("mse",
+  /// "categorical_crossentropy", "sparse_categorical_crossentropy", or a
+  /// custom Loss) and the metrics of every output (only "accuracy", for the
+  /// cross-entropy losses). A softmax that makes an output is folded into a
+  /// cross-entropy loss for training (found from the graph: through Flatten
+  /// and Reshape too); predict still returns probabilities. An output made
+  /// by a linear op is taken as logits (Keras' from_logits = True). Throws
+  /// ValueError for unknown names, and for a cross-entropy loss on an output
+  /// made by another activation (sigmoid, relu, ...). A failed compile
+  /// leaves the model as it was.
+  void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics = {});
+  /// One loss per output in output order, optional loss weights (one per
+  /// output; the total loss is their weighted sum) and metrics per output.
+  /// Throws ValueError when a list's length is not the number of outputs.
+  void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
+               const std::vector<float>& loss_weights = {},
+               const std::vector<std::vector<std::string>>& metrics = {});
+  /// Losses, loss weights and metrics by output name; an output missing from
+  /// `losses` is a ValueError, a name that is no output too (listing the
+  /// outputs). Missing loss weights are 1.
+  void compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
+               const std::map<std::string, float>& loss_weights = {},
+               const std::map<std::string, std::vector<std::string>>& metrics = {});
+  bool compiled() const { return compiled_; }
+  /// What compile() was given (meaningful once compiled).
+  const OptimizerSpec& optimizer() const { return optimizer_; }
+  /// The first output's loss kind (the loss of a one-output model).
+  LossKind loss() const;
+  /// Every output's loss, loss weight and metrics, in output order.
+  const std::vector<Loss>& losses() const { return losses_; }
+  const std::vector<float>& loss_weights() const { return loss_weights_; }
+  /// The metrics of the first output (of a one-output model).
+  std::vector<std::string> metrics() const;
+  /// The metrics of every output, in output order.
+  std::vector<std::vector<std::string>> output_metrics() const;
+  /// Changes whenever the graph or its weights' memory changes (add,
+  /// clone, free): lets holders of cached weight pointers notice.
+  uint64_t structure_id() const { return structure_id_; }
+
+  /// Trains on x {rows, input_shape...} (or {rows, features}) and y (as each
+  /// output's loss takes it; see OptimizerContext::step) for `epochs` epochs.
+  /// Returns the History: "loss" (the weighted sum of the outputs' losses)
+  /// and, for several outputs, "<output>_loss" and "<output>_accuracy"; a
+  /// one-output model reports "accuracy". Throws StateError before compile,
+  /// ShapeError when inputs and targets differ in rows or a tensor has the
+  /// wrong shape, ValueError for validation_split outside [0, 1), a
+  /// sample_weight matrix (use the Trainer's loss_mask), NaN or infinity, and
+  /// the label errors of OptimizerContext::step.
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  /// Several inputs and outputs, in the model's order (ShapeError naming the
+  /// counts when they do not match).
+  History fit(std::span<const Tensor> x, std::span<const Tensor> y, const FitOptions& options = {});
+  /// By input and output name (ValueError naming an unknown or missing name).
+  History fit(const std::map<std::string, Tensor>& x, const std::map<std::string, Tensor>& y,
+              const FitOptions& options = {});
+
+  /// Loss (and metrics, if compiled with them) over (x, y), in batches of
+  /// batch_size, with optional per-row sample_weight ({rows} or {rows, 1}) as
+  /// Keras' evaluate. Keys as History. Throws StateError before compile,
+  /// ShapeError naming both row counts when inputs and targets (or the
+  /// weights) differ in rows, and the input and label errors of fit.
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32,
+                                         const Tensor& sample_weight = {});
+  std::map<std::string, double> evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
+                                         int64_t batch_size = 32, const Tensor& sample_weight = {});
+  std::map<std::string, double> evaluate(const std::map<std::string, Tensor>& x,
+                                         const std::map<std::string, Tensor>& y, int64_t batch_size = 32,
+                                         const Tensor& sample_weight = {});
+
+  /// The first output for any number of rows: {rows, output_shape...},
+  /// probabilities after a softmax. Runs in batches of batch_size. Throws as
+  /// the input checks of fit.
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  /// Every output, in output order, for inputs in the model's order.
+  std::vector<Tensor> predict(std::span<const Tensor> x, int64_t batch_size = 32);
+  /// Every output by name, for inputs by name.
+  std::map<std::string, Tensor> predict(const std::map<std::string, Tensor>& x, int64_t batch_size = 32);
+  /// The first output into caller memory `out` {rows, output_shape...} (or
+  /// {rows, features}), all rows in one batch; allocates nothing once this
+  /// row count has been seen (plans for the 8 most recent row counts are
+  /// kept). Throws TypeError for a non-float32 `out`, ShapeError for the
+  /// wrong shape.
+  void predict(const Tensor& x, Tensor& out);
+  /// Every output into caller memory (one tensor per output, in order), for
+  /// inputs in the model's order; allocation-free as above.
+  void predict(std::span<const Tensor> x, std::span<Tensor> out);
+
+  /// The optimizer context fit uses for batches of `batch_size` (made on first
+  /// use; shares the optimizer state of every other batch size). This is the
+  /// public step fit is written on. After the next compile(), a change to
+  /// the model or freeze_bn_stats() the context is retired: its graphs are
+  /// released and its step() throws StateError naming the call that retired
+  /// it (the object itself stays valid until the model is destroyed). Throws
+  /// StateError before compile.
+  OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
+                                      LossWeights weights = LossWeights::None);
+
+  /// Fixes every BatchNormalization layer's moving statistics: later
+  /// training steps still normalize with batch statistics but no longer
+  /// update them (as the seeds' freeze). Applies to graphs built from now on.
+  void freeze_bn_stats(bool freeze = true);
+  /// Sets every BatchNormalization layer's moving mean and variance to the
+  /// exact statistics of the first min(rows, 1024) rows of x, computed in one
+  /// batch (the recalibration the seeds run after fit). Throws as predict.
+  void calibrate_bn(const Tensor& x);
+  void calibrate_bn(std::span<const Tensor> x);
+
+  /// An independent copy: the same graph of layers (names, configuration)
+  /// with their own copies of the weights (a layer shared inside the model
+  /// stays shared in the copy), compiled like this one when this one is, with
+  /// fresh optimizer state. Throws StateError after free().
+  Model clone() const;
+  /// Releases the model's weights and graphs early (as the seeds' free()).
+  /// Idempotent; afterwards every method throws StateError. The destructor
+  /// releases everything anyway.
+  virtual void free();
+  bool released() const { return released_; }
+  /// "Functional", or "Sequential" (Keras' class names, for summary()).
+  virtual const char* type() const { return "Functional"; }
+
+  /// Every weight, "<layer>/<weight>", each layer once, in the order layers
+  /// are first called.
+  std::vector<Weight> weights() const;
+  /// The layers, each once, in the order they are first called.
+  std::vector<std::shared_ptr<Layer>> layers() const;
+  /// The layer named `name`; throws ValueError listing the layer names.
+  std::shared_ptr<Layer> get_layer(const std::string& name) const;
+  const std::string& name() const { return name_; }
+  /// Inputs and outputs as symbolic tensors (to build new models over this
+  /// one's graph: feature extraction, as Keras' model.inputs/outputs).
+  const std::vector<SymbolicTensor>& inputs() const;
+  const std::vector<SymbolicTensor>& outputs() const;
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  /// The first input's and first output's shape, without the batch.
+  const Shape& input_shape() const;
+  const Shape& output_shape() const;
+  /// The forward pass as a function the optimizer context builds graphs from.
+  ModelFunction model_function() const;
+  /// Keras' table of layers, output shapes and parameter counts; a
+  /// functional model adds the "Connected to" column.
+  std::string summary() const;
+
+  /// Calls the model on symbolic tensors as a layer (a nested model, sharing
+  /// its weights with this one). One output only for now; the model must
+  /// have as many inputs as tensors given, of the same shapes (ShapeError).
+  SymbolicTensor operator()(const SymbolicTensor& x) const;
+  SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs) const;
+
+ protected:
+  /// An empty model, for Sequential, which sets its graph as layers come.
+  explicit Model(const std::string& name);
+  /// Replaces the graph (Sequential::add): contexts are retired, plans
+  /// dropped, and a compiled model must be compiled again.
+  void set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
+                 const char* why);
+  void check_live(const char* call) const;
+  std::shared_ptr<const FunctionalGraph> graph_;
+
+ private:
+  struct PredictPlan;
+  PredictPlan& predict_plan(int64_t rows);
+  std::string not_compiled_message(const char* call) const;
+  void new_structure_id();
+  void retire_contexts(const char* why);
+  void set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
+                    std::vector<std::vector<std::string>> metrics);
+  std::vector<Tensor> check_inputs(std::span<const Tensor> x, int64_t rows, const char* call) const;
+  std::vector<Tensor> ordered_inputs(const std::map<std::string, Tensor>& x) const;
+  std::vector<Tensor> ordered_targets(const std::map<std::string, Tensor>& y) const;
+  std::map<std::string, double> evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y, const Tensor& w,
+                                              int64_t batch_size);
+  std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
+                                            std::span<const int64_t> correct, int64_t rows) const;
+
+  std::string name_;
+  bool compiled_ = false;
+  bool changed_after_compile_ = false;
+  bool released_ = false;
+  uint64_t structure_id_ = 0;
+  OptimizerSpec optimizer_;
+  std::vector<Loss> losses_;
+  std::vector<float> loss_weights_;
+  std::vector<bool> accuracy_;
+  std::shared_ptr<OptimizerState> opt_state_;
+  std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
+  std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
+  std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;
+};
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,56 @@
+#pragma once
+// The graph of layer calls behind every Model (Keras' Functional): checked
+// and sorted once, then walked in topological order to build a forward pass
+// into any Builder. Private to the nn layer.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/nn/layers.h"
+
+namespace tensorgrad::nn {
+
+/// "prefix", "prefix_1", ... from the same counters as layer names
+/// (clear_session resets them).
+std::string unique_name(const char* prefix);
+
+class FunctionalGraph {
+ public:
+  /// Takes the calls between `inputs` and `outputs`; throws as the Model
+  /// constructor documents.
+  FunctionalGraph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
+
+  /// One value per output, {batch, shape...}, for inputs in order.
+  std::vector<Value> forward(Builder& b, std::span<const Value> inputs, const CallOptions& options) const;
+  /// A copy with every layer cloned once (tied layers stay tied).
+  std::shared_ptr<const FunctionalGraph> clone() const;
+
+  std::vector<SymbolicTensor> inputs, outputs;
+  std::vector<const LayerCall*> order;         // calls of layers, each after its inputs
+  std::vector<std::shared_ptr<Layer>> layers;  // each once, in the order of first call
+  std::vector<std::string> input_names, output_names;
+};
+
+/// A Model called on symbolic tensors: a layer running the model's graph,
+/// sharing its layers (and so its weights). One output.
+class ModelLayer : public Layer {
+ public:
+  ModelLayer(std::shared_ptr<const FunctionalGraph> graph, const std::string& name, const char* type);
+  const char* type() const override { return type_; }
+  Shape build(const Shape& input_shape) override;
+  Shape build_inputs(std::span<const Shape> input_shapes) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  std::vector<Weight> weights() const override;
+  bool takes_token_ids() const override;
+  void validate_input(const Tensor& x) const override;
+  std::shared_ptr<Layer> clone() const override;
+  const FunctionalGraph& graph() const { return *graph_; }
+
+ private:
+  std::shared_ptr<const FunctionalGraph> graph_;
+  const char* type_;
+};
+
+}  // namespace tensorgrad::nn

@@ -1,0 +1,830 @@
+// keras.Model: compile, fit, evaluate, predict and the rest, written once
+// for every model (functional or Sequential) on the optimizer context.
+#include "tensorgrad/nn/model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "nn/functional.h"
+#include "nn/progress.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+#include "tensorgrad/nn/normalization.h"
+
+namespace tensorgrad::nn {
+
+const std::vector<double>& History::operator[](const std::string& key) const {
+  auto it = history.find(key);
+  if (it == history.end()) {
+    std::string keys;
+    for (auto& [k, v] : history) keys += (keys.empty() ? "" : ", ") + k;
+    throw IndexError("history has no '" + key + "'; it has: " + keys);
+  }
+  return it->second;
+}
+
+struct Model::PredictPlan {
+  std::unique_ptr<Executable> exe;
+  std::vector<Value> x, out;
+  std::vector<InputSpec> inputs;
+  std::vector<std::string> x_names;
+  std::vector<Tensor> staging;  // per input: float32 token ids converted to int32
+};
+
+namespace {
+// Copies rows `index[0..count)` of src into the first rows of dst.
+void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const Tensor& dst) {
+  const size_t row_bytes = size_t(src.shape().row_size()) * dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  for (int64_t i = 0; i < count; ++i) std::memcpy(d + size_t(i) * row_bytes, s + size_t(index[i]) * row_bytes, row_bytes);
+}
+
+// "(None, 28, 28, 1)", as Keras prints shapes with an unknown batch.
+std::string keras_shape(const Shape& s) {
+  std::string out = "(None";
+  for (int64_t d : s) out += ", " + std::to_string(d);
+  return out + ")";
+}
+
+// "loss: 0.1234 - accuracy: 0.9 - val_loss: ..." with the loss first and the
+// validation keys last, as Keras prints an epoch.
+std::string metrics_text(const std::map<std::string, double>& m) {
+  std::vector<std::string> keys;
+  for (const char* first : {"loss"})
+    if (m.count(first)) keys.push_back(first);
+  for (auto& [k, v] : m)
+    if (k != "loss" && k.rfind("val_", 0) != 0) keys.push_back(k);
+  if (m.count("val_loss")) keys.push_back("val_loss");
+  for (auto& [k, v] : m)
+    if (k != "val_loss" && k.rfind("val_", 0) == 0) keys.push_back(k);
+  std::string out;
+  char buf[160];
+  for (const std::string& k : keys) {
+    std::snprintf(buf, sizeof buf, "%s%s: %.4f", out.empty() ? "" : " - ", k.c_str(), m.at(k));
+    out += buf;
+  }
+  return out;
+}
+
+// One weight per row: {rows} or {rows, 1}, as Keras' sample_weight; returns it as {rows}.
+Tensor check_sample_weight(const Tensor& w, int64_t rows, const char* what) {
+  const Shape& ws = w.shape();
+  if (ws.rank() == 0 || ws[0] != rows)
+    throw ShapeError(std::string(what) + " must have one weight per row of x (" + std::to_string(rows) + "); got " +
+                     ws.str());
+  if (ws.numel() != rows)
+    throw ValueError(std::string(what) + " must be one weight per row ({" + std::to_string(rows) + "} or {" +
+                     std::to_string(rows) + ", 1}), as in Keras; got " + ws.str() +
+                     ". For one weight per output element, use a Trainer with loss_mask = outputs");
+  if (w.dtype() != DType::Float32) throw TypeError(std::string(what) + " must be float32; got " + dtype_name(w.dtype()));
+  return w.reshape(Shape{rows});
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Every layer of a graph, nested models' layers included, each once.
+void for_each_layer(const FunctionalGraph& g, const std::function<void(Layer&)>& f, std::set<const Layer*>& seen) {
+  for (const auto& l : g.layers) {
+    if (!seen.insert(l.get()).second) continue;
+    f(*l);
+    if (auto* nested = dynamic_cast<const ModelLayer*>(l.get())) for_each_layer(nested->graph(), f, seen);
+  }
+}
+
+std::vector<Tensor> rows_of(std::span<const Tensor> t, int64_t begin, int64_t end) {
+  std::vector<Tensor> out;
+  for (const Tensor& x : t) out.push_back(x.rows(begin, end));
+  return out;
+}
+}  // namespace
+
+Model::Model(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
+             const std::string& name)
+    : graph_(std::make_shared<FunctionalGraph>(inputs, outputs)),
+      name_(name.empty() ? unique_name("functional") : name) {
+  new_structure_id();
+}
+
+Model::Model(const SymbolicTensor& input, const SymbolicTensor& output, const std::string& name)
+    : Model(std::vector<SymbolicTensor>{input}, std::vector<SymbolicTensor>{output}, name) {}
+
+Model::Model(const std::string& name) : name_(name) { new_structure_id(); }
+
+Model::~Model() = default;
+Model::Model(Model&& other) noexcept { *this = std::move(other); }
+
+Model& Model::operator=(Model&& other) noexcept {
+  if (this == &other) return *this;
+  graph_ = std::move(other.graph_);
+  name_ = std::move(other.name_);
+  compiled_ = other.compiled_;
+  changed_after_compile_ = other.changed_after_compile_;
+  released_ = other.released_;
+  structure_id_ = other.structure_id_;
+  optimizer_ = other.optimizer_;
+  losses_ = std::move(other.losses_);
+  loss_weights_ = std::move(other.loss_weights_);
+  accuracy_ = std::move(other.accuracy_);
+  opt_state_ = std::move(other.opt_state_);
+  contexts_ = std::move(other.contexts_);
+  retired_contexts_ = std::move(other.retired_contexts_);
+  predict_plans_ = std::move(other.predict_plans_);
+  // The moved-from model is released, with an identity of its own, so that
+  // nothing cached against it (a Trainer's update_target) can reach the memory
+  // that moved away.
+  other.graph_.reset();
+  other.contexts_.clear();
+  other.compiled_ = false;
+  other.released_ = true;
+  other.new_structure_id();
+  return *this;
+}
+
+void Model::new_structure_id() {
+  static std::atomic<uint64_t> next{1};
+  structure_id_ = next++;
+}
+
+void Model::check_live(const char* call) const {
+  if (released_ || !graph_)
+    throw StateError(std::string(call) + ": this model has been freed (released); use a live model or snapshot");
+}
+
+void Model::retire_contexts(const char* why) {
+  for (auto& [key, ctx] : contexts_) {
+    ctx->retire(why);
+    retired_contexts_.push_back(std::move(ctx));
+  }
+  contexts_.clear();
+}
+
+void Model::set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
+                      const char* why) {
+  graph_ = std::make_shared<FunctionalGraph>(inputs, outputs);
+  new_structure_id();
+  // A changed graph needs new graphs; the optimizer state stays with compile.
+  retire_contexts(why);
+  predict_plans_.clear();
+  if (compiled_) changed_after_compile_ = true;
+  compiled_ = false;
+}
+
+std::string Model::not_compiled_message(const char* call) const {
+  if (changed_after_compile_)
+    return std::string(call) + ": the model changed after compile() (add() was called): call compile() again";
+  return std::string(call) + " before compile(): call compile(optimizer, loss) first";
+}
+
+ModelFunction Model::model_function() const {
+  check_live("model_function()");
+  ModelFunction f;
+  const FunctionalGraph& g = *graph_;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const LayerCall* in = g.inputs[i].call().get();
+    // The layers that read this input directly check its values (token ids);
+    // an input read only by Embeddings is bound as int32.
+    std::vector<std::shared_ptr<Layer>> readers;
+    bool all_take_ids = true;
+    for (const LayerCall* c : g.order)
+      for (const SymbolicTensor& t : c->inputs)
+        if (t.call().get() == in) {
+          readers.push_back(c->layer);
+          all_take_ids = all_take_ids && c->layer->takes_token_ids();
+        }
+    InputSpec spec;
+    spec.name = in->name;
+    spec.shape = in->shape;
+    spec.dtype = in->dtype == DType::Int32 || (!readers.empty() && all_take_ids) ? DType::Int32 : DType::Float32;
+    if (!readers.empty())
+      spec.validate = [readers](const Tensor& x) {
+        for (const auto& l : readers) l->validate_input(x);
+      };
+    f.inputs.push_back(std::move(spec));
+  }
+  f.output_names = g.output_names;
+  f.forward = [graph = graph_](Builder& b, std::span<const Value> xs, bool training) {
+    return graph->forward(b, xs, CallOptions{training, false});
+  };
+  return f;
+}
+
+LossKind Model::loss() const { return losses_.empty() ? LossKind::MeanSquaredError : losses_[0].kind; }
+
+std::vector<std::string> Model::metrics() const {
+  return !accuracy_.empty() && accuracy_[0] ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{};
+}
+
+std::vector<std::vector<std::string>> Model::output_metrics() const {
+  std::vector<std::vector<std::string>> out;
+  for (bool a : accuracy_) out.push_back(a ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{});
+  return out;
+}
+
+void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
+                         std::vector<std::vector<std::string>> metrics) {
+  check_live("compile()");
+  if (graph_->order.empty()) throw StateError("compile: the model has no layers; add() some first");
+  // Validate everything before changing anything: a failed compile leaves the model as it was.
+  optimizer.validate();
+  const size_t n_out = graph_->outputs.size();
+  std::vector<bool> accuracy(n_out, false);
+  for (size_t i = 0; i < metrics.size(); ++i)
+    for (const std::string& m : metrics[i]) {
+      if (m != "accuracy" && m != "acc") throw ValueError("unknown metric '" + m + "'; supported: \"accuracy\"");
+      const LossKind k = losses.size() == 1 ? losses[0].kind : losses[i].kind;
+      if (k != LossKind::CategoricalCrossentropy && k != LossKind::SparseCategoricalCrossentropy)
+        throw ValueError("metric \"accuracy\" needs a cross-entropy loss; output '" + graph_->output_names[i] +
+                         "' is compiled with \"" + (losses.size() == 1 ? losses[0].name : losses[i].name) + "\"");
+      accuracy[i] = true;
+    }
+  OptimizerContextOptions o;
+  o.batch_size = 1;
+  o.losses = losses;
+  o.loss_weights = loss_weights;
+  o.accuracy = accuracy;
+  o.optimizer = optimizer;
+  OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes)
+  losses_ = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
+  loss_weights_ = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
+  accuracy_ = std::move(accuracy);
+  changed_after_compile_ = false;
+  optimizer_ = optimizer;
+  opt_state_ = std::make_shared<OptimizerState>(optimizer);
+  retire_contexts("compile() was called again");
+  compiled_ = true;
+}
+
+void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics) {
+  check_live("compile()");
+  set_compiled(optimizer, {loss}, {},
+               std::vector<std::vector<std::string>>(graph_->outputs.size(), metrics));
+}
+
+void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
+                    const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics) {
+  check_live("compile()");
+  const size_t n_out = graph_->outputs.size();
+  auto count = [&](const char* what, size_t got) {
+    throw ValueError(std::string("compile: the model has ") + std::to_string(n_out) + " outputs (" +
+                     joined(graph_->output_names) + "); give one " + what + " per output; got " + std::to_string(got));
+  };
+  if (losses.size() != n_out) count("loss", losses.size());
+  if (!loss_weights.empty() && loss_weights.size() != n_out) count("loss weight", loss_weights.size());
+  if (!metrics.empty() && metrics.size() != n_out) count("metric list", metrics.size());
+  set_compiled(optimizer, losses, loss_weights, metrics);
+}
+
+void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
+                    const std::map<std::string, float>& loss_weights,
+                    const std::map<std::string, std::vector<std::string>>& metrics) {
+  check_live("compile()");
+  const std::vector<std::string>& names = graph_->output_names;
+  auto check_names = [&](const auto& map, const char* what) {
+    for (const auto& [k, v] : map)
+      if (std::find(names.begin(), names.end(), k) == names.end())
+        throw ValueError(std::string("compile: ") + what + " names '" + k + "', which is no output; the outputs are (" +
+                         joined(names) + ")");
+  };
+  check_names(losses, "a loss");
+  check_names(loss_weights, "a loss weight");
+  check_names(metrics, "a metric list");
+  std::vector<Loss> l;
+  std::vector<float> w;
+  std::vector<std::vector<std::string>> m;
+  for (const std::string& n : names) {
+    auto it = losses.find(n);
+    if (it == losses.end())
+      throw ValueError("compile: no loss for output '" + n + "'; give one for each of (" + joined(names) + ")");
+    l.push_back(it->second);
+    auto wi = loss_weights.find(n);
+    w.push_back(wi == loss_weights.end() ? 1.0f : wi->second);
+    auto mi = metrics.find(n);
+    m.push_back(mi == metrics.end() ? std::vector<std::string>{} : mi->second);
+  }
+  set_compiled(optimizer, std::move(l), std::move(w), std::move(m));
+}
+
+OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
+  check_live("optimizer_context()");
+  if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
+  auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
+  auto& slot = contexts_[key];
+  if (!slot) {
+    OptimizerContextOptions o;
+    o.batch_size = batch_size;
+    o.nbatch_logical = nbatch_logical;
+    o.losses = losses_;
+    o.loss_weights = loss_weights_;
+    o.accuracy = accuracy_;
+    o.weights = weights;
+    o.optimizer = optimizer_;
+    try {
+      slot = std::make_unique<OptimizerContext>(model_function(), o, opt_state_);
+    } catch (...) {
+      contexts_.erase(key);
+      throw;
+    }
+  }
+  return *slot;
+}
+
+std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows, const char* call) const {
+  const FunctionalGraph& g = *graph_;
+  if (x.size() != g.inputs.size())
+    throw ShapeError(std::string(call) + ": the model has " + std::to_string(g.inputs.size()) + " input(s) (" +
+                     joined(g.input_names) + "); got " + std::to_string(x.size()) + " tensor(s)");
+  const ModelFunction f = model_function();
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const std::string what = x.size() == 1 ? std::string("x") : "x '" + f.inputs[i].name + "'";
+    out.push_back(f.inputs[i].check(x[i], rows, what));
+    if (i > 0 && out[i].shape()[0] != out[0].shape()[0])
+      throw ShapeError(std::string(call) + ": inputs differ in rows: '" + f.inputs[0].name + "' has " +
+                       std::to_string(out[0].shape()[0]) + ", '" + f.inputs[i].name + "' has " +
+                       std::to_string(out[i].shape()[0]) + "; give every input the same rows");
+  }
+  return out;
+}
+
+std::vector<Tensor> Model::ordered_inputs(const std::map<std::string, Tensor>& x) const {
+  check_live("inputs by name");
+  std::vector<Tensor> out;
+  for (const std::string& n : graph_->input_names) {
+    auto it = x.find(n);
+    if (it == x.end())
+      throw ValueError("no tensor for input '" + n + "'; the model's inputs are (" + joined(graph_->input_names) + ")");
+    out.push_back(it->second);
+  }
+  for (const auto& [k, v] : x)
+    if (std::find(graph_->input_names.begin(), graph_->input_names.end(), k) == graph_->input_names.end())
+      throw ValueError("'" + k + "' is no input of the model; its inputs are (" + joined(graph_->input_names) + ")");
+  return out;
+}
+
+std::vector<Tensor> Model::ordered_targets(const std::map<std::string, Tensor>& y) const {
+  check_live("targets by name");
+  std::vector<Tensor> out;
+  for (const std::string& n : graph_->output_names) {
+    auto it = y.find(n);
+    if (it == y.end())
+      throw ValueError("no target for output '" + n + "'; the model's outputs are (" + joined(graph_->output_names) +
+                       ")");
+    out.push_back(it->second);
+  }
+  for (const auto& [k, v] : y)
+    if (std::find(graph_->output_names.begin(), graph_->output_names.end(), k) == graph_->output_names.end())
+      throw ValueError("'" + k + "' is no output of the model; its outputs are (" + joined(graph_->output_names) + ")");
+  return out;
+}
+
+std::map<std::string, double> Model::metric_logs(double loss_sum, std::span<const double> output_loss_sums,
+                                                 std::span<const int64_t> correct, int64_t rows) const {
+  const double n = rows ? double(rows) : 1.0;
+  std::map<std::string, double> logs{{"loss", rows ? loss_sum / n : 0.0}};
+  const size_t n_out = graph_->outputs.size();
+  for (size_t i = 0; i < n_out; ++i) {
+    const std::string prefix = n_out == 1 ? "" : graph_->output_names[i] + "_";
+    if (n_out > 1) logs[prefix + "loss"] = rows ? output_loss_sums[i] / n : 0.0;
+    if (accuracy_[i]) logs[prefix + "accuracy"] = rows ? double(correct[i]) / n : 0.0;
+  }
+  return logs;
+}
+
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+  return fit(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1), options);
+}
+
+History Model::fit(const std::map<std::string, Tensor>& x, const std::map<std::string, Tensor>& y,
+                   const FitOptions& options) {
+  return fit(ordered_inputs(x), ordered_targets(y), options);
+}
+
+History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, const FitOptions& opt) {
+  check_live("fit()");
+  if (!compiled_) throw StateError(not_compiled_message("fit()"));
+  if (opt.verbose < 0 || opt.verbose > 2)
+    throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
+                     std::to_string(opt.verbose));
+  if (opt.epochs < 0) throw ValueError("epochs must be >= 0; got " + std::to_string(opt.epochs));
+  if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
+  if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
+    throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
+  const size_t n_in = graph_->inputs.size(), n_out = graph_->outputs.size();
+  const std::vector<Tensor> x = check_inputs(x_in, -1, "fit");
+  const int64_t n = x[0].shape()[0];
+  if (n == 0) throw ValueError("fit: x has no rows; give at least one training row");
+  if (y.size() != n_out)
+    throw ShapeError("fit: the model has " + std::to_string(n_out) + " output(s) (" + joined(graph_->output_names) +
+                     "); got " + std::to_string(y.size()) + " target tensor(s)");
+  for (size_t i = 0; i < n_out; ++i)
+    if (!y[i].defined() || y[i].shape().rank() == 0 || y[i].shape()[0] != n)
+      throw ShapeError("x has " + std::to_string(n) + " rows but " +
+                       (n_out == 1 ? std::string("y") : "y '" + graph_->output_names[i] + "'") + " has " +
+                       (y[i].defined() && y[i].shape().rank() ? std::to_string(y[i].shape()[0]) : std::string("none")) +
+                       "; give one label row per input row");
+  const bool weighted = opt.sample_weight.defined();
+  const Tensor w_all = weighted ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
+  const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
+  if (opt.validation_sample_weight.defined() && !opt.validation_data)
+    throw ValueError("validation_sample_weight is given without validation_data; pass validation_data too (with "
+                     "validation_split the weights are split from sample_weight)");
+
+  int64_t n_train = n;
+  std::vector<Tensor> xv, yv;
+  Tensor wv;  // the validation rows' weights, as Keras splits them with the rows
+  if (opt.validation_data) {
+    if (n_in != 1 || n_out != 1)
+      throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
+                       " and " + std::to_string(n_out) + ". Use validation_split");
+    xv = check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data");
+    yv = {opt.validation_data->second};
+    const int64_t nv = xv[0].shape()[0];
+    if (!yv[0].defined() || yv[0].shape().rank() == 0 || yv[0].shape()[0] != nv)
+      throw ShapeError("validation_data: x has " + std::to_string(nv) + " rows but y has " +
+                       (yv[0].defined() && yv[0].shape().rank() ? std::to_string(yv[0].shape()[0]) : std::string("none")) +
+                       "; give one label row per input row");
+    if (nv == 0) throw ValueError("validation_data has no rows; give some or leave it out");
+    if (opt.validation_sample_weight.defined())
+      wv = check_sample_weight(opt.validation_sample_weight, nv, "validation_sample_weight");
+  } else if (opt.validation_split > 0.0) {
+    n_train = int64_t(double(n) * (1.0 - opt.validation_split));
+    if (n_train < n) {
+      xv = rows_of(x, n_train, n);
+      yv = rows_of(y, n_train, n);
+      if (weighted) wv = w_all.rows(n_train, n);
+    }
+  }
+  if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
+
+  if (opt.nbatch_logical > 0 && opt.batch_size > n_train)
+    throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
+                     " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
+  const int64_t bs = std::min(opt.batch_size, n_train);
+  OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
+  for (size_t i = 0; i < n_out; ++i) ctx.check_targets(i, y[i], w_all, -1);
+  if (!xv.empty()) {
+    OptimizerContext& vctx =
+        optimizer_context(std::min(bs, xv[0].shape()[0]), 0, wv.defined() ? LossWeights::PerSample : LossWeights::None);
+    for (size_t i = 0; i < n_out; ++i) vctx.check_targets(i, yv[i], wv, -1);
+  }
+  // Whole logical batches only when accumulating (as ggml_opt_fit): a part
+  // period would carry its gradients into the next epoch's first update.
+  const int64_t period = ctx.accumulation_period();
+  const int64_t rem = n_train % bs;
+  const bool use_rem = rem > 0 && period == 1;
+  OptimizerContext* ctx_rem = use_rem ? &optimizer_context(rem, 0, wmode) : nullptr;
+  const int64_t steps = period == 1 ? n_train / bs + (use_rem ? 1 : 0) : n_train / bs / period * period;
+  if (steps == 0)
+    throw ValueError("nbatch_logical " + std::to_string(opt.nbatch_logical) + " is more than the " +
+                     std::to_string(n_train) + " training rows: no whole logical batch fits");
+
+  // Batch staging, filled by gathering shuffled rows.
+  std::vector<Tensor> xb, yb, xr, yr;
+  for (const Tensor& t : x) xb.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
+  for (const Tensor& t : y) yb.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
+  Tensor wb = weighted ? Tensor::empty(Shape{bs}) : Tensor{}, wr;
+  if (use_rem) {
+    xr = rows_of(xb, 0, rem);
+    yr = rows_of(yb, 0, rem);
+    if (weighted) wr = wb.rows(0, rem);
+  }
+
+  std::vector<int64_t> order(static_cast<size_t>(n_train));
+  History hist;
+  ProgressPrinter progress(opt.verbose, opt.epochs);
+  std::vector<double> out_loss(n_out);
+  std::vector<int64_t> correct(n_out);
+  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+    if (opt.learning_rate_schedule) ctx.set_learning_rate(opt.learning_rate_schedule(epoch, ctx.learning_rate()));
+    std::iota(order.begin(), order.end(), int64_t(0));
+    if (opt.shuffle) std::shuffle(order.begin(), order.end(), global_generator());
+    progress.begin_epoch(epoch, steps);
+    double loss_sum = 0;
+    std::fill(out_loss.begin(), out_loss.end(), 0.0);
+    std::fill(correct.begin(), correct.end(), 0);
+    int64_t seen = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t start = s * bs, rows = std::min(bs, n_train - start);
+      const bool full = rows == bs;
+      for (size_t i = 0; i < n_in; ++i) gather_rows(x[i], &order[size_t(start)], rows, xb[i]);
+      for (size_t i = 0; i < n_out; ++i) gather_rows(y[i], &order[size_t(start)], rows, yb[i]);
+      if (weighted) gather_rows(w_all, &order[size_t(start)], rows, wb);
+      const Tensor& w = full ? wb : wr;
+      const std::span<const Tensor> ws = weighted ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
+      StepResult r = full ? ctx.step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);
+      loss_sum += double(r.loss) * double(rows);
+      for (size_t i = 0; i < n_out; ++i) {
+        out_loss[i] += double(r.output_losses[i]) * double(rows);
+        correct[i] += std::max<int64_t>(r.output_correct[i], 0);
+      }
+      seen += rows;
+      if (opt.verbose == 1) progress.step(s + 1, metrics_text(metric_logs(loss_sum, out_loss, correct, seen)));
+    }
+    std::map<std::string, double> logs = metric_logs(loss_sum, out_loss, correct, seen);
+    if (!xv.empty())
+      for (auto& [k, v] : evaluate_rows(xv, yv, wv, bs)) logs["val_" + k] = v;
+    hist.epoch.push_back(epoch);
+    for (auto& [k, v] : logs) hist.history[k].push_back(v);
+    progress.end_epoch(metrics_text(logs));
+  }
+  return hist;
+}
+
+std::map<std::string, double> Model::evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y,
+                                                   const Tensor& w, int64_t batch_size) {
+  const int64_t n = x[0].shape()[0];
+  const size_t n_out = y.size();
+  const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
+  double loss_sum = 0;
+  std::vector<double> out_loss(n_out, 0.0);
+  std::vector<int64_t> correct(n_out, 0);
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const int64_t rows = std::min(batch_size, n - start);
+    const std::vector<Tensor> xs = rows_of(x, start, start + rows), ys = rows_of(y, start, start + rows);
+    const Tensor ws = w.defined() ? w.rows(start, start + rows) : Tensor{};
+    StepResult r = optimizer_context(rows, 0, mode)
+                       .evaluate(xs, ys, ws.defined() ? std::span<const Tensor>(&ws, 1) : std::span<const Tensor>());
+    loss_sum += double(r.loss) * double(rows);
+    for (size_t i = 0; i < n_out; ++i) {
+      out_loss[i] += double(r.output_losses[i]) * double(rows);
+      correct[i] += std::max<int64_t>(r.output_correct[i], 0);
+    }
+  }
+  return metric_logs(loss_sum, out_loss, correct, n);
+}
+
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size,
+                                              const Tensor& sample_weight) {
+  return evaluate(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1), batch_size, sample_weight);
+}
+
+std::map<std::string, double> Model::evaluate(const std::map<std::string, Tensor>& x,
+                                              const std::map<std::string, Tensor>& y, int64_t batch_size,
+                                              const Tensor& sample_weight) {
+  return evaluate(ordered_inputs(x), ordered_targets(y), batch_size, sample_weight);
+}
+
+std::map<std::string, double> Model::evaluate(std::span<const Tensor> x_in, std::span<const Tensor> y,
+                                              int64_t batch_size, const Tensor& sample_weight) {
+  check_live("evaluate()");
+  if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
+  if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
+  const std::vector<Tensor> x = check_inputs(x_in, -1, "evaluate");
+  const int64_t n = x[0].shape()[0];
+  const size_t n_out = graph_->outputs.size();
+  if (y.size() != n_out)
+    throw ShapeError("evaluate: the model has " + std::to_string(n_out) + " output(s) (" +
+                     joined(graph_->output_names) + "); got " + std::to_string(y.size()) + " target tensor(s)");
+  for (size_t i = 0; i < n_out; ++i)
+    if (!y[i].defined() || y[i].shape().rank() == 0 || y[i].shape()[0] != n)
+      throw ShapeError("x has " + std::to_string(n) + " rows but " +
+                       (n_out == 1 ? std::string("y") : "y '" + graph_->output_names[i] + "'") + " has " +
+                       (y[i].defined() && y[i].shape().rank() ? std::to_string(y[i].shape()[0]) : std::string("none")) +
+                       "; give one label row per input row");
+  if (n == 0) throw ValueError("evaluate: x has no rows");
+  const Tensor w = sample_weight.defined() ? check_sample_weight(sample_weight, n, "sample_weight") : Tensor{};
+  OptimizerContext& ctx =
+      optimizer_context(std::min(batch_size, n), 0, w.defined() ? LossWeights::PerSample : LossWeights::None);
+  for (size_t i = 0; i < n_out; ++i) ctx.check_targets(i, y[i], w, -1);
+  return evaluate_rows(x, y, w, batch_size);
+}
+
+Model::PredictPlan& Model::predict_plan(int64_t rows) {
+  // One plan (graph and arena) per row count; a caller cycling through many
+  // row counts would otherwise grow memory without bound.
+  constexpr size_t kMaxPlans = 8;
+  if (predict_plans_.size() >= kMaxPlans && !predict_plans_.count(rows)) predict_plans_.clear();
+  auto& slot = predict_plans_[rows];
+  if (!slot) {
+    auto plan = std::make_unique<PredictPlan>();
+    ModelFunction f = model_function();
+    Graph g;
+    for (const InputSpec& in : f.inputs) {
+      plan->x.push_back(g.input(in.name, in.shape.with_batch(rows), in.dtype));
+      plan->x_names.push_back(f.inputs.size() == 1 ? std::string("x") : "x '" + in.name + "'");
+    }
+    plan->out = f.forward(g, plan->x, false);
+    plan->exe = std::make_unique<Executable>(std::move(g), plan->out);
+    plan->inputs = std::move(f.inputs);
+    plan->staging.resize(plan->inputs.size());
+    slot = std::move(plan);
+  }
+  return *slot;
+}
+
+Tensor Model::predict(const Tensor& x, int64_t batch_size) {
+  return predict(std::span<const Tensor>(&x, 1), batch_size)[0];
+}
+
+std::map<std::string, Tensor> Model::predict(const std::map<std::string, Tensor>& x, int64_t batch_size) {
+  const std::vector<Tensor> out = predict(ordered_inputs(x), batch_size);
+  std::map<std::string, Tensor> named;
+  for (size_t i = 0; i < out.size(); ++i) named[graph_->output_names[i]] = out[i];
+  return named;
+}
+
+std::vector<Tensor> Model::predict(std::span<const Tensor> x_in, int64_t batch_size) {
+  check_live("predict()");
+  if (graph_->order.empty()) throw StateError("predict: the model has no layers");
+  if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
+  const std::vector<Tensor> x = check_inputs(x_in, -1, "predict");
+  const int64_t n = x[0].shape()[0];
+  std::vector<Tensor> out;
+  for (const SymbolicTensor& o : graph_->outputs) out.push_back(Tensor::empty(o.shape().with_batch(n)));
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const int64_t rows = std::min(batch_size, n - start);
+    PredictPlan& plan = predict_plan(rows);
+    for (size_t i = 0; i < x.size(); ++i) plan.exe->bind(plan.x[i], x[i].rows(start, start + rows));
+    plan.exe->run();
+    for (size_t i = 0; i < out.size(); ++i) {
+      const size_t row_bytes = size_t(out[i].shape().row_size()) * sizeof(float);
+      std::memcpy(static_cast<char*>(out[i].raw()) + size_t(start) * row_bytes, plan.exe->data_ptr(plan.out[i]),
+                  size_t(rows) * row_bytes);
+    }
+  }
+  return out;
+}
+
+void Model::predict(const Tensor& x, Tensor& out) { predict(std::span<const Tensor>(&x, 1), std::span<Tensor>(&out, 1)); }
+
+void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
+  check_live("predict()");
+  const FunctionalGraph& g = *graph_;
+  if (g.order.empty()) throw StateError("predict: the model has no layers");
+  if (x.size() != g.inputs.size())
+    throw ShapeError("predict: the model has " + std::to_string(g.inputs.size()) + " input(s) (" +
+                     joined(g.input_names) + "); got " + std::to_string(x.size()) + " tensor(s)");
+  if (out.empty() || out.size() > g.outputs.size())
+    throw ShapeError("predict: give one out tensor per output (" + joined(g.output_names) + "), or one for the first; got " +
+                     std::to_string(out.size()));
+  const Tensor x0 = check_input_shape(x[0], g.inputs[0].shape(), -1, x.size() == 1 ? "x" : "x[0]");
+  const int64_t n = x0.shape()[0];
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Shape& os = g.outputs[i].shape();
+    if (out[i].defined() && out[i].dtype() != DType::Float32)
+      throw TypeError(std::string("predict: out must be float32; got ") + dtype_name(out[i].dtype()));
+    if (!out[i].defined() || out[i].shape().rank() == 0 || out[i].shape()[0] != n || out[i].shape().row_size() != os.numel())
+      throw ShapeError("predict: out must be a float32 tensor of shape " + os.with_batch(n).str() + "; got " +
+                       (out[i].defined() ? out[i].shape().str() : std::string("an undefined tensor")));
+  }
+  if (n == 0) return;
+  PredictPlan& plan = predict_plan(n);
+  for (size_t i = 0; i < x.size(); ++i)
+    plan.exe->bind(plan.x[i], plan.inputs[i].check(x[i], n, plan.x_names[i], &plan.staging[i]));
+  plan.exe->run();
+  for (size_t i = 0; i < out.size(); ++i) std::memcpy(out[i].raw(), plan.exe->data_ptr(plan.out[i]), out[i].nbytes());
+}
+
+void Model::freeze_bn_stats(bool freeze) {
+  check_live("freeze_bn_stats()");
+  std::set<const Layer*> seen;
+  for_each_layer(*graph_, [&](Layer& l) {
+    if (auto* bn = dynamic_cast<BatchNormalization*>(&l)) bn->freeze_stats = freeze;
+  }, seen);
+  retire_contexts("freeze_bn_stats() changed the training graphs");
+}
+
+void Model::calibrate_bn(const Tensor& x) { calibrate_bn(std::span<const Tensor>(&x, 1)); }
+
+void Model::calibrate_bn(std::span<const Tensor> x_in) {
+  check_live("calibrate_bn()");
+  const std::vector<Tensor> x = check_inputs(x_in, -1, "calibrate_bn");
+  const int64_t rows = std::min<int64_t>(x[0].shape()[0], 1024);
+  if (rows == 0) throw ValueError("calibrate_bn: x has no rows");
+  const ModelFunction f = model_function();
+  Graph g;
+  std::vector<Value> in;
+  for (const InputSpec& s : f.inputs) in.push_back(g.input(s.name, s.shape.with_batch(rows), s.dtype));
+  const std::vector<Value> out = graph_->forward(g, in, CallOptions{false, true});
+  Executable exe(std::move(g), out);
+  for (size_t i = 0; i < x.size(); ++i) exe.bind(in[i], x[i].rows(0, rows));
+  exe.run();
+}
+
+Model Model::clone() const {
+  check_live("clone()");
+  std::shared_ptr<const FunctionalGraph> g = graph_->clone();
+  Model copy(g->inputs, g->outputs, name_);
+  if (compiled_) {
+    copy.optimizer_ = optimizer_;
+    copy.losses_ = losses_;
+    copy.loss_weights_ = loss_weights_;
+    copy.accuracy_ = accuracy_;
+    copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
+    copy.compiled_ = true;
+  }
+  return copy;
+}
+
+void Model::free() {
+  if (released_) return;
+  retire_contexts("the model was freed");
+  // Retired contexts hold no graph or state any more: the weights go now.
+  predict_plans_.clear();
+  graph_.reset();
+  opt_state_.reset();
+  compiled_ = false;
+  released_ = true;
+  new_structure_id();
+}
+
+std::vector<Weight> Model::weights() const {
+  check_live("weights()");
+  std::vector<Weight> out;
+  std::set<const void*> seen;  // a layer used twice (or inside a nested model too) lists its weights once
+  for (const auto& l : graph_->layers)
+    for (Weight& w : l->weights())
+      if (!w.value.defined() || seen.insert(w.value.raw()).second) out.push_back(std::move(w));
+  return out;
+}
+
+std::vector<std::shared_ptr<Layer>> Model::layers() const {
+  check_live("layers()");
+  return graph_->layers;
+}
+
+std::shared_ptr<Layer> Model::get_layer(const std::string& name) const {
+  check_live("get_layer()");
+  std::vector<std::string> names;
+  for (const auto& l : graph_->layers) {
+    if (l->name() == name) return l;
+    names.push_back(l->name());
+  }
+  throw ValueError("no layer named '" + name + "'; the model's layers are (" + joined(names) + ")");
+}
+
+const std::vector<SymbolicTensor>& Model::inputs() const {
+  check_live("inputs()");
+  return graph_->inputs;
+}
+const std::vector<SymbolicTensor>& Model::outputs() const {
+  check_live("outputs()");
+  return graph_->outputs;
+}
+std::vector<std::string> Model::input_names() const {
+  check_live("input_names()");
+  return graph_->input_names;
+}
+std::vector<std::string> Model::output_names() const {
+  check_live("output_names()");
+  return graph_->output_names;
+}
+const Shape& Model::input_shape() const { return inputs()[0].shape(); }
+const Shape& Model::output_shape() const { return outputs()[0].shape(); }
+
+SymbolicTensor Model::operator()(const SymbolicTensor& x) const { return (*this)(std::vector<SymbolicTensor>{x}); }
+
+SymbolicTensor Model::operator()(const std::vector<SymbolicTensor>& inputs) const {
+  check_live("calling a model");
+  auto layer = std::make_shared<ModelLayer>(graph_, name_, type());
+  return (*layer)(inputs);
+}
+
+std::string Model::summary() const {
+  check_live("summary()");
+  const bool functional = std::string(type()) != "Sequential";
+  std::ostringstream s;
+  char line[256];
+  s << "Model: \"" << name_ << "\"\n";
+  if (functional)
+    std::snprintf(line, sizeof line, "%-40s %-22s %-10s %s\n", "Layer (type)", "Output shape", "Param #", "Connected to");
+  else
+    std::snprintf(line, sizeof line, "%-48s %-19s %s\n", "Layer (type)", "Output shape", "Param #");
+  s << line;
+  int64_t total = 0;
+  std::set<const void*> counted;
+  auto row = [&](const std::string& layer, const Shape& shape, int64_t params, const std::string& connected) {
+    if (functional)
+      std::snprintf(line, sizeof line, "%-40s %-22s %-10lld %s\n", layer.c_str(), keras_shape(shape).c_str(),
+                    (long long)params, connected.c_str());
+    else
+      std::snprintf(line, sizeof line, "%-48s %-19s %lld\n", layer.c_str(), keras_shape(shape).c_str(),
+                    (long long)params);
+    s << line;
+  };
+  if (functional)
+    for (const SymbolicTensor& in : graph_->inputs) row(in.name() + " (InputLayer)", in.shape(), 0, "-");
+  for (const LayerCall* c : graph_->order) {
+    int64_t params = 0;
+    for (const Weight& w : c->layer->weights())
+      if (w.value.defined() && counted.insert(w.value.raw()).second) params += w.value.numel();
+    total += params;
+    std::string connected;
+    for (const SymbolicTensor& t : c->inputs) connected += (connected.empty() ? "" : ", ") + t.name();
+    row(c->layer->name() + " (" + c->layer->type() + ")", c->shape, params, connected);
+  }
+  s << "Total params: " << total << "\n";
+  return s.str();
+}
+
+}  // namespace tensorgrad::nn
