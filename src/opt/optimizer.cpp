@@ -113,10 +113,10 @@ Tensor check_input_shape(const Tensor& x, const Shape& input_shape, int64_t rows
   if (x.shape() == full) return x;
   const bool flattened = x.shape().rank() == 2 && x.shape()[1] == input_shape.numel();
   if (flattened) return x.reshape(full);
-  const std::string flat = "{" + std::to_string(x.shape()[0]) + ", " + std::to_string(input_shape.numel()) + "}";
-  throw ShapeError(std::string(what) + " must be " + full.str() + " ({rows, input_shape...} for the model's input_shape " +
-                   input_shape.str() + ")" + (input_shape.rank() > 1 ? " or its flattened form " + flat : "") +
-                   "; got " + x.shape().str() + ". Reshape it, or build the model for this input_shape");
+  std::string message = std::string(what) + " must be " + full.str() +
+                        " ({rows, input_shape...} for the model's input_shape " + input_shape.str() + ")";
+  if (input_shape.rank() > 1) message += " or its flattened form " + Shape{x.shape()[0], input_shape.numel()}.str();
+  throw ShapeError(message + "; got " + x.shape().str() + ". Reshape it, or build the model for this input_shape");
 }
 
 Tensor check_features(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what) {
