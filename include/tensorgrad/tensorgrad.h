@@ -13,6 +13,7 @@
 #include "tensorgrad/nn/conv.h"
 #include "tensorgrad/nn/history.h"
 #include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/merge.h"
 #include "tensorgrad/nn/model.h"
 #include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/nn/recurrent.h"

@@ -71,7 +71,10 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
   }
   // A layer not held by a shared_ptr (a temporary) goes into the graph as a copy.
   std::shared_ptr<Layer> self = weak_from_this().lock();
-  if (!self) self = clone();
+  if (!self) {
+    if (!graph_copy_) graph_copy_ = clone();
+    self = graph_copy_;
+  }
   auto call = std::make_shared<LayerCall>();
   try {
     call->shape = self->build_inputs(shapes);

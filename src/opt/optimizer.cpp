@@ -224,6 +224,15 @@ Value cross_entropy_logits(const Graph& g, Value out, const std::string& output,
   }
   return out;
 }
+
+// A custom loss's per-row losses {batch}, checked.
+Value custom_loss_rows(Graph& g, const Loss& loss, Value y, Value out, const std::string& output, int64_t b) {
+  const Value rows = loss.function(g, y, out);
+  if (!rows.valid() || g.shape(rows) != Shape{b} || g.dtype(rows) != DType::Float32)
+    throw ShapeError("custom loss '" + loss.name + "' on output '" + output + "' must return float32 per-row losses {" +
+                     std::to_string(b) + "}; got " + (rows.valid() ? g.shape(rows).str() : std::string("no value")));
+  return rows;
+}
 }  // namespace
 
 OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
@@ -287,7 +296,7 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
       xs.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
       staging += uint64_t(b) * 4u * uint64_t(in.shape.numel());
     }
-    const std::vector<Value> outs = model_.forward(g, xs, false);
+    const std::vector<Value> outs = model_.forward(g, xs, true);  // training: dropout shows in the graph
     if (outs.size() != n_out)
       throw ValueError("OptimizerContext: the forward function returned " + std::to_string(outs.size()) +
                        " outputs for " + std::to_string(n_out) + " output names");
@@ -304,6 +313,8 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
         throw ShapeError(h.loss.name + " on output '" + model_.output_names[i] +
                          "' needs {batch, classes}; got " + h.shape.str() + " (add Flatten or Dense before the output)");
       if (ce) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
+      if (h.loss.kind == LossKind::Custom)
+        custom_loss_rows(g, h.loss, g.input("y", h.shape), outs[i], model_.output_names[i], b);
       staging += uint64_t(b) * 8u * uint64_t(h.outputs);
     }
     check_fits_in_memory(plan_memory(g, outs).arena_bytes + staging, "batch_size " + std::to_string(b),
@@ -366,11 +377,7 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
         break;
       case LossKind::Custom: {
         o.y = g.input(name + "/y", h.shape);
-        const Value rows = h.loss.function(g, o.y, outs[i]);
-        if (!rows.valid() || g.shape(rows) != Shape{b} || g.dtype(rows) != DType::Float32)
-          throw ShapeError("custom loss '" + h.loss.name + "' on output '" + name +
-                           "' must return float32 per-row losses {" + std::to_string(b) + "}; got " +
-                           (rows.valid() ? g.shape(rows).str() : std::string("no value")));
+        const Value rows = custom_loss_rows(g, h.loss, o.y, outs[i], name, b);
         // Keras' sum over batch size: weighted per-row losses, summed, over the row count.
         o.loss = g.scale(g.sum(o.w.valid() ? g.mul(rows, o.w) : rows), 1.0f / float(b));
         break;

@@ -119,9 +119,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   /// Calls the layer on symbolic tensors (Keras' functional API): builds it
   /// for their shapes on first use and records the call. A layer held by a
-  /// std::shared_ptr is recorded itself (calling it again shares its
-  /// weights); a layer that is not (a temporary: Dense(64)(x)) is copied into
-  /// the graph, with weights of its own. Throws ShapeError naming the layer,
+  /// std::shared_ptr is recorded itself; one that is not (a temporary:
+  /// Dense(64)(x), or a local variable) is copied into the graph on its first
+  /// call, with weights of its own, and later calls of the same object reuse
+  /// that copy. Calling the same object again shares its weights. Throws ShapeError naming the layer,
   /// the shape that came and the one it needs; ValueError for a layer of one
   /// input called on several (or an undefined tensor); TypeError for int32
   /// tensors into a layer that is not an Embedding.
@@ -150,11 +151,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
  protected:
   explicit Layer(const char* name_prefix);
+  /// Copies configuration, name and weights' handles (clone_layer then
+  /// deep-copies the weights), never the graph copy of the original.
+  Layer(const Layer& other)
+      : std::enable_shared_from_this<Layer>(),
+        trainable(other.trainable),
+        name_(other.name_),
+        built_(other.built_),
+        built_input_(other.built_input_),
+        built_output_(other.built_output_) {}
 
  private:
   std::string name_;
   bool built_ = false;
   Shape built_input_, built_output_;
+  std::shared_ptr<Layer> graph_copy_;  // a layer not held by a shared_ptr: its copy in the graph
 };
 
 /// Densely connected layer (keras.layers.Dense): y = activation(x W + b).

@@ -1,0 +1,433 @@
+// Functional models (Keras' functional API): Input, layer calls on symbolic
+// tensors, Model over several inputs and outputs, shared layers, nested
+// models, merge layers, and the errors of a bad graph.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+
+using namespace tensorgrad;
+using nn::Dense;
+using nn::Input;
+using nn::Model;
+using nn::Sequential;
+using nn::SymbolicTensor;
+using test_support::throws;
+using test_support::uniform;
+
+namespace {
+Tensor values(std::vector<float> v, const Shape& s) { return Tensor::from_vector(v, s); }
+
+void set_weight(const std::shared_ptr<nn::Layer>& layer, size_t i, std::vector<float> v) {
+  const Tensor t = layer->weights().at(i).value;
+  Tensor(t).copy_from(Tensor::from_vector(v, t.shape()));
+}
+
+// Central finite differences of sum(outputs * projections) against the
+// graph's gradients, for every trainable weight of the model: empty when
+// all agree, else what differs.
+std::string check_gradients(const Model& model, const std::vector<Tensor>& xs, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const ModelFunction f = model.model_function();
+  Graph g;
+  std::vector<Value> in;
+  for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(f.inputs[i].name, xs[i].shape()));
+  const std::vector<Value> outs = f.forward(g, in, false);
+  std::vector<Tensor> projections;
+  Value loss;
+  for (Value o : outs) {
+    projections.push_back(uniform(g.shape(o), rng, -1.0f, 1.0f));
+    const Value term = g.sum(g.mul(o, g.input("w" + std::to_string(projections.size()), g.shape(o))));
+    loss = loss.valid() ? g.add(loss, term) : term;
+  }
+  const std::vector<Value> params = g.trainable_parameters();
+  std::vector<Tensor> bound;
+  for (Value p : params) bound.push_back(g.node(p).bound);
+  const std::vector<Value> grads = g.gradients(loss, params);
+  std::vector<Value> results{loss};
+  for (Value v : grads) {
+    if (!v.valid()) return "a weight got no gradient";
+    results.push_back(v);
+  }
+  Executable exe(std::move(g), results);
+  for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
+  for (size_t i = 0; i < projections.size(); ++i) {
+    const Node* w = nullptr;
+    for (const Node& n : exe.graph().nodes())
+      if (n.role == NodeRole::Input && n.name == "w" + std::to_string(i + 1)) w = &n;
+    exe.bind(Value{int32_t(w - exe.graph().nodes().data())}, projections[i]);
+  }
+  auto run = [&] {
+    exe.run();
+    return double(exe.scalar(loss));
+  };
+  run();
+  std::vector<std::vector<float>> analytic;
+  for (Value v : grads) analytic.push_back(exe.output(v).to_vector());
+  const float h = 1e-2f;
+  for (size_t p = 0; p < bound.size(); ++p) {
+    float* x = bound[p].data<float>();
+    for (int64_t k = 0; k < bound[p].numel(); ++k) {
+      const float saved = x[k];
+      x[k] = saved + h;
+      const double lp = run();
+      x[k] = saved - h;
+      const double lm = run();
+      x[k] = saved;
+      const double num = (lp - lm) / (2.0 * double(h)), ana = analytic[p][size_t(k)];
+      if (std::fabs(num - ana) > 1e-2 * std::max(1.0, std::fabs(num)))
+        return "weight " + std::to_string(p) + "[" + std::to_string(k) + "]: numeric " + std::to_string(num) +
+               ", analytic " + std::to_string(ana);
+    }
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Functional, ResidualModelComputesWhatItsGraphSays) {
+  nn::clear_session();
+  const SymbolicTensor x = Input({2});
+  auto inner = std::make_shared<Dense>(2);
+  const SymbolicTensor h = (*inner)(x);
+  const SymbolicTensor sum = nn::Add()({x, h});
+  auto head = std::make_shared<Dense>(1, "linear", false);
+  Model m(x, (*head)(sum));
+  set_weight(inner, 0, {1, 2, 3, 4});  // kernel {in 2, out 2}
+  set_weight(inner, 1, {0.5f, -1});
+  set_weight(head, 0, {1, -2});
+  // x = [1, 1]: h = [1 + 3 + 0.5, 2 + 4 - 1] = [4.5, 5]; x + h = [5.5, 6]; y = 5.5 - 12.
+  EXPECT_FLOAT_EQ(m.predict(values({1, 1}, {1, 2})).item(), -6.5f);
+  EXPECT_EQ(m.input_names(), (std::vector<std::string>{"input_layer"}));
+  EXPECT_EQ(m.output_names(), (std::vector<std::string>{head->name()}));
+  EXPECT_EQ(m.get_layer(inner->name()), inner);
+  EXPECT_TRUE(throws<ValueError>([&] { m.get_layer("nope"); }, {"no layer named 'nope'", inner->name()}));
+  const std::string table = m.summary();
+  EXPECT_NE(table.find("Connected to"), std::string::npos) << table;
+  EXPECT_NE(table.find("input_layer, " + inner->name()), std::string::npos) << table;
+}
+
+TEST(Functional, SharedPointerSharesWeightsTemporaryGetsItsOwn) {
+  const SymbolicTensor x = Input({3});
+  auto shared = std::make_shared<Dense>(3);
+  const SymbolicTensor a = (*shared)(x), b = (*shared)(a);
+  Model tied(x, b);
+  EXPECT_EQ(tied.weights().size(), 2u);  // one layer, listed once
+  EXPECT_EQ(tied.layers().size(), 1u);
+
+  const SymbolicTensor c = Dense(3)(x), d = Dense(3)(c);
+  Model untied(x, d);
+  ASSERT_EQ(untied.weights().size(), 4u);  // two temporaries, two layers with weights of their own
+  EXPECT_NE(untied.weights()[0].value.raw(), untied.weights()[2].value.raw());
+
+  Dense local(3);  // not held by a shared_ptr: copied into the graph once, then reused
+  Model twice(x, local(local(x)));
+  EXPECT_EQ(twice.weights().size(), 2u);
+  EXPECT_FALSE(local.built());  // the graph holds the copy (get it with get_layer)
+  EXPECT_TRUE(twice.get_layer(local.name())->built());
+}
+
+TEST(Functional, LayerCalledOnAShapeItCannotTakeNamesBoth) {
+  const SymbolicTensor img = Input({4, 4});
+  auto dense = std::make_shared<Dense>(2);
+  dense->set_name("head");
+  EXPECT_TRUE(throws<ShapeError>([&] { (*dense)(img); }, {"'head'", "(None, 4, 4)", "{features}"}));
+  const SymbolicTensor ids = Input({5}, DType::Int32);
+  EXPECT_TRUE(throws<TypeError>([&] { Dense(2)(ids); }, {"int32", "Embedding"}));
+  EXPECT_TRUE(throws<ValueError>([&] { Dense(2)({Input({2}), Input({2})}); }, {"takes one input", "called on 2"}));
+}
+
+TEST(Functional, BadGraphsAreRefusedWithTheirNames) {
+  nn::clear_session();
+  const SymbolicTensor a = Input({2}, DType::Float32, "a"), b = Input({2}, DType::Float32, "b");
+  auto needs_b = std::make_shared<Dense>(2);
+  needs_b->set_name("needs_b");
+  const SymbolicTensor out = nn::Add()({a, (*needs_b)(b)});
+  EXPECT_TRUE(throws<ValueError>([&] { Model(a, out); }, {"graph disconnected", "input 'b'", "'needs_b'"}));
+
+  auto one = std::make_shared<Dense>(2), other = std::make_shared<Dense>(2);
+  one->set_name("same");
+  other->set_name("same");
+  EXPECT_TRUE(throws<ValueError>([&] { Model(a, (*other)((*one)(a))); }, {"two different layers", "'same'"}));
+  const SymbolicTensor h = Dense(2)(a);
+  EXPECT_TRUE(throws<ValueError>([&] { Model({a}, {h, h}); }, {"two outputs are named"}));
+  EXPECT_TRUE(throws<ValueError>([&] { Model({h}, {h}); }, {"not an Input()"}));
+
+  std::vector<std::string> warnings;
+  set_log_handler([&](LogLevel, const std::string& m) { warnings.push_back(m); });
+  Model unused({a, b}, {Dense(1)(a)});
+  set_log_handler(nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("input 'b' is not used"), std::string::npos) << warnings[0];
+
+  EXPECT_TRUE(throws<ValueError>([&] { nn::Add()(a); }, {"two or more inputs", "called on 1"}));
+  EXPECT_TRUE(throws<ValueError>([&] { nn::Subtract()({a, a, b}); }, {"exactly two inputs"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { nn::Add()({a, Input({3})}); }, {"{2}, {3}"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { nn::Add()({a, Input({1, 2})}); }, {"same rank"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { nn::Concatenate()({Input({2, 3}), Input({3, 3})}); },
+                                 {"equal sizes off axis", "{2, 3}, {3, 3}"}));
+  EXPECT_TRUE(throws<ValueError>([] { nn::Concatenate(0); }, {"batch"}));
+}
+
+TEST(Functional, MergeLayersComputeAndBroadcast) {
+  const SymbolicTensor a = Input({2, 3}), b = Input({1, 3});
+  const Tensor xa = values({1, 2, 3, 4, 5, 6}, {1, 2, 3}), xb = values({10, 20, 30}, {1, 1, 3});
+  auto run = [&](const SymbolicTensor& out) {
+    return Model({a, b}, {out}).predict(std::vector<Tensor>{xa, xb})[0].to_vector();
+  };
+  EXPECT_EQ(run(nn::Add()({a, b})), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(run(nn::Subtract()({a, b})), (std::vector<float>{-9, -18, -27, -6, -15, -24}));
+  EXPECT_EQ(run(nn::Multiply()({a, b})), (std::vector<float>{10, 40, 90, 40, 100, 180}));
+  EXPECT_EQ(run(nn::Average()({a, b})), (std::vector<float>{5.5f, 11, 16.5f, 7, 12.5f, 18}));
+  EXPECT_EQ(run(nn::Concatenate(1)({a, b})), (std::vector<float>{1, 2, 3, 4, 5, 6, 10, 20, 30}));
+  const SymbolicTensor c = nn::Concatenate(-1)({a, a, a});
+  EXPECT_EQ(c.shape(), (Shape{2, 9}));
+  EXPECT_EQ(nn::Reshape({3, -1})(a).shape(), (Shape{3, 2}));
+  EXPECT_EQ(run(nn::Reshape({6})(nn::Add()({a, b}))), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_TRUE(throws<ShapeError>([&] { nn::Reshape({4})(a); }, {"6 elements"}));
+}
+
+TEST(Functional, SharedLayerGradientIsTheSumOverItsUses) {
+  // A Siamese pair: one Dense on both inputs, their difference, a head.
+  manual_seed(3);
+  const SymbolicTensor left = Input({3}), right = Input({3});
+  auto encoder = std::make_shared<Dense>(4, "tanh");
+  const SymbolicTensor diff = nn::Subtract()({(*encoder)(left), (*encoder)(right)});
+  Model siamese({left, right}, {Dense(2)(diff)});
+  std::mt19937 rng(5);
+  EXPECT_EQ(check_gradients(siamese, {uniform({3, 3}, rng, -1, 1), uniform({3, 3}, rng, -1, 1)}, 7), "");
+}
+
+TEST(Functional, MergeLayerGradientsMatchFiniteDifferences) {
+  manual_seed(4);
+  std::mt19937 rng(9);
+  const Tensor x = uniform({2, 3}, rng, -1, 1);
+  for (int kind = 0; kind < 5; ++kind) {
+    SCOPED_TRACE(kind);
+    const SymbolicTensor in = Input({3});
+    const SymbolicTensor p = Dense(3, "tanh")(in), q = Dense(3, "sigmoid")(in);
+    SymbolicTensor merged;
+    switch (kind) {
+      case 0: merged = nn::Add()({p, q, in}); break;
+      case 1: merged = nn::Subtract()({p, q}); break;
+      case 2: merged = nn::Multiply()({p, q}); break;
+      case 3: merged = nn::Average()({p, q}); break;
+      default: merged = Dense(2)(nn::Concatenate()({p, q, in})); break;
+    }
+    EXPECT_EQ(check_gradients(Model(in, merged), {x}, 11), "");
+  }
+}
+
+TEST(Functional, NestedModelAndFeatureExtractionShareWeights) {
+  manual_seed(6);
+  const SymbolicTensor x = Input({4});
+  const SymbolicTensor h = Dense(3, "relu")(x);
+  Model base(x, Dense(2)(h));
+  Model features(base.inputs(), {h});  // over an intermediate tensor, as Keras
+  const SymbolicTensor x2 = Input({4});
+  Model outer(x2, Dense(1)(base(x2)));  // the whole base model as a layer
+  EXPECT_EQ(outer.weights().size(), 6u);
+  EXPECT_EQ(outer.weights()[0].value.raw(), base.weights()[0].value.raw());
+
+  std::mt19937 rng(2);
+  const Tensor xs = uniform({5, 4}, rng, -1, 1), ys = uniform({5, 1}, rng, -1, 1);
+  const std::vector<float> before = features.predict(xs).to_vector(), base_before = base.predict(xs).to_vector();
+  outer.compile(OptimizerSpec::sgd(0.5f), "mse");
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.epochs = 3;
+  outer.fit(xs, ys, o);
+  // Training the outer model trained the shared layers: base and features see it.
+  EXPECT_NE(features.predict(xs).to_vector(), before);
+  EXPECT_NE(base.predict(xs).to_vector(), base_before);
+  EXPECT_EQ(outer.get_layer(base.name())->type(), std::string("Functional"));
+  Model copy = outer.clone();
+  EXPECT_NE(copy.weights()[0].value.raw(), outer.weights()[0].value.raw());
+  EXPECT_EQ(copy.predict(xs).to_vector(), outer.predict(xs).to_vector());
+}
+
+// Dense(3, softmax) with kernel [[2, 0, -1], [0, 1, 3]] and bias [0.5, 0, 0],
+// then Flatten: the loss folds the softmax found in the graph, through the
+// Flatten, instead of applying it twice. Reference in double.
+TEST(Functional, SoftmaxFoldedThroughFlatten) {
+  const SymbolicTensor x = Input({2});
+  auto dense = std::make_shared<Dense>(3, "softmax");
+  Model m(x, nn::Flatten()((*dense)(x)));
+  set_weight(dense, 0, {2, 0, -1, 0, 1, 3});
+  set_weight(dense, 1, {0.5f, 0, 0});
+  m.compile(OptimizerSpec::sgd(), "sparse_categorical_crossentropy");
+  const Tensor xs = values({1, 0, 0, 1}, {2, 2});
+  const Tensor ys = Tensor::from_vector(std::vector<int32_t>{0, 2}, Shape{2});
+  auto ce = [](std::vector<double> z, int label) {
+    double mx = *std::max_element(z.begin(), z.end()), s = 0;
+    for (double v : z) s += std::exp(v - mx);
+    return -(z[size_t(label)] - mx - std::log(s));
+  };
+  const double want = (ce({2.5, 0, -1}, 0) + ce({0.5, 1, 3}, 2)) / 2;
+  EXPECT_NEAR(want, 0.151574, 1e-6);
+  EXPECT_NEAR(m.evaluate(xs, ys).at("loss"), want, 1e-6);
+
+  // A Dropout between the softmax and the output cannot be folded: refused at compile.
+  const SymbolicTensor x2 = Input({2});
+  Model dropped(x2, nn::Dropout(0.5f)(Dense(3, "softmax")(x2)));
+  EXPECT_TRUE(throws<ValueError>([&] { dropped.compile(OptimizerSpec::sgd(), "categorical_crossentropy"); },
+                                 {"Dropout comes after its softmax"}));
+  Model sig(x2, Dense(3, "sigmoid")(x2));
+  EXPECT_TRUE(throws<ValueError>([&] { sig.compile(OptimizerSpec::sgd(), "categorical_crossentropy"); },
+                                 {"ends in sigmoid"}));
+}
+
+// Two inputs, two outputs, losses by name with weights, accuracy on one:
+// every key of evaluate against values computed here.
+TEST(Functional, TwoInputsTwoOutputsLossesAndMetricsByHand) {
+  nn::clear_session();
+  const SymbolicTensor a = Input({2}, DType::Float32, "a"), b = Input({1}, DType::Float32, "b");
+  auto cls = std::make_shared<Dense>(3, "softmax");
+  cls->set_name("cls");
+  auto reg = std::make_shared<Dense>(1, "linear", false);
+  reg->set_name("reg");
+  Model m({a, b}, {(*cls)(nn::Concatenate()({a, b})), (*reg)(a)});
+  set_weight(cls, 0, {1, 0, 0, 0, 1, 0, 0, 0, 1});  // identity on [a0, a1, b0]
+  set_weight(cls, 1, {0, 0, 0});
+  set_weight(reg, 0, {1, 1});
+  m.compile(OptimizerSpec::adam(), std::map<std::string, Loss>{{"cls", "sparse_categorical_crossentropy"}, {"reg", "mse"}},
+            {{"reg", 0.5f}}, {{"cls", {"accuracy"}}});
+  const Tensor xa = values({1, 0, 0, 2}, {2, 2}), xb = values({0, 3}, {2, 1});
+  const Tensor yc = Tensor::from_vector(std::vector<int32_t>{0, 1}, Shape{2}), yr = values({2, 0}, {2, 1});
+  auto ce = [](std::vector<double> z, int label) {
+    double s = 0;
+    for (double v : z) s += std::exp(v);
+    return std::log(s) - z[size_t(label)];
+  };
+  const double cls_loss = (ce({1, 0, 0}, 0) + ce({0, 2, 3}, 1)) / 2;  // row 2's argmax is class 2: wrong
+  const double reg_loss = ((1 - 2) * (1 - 2) + (2 - 0) * (2 - 0)) / 2.0;
+  const auto r = m.evaluate(std::map<std::string, Tensor>{{"a", xa}, {"b", xb}},
+                            std::map<std::string, Tensor>{{"cls", yc}, {"reg", yr}});
+  EXPECT_NEAR(r.at("cls_loss"), cls_loss, 1e-6);
+  EXPECT_NEAR(r.at("reg_loss"), reg_loss, 1e-6);
+  EXPECT_NEAR(r.at("loss"), cls_loss + 0.5 * reg_loss, 1e-5);
+  EXPECT_DOUBLE_EQ(r.at("cls_accuracy"), 0.5);
+  EXPECT_EQ(r.size(), 4u);  // nothing else in it
+
+  const std::vector<Tensor> p = m.predict(std::vector<Tensor>{xa, xb});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1].to_vector(), (std::vector<float>{1, 2}));
+  std::vector<Tensor> outs{Tensor::empty({2, 3}), Tensor::empty({2, 1})};
+  m.predict(std::vector<Tensor>{xa, xb}, outs);
+  EXPECT_EQ(outs[0].to_vector(), p[0].to_vector());
+
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.batch_size = 2;
+  const nn::History h = m.fit(std::vector<Tensor>{xa, xb}, std::vector<Tensor>{yc, yr}, o);
+  EXPECT_NEAR(h["loss"][0], cls_loss + 0.5 * reg_loss, 1e-5);  // one step: measured before its update
+  for (const char* key : {"cls_loss", "reg_loss", "cls_accuracy"}) EXPECT_TRUE(h.has(key)) << key;
+
+  // Wrong counts and names.
+  EXPECT_TRUE(throws<ShapeError>([&] { m.predict(std::vector<Tensor>{xa}); }, {"2 input(s) (a, b)", "got 1"}));
+  EXPECT_TRUE(throws<ValueError>([&] {
+    m.evaluate(std::map<std::string, Tensor>{{"a", xa}, {"c", xb}}, std::map<std::string, Tensor>{{"cls", yc}, {"reg", yr}});
+  }, {"no tensor for input 'b'"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { m.predict(std::vector<Tensor>{xa, values({1, 2, 3}, {3, 1})}); },
+                                 {"inputs differ in rows"}));
+  EXPECT_TRUE(throws<ValueError>([&] { m.compile(OptimizerSpec::adam(), std::vector<Loss>{"mse"}); },
+                                 {"2 outputs (cls, reg)", "one loss per output"}));
+  EXPECT_TRUE(throws<ValueError>([&] {
+    m.compile(OptimizerSpec::adam(), std::map<std::string, Loss>{{"cls", "mse"}, {"reg", "mse"}, {"x", "mse"}});
+  }, {"'x'", "no output"}));
+}
+
+TEST(Functional, CustomLossIsWeightedAndDividedByRows) {
+  const SymbolicTensor x = Input({2});
+  auto d = std::make_shared<Dense>(2, "linear", false);
+  Model m(x, (*d)(x));
+  set_weight(d, 0, {1, 0, 0, 1});
+  // Per row: the sum of |y_true - y_pred| written with builder ops.
+  const Loss l1("l1_rows", [](Builder& b, Value y_true, Value y_pred) {
+    const Value diff = b.sub(y_pred, y_true);
+    const Value abs = b.add(b.relu(diff), b.relu(b.scale(diff, -1.0f)));
+    const Shape s = b.shape(abs);
+    return b.reshape(b.scale(b.apply(OpKind::MeanLastAxis, {abs}), float(s[1])), Shape{s[0]});
+  });
+  m.compile(OptimizerSpec::sgd(), l1);
+  const Tensor xs = values({1, 2, 3, 4}, {2, 2}), ys = values({0, 0, 3, 3}, {2, 2});
+  EXPECT_NEAR(m.evaluate(xs, ys).at("loss"), (3.0 + 1.0) / 2, 1e-6);
+  EXPECT_NEAR(m.evaluate(xs, ys, 32, values({2, 0}, {2})).at("loss"), (2 * 3.0) / 2, 1e-6);
+  const Loss wrong("wrong", [](Builder&, Value, Value y_pred) { return y_pred; });
+  EXPECT_TRUE(throws<ShapeError>([&] { m.compile(OptimizerSpec::sgd(), wrong); },
+                                 {"custom loss 'wrong'", "per-row losses {1}", "{1, 2}"}));
+}
+
+TEST(Functional, SequentialAndFunctionalTrainBitIdentically) {
+  auto build = [](bool functional) -> Model {
+    manual_seed(21);
+    nn::clear_session();
+    auto d1 = std::make_shared<Dense>(8, "relu");
+    auto d2 = std::make_shared<Dense>(3, "softmax");
+    if (!functional) {
+      Sequential s({4});
+      s.add(d1).add(d2);
+      return s;
+    }
+    const SymbolicTensor x = Input({4});
+    return Model(x, (*d2)((*d1)(x)));
+  };
+  std::mt19937 rng(1);
+  const Tensor x = uniform({50, 4}, rng, -1, 1);
+  Tensor y = Tensor::empty({50}, DType::Int32);
+  for (int i = 0; i < 50; ++i) y.data<int32_t>()[i] = i % 3;
+  std::vector<std::vector<float>> trained[2];
+  for (int functional = 0; functional < 2; ++functional) {
+    Model m = build(functional == 1);
+    m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"});
+    nn::FitOptions o;
+    o.verbose = 0;
+    o.epochs = 3;
+    o.batch_size = 16;  // a partial last batch too
+    manual_seed(99);    // the same shuffles
+    m.fit(x, y, o);
+    for (const nn::Weight& w : m.weights()) trained[functional].push_back(w.value.to_vector());
+  }
+  EXPECT_EQ(trained[0], trained[1]);
+}
+
+// One random stream per model: the partial-batch context continues the
+// dropout counter of the main one instead of replaying its first mask.
+TEST(Functional, DropoutMasksDifferBetweenMainAndPartialBatchContexts) {
+  manual_seed(8);
+  const SymbolicTensor x = Input({64});
+  auto d = std::make_shared<Dense>(1, "linear", false);
+  Model m(x, (*d)(nn::Dropout(0.5f)(x)));
+  d->weights()[0].value.fill(1.0f);
+  m.compile(OptimizerSpec::sgd(1e-9f), "mse");
+  // Row 0 ones, row 1 zeros, y = 0, mse: dL/dW_j = (2 / rows) * pred_0 * 2 * mask_0j, so
+  // the kernel gradient's nonzero pattern is row 0's dropout mask.
+  std::vector<float> masks[2];
+  auto capture = [&](int which) {
+    return [&masks, which](std::span<NamedGradient> gs) {
+      masks[which].clear();
+      for (float v : gs[0].grad.to_vector()) masks[which].push_back(v != 0.0f ? 1.0f : 0.0f);
+    };
+  };
+  OptimizerContext& main_ctx = m.optimizer_context(2);
+  OptimizerContext& part_ctx = m.optimizer_context(1);
+  main_ctx.add_gradient_hook(capture(0));
+  part_ctx.add_gradient_hook(capture(1));
+  Tensor two = Tensor::zeros({2, 64});
+  for (int j = 0; j < 64; ++j) two.data<float>()[j] = 1.0f;
+  main_ctx.step(two, Tensor::zeros({2, 1}));
+  part_ctx.step(Tensor::full({1, 64}, 1.0f), Tensor::zeros({1, 1}));
+  ASSERT_EQ(masks[0].size(), 64u);
+  ASSERT_EQ(masks[1].size(), 64u);
+  float kept = 0;
+  for (float v : masks[0]) kept += v;
+  EXPECT_GT(kept, 10.0f);  // a real mask, not all zeros or ones
+  EXPECT_LT(kept, 54.0f);
+  EXPECT_NE(masks[0], masks[1]);
+}
