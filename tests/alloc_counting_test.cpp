@@ -4,6 +4,8 @@
 // the pool's, OpenBLAS's) is seen.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cmath>
 #include <random>
@@ -24,6 +26,11 @@ namespace {
 std::atomic<long> g_allocations{0};
 std::atomic<unsigned long long> g_bytes{0};
 std::atomic<bool> g_counting{false};
+std::atomic<long long> g_live_bytes{0};  // every allocation, counting or not
+inline void* track(void* p) {
+  if (p) g_live_bytes.fetch_add((long long)malloc_usable_size(p), std::memory_order_relaxed);
+  return p;
+}
 inline void count(size_t bytes = 0) {
   if (!g_counting.load(std::memory_order_relaxed)) return;
   g_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -34,38 +41,42 @@ inline void count(size_t bytes = 0) {
 extern "C" {
 void* malloc(size_t n) {
   count(n);
-  return __libc_malloc(n);
+  return track(__libc_malloc(n));
 }
 void* calloc(size_t a, size_t b) {
   count(a * b);
-  return __libc_calloc(a, b);
+  return track(__libc_calloc(a, b));
 }
 void* realloc(void* p, size_t n) {
   count(n);
-  return __libc_realloc(p, n);
+  if (p) g_live_bytes.fetch_sub((long long)malloc_usable_size(p), std::memory_order_relaxed);
+  return track(__libc_realloc(p, n));
 }
 void* aligned_alloc(size_t align, size_t n) {
   count(n);
-  return __libc_memalign(align, n);
+  return track(__libc_memalign(align, n));
 }
 int posix_memalign(void** out, size_t align, size_t n) {
   count(n);
-  *out = __libc_memalign(align, n);
+  *out = track(__libc_memalign(align, n));
   return *out ? 0 : ENOMEM;
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) {
+  if (p) g_live_bytes.fetch_sub((long long)malloc_usable_size(p), std::memory_order_relaxed);
+  __libc_free(p);
+}
 }
 
 void* operator new(size_t n) {
   count(n);
-  if (void* p = __libc_malloc(n ? n : 1)) return p;
+  if (void* p = track(__libc_malloc(n ? n : 1))) return p;
   throw std::bad_alloc();
 }
 void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { __libc_free(p); }
-void operator delete[](void* p) noexcept { __libc_free(p); }
-void operator delete(void* p, size_t) noexcept { __libc_free(p); }
-void operator delete[](void* p, size_t) noexcept { __libc_free(p); }
+void operator delete(void* p) noexcept { free(p); }
+void operator delete[](void* p) noexcept { free(p); }
+void operator delete(void* p, size_t) noexcept { free(p); }
+void operator delete[](void* p, size_t) noexcept { free(p); }
 
 namespace tg = tensorgrad;
 
@@ -306,4 +317,23 @@ TEST(MemoryLimit, HugeBatchIsRefusedBeforeAllocating) {
   sane.batch_size = 8;
   tg::nn::Trainer tr(model, sane);
   EXPECT_TRUE(std::isfinite(tr.step(random_tensor({8, 4}), random_tensor({8, 2}))));
+}
+
+// free() gives the memory back even after contexts were handed out (and so
+// retired, not destroyed): weights, optimizer moments, graphs and arenas.
+TEST(MemoryLimit, FreeReleasesWeightsEvenAfterContextsExisted) {
+  const long long start = g_live_bytes.load();
+  {
+    tg::nn::Sequential model({1000});
+    model.add(tg::nn::Dense(1000, "relu"));  // 4 MB of kernel, 8 MB of Adam moments
+    model.add(tg::nn::Dense(2));
+    model.compile(tg::OptimizerSpec::adam(), "mse");
+    tg::OptimizerContext& ctx = model.optimizer_context(8);
+    ctx.step(random_tensor({8, 1000}), random_tensor({8, 2}));
+    model.predict(random_tensor({3, 1000}));
+    EXPECT_GT(g_live_bytes.load() - start, 12ll << 20);
+    model.free();
+    EXPECT_LT(g_live_bytes.load() - start, 1ll << 20);  // the model object and its retired context still exist
+    EXPECT_THROW(ctx.step(random_tensor({8, 1000}), random_tensor({8, 2})), tg::StateError);
+  }
 }

@@ -431,3 +431,33 @@ TEST(Functional, DropoutMasksDifferBetweenMainAndPartialBatchContexts) {
   EXPECT_LT(kept, 54.0f);
   EXPECT_NE(masks[0], masks[1]);
 }
+
+// Hooks belong to the model: fit's main and partial-batch contexts and a
+// Trainer made from the model all run them before their update.
+TEST(Functional, ModelGradientHooksRunInEveryContext) {
+  Sequential m({2});
+  m.add(Dense(1));
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  int calls = 0;
+  m.add_gradient_hook([&](std::span<NamedGradient> gs) {
+    ++calls;
+    for (NamedGradient& g : gs) g.grad.fill(0.0f);  // no update can move the weights
+  });
+  const std::vector<float> before = m.weights()[0].value.to_vector();
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.batch_size = 2;
+  o.shuffle = false;
+  std::mt19937 rng(3);
+  const Tensor x = uniform({5, 2}, rng, -1, 1), y = uniform({5, 1}, rng, -1, 1);
+  m.fit(x, y, o);  // batches of 2, 2 and 1
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(m.weights()[0].value.to_vector(), before);
+  nn::TrainerOptions t;
+  t.batch_size = 5;
+  nn::Trainer tr(m, t);
+  tr.step(x, y);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(tr.weights()[0].value.to_vector(), before);
+  EXPECT_TRUE(throws<ValueError>([&] { m.add_gradient_hook(nullptr); }, {"empty hook"}));
+}

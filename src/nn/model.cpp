@@ -139,6 +139,9 @@ Model& Model::operator=(Model&& other) noexcept {
   contexts_ = std::move(other.contexts_);
   retired_contexts_ = std::move(other.retired_contexts_);
   predict_plans_ = std::move(other.predict_plans_);
+  hooks_ = std::move(other.hooks_);
+  other.hooks_ = std::make_shared<std::vector<GradientHook>>();
+  rng_ = other.rng_;
   // The moved-from model is released, with an identity of its own, so that
   // nothing cached against it (a Trainer's update_target) can reach the memory
   // that moved away.
@@ -260,6 +263,10 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   changed_after_compile_ = false;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
+  // The model's own random stream, drawn once from the global seed: shuffles
+  // and dropout masks no longer depend on what else uses the global generator.
+  rng_.seed(global_generator()());
+  opt_state_->rng_counter = rng_();
   retire_contexts("compile() was called again");
   compiled_ = true;
 }
@@ -328,6 +335,7 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.accuracy = accuracy_;
     o.weights = weights;
     o.optimizer = optimizer_;
+    o.model_hooks = hooks_;
     try {
       slot = std::make_unique<OptimizerContext>(model_function(), o, opt_state_);
     } catch (...) {
@@ -507,7 +515,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
     if (opt.learning_rate_schedule) ctx.set_learning_rate(opt.learning_rate_schedule(epoch, ctx.learning_rate()));
     std::iota(order.begin(), order.end(), int64_t(0));
-    if (opt.shuffle) std::shuffle(order.begin(), order.end(), global_generator());
+    if (opt.shuffle) std::shuffle(order.begin(), order.end(), rng_);
     progress.begin_epoch(epoch, steps);
     double loss_sum = 0;
     std::fill(out_loss.begin(), out_loss.end(), 0.0);
@@ -685,6 +693,12 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
   for (size_t i = 0; i < out.size(); ++i) std::memcpy(out[i].raw(), plan.exe->data_ptr(plan.out[i]), out[i].nbytes());
 }
 
+void Model::add_gradient_hook(GradientHook hook) {
+  check_live("add_gradient_hook()");
+  if (!hook) throw ValueError("add_gradient_hook: empty hook");
+  hooks_->push_back(std::move(hook));
+}
+
 void Model::freeze_bn_stats(bool freeze) {
   check_live("freeze_bn_stats()");
   std::set<const Layer*> seen;
@@ -721,8 +735,11 @@ Model Model::clone() const {
     copy.loss_weights_ = loss_weights_;
     copy.accuracy_ = accuracy_;
     copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
+    copy.opt_state_->rng_counter = opt_state_->rng_counter;
+    copy.rng_ = rng_;
     copy.compiled_ = true;
   }
+  *copy.hooks_ = *hooks_;
   return copy;
 }
 
@@ -733,6 +750,7 @@ void Model::free() {
   predict_plans_.clear();
   graph_.reset();
   opt_state_.reset();
+  hooks_->clear();
   compiled_ = false;
   released_ = true;
   new_structure_id();

@@ -25,6 +25,7 @@ Sequential::Sequential(Sequential&& other) noexcept
       output_(std::move(other.output_)),
       layers_(std::move(other.layers_)) {
   other.layers_.clear();
+  other.input_ = other.output_ = SymbolicTensor();
 }
 
 Sequential& Sequential::operator=(Sequential&& other) noexcept {
@@ -34,6 +35,7 @@ Sequential& Sequential::operator=(Sequential&& other) noexcept {
   output_ = std::move(other.output_);
   layers_ = std::move(other.layers_);
   other.layers_.clear();
+  other.input_ = other.output_ = SymbolicTensor();
   return *this;
 }
 
@@ -64,6 +66,7 @@ Sequential::Sequential(Model&& copy) : Model(std::move(copy)) {
 void Sequential::free() {
   Model::free();
   layers_.clear();
+  input_ = output_ = SymbolicTensor();  // the symbolic graph holds the layers too
 }
 
 }  // namespace tensorgrad::nn

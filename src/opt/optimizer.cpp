@@ -573,6 +573,8 @@ StepResult OptimizerContext::run(Plan& plan, std::span<const Tensor> x, std::spa
     ++n_steps_;
     if (++state_->micro_step >= period_) {
       try {
+        if (options_.model_hooks)
+          for (const GradientHook& hook : *options_.model_hooks) hook(grads_);
         for (auto& hook : hooks_) hook(grads_);
       } catch (...) {
         // The period's gradients are dropped, so the next period starts clean.
@@ -604,6 +606,13 @@ void OptimizerContext::retire(const std::string& why) {
   train_.reset();
   eval_.reset();
   grads_.clear();
+  // Nothing of the model stays reachable: its layers (and weights) and the
+  // optimizer moments go with the last live owner.
+  model_ = ModelFunction{};
+  state_.reset();
+  hooks_.clear();
+  options_.model_hooks.reset();
+  for (Head& h : heads_) h.loss.function = nullptr;
 }
 
 StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Tensor> y,
@@ -638,11 +647,17 @@ void OptimizerContext::add_gradient_hook(GradientHook hook) {
 }
 
 void OptimizerContext::set_learning_rate(float lr) {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
   if (!(lr > 0.0f) || !std::isfinite(lr))
     throw ValueError("learning rate must be a positive finite number; got " + std::to_string(lr));
   state_->hyper.data<float>()[kLr] = lr;
 }
 
-float OptimizerContext::learning_rate() const { return state_->hyper.data<float>()[kLr]; }
+float OptimizerContext::learning_rate() const {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
+  return state_->hyper.data<float>()[kLr];
+}
 
 }  // namespace tensorgrad

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <tuple>
@@ -176,6 +177,13 @@ class Model {
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
                                       LossWeights weights = LossWeights::None);
 
+  /// Adds a gradient hook (see GradientHook) that every optimizer context of
+  /// this model runs between backward and update: fit's, a partial last
+  /// batch's, the Trainer's (a Trainer or clone made later takes the model's
+  /// hooks with it). Hooks run in the order added. Throws ValueError for an
+  /// empty hook.
+  void add_gradient_hook(GradientHook hook);
+
   /// Fixes every BatchNormalization layer's moving statistics: later
   /// training steps still normalize with batch statistics but no longer
   /// update them (as the seeds' freeze). Applies to graphs built from now on.
@@ -267,6 +275,8 @@ class Model {
   std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;
+  std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
+  std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };
 
 }  // namespace tensorgrad::nn

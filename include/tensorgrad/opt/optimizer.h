@@ -129,6 +129,17 @@ struct OptimizerState {
   int64_t iterations() const;
 };
 
+/// A trainable gradient as the hook stage sees it.
+struct NamedGradient {
+  std::string name;
+  Tensor grad;  // view of the gradient (averaged over the logical batch), writable
+};
+/// Called between backward and update with every trainable gradient (gradient
+/// clipping, all-reduce, inspection). May modify the gradients in place. A
+/// hook that throws cancels that update: the period's gradients are dropped
+/// and the exception propagates. The views are valid after the first step().
+using GradientHook = std::function<void(std::span<NamedGradient>)>;
+
 /// Options of an optimizer context.
 struct OptimizerContextOptions {
   int64_t batch_size = 32;
@@ -146,6 +157,10 @@ struct OptimizerContextOptions {
   std::vector<bool> accuracy;
   LossWeights weights = LossWeights::None;
   OptimizerSpec optimizer;
+  /// The model's gradient hooks (DESIGN.md: hooks per model, not per
+  /// context), run before the context's own, in order; shared, so a hook
+  /// added to the model later reaches contexts made earlier.
+  std::shared_ptr<const std::vector<GradientHook>> model_hooks;
 };
 
 /// What one step or evaluation measured. The spans point into the context
@@ -158,17 +173,6 @@ struct StepResult {
   std::span<const float> output_losses;     // per output, before loss_weights
   std::span<const int64_t> output_correct;  // per output; -1 without accuracy
 };
-
-/// A trainable gradient as the hook stage sees it.
-struct NamedGradient {
-  std::string name;
-  Tensor grad;  // view of the gradient (averaged over the logical batch), writable
-};
-/// Called between backward and update with every trainable gradient (gradient
-/// clipping, all-reduce, inspection). May modify the gradients in place. A
-/// hook that throws cancels that update: the period's gradients are dropped
-/// and the exception propagates. The views are valid after the first step().
-using GradientHook = std::function<void(std::span<NamedGradient>)>;
 
 class OptimizerContext {
  public:
@@ -210,7 +214,8 @@ class OptimizerContext {
     check_targets(0, y, sample_weight, rows);
   }
 
-  /// Adds a hook run between backward and update (see GradientHook).
+  /// Adds a hook run between backward and update (see GradientHook), after
+  /// the model's hooks; this context's only.
   void add_gradient_hook(GradientHook hook);
   /// Throws ValueError unless lr is positive and finite.
   void set_learning_rate(float lr);
@@ -220,8 +225,9 @@ class OptimizerContext {
   int64_t accumulation_period() const { return period_; }
   /// Calls of step().
   int64_t n_steps() const { return n_steps_; }
-  /// Releases the graphs; every later step() or evaluate() throws
-  /// StateError saying `why` (the model this context belongs to changed).
+  /// Releases the graphs, the model function and the optimizer state (so a
+  /// freed model's memory goes); every later step(), evaluate() or learning
+  /// rate call throws StateError saying `why` (the model changed).
   void retire(const std::string& why);
   const OptimizerContextOptions& options() const { return options_; }
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
