@@ -16,7 +16,10 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::MatMul: return matmul(at, in[0], in[1], out, ctx);
     case OpKind::Add:
     case OpKind::Sub:
-    case OpKind::Mul: return binary(op, in[0], in[1], out, ctx);
+    case OpKind::Mul:
+    case OpKind::Maximum:
+    case OpKind::Minimum:
+    case OpKind::GreaterEqual: return binary(op, in[0], in[1], out, ctx);
     case OpKind::Reshape: return;  // a view: the planner gave it its input's memory
     case OpKind::Rsqrt:
     case OpKind::Gelu:
@@ -33,6 +36,9 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::LogSoftmax: return softmax(op, in[0], out, ctx);
     case OpKind::SoftmaxCrossEntropy: return softmax_cross_entropy(in, out);
     case OpKind::MseLoss: return mse_loss(in, out);
+    case OpKind::MaeLoss: return mae_loss(in, out);
+    case OpKind::HuberLoss: return huber_loss(at, in, out);
+    case OpKind::BinaryCrossEntropy: return binary_cross_entropy(in, out);
     case OpKind::Sum:
     case OpKind::Mean: return reduce_all(op, in[0], out);
     case OpKind::SumTo: return sum_to(in[0], out, ctx);
@@ -63,7 +69,12 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::LogSoftmaxBackward: return softmax_backward(op, in[0], in[1], out, ctx);
     case OpKind::SoftmaxCrossEntropyBackward: return softmax_cross_entropy_backward(in, out);
     case OpKind::MseLossBackward: return mse_loss_backward(in, out);
+    case OpKind::MaeLossBackward: return mae_loss_backward(in, out);
+    case OpKind::HuberLossBackward: return huber_loss_backward(at, in, out);
+    case OpKind::BinaryCrossEntropyBackward: return binary_cross_entropy_backward(in, out);
     case OpKind::Accuracy: return accuracy(in[0], in[1], out);
+    case OpKind::BinaryAccuracy: return binary_accuracy(at, in[0], in[1], out);
+    case OpKind::TopKAccuracy: return top_k_accuracy(at, in[0], in[1], out);
     case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick:
     case OpKind::AdamWUpdate:

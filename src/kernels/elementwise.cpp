@@ -93,6 +93,13 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::Add: return binary_strided(a, b, out, ctx, [](float x, float y) { return x + y; });
     case OpKind::Sub: return binary_strided(a, b, out, ctx, [](float x, float y) { return x - y; });
     case OpKind::Mul: return binary_strided(a, b, out, ctx, [](float x, float y) { return x * y; });
+    // x where x >= y (x <= y), else y. NaN propagates: x != x keeps a NaN x, and a NaN y fails the comparison.
+    case OpKind::Maximum:
+      return binary_strided(a, b, out, ctx, [](float x, float y) { return x >= y || x != x ? x : y; });
+    case OpKind::Minimum:
+      return binary_strided(a, b, out, ctx, [](float x, float y) { return x <= y || x != x ? x : y; });
+    case OpKind::GreaterEqual:
+      return binary_strided(a, b, out, ctx, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Scale: case OpKind::Relu:
     case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax: case OpKind::LogSoftmax:
     case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout: case OpKind::Sum: case OpKind::Mean:
@@ -106,6 +113,9 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
+    case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
+    case OpKind::TopKAccuracy:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }
@@ -250,6 +260,9 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
+    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
+    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }
@@ -293,6 +306,9 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::RsqrtBackward: case OpKind::SliceBackward: case OpKind::GatherBackward:
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
+    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
+    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
+    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::Count:
       break;
   }
@@ -335,6 +351,9 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
+    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
+    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }

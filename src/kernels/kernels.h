@@ -87,6 +87,15 @@ void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorR
 void mse_loss(std::span<const TensorRef> in, const TensorRef& out);
 void mse_loss_backward(std::span<const TensorRef> in, const TensorRef& dx);
 void accuracy(const TensorRef& pred, const TensorRef& labels, const TensorRef& out);
+// losses.cpp: element-wise losses over {B, N} and the metrics beside accuracy.
+void mae_loss(std::span<const TensorRef> in, const TensorRef& out);
+void mae_loss_backward(std::span<const TensorRef> in, const TensorRef& dx);
+void huber_loss(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& out);
+void huber_loss_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx);
+void binary_cross_entropy(std::span<const TensorRef> in, const TensorRef& out);
+void binary_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx);
+void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& target, const TensorRef& out);
+void top_k_accuracy(const OpAttrs& at, const TensorRef& scores, const TensorRef& labels, const TensorRef& out);
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
 
 /// Throws Error("internal error: op '<name>' not handled by <function>"): a

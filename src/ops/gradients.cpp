@@ -26,7 +26,10 @@ OpKind backward_of(OpKind op) {
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
-    case OpKind::MovingAverage: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual:
+    case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
+    case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
+    case OpKind::TopKAccuracy: case OpKind::Count:
       break;
   }
   throw Error(std::string("internal error: op '") + op_info(op).name + "' not handled by backward_of");
@@ -63,6 +66,16 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
       if (need(0)) dx[0] = b.sum_to(b.mul(g, x[1]), b.shape(x[0]));
       if (need(1)) dx[1] = b.sum_to(b.mul(g, x[0]), b.shape(x[1]));
       return;
+    case OpKind::Maximum:    // m = [a >= b]: da = g m, db = g (1 - m) (ties go to a, as TensorFlow)
+    case OpKind::Minimum: {  // m = [a <= b] = [b >= a]
+      Value m = op == OpKind::Maximum ? back(OpKind::GreaterEqual, {x[0], x[1]})
+                                      : back(OpKind::GreaterEqual, {x[1], x[0]});
+      Value ga = b.mul(g, m);  // g m and g - g m are exact: m is 0 or 1
+      if (need(0)) dx[0] = b.sum_to(ga, b.shape(x[0]));
+      if (need(1)) dx[1] = b.sum_to(b.sub(g, ga), b.shape(x[1]));
+      return;
+    }
+    case OpKind::GreaterEqual: return;  // piecewise constant: no gradient
     case OpKind::Scale: dx[0] = b.scale(g, at.scale); return;
     case OpKind::Relu: dx[0] = back(OpKind::ReluBackward, {y, g}); return;
     case OpKind::Sigmoid: dx[0] = back(OpKind::SigmoidBackward, {y, g}); return;
@@ -104,13 +117,21 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
       dx[0] = x.size() == 3 ? back(OpKind::SoftmaxCrossEntropyBackward, {x[0], x[1], x[2], g})
                             : back(OpKind::SoftmaxCrossEntropyBackward, {x[0], x[1], g});
       return;
-    case OpKind::MseLoss: {
-      Value d = x.size() == 3 ? back(OpKind::MseLossBackward, {x[0], x[1], x[2], g})
-                              : back(OpKind::MseLossBackward, {x[0], x[1], g});
+    case OpKind::MseLoss:    // dpred = 2 w (p - t) g / (B N)
+    case OpKind::MaeLoss:    // dpred = w sign(p - t) g / (B N)
+    case OpKind::HuberLoss: {  // dpred = w clip(p - t, -delta, delta) g / (B N); dtarget = -dpred for all three
+      const OpKind k = op == OpKind::MseLoss   ? OpKind::MseLossBackward
+                       : op == OpKind::MaeLoss ? OpKind::MaeLossBackward
+                                               : OpKind::HuberLossBackward;
+      Value d = x.size() == 3 ? b.apply(k, {x[0], x[1], x[2], g}, at) : b.apply(k, {x[0], x[1], g}, at);
       if (need(0)) dx[0] = d;
       if (need(1)) dx[1] = b.scale(d, -1.0f);
       return;
     }
+    case OpKind::BinaryCrossEntropy:  // dlogits = w (sigmoid(z) - y) g / (B N); targets and weights take no gradient
+      dx[0] = x.size() == 3 ? back(OpKind::BinaryCrossEntropyBackward, {x[0], x[1], x[2], g})
+                            : back(OpKind::BinaryCrossEntropyBackward, {x[0], x[1], g});
+      return;
     case OpKind::Fill:
     case OpKind::Leaf:
       return;
@@ -120,7 +141,8 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::GatherBackward:
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
-    case OpKind::Count:
+    case OpKind::MaeLossBackward: case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward:
+    case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy: case OpKind::Count:
       break;
   }
   throw Error(std::string("op '") + op_info(op).name + "' has no gradient rule");

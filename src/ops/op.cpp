@@ -1,6 +1,7 @@
 #include "tensorgrad/ops/op.h"
 
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "tensorgrad/core/error.h"
@@ -16,6 +17,9 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"add", 2, 2, false},
     {"sub", 2, 2, false},
     {"mul", 2, 2, false},
+    {"maximum", 2, 2, false},
+    {"minimum", 2, 2, false},
+    {"greater_equal", 2, 2, false},
     {"scale", 1, 1, false},
     {"relu", 1, 1, false},
     {"sigmoid", 1, 1, false},
@@ -24,6 +28,9 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"log_softmax", 1, 1, false},
     {"softmax_cross_entropy", 2, 3, false},
     {"mse_loss", 2, 3, false},
+    {"mae_loss", 2, 3, false},
+    {"huber_loss", 2, 3, false},
+    {"binary_cross_entropy", 2, 3, false},
     {"dropout", 1, 1, false},
     {"sum", 1, 1, false},
     {"mean", 1, 1, false},
@@ -52,6 +59,9 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"log_softmax_backward", 2, 2, false},
     {"softmax_cross_entropy_backward", 3, 4, false},
     {"mse_loss_backward", 3, 4, false},
+    {"mae_loss_backward", 3, 4, false},
+    {"huber_loss_backward", 3, 4, false},
+    {"binary_cross_entropy_backward", 3, 4, false},
     {"rsqrt_backward", 2, 2, false},
     {"gelu_backward", 2, 2, false},
     {"silu_backward", 2, 2, false},
@@ -63,6 +73,8 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"max_pool2d_backward", 2, 2, false},
     {"avg_pool2d_backward", 1, 1, false},
     {"accuracy", 2, 2, false},
+    {"binary_accuracy", 2, 2, false},
+    {"top_k_accuracy", 2, 2, false},
     {"accumulate_grad", 2, 2, true},
     {"optimizer_tick", 2, 2, true},
     {"adamw_update", 5, 5, true},
@@ -162,6 +174,9 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
     case OpKind::Add:
     case OpKind::Sub:
     case OpKind::Mul:
+    case OpKind::Maximum:
+    case OpKind::Minimum:
+    case OpKind::GreaterEqual:
       expect_float(op, t, 0, "lhs");
       expect_float(op, t, 1, "rhs");
       return {broadcast_shapes(s[0], s[1], info.name)};
@@ -180,19 +195,26 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
       return {s[0]};
     case OpKind::SoftmaxCrossEntropy:
-    case OpKind::MseLoss: {
-      expect_float(op, t, 0, "predictions");
-      expect_rank(op, s[0], 2, "predictions");
-      if (op == OpKind::MseLoss) {
-        if (s[1] != s[0]) shape_fail(op, "targets " + s[1].str() + " must match predictions " + s[0].str());
+    case OpKind::MseLoss:
+    case OpKind::MaeLoss:
+    case OpKind::HuberLoss:
+    case OpKind::BinaryCrossEntropy: {
+      const bool elementwise = op != OpKind::SoftmaxCrossEntropy;
+      const char* pred_role = op == OpKind::BinaryCrossEntropy ? "logits" : "predictions";
+      expect_float(op, t, 0, pred_role);
+      expect_rank(op, s[0], 2, pred_role);
+      if (elementwise) {
+        if (s[1] != s[0]) shape_fail(op, "targets " + s[1].str() + " must match " + pred_role + " " + s[0].str());
         expect_float(op, t, 1, "targets");
       } else {
         check_labels(op, s[0], s[1], t[1]);
       }
       if (s.size() == 3) {
         expect_float(op, t, 2, "weights");
-        check_weights(op, s[0], s[2], op == OpKind::MseLoss);
+        check_weights(op, s[0], s[2], elementwise);
       }
+      if (op == OpKind::HuberLoss && !(a.scale > 0.0f && std::isfinite(a.scale)))
+        throw ValueError("huber_loss: delta (attrs.scale) must be finite and > 0; got " + std::to_string(a.scale));
       return {Shape{}};
     }
     case OpKind::Sum:
@@ -313,12 +335,28 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       return {s[0]};
     case OpKind::SoftmaxCrossEntropyBackward:
     case OpKind::MseLossBackward:
+    case OpKind::MaeLossBackward:
+    case OpKind::HuberLossBackward:
+    case OpKind::BinaryCrossEntropyBackward:
       if (s.back().numel() != 1) shape_fail(op, "the incoming gradient must be a scalar; got " + s.back().str());
       return {s[0]};
     case OpKind::Accuracy:
       expect_rank(op, s[0], 2, "predictions");
       if (s[1].rank() == 2 ? s[1] != s[0] : s[1].rank() != 1 || s[1][0] != s[0][0])
         shape_fail(op, "labels " + s[1].str() + " do not fit predictions " + s[0].str());
+      return {Shape{}};
+    case OpKind::BinaryAccuracy:
+      expect_float(op, t, 0, "predictions");
+      expect_float(op, t, 1, "targets");
+      expect_rank(op, s[0], 2, "predictions");
+      if (s[1] != s[0]) shape_fail(op, "targets " + s[1].str() + " must match predictions " + s[0].str());
+      return {Shape{}};
+    case OpKind::TopKAccuracy:
+      expect_float(op, t, 0, "scores");
+      expect_rank(op, s[0], 2, "scores");
+      check_labels(op, s[0], s[1], t[1]);
+      if (a.length < 1)
+        throw ValueError("top_k_accuracy: k (attrs.length) must be >= 1; got " + std::to_string(a.length));
       return {Shape{}};
     case OpKind::AccumulateGrad:
       if (s[0] != s[1]) shape_fail(op, "accumulator " + s[0].str() + " and gradient " + s[1].str() + " differ");
@@ -360,6 +398,22 @@ Value Builder::softmax_cross_entropy(Value logits, Value labels, Value weights) 
 
 Value Builder::mse_loss(Value pred, Value target, Value weights) {
   return weights.valid() ? apply(OpKind::MseLoss, {pred, target, weights}) : apply(OpKind::MseLoss, {pred, target});
+}
+
+Value Builder::mae_loss(Value pred, Value target, Value weights) {
+  return weights.valid() ? apply(OpKind::MaeLoss, {pred, target, weights}) : apply(OpKind::MaeLoss, {pred, target});
+}
+
+Value Builder::huber_loss(Value pred, Value target, float delta, Value weights) {
+  OpAttrs at;
+  at.scale = delta;
+  return weights.valid() ? apply(OpKind::HuberLoss, {pred, target, weights}, at)
+                         : apply(OpKind::HuberLoss, {pred, target}, at);
+}
+
+Value Builder::binary_cross_entropy(Value logits, Value targets, Value weights) {
+  return weights.valid() ? apply(OpKind::BinaryCrossEntropy, {logits, targets, weights})
+                         : apply(OpKind::BinaryCrossEntropy, {logits, targets});
 }
 
 Value Builder::dropout(Value x, float rate, uint64_t seed) {

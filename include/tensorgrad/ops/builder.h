@@ -42,6 +42,12 @@ class Builder {
   Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
   Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
   Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }
+  /// Element-wise max(a, b) with NumPy broadcasting (shape as Add). The
+  /// gradient goes to a where a >= b, to b elsewhere (TensorFlow's rule).
+  Value maximum(Value a, Value b) { return apply(OpKind::Maximum, {a, b}); }
+  /// Element-wise min(a, b) with NumPy broadcasting. The gradient goes to a
+  /// where a <= b, to b elsewhere.
+  Value minimum(Value a, Value b) { return apply(OpKind::Minimum, {a, b}); }
   /// x * s.
   Value scale(Value x, float s);
   Value relu(Value x) { return apply(OpKind::Relu, {x}); }
@@ -53,6 +59,18 @@ class Builder {
   Value softmax_cross_entropy(Value logits, Value labels, Value weights = {});
   /// sum(weights * (pred - target)^2) / numel(pred), weights optional.
   Value mse_loss(Value pred, Value target, Value weights = {});
+  /// pred, target {B, N}; weights {B} (per row) or {B, N} (per element), optional.
+  /// Scalar sum(weights * |pred - target|) / (B N). Gradient sign(pred - target), 0 where equal.
+  Value mae_loss(Value pred, Value target, Value weights = {});
+  /// pred, target {B, N}; weights {B} or {B, N}, optional; delta > 0. With
+  /// d = pred - target, per element e = d^2 / 2 where |d| <= delta, else
+  /// delta (|d| - delta / 2) (Keras' Huber; PyTorch's smooth_l1 for delta = 1).
+  /// Scalar sum(weights * e) / (B N).
+  Value huber_loss(Value pred, Value target, float delta = 1.0f, Value weights = {});
+  /// logits, targets {B, N} (targets in [0, 1]); weights {B} or {B, N}, optional.
+  /// Scalar sum(weights * (max(z, 0) - z y + log1p(exp(-|z|)))) / (B N): the
+  /// cross-entropy of sigmoid(z) against y, finite for any finite z.
+  Value binary_cross_entropy(Value logits, Value targets, Value weights = {});
   /// Inverted dropout with drop probability `rate`, random stream `seed`.
   Value dropout(Value x, float rate, uint64_t seed);
   Value sum(Value x) { return apply(OpKind::Sum, {x}); }

@@ -17,11 +17,18 @@ enum class OpKind : uint8_t {
   // forward ops
   MatMul,               // (A{M,K}, B{K,N}) -> {M,N}; attrs.trans_a/trans_b transpose the operands
   Add, Sub, Mul,        // NumPy broadcasting
+  Maximum, Minimum,     // NumPy broadcasting as Add; a where a >= b (a <= b) else b; a NaN in either gives NaN
+  GreaterEqual,         // (a, b) broadcast as Add -> 1 where a >= b, else 0 (the mask of Maximum/Minimum gradients)
   Scale,                // x * attrs.scale
   Relu, Sigmoid, Tanh,
   Softmax, LogSoftmax,  // along the last axis
   SoftmaxCrossEntropy,  // (logits{B,C}, labels{B,C} f32 | {B} i32 [, weights{B}]) -> scalar mean
-  MseLoss,              // (pred{B,N}, target{B,N} [, weights{B} | {B,N}]) -> scalar
+  MseLoss,              // (pred{B,N}, target{B,N} [, weights{B} | {B,N}]) -> scalar sum(w (p - t)^2) / (B N)
+  MaeLoss,              // (pred{B,N}, target{B,N} [, weights{B} | {B,N}]) -> scalar sum(w |p - t|) / (B N)
+  HuberLoss,            // as MaeLoss; per element d^2 / 2 if |d| <= delta else delta (|d| - delta / 2),
+                        //   delta = attrs.scale > 0
+  BinaryCrossEntropy,   // (logits{B,N}, targets{B,N} in [0,1] [, weights{B} | {B,N}])
+                        //   -> scalar sum(w (max(z,0) - z y + log1p(exp(-|z|)))) / (B N)
   Dropout,              // inverted dropout, rate attrs.scale, stream attrs.seed
   Sum, Mean,            // over every element -> scalar
   SumTo,                // reduce a broadcast result back to attrs.shape
@@ -40,6 +47,7 @@ enum class OpKind : uint8_t {
   // backward ops (inputs listed at each gradient rule)
   ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
   SoftmaxCrossEntropyBackward, MseLossBackward,
+  MaeLossBackward, HuberLossBackward, BinaryCrossEntropyBackward,  // (pred, target [, weights], g scalar) -> dpred
   RsqrtBackward,        // (y, g)
   GeluBackward, SiluBackward, EluBackward, LeakyReluBackward, SoftplusBackward,  // (x, g)
   SliceBackward,        // g -> zeros of attrs.shape with g placed at the slice
@@ -48,6 +56,9 @@ enum class OpKind : uint8_t {
   AvgPool2DBackward,    // g -> dx of attrs.shape
   // metrics
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
+  BinaryAccuracy,  // (pred{B,N}, target{B,N}) -> scalar count of (pred > attrs.scale) == (target > 0.5)
+  TopKAccuracy,    // (scores{B,C}, labels int32{B} | one-hot f32{B,C}) -> scalar count of rows whose label has
+                   //   fewer than k = attrs.length strictly greater scores (tf.math.in_top_k)
   // optimizer ops: update their first input in place
   AccumulateGrad,  // (acc, g): acc += g
   OptimizerTick,   // (hyper, step int64{1}): t += 1, then hyper's bias corrections for t (in double)
@@ -78,12 +89,13 @@ struct Window2D {
 /// Attributes of one op application. Unused fields stay at their defaults.
 struct OpAttrs {
   bool trans_a = false, trans_b = false;  // MatMul
-  float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum
+  float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum,
+                                          // Huber delta, BinaryAccuracy threshold
   uint64_t seed = 0;                      // Dropout stream
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat
-  int64_t start = 0, length = 0;          // Slice
+  int64_t start = 0, length = 0;          // Slice; length: TopKAccuracy's k
   Window2D window;                        // Im2Col / Col2Im / pooling
 };
 
