@@ -461,3 +461,64 @@ TEST(Functional, ModelGradientHooksRunInEveryContext) {
   EXPECT_EQ(tr.weights()[0].value.to_vector(), before);
   EXPECT_TRUE(throws<ValueError>([&] { m.add_gradient_hook(nullptr); }, {"empty hook"}));
 }
+
+// Keras' losses and metrics by name, against values computed here in double
+// from the output z = x W of one Dense layer with known weights.
+TEST(Functional, LossesAndMetricsByKerasName) {
+  const Tensor xs = values({1, -2, 0.5f, 3}, {2, 2});
+  const std::vector<float> w{0.5f, -1, 2, 1.5f, 0.25f, -0.75f};  // {2, 3}
+  double z[2][3];
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) z[r][c] = double(xs.data<float>()[r * 2]) * w[size_t(c)] + double(xs.data<float>()[r * 2 + 1]) * w[size_t(3 + c)];
+  const std::vector<float> yv{1, 0, 1, 0, 0, 1};
+  const Tensor ys = values(yv, {2, 3});
+  auto model = [&](const char* activation) {
+    const SymbolicTensor x = Input({2});
+    auto d = std::make_shared<Dense>(3, activation, false);
+    Model m(x, (*d)(x));
+    set_weight(d, 0, w);
+    return m;
+  };
+  double mae = 0, mse = 0, huber = 0, bce = 0, bin_acc = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c) {
+      const double d = z[r][c] - yv[size_t(r * 3 + c)], y = yv[size_t(r * 3 + c)], zz = z[r][c];
+      mae += std::fabs(d) / 6;
+      mse += d * d / 6;
+      huber += (std::fabs(d) <= 1 ? 0.5 * d * d : std::fabs(d) - 0.5) / 6;
+      bce += (std::max(zz, 0.0) - zz * y + std::log1p(std::exp(-std::fabs(zz)))) / 6;
+      bin_acc += ((1 / (1 + std::exp(-zz)) > 0.5) == (y > 0.5)) / 6.0;
+    }
+  Model linear = model("linear");
+  linear.compile(OptimizerSpec::sgd(), "mae", {"mse", "rmse", "mae"});
+  auto r = linear.evaluate(xs, ys);
+  EXPECT_NEAR(r.at("loss"), mae, 1e-6);
+  EXPECT_NEAR(r.at("mae"), mae, 1e-6);
+  EXPECT_NEAR(r.at("mse"), mse, 1e-5);
+  EXPECT_NEAR(r.at("rmse"), std::sqrt(mse), 1e-5);
+  linear.compile(OptimizerSpec::sgd(), "huber");
+  EXPECT_NEAR(linear.evaluate(xs, ys).at("loss"), huber, 1e-6);
+  EXPECT_TRUE(throws<ValueError>([&] { linear.compile(OptimizerSpec::sgd(), "mse", {"accuracy"}); }, {"accuracy", "mse"}));
+
+  Model sigmoid = model("sigmoid");
+  sigmoid.compile(OptimizerSpec::sgd(), "binary_crossentropy", {"accuracy"});
+  r = sigmoid.evaluate(xs, ys);
+  EXPECT_NEAR(r.at("loss"), bce, 1e-6);
+  EXPECT_NEAR(r.at("accuracy"), bin_acc, 1e-6);  // "accuracy" resolves to binary_accuracy
+  Model relu = model("relu");
+  EXPECT_TRUE(throws<ValueError>([&] { relu.compile(OptimizerSpec::sgd(), "binary_crossentropy"); }, {"sigmoid", "relu"}));
+
+  // Top-5 of 6 classes: a row misses only when its label has the lowest score.
+  const SymbolicTensor x6 = Input({1});
+  auto d6 = std::make_shared<Dense>(6, "softmax", false);
+  Model six(x6, (*d6)(x6));
+  set_weight(d6, 0, {3, 1, 4, 1.5f, 5, 9});
+  six.compile(OptimizerSpec::sgd(), "sparse_categorical_crossentropy", {"sparse_top_k_categorical_accuracy", "accuracy"});
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 5, 0, 3}, Shape{4});
+  r = six.evaluate(Tensor::full({4, 1}, 1.0f), ids);
+  EXPECT_DOUBLE_EQ(r.at("sparse_top_k_categorical_accuracy"), 0.75);  // class 1 has the lowest score
+  EXPECT_DOUBLE_EQ(r.at("accuracy"), 0.25);                            // only class 5 is the argmax
+  EXPECT_TRUE(throws<ValueError>([&] { six.compile(OptimizerSpec::sgd(), "sparse_categorical_crossentropy", {"top_k_categorical_accuracy"}); },
+                                 {"class ids"}));
+  EXPECT_TRUE(throws<ValueError>([&] { six.compile(OptimizerSpec::sgd(), "mse", {"auc"}); }, {"unknown metric 'auc'"}));
+}

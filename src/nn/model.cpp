@@ -134,7 +134,7 @@ Model& Model::operator=(Model&& other) noexcept {
   optimizer_ = other.optimizer_;
   losses_ = std::move(other.losses_);
   loss_weights_ = std::move(other.loss_weights_);
-  accuracy_ = std::move(other.accuracy_);
+  metrics_ = std::move(other.metrics_);
   opt_state_ = std::move(other.opt_state_);
   contexts_ = std::move(other.contexts_);
   retired_contexts_ = std::move(other.retired_contexts_);
@@ -224,14 +224,10 @@ ModelFunction Model::model_function() const {
 LossKind Model::loss() const { return losses_.empty() ? LossKind::MeanSquaredError : losses_[0].kind; }
 
 std::vector<std::string> Model::metrics() const {
-  return !accuracy_.empty() && accuracy_[0] ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{};
+  return metrics_.empty() ? std::vector<std::string>{} : metrics_[0];
 }
 
-std::vector<std::vector<std::string>> Model::output_metrics() const {
-  std::vector<std::vector<std::string>> out;
-  for (bool a : accuracy_) out.push_back(a ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{});
-  return out;
-}
+std::vector<std::vector<std::string>> Model::output_metrics() const { return metrics_; }
 
 void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
                          std::vector<std::vector<std::string>> metrics) {
@@ -240,26 +236,17 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   // Validate everything before changing anything: a failed compile leaves the model as it was.
   optimizer.validate();
   const size_t n_out = graph_->outputs.size();
-  std::vector<bool> accuracy(n_out, false);
-  for (size_t i = 0; i < metrics.size(); ++i)
-    for (const std::string& m : metrics[i]) {
-      if (m != "accuracy" && m != "acc") throw ValueError("unknown metric '" + m + "'; supported: \"accuracy\"");
-      const LossKind k = losses.size() == 1 ? losses[0].kind : losses[i].kind;
-      if (k != LossKind::CategoricalCrossentropy && k != LossKind::SparseCategoricalCrossentropy)
-        throw ValueError("metric \"accuracy\" needs a cross-entropy loss; output '" + graph_->output_names[i] +
-                         "' is compiled with \"" + (losses.size() == 1 ? losses[0].name : losses[i].name) + "\"");
-      accuracy[i] = true;
-    }
+  if (metrics.empty()) metrics.assign(n_out, {});
   OptimizerContextOptions o;
   o.batch_size = 1;
   o.losses = losses;
   o.loss_weights = loss_weights;
-  o.accuracy = accuracy;
+  o.metrics = metrics;
   o.optimizer = optimizer;
-  OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes)
+  OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes, metrics)
   losses_ = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
   loss_weights_ = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
-  accuracy_ = std::move(accuracy);
+  metrics_ = metrics.size() == 1 ? std::vector<std::vector<std::string>>(n_out, metrics[0]) : std::move(metrics);
   changed_after_compile_ = false;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
@@ -332,7 +319,7 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.nbatch_logical = nbatch_logical;
     o.losses = losses_;
     o.loss_weights = loss_weights_;
-    o.accuracy = accuracy_;
+    o.metrics = metrics_;
     o.weights = weights;
     o.optimizer = optimizer_;
     o.model_hooks = hooks_;
@@ -396,14 +383,19 @@ std::vector<Tensor> Model::ordered_targets(const std::map<std::string, Tensor>& 
 }
 
 std::map<std::string, double> Model::metric_logs(double loss_sum, std::span<const double> output_loss_sums,
-                                                 std::span<const int64_t> correct, int64_t rows) const {
+                                                 std::span<const double> metric_sums, int64_t rows) const {
   const double n = rows ? double(rows) : 1.0;
   std::map<std::string, double> logs{{"loss", rows ? loss_sum / n : 0.0}};
   const size_t n_out = graph_->outputs.size();
+  size_t k = 0;
   for (size_t i = 0; i < n_out; ++i) {
     const std::string prefix = n_out == 1 ? "" : graph_->output_names[i] + "_";
     if (n_out > 1) logs[prefix + "loss"] = rows ? output_loss_sums[i] / n : 0.0;
-    if (accuracy_[i]) logs[prefix + "accuracy"] = rows ? double(correct[i]) / n : 0.0;
+    for (const std::string& m : metrics_[i]) {
+      const double mean = rows && k < metric_sums.size() ? metric_sums[k] / n : 0.0;
+      ++k;
+      logs[prefix + m] = metric_from_name(m, losses_[i].kind) == MetricKind::RootMeanSquaredError ? std::sqrt(mean) : mean;
+    }
   }
   return logs;
 }
@@ -510,8 +502,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   std::vector<int64_t> order(static_cast<size_t>(n_train));
   History hist;
   ProgressPrinter progress(opt.verbose, opt.epochs);
-  std::vector<double> out_loss(n_out);
-  std::vector<int64_t> correct(n_out);
+  std::vector<double> out_loss(n_out), metric_sum;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
     if (opt.learning_rate_schedule) ctx.set_learning_rate(opt.learning_rate_schedule(epoch, ctx.learning_rate()));
     std::iota(order.begin(), order.end(), int64_t(0));
@@ -519,7 +510,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     progress.begin_epoch(epoch, steps);
     double loss_sum = 0;
     std::fill(out_loss.begin(), out_loss.end(), 0.0);
-    std::fill(correct.begin(), correct.end(), 0);
+    metric_sum.clear();
     int64_t seen = 0;
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t start = s * bs, rows = std::min(bs, n_train - start);
@@ -531,14 +522,13 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       const std::span<const Tensor> ws = weighted ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
       StepResult r = full ? ctx.step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);
       loss_sum += double(r.loss) * double(rows);
-      for (size_t i = 0; i < n_out; ++i) {
-        out_loss[i] += double(r.output_losses[i]) * double(rows);
-        correct[i] += std::max<int64_t>(r.output_correct[i], 0);
-      }
+      for (size_t i = 0; i < n_out; ++i) out_loss[i] += double(r.output_losses[i]) * double(rows);
+      metric_sum.resize(r.metric_sums.size(), 0.0);
+      for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
       seen += rows;
-      if (opt.verbose == 1) progress.step(s + 1, metrics_text(metric_logs(loss_sum, out_loss, correct, seen)));
+      if (opt.verbose == 1) progress.step(s + 1, metrics_text(metric_logs(loss_sum, out_loss, metric_sum, seen)));
     }
-    std::map<std::string, double> logs = metric_logs(loss_sum, out_loss, correct, seen);
+    std::map<std::string, double> logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
     if (!xv.empty())
       for (auto& [k, v] : evaluate_rows(xv, yv, wv, bs)) logs["val_" + k] = v;
     hist.epoch.push_back(epoch);
@@ -554,8 +544,7 @@ std::map<std::string, double> Model::evaluate_rows(std::span<const Tensor> x, st
   const size_t n_out = y.size();
   const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
   double loss_sum = 0;
-  std::vector<double> out_loss(n_out, 0.0);
-  std::vector<int64_t> correct(n_out, 0);
+  std::vector<double> out_loss(n_out, 0.0), metric_sum;
   for (int64_t start = 0; start < n; start += batch_size) {
     const int64_t rows = std::min(batch_size, n - start);
     const std::vector<Tensor> xs = rows_of(x, start, start + rows), ys = rows_of(y, start, start + rows);
@@ -563,12 +552,11 @@ std::map<std::string, double> Model::evaluate_rows(std::span<const Tensor> x, st
     StepResult r = optimizer_context(rows, 0, mode)
                        .evaluate(xs, ys, ws.defined() ? std::span<const Tensor>(&ws, 1) : std::span<const Tensor>());
     loss_sum += double(r.loss) * double(rows);
-    for (size_t i = 0; i < n_out; ++i) {
-      out_loss[i] += double(r.output_losses[i]) * double(rows);
-      correct[i] += std::max<int64_t>(r.output_correct[i], 0);
-    }
+    for (size_t i = 0; i < n_out; ++i) out_loss[i] += double(r.output_losses[i]) * double(rows);
+    metric_sum.resize(r.metric_sums.size(), 0.0);
+    for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
   }
-  return metric_logs(loss_sum, out_loss, correct, n);
+  return metric_logs(loss_sum, out_loss, metric_sum, n);
 }
 
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size,
@@ -733,7 +721,7 @@ Model Model::clone() const {
     copy.optimizer_ = optimizer_;
     copy.losses_ = losses_;
     copy.loss_weights_ = loss_weights_;
-    copy.accuracy_ = accuracy_;
+    copy.metrics_ = metrics_;
     copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
     copy.opt_state_->rng_counter = opt_state_->rng_counter;
     copy.rng_ = rng_;

@@ -12,20 +12,62 @@ namespace tensorgrad {
 
 LossKind loss_from_name(const std::string& name) {
   if (name == "mse" || name == "mean_squared_error") return LossKind::MeanSquaredError;
+  if (name == "mae" || name == "mean_absolute_error") return LossKind::MeanAbsoluteError;
+  if (name == "huber" || name == "huber_loss") return LossKind::Huber;
+  if (name == "binary_crossentropy") return LossKind::BinaryCrossentropy;
   if (name == "categorical_crossentropy") return LossKind::CategoricalCrossentropy;
   if (name == "sparse_categorical_crossentropy") return LossKind::SparseCategoricalCrossentropy;
   throw ValueError("unknown loss '" + name +
-                   "'; expected \"mse\", \"categorical_crossentropy\" or \"sparse_categorical_crossentropy\"");
+                   "'; expected \"mse\", \"mae\", \"huber\", \"binary_crossentropy\", \"categorical_crossentropy\" or "
+                   "\"sparse_categorical_crossentropy\" (or a custom Loss)");
 }
 
 const char* loss_name(LossKind loss) {
   switch (loss) {
     case LossKind::MeanSquaredError: return "mse";
+    case LossKind::MeanAbsoluteError: return "mae";
+    case LossKind::Huber: return "huber";
+    case LossKind::BinaryCrossentropy: return "binary_crossentropy";
     case LossKind::CategoricalCrossentropy: return "categorical_crossentropy";
     case LossKind::SparseCategoricalCrossentropy: return "sparse_categorical_crossentropy";
     case LossKind::Custom: return "custom";
   }
   return "?";
+}
+
+MetricKind metric_from_name(const std::string& name, LossKind loss) {
+  const bool sparse = loss == LossKind::SparseCategoricalCrossentropy;
+  MetricKind kind;
+  if (name == "accuracy" || name == "acc") {
+    switch (loss) {
+      case LossKind::SparseCategoricalCrossentropy: return MetricKind::SparseCategoricalAccuracy;
+      case LossKind::CategoricalCrossentropy: return MetricKind::CategoricalAccuracy;
+      case LossKind::BinaryCrossentropy: return MetricKind::BinaryAccuracy;
+      case LossKind::MeanSquaredError:
+      case LossKind::MeanAbsoluteError:
+      case LossKind::Huber:
+      case LossKind::Custom: break;
+    }
+    throw ValueError("metric \"" + name + "\" needs a cross-entropy loss to resolve from; the output is compiled with \"" +
+                     loss_name(loss) + "\". Name the metric (binary_accuracy, categorical_accuracy, mae, ...)");
+  } else if (name == "binary_accuracy") kind = MetricKind::BinaryAccuracy;
+  else if (name == "categorical_accuracy") kind = MetricKind::CategoricalAccuracy;
+  else if (name == "sparse_categorical_accuracy") kind = MetricKind::SparseCategoricalAccuracy;
+  else if (name == "top_k_categorical_accuracy") kind = MetricKind::TopKCategoricalAccuracy;
+  else if (name == "sparse_top_k_categorical_accuracy") kind = MetricKind::SparseTopKCategoricalAccuracy;
+  else if (name == "mae" || name == "mean_absolute_error") kind = MetricKind::MeanAbsoluteError;
+  else if (name == "mse" || name == "mean_squared_error") kind = MetricKind::MeanSquaredError;
+  else if (name == "rmse" || name == "root_mean_squared_error") kind = MetricKind::RootMeanSquaredError;
+  else
+    throw ValueError("unknown metric '" + name +
+                     "'; supported: accuracy, binary_accuracy, categorical_accuracy, sparse_categorical_accuracy, "
+                     "top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, mae, mse, rmse");
+  const bool wants_ids = kind == MetricKind::SparseCategoricalAccuracy || kind == MetricKind::SparseTopKCategoricalAccuracy;
+  if (wants_ids != sparse)
+    throw ValueError("metric \"" + name + "\" takes " + (wants_ids ? "class ids" : "targets shaped as the output") +
+                     ", but the output's loss \"" + loss_name(loss) + "\" takes " +
+                     (sparse ? "class ids" : "targets shaped as the output"));
+  return kind;
 }
 
 Loss::Loss(const char* loss_name) : Loss(std::string(loss_name ? loss_name : "")) {}
@@ -159,7 +201,7 @@ Tensor InputSpec::check(const Tensor& x, int64_t rows, const std::string& what, 
 struct OptimizerContext::Head {
   Loss loss;
   float weight = 1.0f;
-  bool accuracy = false;
+  std::vector<std::pair<std::string, MetricKind>> metrics;
   Shape shape;          // the output, batch included
   int64_t outputs = 0;  // values per row
   std::string y_name, w_name;  // "y", or "y 'name'" with several outputs: made once, so a step never allocates
@@ -171,7 +213,8 @@ struct OptimizerContext::Plan {
   std::unique_ptr<Executable> exe;
   std::vector<Value> x;
   struct Output {
-    Value y, w, loss, correct;
+    Value y, w, loss;
+    std::vector<Value> metrics;  // batch sums, in the head's metric order
   };
   std::vector<Output> out;
   Value total;
@@ -204,23 +247,26 @@ Value cross_entropy_logits(const Graph& g, Value out, const std::string& output,
     } else break;
   }
   const Node& n = g.node(v);
-  if (n.role == NodeRole::Op && n.op == OpKind::Softmax) {
+  const OpKind folded = loss.kind == LossKind::BinaryCrossentropy ? OpKind::Sigmoid : OpKind::Softmax;
+  const char* folded_name = loss.kind == LossKind::BinaryCrossentropy ? "sigmoid" : "softmax";
+  if (n.role == NodeRole::Op && n.op == folded) {
     if (crossed_dropout)
-      throw ValueError(loss.name + " on output '" + output +
-                       "': a Dropout comes after its softmax, but the softmax is folded into the loss (logits and "
-                       "softmax fused), which leaves no probabilities to drop. Put the Dropout before the layer "
-                       "with the softmax");
-    if (n.shape != g.shape(out))
+      throw ValueError(loss.name + " on output '" + output + "': a Dropout comes after its " + folded_name +
+                       ", but the " + folded_name + " is folded into the loss (logits and " + folded_name +
+                       " fused), which leaves no probabilities to drop. Put the Dropout before the layer with the " +
+                       folded_name);
+    if (n.shape != g.shape(out) && folded == OpKind::Softmax)
       throw ValueError(loss.name + " on output '" + output + "': its softmax is over the last axis of " +
                        n.shape.str() + ", but the output is " + g.shape(out).str() +
                        "; cross-entropy needs the softmax over the classes of {batch, classes}");
-    return n.inputs[0];
+    return n.inputs[0];  // a sigmoid is element-wise: its logits may be reshaped like the output
   }
-  if (n.role == NodeRole::Op && (is_activation(n.op) || crossed_dropout)) {
+  if (n.role == NodeRole::Op && (is_activation(n.op) || n.op == OpKind::Softmax || n.op == OpKind::Sigmoid ||
+                                 crossed_dropout)) {
     const char* act = crossed_dropout ? "dropout" : op_info(n.op).name;
-    throw ValueError(loss.name + " on output '" + output +
-                     "' needs a final softmax (folded into the loss) or a linear output (taken as logits); it ends in " +
-                     act + ". Use activation \"softmax\", or \"mse\" for other outputs");
+    throw ValueError(loss.name + " on output '" + output + "' needs a final " + folded_name +
+                     " (folded into the loss) or a linear output (taken as logits); it ends in " + act +
+                     ". Use activation \"" + folded_name + "\", or \"mse\" for other outputs");
   }
   return out;
 }
@@ -256,8 +302,8 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   if (options_.losses.size() != 1 && options_.losses.size() != n_out) count_error("loss", options_.losses.size());
   if (!options_.loss_weights.empty() && options_.loss_weights.size() != n_out)
     count_error("loss weight", options_.loss_weights.size());
-  if (!options_.accuracy.empty() && options_.accuracy.size() != n_out)
-    count_error("accuracy flag", options_.accuracy.size());
+  if (options_.metrics.size() > 1 && options_.metrics.size() != n_out)
+    count_error("metric list", options_.metrics.size());
   if (options_.weights == LossWeights::PerOutput && n_out != 1)
     throw ValueError("per-output loss weights (loss_mask) need a model with one output; this one has " +
                      std::to_string(n_out));
@@ -273,11 +319,9 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     if (!std::isfinite(h.weight) || h.weight < 0.0f)
       throw ValueError("loss weight of output '" + model_.output_names[i] + "' must be finite and >= 0; got " +
                        std::to_string(h.weight));
-    h.accuracy = !options_.accuracy.empty() && options_.accuracy[i];
-    if (h.accuracy && h.loss.kind != LossKind::CategoricalCrossentropy &&
-        h.loss.kind != LossKind::SparseCategoricalCrossentropy)
-      throw ValueError("accuracy on output '" + model_.output_names[i] + "' needs a cross-entropy loss; it has \"" +
-                       h.loss.name + "\"");
+    if (!options_.metrics.empty())
+      for (const std::string& m : options_.metrics.size() == 1 ? options_.metrics[0] : options_.metrics[i])
+        h.metrics.emplace_back(m, metric_from_name(m, h.loss.kind));
     if (options_.weights == LossWeights::PerOutput && h.loss.kind != LossKind::MeanSquaredError)
       throw ValueError("per-output loss weights (loss_mask) need loss \"mse\"; got \"" + h.loss.name + "\"");
     h.y_name = n_out == 1 ? "y" : "y '" + model_.output_names[i] + "'";
@@ -309,6 +353,7 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
       h.outputs = h.shape.row_size();
       const bool ce = h.loss.kind == LossKind::CategoricalCrossentropy ||
                       h.loss.kind == LossKind::SparseCategoricalCrossentropy;
+      if (h.loss.kind == LossKind::BinaryCrossentropy) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
       if (ce && h.shape.rank() != 2)
         throw ShapeError(h.loss.name + " on output '" + model_.output_names[i] +
                          "' needs {batch, classes}; got " + h.shape.str() + " (add Flatten or Dense before the output)");
@@ -325,16 +370,25 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     if (options_.weights != LossWeights::None)
       h.ones = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, h.outputs} : Shape{b}, 1.0f);
   }
+  size_t n_metrics = 0;
+  for (const Head& h : heads_) n_metrics += h.metrics.size();
+  metric_sums_.assign(n_metrics, 0.0);
   x_staging_.resize(model_.inputs.size());
   for (const InputSpec& in : model_.inputs)
     x_names_.push_back(model_.inputs.size() == 1 ? std::string("x") : "x '" + in.name + "'");
   output_losses_.assign(n_out, 0.0f);
-  output_correct_.assign(n_out, -1);
 }
 
 OptimizerContext::~OptimizerContext() = default;
 
 size_t OptimizerContext::n_outputs() const { return heads_.size(); }
+
+const std::vector<std::pair<std::string, MetricKind>>& OptimizerContext::metrics(size_t output) const {
+  if (output >= heads_.size())
+    throw IndexError("output " + std::to_string(output) + " of a model with " + std::to_string(heads_.size()) +
+                     " outputs");
+  return heads_[output].metrics;
+}
 
 int64_t OptimizerContext::output_size(size_t output) const {
   if (output >= heads_.size())
@@ -368,12 +422,25 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
         const bool sparse = h.loss.kind == LossKind::SparseCategoricalCrossentropy;
         o.y = sparse ? g.input(name + "/y", Shape{b}, DType::Int32) : g.input(name + "/y", flat);
         o.loss = g.softmax_cross_entropy(cross_entropy_logits(g, outs[i], name, h.loss), o.y, o.w);
-        if (h.accuracy) o.correct = g.apply(OpKind::Accuracy, {out, o.y});
+        break;
+      }
+      case LossKind::BinaryCrossentropy: {
+        o.y = g.input(name + "/y", flat);
+        const Value logits = cross_entropy_logits(g, outs[i], name, h.loss);
+        o.loss = g.binary_cross_entropy(g.shape(logits) == flat ? logits : g.reshape(logits, flat), o.y, o.w);
         break;
       }
       case LossKind::MeanSquaredError:
         o.y = g.input(name + "/y", flat);
         o.loss = g.mse_loss(out, o.y, o.w);
+        break;
+      case LossKind::MeanAbsoluteError:
+        o.y = g.input(name + "/y", flat);
+        o.loss = g.mae_loss(out, o.y, o.w);
+        break;
+      case LossKind::Huber:
+        o.y = g.input(name + "/y", flat);
+        o.loss = g.huber_loss(out, o.y, 1.0f, o.w);
         break;
       case LossKind::Custom: {
         o.y = g.input(name + "/y", h.shape);
@@ -384,7 +451,30 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
       }
     }
     results.push_back(o.loss);
-    if (o.correct.valid()) results.push_back(o.correct);
+    // Metrics on the output as predict returns it (probabilities), summed over rows.
+    const Value y_flat = h.loss.kind == LossKind::Custom ? g.reshape(o.y, flat) : o.y;
+    for (const auto& [metric_name, kind] : h.metrics) {
+      Value v;
+      OpAttrs at;
+      switch (kind) {
+        case MetricKind::CategoricalAccuracy:
+        case MetricKind::SparseCategoricalAccuracy: v = g.apply(OpKind::Accuracy, {out, y_flat}); break;
+        case MetricKind::TopKCategoricalAccuracy:
+        case MetricKind::SparseTopKCategoricalAccuracy:
+          at.length = 5;
+          v = g.apply(OpKind::TopKAccuracy, {out, y_flat}, at);
+          break;
+        case MetricKind::BinaryAccuracy:
+          at.scale = 0.5f;
+          v = g.scale(g.apply(OpKind::BinaryAccuracy, {out, y_flat}, at), 1.0f / float(h.outputs));
+          break;
+        case MetricKind::MeanAbsoluteError: v = g.scale(g.mae_loss(out, y_flat), float(b)); break;
+        case MetricKind::MeanSquaredError:
+        case MetricKind::RootMeanSquaredError: v = g.scale(g.mse_loss(out, y_flat), float(b)); break;
+      }
+      o.metrics.push_back(v);
+      results.push_back(v);
+    }
   }
   plan->total = plan->out[0].loss;
   if (heads_.size() > 1 || heads_[0].weight != 1.0f) {
@@ -484,6 +574,9 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
     }
     case LossKind::CategoricalCrossentropy:
     case LossKind::MeanSquaredError:
+    case LossKind::MeanAbsoluteError:
+    case LossKind::Huber:
+    case LossKind::BinaryCrossentropy:
     case LossKind::Custom: {
       const bool ce = h.loss.kind == LossKind::CategoricalCrossentropy;
       if (y.dtype() != DType::Float32)
@@ -590,14 +683,18 @@ StepResult OptimizerContext::run(Plan& plan, std::span<const Tensor> x, std::spa
   } else {
     plan.exe->run();
   }
+  size_t k = 0;
   for (size_t i = 0; i < heads_.size(); ++i) {
     output_losses_[i] = plan.exe->scalar(plan.out[i].loss);
-    output_correct_[i] = plan.out[i].correct.valid() ? int64_t(plan.exe->scalar(plan.out[i].correct)) : -1;
+    for (Value v : plan.out[i].metrics) metric_sums_[k++] = double(plan.exe->scalar(v));
   }
   r.loss = plan.exe->scalar(plan.total);
-  r.correct = output_correct_[0];
+  for (size_t m = 0; m < heads_[0].metrics.size() && r.correct < 0; ++m)
+    if (heads_[0].metrics[m].second == MetricKind::CategoricalAccuracy ||
+        heads_[0].metrics[m].second == MetricKind::SparseCategoricalAccuracy)
+      r.correct = int64_t(metric_sums_[m]);
   r.output_losses = output_losses_;
-  r.output_correct = output_correct_;
+  r.metric_sums = metric_sums_;
   return r;
 }
 

@@ -80,11 +80,15 @@ class Model {
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
-  /// Sets the optimizer, one loss for every output ("mse",
-  /// "categorical_crossentropy", "sparse_categorical_crossentropy", or a
-  /// custom Loss) and the metrics of every output (only "accuracy", for the
-  /// cross-entropy losses). A softmax that makes an output is folded into a
-  /// cross-entropy loss for training (found from the graph: through Flatten
+  /// Sets the optimizer, one loss for every output (a Keras name: "mse",
+  /// "mae", "huber", "binary_crossentropy", "categorical_crossentropy",
+  /// "sparse_categorical_crossentropy"; or a custom Loss) and the metrics of
+  /// every output (Keras names, see metric_from_name: "accuracy" resolves
+  /// from the loss; binary_accuracy, categorical_accuracy,
+  /// sparse_categorical_accuracy, top_k_categorical_accuracy and
+  /// sparse_top_k_categorical_accuracy with k = 5, mae, mse, rmse). A
+  /// softmax (a sigmoid for binary_crossentropy) that makes an output is
+  /// folded into a cross-entropy loss for training (found from the graph: through Flatten
   /// and Reshape too); predict still returns probabilities. An output made
   /// by a linear op is taken as logits (Keras' from_logits = True). Throws
   /// ValueError for unknown names, and for a cross-entropy loss on an output
@@ -122,8 +126,8 @@ class Model {
   /// Trains on x {rows, input_shape...} (or {rows, features}) and y (as each
   /// output's loss takes it; see OptimizerContext::step) for `epochs` epochs.
   /// Returns the History: "loss" (the weighted sum of the outputs' losses)
-  /// and, for several outputs, "<output>_loss" and "<output>_accuracy"; a
-  /// one-output model reports "accuracy". Throws StateError before compile,
+  /// and, for several outputs, "<output>_loss" and "<output>_<metric>"; a
+  /// one-output model reports its metrics unprefixed ("accuracy"). Throws StateError before compile,
   /// ShapeError when inputs and targets differ in rows or a tensor has the
   /// wrong shape, ValueError for validation_split outside [0, 1), a
   /// sample_weight matrix (use the Trainer's loss_mask), NaN or infinity, and
@@ -260,7 +264,7 @@ class Model {
   std::map<std::string, double> evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y, const Tensor& w,
                                               int64_t batch_size);
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
-                                            std::span<const int64_t> correct, int64_t rows) const;
+                                            std::span<const double> metric_sums, int64_t rows) const;
 
   std::string name_;
   bool compiled_ = false;
@@ -270,7 +274,7 @@ class Model {
   OptimizerSpec optimizer_;
   std::vector<Loss> losses_;
   std::vector<float> loss_weights_;
-  std::vector<bool> accuracy_;
+  std::vector<std::vector<std::string>> metrics_;  // per output, as compile() was given them
   std::shared_ptr<OptimizerState> opt_state_;
   std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run

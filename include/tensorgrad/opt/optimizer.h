@@ -18,10 +18,21 @@
 namespace tensorgrad {
 
 /// Losses by their Keras names; Custom is a user's LossFunction.
-enum class LossKind { MeanSquaredError, CategoricalCrossentropy, SparseCategoricalCrossentropy, Custom };
-/// "mse" / "mean_squared_error", "categorical_crossentropy",
-/// "sparse_categorical_crossentropy". Throws ValueError for any other name,
-/// listing the accepted ones.
+enum class LossKind {
+  MeanSquaredError,
+  MeanAbsoluteError,
+  Huber,
+  BinaryCrossentropy,
+  CategoricalCrossentropy,
+  SparseCategoricalCrossentropy,
+  Custom
+};
+/// "mse" / "mean_squared_error", "mae" / "mean_absolute_error", "huber"
+/// (delta 1: Keras' Huber, PyTorch's smooth_l1_loss with beta 1, the usual
+/// DQN loss), "binary_crossentropy" (a final sigmoid folded into the loss,
+/// exact for large logits; a linear output is taken as logits),
+/// "categorical_crossentropy", "sparse_categorical_crossentropy". Throws
+/// ValueError for any other name, listing the accepted ones.
 LossKind loss_from_name(const std::string& name);
 /// Keras' name of a built-in loss; "custom" for Custom.
 const char* loss_name(LossKind loss);
@@ -67,6 +78,26 @@ struct OptimizerSpec {
   /// outside [0, 1), epsilon <= 0, or weight decay outside [0, 1].
   void validate() const;
 };
+
+/// Metrics by their Keras names: each a per-row quantity averaged over the
+/// rows of an epoch (rmse: the square root of the epoch's mse).
+enum class MetricKind {
+  BinaryAccuracy,             // "binary_accuracy": share of elements on the right side of 0.5
+  CategoricalAccuracy,        // "categorical_accuracy": argmax of the output == argmax of one-hot y
+  SparseCategoricalAccuracy,  // "sparse_categorical_accuracy": argmax of the output == the class id
+  TopKCategoricalAccuracy,    // "top_k_categorical_accuracy": k = 5, one-hot y
+  SparseTopKCategoricalAccuracy,  // "sparse_top_k_categorical_accuracy": k = 5, class ids
+  MeanAbsoluteError,          // "mae"
+  MeanSquaredError,           // "mse"
+  RootMeanSquaredError        // "rmse"
+};
+/// The metric `name` means for an output trained with `loss`: "accuracy" (or
+/// "acc") resolves from the loss as Keras does (sparse -> sparse categorical,
+/// categorical -> categorical, binary -> binary accuracy). Throws ValueError
+/// for an unknown name, for "accuracy" after a loss it cannot resolve from
+/// (mse, mae, huber, custom), and for a metric whose targets the loss's
+/// label form cannot give (class ids against one-hot metrics and back).
+MetricKind metric_from_name(const std::string& name, LossKind loss);
 
 /// One input of a model: its name, shape without the batch, dtype (float32,
 /// or int32 for token ids), and an optional check of values the graph cannot
@@ -152,9 +183,9 @@ struct OptimizerContextOptions {
   /// The total loss is sum_i loss_weights[i] * loss_i (Keras' loss_weights);
   /// empty = all ones, else one per output (ValueError otherwise).
   std::vector<float> loss_weights;
-  /// Accuracy per output: count rows whose argmax matches the label (only for
-  /// the cross-entropy losses); empty = none, else one flag per output.
-  std::vector<bool> accuracy;
+  /// Metric names per output (Keras names, see metric_from_name); empty =
+  /// none, else one list for every output or one list per output.
+  std::vector<std::vector<std::string>> metrics;
   LossWeights weights = LossWeights::None;
   OptimizerSpec optimizer;
   /// The model's gradient hooks (DESIGN.md: hooks per model, not per
@@ -167,11 +198,14 @@ struct OptimizerContextOptions {
 /// and stay valid until its next step() or evaluate().
 struct StepResult {
   float loss = 0.0f;       // total loss of the batch (unscaled by accumulation)
-  int64_t correct = -1;    // first output: rows whose argmax matches the label; -1 without accuracy
+  int64_t correct = -1;    // first output's first accuracy metric: rows counted right; -1 without one
   int64_t rows = 0;
   bool updated = false;    // whether this step applied an optimizer update
-  std::span<const float> output_losses;     // per output, before loss_weights
-  std::span<const int64_t> output_correct;  // per output; -1 without accuracy
+  std::span<const float> output_losses;  // per output, before loss_weights
+  /// Every output's metrics in order (output 0's first), each summed over
+  /// the batch's rows: divide by the rows for the batch's value (rmse: the
+  /// sum of squared errors per row; take the root after dividing).
+  std::span<const double> metric_sums;
 };
 
 class OptimizerContext {
@@ -180,8 +214,8 @@ class OptimizerContext {
   /// built and planned on the first step(), the evaluation graph on the first
   /// evaluate(). Throws ValueError when nbatch_logical is not a positive
   /// multiple of batch_size, the optimizer settings are invalid, the model
-  /// function is empty, the losses, loss weights or accuracy flags do not
-  /// match the outputs, or the batch cannot fit in memory; ShapeError or
+  /// function is empty, the losses, loss weights or metric lists do not
+  /// match the outputs, a metric is unknown or does not fit its loss, or the batch cannot fit in memory; ShapeError or
   /// TypeError when the model cannot be built for its losses.
   OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
                    std::shared_ptr<OptimizerState> state = nullptr);
@@ -201,7 +235,7 @@ class OptimizerContext {
   StepResult step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
   /// One input, one output.
   StepResult step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
-  /// The losses and accuracy without a backward pass or update.
+  /// The losses and metrics without a backward pass or update.
   StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                       std::span<const Tensor> sample_weight = {});
   StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
@@ -234,6 +268,8 @@ class OptimizerContext {
   /// Number of model outputs, and the values per row of output i.
   size_t n_outputs() const;
   int64_t output_size(size_t output = 0) const;
+  /// The metrics of output i, resolved, with the names they were given.
+  const std::vector<std::pair<std::string, MetricKind>>& metrics(size_t output) const;
 
  private:
   struct Head;
@@ -256,7 +292,7 @@ class OptimizerContext {
   std::vector<Tensor> x_staging_;  // per input: float32 token ids converted to int32
   std::vector<std::string> x_names_;  // per input, for messages: made once so that a step never allocates
   std::vector<float> output_losses_;
-  std::vector<int64_t> output_correct_;
+  std::vector<double> metric_sums_;
 };
 
 /// Checks a batch's shape against a model's input: x must be {rows,
