@@ -337,3 +337,35 @@ TEST(MemoryLimit, FreeReleasesWeightsEvenAfterContextsExisted) {
     EXPECT_THROW(ctx.step(random_tensor({8, 1000}), random_tensor({8, 2})), tg::StateError);
   }
 }
+
+// Several inputs and outputs: a Trainer step and a one-row predict into
+// caller memory allocate nothing after warm-up (float and token-id inputs).
+TEST_P(AllocationFree, MultiInputMultiOutputTrainerStepAndOneRowPredict) {
+  tg::manual_seed(5);
+  const tg::nn::SymbolicTensor state = tg::nn::Input({4}), ids = tg::nn::Input({3}, tg::DType::Int32);
+  const tg::nn::SymbolicTensor emb = tg::nn::Flatten()(tg::nn::Embedding(10, 2)(ids));
+  const tg::nn::SymbolicTensor h = tg::nn::Dense(32, "relu")(tg::nn::Concatenate()({state, emb}));
+  tg::nn::Model model({state, ids}, {tg::nn::Dense(2)(h), tg::nn::Dense(3, "softmax")(h)});
+  model.compile(tg::OptimizerSpec::adam(1e-2f), std::vector<tg::Loss>{"huber", "sparse_categorical_crossentropy"},
+                {1.0f, 0.5f});
+  tg::nn::TrainerOptions o;
+  o.batch_size = 16;
+  tg::nn::Trainer tr(model, o);
+  tg::Tensor tok = tg::Tensor::empty({16, 3}, tg::DType::Int32), cls = tg::Tensor::empty({16}, tg::DType::Int32);
+  for (int i = 0; i < 48; ++i) tok.data<int32_t>()[i] = i % 10;
+  for (int i = 0; i < 16; ++i) cls.data<int32_t>()[i] = i % 3;
+  const std::vector<tg::Tensor> x{random_tensor({16, 4}), tok}, y{random_tensor({16, 2}), cls};
+  const std::vector<tg::Tensor> one{random_tensor({1, 4}), tok.rows(0, 1)};
+  std::vector<tg::Tensor> out{tg::Tensor::empty({1, 2}), tg::Tensor::empty({1, 3})};
+  for (int i = 0; i < 3; ++i) {
+    tr.step(x, y);
+    tr.predict(one, out);
+  }
+  const float before = tr.eval(x, y);
+  EXPECT_EQ(allocations_in(50, [&] { tr.step(x, y); }), 0);
+  EXPECT_EQ(allocations_in(50, [&] { tr.predict(one, out); }), 0);
+  EXPECT_LT(tr.eval(x, y), before);
+  float sum = 0;
+  for (int c = 0; c < 3; ++c) sum += out[1].data<float>()[c];
+  EXPECT_NEAR(sum, 1.0f, 1e-5f);  // the second output's probabilities were written
+}

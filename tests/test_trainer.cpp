@@ -2,9 +2,8 @@
 // (trainer.R), one GoogleTest per test_that block of its tests
 // (test-trainer.R), then the behaviour the "Trainer" issue adds.
 //
-// Functional models (Input/Model) do not exist yet. The seed's tests on a
-// functional model run here on a Sequential 4-8(relu)-3 MSE model
-// (build_regression); they move to the functional model when it exists:
+// The seed's tests on a functional model run on the functional model the
+// seed builds (build_regression: Input(4) -> Dense(8, relu) -> Dense(3), MSE):
 //   "a functional model trains through the trainer"        -> RegressionModelTrainsThroughTheTrainer
 //   "a masked output does not train, whatever its target"  -> MaskedOutputDoesNotTrainWhateverItsTarget
 //   "per-sample weights are accepted with loss_mask = 1"   -> PerSampleWeightsAcceptedWithLossMaskOne
@@ -115,13 +114,13 @@ Sequential build_model(uint64_t seed = 1, const OptimizerSpec& optimizer = Optim
   return m;
 }
 
-// Stands in for the seed's build_functional: 4-8(relu)-n_out, MSE, Adam.
-Sequential build_regression(uint64_t seed = 1, int64_t n_out = 3, const std::string& loss = "mse") {
+// The seed's build_functional: Input(4) -> Dense(8, relu) -> Dense(n_out), Adam.
+nn::Model build_regression(uint64_t seed = 1, int64_t n_out = 3, const std::string& loss = "mse") {
   manual_seed(seed);
   nn::clear_session();
-  Sequential m({4});
-  m.add(Dense(8, "relu"));
-  m.add(Dense(n_out, loss == "mse" ? "linear" : "softmax"));
+  const nn::SymbolicTensor inp = nn::Input({4});
+  const nn::SymbolicTensor h = Dense(8, "relu")(inp);
+  nn::Model m(inp, Dense(n_out, loss == "mse" ? "linear" : "softmax")(h));
   m.compile(OptimizerSpec::adam(), loss);
   return m;
 }
@@ -418,7 +417,7 @@ TEST(Trainer, RegressionModelTrainsThroughTheTrainer) {
   ThreadsGuard threads;
   set_num_threads(2);
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   manual_seed(1);
   Trainer tr(m, batch(16));
   std::vector<float> losses;
@@ -448,7 +447,7 @@ TEST(Trainer, MaskedOutputDoesNotTrainWhateverItsTarget) {
     y_far.data<float>()[i] += 100.0f * (1.0f - mask.data<float>()[i]);
   }
   auto final_preds = [&](const Tensor& y, int64_t loss_mask, const Tensor& w) {
-    Sequential m = build_regression();
+    nn::Model m = build_regression();
     manual_seed(1);
     Trainer tr(m, batch(16, loss_mask));
     for (int i = 0; i < 4; ++i) tr.step(b16(d.x, i), b16(y, i), w.defined() ? b16(w, i) : Tensor{});
@@ -462,7 +461,7 @@ TEST(Trainer, PerSampleWeightsAcceptedWithLossMaskOne) {
   ThreadsGuard threads;
   set_num_threads(2);
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16, 1));
   std::vector<float> w(16);
   for (int i = 0; i < 16; ++i) w[size_t(i)] = i % 2 ? 0.5f : 1.0f;
@@ -480,7 +479,7 @@ TEST(Trainer, LossWeightsRefusedWhereTheyCannotApply) {
   set_num_threads(2);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   // A width that is neither 1 nor the number of outputs.
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { Trainer tr(m, batch(16, 2)); }),
                         {"loss_mask", "one weight per output"}));
@@ -495,7 +494,7 @@ TEST(Trainer, LossWeightsRefusedWhereTheyCannotApply) {
                           {"{16, 3}"}));
   }
   // Only mean squared error takes weights.
-  Sequential mc = build_regression(1, 3, "categorical_crossentropy");
+  nn::Model mc = build_regression(1, 3, "categorical_crossentropy");
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { Trainer tr(mc, batch(16, 3)); }), {"mse"}));
 }
 
@@ -506,7 +505,7 @@ TEST(Trainer, LossWeightsRefusedWhereTheyCannotApply) {
 // loss_mask.
 TEST(Trainer, FitRefusesPerOutputSampleWeight) {
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   nn::FitOptions f;
   f.batch_size = 16;
   f.verbose = 0;
@@ -521,7 +520,7 @@ TEST(Trainer, PredictOnHandedOutModelBetweenStepsLeavesTraining) {
   set_num_threads(1);
   const Data d = make_regression();
   auto run = [&](bool with_predict, std::vector<float>& losses) {
-    Sequential m = build_regression();
+    nn::Model m = build_regression();
     manual_seed(1);
     Trainer tr(m, batch(16));
     for (int k = 0; k < 8; ++k) {
@@ -542,7 +541,7 @@ TEST(Trainer, PredictAgreesWithTheHandedOutModel) {
   ThreadsGuard threads;
   set_num_threads(1);
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   for (int i = 0; i < 4; ++i) tr.step(b16(d.x, i), b16(d.y, i));
   const Tensor x40 = d.x.rows(0, 40);
@@ -553,7 +552,7 @@ TEST(Trainer, PredictAgreesWithTheHandedOutModel) {
 
 TEST(Trainer, PredictTakesFewerRowsThanABatch) {
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   tr.step(b16(d.x, 0), b16(d.y, 0));
   const Tensor x5 = d.x.rows(0, 5);
@@ -571,7 +570,7 @@ TEST(Trainer, PredictReadsTheCurrentWeights) {
   ThreadsGuard threads;
   set_num_threads(1);
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
   const std::vector<float> p0 = flat(tr.predict(x));
@@ -590,7 +589,7 @@ TEST(Trainer, PredictBetweenStepsLeavesTrainingExactly) {
   set_num_threads(1);
   const Data d = make_regression();
   auto run = [&](bool with_predict, std::vector<float>& losses) {
-    Sequential m = build_regression();
+    nn::Model m = build_regression();
     manual_seed(1);
     Trainer tr(m, batch(16, 3));
     for (int k = 0; k < 8; ++k) {
@@ -617,7 +616,7 @@ TEST(Trainer, HandedOutModelIsIndependentOfTheTrainer) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   nn::Model handed = tr.model();
   const std::vector<float> p_handed = flat(handed.predict(x, 16));
@@ -650,7 +649,7 @@ TEST(Trainer, SnapshotStartsEqualAndStaysPut) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   nn::Model target = Sequential({4});
   std::vector<float> p_snap;
   {
@@ -678,7 +677,7 @@ TEST(Trainer, UpdateTargetTauOneCopiesZeroKeepsHalfAverages) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   nn::Model target = tr.snapshot();
   for (int i = 0; i < 3; ++i) tr.step(b16(d.x, i), b16(d.y, i));
@@ -703,8 +702,8 @@ TEST(Trainer, UpdateTargetTauOneCopiesZeroKeepsHalfAverages) {
 TEST(Trainer, UpdateTargetRefusesATargetThatDoesNotMatch) {
   ThreadsGuard threads;
   set_num_threads(1);
-  Sequential m1 = build_regression(1, 3);
-  Sequential m2 = build_regression(1, 2);  // same names, other shapes
+  nn::Model m1 = build_regression(1, 3);
+  nn::Model m2 = build_regression(1, 2);  // same names, other shapes
   Trainer tr1(m1, batch(16));
   Trainer tr2(m2, batch(16));
   nn::Model other = tr2.snapshot();
@@ -743,7 +742,7 @@ TEST(Trainer, SnapshotAndReleaseLeaveTheTrainersWeightsAlone) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   for (int i = 0; i < 2; ++i) tr.step(b16(d.x, i), b16(d.y, i));
   const std::vector<nn::Weight> own = tr.weights();  // the trainer's own tensors
@@ -781,7 +780,7 @@ TEST(Trainer, AccumulatedStepsMatchOneLargeStep) {
   ThreadsGuard threads;
   set_num_threads(1);
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   const auto initial = weight_values(m);
   TrainerOptions o = batch(16);
   o.nbatch_logical = 32;
@@ -826,7 +825,7 @@ TEST(Trainer, ModelOutlivesTheTrainerWithFreshOptimizerState) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   nn::Model handed = Sequential({4});
   std::vector<float> p_trained;
   {
@@ -899,7 +898,7 @@ TEST(Trainer, UpdateTargetTauZeroKeepsMovingStatistics) {
 TEST(Trainer, UpdateTargetRefusesOtherNamesShapesAndFreedTargets) {
   ThreadsGuard threads;
   set_num_threads(1);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer tr(m, batch(16));
   // Same shapes, other names.
   Sequential renamed({4});
@@ -912,7 +911,7 @@ TEST(Trainer, UpdateTargetRefusesOtherNamesShapesAndFreedTargets) {
   }
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.update_target(renamed); }), {"same weights", "other"}));
   // Same names, other shapes.
-  Sequential wider = build_regression(1, 4);
+  nn::Model wider = build_regression(1, 4);
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.update_target(wider); }), {"same weights"}));
   // Fewer weights.
   nn::clear_session();
@@ -1120,7 +1119,7 @@ TEST(Trainer, WeightedMseMatchesTheFormula) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   std::mt19937 gen(3);
   std::uniform_real_distribution<float> u(0.0f, 2.0f);
   Tensor w_out = Tensor::empty(Shape{16, 3}), w_row = Tensor::empty(Shape{16});
@@ -1220,7 +1219,7 @@ TEST(Trainer, FrozenWeightsAreNotDecayed) {
 // freed one does (DESIGN.md: use after release throws).
 TEST(Trainer, MovedFromTrainerRefusesCalls) {
   const Data d = make_regression();
-  Sequential m = build_regression();
+  nn::Model m = build_regression();
   Trainer a(m, batch(16));
   Trainer b(std::move(a));
   EXPECT_TRUE(has_words(message_of<StateError>([&] { a.step(b16(d.x, 0), b16(d.y, 0)); }), {"freed"}));
