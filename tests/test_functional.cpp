@@ -522,3 +522,74 @@ TEST(Functional, LossesAndMetricsByKerasName) {
                                  {"class ids"}));
   EXPECT_TRUE(throws<ValueError>([&] { six.compile(OptimizerSpec::sgd(), "mse", {"auc"}); }, {"unknown metric 'auc'"}));
 }
+
+namespace {
+// 6-16-BN-relu-dropout-3 softmax: batch statistics and dropout scale with the batch.
+Model bn_model(uint64_t seed) {
+  manual_seed(seed);
+  const SymbolicTensor x = Input({6});
+  SymbolicTensor h = nn::BatchNormalization()(Dense(16)(x));
+  h = nn::Dropout(0.25f)(nn::ActivationLayer("relu")(h));
+  Model m(x, Dense(3, "softmax")(h));
+  m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"});
+  return m;
+}
+}  // namespace
+
+// A batch run in a graph planned for more rows gives what a graph planned
+// for exactly its rows gives: losses, metrics and the updated weights.
+TEST(Functional, ABatchInALargerPlanMatchesItsOwnPlan) {
+  std::mt19937 rng(4);
+  const Tensor x = uniform({5, 6}, rng, -1, 1);
+  Tensor y = Tensor::empty({5}, DType::Int32);
+  for (int i = 0; i < 5; ++i) y.data<int32_t>()[i] = i % 3;
+  Model exact_model = bn_model(2), big_model = exact_model.clone();
+  OptimizerContextOptions o;
+  o.batch_size = 5;
+  o.losses = {Loss("sparse_categorical_crossentropy")};
+  o.metrics = {{"accuracy"}};
+  OptimizerContext exact(exact_model.model_function(), o);
+  o.capacity = 16;
+  OptimizerContext big(big_model.model_function(), o);
+  for (int step = 0; step < 3; ++step) {
+    const StepResult a = exact.step(x, y), b = big.step(x, y);
+    EXPECT_NEAR(a.loss, b.loss, 1e-6f) << "step " << step;
+    EXPECT_EQ(a.correct, b.correct);
+  }
+  EXPECT_NEAR(exact.evaluate(x, y).loss, big.evaluate(x, y).loss, 1e-6f);
+  EXPECT_EQ(exact.planned_rows(), 5);
+  EXPECT_EQ(big.planned_rows(), 16);  // really run in the larger plan
+  const auto wa = exact_model.weights(), wb = big_model.weights();
+  for (size_t i = 0; i < wa.size(); ++i) {
+    const std::vector<float> va = wa[i].value.to_vector(), vb = wb[i].value.to_vector();
+    for (size_t k = 0; k < va.size(); ++k) EXPECT_NEAR(va[k], vb[k], 1e-5f) << wa[i].name << "[" << k << "]";
+  }
+}
+
+// Contexts are planned for powers of two and share plans: fit and evaluate
+// over 50 batch sizes hold a few plans, not one per size.
+TEST(Functional, FiftyBatchSizesShareAFewPlans) {
+  std::mt19937 rng(6);
+  const Tensor x = uniform({60, 6}, rng, -1, 1);
+  Tensor y = Tensor::empty({60}, DType::Int32);
+  for (int i = 0; i < 60; ++i) y.data<int32_t>()[i] = i % 3;
+  nn::FitOptions o;
+  o.verbose = 0;
+  Model one = bn_model(3);
+  o.batch_size = 50;
+  one.fit(x, y, o);
+  one.evaluate(x, y, 50);
+  const size_t largest = one.arena_bytes();
+  ASSERT_GT(largest, 0u);
+
+  Model many = bn_model(3);
+  for (int64_t bs = 1; bs <= 50; ++bs) {
+    o.batch_size = bs;
+    many.fit(x, y, o);
+    many.evaluate(x, y, bs);
+  }
+  // Capacities 1, 2, 4, ..., 64 for training and evaluation: 14 plans; one per size would be 100 or more.
+  EXPECT_LE(many.plan_count(), 14u);
+  EXPECT_LT(many.arena_bytes(), 4 * largest);
+  EXPECT_TRUE(std::isfinite(many.evaluate(x, y).at("loss")));
+}

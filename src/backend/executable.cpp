@@ -1,6 +1,7 @@
 #include "tensorgrad/backend/executable.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -54,6 +55,70 @@ void check_arena(const Graph& g, size_t bytes) {
 }
 }  // namespace
 
+BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small, int64_t probe_rows) {
+  if (probe_rows < 2 || probe_rows >= max_rows)
+    throw ValueError("make_batch_rule: the probe batch must be in [2, max_rows); got " + std::to_string(probe_rows) +
+                     " for " + std::to_string(max_rows));
+  const auto& a = big.nodes();
+  const auto& b = small.nodes();
+  auto fail = [&](size_t i, const std::string& why) {
+    throw ValueError("the graph does not scale with its batch at node " + std::to_string(i) + " (" +
+                     op_info(a[i].op).name + (a[i].name.empty() ? "" : " '" + a[i].name + "'") + "): " + why);
+  };
+  if (a.size() != b.size())
+    throw ValueError("the graph does not scale with its batch: " + std::to_string(a.size()) + " nodes at " +
+                     std::to_string(max_rows) + " rows, " + std::to_string(b.size()) + " at " + std::to_string(probe_rows));
+  auto factors = [&](size_t i, const Shape& x, const Shape& y, BatchRule::Factors& f) {
+    f.fill(0);
+    if (x.rank() != y.rank()) fail(i, "rank " + x.str() + " against " + y.str());
+    for (int d = 0; d < x.rank(); ++d) {
+      if (x[d] == y[d]) continue;
+      if (x[d] % max_rows != 0 || x[d] / max_rows * probe_rows != y[d])
+        fail(i, "size " + x.str() + " against " + y.str() + " is not proportional to the batch");
+      f[size_t(d)] = x[d] / max_rows;
+    }
+  };
+  BatchRule rule;
+  rule.max_rows = max_rows;
+  rule.shape.resize(a.size());
+  rule.attr_shape.resize(a.size());
+  rule.scale_times_rows.assign(a.size(), 0.0);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Node &x = a[i], &y = b[i];
+    if (x.op != y.op || x.role != y.role || x.n_inputs != y.n_inputs || x.dtype != y.dtype) fail(i, "another op");
+    for (int k = 0; k < x.n_inputs; ++k)
+      if (x.inputs[size_t(k)] != y.inputs[size_t(k)]) fail(i, "other inputs");
+    if (x.role == NodeRole::Parameter || x.role == NodeRole::State) {
+      if (x.bound.raw() != y.bound.raw()) fail(i, "another persistent tensor");
+    }
+    factors(i, x.shape, y.shape, rule.shape[i]);
+    factors(i, x.attrs.shape, y.attrs.shape, rule.attr_shape[i]);
+    const OpAttrs &p = x.attrs, &q = y.attrs;
+    if (p.trans_a != q.trans_a || p.trans_b != q.trans_b || p.seed != q.seed || p.zero_grad != q.zero_grad ||
+        p.axis != q.axis || p.start != q.start || p.length != q.length)
+      fail(i, "other attributes");
+    const Window2D &u = p.window, &v = q.window;
+    if (u.kh != v.kh || u.kw != v.kw || u.sh != v.sh || u.sw != v.sw || u.dh != v.dh || u.dw != v.dw ||
+        u.pad_top != v.pad_top || u.pad_left != v.pad_left || u.pad_bottom != v.pad_bottom || u.pad_right != v.pad_right)
+      fail(i, "another window");
+    if (p.scale != q.scale) {
+      const double at_max = double(p.scale) * double(max_rows), at_probe = double(q.scale) * double(probe_rows);
+      if (std::fabs(at_max - at_probe) > 1e-6 * std::max(std::fabs(at_max), std::fabs(at_probe)))
+        fail(i, "a constant " + std::to_string(p.scale) + " that is not proportional to 1 / batch");
+      rule.scale_times_rows[i] = at_max;
+    }
+  }
+  return rule;
+}
+
+Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule)
+    : Executable(std::move(graph), std::move(outputs)) {
+  if (rule.max_rows > 0 && rule.shape.size() != graph_.size())
+    throw ValueError("Executable: the batch rule was made for another graph");
+  rule_ = std::move(rule);
+  if (rule_.max_rows > 0) rows_ = rule_.max_rows;
+}
+
 Executable::Executable(Graph graph, std::vector<Value> outputs)
     : graph_(std::move(graph)), outputs_(std::move(outputs)) {
   plan_ = plan_memory(graph_, outputs_);
@@ -83,6 +148,33 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
     refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
   }
   single_thread_ = flops < kParallelFlops;
+  for (const Node& n : nodes) {
+    shapes_.push_back(n.shape);
+    attrs_.push_back(n.attrs);
+    if (rows_ == 0 && n.role == NodeRole::Input && n.shape.rank() > 0) rows_ = n.shape[0];
+  }
+}
+
+void Executable::set_rows(int64_t rows) {
+  if (rows == rows_) return;
+  if (rule_.max_rows == 0 || rows < 1 || rows > rule_.max_rows)
+    throw ShapeError("this plan runs " +
+                     (rule_.max_rows == 0 ? "only the batch of " + std::to_string(rows_) + " rows it was planned for"
+                                          : "batches of 1 to " + std::to_string(rule_.max_rows) + " rows") +
+                     "; got " + std::to_string(rows));
+  const auto& nodes = graph_.nodes();
+  auto scaled = [rows](Shape s, const BatchRule::Factors& f) {
+    for (int d = 0; d < s.rank(); ++d)
+      if (f[size_t(d)] != 0) s.set(d, f[size_t(d)] * rows);
+    return s;
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    shapes_[i] = scaled(nodes[i].shape, rule_.shape[i]);
+    attrs_[i].shape = scaled(nodes[i].attrs.shape, rule_.attr_shape[i]);
+    if (rule_.scale_times_rows[i] != 0.0) attrs_[i].scale = float(rule_.scale_times_rows[i] / double(rows));
+  }
+  for (size_t k = 0; k < ref_node_.size(); ++k) refs_[k].shape = shapes_[size_t(ref_node_[k])];
+  rows_ = rows;
 }
 
 Executable::~Executable() = default;
@@ -91,8 +183,9 @@ void Executable::bind(Value input, const Tensor& tensor) {
   const Node& n = graph_.node(input);
   if (n.role != NodeRole::Input) throw StateError("bind: node '" + n.name + "' is not an input");
   if (!tensor.defined()) throw StateError("bind: input '" + n.name + "' given an undefined tensor");
-  if (tensor.shape() != n.shape)
-    throw ShapeError("input '" + n.name + "' expects shape " + n.shape.str() + "; got " + tensor.shape().str());
+  const Shape& want = shapes_[size_t(input.id)];
+  if (tensor.shape() != want)
+    throw ShapeError("input '" + n.name + "' expects shape " + want.str() + "; got " + tensor.shape().str());
   if (tensor.dtype() != n.dtype)
     throw TypeError("input '" + n.name + "' expects " + dtype_name(n.dtype) + "; got " + dtype_name(tensor.dtype()));
   data_[size_t(input.id)] = tensor.raw();
@@ -101,7 +194,7 @@ void Executable::bind(Value input, const Tensor& tensor) {
 Tensor Executable::output(Value v) const {
   const Node& n = graph_.node(v);
   if (!data_[size_t(v.id)]) throw StateError("output: node " + std::to_string(v.id) + " has no memory in this plan");
-  return Tensor::view(data_[size_t(v.id)], n.shape, n.dtype);
+  return Tensor::view(data_[size_t(v.id)], shapes_[size_t(v.id)], n.dtype);
 }
 
 const void* Executable::data_ptr(Value v) const {
@@ -130,11 +223,11 @@ void Executable::run(size_t first_node, size_t last_node) {
       refs[k].data = data_[id];
     }
     if (!g_profile.enabled) {
-      kernels::run_kernel(n.op, n.attrs, {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+      kernels::run_kernel(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::run_kernel(n.op, n.attrs, {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+    kernels::run_kernel(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
     g_profile.seconds[size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++g_profile.calls[size_t(n.op)];
   }

@@ -169,6 +169,30 @@ void Model::retire_contexts(const char* why) {
     retired_contexts_.push_back(std::move(ctx));
   }
   contexts_.clear();
+  plan_pools_.clear();
+}
+
+namespace {
+// The rows a batch's graphs are planned for: the next power of two, so that
+// any number of batch sizes shares a logarithmic number of plans.
+int64_t capacity_for(int64_t rows) {
+  int64_t c = 1;
+  while (c < rows) c *= 2;
+  return c;
+}
+}  // namespace
+
+size_t Model::arena_bytes() const {
+  size_t total = 0;
+  for (const auto& [key, pool] : plan_pools_) total += pool->arena_bytes();
+  for (const auto& [rows, plan] : predict_plans_) total += plan->exe->arena_bytes();
+  return total;
+}
+
+size_t Model::plan_count() const {
+  size_t n = predict_plans_.size();
+  for (const auto& [key, pool] : plan_pools_) n += pool->count();
+  return n;
 }
 
 void Model::set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
@@ -323,6 +347,11 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.weights = weights;
     o.optimizer = optimizer_;
     o.model_hooks = hooks_;
+    o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
+    const int64_t period = nbatch_logical > 0 && batch_size > 0 ? nbatch_logical / batch_size : 1;
+    std::shared_ptr<OptimizerPlans>& pool = plan_pools_[{period, int(weights)}];
+    if (!pool) pool = std::make_shared<OptimizerPlans>();
+    o.plans = pool;
     try {
       slot = std::make_unique<OptimizerContext>(model_function(), o, opt_state_);
     } catch (...) {
@@ -596,25 +625,57 @@ std::map<std::string, double> Model::evaluate(std::span<const Tensor> x_in, std:
 }
 
 Model::PredictPlan& Model::predict_plan(int64_t rows) {
-  // One plan (graph and arena) per row count; a caller cycling through many
-  // row counts would otherwise grow memory without bound.
+  // Plans for powers of two run every batch up to them, so any number of row
+  // counts shares a few plans; a graph that does not scale with its batch
+  // gets one plan per row count (kept under -rows), at most 8 in all.
   constexpr size_t kMaxPlans = 8;
-  if (predict_plans_.size() >= kMaxPlans && !predict_plans_.count(rows)) predict_plans_.clear();
-  auto& slot = predict_plans_[rows];
-  if (!slot) {
-    auto plan = std::make_unique<PredictPlan>();
-    ModelFunction f = model_function();
-    Graph g;
-    for (const InputSpec& in : f.inputs) {
-      plan->x.push_back(g.input(in.name, in.shape.with_batch(rows), in.dtype));
-      plan->x_names.push_back(f.inputs.size() == 1 ? std::string("x") : "x '" + in.name + "'");
+  const int64_t cap = capacity_for(rows);
+  for (int64_t key : {cap, -rows}) {
+    auto it = predict_plans_.find(key);
+    if (it != predict_plans_.end() && (it->second->exe->max_rows() >= rows || it->second->exe->rows() == rows)) {
+      if (it->second->exe->rows() != rows) it->second->exe->set_rows(rows);
+      return *it->second;
     }
-    plan->out = f.forward(g, plan->x, false);
-    plan->exe = std::make_unique<Executable>(std::move(g), plan->out);
-    plan->inputs = std::move(f.inputs);
-    plan->staging.resize(plan->inputs.size());
-    slot = std::move(plan);
   }
+  if (predict_plans_.size() >= kMaxPlans) predict_plans_.clear();
+  const ModelFunction f = model_function();
+  auto build = [&](int64_t planned, PredictPlan& plan, Graph& g) {
+    for (const InputSpec& in : f.inputs) {
+      plan.x.push_back(g.input(in.name, in.shape.with_batch(planned), in.dtype));
+      plan.x_names.push_back(f.inputs.size() == 1 ? std::string("x") : "x '" + in.name + "'");
+    }
+    plan.out = f.forward(g, plan.x, false);
+  };
+  auto plan = std::make_unique<PredictPlan>();
+  Graph g;
+  build(cap, *plan, g);
+  BatchRule rule;
+  if (cap >= 3) {
+    PredictPlan unused;
+    Graph probe;
+    build(cap - 1, unused, probe);
+    try {
+      rule = make_batch_rule(g, cap, probe, cap - 1);
+    } catch (const ValueError&) {
+      rule = BatchRule{};
+    }
+  }
+  int64_t key = cap, planned = cap;
+  if (rule.max_rows == 0 && cap != rows) {
+    plan = std::make_unique<PredictPlan>();
+    g = Graph();
+    build(rows, *plan, g);
+    key = -rows;
+    planned = rows;
+  }
+  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule));
+  plan->inputs = f.inputs;
+  for (const InputSpec& in : plan->inputs)  // token ids converted into the rows of these
+    plan->staging.push_back(in.dtype == DType::Int32 ? Tensor::empty(in.shape.with_batch(planned), DType::Int32)
+                                                     : Tensor{});
+  if (plan->exe->rows() != rows) plan->exe->set_rows(rows);
+  auto& slot = predict_plans_[key];
+  slot = std::move(plan);
   return *slot;
 }
 
@@ -675,8 +736,10 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
   }
   if (n == 0) return;
   PredictPlan& plan = predict_plan(n);
-  for (size_t i = 0; i < x.size(); ++i)
-    plan.exe->bind(plan.x[i], plan.inputs[i].check(x[i], n, plan.x_names[i], &plan.staging[i]));
+  for (size_t i = 0; i < x.size(); ++i) {
+    Tensor staging = plan.staging[i].defined() ? plan.staging[i].rows(0, n) : Tensor{};
+    plan.exe->bind(plan.x[i], plan.inputs[i].check(x[i], n, plan.x_names[i], &staging));
+  }
   plan.exe->run();
   for (size_t i = 0; i < out.size(); ++i) std::memcpy(out[i].raw(), plan.exe->data_ptr(plan.out[i]), out[i].nbytes());
 }

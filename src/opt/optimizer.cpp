@@ -209,8 +209,9 @@ struct OptimizerContext::Head {
 };
 
 // A built graph: its executable and where each input, label and result lives.
-struct OptimizerContext::Plan {
+struct OptimizerPlan {
   std::unique_ptr<Executable> exe;
+  std::vector<std::pair<std::string, Value>> named;  // trainable gradients, for the hook stage
   std::vector<Value> x;
   struct Output {
     Value y, w, loss;
@@ -310,6 +311,10 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   period_ = options_.nbatch_logical / options_.batch_size;
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
 
+  if (options_.capacity == 0) options_.capacity = options_.batch_size;
+  if (options_.capacity < options_.batch_size)
+    throw ValueError("capacity " + std::to_string(options_.capacity) + " is less than batch_size " +
+                     std::to_string(options_.batch_size));
   const int64_t b = options_.batch_size;
   heads_.resize(n_out);
   for (size_t i = 0; i < n_out; ++i) {
@@ -397,20 +402,17 @@ int64_t OptimizerContext::output_size(size_t output) const {
   return heads_[output].outputs;
 }
 
-std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
-  const int64_t b = options_.batch_size;
-  auto plan = std::make_unique<Plan>();
-  Graph g;
+std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
   const std::vector<Value> outs = model_.forward(g, plan->x, train);
   std::vector<Value> results;
   plan->out.resize(heads_.size());
   for (size_t i = 0; i < heads_.size(); ++i) {
     const Head& h = heads_[i];
-    Plan::Output& o = plan->out[i];
+    OptimizerPlan::Output& o = plan->out[i];
     const std::string& name = model_.output_names[i];
-    if (g.shape(outs[i]) != h.shape)
-      throw ShapeError("output '" + name + "' changed shape between graphs: " + h.shape.str() + " then " +
+    if (g.shape(outs[i]) != h.shape.with_rows(b))
+      throw ShapeError("output '" + name + "' changed shape between graphs: " + h.shape.with_rows(b).str() + " then " +
                        g.shape(outs[i]).str());
     const Shape flat{b, h.outputs};
     Value out = h.shape.rank() == 2 ? outs[i] : g.reshape(outs[i], flat);
@@ -443,7 +445,7 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
         o.loss = g.huber_loss(out, o.y, 1.0f, o.w);
         break;
       case LossKind::Custom: {
-        o.y = g.input(name + "/y", h.shape);
+        o.y = g.input(name + "/y", h.shape.with_rows(b));
         const Value rows = custom_loss_rows(g, h.loss, o.y, outs[i], name, b);
         // Keras' sum over batch size: weighted per-row losses, summed, over the row count.
         o.loss = g.scale(g.sum(o.w.valid() ? g.mul(rows, o.w) : rows), 1.0f / float(b));
@@ -468,9 +470,9 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
           at.scale = 0.5f;
           v = g.scale(g.apply(OpKind::BinaryAccuracy, {out, y_flat}, at), 1.0f / float(h.outputs));
           break;
-        case MetricKind::MeanAbsoluteError: v = g.scale(g.mae_loss(out, y_flat), float(b)); break;
+        case MetricKind::MeanAbsoluteError: v = g.mae_loss(out, y_flat); break;  // means: times the rows in run()
         case MetricKind::MeanSquaredError:
-        case MetricKind::RootMeanSquaredError: v = g.scale(g.mse_loss(out, y_flat), float(b)); break;
+        case MetricKind::RootMeanSquaredError: v = g.mse_loss(out, y_flat); break;
       }
       o.metrics.push_back(v);
       results.push_back(v);
@@ -519,21 +521,78 @@ std::unique_ptr<OptimizerContext::Plan> OptimizerContext::build(bool train) {
       else
         g.apply(OpKind::SgdUpdate, {params[i], sources[i], tick}, at);
     }
-    std::vector<std::pair<std::string, Value>> named;
     for (size_t i = 0; i < params.size(); ++i)
       if (sources[i].valid())
-        named.emplace_back(g.node(params[i]).name, period_ > 1 ? g.node(sources[i]).inputs[0] : sources[i]);
-    plan->exe = std::make_unique<Executable>(std::move(g), results);
-    grads_.clear();
-    for (auto& [name, v] : named) {
-      const Node& n = plan->exe->graph().node(v);
-      grads_.push_back({name, n.role == NodeRole::State ? n.bound : plan->exe->output(v)});
-    }
-  } else {
-    plan->exe = std::make_unique<Executable>(std::move(g), results);
+        plan->named.emplace_back(g.node(params[i]).name, period_ > 1 ? g.node(sources[i]).inputs[0] : sources[i]);
   }
+  return results;
+}
+
+std::shared_ptr<OptimizerPlan> OptimizerContext::build(bool train) {
+  // Planned for the capacity and run at any batch up to it, when the graph
+  // scales with its batch (learnt from a second construction at capacity - 1);
+  // otherwise planned for exactly this context's batch.
+  const int64_t b = options_.batch_size, cap = options_.capacity;
+  auto plan = std::make_shared<OptimizerPlan>();
+  auto g = std::make_unique<Graph>();
+  std::vector<Value> results = build_graph(*g, cap, train, plan.get());
+  BatchRule rule;
+  if (cap >= 3) {
+    Graph probe;
+    OptimizerPlan unused;
+    build_graph(probe, cap - 1, train, &unused);
+    try {
+      rule = make_batch_rule(*g, cap, probe, cap - 1);
+    } catch (const ValueError&) {
+      rule = BatchRule{};
+    }
+    if (rule.max_rows == 0 && cap != b) {
+      plan = std::make_shared<OptimizerPlan>();
+      g = std::make_unique<Graph>();
+      results = build_graph(*g, b, train, plan.get());
+    }
+  }
+  plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule));
   return plan;
 }
+
+OptimizerPlan& OptimizerContext::acquire(bool train) {
+  std::shared_ptr<OptimizerPlan>& mine = train ? train_ : eval_;
+  if (!mine) {
+    const int64_t b = options_.batch_size;
+    auto runs_b = [b](const OptimizerPlan& p) { return p.exe->max_rows() >= b || p.exe->rows() == b; };
+    std::shared_ptr<OptimizerPlan>* shared =
+        options_.plans ? &options_.plans->plans_[{options_.capacity, train}] : nullptr;
+    if (shared && *shared && runs_b(**shared)) mine = *shared;
+    if (!mine) {
+      mine = build(train);
+      if (shared && mine->exe->max_rows() > 0) *shared = mine;
+    }
+    if (train) {
+      grads_.clear();
+      for (auto& [name, v] : mine->named) {
+        const Node& n = mine->exe->graph().node(v);
+        grads_.push_back({name, n.role == NodeRole::State ? n.bound : mine->exe->output(v)});
+      }
+    }
+  }
+  if (mine->exe->rows() != options_.batch_size) mine->exe->set_rows(options_.batch_size);
+  return *mine;
+}
+
+int64_t OptimizerContext::planned_rows() const {
+  if (!train_) return 0;
+  return train_->exe->max_rows() > 0 ? train_->exe->max_rows() : train_->exe->rows();
+}
+
+size_t OptimizerPlans::arena_bytes() const {
+  size_t total = 0;
+  for (const auto& [key, plan] : plans_)
+    if (plan) total += plan->exe->arena_bytes();
+  return total;
+}
+
+size_t OptimizerPlans::count() const { return plans_.size(); }
 
 void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tensor& w, int64_t rows) const {
   const Head& h = heads_.at(output);
@@ -610,7 +669,7 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
   check_finite(w, h.w_name.c_str());
 }
 
-void OptimizerContext::stage(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
+void OptimizerContext::stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
                              std::span<const Tensor> w) {
   const int64_t b = options_.batch_size;
   const size_t n_in = model_.inputs.size(), n_out = heads_.size();
@@ -633,7 +692,7 @@ void OptimizerContext::stage(Plan& plan, std::span<const Tensor> x, std::span<co
   }
   for (size_t i = 0; i < n_out; ++i) {
     const Head& h = heads_[i];
-    const Plan::Output& o = plan.out[i];
+    const OptimizerPlan::Output& o = plan.out[i];
     const Tensor none;
     const Tensor& wi = w.empty() ? none : w.size() == 1 ? w[0] : w[i];
     check_targets(i, y[i], wi, b);
@@ -644,7 +703,7 @@ void OptimizerContext::stage(Plan& plan, std::span<const Tensor> x, std::span<co
         for (int64_t r = 0; r < b; ++r) ids[r] = int32_t(y[i].data<float>()[r]);
       plan.exe->bind(o.y, h.labels_i32);
     } else {
-      const Shape& want = plan.exe->graph().node(o.y).shape;
+      const Shape want = h.loss.kind == LossKind::Custom ? h.shape : Shape{b, h.outputs};
       plan.exe->bind(o.y, y[i].shape() == want ? y[i] : y[i].reshape(want));
     }
     if (options_.weights == LossWeights::None) continue;
@@ -653,7 +712,7 @@ void OptimizerContext::stage(Plan& plan, std::span<const Tensor> x, std::span<co
   }
 }
 
-StepResult OptimizerContext::run(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
+StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
                                  std::span<const Tensor> w, bool train) {
   stage(plan, x, y, w);
   StepResult r;
@@ -686,7 +745,12 @@ StepResult OptimizerContext::run(Plan& plan, std::span<const Tensor> x, std::spa
   size_t k = 0;
   for (size_t i = 0; i < heads_.size(); ++i) {
     output_losses_[i] = plan.exe->scalar(plan.out[i].loss);
-    for (Value v : plan.out[i].metrics) metric_sums_[k++] = double(plan.exe->scalar(v));
+    for (size_t m = 0; m < plan.out[i].metrics.size(); ++m) {
+      const MetricKind kind = heads_[i].metrics[m].second;
+      const bool mean = kind == MetricKind::MeanAbsoluteError || kind == MetricKind::MeanSquaredError ||
+                        kind == MetricKind::RootMeanSquaredError;
+      metric_sums_[k++] = double(plan.exe->scalar(plan.out[i].metrics[m])) * (mean ? double(r.rows) : 1.0);
+    }
   }
   r.loss = plan.exe->scalar(plan.total);
   for (size_t m = 0; m < heads_[0].metrics.size() && r.correct < 0; ++m)
@@ -709,6 +773,7 @@ void OptimizerContext::retire(const std::string& why) {
   state_.reset();
   hooks_.clear();
   options_.model_hooks.reset();
+  options_.plans.reset();
   for (Head& h : heads_) h.loss.function = nullptr;
 }
 
@@ -716,8 +781,7 @@ StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Ten
                                   std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  if (!train_) train_ = build(true);
-  return run(*train_, x, y, sample_weight, true);
+  return run(acquire(true), x, y, sample_weight, true);
 }
 
 StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
@@ -729,8 +793,7 @@ StepResult OptimizerContext::evaluate(std::span<const Tensor> x, std::span<const
                                       std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  if (!eval_) eval_ = build(false);
-  return run(*eval_, x, y, sample_weight, false);
+  return run(acquire(false), x, y, sample_weight, false);
 }
 
 StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {

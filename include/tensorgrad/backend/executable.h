@@ -2,6 +2,7 @@
 // Runs a planned graph on the CPU (DESIGN.md, backend layer). Each executable
 // owns its arena: separate executables never share scratch memory, so a
 // prediction can never disturb a training step's buffers.
+#include <array>
 #include <memory>
 #include <span>
 #include <vector>
@@ -14,12 +15,33 @@ namespace kernels {
 struct TensorRef;
 }
 
+/// How a graph's sizes follow its batch, learnt by comparing the same graph
+/// built at two batch sizes (make_batch_rule): per node, each dimension of
+/// its shape and of attrs.shape is fixed or `factor * rows`, and attrs.scale
+/// is fixed or `constant / rows` (a mean over the batch). With it, an
+/// Executable planned for `max_rows` runs any batch up to it in the same
+/// arena (DESIGN.md: a graph planned for a maximum batch runs any batch up to it).
+struct BatchRule {
+  using Factors = std::array<int64_t, Shape::kMaxRank>;  // 0: fixed; else the size per row
+  int64_t max_rows = 0;                                   // 0: no rule (exact batch only)
+  std::vector<Factors> shape, attr_shape;                 // per node
+  std::vector<double> scale_times_rows;                   // per node: 0 when attrs.scale is fixed
+};
+
+/// Compares `at_max` (built for `max_rows`) with `probe` (the same
+/// construction for `probe_rows`, 2 <= probe_rows < max_rows). Throws
+/// ValueError naming the first node whose op, inputs or attributes differ in
+/// any other way than sizes proportional to the batch (such a graph needs a
+/// plan per batch size).
+BatchRule make_batch_rule(const Graph& at_max, int64_t max_rows, const Graph& probe, int64_t probe_rows);
 class Executable {
  public:
   /// Plans `graph` so that `outputs` can be read after a run, and allocates
   /// the arena. Work below about a million flops runs on the calling thread
   /// only (threads would cost more than they save).
   Executable(Graph graph, std::vector<Value> outputs);
+  /// The same, runnable at any batch up to rule.max_rows (set_rows).
+  Executable(Graph graph, std::vector<Value> outputs, BatchRule rule);
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
@@ -44,6 +66,14 @@ class Executable {
   /// Allocates nothing. Throws StateError when an input is not bound.
   void run(size_t first_node = 0, size_t last_node = SIZE_MAX);
 
+  /// Runs the next runs on the first `rows` rows of every batch-sized value
+  /// (inputs are then bound with `rows` rows). Allocates nothing. Throws
+  /// ShapeError for rows outside [1, max_rows] or, without a rule, other
+  /// than the planned batch.
+  void set_rows(int64_t rows);
+  int64_t rows() const { return rows_; }
+  int64_t max_rows() const { return rule_.max_rows; }
+
   /// Advances once per call of `run` that starts at node 0; dropout streams mix it in.
   uint64_t rng_counter() const { return rng_counter_; }
   void set_rng_counter(uint64_t c) { rng_counter_ = c; }
@@ -66,6 +96,10 @@ class Executable {
   std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
   bool single_thread_ = false;
   uint64_t rng_counter_ = 0;
+  BatchRule rule_;
+  int64_t rows_ = 0;             // the batch the refs and attrs describe now (the first input's rows)
+  std::vector<Shape> shapes_;    // per node: its shape at rows_
+  std::vector<OpAttrs> attrs_;   // per node: its attributes at rows_
 };
 
 }  // namespace tensorgrad

@@ -172,7 +172,12 @@ class Model {
   void predict(std::span<const Tensor> x, std::span<Tensor> out);
 
   /// The optimizer context fit uses for batches of `batch_size` (made on first
-  /// use; shares the optimizer state of every other batch size). This is the
+  /// use; shares the optimizer state of every other batch size). Its graphs
+  /// are planned for the next power of two at or above batch_size and shared
+  /// with every context of the same accumulation period and loss weights
+  /// whose batch rounds to the same capacity, so many batch sizes cost a few
+  /// plans (when the model's graph scales with its batch; otherwise each
+  /// batch size has its own). This is the
   /// public step fit is written on. After the next compile(), a change to
   /// the model or freeze_bn_stats() the context is retired: its graphs are
   /// released and its step() throws StateError naming the call that retired
@@ -187,6 +192,12 @@ class Model {
   /// hooks with it). Hooks run in the order added. Throws ValueError for an
   /// empty hook.
   void add_gradient_hook(GradientHook hook);
+
+  /// Bytes of every arena the model holds now (training, evaluation and
+  /// prediction plans), and the number of those plans: bounded however many
+  /// batch sizes were used (see optimizer_context).
+  size_t arena_bytes() const;
+  size_t plan_count() const;
 
   /// Fixes every BatchNormalization layer's moving statistics: later
   /// training steps still normalize with batch statistics but no longer
@@ -278,7 +289,8 @@ class Model {
   std::shared_ptr<OptimizerState> opt_state_;
   std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
-  std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;
+  std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
+  std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)
   std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
   std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };

@@ -5,6 +5,7 @@
 // planned once and then stepped. `fit` and the Trainer are both written on
 // `step`.
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -171,6 +172,21 @@ struct NamedGradient {
 /// and the exception propagates. The views are valid after the first step().
 using GradientHook = std::function<void(std::span<NamedGradient>)>;
 
+struct OptimizerPlan;
+/// Planned graphs shared by the contexts of one model that differ only in
+/// their batch size: a graph planned for a capacity runs every batch up to
+/// it, so contexts for 50 batch sizes need a handful of plans, not 50.
+class OptimizerPlans {
+ public:
+  /// Bytes of every arena held, and the number of plans.
+  size_t arena_bytes() const;
+  size_t count() const;
+
+ private:
+  friend class OptimizerContext;
+  std::map<std::pair<int64_t, bool>, std::shared_ptr<OptimizerPlan>> plans_;  // by (capacity, training)
+};
+
 /// Options of an optimizer context.
 struct OptimizerContextOptions {
   int64_t batch_size = 32;
@@ -188,6 +204,13 @@ struct OptimizerContextOptions {
   std::vector<std::vector<std::string>> metrics;
   LossWeights weights = LossWeights::None;
   OptimizerSpec optimizer;
+  /// Rows the graphs are planned for (0 = batch_size), at least batch_size.
+  /// A graph that scales with its batch is planned once for the capacity and
+  /// run at batch_size rows; one that does not is planned for batch_size.
+  int64_t capacity = 0;
+  /// Plans shared with other contexts of the same model, loss heads and
+  /// accumulation period (null: this context's own).
+  std::shared_ptr<OptimizerPlans> plans;
   /// The model's gradient hooks (DESIGN.md: hooks per model, not per
   /// context), run before the context's own, in order; shared, so a hook
   /// added to the model later reaches contexts made earlier.
@@ -259,6 +282,9 @@ class OptimizerContext {
   int64_t accumulation_period() const { return period_; }
   /// Calls of step().
   int64_t n_steps() const { return n_steps_; }
+  /// The rows the training graph was planned for (the capacity when it
+  /// scales with its batch, else batch_size); 0 before the first step.
+  int64_t planned_rows() const;
   /// Releases the graphs, the model function and the optimizer state (so a
   /// freed model's memory goes); every later step(), evaluate() or learning
   /// rate call throws StateError saying `why` (the model changed).
@@ -273,11 +299,12 @@ class OptimizerContext {
 
  private:
   struct Head;
-  struct Plan;
-  StepResult run(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w,
-                 bool train);
-  std::unique_ptr<Plan> build(bool train);
-  void stage(Plan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
+  StepResult run(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
+                 std::span<const Tensor> w, bool train);
+  std::vector<Value> build_graph(Graph& g, int64_t rows, bool train, OptimizerPlan* plan);
+  std::shared_ptr<OptimizerPlan> build(bool train);
+  OptimizerPlan& acquire(bool train);
+  void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
 
   ModelFunction model_;
   OptimizerContextOptions options_;
@@ -285,7 +312,7 @@ class OptimizerContext {
   int64_t period_ = 1;
   int64_t n_steps_ = 0;
   std::vector<Head> heads_;  // per output: its loss and staging
-  std::unique_ptr<Plan> train_, eval_;
+  std::shared_ptr<OptimizerPlan> train_, eval_;
   std::string retired_;  // non-empty once retired: why
   std::vector<GradientHook> hooks_;
   std::vector<NamedGradient> grads_;
