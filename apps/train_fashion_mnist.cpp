@@ -16,39 +16,14 @@
 #include <optional>
 #include <tensorgrad/tensorgrad.h>
 
+#include "fashion_models.h"
+
 namespace tg = tensorgrad;
 
 namespace {
 const char* kClassNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-// conv 3x3 (no bias, as a batch norm follows) - BN (Keras' defaults).
-tg::nn::SymbolicTensor conv_bn(const tg::nn::SymbolicTensor& x, int64_t filters, int64_t stride, int64_t size = 3) {
-  const tg::nn::SymbolicTensor c =
-      tg::nn::Conv2D(filters, {size, size}, {stride, stride}, "same", {1, 1}, "linear", false)(x);
-  return tg::nn::BatchNormalization()(c);
-}
-
-// [conv-BN-relu-conv-BN] + shortcut, relu; the shortcut is a 1x1 conv-BN
-// when the shape changes (He et al. 2016, option B).
-tg::nn::SymbolicTensor residual_block(const tg::nn::SymbolicTensor& x, int64_t filters, int64_t stride) {
-  const tg::nn::SymbolicTensor h =
-      conv_bn(tg::nn::ActivationLayer("relu")(conv_bn(x, filters, stride)), filters, 1);
-  const bool project = stride != 1 || x.shape()[2] != filters;
-  const tg::nn::SymbolicTensor shortcut = project ? conv_bn(x, filters, stride, 1) : x;
-  return tg::nn::ActivationLayer("relu")(tg::nn::Add()({h, shortcut}));
-}
-
-tg::nn::Model resnet() {
-  const tg::nn::SymbolicTensor image = tg::nn::Input({28, 28, 1}, tg::DType::Float32, "image");
-  tg::nn::SymbolicTensor h = tg::nn::ActivationLayer("relu")(conv_bn(image, 16, 1));
-  h = residual_block(h, 16, 1);
-  h = residual_block(h, 16, 1);
-  h = residual_block(h, 32, 2);
-  h = residual_block(h, 32, 1);
-  h = tg::nn::GlobalAveragePooling2D()(h);
-  return tg::nn::Model(image, tg::nn::Dense(10, "softmax")(h), "resnet");
-}
 }
 
 int main(int argc, char** argv) {
@@ -104,7 +79,7 @@ int main(int argc, char** argv) {
     std::printf("data: %lld training and %lld test images from %s\n", (long long)data.train.x.shape()[0],
                 (long long)data.test.x.shape()[0], data_dir.c_str());
 
-    tg::nn::Model model = kind == Kind::Resnet ? resnet() : [&] {
+    tg::nn::Model model = kind == Kind::Resnet ? fashion::resnet() : [&] {
       tg::nn::Sequential seq(kind == Kind::Cnn ? tg::Shape{28, 28, 1} : tg::Shape{784});
       if (kind == Kind::Cnn) {
         seq.add(tg::nn::Conv2D(8, 3, "same", "relu"));

@@ -43,11 +43,12 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "mlp (fit)": (0.75, "s/epoch"),
     "mlp (step loop)": (0.75, "s/epoch"),
     "cnn (fit)": (2.4, "s/epoch"),
+    "resnet (fit)": (None, "s/epoch"),
     "rlstep": (20.0, "us/step"),
     "trainer step": (20.0, "us/step"),
     "predict": (8.0, "us/image"),
 }
-ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "rlstep", "trainer step", "predict"]
+ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "predict"]
 PEERS = ["pytorch", "libtorch", "dlib"]
 
 
@@ -249,7 +250,8 @@ def build_dlib(peers, build):
 def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
-    filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "rlstep": "^(rlstep|trainer_step)/", "predict": "^predict/"}[workload]
+    filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "resnet": "^resnet_fit/",
+            "rlstep": "^(rlstep|trainer_step)/", "predict": "^predict/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -259,7 +261,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     except ValueError:
         raise RuntimeError("tensorgrad_bench printed no JSON: " + out.strip()[-500:])
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
-                "cnn_fit": ("cnn (fit)", "s_per_epoch"),
+                "cnn_fit": ("cnn (fit)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
                 "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
@@ -285,8 +287,8 @@ def tensorgrad_run(exe, workload, threads, reps):
 
 def peer_run(peer, exe, workload, threads):
     """Returns {row: value} from one peer process, or {} where it lacks the workload."""
-    if workload == "cnn" and peer != "pytorch":
-        return {}  # only peer_pytorch.py has the cnn workload
+    if workload in ("cnn", "resnet") and peer != "pytorch":
+        return {}  # only peer_pytorch.py has the cnn and resnet workloads
     if peer == "dlib":
         if workload == "predict":
             return {}  # peer_dlib has no predict workload
@@ -297,9 +299,9 @@ def peer_run(peer, exe, workload, threads):
         res = last_json_line(run(cmd))
     else:  # pytorch
         cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
-            ["--epochs", "2"] if workload in ("mlp", "cnn") else [])
+            ["--epochs", "2"] if workload in ("mlp", "cnn") else ["--epochs", "1"] if workload == "resnet" else [])
         res = last_json_line(run(cmd))
-    if workload in ("mlp", "cnn"):
+    if workload in ("mlp", "cnn", "resnet"):
         return {workload + " (fit)": res["s_per_epoch_median"]}
     if workload == "rlstep":  # the peers' step stands against both of tensorgrad's rows
         return {"rlstep": res["us_per_step_median"], "trainer step": res["us_per_step_median"]}
@@ -354,7 +356,8 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
     ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict",
-                    help="comma-separated subset of mlp,cnn,rlstep,predict")
+                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict (resnet: minutes an epoch, "
+                         "so not in the default set)")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true",
                     help="use the existing tensorgrad_bench in the build directory, without configuring or building")
@@ -373,8 +376,8 @@ def main():
     reps = 1 if args.quick else 0  # 0: the binary's defaults (mlp 3, others 5)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if w not in ("mlp", "cnn", "rlstep", "predict"):
-            sys.exit(f"error: unknown workload {w!r}; choose from mlp, cnn, rlstep, predict")
+        if w not in ("mlp", "cnn", "resnet", "rlstep", "predict"):
+            sys.exit(f"error: unknown workload {w!r}; choose from mlp, cnn, resnet, rlstep, predict")
     command = "cd " + shlex.quote(os.getcwd()) + " && /usr/bin/python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     root = os.path.abspath(args.root)
     if args.peers is None:
@@ -399,7 +402,7 @@ def main():
         exe = build_dlib(args.peers, build)
         if exe:
             peers["dlib"] = exe
-        if "pytorch" in peers and ("mlp" in workloads or "cnn" in workloads) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        if "pytorch" in peers and any(w in workloads for w in ("mlp", "cnn", "resnet")) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
             log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
 
     impls = ["tensorgrad"] + [p for p in PEERS if p in peers]
@@ -448,8 +451,11 @@ def main():
     for row in rows:
         target, unit = TARGETS[row]
         tg = med.get((row, "tensorgrad"))
-        verdict = "-" if tg is None else ("yes" if tg <= target else f"no ({tg / target:.2f}x the target)")
-        cells = [row, unit, f"<= {fmt(target)}", fmt(tg), verdict]
+        if target is None:
+            verdict = "-"
+        else:
+            verdict = "-" if tg is None else ("yes" if tg <= target else f"no ({tg / target:.2f}x the target)")
+        cells = [row, unit, "-" if target is None else f"<= {fmt(target)}", fmt(tg), verdict]
         for p in PEERS:
             if p not in peers:
                 continue

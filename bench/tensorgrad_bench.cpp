@@ -20,6 +20,11 @@
 //               MaxPooling2D(2), Flatten, Dense(10, softmax); AdamW lr 1e-3,
 //               batch 500; one fit epoch over 57,000 random 28x28x1 images.
 //               Counter s_per_epoch.
+//   resnet_fit  the small residual CNN of peer_pytorch.py's resnet workload
+//               (apps/fashion_models.h: functional, Add skip connections,
+//               batch norm), AdamW lr 1e-3, batch 128: one fit epoch over
+//               57,000 random 28x28x1 images. Counter s_per_epoch. One
+//               repetition by default (an epoch takes minutes).
 //   trainer_step  the rlstep workload through nn::Trainer::step (the RL
 //               user's entry point) instead of the optimizer context.
 //               Counter us_per_step.
@@ -36,6 +41,8 @@
 //   TG_THREADS=2 build/bench/tensorgrad_bench --benchmark_filter=rlstep
 #include <benchmark/benchmark.h>
 #include <tensorgrad/tensorgrad.h>
+
+#include "../apps/fashion_models.h"
 
 #include <algorithm>
 #include <chrono>
@@ -120,12 +127,13 @@ tg::nn::Sequential make_mlp(bool compile) {
 // One fit epoch (verbose 0) of a compiled model on (x, y) per iteration,
 // after one warm-up step that builds and plans the batch-500 context fit
 // uses, so every timed epoch is a steady-state one. Counter s_per_epoch.
-void time_fit_epochs(benchmark::State& state, tg::nn::Sequential& model, const tg::Tensor& x, const tg::Tensor& y) {
-  tg::OptimizerContext& ctx = model.optimizer_context(kBatch);
-  benchmark::DoNotOptimize(ctx.step(x.rows(0, kBatch), y.rows(0, kBatch)).loss);
+void time_fit_epochs(benchmark::State& state, tg::nn::Model& model, const tg::Tensor& x, const tg::Tensor& y,
+                     int64_t batch = kBatch) {
+  tg::OptimizerContext& ctx = model.optimizer_context(batch);
+  benchmark::DoNotOptimize(ctx.step(x.rows(0, batch), y.rows(0, batch)).loss);
   tg::nn::FitOptions fit;
   fit.epochs = 1;
-  fit.batch_size = kBatch;
+  fit.batch_size = batch;
   fit.verbose = 0;
   std::vector<double> times;
   for (auto _ : state) {
@@ -164,6 +172,19 @@ void BM_cnn_fit(benchmark::State& state) {
     model.add(tg::nn::Dense(kClasses, "softmax"));
     model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
     time_fit_epochs(state, model, d.x.reshape(tg::Shape{kRows, 28, 28, 1}), d.y);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_resnet_fit(benchmark::State& state) {
+  try {
+    const MnistLike& d = mnist_like();
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::Model model = fashion::resnet();
+    model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+    time_fit_epochs(state, model, d.x.reshape(tg::Shape{kRows, 28, 28, 1}), d.y, 128);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -295,6 +316,9 @@ int main(int argc, char** argv) {
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("cnn_fit", BM_cnn_fit)
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("resnet_fit", BM_resnet_fit)
+      ->Iterations(1)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("rlstep", BM_rlstep)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
