@@ -186,6 +186,13 @@ TEST(Functional, MergeLayersComputeAndBroadcast) {
   EXPECT_EQ(run(nn::Multiply()({a, b})), (std::vector<float>{10, 40, 90, 40, 100, 180}));
   EXPECT_EQ(run(nn::Average()({a, b})), (std::vector<float>{5.5f, 11, 16.5f, 7, 12.5f, 18}));
   EXPECT_EQ(run(nn::Concatenate(1)({a, b})), (std::vector<float>{1, 2, 3, 4, 5, 6, 10, 20, 30}));
+  const Tensor xc = values({5, 1, 7}, {1, 1, 3});
+  auto run3 = [&](const SymbolicTensor& out, const SymbolicTensor& c) {
+    return Model({a, b, c}, {out}).predict(std::vector<Tensor>{xa, xb, xc})[0].to_vector();
+  };
+  const SymbolicTensor c3 = Input({1, 3});
+  EXPECT_EQ(run3(nn::Maximum()({a, c3}), c3), (std::vector<float>{5, 2, 7, 5, 5, 7}));
+  EXPECT_EQ(run3(nn::Minimum()({a, b, c3}), c3), (std::vector<float>{1, 1, 3, 4, 1, 6}));
   const SymbolicTensor c = nn::Concatenate(-1)({a, a, a});
   EXPECT_EQ(c.shape(), (Shape{2, 9}));
   EXPECT_EQ(nn::Reshape({3, -1})(a).shape(), (Shape{3, 2}));
@@ -208,7 +215,7 @@ TEST(Functional, MergeLayerGradientsMatchFiniteDifferences) {
   manual_seed(4);
   std::mt19937 rng(9);
   const Tensor x = uniform({2, 3}, rng, -1, 1);
-  for (int kind = 0; kind < 5; ++kind) {
+  for (int kind = 0; kind < 7; ++kind) {
     SCOPED_TRACE(kind);
     const SymbolicTensor in = Input({3});
     const SymbolicTensor p = Dense(3, "tanh")(in), q = Dense(3, "sigmoid")(in);
@@ -218,6 +225,8 @@ TEST(Functional, MergeLayerGradientsMatchFiniteDifferences) {
       case 1: merged = nn::Subtract()({p, q}); break;
       case 2: merged = nn::Multiply()({p, q}); break;
       case 3: merged = nn::Average()({p, q}); break;
+      case 4: merged = nn::Maximum()({p, q, in}); break;  // random values: ties have probability 0
+      case 5: merged = nn::Minimum()({p, q}); break;
       default: merged = Dense(2)(nn::Concatenate()({p, q, in})); break;
     }
     EXPECT_EQ(check_gradients(Model(in, merged), {x}, 11), "");
@@ -328,6 +337,17 @@ TEST(Functional, TwoInputsTwoOutputsLossesAndMetricsByHand) {
   const nn::History h = m.fit(std::vector<Tensor>{xa, xb}, std::vector<Tensor>{yc, yr}, o);
   EXPECT_NEAR(h["loss"][0], cls_loss + 0.5 * reg_loss, 1e-5);  // one step: measured before its update
   for (const char* key : {"cls_loss", "reg_loss", "cls_accuracy"}) EXPECT_TRUE(h.has(key)) << key;
+  // Validation data for several inputs and outputs, in the model's order.
+  nn::FitOptions v = o;
+  v.validation_x = {xa, xb};
+  v.validation_y = {yc, yr};
+  const nn::History hv = m.fit(std::vector<Tensor>{xa, xb}, std::vector<Tensor>{yc, yr}, v);
+  const auto after = m.evaluate(std::vector<Tensor>{xa, xb}, std::vector<Tensor>{yc, yr});
+  EXPECT_NEAR(hv["val_loss"][0], after.at("loss"), 1e-6);  // measured after the epoch's update
+  EXPECT_NEAR(hv["val_cls_accuracy"][0], after.at("cls_accuracy"), 1e-12);
+  v.validation_y = {yc};
+  EXPECT_TRUE(throws<ShapeError>([&] { m.fit(std::vector<Tensor>{xa, xb}, std::vector<Tensor>{yc, yr}, v); },
+                                 {"validation_y", "2 output(s)"}));
 
   // Wrong counts and names.
   EXPECT_TRUE(throws<ShapeError>([&] { m.predict(std::vector<Tensor>{xa}); }, {"2 input(s) (a, b)", "got 1"}));

@@ -66,6 +66,18 @@ Value Average::merge(Builder& b, std::span<const Value> in) const {
   return b.scale(v, 1.0f / float(in.size()));
 }
 
+Value Maximum::merge(Builder& b, std::span<const Value> in) const {
+  Value v = in[0];
+  for (Value x : in.subspan(1)) v = b.maximum(v, x);
+  return v;
+}
+
+Value Minimum::merge(Builder& b, std::span<const Value> in) const {
+  Value v = in[0];
+  for (Value x : in.subspan(1)) v = b.minimum(v, x);
+  return v;
+}
+
 Concatenate::Concatenate(int axis) : Layer("concatenate"), axis_(axis) {
   if (axis == 0)
     throw ValueError("Concatenate: axis 0 is the batch and cannot be joined; use -1 (the last axis) or 1.. rank-1");

@@ -464,24 +464,32 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   const bool weighted = opt.sample_weight.defined();
   const Tensor w_all = weighted ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
   const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
-  if (opt.validation_sample_weight.defined() && !opt.validation_data)
+  const bool explicit_lists = !opt.validation_x.empty() || !opt.validation_y.empty();
+  if (explicit_lists && opt.validation_data)
+    throw ValueError("give validation_data or validation_x/validation_y, not both");
+  if (opt.validation_sample_weight.defined() && !opt.validation_data && !explicit_lists)
     throw ValueError("validation_sample_weight is given without validation_data; pass validation_data too (with "
                      "validation_split the weights are split from sample_weight)");
 
   int64_t n_train = n;
   std::vector<Tensor> xv, yv;
   Tensor wv;  // the validation rows' weights, as Keras splits them with the rows
-  if (opt.validation_data) {
-    if (n_in != 1 || n_out != 1)
+  if (opt.validation_data || explicit_lists) {
+    if (opt.validation_data && (n_in != 1 || n_out != 1))
       throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
-                       " and " + std::to_string(n_out) + ". Use validation_split");
-    xv = check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data");
-    yv = {opt.validation_data->second};
+                       " and " + std::to_string(n_out) + ". Use validation_x and validation_y (or validation_split)");
+    xv = opt.validation_data ? check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data")
+                             : check_inputs(opt.validation_x, -1, "validation_x");
+    yv = opt.validation_data ? std::vector<Tensor>{opt.validation_data->second} : opt.validation_y;
+    if (yv.size() != n_out)
+      throw ShapeError("validation_y: the model has " + std::to_string(n_out) + " output(s) (" +
+                       joined(graph_->output_names) + "); got " + std::to_string(yv.size()) + " tensor(s)");
     const int64_t nv = xv[0].shape()[0];
-    if (!yv[0].defined() || yv[0].shape().rank() == 0 || yv[0].shape()[0] != nv)
-      throw ShapeError("validation_data: x has " + std::to_string(nv) + " rows but y has " +
-                       (yv[0].defined() && yv[0].shape().rank() ? std::to_string(yv[0].shape()[0]) : std::string("none")) +
-                       "; give one label row per input row");
+    for (const Tensor& t : yv)
+      if (!t.defined() || t.shape().rank() == 0 || t.shape()[0] != nv)
+        throw ShapeError("validation data: x has " + std::to_string(nv) + " rows but y has " +
+                         (t.defined() && t.shape().rank() ? std::to_string(t.shape()[0]) : std::string("none")) +
+                         "; give one label row per input row");
     if (nv == 0) throw ValueError("validation_data has no rows; give some or leave it out");
     if (opt.validation_sample_weight.defined())
       wv = check_sample_weight(opt.validation_sample_weight, nv, "validation_sample_weight");

@@ -75,6 +75,29 @@ class Average : public Merge {
   Value merge(Builder& b, std::span<const Value> inputs) const override;
 };
 
+/// Element-wise maximum of the inputs (keras.layers.Maximum); the gradient
+/// goes to the first of tied inputs (TensorFlow's rule).
+class Maximum : public Merge {
+ public:
+  Maximum() : Merge("maximum") {}
+  const char* type() const override { return "Maximum"; }
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+
+ protected:
+  Value merge(Builder& b, std::span<const Value> inputs) const override;
+};
+
+/// Element-wise minimum of the inputs (keras.layers.Minimum).
+class Minimum : public Merge {
+ public:
+  Minimum() : Merge("minimum") {}
+  const char* type() const override { return "Minimum"; }
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+
+ protected:
+  Value merge(Builder& b, std::span<const Value> inputs) const override;
+};
+
 /// Joins two or more inputs along `axis` (keras.layers.Concatenate). The axis
 /// counts the batch as 0, as Keras: -1 (the default) is the last axis;
 /// negative axes count from the end; the batch axis cannot be joined. Inputs

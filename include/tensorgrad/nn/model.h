@@ -35,10 +35,16 @@ struct FitOptions {
   /// Explicit validation data (one input, one output); takes precedence over
   /// validation_split.
   std::optional<std::pair<Tensor, Tensor>> validation_data;
+  /// Explicit validation data for any model: one tensor per input and per
+  /// output, in the model's order (Keras' validation_data = (x_list,
+  /// y_list)). Takes precedence over validation_split; giving both this and
+  /// validation_data is a ValueError.
+  std::vector<Tensor> validation_x, validation_y;
   /// One weight per row of validation_data ({rows} or {rows, 1}; Keras'
   /// third element of validation_data); undefined = all ones. With
   /// validation_split, the validation rows keep their sample_weight instead
-  /// (split with the rows, as Keras). ValueError without validation_data.
+  /// (split with the rows, as Keras). ValueError without validation_data
+  /// (or validation_x).
   Tensor validation_sample_weight;
   bool shuffle = true;
   /// One weight per row, {rows} or {rows, 1}, for every output; undefined =
