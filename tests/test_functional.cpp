@@ -6,6 +6,7 @@
 #include "test_support.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -381,7 +382,7 @@ TEST(Functional, CustomLossIsWeightedAndDividedByRows) {
   EXPECT_NEAR(m.evaluate(xs, ys, 32, values({2, 0}, {2})).at("loss"), (2 * 3.0) / 2, 1e-6);
   const Loss wrong("wrong", [](Builder&, Value, Value y_pred) { return y_pred; });
   EXPECT_TRUE(throws<ShapeError>([&] { m.compile(OptimizerSpec::sgd(), wrong); },
-                                 {"custom loss 'wrong'", "per-row losses {1}", "{1, 2}"}));
+                                 {"custom loss 'wrong'", "per-row losses of shape {batch}", "{1, 2}"}));
 }
 
 TEST(Functional, SequentialAndFunctionalTrainBitIdentically) {
@@ -612,4 +613,74 @@ TEST(Functional, FiftyBatchSizesShareAFewPlans) {
   EXPECT_LE(many.plan_count(), 14u);
   EXPECT_LT(many.arena_bytes(), 4 * largest);
   EXPECT_TRUE(std::isfinite(many.evaluate(x, y).at("loss")));
+}
+
+// Found by a fresh user's trial: each used to crash, hang, or give a wrong value.
+TEST(Functional, HooksThatChangeTheModelStopTheStepCleanly) {
+  Sequential s({3});
+  s.add(Dense(2));
+  s.compile(OptimizerSpec::adam(), "mse");
+  int calls = 0;
+  s.add_gradient_hook([&](std::span<NamedGradient>) {
+    if (++calls == 2) s.freeze_bn_stats();  // retires every context mid-step
+  });
+  std::mt19937 rng(1);
+  const Tensor x = uniform({8, 3}, rng, -1, 1), y = uniform({8, 2}, rng, -1, 1);
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.batch_size = 4;
+  const std::vector<float> before = s.weights()[0].value.to_vector();
+  EXPECT_TRUE(throws<StateError>([&] { s.fit(x, y, o); }, {"gradient hook changed the model", "not applied"}));
+  EXPECT_EQ(calls, 2);
+  EXPECT_NE(s.weights()[0].value.to_vector(), before);  // the first step's update stands
+  EXPECT_NO_THROW(s.fit(x, y, o));                       // fresh contexts afterwards
+
+  Sequential f({3});
+  f.add(Dense(2));
+  f.compile(OptimizerSpec::adam(), "mse");
+  f.add_gradient_hook([&](std::span<NamedGradient>) { f.free(); });
+  EXPECT_TRUE(throws<StateError>([&] { f.fit(x, y, o); }, {"gradient hook changed the model"}));
+  EXPECT_TRUE(f.released());
+}
+
+TEST(Functional, TrialFindingsAreRefusedOrFixed) {
+  const SymbolicTensor a = Input({3}, DType::Float32, "x");
+  // A huge batch is refused, not looped over.
+  Model m(a, Dense(2)(a));
+  m.compile(OptimizerSpec::adam(), "mse");
+  EXPECT_TRUE(throws<ValueError>([&] { m.optimizer_context(std::numeric_limits<int64_t>::max()); },
+                                 {"batch_size", "physical memory"}));
+  // Embedding on a computed tensor would truncate its ids.
+  EXPECT_TRUE(throws<TypeError>([&] { nn::Embedding(5, 1)(Dense(1)(a)); }, {"token ids", "model input"}));
+  // Duplicate input names, identity models, History-key clashes.
+  const SymbolicTensor b = Input({3}, DType::Float32, "x");
+  EXPECT_TRUE(throws<ValueError>([&] { Model({a, b}, {nn::Add()({a, b})}); }, {"two inputs are named 'x'"}));
+  EXPECT_TRUE(throws<ValueError>([&] { Model(a, a); }, {"no layer lies between"}));
+  auto val = std::make_shared<Dense>(2);
+  val->set_name("val_a");
+  EXPECT_TRUE(throws<ValueError>([&] { Model(a, (*val)(a)); }, {"'val_a'", "ambiguous"}));
+  // Cross-entropy on an average of softmaxes is not taken as logits.
+  Model avg(a, nn::Average()({Dense(3, "softmax")(a), Dense(3, "softmax")(a)}));
+  EXPECT_TRUE(throws<ValueError>([&] { avg.compile(OptimizerSpec::sgd(), "sparse_categorical_crossentropy"); },
+                                 {"probabilities", "not supported"}));
+}
+
+TEST(Functional, NestedModelCalledTwiceAndClonedStaysShared) {
+  // A Siamese encoder as a model, called on both inputs of one outer model.
+  const SymbolicTensor e = Input({3});
+  auto d = std::make_shared<Dense>(3);
+  Model encoder(e, (*d)(e), "enc");
+  const SymbolicTensor l = Input({3}), r = Input({3});
+  Model siamese({l, r}, {nn::Subtract()({encoder(l), encoder(r)})});
+  EXPECT_EQ(siamese.weights().size(), 2u);
+  // A layer used inside a nested model and directly stays one layer in clones.
+  const SymbolicTensor x = Input({3});
+  Model outer(x, nn::Add()({encoder(x), (*d)(x)}));
+  ASSERT_EQ(outer.weights().size(), 2u);
+  Model copy = outer.clone();
+  EXPECT_EQ(copy.weights().size(), 2u);
+  EXPECT_NE(copy.weights()[0].value.raw(), outer.weights()[0].value.raw());
+  std::mt19937 rng(2);
+  const Tensor xs = uniform({4, 3}, rng, -1, 1);
+  EXPECT_EQ(copy.predict(xs).to_vector(), outer.predict(xs).to_vector());
 }

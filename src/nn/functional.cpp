@@ -69,6 +69,12 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
                       dtype_name(t.dtype()) + " (token ids go into an Embedding)");
     shapes.push_back(t.shape());
   }
+  if (takes_token_ids())
+    for (const SymbolicTensor& t : inputs)
+      if (t.call()->layer)
+        throw TypeError("layer '" + name() + "' (" + type() + ") reads token ids from a model input, where they are "
+                        "checked; it was called on the output of layer '" + t.name() +
+                        "'. Give it an Input() (int32, or float32 holding whole numbers)");
   // A layer not held by a shared_ptr (a temporary) goes into the graph as a copy.
   std::shared_ptr<Layer> self = weak_from_this().lock();
   if (!self) {
@@ -101,10 +107,12 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
       throw ValueError("Model: input '" + c.name + "' is the output of layer '" + c.layer->name() +
                        "', not an Input(); pass the Input() tensors the graph starts from");
     if (!input_set.insert(&c).second) throw ValueError("Model: input '" + c.name + "' is given twice");
+    if (std::find(input_names.begin(), input_names.end(), c.name) != input_names.end())
+      throw ValueError("Model: two inputs are named '" + c.name + "'; give each Input() a name of its own");
     input_names.push_back(c.name);
   }
   // Depth-first from the outputs: each call after its inputs.
-  std::set<const LayerCall*> done, used_inputs;
+  std::set<const LayerCall*> done, used_inputs, on_stack;
   std::map<std::string, const Layer*> by_name;
   struct Frame {
     const LayerCall* call;
@@ -132,10 +140,13 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
         stack.pop_back();
         continue;
       }
+      if (f.next == 0 && !on_stack.insert(c).second)
+        throw ValueError("Model: the graph has a cycle through layer '" + c->name + "'; a layer call cannot depend on itself");
       if (f.next < c->inputs.size()) {
         stack.push_back({&checked(c->inputs[f.next++]), 0});
         continue;
       }
+      on_stack.erase(c);
       done.insert(c);
       order.push_back(c);
       const Layer* l = c->layer.get();
@@ -173,9 +184,10 @@ std::vector<Value> FunctionalGraph::forward(Builder& b, std::span<const Value> x
   return out;
 }
 
-std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone() const {
+std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone(CloneMap* shared) const {
   std::unordered_map<const LayerCall*, std::shared_ptr<LayerCall>> calls;
-  std::unordered_map<const Layer*, std::shared_ptr<Layer>> cloned;
+  CloneMap own;
+  CloneMap& cloned = shared ? *shared : own;
   auto copy_of = [&](const SymbolicTensor& t) { return SymbolicTensor(calls.at(t.call().get())); };
   std::vector<SymbolicTensor> new_inputs;
   for (const SymbolicTensor& t : inputs) {
@@ -185,8 +197,12 @@ std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone() const {
   }
   for (const LayerCall* c : order) {
     auto n = std::make_shared<LayerCall>();
-    std::shared_ptr<Layer>& l = cloned[c->layer.get()];
-    if (!l) l = c->layer->clone();
+    std::shared_ptr<Layer> l = cloned[c->layer.get()];
+    if (!l) {
+      const auto* nested = dynamic_cast<const ModelLayer*>(c->layer.get());
+      l = nested ? nested->clone(cloned) : c->layer->clone();
+      cloned[c->layer.get()] = l;
+    }
     n->layer = l;
     for (const SymbolicTensor& t : c->inputs) n->inputs.push_back(copy_of(t));
     n->shape = c->shape;
@@ -248,7 +264,12 @@ void ModelLayer::validate_input(const Tensor& x) const {
 }
 
 std::shared_ptr<Layer> ModelLayer::clone() const {
-  return std::make_shared<ModelLayer>(graph_->clone(), name(), type_);
+  FunctionalGraph::CloneMap cloned;
+  return clone(cloned);
+}
+
+std::shared_ptr<Layer> ModelLayer::clone(FunctionalGraph::CloneMap& cloned) const {
+  return std::make_shared<ModelLayer>(graph_->clone(&cloned), name(), type_);
 }
 
 }  // namespace tensorgrad::nn

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensorgrad/nn/layers.h"
@@ -23,8 +24,10 @@ class FunctionalGraph {
 
   /// One value per output, {batch, shape...}, for inputs in order.
   std::vector<Value> forward(Builder& b, std::span<const Value> inputs, const CallOptions& options) const;
-  /// A copy with every layer cloned once (tied layers stay tied).
-  std::shared_ptr<const FunctionalGraph> clone() const;
+  using CloneMap = std::unordered_map<const Layer*, std::shared_ptr<Layer>>;
+  /// A copy with every layer cloned once (tied layers stay tied, nested
+  /// models' layers included: `cloned` maps originals to their copies).
+  std::shared_ptr<const FunctionalGraph> clone(CloneMap* cloned = nullptr) const;
 
   std::vector<SymbolicTensor> inputs, outputs;
   std::vector<const LayerCall*> order;         // calls of layers, each after its inputs
@@ -46,6 +49,8 @@ class ModelLayer : public Layer {
   bool takes_token_ids() const override;
   void validate_input(const Tensor& x) const override;
   std::shared_ptr<Layer> clone() const override;
+  /// A copy whose inner layers come from `cloned` where already copied.
+  std::shared_ptr<Layer> clone(FunctionalGraph::CloneMap& cloned) const;
   const FunctionalGraph& graph() const { return *graph_; }
 
  private:

@@ -112,6 +112,13 @@ Model::Model(const std::vector<SymbolicTensor>& inputs, const std::vector<Symbol
              const std::string& name)
     : graph_(std::make_shared<FunctionalGraph>(inputs, outputs)),
       name_(name.empty() ? unique_name("functional") : name) {
+  if (graph_->order.empty())
+    throw ValueError("Model: no layer lies between the inputs and the outputs (an output is an input itself); "
+                     "call layers on the inputs first");
+  for (const std::string& n : graph_->output_names)
+    if (n == "loss" || n == "val" || n.rfind("val_", 0) == 0)
+      throw ValueError("Model: output '" + n + "' would make History keys ambiguous (\"val_\" marks validation, "
+                       "\"loss\" the total): set_name() the layer that makes it");
   new_structure_id();
 }
 
@@ -140,6 +147,7 @@ Model& Model::operator=(Model&& other) noexcept {
   retired_contexts_ = std::move(other.retired_contexts_);
   predict_plans_ = std::move(other.predict_plans_);
   hooks_ = std::move(other.hooks_);
+  as_layer_ = std::move(other.as_layer_);
   other.hooks_ = std::make_shared<std::vector<GradientHook>>();
   rng_ = other.rng_;
   // The moved-from model is released, with an identity of its own, so that
@@ -177,8 +185,8 @@ namespace {
 // any number of batch sizes shares a logarithmic number of plans.
 int64_t capacity_for(int64_t rows) {
   int64_t c = 1;
-  while (c < rows) c *= 2;
-  return c;
+  while (c < rows && c <= (int64_t(1) << 61)) c *= 2;
+  return c < rows ? rows : c;  // beyond 2^62 rows: no rounding (the memory check refuses it anyway)
 }
 }  // namespace
 
@@ -198,6 +206,7 @@ size_t Model::plan_count() const {
 void Model::set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
                       const char* why) {
   graph_ = std::make_shared<FunctionalGraph>(inputs, outputs);
+  as_layer_.reset();
   new_structure_id();
   // A changed graph needs new graphs; the optimizer state stays with compile.
   retire_contexts(why);
@@ -507,8 +516,8 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, n_train);
-  OptimizerContext& ctx = optimizer_context(bs, opt.nbatch_logical, wmode);
-  for (size_t i = 0; i < n_out; ++i) ctx.check_targets(i, y[i], w_all, -1);
+  OptimizerContext* ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
+  for (size_t i = 0; i < n_out; ++i) ctx->check_targets(i, y[i], w_all, -1);
   if (!xv.empty()) {
     OptimizerContext& vctx =
         optimizer_context(std::min(bs, xv[0].shape()[0]), 0, wv.defined() ? LossWeights::PerSample : LossWeights::None);
@@ -516,7 +525,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   }
   // Whole logical batches only when accumulating (as ggml_opt_fit): a part
   // period would carry its gradients into the next epoch's first update.
-  const int64_t period = ctx.accumulation_period();
+  const int64_t period = ctx->accumulation_period();
   const int64_t rem = n_train % bs;
   const bool use_rem = rem > 0 && period == 1;
   OptimizerContext* ctx_rem = use_rem ? &optimizer_context(rem, 0, wmode) : nullptr;
@@ -541,7 +550,15 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   ProgressPrinter progress(opt.verbose, opt.epochs);
   std::vector<double> out_loss(n_out), metric_sum;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
-    if (opt.learning_rate_schedule) ctx.set_learning_rate(opt.learning_rate_schedule(epoch, ctx.learning_rate()));
+    if (opt.learning_rate_schedule) {
+      const float lr = opt.learning_rate_schedule(epoch, ctx->learning_rate());
+      // The schedule may have changed the model (freeze_bn_stats, compile):
+      // the contexts are fetched again, fresh if the old ones were retired.
+      check_live("fit() (after learning_rate_schedule)");
+      ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
+      if (use_rem) ctx_rem = &optimizer_context(rem, 0, wmode);
+      ctx->set_learning_rate(lr);
+    }
     std::iota(order.begin(), order.end(), int64_t(0));
     if (opt.shuffle) std::shuffle(order.begin(), order.end(), rng_);
     progress.begin_epoch(epoch, steps);
@@ -557,7 +574,8 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       if (weighted) gather_rows(w_all, &order[size_t(start)], rows, wb);
       const Tensor& w = full ? wb : wr;
       const std::span<const Tensor> ws = weighted ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
-      StepResult r = full ? ctx.step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);
+      StepResult r = full ? ctx->step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);
+      check_live("fit() (during training: a gradient hook freed or moved the model)");
       loss_sum += double(r.loss) * double(rows);
       for (size_t i = 0; i < n_out; ++i) out_loss[i] += double(r.output_losses[i]) * double(rows);
       metric_sum.resize(r.metric_sums.size(), 0.0);
@@ -786,8 +804,8 @@ void Model::calibrate_bn(std::span<const Tensor> x_in) {
 
 Model Model::clone() const {
   check_live("clone()");
-  std::shared_ptr<const FunctionalGraph> g = graph_->clone();
-  Model copy(g->inputs, g->outputs, name_);
+  Model copy(name_);
+  copy.graph_ = graph_->clone();
   if (compiled_) {
     copy.optimizer_ = optimizer_;
     copy.losses_ = losses_;
@@ -808,6 +826,7 @@ void Model::free() {
   // Retired contexts hold no graph or state any more: the weights go now.
   predict_plans_.clear();
   graph_.reset();
+  as_layer_.reset();
   opt_state_.reset();
   hooks_->clear();
   compiled_ = false;
@@ -863,8 +882,8 @@ SymbolicTensor Model::operator()(const SymbolicTensor& x) const { return (*this)
 
 SymbolicTensor Model::operator()(const std::vector<SymbolicTensor>& inputs) const {
   check_live("calling a model");
-  auto layer = std::make_shared<ModelLayer>(graph_, name_, type());
-  return (*layer)(inputs);
+  if (!as_layer_) as_layer_ = std::make_shared<ModelLayer>(graph_, name_, type());
+  return (*as_layer_)(inputs);
 }
 
 std::string Model::summary() const {

@@ -229,6 +229,25 @@ bool is_activation(OpKind op) {
          op == OpKind::LogSoftmax;
 }
 
+// True when a softmax (sigmoid) feeds `v` through ops that mix probabilities
+// without a weight matrix in between (an average of softmaxes, a batch norm
+// after one): such an output is neither logits nor a softmax to fold.
+bool probabilities_upstream(const Graph& g, Value v, OpKind activation) {
+  std::vector<Value> todo{v};
+  std::vector<bool> seen(g.size(), false);
+  while (!todo.empty()) {
+    const Value u = todo.back();
+    todo.pop_back();
+    if (seen[size_t(u.id)]) continue;
+    seen[size_t(u.id)] = true;
+    const Node& n = g.node(u);
+    if (n.role != NodeRole::Op || n.op == OpKind::MatMul) continue;  // a weight matrix makes new logits
+    if (n.op == activation) return true;
+    for (Value in : n.input_values()) todo.push_back(in);
+  }
+  return false;
+}
+
 // The logits of a cross-entropy output (DESIGN.md: softmax folding looks at
 // the op that produced the output). Walking back through views (Reshape:
 // Flatten, Reshape) to a Softmax over the same {batch, classes} gives its
@@ -262,6 +281,12 @@ Value cross_entropy_logits(const Graph& g, Value out, const std::string& output,
                        "; cross-entropy needs the softmax over the classes of {batch, classes}");
     return n.inputs[0];  // a sigmoid is element-wise: its logits may be reshaped like the output
   }
+  if (n.role == NodeRole::Op && !crossed_dropout && probabilities_upstream(g, v, folded))
+    throw ValueError(loss.name + " on output '" + output + "': the output mixes " + folded_name +
+                     " probabilities (through " + op_info(n.op).name +
+                     ") instead of ending in the " + folded_name +
+                     ", and cross-entropy on probabilities is not supported: end the output in the " + folded_name +
+                     " (it is folded into the loss) or give logits");
   if (n.role == NodeRole::Op && (is_activation(n.op) || n.op == OpKind::Softmax || n.op == OpKind::Sigmoid ||
                                  crossed_dropout)) {
     const char* act = crossed_dropout ? "dropout" : op_info(n.op).name;
@@ -276,8 +301,9 @@ Value cross_entropy_logits(const Graph& g, Value out, const std::string& output,
 Value custom_loss_rows(Graph& g, const Loss& loss, Value y, Value out, const std::string& output, int64_t b) {
   const Value rows = loss.function(g, y, out);
   if (!rows.valid() || g.shape(rows) != Shape{b} || g.dtype(rows) != DType::Float32)
-    throw ShapeError("custom loss '" + loss.name + "' on output '" + output + "' must return float32 per-row losses {" +
-                     std::to_string(b) + "}; got " + (rows.valid() ? g.shape(rows).str() : std::string("no value")));
+    throw ShapeError("custom loss '" + loss.name + "' on output '" + output +
+                     "' must return float32 per-row losses of shape {batch} ({" + std::to_string(b) +
+                     "} for the graph being built); got " + (rows.valid() ? g.shape(rows).str() : std::string("no value")));
   return rows;
 }
 }  // namespace
@@ -337,6 +363,14 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   // the backward pass). Its arena and the staging buffers are a lower bound
   // of what the first step needs: a batch that cannot fit is refused before
   // anything of its size is allocated.
+  {
+    // The inputs alone, before any graph is built (shapes of that many rows
+    // might not even be representable).
+    uint64_t input_bytes = 0, row_bytes = 0;
+    for (const InputSpec& in : model_.inputs) row_bytes += 4u * uint64_t(in.shape.numel());
+    if (__builtin_mul_overflow(uint64_t(options_.capacity), row_bytes, &input_bytes)) input_bytes = UINT64_MAX;
+    check_fits_in_memory(input_bytes, "batch_size " + std::to_string(b) + " (its inputs alone)", "lower batch_size");
+  }
   {
     Graph g;
     std::vector<Value> xs;
@@ -724,16 +758,27 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
     state_->rng_counter = plan.exe->rng_counter();
     ++n_steps_;
     if (++state_->micro_step >= period_) {
+      // A hook may change the model (compile, free, freeze_bn_stats, ...),
+      // which retires this context: the plan, the state and the hook lists
+      // are held here until the hooks are done, and the update is then not
+      // applied. Copies of shared_ptrs: no allocation.
+      const std::shared_ptr<OptimizerState> state = state_;
+      const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
       try {
-        if (options_.model_hooks)
-          for (const GradientHook& hook : *options_.model_hooks) hook(grads_);
-        for (auto& hook : hooks_) hook(grads_);
+        if (model_hooks)
+          for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
+        for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) hooks_[i](grads_);
       } catch (...) {
         // The period's gradients are dropped, so the next period starts clean.
-        state_->micro_step = 0;
-        if (period_ > 1)
+        state->micro_step = 0;
+        if (period_ > 1 && retired_.empty())
           for (NamedGradient& g : grads_) g.grad.fill(0.0f);
         throw;
+      }
+      if (!retired_.empty()) {
+        state->micro_step = 0;
+        throw StateError("a gradient hook changed the model during a step (" + retired_ +
+                         "): this step's update was not applied; change the model between steps");
       }
       plan.exe->run(plan.split);
       state_->micro_step = 0;
@@ -766,22 +811,21 @@ void OptimizerContext::retire(const std::string& why) {
   retired_ = why.empty() ? "retired" : why;
   train_.reset();
   eval_.reset();
-  grads_.clear();
   // Nothing of the model stays reachable: its layers (and weights) and the
   // optimizer moments go with the last live owner.
   model_ = ModelFunction{};
   state_.reset();
-  hooks_.clear();
   options_.model_hooks.reset();
   options_.plans.reset();
-  for (Head& h : heads_) h.loss.function = nullptr;
 }
 
 StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Tensor> y,
                                   std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  return run(acquire(true), x, y, sample_weight, true);
+  acquire(true);
+  const std::shared_ptr<OptimizerPlan> keep = train_;  // alive even if a hook retires this context
+  return run(*keep, x, y, sample_weight, true);
 }
 
 StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {

@@ -252,7 +252,8 @@ class Model {
   std::string summary() const;
 
   /// Calls the model on symbolic tensors as a layer (a nested model, sharing
-  /// its weights with this one). One output only for now; the model must
+  /// its weights with this one; every call is the same layer, so calling it
+  /// twice in one graph shares it, as a Siamese encoder). One output only for now; the model must
   /// have as many inputs as tensors given, of the same shapes (ShapeError).
   SymbolicTensor operator()(const SymbolicTensor& x) const;
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs) const;
@@ -298,6 +299,7 @@ class Model {
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
   std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)
   std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
+  mutable std::shared_ptr<Layer> as_layer_;  // this model called as a layer: one object, so calls share it
   std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };
 
