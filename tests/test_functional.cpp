@@ -684,3 +684,26 @@ TEST(Functional, NestedModelCalledTwiceAndClonedStaysShared) {
   const Tensor xs = uniform({4, 3}, rng, -1, 1);
   EXPECT_EQ(copy.predict(xs).to_vector(), outer.predict(xs).to_vector());
 }
+
+// trainable changed after compile takes effect at the next compile, as Keras;
+// until then contexts refuse to run rather than depend on which batch sizes
+// happened to be planned before the change.
+TEST(Functional, TrainableChangedAfterCompileAsksForACompile) {
+  const SymbolicTensor x = Input({3});
+  auto frozen = std::make_shared<Dense>(2);
+  Model m(x, Dense(1)((*frozen)(x)));
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  std::mt19937 rng(3);
+  const Tensor xs = uniform({4, 3}, rng, -1, 1), ys = uniform({4, 1}, rng, -1, 1);
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.batch_size = 4;
+  m.fit(xs, ys, o);
+  frozen->trainable = false;
+  EXPECT_TRUE(throws<StateError>([&] { m.fit(xs, ys, o); }, {"trainable = false after compile()", "compile() again"}));
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  const std::vector<float> before = frozen->weights()[0].value.to_vector();
+  o.batch_size = 3;
+  m.fit(xs, ys, o);
+  EXPECT_EQ(frozen->weights()[0].value.to_vector(), before);  // frozen now, at every batch size
+}

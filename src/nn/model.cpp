@@ -283,6 +283,9 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   changed_after_compile_ = false;
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
+  trainable_at_compile_.clear();
+  std::set<const Layer*> seen;
+  for_each_layer(*graph_, [&](Layer& l) { trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
   // The model's own random stream, drawn once from the global seed: shuffles
   // and dropout masks no longer depend on what else uses the global generator.
   rng_.seed(global_generator()());
@@ -344,6 +347,10 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
 OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
   check_live("optimizer_context()");
   if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
+  for (const auto& [layer, trainable] : trainable_at_compile_)
+    if (layer->trainable != trainable)
+      throw StateError("layer '" + layer->name() + "' was made trainable = " + (layer->trainable ? "true" : "false") +
+                       " after compile(); call compile() again for it to take effect (as Keras)");
   auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
   auto& slot = contexts_[key];
   if (!slot) {
@@ -811,6 +818,9 @@ Model Model::clone() const {
     copy.losses_ = losses_;
     copy.loss_weights_ = loss_weights_;
     copy.metrics_ = metrics_;
+
+    std::set<const Layer*> seen;
+    for_each_layer(*copy.graph_, [&](Layer& l) { copy.trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
     copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
     copy.opt_state_->rng_counter = opt_state_->rng_counter;
     copy.rng_ = rng_;

@@ -184,7 +184,9 @@ class Model {
   /// whose batch rounds to the same capacity, so many batch sizes cost a few
   /// plans (when the model's graph scales with its batch; otherwise each
   /// batch size has its own). This is the
-  /// public step fit is written on. After the next compile(), a change to
+  /// public step fit is written on. Throws StateError when a layer's
+  /// `trainable` changed after compile() (it takes effect at the next
+  /// compile, as Keras: compile again). After the next compile(), a change to
   /// the model or freeze_bn_stats() the context is retired: its graphs are
   /// released and its step() throws StateError naming the call that retired
   /// it (the object itself stays valid until the model is destroyed). Throws
@@ -299,7 +301,8 @@ class Model {
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
   std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)
   std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
-  mutable std::shared_ptr<Layer> as_layer_;  // this model called as a layer: one object, so calls share it
+  mutable std::shared_ptr<Layer> as_layer_;
+  std::vector<std::pair<const Layer*, bool>> trainable_at_compile_;  // what the optimizer was compiled for  // this model called as a layer: one object, so calls share it
   std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };
 
