@@ -386,7 +386,8 @@ std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows,
   const ModelFunction f = model_function();
   std::vector<Tensor> out;
   for (size_t i = 0; i < x.size(); ++i) {
-    const std::string what = x.size() == 1 ? std::string("x") : "x '" + f.inputs[i].name + "'";
+    const std::string prefix = std::string(call).rfind("validation", 0) == 0 ? "validation " : "";
+    const std::string what = prefix + (x.size() == 1 ? std::string("x") : "x '" + f.inputs[i].name + "'");
     out.push_back(f.inputs[i].check(x[i], rows, what));
     if (i > 0 && out[i].shape()[0] != out[0].shape()[0])
       throw ShapeError(std::string(call) + ": inputs differ in rows: '" + f.inputs[0].name + "' has " +

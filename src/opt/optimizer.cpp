@@ -137,7 +137,7 @@ void check_finite(const Tensor& t, const char* what) {
   const int64_t cols = t.shape().rank() > 0 ? std::max<int64_t>(t.shape().row_size(), 1) : 1;
   throw ValueError(std::string(what) + " contains " + (std::isnan(t.data<float>()[bad]) ? "NaN" : "infinity") +
                    " at row " + std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
-                   "; remove or impute non-finite values before training");
+                   "; remove or impute non-finite values first");
 }
 
 void check_rows(const Tensor& t, int64_t rows, const char* what) {
