@@ -397,35 +397,33 @@ std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows,
   return out;
 }
 
-std::vector<Tensor> Model::ordered_inputs(const std::map<std::string, Tensor>& x) const {
-  check_live("inputs by name");
+namespace {
+// Tensors given by name, in the order of `names` ("input"/"output" in messages).
+std::vector<Tensor> by_name(const std::map<std::string, Tensor>& given, const std::vector<std::string>& names,
+                            const char* kind, const char* tensor) {
   std::vector<Tensor> out;
-  for (const std::string& n : graph_->input_names) {
-    auto it = x.find(n);
-    if (it == x.end())
-      throw ValueError("no tensor for input '" + n + "'; the model's inputs are (" + joined(graph_->input_names) + ")");
+  for (const std::string& n : names) {
+    auto it = given.find(n);
+    if (it == given.end())
+      throw ValueError(std::string("no ") + tensor + " for " + kind + " '" + n + "'; the model's " + kind + "s are (" +
+                       joined(names) + ")");
     out.push_back(it->second);
   }
-  for (const auto& [k, v] : x)
-    if (std::find(graph_->input_names.begin(), graph_->input_names.end(), k) == graph_->input_names.end())
-      throw ValueError("'" + k + "' is no input of the model; its inputs are (" + joined(graph_->input_names) + ")");
+  for (const auto& [k, v] : given)
+    if (std::find(names.begin(), names.end(), k) == names.end())
+      throw ValueError("'" + k + "' is no " + kind + " of the model; its " + kind + "s are (" + joined(names) + ")");
   return out;
+}
+}  // namespace
+
+std::vector<Tensor> Model::ordered_inputs(const std::map<std::string, Tensor>& x) const {
+  check_live("inputs by name");
+  return by_name(x, graph_->input_names, "input", "tensor");
 }
 
 std::vector<Tensor> Model::ordered_targets(const std::map<std::string, Tensor>& y) const {
   check_live("targets by name");
-  std::vector<Tensor> out;
-  for (const std::string& n : graph_->output_names) {
-    auto it = y.find(n);
-    if (it == y.end())
-      throw ValueError("no target for output '" + n + "'; the model's outputs are (" + joined(graph_->output_names) +
-                       ")");
-    out.push_back(it->second);
-  }
-  for (const auto& [k, v] : y)
-    if (std::find(graph_->output_names.begin(), graph_->output_names.end(), k) == graph_->output_names.end())
-      throw ValueError("'" + k + "' is no output of the model; its outputs are (" + joined(graph_->output_names) + ")");
-  return out;
+  return by_name(y, graph_->output_names, "output", "target");
 }
 
 std::map<std::string, double> Model::metric_logs(double loss_sum, std::span<const double> output_loss_sums,
