@@ -1225,3 +1225,20 @@ TEST(Trainer, MovedFromTrainerRefusesCalls) {
   EXPECT_TRUE(has_words(message_of<StateError>([&] { a.step(b16(d.x, 0), b16(d.y, 0)); }), {"freed"}));
   EXPECT_EQ(b.n_steps(), 0);
 }
+
+// loss_mask with the Huber loss (delta 1), the usual DQN loss: the masked
+// elements add nothing; the value is sum(w * huber(pred - y)) / (batch * outputs).
+TEST(Trainer, LossMaskWithHuber) {
+  nn::clear_session();
+  const nn::SymbolicTensor in = nn::Input({2});
+  auto d = std::make_shared<Dense>(2, "linear", false);
+  nn::Model m(in, (*d)(in));
+  d->weights()[0].value.copy_from(Tensor::from_vector(std::vector<float>{1, 0, 0, 1}, Shape{2, 2}));
+  m.compile(OptimizerSpec::sgd(0.1f), "huber");
+  Trainer tr(m, batch(2, 2));
+  const Tensor x = Tensor::from_vector(std::vector<float>{3, 0.5f, -1, 2}, Shape{2, 2});
+  const Tensor y = Tensor::zeros(Shape{2, 2});
+  const Tensor mask = Tensor::from_vector(std::vector<float>{1, 0, 0, 1}, Shape{2, 2});
+  // Kept: pred - y = 3 (huber 3 - 0.5 = 2.5) and 2 (huber 1.5); masked: 0.5 and -1.
+  EXPECT_FLOAT_EQ(tr.eval(x, y, mask), (2.5f + 1.5f) / 4);
+}

@@ -14,8 +14,9 @@ Model trainer_copy(const Model& model, const TrainerOptions& options) {
   if (!model.compiled()) throw StateError("Trainer: the model is not compiled; call compile(optimizer, loss) first");
   if (options.loss_mask != 0)
     for (const Loss& l : model.losses())
-      if (l.kind != LossKind::MeanSquaredError)
-        throw ValueError("Trainer: loss_mask needs loss \"mse\"; the model is compiled with \"" + l.name + "\"");
+      if (l.kind != LossKind::MeanSquaredError && l.kind != LossKind::Huber && l.kind != LossKind::MeanAbsoluteError)
+        throw ValueError("Trainer: loss_mask needs loss \"mse\", \"huber\" or \"mae\"; the model is compiled with \"" +
+                         l.name + "\"");
   Model copy = model.clone();
   OptimizerSpec spec = model.optimizer();
   if (options.weight_decay) {

@@ -353,8 +353,10 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     if (!options_.metrics.empty())
       for (const std::string& m : options_.metrics.size() == 1 ? options_.metrics[0] : options_.metrics[i])
         h.metrics.emplace_back(m, metric_from_name(m, h.loss.kind));
-    if (options_.weights == LossWeights::PerOutput && h.loss.kind != LossKind::MeanSquaredError)
-      throw ValueError("per-output loss weights (loss_mask) need loss \"mse\"; got \"" + h.loss.name + "\"");
+    if (options_.weights == LossWeights::PerOutput && h.loss.kind != LossKind::MeanSquaredError &&
+        h.loss.kind != LossKind::Huber && h.loss.kind != LossKind::MeanAbsoluteError)
+      throw ValueError("per-output loss weights (loss_mask) need loss \"mse\", \"huber\" or \"mae\"; got \"" +
+                       h.loss.name + "\"");
     h.y_name = n_out == 1 ? "y" : "y '" + model_.output_names[i] + "'";
     h.w_name = n_out == 1 ? "sample_weight" : "sample_weight '" + model_.output_names[i] + "'";
   }

@@ -19,11 +19,12 @@ struct TrainerOptions {
   /// Rows per optimizer update (gradient accumulation); 0 = batch_size, else
   /// an exact multiple of it (ValueError otherwise).
   int64_t nbatch_logical = 0;
-  /// Loss weights, MSE only: 0 none; 1 one weight per sample ({batch} or
-  /// {batch, 1}); the number of outputs: one weight per output element
-  /// ({batch, outputs}), e.g. a 0/1 mask training only the action a
-  /// Q-network took. The loss is sum(w * (pred - y)^2) / (batch * outputs),
-  /// not renormalised. Anything else throws ValueError.
+  /// Loss weights, for "mse", "huber" (the usual DQN loss) or "mae": 0
+  /// none; 1 one weight per sample ({batch} or {batch, 1}); the number of
+  /// outputs: one weight per output element ({batch, outputs}), e.g. a 0/1
+  /// mask training only the action a Q-network took. The loss is
+  /// sum(w * l(pred - y)) / (batch * outputs), not renormalised. Anything
+  /// else throws ValueError.
   int64_t loss_mask = 0;
   /// Decoupled weight decay in [0, 1]; unset = the compiled optimizer's.
   /// Frozen weights are not decayed.
