@@ -27,7 +27,7 @@ const char* kClassNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "C
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a 784-500-10 MLP classifier on Fashion-MNIST with tensorgrad"};
+  CLI::App app{"Train a Fashion-MNIST classifier with tensorgrad (an MLP by default; --model cnn or resnet)"};
   std::string model_name = "mlp";
   int epochs = 0;          // 0: the model's default
   int64_t batch_size = 0;  // 0: the model's default
@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
     enum class Kind { Mlp, Cnn, Resnet };
     const Kind kind = model_name == "cnn" ? Kind::Cnn : model_name == "resnet" ? Kind::Resnet : Kind::Mlp;
     auto pick = [kind](auto mlp, auto cnn, auto res) { return kind == Kind::Mlp ? mlp : kind == Kind::Cnn ? cnn : res; };
-    // mlp: seeds 0-3 reach 88.4-89.2% test accuracy at 20 epochs (15 epochs: 87.8-88.7%).
-    // cnn: seeds 0-2 reach 90.6%, 90.4%, 90.3% test accuracy with these defaults.
+    // Test accuracy with these defaults (measured 2026-11-30): mlp seeds 0-2
+    // 88.64%, 89.03%, 88.41%; cnn seeds 0-2 90.25%, 90.75%, 90.21%.
     if (epochs == 0) epochs = pick(20, 15, 12);
     if (batch_size == 0) batch_size = pick(500, 32, 128);
     if (learning_rate < 0) learning_rate = pick(1e-3f, 2e-3f, 2e-3f);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -585,6 +586,12 @@ TEST(Functional, ABatchInALargerPlanMatchesItsOwnPlan) {
     const std::vector<float> va = wa[i].value.to_vector(), vb = wb[i].value.to_vector();
     for (size_t k = 0; k < va.size(); ++k) EXPECT_NEAR(va[k], vb[k], 1e-5f) << wa[i].name << "[" << k << "]";
   }
+  // Below three rows there is no probe to learn a rule from: planned for the batch itself.
+  o.batch_size = 1;
+  o.capacity = 2;
+  OptimizerContext tiny(big_model.model_function(), o);
+  EXPECT_TRUE(std::isfinite(tiny.step(x.rows(0, 1), y.rows(0, 1)).loss));
+  EXPECT_EQ(tiny.planned_rows(), 1);
 }
 
 // Contexts are planned for powers of two and share plans: fit and evaluate
@@ -706,4 +713,21 @@ TEST(Functional, TrainableChangedAfterCompileAsksForACompile) {
   o.batch_size = 3;
   m.fit(xs, ys, o);
   EXPECT_EQ(frozen->weights()[0].value.to_vector(), before);  // frozen now, at every batch size
+}
+
+// Move-assigning a compiled clone over a compiled model (keeping the best
+// epoch's weights) hands over everything compile recorded: the model then
+// evaluates, with no reference to the layers it had before.
+TEST(Functional, MoveAssignedCloneEvaluates) {
+  const SymbolicTensor x = Input({3});
+  Model m(x, Dense(2, "softmax")(Dense(4, "relu")(x)));
+  m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy", {"accuracy"});
+  std::mt19937 rng(5);
+  const Tensor xs = uniform({6, 3}, rng, -1, 1);
+  const Tensor ys = Tensor::from_vector(std::vector<int32_t>{0, 1, 0, 1, 0, 1}, Shape{6});
+  std::optional<Model> kept = m.clone();
+  const double want = kept->evaluate(xs, ys).at("loss");
+  m = std::move(*kept);
+  EXPECT_DOUBLE_EQ(m.evaluate(xs, ys).at("loss"), want);
+  EXPECT_TRUE(kept->released());
 }

@@ -148,6 +148,8 @@ Model& Model::operator=(Model&& other) noexcept {
   predict_plans_ = std::move(other.predict_plans_);
   hooks_ = std::move(other.hooks_);
   as_layer_ = std::move(other.as_layer_);
+  trainable_at_compile_ = std::move(other.trainable_at_compile_);
+  other.trainable_at_compile_.clear();
   other.hooks_ = std::make_shared<std::vector<GradientHook>>();
   rng_ = other.rng_;
   // The moved-from model is released, with an identity of its own, so that
@@ -836,6 +838,7 @@ void Model::free() {
   predict_plans_.clear();
   graph_.reset();
   as_layer_.reset();
+  trainable_at_compile_.clear();
   opt_state_.reset();
   hooks_->clear();
   compiled_ = false;

@@ -582,11 +582,11 @@ std::shared_ptr<OptimizerPlan> OptimizerContext::build(bool train) {
     } catch (const ValueError&) {
       rule = BatchRule{};
     }
-    if (rule.max_rows == 0 && cap != b) {
-      plan = std::make_shared<OptimizerPlan>();
-      g = std::make_unique<Graph>();
-      results = build_graph(*g, b, train, plan.get());
-    }
+  }
+  if (rule.max_rows == 0 && cap != b) {  // no rule (or no probe below 3 rows): exactly this batch
+    plan = std::make_shared<OptimizerPlan>();
+    g = std::make_unique<Graph>();
+    results = build_graph(*g, b, train, plan.get());
   }
   plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule));
   return plan;
