@@ -726,8 +726,13 @@ TEST(Functional, MoveAssignedCloneEvaluates) {
   const Tensor xs = uniform({6, 3}, rng, -1, 1);
   const Tensor ys = Tensor::from_vector(std::vector<int32_t>{0, 1, 0, 1, 0, 1}, Shape{6});
   std::optional<Model> kept = m.clone();
-  const double want = kept->evaluate(xs, ys).at("loss");
+  const double want = kept->evaluate(xs, ys, 5).at("loss");  // plans of kept's own
+  nn::FitOptions o;
+  o.verbose = 0;
+  m.fit(xs, ys, o);  // m moves on, with plans for its batch sizes
+  EXPECT_NE(m.evaluate(xs, ys, 3).at("loss"), want);
   m = std::move(*kept);
-  EXPECT_DOUBLE_EQ(m.evaluate(xs, ys).at("loss"), want);
+  EXPECT_DOUBLE_EQ(m.evaluate(xs, ys, 5).at("loss"), want);
+  EXPECT_NEAR(m.evaluate(xs, ys, 3).at("loss"), want, 1e-6);  // not the old model's plan for 3 rows
   EXPECT_TRUE(kept->released());
 }

@@ -150,6 +150,8 @@ Model& Model::operator=(Model&& other) noexcept {
   as_layer_ = std::move(other.as_layer_);
   trainable_at_compile_ = std::move(other.trainable_at_compile_);
   other.trainable_at_compile_.clear();
+  plan_pools_ = std::move(other.plan_pools_);  // plans belong to the graph they were built from
+  other.plan_pools_.clear();
   other.hooks_ = std::make_shared<std::vector<GradientHook>>();
   rng_ = other.rng_;
   // The moved-from model is released, with an identity of its own, so that
