@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
     auto pick = [kind](auto mlp, auto cnn, auto res) { return kind == Kind::Mlp ? mlp : kind == Kind::Cnn ? cnn : res; };
     // Test accuracy with these defaults (measured 2026-11-30): mlp seeds 0-2
     // 88.64%, 89.03%, 88.41%; cnn seeds 0-2 90.25%, 90.75%, 90.21%; resnet seeds 0-1
-    // 90.96%, 89.90% (8 epochs, about 95 s each on 2 threads).
-    if (epochs == 0) epochs = pick(20, 15, 8);  // resnet: 8 epochs fit in 15 minutes on 2 cores
+    // 90.96%, 89.90% (8 epochs, about 95 s of training each on 2 threads).
+    if (epochs == 0) epochs = pick(20, 15, 8);
     if (batch_size == 0) batch_size = pick(500, 32, 128);
     if (learning_rate < 0) learning_rate = pick(1e-3f, 2e-3f, 2e-3f);
     if (validation_split < 0) validation_split = pick(0.05, 0.0, 0.05);
