@@ -431,13 +431,6 @@ const std::vector<std::pair<std::string, MetricKind>>& OptimizerContext::metrics
   return heads_[output].metrics;
 }
 
-int64_t OptimizerContext::output_size(size_t output) const {
-  if (output >= heads_.size())
-    throw IndexError("output " + std::to_string(output) + " of a model with " + std::to_string(heads_.size()) +
-                     " outputs");
-  return heads_[output].outputs;
-}
-
 std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
   const std::vector<Value> outs = model_.forward(g, plan->x, train);

@@ -291,9 +291,8 @@ class OptimizerContext {
   void retire(const std::string& why);
   const OptimizerContextOptions& options() const { return options_; }
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
-  /// Number of model outputs, and the values per row of output i.
+  /// Number of model outputs.
   size_t n_outputs() const;
-  int64_t output_size(size_t output = 0) const;
   /// The metrics of output i, resolved, with the names they were given.
   const std::vector<std::pair<std::string, MetricKind>>& metrics(size_t output) const;
 
