@@ -736,3 +736,56 @@ TEST(Functional, MoveAssignedCloneEvaluates) {
   EXPECT_NEAR(m.evaluate(xs, ys, 3).at("loss"), want, 1e-6);  // not the old model's plan for 3 rows
   EXPECT_TRUE(kept->released());
 }
+
+// A model of two outputs called as a layer: one call gives a tensor per
+// output (the shared trunk runs once: one trunk matmul in the graph), the
+// outer model computes what the inner's outputs say, and training the outer
+// model trains the inner's weights. operator() on it points to call_outputs.
+TEST(Functional, NestedModelWithTwoOutputs) {
+  manual_seed(8);
+  const SymbolicTensor x = Input({3});
+  auto trunk = std::make_shared<Dense>(4, "tanh");
+  const SymbolicTensor h = (*trunk)(x);
+  Model inner({x}, {Dense(2)(h), Dense(1)(h)}, "two_heads");
+  const SymbolicTensor y = Input({3});
+  EXPECT_TRUE(throws<ValueError>([&] { inner(y); }, {"two_heads", "2 outputs", "call_outputs"}));
+  const std::vector<SymbolicTensor> heads = inner.call_outputs({y});
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_EQ(heads[0].shape(), Shape{2});
+  EXPECT_EQ(heads[1].shape(), Shape{1});
+  auto last = std::make_shared<Dense>(1);
+  Model outer({y}, {(*last)(nn::Concatenate()(heads)), heads[1]});
+  EXPECT_EQ(outer.output_names()[1], "two_heads/" + inner.output_names()[1]);
+
+  std::mt19937 rng(4);
+  const Tensor xs = uniform({5, 3}, rng, -1, 1);
+  const std::vector<Tensor> inner_out = inner.predict(std::vector<Tensor>{xs});
+  const std::vector<Tensor> outer_out = outer.predict(std::vector<Tensor>{xs});
+  const std::vector<float> a = inner_out[0].to_vector(), b = inner_out[1].to_vector();
+  const std::vector<float> k = last->weights()[0].value.to_vector(), bias = last->weights()[1].value.to_vector();
+  for (int64_t r = 0; r < 5; ++r) {
+    const double want = double(a[size_t(2 * r)]) * k[0] + double(a[size_t(2 * r + 1)]) * k[1] + double(b[size_t(r)]) * k[2] + bias[0];
+    EXPECT_NEAR(outer_out[0].to_vector()[size_t(r)], want, 1e-5) << "row " << r;
+    EXPECT_EQ(outer_out[1].to_vector()[size_t(r)], b[size_t(r)]) << "row " << r;
+  }
+  // One call: the trunk's kernel feeds one matmul in the forward graph.
+  const ModelFunction f = outer.model_function();
+  Graph g;
+  const Value in = g.input("x", Shape{5, 3});
+  f.forward(g, std::span<const Value>(&in, 1), false);
+  int matmuls = 0;
+  for (const Node& n : g.nodes())
+    if (n.role == NodeRole::Op && n.op == OpKind::MatMul) ++matmuls;
+  EXPECT_EQ(matmuls, 4);  // trunk, two heads, last
+  EXPECT_EQ(check_gradients(outer, {xs}, 9), "");
+
+  const std::vector<float> trunk_before = trunk->weights()[0].value.to_vector();
+  outer.compile(OptimizerSpec::sgd(0.1f), "mse");
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.epochs = 2;
+  outer.fit(std::vector<Tensor>{xs}, std::vector<Tensor>{uniform({5, 1}, rng, -1, 1), uniform({5, 1}, rng, -1, 1)}, o);
+  EXPECT_NE(trunk->weights()[0].value.to_vector(), trunk_before);
+  Model copy = outer.clone();
+  EXPECT_EQ(copy.predict(std::vector<Tensor>{xs})[0].to_vector(), outer.predict(std::vector<Tensor>{xs})[0].to_vector());
+}

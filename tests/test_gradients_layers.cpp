@@ -368,6 +368,94 @@ TEST(LayerOpGradIm2Col, ConvolutionComposition) {
   }
 }
 
+// The direct Conv2D op and its two backward ops (each has a gradient rule,
+// so gradients of gradients work), over the Im2Col windows plus strided ones.
+TEST(LayerOpGradConv2D, ImageAndKernel) {
+  const int64_t f = 3;
+  std::vector<WindowCase> cases = kIm2ColCases;
+  // Rows wider than the kernel's 64-pixel block, stride 1 and 2.
+  cases.push_back({"1x3_70_steps", {1, 1, 70, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)});
+  cases.push_back({"1x3_s2_140_steps", {1, 1, 140, 1}, window(1, 3, 1, 2, 1, 1, 0, 1, 0, 1)});
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1250);
+    Value x = c.param(uniform(k.x, c.rng, -1.0f, 1.0f), "x");
+    Value kern = c.param(uniform({k.w.kh, k.w.kw, k.x[3], f}, c.rng, -0.5f, 0.5f), "K");
+    OpAttrs at;
+    at.window = k.w;
+    Value y = c.g.apply(OpKind::Conv2D, {x, kern}, at);
+    ASSERT_EQ(c.g.shape(y), (Shape{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), f}));
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
+  const int64_t f = 2;
+  for (size_t i : {size_t(0), size_t(3), size_t(7)}) {
+    const WindowCase& k = kIm2ColCases[i];
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    const Shape gs{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), f}, ks{k.w.kh, k.w.kw, k.x[3], f};
+    {
+      GradCheck c(1260);
+      Value g = c.param(uniform(gs, c.rng, -1.0f, 1.0f), "g");
+      Value kern = c.param(uniform(ks, c.rng, -0.5f, 0.5f), "K");
+      OpAttrs at;
+      at.window = k.w;
+      at.shape = k.x;
+      EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2DBackwardInput, {g, kern}, at))), "");
+    }
+    {
+      GradCheck c(1270);
+      Value x = c.param(uniform(k.x, c.rng, -1.0f, 1.0f), "x");
+      Value g = c.param(uniform(gs, c.rng, -1.0f, 1.0f), "g");
+      OpAttrs at;
+      at.window = k.w;
+      at.shape = ks;
+      EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2DBackwardFilter, {x, g}, at))), "");
+    }
+  }
+}
+
+// Fused batch normalization, against finite differences: with the batch's
+// own statistics (the training form, whose gradient runs through the mean
+// and variance), with given statistics (the inference form, statistics
+// differentiated too), and the statistics op on its own.
+TEST(LayerOpGradBatchNorm, BatchStatistics) {
+  for (const Shape& xs : {Shape{6, 3}, Shape{2, 3, 2, 4}}) {
+    SCOPED_TRACE(xs.str());
+    GradCheck c(1280);
+    const int64_t ch = xs[-1];
+    Value x = c.param(uniform(xs, c.rng, -2.0f, 2.0f), "x");
+    Value gamma = c.param(uniform({ch}, c.rng, 0.5f, 1.5f), "gamma");
+    Value beta = c.param(uniform({ch}, c.rng, -0.5f, 0.5f), "beta");
+    OpAttrs at;
+    at.scale = 1e-3f;
+    at.length = 1;
+    Value stats = c.g.apply(OpKind::BatchNormStats, {x});
+    EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at))), "");
+  }
+}
+
+TEST(LayerOpGradBatchNorm, GivenStatistics) {
+  GradCheck c(1290);
+  const Shape xs{5, 2, 3};
+  Value x = c.param(uniform(xs, c.rng, -2.0f, 2.0f), "x");
+  std::vector<float> sv = uniform({2, 3}, c.rng, -0.5f, 0.5f).to_vector();
+  for (size_t i = 3; i < 6; ++i) sv[i] += 1.2f;  // variances in [0.7, 1.7]
+  Value stats = c.param(Tensor::from_vector(sv, {2, 3}), "stats");
+  Value gamma = c.param(uniform({3}, c.rng, 0.5f, 1.5f), "gamma");
+  Value beta = c.param(uniform({3}, c.rng, -0.5f, 0.5f), "beta");
+  OpAttrs at;
+  at.scale = 1e-3f;
+  EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at))), "");
+}
+
+TEST(LayerOpGradBatchNorm, StatisticsOp) {
+  GradCheck c(1300);
+  Value x = c.param(uniform({4, 3, 2}, c.rng, -2.0f, 2.0f), "x");
+  EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNormStats, {x}))), "");
+}
+
 // ---------------------------------------------------------------------------
 // Pooling.
 

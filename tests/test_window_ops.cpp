@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tensorgrad/backend/executable.h"
+#include "tensorgrad/core/threads.h"
 #include "tensorgrad/graph/graph.h"
 
 using namespace tensorgrad;
@@ -119,7 +120,8 @@ struct ConvCase {
   int64_t top = 0, left = 0, bottom = 0, right = 0;  // Explicit only
 };
 
-void check_conv(const ConvCase& cc) {
+// direct: the Conv2D op; else im2col + matmul.
+void check_conv(const ConvCase& cc, bool direct = false) {
   SCOPED_TRACE(cc.name);
   Window2D w = window(cc.kh, cc.kw, cc.sh, cc.sw, cc.dh, cc.dw);
   int64_t ho, wo;
@@ -143,9 +145,17 @@ void check_conv(const ConvCase& cc) {
   Graph g;
   Value x = g.input("x", xt.shape());
   Value k = g.parameter(kt, "kernel", false);
-  Value cols = g.windowed(OpKind::Im2Col, x, w);
-  ASSERT_EQ(g.shape(cols), (Shape{cc.b * ho * wo, cc.kh * cc.kw * cc.cin}));
-  Value y = g.reshape(g.matmul(cols, g.reshape(k, {cc.kh * cc.kw * cc.cin, cc.cout})), {cc.b, ho, wo, cc.cout});
+  Value y;
+  if (direct) {
+    OpAttrs at;
+    at.window = w;
+    y = g.apply(OpKind::Conv2D, {x, k}, at);
+  } else {
+    Value cols = g.windowed(OpKind::Im2Col, x, w);
+    ASSERT_EQ(g.shape(cols), (Shape{cc.b * ho * wo, cc.kh * cc.kw * cc.cin}));
+    y = g.reshape(g.matmul(cols, g.reshape(k, {cc.kh * cc.kw * cc.cin, cc.cout})), {cc.b, ho, wo, cc.cout});
+  }
+  ASSERT_EQ(g.shape(y), (Shape{cc.b, ho, wo, cc.cout}));
   Executable exe(std::move(g), {y});
   exe.bind(x, xt);
   exe.run();
@@ -157,9 +167,9 @@ void check_conv(const ConvCase& cc) {
     ASSERT_NEAR(got[i], want[i], 1e-5 * sum_abs[i] + 1e-7) << "output element " << i;
 }
 
-TEST(WindowOpsConv, Im2ColMatMulMatchesDirectConvolution) {
+std::vector<ConvCase> conv_cases() {
   using P = ConvCase::Pad;
-  const std::vector<ConvCase> cases = {
+  return {
       // name, b, h, w, cin, cout, kh, kw, sh, sw, dh, dw, pad
       {"3x3 s1 same", 2, 5, 5, 2, 3, 3, 3, 1, 1, 1, 1, P::Same},
       {"3x3 s1 valid", 1, 6, 7, 3, 2, 3, 3, 1, 1, 1, 1, P::Valid},
@@ -180,8 +190,18 @@ TEST(WindowOpsConv, Im2ColMatMulMatchesDirectConvolution) {
       // Above the executable's 1e6-flop threshold: runs on the thread pool.
       {"3x3 s1 same, threaded", 4, 16, 16, 8, 16, 3, 3, 1, 1, 1, 1, P::Same},
       {"3x3 s2 same, threaded", 3, 17, 16, 8, 16, 3, 3, 2, 2, 1, 1, P::Same},
+      // Rows wider than the direct kernel's 64-pixel block (a full block and a tail).
+      {"1x5 conv1d, 150 steps", 2, 1, 150, 3, 5, 1, 5, 1, 1, 1, 1, P::Same},
+      {"3x3 s2 same, 140 wide", 1, 3, 140, 2, 3, 3, 3, 2, 2, 1, 1, P::Same},
   };
-  for (const ConvCase& cc : cases) check_conv(cc);
+}
+
+TEST(WindowOpsConv, Im2ColMatMulMatchesDirectConvolution) {
+  for (const ConvCase& cc : conv_cases()) check_conv(cc);
+}
+
+TEST(WindowOpsConv, Conv2DOpMatchesDirectConvolution) {
+  for (const ConvCase& cc : conv_cases()) check_conv(cc, /*direct=*/true);
 }
 
 TEST(WindowOpsConv, TfSamePaddingRule) {
@@ -609,6 +629,59 @@ TEST(WindowOpsReshapeAlias, ReshapeOfInputConsumedAndRebound) {
     for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(got[i], src[i] + bv[i % 4]) << i;
     EXPECT_EQ(exe.output(xr_out).to_vector(), src);
     EXPECT_EQ(exe.output(br).to_vector(), bv);
+  }
+}
+
+// The fused convolution and batch-norm kernels split their work over the
+// thread pool (images, slices of rows with their own partial sums): the
+// values and gradients from two threads equal those from one up to the order
+// of the partial sums, for a graph large enough to be threaded.
+TEST(WindowOpsThreaded, ConvAndBatchNormAgreeOnOneAndTwoThreads) {
+  std::mt19937 rng(29);
+  const Shape xs{8, 32, 32, 8};
+  const Tensor xt = Tensor::from_vector(random_vec(size_t(xs.numel()), rng), xs);
+  const Tensor k1 = Tensor::from_vector(random_vec(3 * 3 * 8 * 16, rng, -0.3f, 0.3f), {3, 3, 8, 16});
+  const Tensor k2 = Tensor::from_vector(random_vec(3 * 3 * 16 * 8, rng, -0.3f, 0.3f), {3, 3, 16, 8});
+  const Tensor wt = Tensor::from_vector(random_vec(8 * 16 * 16 * 8, rng), {8, 16, 16, 8});
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Graph g;
+    Value x = g.parameter(xt.clone(), "x", true);
+    Value ka = g.parameter(k1.clone(), "k1", true);
+    Value kb = g.parameter(k2.clone(), "k2", true);
+    Value gamma = g.parameter(Tensor::full({16}, 1.5f), "gamma", true);
+    Value beta = g.parameter(Tensor::full({16}, 0.25f), "beta", true);
+    OpAttrs c1, c2, bn;
+    c1.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    c2.window = window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1);
+    bn.scale = 1e-3f;
+    bn.length = 1;
+    Value h = g.apply(OpKind::Conv2D, {x, ka}, c1);
+    h = g.relu(g.apply(OpKind::BatchNorm, {h, g.apply(OpKind::BatchNormStats, {h}), gamma, beta}, bn));
+    Value y = g.apply(OpKind::Conv2D, {h, kb}, c2);
+    Value w = g.input("w", wt.shape());
+    Value loss = g.sum(g.mul(y, w));
+    std::vector<Value> outs{loss};
+    const std::vector<Value> wrt{x, ka, kb, gamma, beta};
+    for (Value v : g.gradients(loss, wrt)) outs.push_back(v);
+    Executable exe(std::move(g), outs);
+    exe.bind(w, wt);
+    exe.run();
+    std::vector<std::vector<float>> got;
+    for (Value v : outs) got.push_back(exe.output(v).to_vector());
+    return got;
+  };
+  const int saved = num_threads();
+  const auto one = run(1), two = run(2);
+  set_num_threads(saved);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].size(), two[i].size());
+    double scale = 0;
+    for (float v : one[i]) scale = std::max(scale, double(std::fabs(v)));
+    ASSERT_GT(scale, 0.0) << "output " << i;
+    for (size_t j = 0; j < one[i].size(); ++j)
+      ASSERT_NEAR(one[i][j], two[i][j], 1e-4 * scale) << "output " << i << " element " << j;
   }
 }
 

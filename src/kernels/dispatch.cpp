@@ -54,6 +54,13 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::Col2Im: return col2im(at.window, in[0], out, ctx);
     case OpKind::MaxPool2D:
     case OpKind::AvgPool2D: return pool2d(op, at.window, in[0], out, ctx);
+    case OpKind::Conv2D: return conv2d(at.window, in[0], in[1], out, ctx);
+    case OpKind::Conv2DBackwardInput: return conv2d_backward_input(at.window, in[0], in[1], out, ctx);
+    case OpKind::Conv2DBackwardFilter: return conv2d_backward_filter(at.window, in[0], in[1], out, ctx);
+    case OpKind::BatchNormStats: return batch_norm_stats(in[0], out, ctx);
+    case OpKind::BatchNorm: return batch_norm(at, in[0], in[1], in[2], in[3], out, ctx);
+    case OpKind::BatchNormParamGrad: return batch_norm_param_grad(at, in[0], in[1], in[2], out, ctx);
+    case OpKind::BatchNormBackward: return batch_norm_backward(at, in, out, ctx);
     case OpKind::MaxPool2DBackward: return max_pool2d_backward(at.window, in[0], in[1], out, ctx);
     case OpKind::AvgPool2DBackward: return avg_pool2d_backward(at.window, in[0], out, ctx);
     case OpKind::GeluBackward:

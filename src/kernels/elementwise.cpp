@@ -112,6 +112,8 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
     case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
@@ -259,6 +261,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
@@ -304,7 +308,9 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
     case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
     case OpKind::RsqrtBackward: case OpKind::SliceBackward: case OpKind::GatherBackward:
-    case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
+    case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward: case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
@@ -350,6 +356,8 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::MseLossBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:

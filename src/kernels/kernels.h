@@ -57,6 +57,14 @@ void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
       const_cast<void*>(static_cast<const void*>(&f)), n, tile, PTHREADPOOL_FLAG_YIELD_WORKERS);
 }
 
+/// libxsmm_init, once per process (its JIT dispatchers need it first).
+void init_xsmm();
+/// C{m,n} = beta C + op(A){m,k} B{k,n}, row-major with leading dimensions,
+/// on the calling thread: libxsmm's JIT kernel, OpenBLAS where libxsmm has
+/// none. beta is 0 or 1 (all libxsmm takes).
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool trans_a, const float* b, int64_t ldb,
+          float* c, int64_t ldc, float beta);
+
 // Kernel groups, one file each.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx);
 void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
@@ -72,6 +80,21 @@ void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& 
 void to_index(const TensorRef& x, const TensorRef& y);
 void im2col(const Window2D& w, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx);
 void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx);
+// conv.cpp: direct convolution over channels-last images, kernel {kh, kw, C, F}.
+void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+            const KernelContext& ctx);
+void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
+                           const KernelContext& ctx);
+void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
+                            const KernelContext& ctx);
+// batch_norm.cpp: batch normalization over every axis but the last.
+void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx);
+void batch_norm(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, const TensorRef& gamma,
+                const TensorRef& beta, const TensorRef& y, const KernelContext& ctx);
+void batch_norm_param_grad(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, const TensorRef& g,
+                           const TensorRef& sums, const KernelContext& ctx);
+void batch_norm_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx,
+                         const KernelContext& ctx);
 void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
                          const KernelContext& ctx);

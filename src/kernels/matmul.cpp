@@ -8,6 +8,14 @@
 
 namespace tensorgrad::kernels {
 
+void init_xsmm() {
+  static const bool initialised = [] {
+    libxsmm_init();
+    return true;
+  }();
+  (void)initialised;
+}
+
 namespace {
 // At most this many rows of C per GEMM call, so that thin products (a
 // convolution's {B*H*W, k*k*C} x {k*k*C, F}) run in blocks that stay in
@@ -20,13 +28,10 @@ constexpr int64_t kRowBlock = 512;
 // call for narrow outputs). libxsmm is column-major: row-major C = op(A) B is
 // column-major C^T = B^T op(A)^T, so the operands swap. Null when libxsmm has
 // no kernel for the shape.
-libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, int64_t lda, int64_t ldb, int64_t ldc) {
-  static const bool initialised = [] {
-    libxsmm_init();
-    return true;
-  }();
-  (void)initialised;
-  const float alpha = 1.0f, beta = 0.0f;
+libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, int64_t lda, int64_t ldb, int64_t ldc,
+                                float beta = 0.0f) {
+  init_xsmm();
+  const float alpha = 1.0f;
   const int flags = trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
   const libxsmm_blasint xm = libxsmm_blasint(n), xn = libxsmm_blasint(m), xk = libxsmm_blasint(k);
   const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
@@ -43,6 +48,17 @@ const float* transposed(const float* b, int64_t rows, int64_t cols) {
   return buffer.data();
 }
 }  // namespace
+
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool trans_a, const float* b, int64_t ldb,
+          float* c, int64_t ldc, float beta) {
+  if (m == 0 || n == 0) return;
+  if (libxsmm_smmfunction f = xsmm_kernel(m, n, k, trans_a, lda, ldb, ldc, beta)) {
+    f(b, a, c);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a,
+              int(lda), b, int(ldb), beta, c, int(ldc));
+}
 
 // C{M,N} = op(A) op(B), row-major, in blocks of rows of C run on the pool.
 // The BLAS runs single-threaded (see core/threads.cpp): one pool, ours, owns

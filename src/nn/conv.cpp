@@ -97,15 +97,14 @@ Shape Conv2D::build(const Shape& input_shape) {
 }
 
 Value Conv2D::convolve(Builder& b, Value x4) const {
-  const Shape xs = b.shape(x4);
-  const int64_t batch = xs[0], ho = window_.out_h(xs[1]), wo = window_.out_w(xs[2]);
-  // One GEMM: patches {B*Ho*Wo, kh*kw*C} x kernel {kh*kw*C, F} is already NHWC.
-  Value cols = b.windowed(OpKind::Im2Col, x4, window_);
-  Value k = b.reshape(b.parameter(kernel_, (name() + "/kernel").c_str(), trainable),
-                      Shape{kernel_size_[0] * kernel_size_[1] * xs[3], filters_});
-  Value y = b.matmul(cols, k);
+  Value k = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
+  const Shape ks = b.shape(k);
+  if (ks.rank() == 3) k = b.reshape(k, Shape{1, ks[0], ks[1], ks[2]});  // Conv1D's {k, C, F}
+  OpAttrs at;
+  at.window = window_;
+  Value y = b.apply(OpKind::Conv2D, {x4, k}, at);
   if (use_bias_) y = b.add(y, b.parameter(bias_, (name() + "/bias").c_str(), trainable));
-  return b.reshape(y, Shape{batch, ho, wo, filters_});
+  return y;
 }
 
 Value Conv2D::call(Builder& b, Value x, const CallOptions&) {

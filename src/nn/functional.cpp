@@ -28,9 +28,15 @@ std::string keras_shape(const Shape& s) {
 }
 }  // namespace
 
-const Shape& SymbolicTensor::shape() const { return checked(*this).shape; }
+const Shape& SymbolicTensor::shape() const {
+  const LayerCall& c = checked(*this);
+  return index_ == 0 ? c.shape : c.more_shapes.at(size_t(index_ - 1));
+}
 DType SymbolicTensor::dtype() const { return checked(*this).dtype; }
-const std::string& SymbolicTensor::name() const { return checked(*this).name; }
+const std::string& SymbolicTensor::name() const {
+  const LayerCall& c = checked(*this);
+  return c.output_names.empty() ? c.name : c.output_names.at(size_t(index_));
+}
 
 SymbolicTensor Input(const Shape& shape, DType dtype, const std::string& name) {
   if (shape.rank() == 0 || shape.numel() <= 0)
@@ -128,7 +134,7 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
           const std::string needed_by = stack.size() > 1 ? stack[stack.size() - 2].call->name : std::string("");
           std::string given;
           for (const std::string& n : input_names) given += (given.empty() ? "" : ", ") + n;
-          throw ValueError("Model: graph disconnected: output '" + checked(o).name + "' depends on input '" +
+          throw ValueError("Model: graph disconnected: output '" + o.name() + "' depends on input '" +
                            c->name + "'" + (needed_by.empty() ? "" : ", which layer '" + needed_by + "' needs,") +
                            " but the model's inputs are (" + given + "). Add '" + c->name + "' to the inputs");
         }
@@ -159,7 +165,7 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
     }
   }
   for (const SymbolicTensor& o : outputs) {
-    const std::string& n = checked(o).name;
+    const std::string& n = o.name();
     if (std::find(output_names.begin(), output_names.end(), n) != output_names.end())
       throw ValueError("Model: two outputs are named '" + n +
                        "'; outputs take their layer's name, so each must come from a different layer");
@@ -171,16 +177,18 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
 }
 
 std::vector<Value> FunctionalGraph::forward(Builder& b, std::span<const Value> xs, const CallOptions& options) const {
-  std::unordered_map<const LayerCall*, Value> values;
-  for (size_t i = 0; i < inputs.size(); ++i) values[inputs[i].call().get()] = xs[i];
+  std::unordered_map<const LayerCall*, std::vector<Value>> values;
+  for (size_t i = 0; i < inputs.size(); ++i) values[inputs[i].call().get()] = {xs[i]};
+  auto value_of = [&](const SymbolicTensor& t) { return values.at(t.call().get()).at(size_t(t.index())); };
   std::vector<Value> args;
   for (const LayerCall* c : order) {
     args.clear();
-    for (const SymbolicTensor& t : c->inputs) args.push_back(values.at(t.call().get()));
-    values[c] = c->layer->call_inputs(b, args, options);
+    for (const SymbolicTensor& t : c->inputs) args.push_back(value_of(t));
+    values[c] = c->more_shapes.empty() ? std::vector<Value>{c->layer->call_inputs(b, args, options)}
+                                       : c->layer->call_outputs(b, args, options);
   }
   std::vector<Value> out;
-  for (const SymbolicTensor& o : outputs) out.push_back(values.at(o.call().get()));
+  for (const SymbolicTensor& o : outputs) out.push_back(value_of(o));
   return out;
 }
 
@@ -188,7 +196,7 @@ std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone(CloneMap* shared) 
   std::unordered_map<const LayerCall*, std::shared_ptr<LayerCall>> calls;
   CloneMap own;
   CloneMap& cloned = shared ? *shared : own;
-  auto copy_of = [&](const SymbolicTensor& t) { return SymbolicTensor(calls.at(t.call().get())); };
+  auto copy_of = [&](const SymbolicTensor& t) { return SymbolicTensor(calls.at(t.call().get()), t.index()); };
   std::vector<SymbolicTensor> new_inputs;
   for (const SymbolicTensor& t : inputs) {
     auto c = std::make_shared<LayerCall>(*t.call());
@@ -208,6 +216,8 @@ std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone(CloneMap* shared) 
     n->shape = c->shape;
     n->dtype = c->dtype;
     n->name = c->name;
+    n->more_shapes = c->more_shapes;
+    n->output_names = c->output_names;
     calls[c] = n;
   }
   std::vector<SymbolicTensor> new_outputs;
@@ -218,9 +228,6 @@ std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone(CloneMap* shared) 
 ModelLayer::ModelLayer(std::shared_ptr<const FunctionalGraph> graph, const std::string& name, const char* type)
     : Layer("functional"), graph_(std::move(graph)), type_(type) {
   set_name(name);
-  if (graph_->outputs.size() != 1)
-    throw ValueError("model '" + name + "' has " + std::to_string(graph_->outputs.size()) +
-                     " outputs; calling a model as a layer takes one output for now");
 }
 
 Shape ModelLayer::build(const Shape& input_shape) { return build_inputs(std::span<const Shape>(&input_shape, 1)); }
@@ -242,6 +249,10 @@ Value ModelLayer::call(Builder& b, Value x, const CallOptions& options) {
 
 Value ModelLayer::call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) {
   return graph_->forward(b, inputs, options)[0];
+}
+
+std::vector<Value> ModelLayer::call_outputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) {
+  return graph_->forward(b, inputs, options);
 }
 
 std::vector<Weight> ModelLayer::weights() const {

@@ -36,7 +36,8 @@ class FunctionalGraph {
 };
 
 /// A Model called on symbolic tensors: a layer running the model's graph,
-/// sharing its layers (and so its weights). One output.
+/// sharing its layers (and so its weights). call_outputs gives every output;
+/// call/call_inputs the first.
 class ModelLayer : public Layer {
  public:
   ModelLayer(std::shared_ptr<const FunctionalGraph> graph, const std::string& name, const char* type);
@@ -45,6 +46,7 @@ class ModelLayer : public Layer {
   Shape build_inputs(std::span<const Shape> input_shapes) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  std::vector<Value> call_outputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   bool takes_token_ids() const override;
   void validate_input(const Tensor& x) const override;

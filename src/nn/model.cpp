@@ -896,8 +896,27 @@ SymbolicTensor Model::operator()(const SymbolicTensor& x) const { return (*this)
 
 SymbolicTensor Model::operator()(const std::vector<SymbolicTensor>& inputs) const {
   check_live("calling a model");
+  if (graph_->outputs.size() != 1)
+    throw ValueError("model '" + name_ + "' has " + std::to_string(graph_->outputs.size()) +
+                     " outputs; call_outputs(inputs) gives one symbolic tensor per output");
+  return call_outputs(inputs)[0];
+}
+
+std::vector<SymbolicTensor> Model::call_outputs(const std::vector<SymbolicTensor>& inputs) const {
+  check_live("calling a model");
   if (!as_layer_) as_layer_ = std::make_shared<ModelLayer>(graph_, name_, type());
-  return (*as_layer_)(inputs);
+  const SymbolicTensor first = (*as_layer_)(inputs);  // checks the inputs and records the call
+  const size_t n = graph_->outputs.size();
+  if (n == 1) return {first};
+  // The call was made here a moment ago and nothing else holds it yet.
+  auto call = std::const_pointer_cast<LayerCall>(first.call());
+  for (size_t k = 0; k < n; ++k) {
+    if (k > 0) call->more_shapes.push_back(graph_->outputs[k].shape());
+    call->output_names.push_back(name_ + "/" + graph_->output_names[k]);
+  }
+  std::vector<SymbolicTensor> out;
+  for (size_t k = 0; k < n; ++k) out.emplace_back(first.call(), int(k));
+  return out;
 }
 
 std::string Model::summary() const {

@@ -28,23 +28,27 @@ Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) 
   Value moving_mean = b.parameter(moving_mean_, (name() + "/moving_mean").c_str(), false);
   Value moving_var = b.parameter(moving_variance_, (name() + "/moving_variance").c_str(), false);
   const bool batch_stats = options.calibrate || (options.training && trainable);
-  Value mean = moving_mean, var = moving_var, centered;
+  const int64_t channels = c[0];
+  OpAttrs at;
+  at.scale = epsilon_;
+  at.length = batch_stats ? 1 : 0;
+  Value stats;
   if (batch_stats) {
-    const float inv_n = float(c.numel()) / float(b.shape(x).numel());
-    mean = b.scale(b.sum_to(x, c), inv_n);
-    centered = b.sub(x, mean);
-    var = b.scale(b.sum_to(b.mul(centered, centered), c), inv_n);
+    stats = b.apply(OpKind::BatchNormStats, {x});
     if (options.calibrate || !freeze_stats) {
-      OpAttrs at;
-      at.scale = options.calibrate ? 0.0f : momentum_;  // calibration sets them exactly
-      b.apply(OpKind::MovingAverage, {moving_mean, mean}, at);
-      b.apply(OpKind::MovingAverage, {moving_var, var}, at);
+      OpAttrs update;
+      update.scale = options.calibrate ? 0.0f : momentum_;  // calibration sets them exactly
+      b.apply(OpKind::MovingAverage, {moving_mean, b.reshape(b.slice(stats, 0, 0, 1), c)}, update);
+      b.apply(OpKind::MovingAverage, {moving_var, b.reshape(b.slice(stats, 0, 1, 1), c)}, update);
     }
   } else {
-    centered = b.sub(x, mean);
+    OpAttrs rows;
+    rows.axis = 0;
+    stats = b.apply(OpKind::Concat,
+                    {b.reshape(moving_mean, Shape{1, channels}), b.reshape(moving_var, Shape{1, channels})}, rows);
   }
-  Value inv_std = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, epsilon_))});
-  return b.add(b.mul(centered, b.mul(inv_std, gamma)), beta);
+  // One fused op (kernels/batch_norm.cpp): ten passes over x forward and twenty backward when composed.
+  return b.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
 }
 
 std::vector<Weight> BatchNormalization::weights() const {

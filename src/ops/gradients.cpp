@@ -29,7 +29,9 @@ OpKind backward_of(OpKind op) {
     case OpKind::MovingAverage: case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual:
     case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
     case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
-    case OpKind::TopKAccuracy: case OpKind::Count:
+    case OpKind::TopKAccuracy: case OpKind::Conv2D: case OpKind::Conv2DBackwardInput:
+    case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats: case OpKind::BatchNorm:
+    case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward: case OpKind::Count:
       break;
   }
   throw Error(std::string("internal error: op '") + op_info(op).name + "' not handled by backward_of");
@@ -109,6 +111,49 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
       return;
     case OpKind::Im2Col: dx[0] = b.apply(OpKind::Col2Im, {g}, with_shape(at, b.shape(x[0]))); return;
     case OpKind::Col2Im: dx[0] = b.windowed(OpKind::Im2Col, g, at.window); return;
+    // Conv2D's input and filter gradients are its adjoints; each of the three
+    // is linear in both arguments, so the rules close over the three ops.
+    case OpKind::Conv2D:  // y = conv(x, k)
+      if (need(0)) dx[0] = b.apply(OpKind::Conv2DBackwardInput, {g, x[1]}, with_shape(at, b.shape(x[0])));
+      if (need(1)) dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {x[0], g}, with_shape(at, b.shape(x[1])));
+      return;
+    case OpKind::Conv2DBackwardInput:  // y = conv^T(gy, k)
+      if (need(0)) dx[0] = b.apply(OpKind::Conv2D, {g, x[1]}, at);
+      if (need(1)) dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {g, x[0]}, with_shape(at, b.shape(x[1])));
+      return;
+    case OpKind::Conv2DBackwardFilter:  // y = filter gradient(x, gy)
+      if (need(0)) dx[0] = b.apply(OpKind::Conv2DBackwardInput, {x[1], g}, with_shape(at, b.shape(x[0])));
+      if (need(1)) dx[1] = b.apply(OpKind::Conv2D, {x[0], g}, at);
+      return;
+    case OpKind::BatchNormStats: {  // mean = sum(x)/N, var = sum((x - mean)^2)/N
+      const Shape xs = b.shape(x[0]);
+      const int64_t c = xs[-1];
+      const float inv_n = float(c) / float(xs.numel());
+      Value g_mean = b.reshape(b.slice(g, 0, 0, 1), Shape{c});
+      Value g_var = b.reshape(b.slice(g, 0, 1, 1), Shape{c});
+      Value mean = b.reshape(b.slice(y, 0, 0, 1), Shape{c});
+      Value centered = b.sub(x[0], mean);
+      dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
+      return;
+    }
+    case OpKind::BatchNorm: {
+      Value sums = b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g}, at);
+      const int64_t c = b.shape(x[2])[0];
+      if (need(0)) dx[0] = b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums}, at);
+      if (need(2)) dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
+      if (need(3)) dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
+      if (need(1) && at.length != 1) {  // given statistics: d/dmean = -sum(g) gamma inv, d/dvar = -sum(g xhat) gamma inv^2 / 2
+        Value var = b.reshape(b.slice(x[1], 0, 1, 1), Shape{c});
+        Value inv = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, at.scale))});
+        Value k = b.mul(x[2], inv);
+        Value d_mean = b.scale(b.mul(b.reshape(b.slice(sums, 0, 1, 1), Shape{c}), k), -1.0f);
+        Value d_var = b.scale(b.mul(b.reshape(b.slice(sums, 0, 0, 1), Shape{c}), b.mul(k, inv)), -0.5f);
+        OpAttrs cat;
+        cat.axis = 0;
+        dx[1] = b.apply(OpKind::Concat, {b.reshape(d_mean, Shape{1, c}), b.reshape(d_var, Shape{1, c})}, cat);
+      }
+      return;  // with the batch's own statistics, their gradient is inside dx[0]
+    }
     case OpKind::MaxPool2D: dx[0] = b.apply(OpKind::MaxPool2DBackward, {x[0], g}, at); return;
     case OpKind::AvgPool2D: dx[0] = b.apply(OpKind::AvgPool2DBackward, {g}, with_shape(at, b.shape(x[0]))); return;
     case OpKind::SliceBackward: dx[0] = b.slice(g, at.axis, at.start, at.length); return;
@@ -142,7 +187,8 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
     case OpKind::MaeLossBackward: case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward:
-    case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy: case OpKind::Count:
+    case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy: case OpKind::BatchNormParamGrad:
+    case OpKind::BatchNormBackward: case OpKind::Count:
       break;
   }
   throw Error(std::string("op '") + op_info(op).name + "' has no gradient rule");

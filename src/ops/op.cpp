@@ -52,6 +52,9 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"col2im", 1, 1, false},
     {"max_pool2d", 1, 1, false},
     {"avg_pool2d", 1, 1, false},
+    {"conv2d", 2, 2, false},
+    {"batch_norm_stats", 1, 1, false},
+    {"batch_norm", 4, 4, false},
     {"relu_backward", 2, 2, false},
     {"sigmoid_backward", 2, 2, false},
     {"tanh_backward", 2, 2, false},
@@ -72,6 +75,10 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"gather_backward", 2, 2, false},
     {"max_pool2d_backward", 2, 2, false},
     {"avg_pool2d_backward", 1, 1, false},
+    {"conv2d_backward_input", 2, 2, false},
+    {"conv2d_backward_filter", 2, 2, false},
+    {"batch_norm_param_grad", 3, 3, false},
+    {"batch_norm_backward", 5, 5, false},
     {"accuracy", 2, 2, false},
     {"binary_accuracy", 2, 2, false},
     {"top_k_accuracy", 2, 2, false},
@@ -283,10 +290,17 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       return {s[0], DType::Int32};
     case OpKind::Im2Col:
     case OpKind::MaxPool2D:
-    case OpKind::AvgPool2D: {
+    case OpKind::AvgPool2D:
+    case OpKind::Conv2D: {
       expect_float(op, t, 0, "input");
       expect_rank(op, s[0], 4, "input {batch, height, width, channels}");
       const Window2D& w = a.window;
+      if (op == OpKind::Conv2D) {
+        expect_float(op, t, 1, "kernel");
+        if (s[1] != Shape{w.kh, w.kw, s[0][3], s[1].rank() == 4 ? s[1][3] : 0} || s[1][3] < 1)
+          shape_fail(op, "kernel must be {" + std::to_string(w.kh) + ", " + std::to_string(w.kw) + ", " +
+                             std::to_string(s[0][3]) + ", filters} for input " + s[0].str() + "; got " + s[1].str());
+      }
       if (w.kh < 1 || w.kw < 1 || w.sh < 1 || w.sw < 1 || w.dh < 1 || w.dw < 1 || w.pad_top < 0 || w.pad_left < 0 ||
           w.pad_bottom < 0 || w.pad_right < 0)
         throw ValueError(std::string(info.name) + ": window sizes, strides and dilations must be >= 1 and pads >= 0");
@@ -298,6 +312,7 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
                            "x" + std::to_string(padded_w) + " (input " + s[0].str() + ")");
       const int64_t ho = w.out_h(s[0][1]), wo = w.out_w(s[0][2]);
       if (op == OpKind::Im2Col) return {Shape{s[0][0] * ho * wo, w.kh * w.kw * s[0][3]}};
+      if (op == OpKind::Conv2D) return {Shape{s[0][0], ho, wo, s[1][3]}};
       return {Shape{s[0][0], ho, wo, s[0][3]}};
     }
     case OpKind::Col2Im: {
@@ -306,6 +321,44 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       if (x.rank() != 4) shape_fail(op, "target shape must be {batch, height, width, channels}; got " + x.str());
       const Shape want{x[0] * w.out_h(x[1]) * w.out_w(x[2]), w.kh * w.kw * x[3]};
       if (s[0] != want) shape_fail(op, "columns must be " + want.str() + " for image " + x.str() + "; got " + s[0].str());
+      return {x};
+    }
+    case OpKind::Conv2DBackwardInput:
+    case OpKind::Conv2DBackwardFilter: {
+      const bool input = op == OpKind::Conv2DBackwardInput;
+      const Shape& x = input ? a.shape : s[0];
+      const Shape& kernel = input ? s[1] : a.shape;
+      const Shape& g = input ? s[0] : s[1];
+      const Window2D& w = a.window;
+      if (x.rank() != 4 || kernel.rank() != 4 || kernel[0] != w.kh || kernel[1] != w.kw || kernel[2] != x[3])
+        shape_fail(op, "input " + x.str() + " and kernel " + kernel.str() + " do not fit a " + std::to_string(w.kh) +
+                           "x" + std::to_string(w.kw) + " window");
+      const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
+      if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
+      return {a.shape};
+    }
+    case OpKind::BatchNormStats:
+      expect_float(op, t, 0, "input");
+      if (s[0].rank() < 2) shape_fail(op, "input must be {batch, ..., channels}; got " + s[0].str());
+      return {Shape{2, s[0][-1]}};
+    case OpKind::BatchNorm:
+    case OpKind::BatchNormParamGrad:
+    case OpKind::BatchNormBackward: {
+      for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
+      const Shape& x = s[0];
+      if (x.rank() < 1) shape_fail(op, "input must have a channel axis; got a scalar");
+      const Shape channels{x[-1]};
+      if (s[1] != Shape{2, x[-1]}) shape_fail(op, "stats must be " + Shape{2, x[-1]}.str() + "; got " + s[1].str());
+      if (op != OpKind::BatchNormParamGrad && s[2] != channels)
+        shape_fail(op, "gamma must be " + channels.str() + "; got " + s[2].str());
+      if (op == OpKind::BatchNorm && s[3] != channels)
+        shape_fail(op, "beta must be " + channels.str() + "; got " + s[3].str());
+      const Shape& g = op == OpKind::BatchNormParamGrad ? s[2] : op == OpKind::BatchNormBackward ? s[3] : x;
+      if (g != x) shape_fail(op, "gradient " + g.str() + " and input " + x.str() + " differ");
+      if (op == OpKind::BatchNormBackward && s[4] != s[1])
+        shape_fail(op, "parameter gradients must be " + s[1].str() + "; got " + s[4].str());
+      if (!(a.scale > 0.0f)) throw ValueError(std::string(info.name) + ": epsilon (attrs.scale) must be > 0");
+      if (op == OpKind::BatchNormParamGrad) return {s[1]};
       return {x};
     }
     case OpKind::RsqrtBackward:

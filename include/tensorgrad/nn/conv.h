@@ -17,8 +17,8 @@ Padding padding_from_name(const std::string& name);
 /// 2-D convolution (keras.layers.Conv2D). Input {H, W, C_in}, output
 /// {H_out, W_out, filters}; kernel {kh, kw, C_in, filters} Glorot uniform
 /// (fan_in kh*kw*C_in, fan_out kh*kw*filters), bias {filters} zeros.
-/// Computed as one GEMM on an im2col patch matrix (measured faster than
-/// oneDNN here; see BENCHMARKS.md).
+/// Computed by the direct convolution op (kernels/conv.cpp: libxsmm
+/// batch-reduce GEMMs over each output row, no patch matrix for the batch).
 class Conv2D : public Layer {
  public:
   /// Throws ValueError for filters < 1, a non-positive size, stride or

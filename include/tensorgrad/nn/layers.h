@@ -57,17 +57,24 @@ struct LayerCall;
 class SymbolicTensor {
  public:
   SymbolicTensor() = default;
-  explicit SymbolicTensor(std::shared_ptr<const LayerCall> call) : call_(std::move(call)) {}
+  /// Output `index` of `call` (a nested model with several outputs has one
+  /// call and a tensor per output).
+  explicit SymbolicTensor(std::shared_ptr<const LayerCall> call, int index = 0)
+      : call_(std::move(call)), index_(index) {}
   bool defined() const { return call_ != nullptr; }
   /// Shape without the batch, and dtype. Throw StateError when undefined.
   const Shape& shape() const;
   DType dtype() const;
-  /// The name of the layer that made it (or of the Input).
+  /// The name of the layer that made it (or of the Input); for output k > 0
+  /// of a nested model, that model's name for the output.
   const std::string& name() const;
   const std::shared_ptr<const LayerCall>& call() const { return call_; }
+  /// Which of the call's outputs this is (0 but for nested models).
+  int index() const { return index_; }
 
  private:
   std::shared_ptr<const LayerCall> call_;
+  int index_ = 0;
 };
 
 /// A model input (keras.Input): `shape` without the batch, dtype float32 or
@@ -113,6 +120,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual Shape build_inputs(std::span<const Shape> input_shapes);
   /// The layer applied to its inputs; the default calls call() on the one input.
   virtual Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options);
+  /// Every output of the layer applied to its inputs: {call_inputs(...)} but
+  /// for nested models with several outputs.
+  virtual std::vector<Value> call_outputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) {
+    return {call_inputs(b, inputs, options)};
+  }
   /// True for layers that read int32 token ids (Embedding); every other
   /// layer takes float32 and refuses an int32 symbolic tensor.
   virtual bool takes_token_ids() const { return false; }
@@ -247,6 +259,10 @@ struct LayerCall {
   Shape shape;  // output, without the batch
   DType dtype = DType::Float32;
   std::string name;  // the Input's name, or the layer's name when called
+  // A nested model's call with several outputs: the shapes of outputs 1..
+  // (output 0's is `shape`), and every output's name ("model/output").
+  std::vector<Shape> more_shapes;
+  std::vector<std::string> output_names;
 };
 
 }  // namespace tensorgrad::nn

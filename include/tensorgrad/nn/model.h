@@ -255,10 +255,16 @@ class Model {
 
   /// Calls the model on symbolic tensors as a layer (a nested model, sharing
   /// its weights with this one; every call is the same layer, so calling it
-  /// twice in one graph shares it, as a Siamese encoder). One output only for now; the model must
-  /// have as many inputs as tensors given, of the same shapes (ShapeError).
+  /// twice in one graph shares it, as a Siamese encoder). The model must
+  /// have as many inputs as tensors given, of the same shapes (ShapeError),
+  /// and one output (ValueError otherwise: use call_outputs).
   SymbolicTensor operator()(const SymbolicTensor& x) const;
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs) const;
+  /// The same for a model of any number of outputs: one symbolic tensor per
+  /// output, in the model's order, named "<model>/<output>" when there are
+  /// several (Keras returns a list from model(inputs)). The outputs come from
+  /// one call: the shared part of the graph runs once.
+  std::vector<SymbolicTensor> call_outputs(const std::vector<SymbolicTensor>& inputs) const;
 
  protected:
   /// An empty model, for Sequential, which sets its graph as layers come.

@@ -44,6 +44,10 @@ enum class OpKind : uint8_t {
   Im2Col,               // x{B,H,W,C} -> {B*Ho*Wo, kh*kw*C}, rows (b,oy,ox), columns (ky,kx,c); attrs.window
   Col2Im,               // the adjoint of Im2Col: {B*Ho*Wo, kh*kw*C} -> attrs.shape {B,H,W,C}, summing overlaps
   MaxPool2D, AvgPool2D, // x{B,H,W,C} -> {B,Ho,Wo,C}; attrs.window (padding excluded from averages)
+  Conv2D,               // (x{B,H,W,C}, kernel{kh,kw,C,F}) -> {B,Ho,Wo,F}; attrs.window (zero padding)
+  BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
+  BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
+                        //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx)
   // backward ops (inputs listed at each gradient rule)
   ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
   SoftmaxCrossEntropyBackward, MseLossBackward,
@@ -54,6 +58,10 @@ enum class OpKind : uint8_t {
   GatherBackward,       // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
   MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch)
   AvgPool2DBackward,    // g -> dx of attrs.shape
+  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel) -> dx of attrs.shape {B,H,W,C}
+  Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
+  BatchNormParamGrad,   // (x, stats, g) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma and beta
+  BatchNormBackward,    // (x, stats, gamma, g, param_grad) -> dx; attributes as BatchNorm's
   // metrics
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
   BinaryAccuracy,  // (pred{B,N}, target{B,N}) -> scalar count of (pred > attrs.scale) == (target > 0.5)

@@ -1,0 +1,205 @@
+// Direct convolution over channels-last images x{B, H, W, C} with a kernel
+// {kh, kw, C, F}, one image per task. Output row (b, oy) is one libxsmm
+// batch-reduce GEMM: the sum over the kh*kw taps of {Wo, C} rows of the
+// zero-padded image times the tap's {C, F} slice, accumulated in registers.
+// Against im2col and one large GEMM (the previous design) this never writes
+// the kh*kw-times larger patch matrix, which does not fit in cache for a
+// batch of 28x28 images; the patch matrix is still used per image (in
+// cache) where a batch-reduce form has no unit stride (the filter gradient,
+// and the input gradient of strided convolutions).
+#include <libxsmm.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace tensorgrad::kernels {
+
+namespace {
+// Output pixels per batch-reduce call: bounds the JIT kernel's size.
+constexpr int64_t kPixelBlock = 64;
+
+// Row-major C{m,n} = sum_i A_i{m,k} B_i{k,n} (lda: A's row stride, which is
+// the pixel stride times the channels), dispatched once per shape.
+struct BatchReduceGemm {
+  libxsmm_smmfunction_reducebatch_addr full = nullptr, tail = nullptr;
+  int64_t m_full = 0, m_tail = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+
+  BatchReduceGemm(int64_t m, int64_t n_, int64_t k_, int64_t lda_, int64_t ldb_, int64_t ldc_)
+      : m_full(std::min(m, kPixelBlock)), m_tail(m % kPixelBlock), n(n_), k(k_), lda(lda_), ldb(ldb_), ldc(ldc_) {
+    init_xsmm();
+    full = dispatch(m_full);
+    if (m > kPixelBlock && m_tail) tail = dispatch(m_tail);
+  }
+  // libxsmm is column-major: row-major C = A B is column-major C^T = B^T A^T,
+  // so its first operand is B.
+  libxsmm_smmfunction_reducebatch_addr dispatch(int64_t m) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    const int flags = 0;
+    const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
+    return libxsmm_smmdispatch_reducebatch_addr(libxsmm_blasint(n), libxsmm_blasint(m), libxsmm_blasint(k), &xlda,
+                                                &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+  }
+  // C{m, n} = sum_i A_i B_i where A_i's row r is at a[i] + r * pixel_step.
+  // The kernel advances the pointer arrays it is given (libxsmm 1.17), so
+  // each block gets fresh copies.
+  void run(int64_t m, const float* const* a, const float* const* b, int64_t count, float* c, int64_t pixel_step) const {
+    thread_local std::vector<const float*> ab, bb;
+    ab.resize(size_t(count));
+    bb.resize(size_t(count));
+    for (int64_t r0 = 0; r0 < m; r0 += kPixelBlock) {
+      const int64_t rows = std::min(kPixelBlock, m - r0);
+      for (int64_t i = 0; i < count; ++i) {
+        ab[size_t(i)] = a[i] + r0 * pixel_step;
+        bb[size_t(i)] = b[i];
+      }
+      libxsmm_smmfunction_reducebatch_addr f = rows == m_full ? full : tail;
+      if (f) {
+        const unsigned long long n_taps = (unsigned long long)count;
+        f(bb.data(), ab.data(), c + r0 * ldc, &n_taps);
+      } else {  // no JIT kernel for the shape: the same sum with one GEMM per tap
+        for (int64_t i = 0; i < count; ++i)
+          gemm(rows, n, k, ab[size_t(i)], lda, false, bb[size_t(i)], ldb, c + r0 * ldc, ldc, i ? 1.0f : 0.0f);
+      }
+    }
+  }
+};
+
+// Copies image {h, w, c} into the middle of a zeroed {hp, wp, c} buffer at
+// (top, left), or returns the image itself when there is nothing to pad.
+const float* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t hp, int64_t wp, int64_t top,
+                    int64_t left, std::vector<float>& buffer) {
+  if (hp == h && wp == w) return img;
+  if (buffer.size() < size_t(hp * wp * c)) buffer.resize(size_t(hp * wp * c));
+  std::fill(buffer.begin(), buffer.begin() + hp * wp * c, 0.0f);
+  for (int64_t y = 0; y < h; ++y)
+    std::memcpy(buffer.data() + ((y + top) * wp + left) * c, img + y * w * c, size_t(w * c) * sizeof(float));
+  return buffer.data();
+}
+}  // namespace
+
+void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+            const KernelContext& ctx) {
+  const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
+  const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
+  const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
+  const BatchReduceGemm gemm_rows(Wo, F, C, win.sw * C, F, F);
+  const float* px = x.f();
+  const float* pk = kernel.f();
+  float* py = y.f();
+  parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
+    thread_local std::vector<float> buffer;
+    thread_local std::vector<const float*> a, w;
+    a.resize(size_t(taps));
+    w.resize(size_t(taps));
+    for (int64_t t = 0; t < taps; ++t) w[size_t(t)] = pk + t * C * F;
+    for (size_t b = b0; b < b1; ++b) {
+      const float* img = padded(px + int64_t(b) * H * W * C, H, W, C, hp, wp, win.pad_top, win.pad_left, buffer);
+      for (int64_t oy = 0; oy < Ho; ++oy) {
+        for (int64_t ky = 0; ky < win.kh; ++ky)
+          for (int64_t kx = 0; kx < win.kw; ++kx)
+            a[size_t(ky * win.kw + kx)] = img + ((oy * win.sh + ky * win.dh) * wp + kx * win.dw) * C;
+        gemm_rows.run(Wo, a.data(), w.data(), taps, py + ((int64_t(b) * Ho + oy) * Wo) * F, win.sw * C);
+      }
+    }
+  });
+}
+
+void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
+                           const KernelContext& ctx) {
+  const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
+  const float* pg = g.f();
+  const float* pk = kernel.f();
+  float* pdx = dx.f();
+  if (win.sh == 1 && win.sw == 1) {
+    // dx[iy, ix] = sum over taps of g[iy + pad_top - ky*dh, ix + pad_left - kx*dw] kernel[ky, kx]^T: the
+    // forward form over g padded by the kernel's reach, with each tap's slice transposed.
+    const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
+    const int64_t hq = std::max(H + win.pad_top + reach_h, reach_h + Ho);
+    const int64_t wq = std::max(W + win.pad_left + reach_w, reach_w + Wo);
+    thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
+    kernel_t.resize(size_t(taps * C * F));
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
+    const float* pkt = kernel_t.data();
+    const BatchReduceGemm gemm_rows(W, C, F, F, C, C);
+    parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
+      thread_local std::vector<float> buffer;
+      thread_local std::vector<const float*> a, w;
+      a.resize(size_t(taps));
+      w.resize(size_t(taps));
+      for (size_t b = b0; b < b1; ++b) {
+        const float* gp = padded(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, hq, wq, reach_h, reach_w, buffer);
+        for (int64_t iy = 0; iy < H; ++iy) {
+          int64_t n = 0;
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              const int64_t r = iy + win.pad_top + reach_h - ky * win.dh, s = win.pad_left + reach_w - kx * win.dw;
+              a[size_t(n)] = gp + (r * wq + s) * F;
+              w[size_t(n)] = pkt + (ky * win.kw + kx) * F * C;
+              ++n;
+            }
+          gemm_rows.run(W, a.data(), w.data(), taps, pdx + ((int64_t(b) * H + iy) * W) * C, F);
+        }
+      }
+    });
+    return;
+  }
+  // Strided: per image, the patch-matrix gradient g{Ho*Wo, F} kernel^T, then col2im.
+  const int64_t K = taps * C;
+  parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
+    thread_local std::vector<float> kernel_t, cols;
+    kernel_t.resize(size_t(K * F));
+    for (int64_t r = 0; r < K; ++r)
+      for (int64_t f = 0; f < F; ++f) kernel_t[size_t(f * K + r)] = pk[r * F + f];
+    cols.resize(size_t(Ho * Wo * K));
+    for (size_t b = b0; b < b1; ++b) {
+      gemm(Ho * Wo, K, F, pg + int64_t(b) * Ho * Wo * F, F, false, kernel_t.data(), K, cols.data(), K, 0.0f);
+      const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
+      const TensorRef image{pdx + int64_t(b) * H * W * C, Shape{1, H, W, C}};
+      col2im(win, col_ref, image, KernelContext{});
+    }
+  });
+}
+
+void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
+                            const KernelContext& ctx) {
+  const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
+  const float* px = x.f();
+  const float* pg = g.f();
+  // One accumulator per slice of the batch, summed at the end.
+  const int64_t slices = std::min<int64_t>(B, ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1);
+  if (slices == 0) {
+    std::fill(dkernel.f(), dkernel.f() + dkernel.numel(), 0.0f);
+    return;
+  }
+  thread_local std::vector<float> partial;  // the caller's; each worker writes its own slice
+  partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
+  float* parts = partial.data();  // named in the task, `partial` would be each worker's own
+  parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
+    thread_local std::vector<float> cols;
+    cols.resize(size_t(Ho * Wo * K));
+    for (size_t s = s0; s < s1; ++s) {
+      float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
+      const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
+      for (int64_t b = first; b < last; ++b) {
+        const TensorRef image{const_cast<float*>(px) + b * H * W * C, Shape{1, H, W, C}};
+        const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
+        im2col(win, image, col_ref, KernelContext{});
+        gemm(K, F, Ho * Wo, cols.data(), K, true, pg + b * Ho * Wo * F, F, acc, F, b == first ? 0.0f : 1.0f);
+      }
+    }
+  });
+  float* out = dkernel.f();
+  for (int64_t s = 1; s < slices; ++s) {
+    const float* p = partial.data() + (s - 1) * K * F;
+    for (int64_t i = 0; i < K * F; ++i) out[i] += p[i];
+  }
+}
+
+}  // namespace tensorgrad::kernels
