@@ -477,3 +477,41 @@ TEST(Errors, EvaluateNamesBothRowCounts) {
   EXPECT_TRUE(throws<ShapeError>([&] { m.evaluate(Tensor::zeros(Shape{100, 4}), Tensor::zeros(Shape{99, 2})); },
                                  {"x has 100 rows", "y has 99"}));
 }
+
+// Targets and weights that make the loss meaningless are refused before any
+// step: binary cross-entropy targets outside [0, 1], negative sample weights.
+// Nothing trains.
+TEST(Errors, OutOfRangeTargetsAndNegativeWeightsAreValueError) {
+  Sequential m({2});
+  m.add(Dense(1, "sigmoid"));
+  m.compile(OptimizerSpec::sgd(0.1f), "binary_crossentropy");
+  const std::vector<float> before = m.weights()[0].value.to_vector();
+  FitOptions o;
+  o.verbose = 0;
+  const Tensor x = Tensor::full(Shape{4, 2}, 0.5f);
+  EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, Tensor::from_vector(std::vector<float>{0, 1, 1.5f, 0}, {4, 1}), o); },
+                                 {"binary_crossentropy", "[0, 1]", "element 2", "1.5"}));
+  o.sample_weight = Tensor::from_vector(std::vector<float>{1, -1, 1, 1}, {4});
+  EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, Tensor::zeros(Shape{4, 1}), o); },
+                                 {"sample_weight", ">= 0", "element 1", "-1"}));
+  EXPECT_EQ(m.weights()[0].value.to_vector(), before);
+}
+
+// A fit whose loss becomes NaN says so once, naming the epoch (Keras goes on
+// silently; TerminateOnNaN is a callback there).
+TEST(Errors, DivergedFitWarnsOnce) {
+  Sequential m({1});
+  m.add(Dense(1));
+  m.compile(OptimizerSpec::sgd(1e30f), "mse");
+  std::vector<std::string> warnings;
+  set_log_handler([&](LogLevel, const std::string& s) { warnings.push_back(s); });
+  FitOptions o;
+  o.verbose = 0;
+  o.epochs = 4;
+  o.shuffle = false;
+  m.fit(Tensor::from_vector(std::vector<float>{1e10f, -1e10f}, {2, 1}), Tensor::from_vector(std::vector<float>{1e10f, 1e10f}, {2, 1}), o);
+  set_log_handler(nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("training diverged"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("in epoch"), std::string::npos) << warnings[0];
+}

@@ -124,7 +124,7 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
   plan_ = plan_memory(graph_, outputs_);
   check_arena(graph_, plan_.arena_bytes);
   void* mem = std::aligned_alloc(64, plan_.arena_bytes == 0 ? 64 : plan_.arena_bytes);
-  if (!mem) throw Error("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
+  if (!mem) throw MemoryError("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
   arena_ = std::shared_ptr<void>(mem, [](void* p) { std::free(p); });
   const auto& nodes = graph_.nodes();
   data_.assign(nodes.size(), nullptr);

@@ -17,7 +17,7 @@ std::shared_ptr<void> allocate(const Shape& shape, DType dtype) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (!p)
-    throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for a tensor of shape " + shape.str() +
+    throw MemoryError("out of memory allocating " + std::to_string(bytes) + " bytes for a tensor of shape " + shape.str() +
                 "; use a smaller batch or model");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }

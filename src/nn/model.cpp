@@ -13,6 +13,7 @@
 #include "nn/functional.h"
 #include "nn/progress.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/nn/normalization.h"
 
@@ -559,6 +560,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   History hist;
   ProgressPrinter progress(opt.verbose, opt.epochs);
   std::vector<double> out_loss(n_out), metric_sum;
+  bool diverged = false;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
     if (opt.learning_rate_schedule) {
       const float lr = opt.learning_rate_schedule(epoch, ctx->learning_rate());
@@ -594,6 +596,14 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       if (opt.verbose == 1) progress.step(s + 1, metrics_text(metric_logs(loss_sum, out_loss, metric_sum, seen)));
     }
     std::map<std::string, double> logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
+    if (!diverged && !std::isfinite(logs["loss"])) {  // once per fit; Keras goes on silently
+      diverged = true;
+      log_message(LogLevel::Warning, "fit: the training loss is " +
+                                         std::string(std::isnan(logs["loss"]) ? "NaN" : "infinite") + " in epoch " +
+                                         std::to_string(epoch + 1) +
+                                         ": training diverged. Lower the learning rate, scale the inputs, or clip "
+                                         "the gradients (add_gradient_hook)");
+    }
     if (!xv.empty())
       for (auto& [k, v] : evaluate_rows(xv, yv, wv, bs)) logs["val_" + k] = v;
     hist.epoch.push_back(epoch);

@@ -676,6 +676,13 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
                          " outputs per row); got " + y.shape().str() +
                          (ce && y.shape().row_size() == 1 ? ": class ids need sparse_categorical_crossentropy" : ""));
       check_finite(y, h.y_name.c_str());
+      if (h.loss.kind == LossKind::BinaryCrossentropy) {
+        const float* t = y.data<float>();
+        for (int64_t i = 0; i < y.numel(); ++i)
+          if (t[i] < 0.0f || t[i] > 1.0f)
+            throw ValueError("binary_crossentropy takes targets in [0, 1] (labels or probabilities); " + h.y_name +
+                             " element " + std::to_string(i) + " holds " + std::to_string(t[i]));
+      }
       break;
     }
   }
@@ -696,6 +703,11 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
                                  : "{" + std::to_string(n) + ", " + std::to_string(outputs) + "} (one per output)") +
                      "; got " + w.shape().str());
   check_finite(w, h.w_name.c_str());
+  const float* pw = w.data<float>();
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (pw[i] < 0.0f)
+      throw ValueError(h.w_name + " must be >= 0 (a negative weight makes training raise that row's loss); element " +
+                       std::to_string(i) + " holds " + std::to_string(pw[i]));
 }
 
 void OptimizerContext::stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,

@@ -27,5 +27,8 @@ class StateError : public Error { using Error::Error; };
 class IOError : public Error { using Error::Error; };
 /// A file whose contents do not follow its format (bad magic, truncated).
 class FormatError : public Error { using Error::Error; };
+/// An allocation the machine could not satisfy (Python's MemoryError,
+/// PyTorch's OutOfMemoryError).
+class MemoryError : public Error { using Error::Error; };
 
 }  // namespace tensorgrad
