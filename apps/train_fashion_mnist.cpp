@@ -13,6 +13,7 @@
 //        images, keeping the epoch with the best validation accuracy
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -54,6 +55,43 @@ tg::Tensor augment(const tg::Tensor& x, std::mt19937_64& rng, int shift) {
   return out;
 }
 
+// Each {28, 28, 1} image mirrored left-right.
+tg::Tensor mirrored(const tg::Tensor& x) {
+  const int64_t n = x.shape()[0], h = x.shape()[1], w = x.shape()[2];
+  tg::Tensor out = tg::Tensor::empty(x.shape());
+  const float* src = x.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t i = 0; i < n * h; ++i)
+    for (int64_t c = 0; c < w; ++c) dst[i * w + c] = src[i * w + w - 1 - c];
+  return out;
+}
+
+// Class probabilities for x: the model's, or with `mirror` the mean of the
+// image's and its mirror's (test-time augmentation).
+tg::Tensor class_probabilities(tg::nn::Model& model, const tg::Tensor& x, bool mirror) {
+  tg::Tensor p = model.predict(x, 256);
+  if (!mirror) return p;
+  const tg::Tensor q = model.predict(mirrored(x), 256);
+  float* pp = p.data<float>();
+  const float* pq = q.data<float>();
+  for (int64_t i = 0; i < p.numel(); ++i) pp[i] = 0.5f * (pp[i] + pq[i]);
+  return p;
+}
+
+// (cross-entropy, accuracy) of probabilities {n, 10} against int32 labels.
+std::pair<double, double> loss_and_accuracy(const tg::Tensor& probs, const tg::Tensor& labels) {
+  const int64_t n = probs.shape()[0], k = probs.shape()[1];
+  double loss = 0;
+  int64_t right = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* p = probs.data<float>() + i * k;
+    const int32_t truth = labels.data<int32_t>()[i];
+    loss -= std::log(std::max(double(p[truth]), 1e-12));
+    right += std::max_element(p, p + k) - p == truth;
+  }
+  return {loss / double(n), double(right) / double(n)};
+}
+
 // The resnet recipe: the last `validation_split` of the training rows held
 // out; each epoch trains on a fresh augmentation of the rest, at a learning
 // rate on a cosine from `lr` towards 0 over the epochs (Loshchilov & Hutter
@@ -77,7 +115,7 @@ tg::nn::Model train_resnet(tg::nn::Model model, const tg::data::MnistFiles& data
   std::optional<tg::nn::Model> kept;
   for (int epoch = 0; epoch < epochs; ++epoch) {
     const float rate = lr * 0.5f * (1.0f + std::cos(float(M_PI) * float(epoch) / float(epochs)));
-    fit.learning_rate_schedule = [rate](int, float) { return rate; };
+    model.set_learning_rate(rate);
     const tg::nn::History h = model.fit(augment(train_x, rng, 2), train_y, fit);
     const double val = h.has("val_accuracy") ? h["val_accuracy"][0] : h["accuracy"][0];
     std::printf("epoch %d/%d: lr %.2e, validation accuracy %.4f%s\n", epoch + 1, epochs, double(rate), val,
@@ -170,13 +208,30 @@ int main(int argc, char** argv) {
     fit.validation_split = validation_split;  // 0.05: 57,000 rows train, 3,000 validate, as the seeds' example
     fit.verbose = verbose;
     if (decay < 1.0f)  // the rate decays after the first five epochs
-      fit.learning_rate_schedule = [decay](int epoch, float lr) { return epoch < 5 ? lr : lr * decay; };
+      fit.callbacks.push_back(std::make_shared<tg::nn::LearningRateScheduler>(
+          [decay](int epoch, double lr) { return epoch < 5 ? lr : lr * decay; }));
     if (kind == Kind::Resnet)
       model = train_resnet(std::move(model), data, epochs, learning_rate, batch_size, validation_split, verbose, seed);
     else
       model.fit(data.train.x, data.train.y, fit);
 
     auto result = model.evaluate(data.test.x, data.test.y, batch_size);
+    if (kind == Kind::Resnet) {
+      // Test-time augmentation, if the validation rows say it helps: each
+      // image's probabilities averaged with its mirror's.
+      const int64_t n = data.train.x.shape()[0], n_val = int64_t(std::llround(double(n) * validation_split));
+      if (n_val > 0) {
+        const tg::Tensor vx = data.train.x.rows(n - n_val, n), vy = data.train.y.rows(n - n_val, n);
+        const double plain = loss_and_accuracy(class_probabilities(model, vx, false), vy).second;
+        const double mirror = loss_and_accuracy(class_probabilities(model, vx, true), vy).second;
+        const auto [loss, acc] = loss_and_accuracy(class_probabilities(model, data.test.x, true), data.test.y);
+        std::printf("validation accuracy %.2f%% on the images, %.2f%% averaged with their mirrors: %s\n",
+                    100.0 * plain, 100.0 * mirror, mirror > plain ? "averaging" : "the images alone");
+        std::printf("test accuracy on the images alone %.2f%%, averaged with their mirrors %.2f%%\n",
+                    100.0 * result["accuracy"], 100.0 * acc);
+        if (mirror > plain) result = {{"loss", loss}, {"accuracy", acc}};
+      }
+    }
     std::printf("test loss %.4f, test accuracy %.2f%%\n", result["loss"], 100.0 * result["accuracy"]);
 
     tg::Tensor probs = model.predict(data.test.x.rows(0, 8));

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "nn/functional.h"
-#include "nn/progress.h"
+#include "tensorgrad/nn/callbacks.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
@@ -19,15 +19,6 @@
 
 namespace tensorgrad::nn {
 
-const std::vector<double>& History::operator[](const std::string& key) const {
-  auto it = history.find(key);
-  if (it == history.end()) {
-    std::string keys;
-    for (auto& [k, v] : history) keys += (keys.empty() ? "" : ", ") + k;
-    throw IndexError("history has no '" + key + "'; it has: " + keys);
-  }
-  return it->second;
-}
 
 struct Model::PredictPlan {
   std::unique_ptr<Executable> exe;
@@ -53,25 +44,6 @@ std::string keras_shape(const Shape& s) {
   return out + ")";
 }
 
-// "loss: 0.1234 - accuracy: 0.9 - val_loss: ..." with the loss first and the
-// validation keys last, as Keras prints an epoch.
-std::string metrics_text(const std::map<std::string, double>& m) {
-  std::vector<std::string> keys;
-  for (const char* first : {"loss"})
-    if (m.count(first)) keys.push_back(first);
-  for (auto& [k, v] : m)
-    if (k != "loss" && k.rfind("val_", 0) != 0) keys.push_back(k);
-  if (m.count("val_loss")) keys.push_back("val_loss");
-  for (auto& [k, v] : m)
-    if (k != "val_loss" && k.rfind("val_", 0) == 0) keys.push_back(k);
-  std::string out;
-  char buf[160];
-  for (const std::string& k : keys) {
-    std::snprintf(buf, sizeof buf, "%s%s: %.4f", out.empty() ? "" : " - ", k.c_str(), m.at(k));
-    out += buf;
-  }
-  return out;
-}
 
 // One weight per row: {rows} or {rows, 1}, as Keras' sample_weight; returns it as {rows}.
 Tensor check_sample_weight(const Tensor& w, int64_t rows, const char* what) {
@@ -557,28 +529,60 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   }
 
   std::vector<int64_t> order(static_cast<size_t>(n_train));
-  History hist;
-  ProgressPrinter progress(opt.verbose, opt.epochs);
   std::vector<double> out_loss(n_out), metric_sum;
-  bool diverged = false;
-  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
-    if (opt.learning_rate_schedule) {
-      const float lr = opt.learning_rate_schedule(epoch, ctx->learning_rate());
-      // The schedule may have changed the model (freeze_bn_stats, compile):
-      // the contexts are fetched again, fresh if the old ones were retired.
-      check_live("fit() (after learning_rate_schedule)");
-      ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
-      if (use_rem) ctx_rem = &optimizer_context(rem, 0, wmode);
-      ctx->set_learning_rate(lr);
+
+  // The user's callbacks, then the History fit returns, then the progress
+  // printer, as Keras 3 orders them.
+  std::vector<Callback*> callbacks;
+  ProgbarLogger* progbar = nullptr;
+  for (size_t i = 0; i < opt.callbacks.size(); ++i) {
+    if (!opt.callbacks[i]) throw ValueError("fit: callbacks[" + std::to_string(i) + "] is null");
+    callbacks.push_back(opt.callbacks[i].get());
+    if (auto* p = dynamic_cast<ProgbarLogger*>(opt.callbacks[i].get())) progbar = p;
+  }
+  History hist;
+  callbacks.push_back(&hist);
+  std::unique_ptr<ProgbarLogger> own_progbar;
+  if (!progbar && opt.verbose > 0) {
+    own_progbar = std::make_unique<ProgbarLogger>(opt.verbose);
+    progbar = own_progbar.get();
+    callbacks.push_back(progbar);
+  }
+  if (progbar) progbar->set_params(opt.epochs, steps);
+  struct Attached {  // detaches the callbacks however fit ends
+    std::vector<Callback*>& list;
+    ~Attached() {
+      for (Callback* c : list) c->set_model(nullptr);
     }
+  } attached{callbacks};
+  for (Callback* c : callbacks) c->set_model(this);
+  stop_training_ = false;
+  // A hook may compile, free or change the model: every call is followed by
+  // a liveness check and the contexts are fetched again.
+  auto refresh = [&](const char* when) {
+    check_live(when);
+    ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
+    if (use_rem) ctx_rem = &optimizer_context(rem, 0, wmode);
+  };
+
+  Logs train_logs;
+  for (Callback* c : callbacks) c->on_train_begin(train_logs);
+  bool diverged = false;
+  for (int epoch = 0; epoch < opt.epochs && !stop_training_; ++epoch) {
+    Logs logs;
+    for (Callback* c : callbacks) c->on_epoch_begin(epoch, logs);
+    refresh("fit() (after on_epoch_begin)");
     std::iota(order.begin(), order.end(), int64_t(0));
     if (opt.shuffle) std::shuffle(order.begin(), order.end(), rng_);
-    progress.begin_epoch(epoch, steps);
     double loss_sum = 0;
     std::fill(out_loss.begin(), out_loss.end(), 0.0);
     metric_sum.clear();
     int64_t seen = 0;
-    for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t s = 0; s < steps && !stop_training_; ++s) {
+      Logs batch_logs;
+      for (Callback* c : callbacks) c->on_train_batch_begin(s, batch_logs);
+      if (stop_training_) break;
+      refresh("fit() (after on_train_batch_begin)");
       const int64_t start = s * bs, rows = std::min(bs, n_train - start);
       const bool full = rows == bs;
       for (size_t i = 0; i < n_in; ++i) gather_rows(x[i], &order[size_t(start)], rows, xb[i]);
@@ -593,9 +597,11 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       metric_sum.resize(r.metric_sums.size(), 0.0);
       for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
       seen += rows;
-      if (opt.verbose == 1) progress.step(s + 1, metrics_text(metric_logs(loss_sum, out_loss, metric_sum, seen)));
+      batch_logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
+      for (Callback* c : callbacks) c->on_train_batch_end(s, batch_logs);
     }
-    std::map<std::string, double> logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
+    if (seen == 0) break;  // stopped before the epoch's first batch
+    for (auto& [k, v] : metric_logs(loss_sum, out_loss, metric_sum, seen)) logs[k] = v;
     if (!diverged && !std::isfinite(logs["loss"])) {  // once per fit; Keras goes on silently
       diverged = true;
       log_message(LogLevel::Warning, "fit: the training loss is " +
@@ -604,12 +610,19 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
                                          ": training diverged. Lower the learning rate, scale the inputs, or clip "
                                          "the gradients (add_gradient_hook)");
     }
-    if (!xv.empty())
-      for (auto& [k, v] : evaluate_rows(xv, yv, wv, bs)) logs["val_" + k] = v;
-    hist.epoch.push_back(epoch);
-    for (auto& [k, v] : logs) hist.history[k].push_back(v);
-    progress.end_epoch(metrics_text(logs));
+    if (!xv.empty()) {
+      Logs test_logs;
+      for (Callback* c : callbacks) c->on_test_begin(test_logs);
+      check_live("fit() (after on_test_begin)");
+      test_logs = evaluate_rows(xv, yv, wv, bs);
+      for (Callback* c : callbacks) c->on_test_end(test_logs);
+      for (auto& [k, v] : test_logs) logs["val_" + k] = v;
+    }
+    for (Callback* c : callbacks) c->on_epoch_end(epoch, logs);
+    check_live("fit() (after on_epoch_end)");
+    train_logs = logs;
   }
+  for (Callback* c : callbacks) c->on_train_end(train_logs);
   return hist;
 }
 
@@ -866,6 +879,42 @@ std::vector<Weight> Model::weights() const {
     for (Weight& w : l->weights())
       if (!w.value.defined() || seen.insert(w.value.raw()).second) out.push_back(std::move(w));
   return out;
+}
+
+std::vector<Tensor> Model::get_weights() const {
+  std::vector<Tensor> out;
+  for (const Weight& w : weights()) out.push_back(w.value.defined() ? w.value.clone() : Tensor{});
+  return out;
+}
+
+void Model::set_weights(const std::vector<Tensor>& values) {
+  const std::vector<Weight> ws = weights();
+  if (values.size() != ws.size())
+    throw ValueError("set_weights: the model has " + std::to_string(ws.size()) + " weights; got " +
+                     std::to_string(values.size()) + " tensors (use get_weights() of the same architecture)");
+  for (size_t i = 0; i < ws.size(); ++i)
+    if (ws[i].value.defined() && (!values[i].defined() || values[i].shape() != ws[i].value.shape() ||
+                                  values[i].dtype() != ws[i].value.dtype()))
+      throw ShapeError("set_weights: weight '" + ws[i].name + "' is " + ws[i].value.shape().str() + " " +
+                       dtype_name(ws[i].value.dtype()) + "; got " +
+                       (values[i].defined() ? values[i].shape().str() + " " + dtype_name(values[i].dtype())
+                                            : std::string("an undefined tensor")));
+  for (size_t i = 0; i < ws.size(); ++i)
+    if (ws[i].value.defined()) Tensor(ws[i].value).copy_from(values[i]);
+}
+
+double Model::learning_rate() const {
+  check_live("learning_rate()");
+  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("learning_rate()"));
+  return double(opt_state_->hyper.data<float>()[kLr]);
+}
+
+void Model::set_learning_rate(double lr) {
+  check_live("set_learning_rate()");
+  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("set_learning_rate()"));
+  if (!(lr > 0.0) || !std::isfinite(lr) || !std::isfinite(float(lr)) || !(float(lr) > 0.0f))
+    throw ValueError("learning rate must be a positive finite float32; got " + std::to_string(lr));
+  opt_state_->hyper.data<float>()[kLr] = float(lr);
 }
 
 std::vector<std::shared_ptr<Layer>> Model::layers() const {

@@ -3,17 +3,25 @@
 #include <string>
 #include <vector>
 
+#include "tensorgrad/nn/callback.h"
+
 namespace tensorgrad::nn {
 
 /// What fit returns (keras.callbacks.History): per-epoch values of every
 /// metric, keyed as Keras keys them ("loss", "accuracy", "val_loss",
-/// "val_accuracy").
-struct History {
+/// "val_accuracy", and whatever callbacks add, such as "learning_rate"). A
+/// callback: fit records into a History of its own, after every callback
+/// given to it; one passed in FitOptions::callbacks records the same.
+struct History : Callback {
   std::vector<int> epoch;  // 0-based epoch numbers that ran
   std::map<std::string, std::vector<double>> history;
   /// The values of `key`; throws IndexError naming the keys there are.
   const std::vector<double>& operator[](const std::string& key) const;
   bool has(const std::string& key) const { return history.count(key) > 0; }
+
+  /// Starts a new epoch list (the values recorded so far stay, as Keras).
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
 };
 
 }  // namespace tensorgrad::nn

@@ -52,12 +52,15 @@ struct FitOptions {
   /// over batch size).
   Tensor sample_weight;
   /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
-  /// otherwise; 2 one line per epoch.
+  /// otherwise; 2 one line per epoch (fit adds a ProgbarLogger unless one is
+  /// in `callbacks`).
   int verbose = 1;
-  /// Optional learning-rate schedule, as keras.callbacks.LearningRateScheduler:
-  /// called before each epoch with the 0-based epoch and the current rate,
-  /// returns the rate for that epoch (positive and finite, else ValueError).
-  std::function<float(int epoch, float lr)> learning_rate_schedule;
+  /// Called in this order, then the History fit returns, then the progress
+  /// printer (Keras' order: callbacks see each other's additions to the
+  /// logs). nn/callbacks.h has Keras' built-in ones: EarlyStopping,
+  /// ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN, CSVLogger,
+  /// LambdaCallback. A null pointer is a ValueError.
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 class FunctionalGraph;
@@ -125,6 +128,22 @@ class Model {
   std::vector<std::string> metrics() const;
   /// The metrics of every output, in output order.
   std::vector<std::vector<std::string>> output_metrics() const;
+  /// The optimizer's learning rate now (what compile set, or a callback
+  /// since); set_learning_rate changes it for every context of the model
+  /// from the next step on (Keras' model.optimizer.learning_rate). Throw
+  /// StateError before compile; ValueError for a rate not positive and finite.
+  double learning_rate() const;
+  void set_learning_rate(double lr);
+  /// Keras' model.stop_training: a callback sets it to end fit after the
+  /// current hook (see Callback). fit clears it when it starts.
+  bool stop_training() const { return stop_training_; }
+  void set_stop_training(bool stop) { stop_training_ = stop; }
+  /// Copies of every weight's values, in weights() order, non-trainable ones
+  /// (batch-norm statistics) included (Keras' get_weights); set_weights
+  /// copies them back, throwing ValueError for the wrong count and
+  /// ShapeError for a wrong shape, naming the weight, before changing any.
+  std::vector<Tensor> get_weights() const;
+  void set_weights(const std::vector<Tensor>& values);
   /// Changes whenever the graph or its weights' memory changes (add,
   /// clone, free): lets holders of cached weight pointers notice.
   uint64_t structure_id() const { return structure_id_; }
@@ -309,6 +328,7 @@ class Model {
   std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
   mutable std::shared_ptr<Layer> as_layer_;
   std::vector<std::pair<const Layer*, bool>> trainable_at_compile_;  // what the optimizer was compiled for  // this model called as a layer: one object, so calls share it
+  bool stop_training_ = false;
   std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };
 

@@ -1,0 +1,166 @@
+#pragma once
+// Built-in callbacks of Model::fit, each with the arguments and behaviour of
+// Keras 3's implementation (keras/src/callbacks/*.py) unless a comment says
+// otherwise. The interface is nn/callback.h.
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/nn/callback.h"
+#include "tensorgrad/nn/history.h"
+
+namespace tensorgrad::nn {
+
+class ProgressPrinter;
+
+/// Which way a monitored value improves. Auto: "min" for keys ending in
+/// "loss" (and for errors: mae, mse, rmse), "max" otherwise (accuracies),
+/// as Keras 3 infers it from the metric.
+enum class MonitorMode { Auto, Min, Max };
+
+/// Stops training when `monitor` has not improved by more than `min_delta`
+/// for `patience` epochs (keras.callbacks.EarlyStopping). Epochs before
+/// `start_from_epoch` are not looked at. With `baseline`, training stops
+/// unless the value beats it within `patience` epochs. With
+/// `restore_best_weights`, the weights (trainable and not, batch-norm
+/// statistics included) of the best epoch are put back when training ends,
+/// whether it stopped early or not. A missing key logs a warning once per
+/// epoch and changes nothing. Throws ValueError for a negative patience.
+class EarlyStopping : public Callback {
+ public:
+  EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
+                MonitorMode mode = MonitorMode::Auto, std::optional<double> baseline = std::nullopt,
+                bool restore_best_weights = false, int start_from_epoch = 0);
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(Logs& logs) override;
+  /// The epoch training stopped at (0 when it ran to the end) and the best one.
+  int stopped_epoch() const { return stopped_epoch_; }
+  int best_epoch() const { return best_epoch_; }
+
+ private:
+  bool improves(double value, double reference) const;
+  std::string monitor_;
+  double min_delta_;
+  int patience_;
+  bool maximize_;
+  std::optional<double> baseline_;
+  bool restore_best_weights_;
+  int start_from_epoch_;
+  int wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;
+  std::optional<double> best_;
+  std::vector<Tensor> best_weights_;
+};
+
+/// Multiplies the learning rate by `factor` when `monitor` has not improved
+/// by more than `min_delta` for `patience` epochs, then waits `cooldown`
+/// epochs, never going below `min_lr` (keras.callbacks.ReduceLROnPlateau).
+/// Adds "learning_rate" to the epoch's logs. Throws ValueError for a factor
+/// outside (0, 1), a negative patience, cooldown or min_lr.
+class ReduceLROnPlateau : public Callback {
+ public:
+  ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 10,
+                    MonitorMode mode = MonitorMode::Auto, double min_delta = 1e-4, int cooldown = 0,
+                    double min_lr = 0.0);
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::string monitor_;
+  double factor_;
+  int patience_;
+  bool maximize_;
+  double min_delta_;
+  int cooldown_;
+  double min_lr_;
+  int wait_ = 0, cooldown_counter_ = 0;
+  double best_ = 0.0;
+};
+
+/// Sets the learning rate before every epoch to schedule(epoch, current
+/// rate) (keras.callbacks.LearningRateScheduler); adds "learning_rate" to the
+/// epoch's logs. The schedule must return a positive finite rate (ValueError
+/// naming the epoch otherwise).
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<double(int epoch, double lr)> schedule);
+  void on_epoch_begin(int epoch, Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::function<double(int, double)> schedule_;
+};
+
+/// Stops training at the first batch whose running loss is NaN or infinite
+/// (keras.callbacks.TerminateOnNaN), logging a warning that names the batch.
+class TerminateOnNaN : public Callback {
+ public:
+  void on_train_batch_end(int64_t batch, Logs& logs) override;
+};
+
+/// Writes one CSV row per epoch: "epoch" then every log key in sorted order
+/// (keras.callbacks.CSVLogger). With `append`, rows go after an existing
+/// file's, and the header is written only when the file is empty. Throws
+/// IOError when the file cannot be opened (at on_train_begin).
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  ~CSVLogger() override;
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_end(Logs& logs) override;
+
+ private:
+  std::string filename_;
+  char separator_;
+  bool append_;
+  std::FILE* file_ = nullptr;
+  bool write_header_ = true;
+  std::vector<std::string> keys_;
+};
+
+/// A callback made of functions (keras.callbacks.LambdaCallback); unset
+/// ones do nothing.
+class LambdaCallback : public Callback {
+ public:
+  std::function<void(Logs&)> on_train_begin_fn, on_train_end_fn;
+  std::function<void(int, Logs&)> on_epoch_begin_fn, on_epoch_end_fn;
+  std::function<void(int64_t, Logs&)> on_train_batch_begin_fn, on_train_batch_end_fn;
+  void on_train_begin(Logs& logs) override;
+  void on_train_end(Logs& logs) override;
+  void on_epoch_begin(int epoch, Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+  void on_train_batch_begin(int64_t batch, Logs& logs) override;
+  void on_train_batch_end(int64_t batch, Logs& logs) override;
+};
+
+/// fit's progress output (keras.callbacks.ProgbarLogger): verbose 1 a live
+/// bar with ETA on a terminal (one line per epoch otherwise), 2 one line per
+/// epoch. fit adds one for verbose > 0 unless one is given.
+class ProgbarLogger : public Callback {
+ public:
+  explicit ProgbarLogger(int verbose = 1);
+  ~ProgbarLogger() override;
+  /// The epoch count and steps per epoch to show (fit sets them; 0 steps:
+  /// unknown, as for a generator without steps_per_epoch).
+  void set_params(int epochs, int64_t steps);
+  void on_epoch_begin(int epoch, Logs& logs) override;
+  void on_train_batch_end(int64_t batch, Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  int verbose_;
+  int epochs_ = 0;
+  int64_t steps_ = 0;
+  std::unique_ptr<ProgressPrinter> printer_;
+};
+
+/// Keras' text of metrics: "loss: 0.1234 - accuracy: 0.9000", keys sorted
+/// with "loss" first and "val_" keys last.
+std::string metrics_text(const Logs& logs);
+
+}  // namespace tensorgrad::nn
