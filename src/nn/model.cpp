@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "nn/functional.h"
-#include "tensorgrad/nn/callbacks.h"
+#include "nn/callback_run.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
@@ -531,32 +531,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   std::vector<int64_t> order(static_cast<size_t>(n_train));
   std::vector<double> out_loss(n_out), metric_sum;
 
-  // The user's callbacks, then the History fit returns, then the progress
-  // printer, as Keras 3 orders them.
-  std::vector<Callback*> callbacks;
-  ProgbarLogger* progbar = nullptr;
-  for (size_t i = 0; i < opt.callbacks.size(); ++i) {
-    if (!opt.callbacks[i]) throw ValueError("fit: callbacks[" + std::to_string(i) + "] is null");
-    callbacks.push_back(opt.callbacks[i].get());
-    if (auto* p = dynamic_cast<ProgbarLogger*>(opt.callbacks[i].get())) progbar = p;
-  }
-  History hist;
-  callbacks.push_back(&hist);
-  std::unique_ptr<ProgbarLogger> own_progbar;
-  if (!progbar && opt.verbose > 0) {
-    own_progbar = std::make_unique<ProgbarLogger>(opt.verbose);
-    progbar = own_progbar.get();
-    callbacks.push_back(progbar);
-  }
-  if (progbar) progbar->set_params(opt.epochs, steps);
-  struct Attached {  // detaches the callbacks however fit ends
-    std::vector<Callback*>& list;
-    ~Attached() {
-      for (Callback* c : list) c->set_model(nullptr);
-    }
-  } attached{callbacks};
-  for (Callback* c : callbacks) c->set_model(this);
-  stop_training_ = false;
+  CallbackRun callbacks(*this, opt.callbacks, opt.verbose, opt.epochs, steps);
   // A hook may compile, free or change the model: every call is followed by
   // a liveness check and the contexts are fetched again.
   auto refresh = [&](const char* when) {
@@ -566,11 +541,11 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   };
 
   Logs train_logs;
-  for (Callback* c : callbacks) c->on_train_begin(train_logs);
+  callbacks.train_begin(train_logs);
   bool diverged = false;
   for (int epoch = 0; epoch < opt.epochs && !stop_training_; ++epoch) {
     Logs logs;
-    for (Callback* c : callbacks) c->on_epoch_begin(epoch, logs);
+    callbacks.epoch_begin(epoch, logs);
     refresh("fit() (after on_epoch_begin)");
     std::iota(order.begin(), order.end(), int64_t(0));
     if (opt.shuffle) std::shuffle(order.begin(), order.end(), rng_);
@@ -580,7 +555,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     int64_t seen = 0;
     for (int64_t s = 0; s < steps && !stop_training_; ++s) {
       Logs batch_logs;
-      for (Callback* c : callbacks) c->on_train_batch_begin(s, batch_logs);
+      callbacks.batch_begin(s, batch_logs);
       if (stop_training_) break;
       refresh("fit() (after on_train_batch_begin)");
       const int64_t start = s * bs, rows = std::min(bs, n_train - start);
@@ -598,32 +573,25 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
       seen += rows;
       batch_logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
-      for (Callback* c : callbacks) c->on_train_batch_end(s, batch_logs);
+      callbacks.batch_end(s, batch_logs);
     }
     if (seen == 0) break;  // stopped before the epoch's first batch
     for (auto& [k, v] : metric_logs(loss_sum, out_loss, metric_sum, seen)) logs[k] = v;
-    if (!diverged && !std::isfinite(logs["loss"])) {  // once per fit; Keras goes on silently
-      diverged = true;
-      log_message(LogLevel::Warning, "fit: the training loss is " +
-                                         std::string(std::isnan(logs["loss"]) ? "NaN" : "infinite") + " in epoch " +
-                                         std::to_string(epoch + 1) +
-                                         ": training diverged. Lower the learning rate, scale the inputs, or clip "
-                                         "the gradients (add_gradient_hook)");
-    }
+    warn_if_diverged(logs, epoch, diverged);
     if (!xv.empty()) {
       Logs test_logs;
-      for (Callback* c : callbacks) c->on_test_begin(test_logs);
+      callbacks.test_begin(test_logs);
       check_live("fit() (after on_test_begin)");
       test_logs = evaluate_rows(xv, yv, wv, bs);
-      for (Callback* c : callbacks) c->on_test_end(test_logs);
+      callbacks.test_end(test_logs);
       for (auto& [k, v] : test_logs) logs["val_" + k] = v;
     }
-    for (Callback* c : callbacks) c->on_epoch_end(epoch, logs);
+    callbacks.epoch_end(epoch, logs);
     check_live("fit() (after on_epoch_end)");
     train_logs = logs;
   }
-  for (Callback* c : callbacks) c->on_train_end(train_logs);
-  return hist;
+  callbacks.train_end(train_logs);
+  return callbacks.history;
 }
 
 std::map<std::string, double> Model::evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y,

@@ -63,6 +63,55 @@ struct FitOptions {
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
+/// One batch from a generator (the seed's list(inputs = , labels = )): one
+/// tensor per model input and one per output, in the model's order, with
+/// the same rows, and optional per-row weights ({rows} or {rows, 1}).
+struct Batch {
+  std::vector<Tensor> x, y;
+  Tensor sample_weight;
+};
+
+/// A batch source with the seed's contract (ggmlR's fit_generator.R): each
+/// call returns the next batch, or std::nullopt to end the epoch. A finite
+/// generator must restart itself: after returning nullopt, its next call
+/// gives the first batch of the next epoch. An infinite one never returns
+/// nullopt and needs steps_per_epoch. It must not touch the model (it may
+/// run on a producer thread while the model trains).
+using Generator = std::function<std::optional<Batch>()>;
+
+/// Options of Model::fit from a generator (Keras' and the seed's names).
+struct GeneratorFitOptions {
+  /// Epochs initial_epoch .. epochs - 1 run, as Keras (History and callbacks
+  /// see those numbers; the progress line counts from 1).
+  int epochs = 1;
+  int initial_epoch = 0;
+  /// Batches per epoch; 0: until the generator returns nullopt. With a
+  /// number, a generator that ends early makes a short epoch (a warning
+  /// says "d of s").
+  int64_t steps_per_epoch = 0;
+  /// The most rows a batch may have (graphs are planned for it; smaller
+  /// batches run in the same plans, a larger one is a ShapeError naming the
+  /// batch).
+  int64_t batch_size = 32;
+  /// Rows per optimizer update (gradient accumulation), a multiple of
+  /// batch_size; the generator does not see it. Every batch must then have
+  /// batch_size rows (ShapeError otherwise): short micro-batches with
+  /// accumulation are not built yet.
+  int64_t nbatch_logical = 0;
+  /// Validation after every epoch from a generator of the same contract, for
+  /// validation_steps batches (0: until it returns nullopt); val_* keys are
+  /// NaN for an epoch where it gives nothing.
+  Generator validation_generator;
+  int64_t validation_steps = 0;
+  /// Batches the generator runs ahead on a producer thread; 0 calls it on
+  /// the calling thread. Either way it is called exactly as often, never past
+  /// an epoch's end.
+  int prefetch = 2;
+  /// As FitOptions.
+  int verbose = 1;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+};
+
 class FunctionalGraph;
 
 /// A model (keras.Model): inputs, named outputs, and the layers between.
@@ -165,6 +214,20 @@ class Model {
   History fit(const std::map<std::string, Tensor>& x, const std::map<std::string, Tensor>& y,
               const FitOptions& options = {});
 
+  /// Trains from a generator (the seed's ggml_fit_opt_gen, with Keras'
+  /// epochs/initial_epoch). Returns the History as the in-memory fit. An
+  /// epoch whose first call gives nothing stops training with a warning
+  /// ("trained k of n epochs"). An exception thrown by the generator is
+  /// rethrown to the caller as the same object after a warning naming the
+  /// batch; on any exit the producer thread is joined and the generator is
+  /// not called again. A generator that never returns blocks fit. Throws
+  /// ValueError for a negative steps_per_epoch, validation_steps or prefetch,
+  /// an initial_epoch outside [0, epochs), an empty generator; ShapeError for
+  /// a batch with the wrong number of tensors, rows that differ between its
+  /// tensors, more rows than batch_size, or a wrong feature shape (naming
+  /// the batch number); and the label errors of the in-memory fit.
+  History fit(const Generator& generator, const GeneratorFitOptions& options);
+
   /// Loss (and metrics, if compiled with them) over (x, y), in batches of
   /// batch_size, with optional per-row sample_weight ({rows} or {rows, 1}) as
   /// Keras' evaluate. Keys as History. Throws StateError before compile,
@@ -177,6 +240,11 @@ class Model {
   std::map<std::string, double> evaluate(const std::map<std::string, Tensor>& x,
                                          const std::map<std::string, Tensor>& y, int64_t batch_size = 32,
                                          const Tensor& sample_weight = {});
+
+  /// The same over a generator's batches (at most batch_size rows each), for
+  /// `steps` batches (0: until it returns nullopt). Keys as History; NaN
+  /// values when the generator gives nothing.
+  std::map<std::string, double> evaluate(const Generator& generator, int64_t steps = 0, int64_t batch_size = 32);
 
   /// The first output for any number of rows: {rows, output_shape...},
   /// probabilities after a softmax. Runs in batches of batch_size. Throws as
@@ -310,6 +378,7 @@ class Model {
                                               int64_t batch_size);
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
                                             std::span<const double> metric_sums, int64_t rows) const;
+  friend class GeneratorEpoch;
 
   std::string name_;
   bool compiled_ = false;
