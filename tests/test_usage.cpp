@@ -253,3 +253,62 @@ TEST(Usage, ValidationKeepsTheSampleWeights) {
   bad.validation_sample_weight = Tensor::full(Shape{3}, 1.0f);
   EXPECT_NE(message_of<ShapeError>([&] { m.fit(x, y, bad); }).find("validation_sample_weight"), std::string::npos);
 }
+
+// class_weight (Keras' fit argument): the same training as sample weights
+// made by hand from each row's class (ids or one-hot argmax), times
+// sample_weight; validation rows are not class-weighted; refused for several
+// outputs and negative weights.
+TEST(Usage, ClassWeightIsPerRowWeightByClass) {
+  std::mt19937 rng(12);
+  const Tensor x = test_support::uniform({10, 3}, rng, -1, 1);
+  std::vector<int32_t> ids{0, 1, 2, 1, 0, 2, 2, 1, 0, 1};
+  const Tensor y = Tensor::from_vector(std::span<const int32_t>(ids), {10});
+  std::vector<float> onehot(30, 0.0f);
+  for (size_t i = 0; i < 10; ++i) onehot[i * 3 + size_t(ids[i])] = 1.0f;
+  const Tensor y1 = Tensor::from_vector(onehot, {10, 3});
+  const std::vector<float> sw{1, 2, 1, 1, 3, 1, 1, 1, 0.5f, 1};
+  const std::map<int, float> cw{{0, 2.0f}, {2, 0.25f}};  // class 1 absent: weight 1
+  std::vector<float> by_hand;
+  for (size_t i = 0; i < 10; ++i) by_hand.push_back(sw[i] * (ids[i] == 0 ? 2.0f : ids[i] == 2 ? 0.25f : 1.0f));
+  auto train = [&](const Tensor& labels, const char* loss, bool class_weighted) {
+    manual_seed(4);
+    nn::Sequential m({3});
+    m.add(nn::Dense(3, "softmax"));
+    m.compile(OptimizerSpec::sgd(0.5f), loss, {"accuracy"});
+    nn::FitOptions o;
+    o.verbose = 0;
+    o.epochs = 2;
+    o.batch_size = 4;
+    o.shuffle = false;
+    o.validation_split = 0.2;
+    if (class_weighted) {
+      o.class_weight = cw;
+      o.sample_weight = Tensor::from_vector(sw, {10});
+    } else {
+      std::vector<float> w = by_hand;
+      for (size_t i = 8; i < 10; ++i) w[i] = sw[i];  // validation rows keep their sample weight only
+      o.sample_weight = Tensor::from_vector(w, {10});
+    }
+    const nn::History h = m.fit(x, labels, o);
+    return std::make_pair(m.get_weights()[0].to_vector(), h["val_loss"]);
+  };
+  const auto ref = train(y, "sparse_categorical_crossentropy", false);
+  EXPECT_EQ(train(y, "sparse_categorical_crossentropy", true), ref);
+  const auto ref1 = train(y1, "categorical_crossentropy", false);
+  EXPECT_EQ(train(y1, "categorical_crossentropy", true), ref1);
+
+  manual_seed(4);
+  const nn::SymbolicTensor in = nn::Input({3});
+  nn::Model two({in}, {nn::Dense(3, "softmax")(in), nn::Dense(3, "softmax")(in)});
+  two.compile(OptimizerSpec::sgd(0.5f), "sparse_categorical_crossentropy");
+  nn::FitOptions o;
+  o.verbose = 0;
+  o.class_weight = cw;
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { two.fit(std::vector<Tensor>{x}, std::vector<Tensor>{y, y}, o); },
+                                               {"class_weight", "single output", "2"}));
+  nn::Sequential one({3});
+  one.add(nn::Dense(3, "softmax"));
+  one.compile(OptimizerSpec::sgd(0.5f), "sparse_categorical_crossentropy");
+  o.class_weight = {{1, -1.0f}};
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { one.fit(x, y, o); }, {"class_weight of class 1", ">= 0", "-1"}));
+}

@@ -59,6 +59,34 @@ Tensor check_sample_weight(const Tensor& w, int64_t rows, const char* what) {
   return w.reshape(Shape{rows});
 }
 
+// Per-row weights for the first `rows` rows of y: class_weight of each row's
+// class (class ids, or the argmax of one-hot rows; 1 for a class not in the
+// map), times `base` (sample_weight) when given.
+Tensor class_weighted(const std::map<int, float>& class_weight, const Tensor& y, const Tensor& base, int64_t rows) {
+  for (const auto& [c, w] : class_weight)
+    if (!(w >= 0.0f) || !std::isfinite(w))
+      throw ValueError("class_weight of class " + std::to_string(c) + " must be finite and >= 0; got " +
+                       std::to_string(w));
+  Tensor out = Tensor::empty(Shape{rows});
+  float* o = out.data<float>();
+  const int64_t width = y.shape().rank() >= 2 ? y.shape().row_size() : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t id;
+    if (y.dtype() == DType::Int32) {
+      id = y.data<int32_t>()[r * width];
+    } else if (width == 1) {
+      const float v = y.data<float>()[r];
+      id = std::isfinite(v) && std::fabs(v) < 2e9f ? int64_t(v) : -1;  // a bad id is refused by the label check next
+    } else {  // one-hot or probabilities: the argmax, as Keras
+      const float* row = y.data<float>() + r * width;
+      id = std::max_element(row, row + width) - row;
+    }
+    auto it = class_weight.find(int(id));
+    o[r] = (it == class_weight.end() ? 1.0f : it->second) * (base.defined() ? base.data<float>()[r] : 1.0f);
+  }
+  return out;
+}
+
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -453,9 +481,12 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
                        (n_out == 1 ? std::string("y") : "y '" + graph_->output_names[i] + "'") + " has " +
                        (y[i].defined() && y[i].shape().rank() ? std::to_string(y[i].shape()[0]) : std::string("none")) +
                        "; give one label row per input row");
-  const bool weighted = opt.sample_weight.defined();
-  const Tensor w_all = weighted ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
-  const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
+  const Tensor w_all =
+      opt.sample_weight.defined() ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
+  if (!opt.class_weight.empty() && n_out != 1)
+    throw ValueError("class_weight is only supported for models with a single output; this one has " +
+                     std::to_string(n_out) + " (" + joined(graph_->output_names) +
+                     "). Give sample_weight instead (one weight per row for every output)");
   const bool explicit_lists = !opt.validation_x.empty() || !opt.validation_y.empty();
   if (explicit_lists && opt.validation_data)
     throw ValueError("give validation_data or validation_x/validation_y, not both");
@@ -490,17 +521,23 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     if (n_train < n) {
       xv = rows_of(x, n_train, n);
       yv = rows_of(y, n_train, n);
-      if (weighted) wv = w_all.rows(n_train, n);
+      if (w_all.defined()) wv = w_all.rows(n_train, n);
     }
   }
   if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
+  // class_weight weighs the training rows only (Keras applies it to the
+  // training data, after validation_split), times their sample_weight.
+  const Tensor w_train = opt.class_weight.empty() ? w_all : class_weighted(opt.class_weight, y[0], w_all, n_train);
+  const bool weighted = w_train.defined();
+  const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
 
   if (opt.nbatch_logical > 0 && opt.batch_size > n_train)
     throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, n_train);
   OptimizerContext* ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
-  for (size_t i = 0; i < n_out; ++i) ctx->check_targets(i, y[i], w_all, -1);
+  for (size_t i = 0; i < n_out; ++i)
+    ctx->check_targets(i, y[i].rows(0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{}, -1);
   if (!xv.empty()) {
     OptimizerContext& vctx =
         optimizer_context(std::min(bs, xv[0].shape()[0]), 0, wv.defined() ? LossWeights::PerSample : LossWeights::None);
@@ -562,7 +599,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
       const bool full = rows == bs;
       for (size_t i = 0; i < n_in; ++i) gather_rows(x[i], &order[size_t(start)], rows, xb[i]);
       for (size_t i = 0; i < n_out; ++i) gather_rows(y[i], &order[size_t(start)], rows, yb[i]);
-      if (weighted) gather_rows(w_all, &order[size_t(start)], rows, wb);
+      if (weighted) gather_rows(w_train, &order[size_t(start)], rows, wb);
       const Tensor& w = full ? wb : wr;
       const std::span<const Tensor> ws = weighted ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
       StepResult r = full ? ctx->step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);

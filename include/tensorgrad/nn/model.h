@@ -51,6 +51,12 @@ struct FitOptions {
   /// all ones. Each output's loss is sum(w * loss_row) / rows (Keras' sum
   /// over batch size).
   Tensor sample_weight;
+  /// A weight per class id for the training rows (Keras' class_weight):
+  /// each row's loss is multiplied by its class's weight (class ids, or the
+  /// argmax of one-hot rows; 1 for classes not in the map) and by its
+  /// sample_weight. Validation rows are not class-weighted, as Keras.
+  /// ValueError for a model of several outputs or a negative weight.
+  std::map<int, float> class_weight;
   /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
   /// otherwise; 2 one line per epoch (fit adds a ProgbarLogger unless one is
   /// in `callbacks`).
