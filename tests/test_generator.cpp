@@ -298,6 +298,20 @@ TEST(Generator, AnExceptionInTheGeneratorIsRethrownAsTheSameObject) {
   }
 }
 
+// predict over a generator's batches gives the rows of predict(x), in order.
+TEST(Generator, PredictConcatenatesTheBatches) {
+  const Data d;
+  Sequential m = linear_model();
+  Finite f{d, 5};  // batches of 5, 5, 2
+  const std::vector<Tensor> got = m.predict(f.generator());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].shape(), (Shape{12, 1}));
+  EXPECT_EQ(got[0].to_vector(), m.predict(d.x).to_vector());
+  Finite g{d, 5};
+  EXPECT_EQ(m.predict(g.generator(), 2)[0].shape(), (Shape{10, 1}));
+  EXPECT_TRUE(throws<ValueError>([&] { m.predict([] { return std::optional<Batch>(); }); }, {"no batch"}));
+}
+
 // Two inputs and two outputs through a generator (beyond the seed's one).
 TEST(Generator, SeveralInputsAndOutputs) {
   const Data d;

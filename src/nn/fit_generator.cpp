@@ -329,4 +329,38 @@ std::map<std::string, double> Model::evaluate(const Generator& generator, int64_
   return evaluate_feed(*this, feed, steps, batch_size, -1);
 }
 
+std::vector<Tensor> Model::predict(const Generator& generator, int64_t steps) {
+  check_live("predict()");
+  if (!generator) throw ValueError("predict: the generator is empty; give a callable returning std::optional<Batch>");
+  if (steps < 0)
+    throw ValueError("steps must be >= 0 (0: until the generator returns nothing); got " + std::to_string(steps));
+  BatchFeed feed(generator, 0, "the generator");
+  feed.start_epoch(steps, -1);
+  std::vector<std::vector<Tensor>> parts;
+  int64_t rows = 0;
+  while (steps == 0 || int64_t(parts.size()) < steps) {
+    std::optional<Batch> b = feed.next();
+    if (!b) break;
+    try {
+      parts.push_back(predict(std::span<const Tensor>(b->x), 256));
+    } catch (const Error&) {
+      rethrow_prefixed("predict batch " + std::to_string(parts.size() + 1) + ": ");
+    }
+    rows += parts.back()[0].shape()[0];
+  }
+  if (parts.empty()) throw ValueError("predict: the generator gave no batch");
+  std::vector<Tensor> out;
+  for (size_t o = 0; o < parts[0].size(); ++o) {
+    Tensor t = Tensor::empty(parts[0][o].shape().with_rows(rows));
+    int64_t at = 0;
+    for (const auto& p : parts) {
+      const int64_t r = p[o].shape()[0];
+      t.rows(at, at + r).copy_from(p[o]);
+      at += r;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace tensorgrad::nn

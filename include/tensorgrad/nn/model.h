@@ -251,6 +251,11 @@ class Model {
   /// `steps` batches (0: until it returns nullopt). Keys as History; NaN
   /// values when the generator gives nothing.
   std::map<std::string, double> evaluate(const Generator& generator, int64_t steps = 0, int64_t batch_size = 32);
+  /// Every output over a generator's batches (their `y` is not read), for
+  /// `steps` batches (0: until it returns nullopt), the rows of all batches
+  /// one after another. Throws ValueError when it gives no batch, and the
+  /// input errors of predict naming the batch.
+  std::vector<Tensor> predict(const Generator& generator, int64_t steps = 0);
 
   /// The first output for any number of rows: {rows, output_shape...},
   /// probabilities after a softmax. Runs in batches of batch_size. Throws as
