@@ -98,7 +98,8 @@ std::pair<double, double> loss_and_accuracy(const tg::Tensor& probs, const tg::T
 // 2017, without restarts); the weights of the epoch with the best validation
 // accuracy are kept (early stopping by hand until callbacks exist).
 tg::nn::Model train_resnet(tg::nn::Model model, const tg::data::MnistFiles& data, int epochs, float lr,
-                           int64_t batch_size, double validation_split, int verbose, uint64_t seed) {
+                           int64_t batch_size, double validation_split, int verbose, uint64_t seed,
+                           tg::nn::History& curves) {
   const int64_t n = data.train.x.shape()[0];
   const int64_t n_val = int64_t(std::llround(double(n) * validation_split));
   const tg::Tensor train_x = data.train.x.rows(0, n - n_val), train_y = data.train.y.rows(0, n - n_val);
@@ -117,6 +118,9 @@ tg::nn::Model train_resnet(tg::nn::Model model, const tg::data::MnistFiles& data
     const float rate = lr * 0.5f * (1.0f + std::cos(float(M_PI) * float(epoch) / float(epochs)));
     model.set_learning_rate(rate);
     const tg::nn::History h = model.fit(augment(train_x, rng, 2), train_y, fit);
+    curves.epoch.push_back(epoch);
+    for (const auto& [key, values] : h.history) curves.history[key].push_back(values.at(0));
+    curves.history["learning_rate"].push_back(rate);
     const double val = h.has("val_accuracy") ? h["val_accuracy"][0] : h["accuracy"][0];
     std::printf("epoch %d/%d: lr %.2e, validation accuracy %.4f%s\n", epoch + 1, epochs, double(rate), val,
                 val > best ? " (best so far: kept)" : "");
@@ -160,6 +164,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--data", data_dir, "directory with the four IDX files (plain or .gz)")->capture_default_str();
+  std::string plot_path;
+  app.add_option("--plot", plot_path, "write the training curves as a PNG to this path (needs gnuplot: scripts/setup.sh --plot)");
   app.add_option("--verbose", verbose, "0 silent, 1 progress bar, 2 one line per epoch")->check(CLI::Range(0, 2));
   CLI11_PARSE(app, argc, argv);
 
@@ -210,10 +216,14 @@ int main(int argc, char** argv) {
     if (decay < 1.0f)  // the rate decays after the first five epochs
       fit.callbacks.push_back(std::make_shared<tg::nn::LearningRateScheduler>(
           [decay](int epoch, double lr) { return epoch < 5 ? lr : lr * decay; }));
+    tg::nn::History curves;
     if (kind == Kind::Resnet)
-      model = train_resnet(std::move(model), data, epochs, learning_rate, batch_size, validation_split, verbose, seed);
+      model = train_resnet(std::move(model), data, epochs, learning_rate, batch_size, validation_split, verbose, seed,
+                           curves);
     else
-      model.fit(data.train.x, data.train.y, fit);
+      curves = model.fit(data.train.x, data.train.y, fit);
+    if (!plot_path.empty() && tg::nn::plot_history(curves, plot_path))
+      std::printf("training curves written to %s\n", plot_path.c_str());
 
     auto result = model.evaluate(data.test.x, data.test.y, batch_size);
     if (kind == Kind::Resnet) {

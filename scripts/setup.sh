@@ -5,18 +5,21 @@
 #   scripts/setup.sh --test           also the test-only packages (scripts/test.sh)
 #   scripts/setup.sh --bench          also Google Benchmark and the peers bench/compare.py
 #                                     compares against
-#   scripts/setup.sh --test --bench   both
+#   scripts/setup.sh --plot           also gnuplot, for training curves as PNG (--plot of the
+#                                     main job, nn::plot_history)
+#   scripts/setup.sh --test --bench   both (the flags combine)
 # Idempotent: runs apt-get only when a package is missing.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/setup.sh [--test] [--bench]
+usage: scripts/setup.sh [--test] [--bench] [--plot]
 
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
              libpthreadpool-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
-  --test     adds the test-only packages: libgtest-dev
+  --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test)
+  --plot     adds gnuplot-nox: training curves as PNG (the main job's --plot PATH)
   --bench    adds the benchmarks' packages: libbenchmark-dev, python3, python3-torch,
              python3-numpy, libtorch-dev, libdlib-dev
   -h, --help prints this and exits
@@ -26,10 +29,12 @@ EOF
 
 want_test=0
 want_bench=0
+want_plot=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
     --bench) want_bench=1 ;;
+    --plot) want_plot=1 ;;
     -h|--help) usage; exit 0 ;;
     *)
       echo "setup: unknown option '$arg'" >&2
@@ -52,6 +57,12 @@ packages=(
 if ((want_test)); then
   packages+=(
     libgtest-dev                     # the GoogleTest suites under CTest
+    gnuplot-nox                      # the plot test draws a PNG
+  )
+fi
+if ((want_plot)); then
+  packages+=(
+    gnuplot-nox                      # training curves as PNG (nn::plot_history, --plot)
   )
 fi
 if ((want_bench)); then

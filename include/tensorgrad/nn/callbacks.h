@@ -159,6 +159,31 @@ class ProgbarLogger : public Callback {
   std::unique_ptr<ProgressPrinter> printer_;
 };
 
+/// The gnuplot script plot_history sends: one panel per metric ("loss"
+/// first), epochs (from 1) across, the training values and the validation
+/// ones ("val_" keys) beside them, the data inline; NaN for missing values.
+std::string history_gnuplot_script(const History& history, const std::string& png_path);
+/// Draws the training curves of `history` into the PNG file `png_path` with
+/// gnuplot (Debian's gnuplot-nox). Returns false, after a warning given once
+/// per process, when gnuplot is not installed (nothing else happens: training
+/// goes on). Throws ValueError for an empty history, IOError when gnuplot
+/// fails or writes no file (a directory that does not exist, ...).
+bool plot_history(const History& history, const std::string& png_path);
+
+/// Redraws the training curves into `png_path` after every epoch (a picture
+/// of the run so far, as plot_history draws it; tensorgrad's own callback,
+/// Keras has none).
+class PlotHistory : public Callback {
+ public:
+  explicit PlotHistory(std::string png_path);
+  void on_train_begin(Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  std::string path_;
+  History recorded_;
+};
+
 /// Keras' text of metrics: "loss: 0.1234 - accuracy: 0.9000", keys sorted
 /// with "loss" first and "val_" keys last.
 std::string metrics_text(const Logs& logs);

@@ -18,6 +18,8 @@ struct History : Callback {
   /// The values of `key`; throws IndexError naming the keys there are.
   const std::vector<double>& operator[](const std::string& key) const;
   bool has(const std::string& key) const { return history.count(key) > 0; }
+  /// Writes the training curves as a PNG (plot_history in nn/callbacks.h).
+  bool plot(const std::string& png_path) const;
 
   /// Starts a new epoch list (the values recorded so far stay, as Keras).
   void on_train_begin(Logs& logs) override;

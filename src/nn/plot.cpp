@@ -1,0 +1,116 @@
+// Training curves as a PNG, drawn by gnuplot (Debian's gnuplot-nox): the
+// script and its data go down a pipe, nothing is written but the picture.
+// No C++ plotting library is packaged in Debian 12 that writes PNG without a
+// display stack; gnuplot is the field's usual tool for this.
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
+#include "tensorgrad/nn/callbacks.h"
+
+namespace tensorgrad::nn {
+
+namespace {
+bool gnuplot_installed() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && access((dir + "/gnuplot").c_str(), X_OK) == 0) return true;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string quoted(const std::string& s) {  // gnuplot single quotes: '' is a quote
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "NaN";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
+std::string history_gnuplot_script(const History& history, const std::string& png_path) {
+  std::vector<std::string> panels;
+  if (history.has("loss")) panels.push_back("loss");
+  for (const auto& [k, v] : history.history)
+    if (k != "loss" && k.rfind("val_", 0) != 0) panels.push_back(k);
+  for (const auto& [k, v] : history.history)  // validation keys without a training twin
+    if (k.rfind("val_", 0) == 0 && !history.has(k.substr(4))) panels.push_back(k);
+  const size_t n = std::max<size_t>(panels.size(), 1);
+  std::string s = "set terminal pngcairo size 900," + std::to_string(240 * n + 40) + " font ',10'\n";
+  s += "set output " + quoted(png_path) + "\n";
+  s += "set multiplot layout " + std::to_string(n) + ",1\nset grid\nset key outside right\nset xlabel 'epoch'\n";
+  for (size_t p = 0; p < panels.size(); ++p) {
+    const std::string& key = panels[p];
+    const std::vector<double>& train = history.history.at(key);
+    const std::string val_key = "val_" + key;
+    const bool has_val = key.rfind("val_", 0) != 0 && history.has(val_key);
+    const std::string block = "$d" + std::to_string(p);
+    s += block + " << EOD\n";
+    for (size_t e = 0; e < train.size(); ++e) {
+      const int epoch = e < history.epoch.size() ? history.epoch[e] + 1 : int(e) + 1;
+      s += std::to_string(epoch) + " " + number(train[e]);
+      if (has_val) s += " " + number(e < history[val_key].size() ? history[val_key][e] : NAN);
+      s += "\n";
+    }
+    s += "EOD\nset title " + quoted(key) + "\n";
+    s += "plot " + block + " using 1:2 with linespoints title " + quoted(key.rfind("val_", 0) == 0 ? "validation" : "training");
+    if (has_val) s += ", " + block + " using 1:3 with linespoints title 'validation'";
+    s += "\n";
+  }
+  s += "unset multiplot\nset output\n";
+  return s;
+}
+
+bool plot_history(const History& history, const std::string& png_path) {
+  if (!gnuplot_installed()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      log_message(LogLevel::Warning, "plot: gnuplot is not installed (Debian's gnuplot-nox; scripts/setup.sh --plot "
+                                     "installs it); no picture is written, training goes on");
+    return false;
+  }
+  if (history.history.empty()) throw ValueError("plot: the history is empty; train at least one epoch first");
+  const std::string script = history_gnuplot_script(history, png_path);
+  std::FILE* pipe = popen("gnuplot", "w");
+  if (!pipe) throw IOError("plot: could not start gnuplot");
+  const bool written = std::fwrite(script.data(), 1, script.size(), pipe) == script.size();
+  const int status = pclose(pipe);
+  if (!written || status != 0)
+    throw IOError("plot: gnuplot failed (exit status " + std::to_string(status) + ") writing '" + png_path +
+                  "'; check that its directory exists and is writable");
+  if (std::FILE* f = std::fopen(png_path.c_str(), "rb")) {
+    std::fclose(f);
+    return true;
+  }
+  throw IOError("plot: gnuplot wrote no file at '" + png_path + "'; check that its directory exists and is writable");
+}
+
+bool History::plot(const std::string& png_path) const { return plot_history(*this, png_path); }
+
+PlotHistory::PlotHistory(std::string png_path) : path_(std::move(png_path)) {}
+
+void PlotHistory::on_train_begin(Logs& logs) { recorded_.on_train_begin(logs); }
+
+void PlotHistory::on_epoch_end(int epoch, Logs& logs) {
+  recorded_.on_epoch_end(epoch, logs);
+  plot_history(recorded_, path_);
+}
+
+}  // namespace tensorgrad::nn
