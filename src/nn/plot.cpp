@@ -32,9 +32,15 @@ bool gnuplot_installed() {
 }
 
 std::string quoted(const std::string& s) {  // gnuplot single quotes: '' is a quote
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('\'');
+  for (char c : s) {
+    out.push_back(c);
+    if (c == '\'') out.push_back('\'');
+  }
+  out.push_back('\'');
+  return out;
 }
 
 std::string number(double v) {
@@ -65,9 +71,14 @@ std::string history_gnuplot_script(const History& history, const std::string& pn
     s += block + " << EOD\n";
     for (size_t e = 0; e < train.size(); ++e) {
       const int epoch = e < history.epoch.size() ? history.epoch[e] + 1 : int(e) + 1;
-      s += std::to_string(epoch) + " " + number(train[e]);
-      if (has_val) s += " " + number(e < history[val_key].size() ? history[val_key][e] : NAN);
-      s += "\n";
+      s += std::to_string(epoch);
+      s += ' ';
+      s += number(train[e]);
+      if (has_val) {
+        s += ' ';
+        s += number(e < history[val_key].size() ? history[val_key][e] : NAN);
+      }
+      s += '\n';
     }
     s += "EOD\nset title " + quoted(key) + "\n";
     s += "plot " + block + " using 1:2 with linespoints title " + quoted(key.rfind("val_", 0) == 0 ? "validation" : "training");
