@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -92,6 +93,63 @@ std::pair<double, double> loss_and_accuracy(const tg::Tensor& probs, const tg::T
   return {loss / double(n), double(right) / double(n)};
 }
 
+// Training from a generator (--augment): each epoch a fresh shifted and
+// mirrored copy of the training rows in a new order, `fit.batch_size` rows a
+// call, nothing at the end of the epoch; the last `fit.validation_split` of
+// the rows (5% when 0) validate, from a second generator; EarlyStopping on
+// val_loss puts back the best epoch's weights.
+tg::nn::History fit_augmented(tg::nn::Model& model, const tg::data::MnistFiles& data, const tg::nn::FitOptions& fit,
+                              uint64_t seed) {
+  const int64_t n = data.train.x.shape()[0];
+  const double split = fit.validation_split > 0 ? fit.validation_split : 0.05;
+  const int64_t n_val = int64_t(std::llround(double(n) * split)), n_train = n - n_val, bs = fit.batch_size;
+  const tg::Tensor train_x = data.train.x.rows(0, n_train), train_y = data.train.y.rows(0, n_train);
+  std::mt19937_64 rng(seed ^ 0xa11ULL);
+  tg::Tensor epoch_x;
+  std::vector<int64_t> order(static_cast<size_t>(n_train));
+  int64_t next = 0;
+  tg::nn::Generator batches = [&]() -> std::optional<tg::nn::Batch> {
+    if (next >= n_train) {  // the epoch is over: restart for the next one
+      next = 0;
+      return std::nullopt;
+    }
+    if (next == 0) {
+      epoch_x = augment(train_x, rng, 2);
+      std::iota(order.begin(), order.end(), int64_t(0));
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    const int64_t rows = std::min(bs, n_train - next);
+    tg::Tensor x = tg::Tensor::empty(epoch_x.shape().with_rows(rows));
+    tg::Tensor y = tg::Tensor::empty(tg::Shape{rows}, tg::DType::Int32);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = order[size_t(next + r)];
+      x.rows(r, r + 1).copy_from(epoch_x.rows(src, src + 1));
+      y.data<int32_t>()[r] = train_y.data<int32_t>()[src];
+    }
+    next += rows;
+    return tg::nn::Batch{{x}, {y}, {}};
+  };
+  int64_t val_next = n_train;
+  tg::nn::Generator validation = [&]() -> std::optional<tg::nn::Batch> {
+    if (val_next >= n) {
+      val_next = n_train;
+      return std::nullopt;
+    }
+    const int64_t b = val_next, e = std::min(n, b + bs);
+    val_next = e;
+    return tg::nn::Batch{{data.train.x.rows(b, e)}, {data.train.y.rows(b, e)}, {}};
+  };
+  tg::nn::GeneratorFitOptions g;
+  g.epochs = fit.epochs;
+  g.batch_size = bs;
+  g.verbose = fit.verbose;
+  g.validation_generator = validation;
+  g.callbacks = fit.callbacks;
+  g.callbacks.push_back(std::make_shared<tg::nn::EarlyStopping>("val_loss", 0.0, 5, tg::nn::MonitorMode::Auto,
+                                                                std::nullopt, /*restore_best_weights=*/true));
+  return model.fit(batches, g);
+}
+
 // The resnet recipe: the last `validation_split` of the training rows held
 // out; each epoch trains on a fresh augmentation of the rest, at a learning
 // rate on a cosine from `lr` towards 0 over the epochs (Loshchilov & Hutter
@@ -164,6 +222,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--data", data_dir, "directory with the four IDX files (plain or .gz)")->capture_default_str();
+  bool augment = false;
+  app.add_flag("--augment", augment,
+               "cnn: train from a generator on shifted and mirrored images drawn each epoch, with early stopping on "
+               "val_loss (resnet always augments)");
   std::string plot_path;
   app.add_option("--plot", plot_path, "write the training curves as a PNG to this path (needs gnuplot: scripts/setup.sh --plot)");
   app.add_option("--verbose", verbose, "0 silent, 1 progress bar, 2 one line per epoch")->check(CLI::Range(0, 2));
@@ -220,6 +282,8 @@ int main(int argc, char** argv) {
     if (kind == Kind::Resnet)
       model = train_resnet(std::move(model), data, epochs, learning_rate, batch_size, validation_split, verbose, seed,
                            curves);
+    else if (augment)
+      curves = fit_augmented(model, data, fit, seed);
     else
       curves = model.fit(data.train.x, data.train.y, fit);
     if (!plot_path.empty() && tg::nn::plot_history(curves, plot_path))
