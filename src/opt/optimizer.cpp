@@ -101,6 +101,9 @@ OptimizerSpec common(OptimizerSpec::Kind kind, const Options& o) {
   s.learning_rate = o.learning_rate;
   s.weight_decay = o.weight_decay;
   s.decoupled_weight_decay = o.decoupled_weight_decay;
+  s.clipnorm = o.clipnorm;
+  s.clipvalue = o.clipvalue;
+  s.global_clipnorm = o.global_clipnorm;
   return s;
 }
 
@@ -195,6 +198,17 @@ void OptimizerSpec::validate() const {
     throw ValueError("SGD: nesterov = true needs momentum > 0 and dampening = 0 (as PyTorch); got momentum " +
                      str(momentum) + " and dampening " + str(dampening) +
                      ". Set a momentum (0.9 is usual) and no dampening, or turn nesterov off");
+  const std::pair<const char*, float> clips[] = {
+      {"clipnorm", clipnorm}, {"global_clipnorm", global_clipnorm}, {"clipvalue", clipvalue}};
+  std::string set;
+  for (const auto& [field, v] : clips) {
+    if (!(v >= 0.0f) || !std::isfinite(v))
+      throw ValueError(name + ": " + field + " must be a finite number > 0, or 0 for no clipping; got " + str(v));
+    if (v > 0.0f) set += std::string(set.empty() ? "" : " and ") + field + " = " + str(v);
+  }
+  if ((clipnorm > 0.0f) + (global_clipnorm > 0.0f) + (clipvalue > 0.0f) > 1)
+    throw ValueError(name + ": only one of clipnorm, global_clipnorm and clipvalue can be set (as Keras); got " +
+                     set + ". Keep one and set the others to 0");
 }
 
 OptimizerState::OptimizerState(const OptimizerSpec& spec) {
@@ -317,9 +331,10 @@ struct OptimizerPlan {
   };
   std::vector<Output> out;
   Value total;
-  // The training graph runs in two parts: forward and backward [0, split),
-  // then (after the hooks) the tick and the updates [split, end).
-  size_t split = SIZE_MAX;
+  // The training graph runs in three parts: forward and backward [0, split),
+  // clipping [split, clip_end) once the period's gradients are complete,
+  // then (after the user's hooks) the tick and the updates [clip_end, end).
+  size_t split = SIZE_MAX, clip_end = SIZE_MAX;
   bool persistent_grads = false;  // gradients live in accumulators (cleared by the update)
 };
 
@@ -534,13 +549,16 @@ const std::vector<std::pair<std::string, MetricKind>>& OptimizerContext::metrics
 
 // The optimizer's part of the training graph, after the loss: gradients of
 // plan->total (into persistent accumulators when the period is longer than
-// one step), then the tick and one update op per parameter.
+// one step or when clipping needs them complete), then clipping, then the
+// tick and one update op per parameter (DESIGN.md: the hook stage's order is
+// reduction across ranks, clipping, user hooks, update).
 void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results) {
   const OptimizerSpec& spec = options_.optimizer;
   const std::vector<Value> params = g.trainable_parameters();
   if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
   std::vector<Value> grads = g.gradients(plan->total, params, 1.0f / float(period_));
-  plan->persistent_grads = period_ > 1;
+  const bool clipping = spec.clipnorm > 0.0f || spec.global_clipnorm > 0.0f || spec.clipvalue > 0.0f;
+  plan->persistent_grads = period_ > 1 || clipping;
   const bool momentum = spec.momentum > 0.0f;  // SGD and RMSprop: a momentum buffer
   std::vector<Value> sources(params.size()), accumulators(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -577,6 +595,33 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
     }
   }
   plan->split = g.size();
+  // Clipping, in place on the complete gradients (Keras' rules; global as
+  // PyTorch's clip_grad_norm_).
+  if (clipping) {
+    OpAttrs at;
+    if (spec.clipvalue > 0.0f) {
+      at.scale = spec.clipvalue;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipValue, {accumulators[i]}, at);
+    } else if (spec.clipnorm > 0.0f) {
+      at.scale = spec.clipnorm;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid())
+          sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], g.apply(OpKind::SquaredNorm, {accumulators[i]})}, at);
+    } else {
+      Value total;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) {
+          const Value sq = g.apply(OpKind::SquaredNorm, {accumulators[i]});
+          total = total.valid() ? g.add(total, sq) : sq;
+        }
+      at.scale = spec.global_clipnorm;
+      at.flags = kClipNormEps;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], total}, at);
+    }
+  }
+  plan->clip_end = g.size();
   Value tick = g.apply(OpKind::OptimizerTick,
                        {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
   OpAttrs at;
@@ -919,6 +964,8 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
       // applied. Copies of shared_ptrs: no allocation.
       const std::shared_ptr<OptimizerState> state = state_;
       const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
+      // (A reduction across ranks will run here, before clipping.)
+      plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
       try {
         if (model_hooks)
           for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
@@ -935,7 +982,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
         throw StateError("a gradient hook changed the model during a step (" + retired_ +
                          "): this step's update was not applied; change the model between steps");
       }
-      plan.exe->run(plan.split);
+      plan.exe->run(plan.clip_end);
       state_->micro_step = 0;
       r.updated = true;
     }

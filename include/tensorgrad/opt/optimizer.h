@@ -72,6 +72,7 @@ struct SGDOptions {
   float dampening = 0.0f;  // PyTorch's; Keras has none
   float weight_decay = 0.0f;
   bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
 };
 
 /// Keyword arguments of OptimizerSpec::rmsprop, in the order of Keras 3's
@@ -89,6 +90,7 @@ struct RMSpropOptions {
   bool epsilon_inside_sqrt = true;
   float weight_decay = 0.0f;
   bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
 };
 
 /// Keyword arguments of OptimizerSpec::adagrad, in the order of Keras 3's
@@ -104,10 +106,11 @@ struct AdagradOptions {
   bool epsilon_inside_sqrt = true;
   float weight_decay = 0.0f;
   bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
 };
 
-/// Optimizer settings: which optimizer, its hyper-parameters and weight
-/// decay. Built by the factories below (Keras' defaults; the
+/// Optimizer settings: which optimizer, its hyper-parameters, weight decay
+/// and gradient clipping. Built by the factories below (Keras' defaults; the
 /// eager API will take PyTorch's), whose fields may then be changed
 /// directly; compile() and OptimizerContext check them with validate().
 ///
@@ -127,6 +130,11 @@ struct AdagradOptions {
 ///    whole PyTorch step at once, while Keras' velocity keeps the steps taken
 ///    at the old rate and forgets them at the rate of `momentum`. tensorgrad
 ///    follows PyTorch.
+///
+/// Gradient clipping (clipnorm, global_clipnorm, clipvalue; 0 = off) runs in
+/// the hook stage, after the gradients of the accumulation period are
+/// complete (and, later, reduced across ranks) and before the user's
+/// gradient hooks and the update, as graph ops on the device.
 struct OptimizerSpec {
   enum class Kind { AdamW, SGD, RMSprop, Adagrad };
   Kind kind = Kind::AdamW;
@@ -156,6 +164,14 @@ struct OptimizerSpec {
   bool epsilon_inside_sqrt = false;
   /// Adagrad: the starting value (>= 0) of every sum of squared gradients.
   float initial_accumulator_value = 0.1f;
+  /// Gradient clipping, at most one of the three (as Keras, which would
+  /// apply only the first set; here a second is a ValueError); 0 = off.
+  /// clipnorm: each gradient tensor scaled by c / max(||g||, c) (Keras'
+  /// per-tensor clip_by_norm). global_clipnorm: every gradient scaled by
+  /// min(1, c / (||all gradients|| + 1e-6)) (PyTorch's clip_grad_norm_ with
+  /// max_norm c; Keras' global_clipnorm without the 1e-6). clipvalue: each
+  /// element clamped to [-c, c] (PyTorch's clip_grad_value_).
+  float clipnorm = 0.0f, global_clipnorm = 0.0f, clipvalue = 0.0f;
 
   /// AdamW (PyTorch and ggml defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8)
   /// with decoupled weight decay.
@@ -178,7 +194,8 @@ struct OptimizerSpec {
   /// for: a non-positive or non-finite learning rate; betas outside [0, 1);
   /// epsilon <= 0; weight decay outside [0, 1]; momentum or dampening
   /// outside [0, 1]; rho outside [0, 1); a negative initial accumulator;
-  /// nesterov without momentum or with dampening (as PyTorch); and a field
+  /// nesterov without momentum or with dampening (as PyTorch); a negative
+  /// or non-finite clip value, or more than one clip option; and a field
   /// set away from its default on an optimizer it does not apply to
   /// (momentum on Adam, centered on SGD, ...).
   void validate() const;
@@ -261,7 +278,7 @@ struct OptimizerState {
     Tensor m;         // AdamW: first moment; RMSprop centered: mean gradient
     Tensor v;         // AdamW: second moment; RMSprop: mean square; Adagrad: sum of squares
     Tensor momentum;  // SGD and RMSprop with momentum: the momentum buffer
-    Tensor acc;       // gradient accumulator: accumulation period > 1
+    Tensor acc;       // gradient accumulator: accumulation period > 1, or clipping
   };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
