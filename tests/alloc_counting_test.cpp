@@ -176,6 +176,33 @@ TEST_P(AllocationFree, SmallRegressionStepWithAccumulationAndWeights) {
   EXPECT_EQ(allocations_in(100, [&] { model.predict(one, q); }), 0);
 }
 
+// Clipping and the optimizers' state are graph ops on persistent tensors: a
+// clipped SGD-momentum step (global norm: per-tensor norms, their sum, the
+// scale), and a clipped centered RMSprop with momentum and accumulation,
+// allocate nothing after warm-up.
+TEST_P(AllocationFree, ClippedSgdMomentumAndRmspropSteps) {
+  const tg::OptimizerSpec specs[] = {
+      tg::OptimizerSpec::sgd({.learning_rate = 0.01f, .momentum = 0.9f, .nesterov = true, .global_clipnorm = 0.5f}),
+      tg::OptimizerSpec::rmsprop({.momentum = 0.5f, .centered = true, .clipnorm = 0.1f}),
+      tg::OptimizerSpec::adagrad({.clipvalue = 0.01f}),
+  };
+  for (const tg::OptimizerSpec& spec : specs) {
+    SCOPED_TRACE(tg::optimizer_name(spec.kind));
+    tg::manual_seed(6);
+    tg::nn::Sequential model({4});
+    model.add(tg::nn::Dense(64, "relu"));
+    model.add(tg::nn::Dense(2));
+    model.compile(spec, "mse");
+    const bool accumulate = spec.kind == tg::OptimizerSpec::Kind::RMSprop;
+    auto& ctx = model.optimizer_context(32, accumulate ? 64 : 0);
+    tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+    for (int i = 0; i < 4; ++i) ctx.step(x, y);
+    const float before = model.weights()[0].value.data<float>()[0];
+    EXPECT_EQ(allocations_in(100, [&] { ctx.step(x, y); }), 0);
+    EXPECT_NE(model.weights()[0].value.data<float>()[0], before);  // updates happened
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, AllocationFree, ::testing::Values(1, 2),
                          [](const auto& info) { return std::to_string(info.param) + "threads"; });
 

@@ -86,7 +86,12 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
     case OpKind::OptimizerTick:
     case OpKind::AdamWUpdate:
     case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate:
+    case OpKind::AdagradUpdate:
     case OpKind::MovingAverage: return optimizer(op, at, in, ctx);
+    case OpKind::ClipValue: return clip_value(at, in[0], ctx);
+    case OpKind::SquaredNorm: return squared_norm(in[0], out);
+    case OpKind::ClipNorm: return clip_norm(at, in[0], in[1], ctx);
     case OpKind::Count: break;
   }
   unhandled_op(op, "kernels::run_kernel");

@@ -115,6 +115,8 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm:
     case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
     case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
     case OpKind::TopKAccuracy:
@@ -264,6 +266,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
@@ -311,7 +315,9 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward: case OpKind::AccumulateGrad:
-    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
+    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm: case OpKind::MovingAverage:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
@@ -359,6 +365,8 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:

@@ -120,6 +120,11 @@ void binary_cross_entropy_backward(std::span<const TensorRef> in, const TensorRe
 void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& target, const TensorRef& out);
 void top_k_accuracy(const OpAttrs& at, const TensorRef& scores, const TensorRef& labels, const TensorRef& out);
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
+// Gradient clipping (optimizer.cpp), in place on a gradient: ClipValue and
+// ClipNorm; SquaredNorm writes sum(x^2), accumulated in double, to out {}.
+void squared_norm(const TensorRef& x, const TensorRef& out);
+void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx);
+void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx);
 
 /// Throws Error("internal error: op '<name>' not handled by <function>"): a
 /// kernel function reached with an op it was not written for (a dispatch bug).

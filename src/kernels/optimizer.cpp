@@ -1,6 +1,26 @@
 // Optimizer updates as kernels over persistent tensors (DESIGN.md: state lives
-// on the device). Formulas as PyTorch's AdamW and SGD with decoupled weight
-// decay (Loshchilov & Hutter 2019), which is also what ggml's AdamW computes.
+// on the device), one op per optimizer with its modes in attrs.flags and its
+// numbers in the hyper tensor (HyperSlot). The formulas are PyTorch's
+// (torch.optim.AdamW/Adam, SGD, RMSprop, Adagrad), which is also what ggml's
+// AdamW computes; Keras' placement of epsilon inside the square root
+// (RMSprop, Adagrad) is the kEpsInsideSqrt mode. Weight decay is decoupled,
+// p <- p (1 - lr wd) before the update (Loshchilov & Hutter 2019; Keras 3's
+// weight_decay for every optimizer, PyTorch's AdamW), or L2 with
+// kL2WeightDecay, g <- g + wd p before anything else (PyTorch's weight_decay
+// of SGD, Adam, RMSprop, Adagrad). Per element, with g' the gradient after L2:
+//
+//   AdamW    m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
+//            p = p decay - lr (m c1) / (sqrt(v c2) + eps)        c1, c2: bias corrections
+//   SGD      p = p decay - lr g'                                 without momentum
+//            b = mu b + (1 - d) g';  u = nesterov ? g' + mu b : b;  p = p decay - lr u
+//            (d is 0 on the first step: PyTorch starts the buffer as the gradient)
+//   RMSprop  v = rho v + (1 - rho) g'^2;  centered: a = rho a + (1 - rho) g', var = v - a^2; else var = v
+//            u = g' / (sqrt(var) + eps)  (kEpsInsideSqrt: g' / sqrt(var + eps))
+//            momentum: b = mu b + u, u = b;  p = p decay - lr u
+//   Adagrad  s = s + g'^2;  p = p decay - lr g' / (sqrt(s) + eps)  (kEpsInsideSqrt: sqrt(s + eps))
+//
+// Each is a plain loop over restrict pointers, the modes as template
+// parameters, so that it vectorises; parallel_for splits the elements.
 #include <algorithm>
 #include <cmath>
 
@@ -9,15 +29,27 @@
 namespace tensorgrad::kernels {
 
 namespace {
-struct AdamStep {
-  float lr, b1, b2, eps, decay, c1, c2;
+// The numbers of one update, read from the hyper tensor once per op.
+struct Step {
+  float lr, b1, b2, eps, c1, c2;
+  float decay;      // 1 - lr wd (decoupled), or 1
+  float l2;         // wd (L2), or 0
+  float mu;         // momentum
+  float damp;       // 1 - this step's dampening
+  float rho;
 };
 
-// One AdamW update of n elements; plain loop over restrict pointers so it vectorises.
+Step read_step(const float* h, uint32_t flags) {
+  const bool l2 = flags & kL2WeightDecay;
+  return Step{h[kLr], h[kBeta1], h[kBeta2], h[kEps], h[kBiasCorrection1], h[kBiasCorrection2],
+              l2 ? 1.0f : 1.0f - h[kLr] * h[kWeightDecay], l2 ? h[kWeightDecay] : 0.0f,
+              h[kMomentum], 1.0f - h[kStepDampening], h[kRho]};
+}
+
 void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
-                 AdamStep s) {
+                 Step s) {
   for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] + s.l2 * p[i];
     const float mi = s.b1 * m[i] + (1.0f - s.b1) * gi;
     const float vi = s.b2 * v[i] + (1.0f - s.b2) * gi * gi;
     m[i] = mi;
@@ -26,12 +58,75 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
   }
 }
 
-void sgd_range(float* __restrict p, const float* __restrict g, size_t n, float lr, float decay) {
-  for (size_t i = 0; i < n; ++i) p[i] = p[i] * decay - lr * g[i];
+void sgd_range(float* __restrict p, const float* __restrict g, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) p[i] = p[i] * s.decay - s.lr * (g[i] + s.l2 * p[i]);
+}
+
+template <bool kNesterovMode>
+void sgd_momentum_range(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float b = s.mu * buf[i] + s.damp * gi;
+    buf[i] = b;
+    const float u = kNesterovMode ? gi + s.mu * b : b;
+    p[i] = p[i] * s.decay - s.lr * u;
+  }
+}
+
+template <bool kCenteredMode, bool kMomentumMode, bool kInside>
+void rmsprop_range(float* __restrict p, const float* __restrict g, float* __restrict v, float* __restrict a,
+                   float* __restrict buf, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float vi = s.rho * v[i] + (1.0f - s.rho) * gi * gi;
+    v[i] = vi;
+    float var = vi;
+    if constexpr (kCenteredMode) {
+      const float ai = s.rho * a[i] + (1.0f - s.rho) * gi;
+      a[i] = ai;
+      var = vi - ai * ai;
+    }
+    float u = kInside ? gi / std::sqrt(var + s.eps) : gi / (std::sqrt(var) + s.eps);
+    if constexpr (kMomentumMode) {
+      u = s.mu * buf[i] + u;
+      buf[i] = u;
+    }
+    p[i] = p[i] * s.decay - s.lr * u;
+  }
+}
+
+template <bool kInside>
+void adagrad_range(float* __restrict p, const float* __restrict g, float* __restrict sum, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float si = sum[i] + gi * gi;
+    sum[i] = si;
+    const float denom = kInside ? std::sqrt(si + s.eps) : std::sqrt(si) + s.eps;
+    p[i] = p[i] * s.decay - s.lr * gi / denom;
+  }
+}
+
+using RmspropRange = void (*)(float*, const float*, float*, float*, float*, size_t, Step);
+RmspropRange rmsprop_kernel(uint32_t flags) {
+  const bool c = flags & kCentered, m = flags & kUseMomentum, in = flags & kEpsInsideSqrt;
+  static constexpr RmspropRange table[8] = {
+      rmsprop_range<false, false, false>, rmsprop_range<false, false, true>, rmsprop_range<false, true, false>,
+      rmsprop_range<false, true, true>,   rmsprop_range<true, false, false>, rmsprop_range<true, false, true>,
+      rmsprop_range<true, true, false>,   rmsprop_range<true, true, true>};
+  return table[(c ? 4 : 0) + (m ? 2 : 0) + (in ? 1 : 0)];
 }
 
 void add_range(float* __restrict acc, const float* __restrict g, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] += g[i];
+}
+
+// Runs f(begin, end) over the elements of an update, then clears the gradient there when asked.
+template <class F>
+void for_elements(const KernelContext& ctx, size_t n, float* g, bool zero, F&& f) {
+  parallel_for(ctx.pool, n, 16384, [&](size_t b, size_t e) {
+    f(b, e);
+    if (zero) std::fill(g + b, g + e, 0.0f);
+  });
 }
 }  // namespace
 
@@ -48,28 +143,52 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
       const int64_t t = ++*static_cast<int64_t*>(in[1].data);
       h[kBiasCorrection1] = float(1.0 / (1.0 - std::pow(double(h[kBeta1]), double(t))));
       h[kBiasCorrection2] = float(1.0 / (1.0 - std::pow(double(h[kBeta2]), double(t))));
+      h[kStepDampening] = t == 1 ? 0.0f : h[kDampening];
       return;
     }
     case OpKind::AdamWUpdate: {
       float *p = in[0].f(), *g = in[1].f(), *m = in[2].f(), *v = in[3].f();
-      const float* h = in[4].f();
-      const AdamStep st{h[kLr], h[kBeta1], h[kBeta2], h[kEps], 1.0f - h[kLr] * h[kWeightDecay],
-                        h[kBiasCorrection1], h[kBiasCorrection2]};
-      const bool zero = at.zero_grad;
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) {
-        adamw_range(p + b, g + b, m + b, v + b, e - b, st);
-        if (zero) std::fill(g + b, g + e, 0.0f);
-      });
+      const Step st = read_step(in[4].f(), at.flags);
+      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad,
+                   [&](size_t b, size_t e) { adamw_range(p + b, g + b, m + b, v + b, e - b, st); });
       return;
     }
     case OpKind::SgdUpdate: {
       float *p = in[0].f(), *g = in[1].f();
-      const float* h = in[2].f();
-      const float lr = h[kLr], decay = 1.0f - lr * h[kWeightDecay];
-      const bool zero = at.zero_grad;
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) {
-        sgd_range(p + b, g + b, e - b, lr, decay);
-        if (zero) std::fill(g + b, g + e, 0.0f);
+      const Step st = read_step(in.back().f(), at.flags);
+      if (!(at.flags & kUseMomentum)) {
+        for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad,
+                     [&](size_t b, size_t e) { sgd_range(p + b, g + b, e - b, st); });
+        return;
+      }
+      float* buf = in[2].f();
+      const bool nesterov = at.flags & kNesterov;
+      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
+        if (nesterov) sgd_momentum_range<true>(p + b, g + b, buf + b, e - b, st);
+        else sgd_momentum_range<false>(p + b, g + b, buf + b, e - b, st);
+      });
+      return;
+    }
+    case OpKind::RmspropUpdate: {
+      // Inputs: param, grad, mean square, [mean gradient], [momentum buffer], hyper.
+      float *p = in[0].f(), *g = in[1].f(), *v = in[2].f();
+      size_t k = 3;
+      float* a = (at.flags & kCentered) ? in[k++].f() : nullptr;
+      float* buf = (at.flags & kUseMomentum) ? in[k++].f() : nullptr;
+      const Step st = read_step(in[k].f(), at.flags);
+      const RmspropRange run = rmsprop_kernel(at.flags);
+      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
+        run(p + b, g + b, v + b, a ? a + b : nullptr, buf ? buf + b : nullptr, e - b, st);
+      });
+      return;
+    }
+    case OpKind::AdagradUpdate: {
+      float *p = in[0].f(), *g = in[1].f(), *sum = in[2].f();
+      const Step st = read_step(in[3].f(), at.flags);
+      const bool inside = at.flags & kEpsInsideSqrt;
+      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
+        if (inside) adagrad_range<true>(p + b, g + b, sum + b, e - b, st);
+        else adagrad_range<false>(p + b, g + b, sum + b, e - b, st);
       });
       return;
     }
@@ -97,10 +216,49 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
-    case OpKind::Count:
+    case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::optimizer");
+}
+
+void squared_norm(const TensorRef& x, const TensorRef& out) {
+  // Four partial sums in double: exact enough for any gradient, and a chain
+  // the CPU can overlap.
+  const float* p = x.f();
+  const size_t n = size_t(x.numel());
+  double s[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t k = 0; k < 4; ++k) s[k] += double(p[i + k]) * double(p[i + k]);
+  for (; i < n; ++i) s[0] += double(p[i]) * double(p[i]);
+  out.f()[0] = float((s[0] + s[1]) + (s[2] + s[3]));
+}
+
+void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx) {
+  float* p = g.f();
+  const float c = at.scale;
+  // Comparisons written so that NaN stays NaN (as torch.clamp and Keras' ops.clip).
+  parallel_for(ctx.pool, size_t(g.numel()), 16384, [=](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) p[i] = p[i] > c ? c : p[i] < -c ? -c : p[i];
+  });
+}
+
+void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx) {
+  const double c = at.scale, norm = std::sqrt(double(squared_norm.f()[0]));
+  double coef;
+  if (at.flags & kClipNormEps) {
+    coef = c / (norm + 1e-6);     // torch.nn.utils.clip_grad_norm_
+    coef = coef > 1.0 ? 1.0 : coef;  // NaN stays NaN
+  } else {
+    coef = c / (norm <= c ? c : norm);  // Keras' clip_by_norm: c / max(norm, c), NaN stays NaN
+  }
+  if (coef == 1.0) return;
+  float* p = g.f();
+  const float f = float(coef);
+  parallel_for(ctx.pool, size_t(g.numel()), 16384, [=](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) p[i] *= f;
+  });
 }
 
 }  // namespace tensorgrad::kernels

@@ -26,6 +26,8 @@ OpKind backward_of(OpKind op) {
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm:
     case OpKind::MovingAverage: case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual:
     case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
     case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
@@ -185,7 +187,9 @@ void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Val
     case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::GatherBackward:
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy: case OpKind::AccumulateGrad:
-    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate: case OpKind::MovingAverage:
+    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
+    case OpKind::ClipNorm: case OpKind::MovingAverage:
     case OpKind::MaeLossBackward: case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward:
     case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy: case OpKind::BatchNormParamGrad:
     case OpKind::BatchNormBackward: case OpKind::Count:

@@ -85,7 +85,12 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"accumulate_grad", 2, 2, true},
     {"optimizer_tick", 2, 2, true},
     {"adamw_update", 5, 5, true},
-    {"sgd_update", 3, 3, true},
+    {"sgd_update", 3, 4, true},
+    {"rmsprop_update", 4, 6, true},
+    {"adagrad_update", 4, 4, true},
+    {"clip_value", 1, 1, true},
+    {"squared_norm", 1, 1, false},
+    {"clip_norm", 2, 2, true},
     {"moving_average", 2, 2, true},
 }};
 
@@ -420,8 +425,36 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
       return {s[0]};
     case OpKind::AdamWUpdate:
     case OpKind::SgdUpdate:
+    case OpKind::RmspropUpdate:
+    case OpKind::AdagradUpdate: {
+      // The optional state inputs are there exactly when their flags say so.
+      const bool momentum = a.flags & kUseMomentum, centered = a.flags & kCentered;
+      const size_t want = op == OpKind::AdamWUpdate    ? 5
+                          : op == OpKind::SgdUpdate    ? 3 + size_t(momentum)
+                          : op == OpKind::AdagradUpdate ? 4
+                                                        : 4 + size_t(centered) + size_t(momentum);
+      if (s.size() != want)
+        shape_fail(op, "expected " + std::to_string(want) + " inputs for its flags (momentum " +
+                           (momentum ? "on" : "off") + ", centered " + (centered ? "on" : "off") + "); got " +
+                           std::to_string(s.size()));
+      if ((a.flags & kNesterov) && !momentum) shape_fail(op, "Nesterov momentum needs kUseMomentum");
+      for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, i == 0 ? "the parameter" : "every input");
       for (size_t i = 1; i + 1 < s.size(); ++i)
         if (s[i] != s[0]) shape_fail(op, "state " + s[i].str() + " does not match parameter " + s[0].str());
+      if (s.back() != Shape{kHyperSize})
+        shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}; got " + s.back().str());
+      return {s[0]};
+    }
+    case OpKind::ClipValue:
+      expect_float(op, t, 0, "the gradient");
+      return {s[0]};
+    case OpKind::SquaredNorm:
+      expect_float(op, t, 0, "x");
+      return {Shape{}};
+    case OpKind::ClipNorm:
+      expect_float(op, t, 0, "the gradient");
+      expect_float(op, t, 1, "the squared norm");
+      if (s[1].numel() != 1) shape_fail(op, "the squared norm must be a scalar; got " + s[1].str());
       return {s[0]};
     case OpKind::Count:
       break;

@@ -92,15 +92,123 @@ OptimizerSpec OptimizerSpec::sgd(float learning_rate, float weight_decay) {
   return s;
 }
 
+namespace {
+// The fields every options struct shares.
+template <class Options>
+OptimizerSpec common(OptimizerSpec::Kind kind, const Options& o) {
+  OptimizerSpec s;
+  s.kind = kind;
+  s.learning_rate = o.learning_rate;
+  s.weight_decay = o.weight_decay;
+  s.decoupled_weight_decay = o.decoupled_weight_decay;
+  s.clipnorm = o.clipnorm;
+  s.clipvalue = o.clipvalue;
+  s.global_clipnorm = o.global_clipnorm;
+  return s;
+}
+
+std::string str(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", double(v));
+  return buf;
+}
+}  // namespace
+
+OptimizerSpec OptimizerSpec::sgd(const SGDOptions& o) {
+  OptimizerSpec s = common(Kind::SGD, o);
+  s.momentum = o.momentum;
+  s.nesterov = o.nesterov;
+  s.dampening = o.dampening;
+  return s;
+}
+
+OptimizerSpec OptimizerSpec::rmsprop(const RMSpropOptions& o) {
+  OptimizerSpec s = common(Kind::RMSprop, o);
+  s.rho = o.rho;
+  s.momentum = o.momentum;
+  s.epsilon = o.epsilon;
+  s.centered = o.centered;
+  s.epsilon_inside_sqrt = o.epsilon_inside_sqrt;
+  return s;
+}
+
+OptimizerSpec OptimizerSpec::adagrad(const AdagradOptions& o) {
+  OptimizerSpec s = common(Kind::Adagrad, o);
+  s.initial_accumulator_value = o.initial_accumulator_value;
+  s.epsilon = o.epsilon;
+  s.epsilon_inside_sqrt = o.epsilon_inside_sqrt;
+  return s;
+}
+
+const char* optimizer_name(OptimizerSpec::Kind kind) {
+  switch (kind) {
+    case OptimizerSpec::Kind::AdamW: return "AdamW";
+    case OptimizerSpec::Kind::SGD: return "SGD";
+    case OptimizerSpec::Kind::RMSprop: return "RMSprop";
+    case OptimizerSpec::Kind::Adagrad: return "Adagrad";
+  }
+  return "?";
+}
+
 void OptimizerSpec::validate() const {
+  const std::string name = optimizer_name(kind);
+  auto in_range = [&](const char* field, float v, float lo, float hi, bool hi_open, const char* advice) {
+    if (v >= lo && (hi_open ? v < hi : v <= hi)) return;  // false for NaN
+    throw ValueError(name + ": " + field + " must be in [" + str(lo) + ", " + str(hi) + (hi_open ? ")" : "]") +
+                     "; got " + str(v) + ". " + advice);
+  };
   if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate))
-    throw ValueError("learning_rate must be a positive finite number; got " + std::to_string(learning_rate));
+    throw ValueError(name + ": learning_rate must be a positive finite number; got " + str(learning_rate) +
+                     ". Keras' defaults are 1e-3 (Adam, RMSprop, Adagrad) and 0.01 (SGD)");
   if (!(beta_1 >= 0.0f && beta_1 < 1.0f) || !(beta_2 >= 0.0f && beta_2 < 1.0f))
-    throw ValueError("beta_1 and beta_2 must be in [0, 1); got " + std::to_string(beta_1) + " and " +
-                     std::to_string(beta_2));
-  if (!(epsilon > 0.0f)) throw ValueError("epsilon must be > 0; got " + std::to_string(epsilon));
-  if (!(weight_decay >= 0.0f && weight_decay <= 1.0f))
-    throw ValueError("weight_decay must be in [0, 1]; got " + std::to_string(weight_decay));
+    throw ValueError(name + ": beta_1 and beta_2 must be in [0, 1); got " + str(beta_1) + " and " + str(beta_2) +
+                     ". The usual values are 0.9 and 0.999");
+  if (!(epsilon > 0.0f) || !std::isfinite(epsilon))
+    throw ValueError(name + ": epsilon must be a positive finite number; got " + str(epsilon) +
+                     ". Keras uses 1e-7, PyTorch 1e-8 (Adagrad 1e-10)");
+  in_range("weight_decay", weight_decay, 0.0f, 1.0f, false, "Use 0 for none; 1e-4 to 1e-2 is usual");
+  in_range("momentum", momentum, 0.0f, 1.0f, false, "Use 0 for none; 0.9 is usual");
+  in_range("dampening", dampening, 0.0f, 1.0f, false, "Use 0 for none (Keras has no dampening)");
+  in_range("rho", rho, 0.0f, 1.0f, true, "Keras' default is 0.9, PyTorch's (alpha) 0.99");
+  if (!(initial_accumulator_value >= 0.0f) || !std::isfinite(initial_accumulator_value))
+    throw ValueError(name + ": initial_accumulator_value must be a finite number >= 0; got " +
+                     str(initial_accumulator_value) + ". Keras' default is 0.1, PyTorch's 0");
+  // Fields of other optimizers must keep their defaults: a setting that
+  // would be ignored is refused instead.
+  const OptimizerSpec d;
+  auto only_for = [&](const char* field, bool changed, const char* applies, const std::string& value) {
+    if (!changed) return;
+    throw ValueError(std::string(field) + " applies to " + applies + " only; got " + field + " = " + value +
+                     " for " + name + ". Build the spec with the factory of that optimizer, or leave " + field +
+                     " at its default");
+  };
+  const bool adam = kind == Kind::AdamW, sgd = kind == Kind::SGD, rms = kind == Kind::RMSprop,
+             adagrad = kind == Kind::Adagrad;
+  only_for("beta_1", !adam && beta_1 != d.beta_1, "AdamW and Adam", str(beta_1));
+  only_for("beta_2", !adam && beta_2 != d.beta_2, "AdamW and Adam", str(beta_2));
+  only_for("momentum", !(sgd || rms) && momentum != d.momentum, "SGD and RMSprop", str(momentum));
+  only_for("nesterov", !sgd && nesterov, "SGD", "true");
+  only_for("dampening", !sgd && dampening != d.dampening, "SGD", str(dampening));
+  only_for("rho", !rms && rho != d.rho, "RMSprop", str(rho));
+  only_for("centered", !rms && centered, "RMSprop", "true");
+  only_for("epsilon_inside_sqrt", !(rms || adagrad) && epsilon_inside_sqrt, "RMSprop and Adagrad", "true");
+  only_for("initial_accumulator_value", !adagrad && initial_accumulator_value != d.initial_accumulator_value,
+           "Adagrad", str(initial_accumulator_value));
+  if (nesterov && (momentum == 0.0f || dampening != 0.0f))
+    throw ValueError("SGD: nesterov = true needs momentum > 0 and dampening = 0 (as PyTorch); got momentum " +
+                     str(momentum) + " and dampening " + str(dampening) +
+                     ". Set a momentum (0.9 is usual) and no dampening, or turn nesterov off");
+  const std::pair<const char*, float> clips[] = {
+      {"clipnorm", clipnorm}, {"global_clipnorm", global_clipnorm}, {"clipvalue", clipvalue}};
+  std::string set;
+  for (const auto& [field, v] : clips) {
+    if (!(v >= 0.0f) || !std::isfinite(v))
+      throw ValueError(name + ": " + field + " must be a finite number > 0, or 0 for no clipping; got " + str(v));
+    if (v > 0.0f) set += std::string(set.empty() ? "" : " and ") + field + " = " + str(v);
+  }
+  if ((clipnorm > 0.0f) + (global_clipnorm > 0.0f) + (clipvalue > 0.0f) > 1)
+    throw ValueError(name + ": only one of clipnorm, global_clipnorm and clipvalue can be set (as Keras); got " +
+                     set + ". Keep one and set the others to 0");
 }
 
 OptimizerState::OptimizerState(const OptimizerSpec& spec) {
@@ -113,6 +221,10 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   h[kEps] = spec.epsilon;
   h[kWeightDecay] = spec.weight_decay;
   h[kBiasCorrection1] = h[kBiasCorrection2] = 1.0f;
+  h[kMomentum] = spec.momentum;
+  h[kDampening] = spec.dampening;
+  h[kStepDampening] = 0.0f;
+  h[kRho] = spec.rho;
   step = Tensor::zeros(Shape{1}, DType::Int64);
 }
 
@@ -219,7 +331,11 @@ struct OptimizerPlan {
   };
   std::vector<Output> out;
   Value total;
-  size_t split = SIZE_MAX;
+  // The training graph runs in three parts: forward and backward [0, split),
+  // clipping [split, clip_end) once the period's gradients are complete,
+  // then (after the user's hooks) the tick and the updates [clip_end, end).
+  size_t split = SIZE_MAX, clip_end = SIZE_MAX;
+  bool persistent_grads = false;  // gradients live in accumulators (cleared by the update)
 };
 
 namespace {
@@ -431,6 +547,120 @@ const std::vector<std::pair<std::string, MetricKind>>& OptimizerContext::metrics
   return heads_[output].metrics;
 }
 
+// The optimizer's part of the training graph, after the loss: gradients of
+// plan->total (into persistent accumulators when the period is longer than
+// one step or when clipping needs them complete), then clipping, then the
+// tick and one update op per parameter (DESIGN.md: the hook stage's order is
+// reduction across ranks, clipping, user hooks, update).
+void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results) {
+  const OptimizerSpec& spec = options_.optimizer;
+  const std::vector<Value> params = g.trainable_parameters();
+  if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
+  std::vector<Value> grads = g.gradients(plan->total, params, 1.0f / float(period_));
+  const bool clipping = spec.clipnorm > 0.0f || spec.global_clipnorm > 0.0f || spec.clipvalue > 0.0f;
+  plan->persistent_grads = period_ > 1 || clipping;
+  const bool momentum = spec.momentum > 0.0f;  // SGD and RMSprop: a momentum buffer
+  std::vector<Value> sources(params.size()), accumulators(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].valid()) continue;
+    // Copies, not a reference: adding nodes below may move the graph's nodes.
+    const Shape shape = g.node(params[i]).shape;
+    const std::string name = g.node(params[i]).name;
+    OptimizerState::Slots& slot = state_->slots[g.node(params[i]).bound.raw()];
+    // The optimizer's state, made once and shared by every context of the model.
+    switch (spec.kind) {
+      case OptimizerSpec::Kind::AdamW:
+        if (!slot.m.defined()) slot.m = Tensor::zeros(shape);
+        if (!slot.v.defined()) slot.v = Tensor::zeros(shape);
+        break;
+      case OptimizerSpec::Kind::SGD:
+        if (momentum && !slot.momentum.defined()) slot.momentum = Tensor::zeros(shape);
+        break;
+      case OptimizerSpec::Kind::RMSprop:
+        if (!slot.v.defined()) slot.v = Tensor::zeros(shape);
+        if (spec.centered && !slot.m.defined()) slot.m = Tensor::zeros(shape);
+        if (momentum && !slot.momentum.defined()) slot.momentum = Tensor::zeros(shape);
+        break;
+      case OptimizerSpec::Kind::Adagrad:
+        if (!slot.v.defined()) slot.v = Tensor::full(shape, spec.initial_accumulator_value);
+        break;
+    }
+    if (plan->persistent_grads) {
+      if (!slot.acc.defined()) slot.acc = Tensor::zeros(shape);
+      accumulators[i] = g.state(slot.acc, name + "/grad");
+      sources[i] = g.apply(OpKind::AccumulateGrad, {accumulators[i], grads[i]});
+    } else {
+      sources[i] = grads[i];
+      results.push_back(grads[i]);  // readable by the hook stage
+    }
+  }
+  plan->split = g.size();
+  // Clipping, in place on the complete gradients (Keras' rules; global as
+  // PyTorch's clip_grad_norm_).
+  if (clipping) {
+    OpAttrs at;
+    if (spec.clipvalue > 0.0f) {
+      at.scale = spec.clipvalue;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipValue, {accumulators[i]}, at);
+    } else if (spec.clipnorm > 0.0f) {
+      at.scale = spec.clipnorm;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid())
+          sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], g.apply(OpKind::SquaredNorm, {accumulators[i]})}, at);
+    } else {
+      Value total;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) {
+          const Value sq = g.apply(OpKind::SquaredNorm, {accumulators[i]});
+          total = total.valid() ? g.add(total, sq) : sq;
+        }
+      at.scale = spec.global_clipnorm;
+      at.flags = kClipNormEps;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], total}, at);
+    }
+  }
+  plan->clip_end = g.size();
+  Value tick = g.apply(OpKind::OptimizerTick,
+                       {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
+  OpAttrs at;
+  at.zero_grad = plan->persistent_grads;
+  if (!spec.decoupled_weight_decay) at.flags |= kL2WeightDecay;
+  if (momentum) at.flags |= kUseMomentum;
+  if (spec.nesterov) at.flags |= kNesterov;
+  if (spec.centered) at.flags |= kCentered;
+  if (spec.epsilon_inside_sqrt) at.flags |= kEpsInsideSqrt;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!sources[i].valid()) continue;
+    const OptimizerState::Slots& slot = state_->slots[g.node(params[i]).bound.raw()];
+    const Value grad = sources[i];
+    switch (spec.kind) {
+      case OptimizerSpec::Kind::AdamW:
+        g.apply(OpKind::AdamWUpdate, {params[i], grad, g.state(slot.m, "m"), g.state(slot.v, "v"), tick}, at);
+        break;
+      case OptimizerSpec::Kind::SGD:
+        if (momentum) g.apply(OpKind::SgdUpdate, {params[i], grad, g.state(slot.momentum, "momentum"), tick}, at);
+        else g.apply(OpKind::SgdUpdate, {params[i], grad, tick}, at);
+        break;
+      case OptimizerSpec::Kind::RMSprop: {
+        std::vector<Value> in{params[i], grad, g.state(slot.v, "mean_square")};
+        if (spec.centered) in.push_back(g.state(slot.m, "mean_grad"));
+        if (momentum) in.push_back(g.state(slot.momentum, "momentum"));
+        in.push_back(tick);
+        g.apply(OpKind::RmspropUpdate, in, at);
+        break;
+      }
+      case OptimizerSpec::Kind::Adagrad:
+        g.apply(OpKind::AdagradUpdate, {params[i], grad, g.state(slot.v, "sum_squares"), tick}, at);
+        break;
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (sources[i].valid())
+      plan->named.emplace_back(g.node(params[i]).name, plan->persistent_grads ? accumulators[i] : sources[i]);
+}
+
 std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
   const std::vector<Value> outs = model_.forward(g, plan->x, train);
@@ -516,44 +746,7 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train
     }
     results.push_back(plan->total);
   }
-  if (train) {
-    const std::vector<Value> params = g.trainable_parameters();
-    if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
-    std::vector<Value> grads = g.gradients(plan->total, params, 1.0f / float(period_));
-    std::vector<Value> sources(params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!grads[i].valid()) continue;
-      const Node& p = g.node(params[i]);
-      OptimizerState::Slots& slot = state_->slots[p.bound.raw()];
-      if (!slot.m.defined()) {
-        slot.m = Tensor::zeros(p.shape);
-        slot.v = Tensor::zeros(p.shape);
-      }
-      if (period_ > 1) {
-        if (!slot.acc.defined()) slot.acc = Tensor::zeros(p.shape);
-        sources[i] = g.apply(OpKind::AccumulateGrad, {g.state(slot.acc, p.name + "/grad"), grads[i]});
-      } else {
-        sources[i] = grads[i];
-        results.push_back(grads[i]);  // readable by the hook stage
-      }
-    }
-    plan->split = g.size();
-    Value tick = g.apply(OpKind::OptimizerTick,
-                         {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
-    OpAttrs at;
-    at.zero_grad = period_ > 1;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!sources[i].valid()) continue;
-      const OptimizerState::Slots& slot = state_->slots[g.node(params[i]).bound.raw()];
-      if (options_.optimizer.kind == OptimizerSpec::Kind::AdamW)
-        g.apply(OpKind::AdamWUpdate, {params[i], sources[i], g.state(slot.m, "m"), g.state(slot.v, "v"), tick}, at);
-      else
-        g.apply(OpKind::SgdUpdate, {params[i], sources[i], tick}, at);
-    }
-    for (size_t i = 0; i < params.size(); ++i)
-      if (sources[i].valid())
-        plan->named.emplace_back(g.node(params[i]).name, period_ > 1 ? g.node(sources[i]).inputs[0] : sources[i]);
-  }
+  if (train) build_update(g, plan, results);
   return results;
 }
 
@@ -771,6 +964,8 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
       // applied. Copies of shared_ptrs: no allocation.
       const std::shared_ptr<OptimizerState> state = state_;
       const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
+      // (A reduction across ranks will run here, before clipping.)
+      plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
       try {
         if (model_hooks)
           for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
@@ -778,7 +973,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
       } catch (...) {
         // The period's gradients are dropped, so the next period starts clean.
         state->micro_step = 0;
-        if (period_ > 1 && retired_.empty())
+        if (plan.persistent_grads && retired_.empty())
           for (NamedGradient& g : grads_) g.grad.fill(0.0f);
         throw;
       }
@@ -787,7 +982,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
         throw StateError("a gradient hook changed the model during a step (" + retired_ +
                          "): this step's update was not applied; change the model between steps");
       }
-      plan.exe->run(plan.split);
+      plan.exe->run(plan.clip_end);
       state_->micro_step = 0;
       r.updated = true;
     }

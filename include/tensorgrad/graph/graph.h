@@ -20,7 +20,7 @@ enum class NodeRole : uint8_t { Op, Input, Parameter, State };
 /// One node of a Graph: an op applied to earlier nodes, or a leaf (input,
 /// parameter, state) with its memory bound from outside.
 struct Node {
-  static constexpr int kMaxInputs = 5;
+  static constexpr int kMaxInputs = 6;  // RMSprop's update: param, grad, three states, hyper
   OpKind op = OpKind::Leaf;
   OpAttrs attrs;
   std::array<Value, kMaxInputs> inputs{};

@@ -69,9 +69,20 @@ enum class OpKind : uint8_t {
                    //   fewer than k = attrs.length strictly greater scores (tf.math.in_top_k)
   // optimizer ops: update their first input in place
   AccumulateGrad,  // (acc, g): acc += g
-  OptimizerTick,   // (hyper, step int64{1}): t += 1, then hyper's bias corrections for t (in double)
-  AdamWUpdate,     // (param, grad, m, v, hyper)
-  SgdUpdate,       // (param, grad, hyper)
+  OptimizerTick,   // (hyper, step int64{1}): t += 1, then hyper's bias corrections for t (in double) and
+                   //   kStepDampening (0 at t = 1, as PyTorch's momentum buffer starts as the gradient)
+  // The updates: attrs.flags (OptimizerFlag) choose the mode, hyper (HyperSlot) holds the numbers; the
+  // optional state inputs are present exactly when their flag is set. attrs.zero_grad clears grad after use.
+  AdamWUpdate,     // (param, grad, m, v, hyper): Adam with decoupled decay (AdamW) or L2 (kL2WeightDecay)
+  SgdUpdate,       // (param, grad, [momentum buffer if kUseMomentum], hyper): PyTorch's SGD; kNesterov
+  RmspropUpdate,   // (param, grad, mean square, [mean gradient if kCentered], [momentum buffer if kUseMomentum],
+                   //   hyper): RMSprop; kEpsInsideSqrt: sqrt(v + eps) (Keras) else sqrt(v) + eps (PyTorch)
+  AdagradUpdate,   // (param, grad, sum of squares, hyper): Adagrad; kEpsInsideSqrt as RmspropUpdate
+  // gradient clipping, in place on a persistent gradient accumulator
+  ClipValue,       // (grad): clamp every element to [-attrs.scale, attrs.scale] (clipvalue; NaN stays NaN)
+  SquaredNorm,     // (x) -> scalar {}: the sum of x's squares, accumulated in double
+  ClipNorm,        // (grad, squared norm {}): grad *= c / max(norm, c) (Keras' clip_by_norm, clipnorm), or with
+                   //   kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_); c = attrs.scale
   MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
   Count
 };
@@ -80,8 +91,34 @@ enum class OpKind : uint8_t {
 /// model's optimizer state, a persistent device tensor). The step count lives
 /// apart, in an int64 tensor, so it never saturates (a float32 count stops at
 /// 2^24); OptimizerTick writes Adam's bias corrections 1 / (1 - beta^t),
-/// computed in double, into kBiasCorrection1/2.
-enum HyperSlot : int { kLr, kBeta1, kBeta2, kEps, kWeightDecay, kBiasCorrection1, kBiasCorrection2, kHyperSize };
+/// computed in double, into kBiasCorrection1/2 and SGD's dampening of the
+/// step into kStepDampening, so that a step writes nothing from the host.
+/// The clip thresholds are not here but in the clipping ops' attrs.scale
+/// (fixed at compile, like the optimizer's modes).
+enum HyperSlot : int {
+  kLr,               // learning rate
+  kBeta1, kBeta2,    // Adam's moment decays
+  kEps,              // Adam, RMSprop, Adagrad: epsilon
+  kWeightDecay,      // decoupled (p *= 1 - lr wd) or L2 (g += wd p), per kL2WeightDecay
+  kBiasCorrection1,  // Adam: 1 / (1 - beta1^t), written by OptimizerTick
+  kBiasCorrection2,  // Adam: 1 / (1 - beta2^t), written by OptimizerTick
+  kMomentum,         // SGD, RMSprop: the momentum factor
+  kDampening,        // SGD: PyTorch's dampening
+  kStepDampening,    // SGD: the dampening of this step, written by OptimizerTick: 0 at t = 1, else kDampening
+  kRho,              // RMSprop: the decay of the mean square (Keras' rho, PyTorch's alpha)
+  kHyperSize
+};
+
+/// Modes of the update and clipping ops (OpAttrs::flags), fixed when the
+/// graph is built; the numbers they use are in the hyper tensor.
+enum OptimizerFlag : uint32_t {
+  kL2WeightDecay = 1u << 0,  // g += wd p before the update (PyTorch's weight_decay) instead of p *= 1 - lr wd
+  kUseMomentum = 1u << 1,    // SGD, RMSprop: a momentum buffer input
+  kNesterov = 1u << 2,       // SGD: Nesterov momentum (with kUseMomentum)
+  kCentered = 1u << 3,       // RMSprop: a mean-gradient input; the variance estimate is v - mean^2
+  kEpsInsideSqrt = 1u << 4,  // RMSprop, Adagrad: divide by sqrt(v + eps) (Keras), not sqrt(v) + eps (PyTorch)
+  kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
+};
 
 /// A sliding window over the two spatial axes of {B, H, W, C} (convolution
 /// patches and pooling). Pads are in input pixels.
@@ -98,9 +135,10 @@ struct Window2D {
 struct OpAttrs {
   bool trans_a = false, trans_b = false;  // MatMul
   float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum,
-                                          // Huber delta, BinaryAccuracy threshold
+                                          // Huber delta, BinaryAccuracy threshold, clip threshold
   uint64_t seed = 0;                      // Dropout stream
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
+  uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat
   int64_t start = 0, length = 0;          // Slice; length: TopKAccuracy's k

@@ -60,25 +60,149 @@ struct Loss {
   Loss(std::string name, LossFunction function);
 };
 
-/// Optimizer settings. AdamW defaults as PyTorch and ggml (lr 1e-3, betas
-/// 0.9/0.999, eps 1e-8) with decoupled weight decay 0; SGD is plain (no momentum)
-/// with the same decoupled decay.
+/// Keyword arguments of OptimizerSpec::sgd, in the order of Keras 3's
+/// `keras.optimizers.SGD` (fields PyTorch has and Keras lacks after Keras'
+/// own), with Keras' defaults: write them as designated initializers,
+/// `OptimizerSpec::sgd({.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true})`.
+/// Each field means what the OptimizerSpec field of the same name means.
+struct SGDOptions {
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  bool nesterov = false;
+  float dampening = 0.0f;  // PyTorch's; Keras has none
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+};
+
+/// Keyword arguments of OptimizerSpec::rmsprop, in the order of Keras 3's
+/// `keras.optimizers.RMSprop`, with Keras' defaults (learning rate 1e-3, rho
+/// 0.9, no momentum, epsilon 1e-7 inside the square root, not centered).
+/// PyTorch's RMSprop is `{.learning_rate = 0.01f, .rho = 0.99f, .epsilon =
+/// 1e-8f, .epsilon_inside_sqrt = false}` (rho is its alpha), with
+/// `.decoupled_weight_decay = false` for its weight_decay.
+struct RMSpropOptions {
+  float learning_rate = 1e-3f;
+  float rho = 0.9f;
+  float momentum = 0.0f;
+  float epsilon = 1e-7f;
+  bool centered = false;
+  bool epsilon_inside_sqrt = true;
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+};
+
+/// Keyword arguments of OptimizerSpec::adagrad, in the order of Keras 3's
+/// `keras.optimizers.Adagrad`, with Keras' defaults (learning rate 1e-3,
+/// initial accumulator 0.1, epsilon 1e-7 inside the square root). PyTorch's
+/// Adagrad is `{.learning_rate = 0.01f, .initial_accumulator_value = 0.0f,
+/// .epsilon = 1e-10f, .epsilon_inside_sqrt = false}`, with
+/// `.decoupled_weight_decay = false` for its weight_decay.
+struct AdagradOptions {
+  float learning_rate = 1e-3f;
+  float initial_accumulator_value = 0.1f;
+  float epsilon = 1e-7f;
+  bool epsilon_inside_sqrt = true;
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = true;
+  float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+};
+
+/// Optimizer settings: which optimizer, its hyper-parameters, weight decay
+/// and gradient clipping. Built by the factories below (Keras' defaults; the
+/// eager API will take PyTorch's), whose fields may then be changed
+/// directly; compile() and OptimizerContext check them with validate().
+///
+/// The update formulas are PyTorch's (torch.optim), written per element in
+/// src/kernels/optimizer.cpp. Where Keras computes the same optimizer
+/// differently, a field chooses:
+///  - epsilon_inside_sqrt (RMSprop, Adagrad): Keras divides by sqrt(v + eps),
+///    PyTorch by sqrt(v) + eps.
+///  - decoupled_weight_decay: Keras 3 (every optimizer) and PyTorch's AdamW
+///    decay the weights, p <- p (1 - lr wd), before the update; PyTorch's
+///    SGD, Adam, RMSprop and Adagrad add wd p to the gradient (L2) instead.
+///  - Momentum (SGD, RMSprop): PyTorch's buffer holds gradients (SGD:
+///    b <- momentum b + (1 - dampening) g, the step lr b); Keras' holds
+///    learning-rate-scaled steps (m <- momentum m - lr g, the step m). At a
+///    constant learning rate the two are the same; under a schedule (or
+///    set_learning_rate, ReduceLROnPlateau) a new learning rate scales the
+///    whole PyTorch step at once, while Keras' velocity keeps the steps taken
+///    at the old rate and forgets them at the rate of `momentum`. tensorgrad
+///    follows PyTorch.
+///
+/// Gradient clipping (clipnorm, global_clipnorm, clipvalue; 0 = off) runs in
+/// the hook stage, after the gradients of the accumulation period are
+/// complete (and, later, reduced across ranks) and before the user's
+/// gradient hooks and the update, as graph ops on the device.
 struct OptimizerSpec {
-  enum class Kind { AdamW, SGD };
+  enum class Kind { AdamW, SGD, RMSprop, Adagrad };
   Kind kind = Kind::AdamW;
   float learning_rate = 1e-3f;
+  /// Adam's moment decays and every optimizer's epsilon (SGD: unused).
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-8f;
+  /// In [0, 1]; 0 = none. Decoupled or L2 per decoupled_weight_decay.
   float weight_decay = 0.0f;
+  /// True: p <- p (1 - lr wd) before the update (Keras 3, PyTorch's AdamW).
+  /// False: g <- g + wd p before the update (L2; PyTorch's SGD, Adam,
+  /// RMSprop and Adagrad).
+  bool decoupled_weight_decay = true;
+  /// SGD and RMSprop: the momentum factor in [0, 1]; 0 = none (no buffer).
+  float momentum = 0.0f;
+  /// SGD: Nesterov momentum (needs momentum > 0 and dampening 0, as PyTorch).
+  bool nesterov = false;
+  /// SGD: PyTorch's dampening in [0, 1]: the buffer takes (1 - dampening) of
+  /// each gradient after the first.
+  float dampening = 0.0f;
+  /// RMSprop: the decay of the mean square in [0, 1) (PyTorch's alpha).
+  float rho = 0.9f;
+  /// RMSprop: divide by an estimate of the variance (the mean square less
+  /// the squared mean gradient) instead of the mean square.
+  bool centered = false;
+  /// RMSprop and Adagrad: sqrt(v + epsilon) (Keras) instead of sqrt(v) +
+  /// epsilon (PyTorch).
+  bool epsilon_inside_sqrt = false;
+  /// Adagrad: the starting value (>= 0) of every sum of squared gradients.
+  float initial_accumulator_value = 0.1f;
+  /// Gradient clipping, at most one of the three (as Keras, which would
+  /// apply only the first set; here a second is a ValueError); 0 = off.
+  /// clipnorm: each gradient tensor scaled by c / max(||g||, c) (Keras'
+  /// per-tensor clip_by_norm). global_clipnorm: every gradient scaled by
+  /// min(1, c / (||all gradients|| + 1e-6)) (PyTorch's clip_grad_norm_ with
+  /// max_norm c; Keras' global_clipnorm without the 1e-6). clipvalue: each
+  /// element clamped to [-c, c] (PyTorch's clip_grad_value_).
+  float clipnorm = 0.0f, global_clipnorm = 0.0f, clipvalue = 0.0f;
 
+  /// AdamW (PyTorch and ggml defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8)
+  /// with decoupled weight decay.
   static OptimizerSpec adamw(float learning_rate = 1e-3f, float weight_decay = 0.0f);
-  /// Adam is AdamW with no weight decay.
+  /// Adam is AdamW with no weight decay (for PyTorch's Adam with L2, set
+  /// weight_decay and decoupled_weight_decay = false).
   static OptimizerSpec adam(float learning_rate = 1e-3f);
-  /// Plain SGD: p <- p * (1 - lr * weight_decay) - lr * g.
+  /// Plain SGD: p <- p * (1 - lr * weight_decay) - lr * g. (Kept for its
+  /// callers; its second argument is the weight decay, not Keras' momentum:
+  /// use the SGDOptions form for momentum.)
   static OptimizerSpec sgd(float learning_rate = 1e-2f, float weight_decay = 0.0f);
-  /// Throws ValueError for a non-positive or non-finite learning rate, betas
-  /// outside [0, 1), epsilon <= 0, or weight decay outside [0, 1].
+  /// SGD with Keras' keyword arguments and defaults (PyTorch's SGD, with
+  /// its dampening, at a constant learning rate; see the struct comment).
+  static OptimizerSpec sgd(const SGDOptions& options);
+  /// RMSprop with Keras' keyword arguments and defaults.
+  static OptimizerSpec rmsprop(const RMSpropOptions& options = {});
+  /// Adagrad with Keras' keyword arguments and defaults.
+  static OptimizerSpec adagrad(const AdagradOptions& options = {});
+  /// Throws ValueError, naming the field, the value and the accepted range,
+  /// for: a non-positive or non-finite learning rate; betas outside [0, 1);
+  /// epsilon <= 0; weight decay outside [0, 1]; momentum or dampening
+  /// outside [0, 1]; rho outside [0, 1); a negative initial accumulator;
+  /// nesterov without momentum or with dampening (as PyTorch); a negative
+  /// or non-finite clip value, or more than one clip option; and a field
+  /// set away from its default on an optimizer it does not apply to
+  /// (momentum on Adam, centered on SGD, ...).
   void validate() const;
 };
+
+/// "AdamW", "SGD", "RMSprop" or "Adagrad".
+const char* optimizer_name(OptimizerSpec::Kind kind);
 
 /// Metrics by their Keras names: each a per-row quantity averaged over the
 /// rows of an epoch (rmse: the square root of the epoch's mse).
@@ -148,7 +272,14 @@ struct OptimizerState {
   /// of Adam's bias corrections). A persistent tensor the update graph
   /// advances; writable, to resume a run.
   Tensor step;
-  struct Slots { Tensor m, v, acc; };
+  /// A parameter's optimizer state, each {parameter shape} float32, made
+  /// when a graph first uses it (undefined when its optimizer has none):
+  struct Slots {
+    Tensor m;         // AdamW: first moment; RMSprop centered: mean gradient
+    Tensor v;         // AdamW: second moment; RMSprop: mean square; Adagrad: sum of squares
+    Tensor momentum;  // SGD and RMSprop with momentum: the momentum buffer
+    Tensor acc;       // gradient accumulator: accumulation period > 1, or clipping
+  };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
   /// Training runs so far over every context of the model: the counter the
@@ -301,6 +432,7 @@ class OptimizerContext {
   StepResult run(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
                  std::span<const Tensor> w, bool train);
   std::vector<Value> build_graph(Graph& g, int64_t rows, bool train, OptimizerPlan* plan);
+  void build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results);
   std::shared_ptr<OptimizerPlan> build(bool train);
   OptimizerPlan& acquire(bool train);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
