@@ -303,3 +303,43 @@ TEST(Callbacks, MisuseIsRefused) {
   raw.add(Dense(1));
   EXPECT_TRUE(throws<StateError>([&] { raw.learning_rate(); }, {"compile"}));
 }
+
+// A monitor key that never appears is warned about once per fit (naming the
+// keys there are); a callback that throws stops training, the exception
+// reaches the caller as it was, and the model keeps its last completed update.
+TEST(Callbacks, MissingMonitorWarnsOnceAndAThrowingCallbackStopsTraining) {
+  Linear t;
+  t.options.epochs = 4;
+  t.options.callbacks = {std::make_shared<EarlyStopping>("val_acuracy"),
+                         std::make_shared<ReduceLROnPlateau>("val_acuracy")};
+  std::vector<std::string> warnings;
+  set_log_handler([&](LogLevel, const std::string& m) { warnings.push_back(m); });
+  const History h = t.model.fit(t.x, t.y, t.options);
+  set_log_handler(nullptr);
+  EXPECT_EQ(h.epoch.size(), 4u);
+  ASSERT_EQ(warnings.size(), 2u);  // one per callback
+  EXPECT_NE(warnings[0].find("'val_acuracy'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("val_loss"), std::string::npos) << warnings[0];
+
+  Linear u;
+  std::vector<Tensor> after_batch_1;
+  auto thrower = std::make_shared<LambdaCallback>();
+  thrower->on_train_batch_end_fn = [&](int64_t b, Logs&) {
+    if (b == 1) {
+      after_batch_1 = u.model.get_weights();
+      throw std::runtime_error("stop here");
+    }
+  };
+  u.options.epochs = 3;
+  u.options.callbacks = {thrower};
+  try {
+    u.model.fit(u.x, u.y, u.options);
+    ADD_FAILURE() << "fit did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "stop here");
+  }
+  ASSERT_EQ(after_batch_1.size(), 2u);
+  EXPECT_EQ(u.model.get_weights()[0].to_vector(), after_batch_1[0].to_vector());
+  EXPECT_EQ(u.model.get_weights()[1].to_vector(), after_batch_1[1].to_vector());
+  EXPECT_TRUE(throws<StateError>([&] { thrower->model(); }, {"not attached"}));  // detached on the way out
+}

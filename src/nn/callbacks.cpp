@@ -34,9 +34,13 @@ bool maximizes(const std::string& monitor, MonitorMode mode) {
   throw ValueError("unknown MonitorMode");
 }
 
-const double* find(const Logs& logs, const std::string& key, const char* who) {
+// The monitored value, or null after a warning (once per training run, as
+// Keras warns: `warned` is the callback's flag, reset at on_train_begin).
+const double* find(const Logs& logs, const std::string& key, const char* who, bool& warned) {
   auto it = logs.find(key);
   if (it != logs.end()) return &it->second;
+  if (warned) return nullptr;
+  warned = true;
   std::string keys;
   for (auto& [k, v] : logs) keys += (keys.empty() ? "" : ", ") + k;
   log_message(LogLevel::Warning, std::string(who) + " conditioned on '" + key +
@@ -90,6 +94,7 @@ bool EarlyStopping::improves(double value, double reference) const {
 }
 
 void EarlyStopping::on_train_begin(Logs&) {
+  warned_ = false;
   wait_ = 0;
   stopped_epoch_ = 0;
   best_epoch_ = 0;
@@ -98,7 +103,7 @@ void EarlyStopping::on_train_begin(Logs&) {
 }
 
 void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
-  const double* current = find(logs, monitor_, "EarlyStopping");
+  const double* current = find(logs, monitor_, "EarlyStopping", warned_);
   if (!current || epoch < start_from_epoch_) return;
   auto snapshot = [&] {
     best_weights_ = model().get_weights();
@@ -143,6 +148,7 @@ ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int pat
 }
 
 void ReduceLROnPlateau::on_train_begin(Logs&) {
+  warned_ = false;
   wait_ = 0;
   cooldown_counter_ = 0;
   best_ = maximize_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
@@ -150,7 +156,7 @@ void ReduceLROnPlateau::on_train_begin(Logs&) {
 
 void ReduceLROnPlateau::on_epoch_end(int, Logs& logs) {
   logs["learning_rate"] = model().learning_rate();
-  const double* current = find(logs, monitor_, "ReduceLROnPlateau");
+  const double* current = find(logs, monitor_, "ReduceLROnPlateau", warned_);
   if (!current) return;
   if (cooldown_counter_ > 0) {
     --cooldown_counter_;

@@ -28,8 +28,8 @@ enum class MonitorMode { Auto, Min, Max };
 /// unless the value beats it within `patience` epochs. With
 /// `restore_best_weights`, the weights (trainable and not, batch-norm
 /// statistics included) of the best epoch are put back when training ends,
-/// whether it stopped early or not. A missing key logs a warning once per
-/// epoch and changes nothing. Throws ValueError for a negative patience.
+/// whether it stopped early or not. A key missing from the logs is warned
+/// about once per fit (naming the keys there are) and changes nothing. Throws ValueError for a negative patience.
 class EarlyStopping : public Callback {
  public:
   EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
@@ -52,6 +52,7 @@ class EarlyStopping : public Callback {
   bool restore_best_weights_;
   int start_from_epoch_;
   int wait_ = 0, stopped_epoch_ = 0, best_epoch_ = 0;
+  bool warned_ = false;
   std::optional<double> best_;
   std::vector<Tensor> best_weights_;
 };
@@ -78,6 +79,7 @@ class ReduceLROnPlateau : public Callback {
   int cooldown_;
   double min_lr_;
   int wait_ = 0, cooldown_counter_ = 0;
+  bool warned_ = false;
   double best_ = 0.0;
 };
 
