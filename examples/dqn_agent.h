@@ -59,7 +59,11 @@ struct Config {
 
   int hidden = 128;  // units per hidden layer
   int layers = 2;    // hidden layers
-  float lr = 5e-4f;  // Adam learning rate
+  float lr = 5e-4f;  // learning rate
+  /// "adam" or "rmsprop" (Keras' defaults besides the rate).
+  std::string optimizer = "adam";
+  /// "mse" or "huber" (delta 1: PyTorch's smooth-L1, the usual DQN loss).
+  std::string loss = "mse";
   float gamma = 0.99f;
   int64_t batch_size = 64;
   int64_t buffer_capacity = 50000;
@@ -314,13 +318,18 @@ class Agent {
       throw std::invalid_argument(
           "dqn::Config: need steps >= 0, eval_every/eval_episodes/hidden/layers/batch_size/train_every/"
           "target_update_every >= 1, buffer_capacity >= batch_size, gamma in [0, 1], tau in (0, 1], td_clip >= 0");
+    if ((c.optimizer != "adam" && c.optimizer != "rmsprop") || (c.loss != "mse" && c.loss != "huber"))
+      throw tg::ValueError("dqn::Config: optimizer must be \"adam\" or \"rmsprop\" and loss \"mse\" or \"huber\"; got \"" +
+                           c.optimizer + "\" and \"" + c.loss + "\"");
     return c;
   }
 
   static tg::nn::Trainer make_trainer(const Config& c) {
     tg::manual_seed(c.seed);
     tg::nn::Sequential q = make_q_network(c);
-    q.compile(tg::OptimizerSpec::adam(c.lr), "mse");
+    const tg::OptimizerSpec spec = c.optimizer == "rmsprop" ? tg::OptimizerSpec::rmsprop({.learning_rate = c.lr})
+                                                             : tg::OptimizerSpec::adam(c.lr);
+    q.compile(spec, c.loss);
     tg::nn::TrainerOptions opts;
     opts.batch_size = c.batch_size;
     opts.loss_mask = cartpole::CartPole::kActions;  // one weight per output: the one-hot of the action

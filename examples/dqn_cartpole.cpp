@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "print only the final summary");
   app.add_option("--hidden", c.hidden, "units per hidden layer")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--layers", c.layers, "hidden layers")->check(CLI::Range(1, 16))->capture_default_str();
-  app.add_option("--lr", c.lr, "Adam learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--optimizer", c.optimizer, "adam or rmsprop")->check(CLI::IsMember({"adam", "rmsprop"}))->capture_default_str();
+  app.add_option("--loss", c.loss, "mse or huber")->check(CLI::IsMember({"mse", "huber"}))->capture_default_str();
   app.add_option("--gamma", c.gamma, "discount")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "replay minibatch")->check(CLI::Range(int64_t(1), int64_t(65536)))->capture_default_str();
   app.add_option("--buffer", c.buffer_capacity, "replay capacity (transitions)")
@@ -73,9 +75,9 @@ int main(int argc, char** argv) {
                   (long long)c.steps, tensorgrad::num_threads());
       std::printf("Q-network 4");
       for (int i = 0; i < c.layers; ++i) std::printf("-%d", c.hidden);
-      std::printf("-2 relu, Adam lr %g, gamma %g, batch %lld, buffer %lld, learning starts %lld, %s target %s, "
+      std::printf("-2 relu, %s lr %g, %s loss, gamma %g, batch %lld, buffer %lld, learning starts %lld, %s target %s, "
                   "epsilon %g -> %g over %lld steps%s\n",
-                  double(c.lr), double(c.gamma), (long long)c.batch_size, (long long)c.buffer_capacity,
+                  c.optimizer == "rmsprop" ? "RMSprop" : "Adam", double(c.lr), c.loss.c_str(), double(c.gamma), (long long)c.batch_size, (long long)c.buffer_capacity,
                   (long long)c.learning_starts, c.double_dqn ? "Double-DQN," : "DQN,",
                   c.tau < 1.0f ? ("soft tau " + std::to_string(c.tau)).c_str()
                                : ("hard every " + std::to_string(c.target_update_every) + " steps").c_str(),
