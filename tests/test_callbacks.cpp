@@ -137,6 +137,7 @@ TEST(Callbacks, EarlyStoppingPatienceMinDeltaBaselineStart) {
   };
   const std::vector<Case> cases = {
       {"improves then stalls", {1.0, 0.9, 0.95, 0.96, 0.97, 0.98}, 2, 0.0, std::nullopt, 0, 3, 1},
+      {"patience 0 stops at the first miss", {1.0, 0.9, 0.95, 0.8, 0.7, 0.6}, 0, 0.0, std::nullopt, 0, 2, 1},
       {"below min_delta is no improvement", {1.0, 0.95, 0.94, 0.5, 0.4, 0.3}, 2, 0.1, std::nullopt, 0, 2, 0},
       {"never beats the baseline", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0}, 2, 0.0, 0.5, 0, 1, 0},
       {"no baseline: same values run longer", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0}, 2, 0.0, std::nullopt, 0, 2, 0},
