@@ -260,6 +260,20 @@ TEST(Generator, BatchSizesAndMalformedBatches) {
     return Batch{{x}, {d.y.rows(0, 4)}, {}};
   };
   EXPECT_TRUE(throws<ValueError>([&] { m.fit(nan_x, quiet(1, 0)); }, {"generator batch 1", "NaN"}));
+  Generator nan_y = [&]() -> std::optional<Batch> {
+    Tensor y = d.y.rows(0, 4).clone();
+    y.data<float>()[2] = std::nanf("");
+    return Batch{{d.x.rows(0, 4)}, {y}, {}};
+  };
+  EXPECT_TRUE(throws<ValueError>([&] { m.fit(nan_y, quiet(1, 2)); }, {"generator batch 1 of epoch 1", "NaN"}));
+  Generator int_x = [&]() -> std::optional<Batch> {
+    return Batch{{Tensor::zeros(Shape{4, 2}, DType::Int32)}, {d.y.rows(0, 4)}, {}};
+  };
+  EXPECT_TRUE(throws<TypeError>([&] { m.fit(int_x, quiet(1, 0)); }, {"generator batch 1", "float32", "int32"}));
+  Generator wide_x = [&]() -> std::optional<Batch> {
+    return Batch{{Tensor::zeros(Shape{4, 3})}, {d.y.rows(0, 4)}, {}};
+  };
+  EXPECT_TRUE(throws<ShapeError>([&] { m.fit(wide_x, quiet(1, 0)); }, {"generator batch 1", "{4, 3}"}));
 }
 
 namespace {
