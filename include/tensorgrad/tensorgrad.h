@@ -21,5 +21,6 @@
 #include "tensorgrad/nn/recurrent.h"
 #include "tensorgrad/nn/sequential.h"
 #include "tensorgrad/nn/trainer.h"
+#include "tensorgrad/nn/training_loop.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"

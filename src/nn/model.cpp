@@ -11,11 +11,11 @@
 #include <sstream>
 
 #include "nn/functional.h"
-#include "nn/callback_run.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/nn/normalization.h"
+#include "tensorgrad/nn/training_loop.h"
 
 namespace tensorgrad::nn {
 
@@ -29,14 +29,6 @@ struct Model::PredictPlan {
 };
 
 namespace {
-// Copies rows `index[0..count)` of src into the first rows of dst.
-void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const Tensor& dst) {
-  const size_t row_bytes = size_t(src.shape().row_size()) * dtype_size(src.dtype());
-  const char* s = static_cast<const char*>(src.raw());
-  char* d = static_cast<char*>(dst.raw());
-  for (int64_t i = 0; i < count; ++i) std::memcpy(d + size_t(i) * row_bytes, s + size_t(index[i]) * row_bytes, row_bytes);
-}
-
 // "(None, 28, 28, 1)", as Keras prints shapes with an unknown batch.
 std::string keras_shape(const Shape& s) {
   std::string out = "(None";
@@ -546,110 +538,73 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   // Whole logical batches only when accumulating (as ggml_opt_fit): a part
   // period would carry its gradients into the next epoch's first update.
   const int64_t period = ctx->accumulation_period();
-  const int64_t rem = n_train % bs;
-  const bool use_rem = rem > 0 && period == 1;
-  OptimizerContext* ctx_rem = use_rem ? &optimizer_context(rem, 0, wmode) : nullptr;
-  const int64_t steps = period == 1 ? n_train / bs + (use_rem ? 1 : 0) : n_train / bs / period * period;
+  const int64_t steps = period == 1 ? (n_train + bs - 1) / bs : n_train / bs / period * period;
   if (steps == 0)
     throw ValueError("nbatch_logical " + std::to_string(opt.nbatch_logical) + " is more than the " +
                      std::to_string(n_train) + " training rows: no whole logical batch fits");
 
-  // Batch staging, filled by gathering shuffled rows.
-  std::vector<Tensor> xb, yb, xr, yr;
-  for (const Tensor& t : x) xb.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
-  for (const Tensor& t : y) yb.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
-  Tensor wb = weighted ? Tensor::empty(Shape{bs}) : Tensor{}, wr;
-  if (use_rem) {
-    xr = rows_of(xb, 0, rem);
-    yr = rows_of(yb, 0, rem);
-    if (weighted) wr = wb.rows(0, rem);
-  }
-
-  std::vector<int64_t> order(static_cast<size_t>(n_train));
-  std::vector<double> out_loss(n_out), metric_sum;
-
-  CallbackRun callbacks(*this, opt.callbacks, opt.verbose, opt.epochs, steps);
-  // A hook may compile, free or change the model: every call is followed by
-  // a liveness check and the contexts are fetched again.
-  auto refresh = [&](const char* when) {
-    check_live(when);
-    ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
-    if (use_rem) ctx_rem = &optimizer_context(rem, 0, wmode);
-  };
-
-  Logs train_logs;
-  callbacks.train_begin(train_logs);
-  bool diverged = false;
-  for (int epoch = 0; epoch < opt.epochs && !stop_training_; ++epoch) {
-    Logs logs;
-    callbacks.epoch_begin(epoch, logs);
-    refresh("fit() (after on_epoch_begin)");
-    std::iota(order.begin(), order.end(), int64_t(0));
-    if (opt.shuffle) std::shuffle(order.begin(), order.end(), rng_);
-    double loss_sum = 0;
-    std::fill(out_loss.begin(), out_loss.end(), 0.0);
-    metric_sum.clear();
-    int64_t seen = 0;
-    for (int64_t s = 0; s < steps && !stop_training_; ++s) {
-      Logs batch_logs;
-      callbacks.batch_begin(s, batch_logs);
-      if (stop_training_) break;
-      refresh("fit() (after on_train_batch_begin)");
-      const int64_t start = s * bs, rows = std::min(bs, n_train - start);
-      const bool full = rows == bs;
-      for (size_t i = 0; i < n_in; ++i) gather_rows(x[i], &order[size_t(start)], rows, xb[i]);
-      for (size_t i = 0; i < n_out; ++i) gather_rows(y[i], &order[size_t(start)], rows, yb[i]);
-      if (weighted) gather_rows(w_train, &order[size_t(start)], rows, wb);
-      const Tensor& w = full ? wb : wr;
-      const std::span<const Tensor> ws = weighted ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
-      StepResult r = full ? ctx->step(xb, yb, ws) : ctx_rem->step(xr, yr, ws);
-      check_live("fit() (during training: a gradient hook freed or moved the model)");
-      loss_sum += double(r.loss) * double(rows);
-      for (size_t i = 0; i < n_out; ++i) out_loss[i] += double(r.output_losses[i]) * double(rows);
-      metric_sum.resize(r.metric_sums.size(), 0.0);
-      for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
-      seen += rows;
-      batch_logs = metric_logs(loss_sum, out_loss, metric_sum, seen);
-      callbacks.batch_end(s, batch_logs);
-    }
-    if (seen == 0) break;  // stopped before the epoch's first batch
-    for (auto& [k, v] : metric_logs(loss_sum, out_loss, metric_sum, seen)) logs[k] = v;
-    warn_if_diverged(logs, epoch, diverged);
-    if (!xv.empty()) {
-      Logs test_logs;
-      callbacks.test_begin(test_logs);
-      check_live("fit() (after on_test_begin)");
-      test_logs = evaluate_rows(xv, yv, wv, bs);
-      callbacks.test_end(test_logs);
-      for (auto& [k, v] : test_logs) logs["val_" + k] = v;
-    }
-    callbacks.epoch_end(epoch, logs);
-    check_live("fit() (after on_epoch_end)");
-    train_logs = logs;
-  }
-  callbacks.train_end(train_logs);
-  return callbacks.history;
+  TensorSource train(rows_of(x, 0, n_train), rows_of(y, 0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{},
+                     bs, opt.shuffle ? &rng_ : nullptr);
+  std::optional<TensorSource> validation;
+  if (!xv.empty()) validation.emplace(xv, yv, wv, bs, nullptr, "validation batch");
+  LoopOptions loop;
+  loop.epochs = opt.epochs;
+  loop.initial_epoch = opt.initial_epoch;
+  loop.steps_per_epoch = steps;
+  loop.nbatch_logical = opt.nbatch_logical;
+  loop.verbose = opt.verbose;
+  loop.callbacks = opt.callbacks;
+  return fit_loop(*this, train, validation ? &*validation : nullptr, loop);
 }
 
-std::map<std::string, double> Model::evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y,
-                                                   const Tensor& w, int64_t batch_size) {
-  const int64_t n = x[0].shape()[0];
-  const size_t n_out = y.size();
-  const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
-  double loss_sum = 0;
-  std::vector<double> out_loss(n_out, 0.0), metric_sum;
-  for (int64_t start = 0; start < n; start += batch_size) {
-    const int64_t rows = std::min(batch_size, n - start);
-    const std::vector<Tensor> xs = rows_of(x, start, start + rows), ys = rows_of(y, start, start + rows);
-    const Tensor ws = w.defined() ? w.rows(start, start + rows) : Tensor{};
-    StepResult r = optimizer_context(rows, 0, mode)
-                       .evaluate(xs, ys, ws.defined() ? std::span<const Tensor>(&ws, 1) : std::span<const Tensor>());
-    loss_sum += double(r.loss) * double(rows);
-    for (size_t i = 0; i < n_out; ++i) out_loss[i] += double(r.output_losses[i]) * double(rows);
-    metric_sum.resize(r.metric_sums.size(), 0.0);
-    for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sum[m] += r.metric_sums[m];
+StepResult Model::train_on_batch(const Batch& batch, int64_t batch_size, int64_t nbatch_logical) {
+  return run_batch(batch, batch_size, nbatch_logical, true);
+}
+
+StepResult Model::test_on_batch(const Batch& batch, int64_t batch_size) { return run_batch(batch, batch_size, 0, false); }
+
+// The checks a batch needs beyond those of OptimizerContext::step, which
+// checks each tensor's shape, dtype and values against exactly `rows` rows.
+StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_logical, bool train) {
+  check_live(train ? "train_on_batch()" : "test_on_batch()");
+  if (!compiled_) throw StateError(not_compiled_message(train ? "train_on_batch()" : "test_on_batch()"));
+  const FunctionalGraph& g = *graph_;
+  if (b.x.size() != g.inputs.size())
+    throw ShapeError("the model has " + std::to_string(g.inputs.size()) + " input(s) (" + joined(g.input_names) +
+                     "); got " + std::to_string(b.x.size()) + " x tensor(s) in the batch");
+  if (b.y.size() != g.outputs.size())
+    throw ShapeError("the model has " + std::to_string(g.outputs.size()) + " output(s) (" + joined(g.output_names) +
+                     "); the batch has " + std::to_string(b.y.size()) + " target tensor(s)");
+  auto rows_in = [](const Tensor& t) { return t.defined() && t.shape().rank() > 0 ? t.shape()[0] : int64_t(-1); };
+  const int64_t rows = rows_in(b.x[0]);
+  if (rows == 0) throw ValueError("the batch has no rows");
+  if (rows < 0) throw ShapeError("x of the batch is undefined or a scalar; give {rows, features...}");
+  const int64_t max_rows = batch_size > 0 ? batch_size : rows;
+  if (rows > max_rows)
+    throw ShapeError("the batch has " + std::to_string(rows) + " rows, more than batch_size " +
+                     std::to_string(max_rows) + " (graphs are planned for it): raise batch_size");
+  if (train && nbatch_logical > 0 && rows != max_rows)
+    throw ShapeError("the batch has " + std::to_string(rows) + " rows; with nbatch_logical every batch needs "
+                     "batch_size " + std::to_string(max_rows) + " rows");
+  for (size_t i = 1; i < b.x.size(); ++i)
+    if (rows_in(b.x[i]) != rows)
+      throw ShapeError("inputs differ in rows: '" + g.input_names[0] + "' has " + std::to_string(rows) + ", '" +
+                       g.input_names[i] + "' has " + std::to_string(rows_in(b.x[i])) + "; give every input the same rows");
+  for (size_t i = 0; i < b.y.size(); ++i)
+    if (rows_in(b.y[i]) != rows)
+      throw ShapeError("x has " + std::to_string(rows) + " rows but target " + std::to_string(i) + " has " +
+                       (rows_in(b.y[i]) < 0 ? std::string("none") : std::to_string(rows_in(b.y[i]))));
+  Tensor w;
+  if (b.sample_weight.defined()) {
+    if (b.sample_weight.numel() != rows || rows_in(b.sample_weight) != rows)
+      throw ShapeError("sample_weight must have one weight per row (" + std::to_string(rows) + "); got " +
+                       b.sample_weight.shape().str());
+    w = b.sample_weight.shape().rank() == 1 ? b.sample_weight : b.sample_weight.reshape(Shape{rows});
   }
-  return metric_logs(loss_sum, out_loss, metric_sum, n);
+  const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
+  OptimizerContext& ctx = optimizer_context(rows, train ? nbatch_logical : 0, mode);
+  const std::span<const Tensor> ws = w.defined() ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
+  return train ? ctx.step(b.x, b.y, ws) : ctx.evaluate(b.x, b.y, ws);
 }
 
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size,
@@ -685,7 +640,8 @@ std::map<std::string, double> Model::evaluate(std::span<const Tensor> x_in, std:
   OptimizerContext& ctx =
       optimizer_context(std::min(batch_size, n), 0, w.defined() ? LossWeights::PerSample : LossWeights::None);
   for (size_t i = 0; i < n_out; ++i) ctx.check_targets(i, y[i], w, -1);
-  return evaluate_rows(x, y, w, batch_size);
+  TensorSource source(x, std::vector<Tensor>(y.begin(), y.end()), w, batch_size);
+  return test_epoch(*this, source);
 }
 
 Model::PredictPlan& Model::predict_plan(int64_t rows) {

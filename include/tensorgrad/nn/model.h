@@ -23,7 +23,10 @@ namespace tensorgrad::nn {
 
 /// Options of Model::fit, Keras' arguments by Keras' names.
 struct FitOptions {
+  /// Epochs initial_epoch .. epochs - 1 run, as Keras (to continue an
+  /// earlier fit: History and callbacks see those numbers).
   int epochs = 1;
+  int initial_epoch = 0;
   int64_t batch_size = 32;
   /// Rows per optimizer update (gradient accumulation); 0 = batch_size; else
   /// an exact multiple of batch_size (ValueError otherwise). With
@@ -102,7 +105,7 @@ struct GeneratorFitOptions {
   /// Rows per optimizer update (gradient accumulation), a multiple of
   /// batch_size; the generator does not see it. Every batch must then have
   /// batch_size rows (ShapeError otherwise): short micro-batches with
-  /// accumulation are not built yet.
+  /// accumulation are not built yet (planned).
   int64_t nbatch_logical = 0;
   /// Validation after every epoch from a generator of the same contract, for
   /// validation_steps batches (0: until it returns nullopt); val_* keys are
@@ -233,6 +236,28 @@ class Model {
   /// tensors, more rows than batch_size, or a wrong feature shape (naming
   /// the batch number); and the label errors of the in-memory fit.
   History fit(const Generator& generator, const GeneratorFitOptions& options);
+
+  /// One training step on one batch (Keras' train_on_batch; the level
+  /// train_epoch is written on, nn/training_loop.h): the batch's x (one
+  /// tensor per input), y (one per output) and optional sample_weight ({rows}
+  /// or {rows, 1}) through the optimizer context of its row count. The graphs
+  /// are planned for `batch_size` rows as a maximum (0: the batch's rows), so
+  /// batches of any size up to it share them; with `nbatch_logical` (gradient
+  /// accumulation, a multiple of batch_size) the weights change once per
+  /// nbatch_logical rows. Returns the step's losses and metric sums (valid
+  /// until the next step; EpochLogs averages them). Throws StateError before
+  /// compile; ShapeError for the wrong number of tensors, rows that differ
+  /// between them, more rows than batch_size, fewer with nbatch_logical, or a
+  /// wrong feature shape; ValueError for a batch of no rows; and the input
+  /// and label errors of OptimizerContext::step.
+  StepResult train_on_batch(const Batch& batch, int64_t batch_size = 0, int64_t nbatch_logical = 0);
+  /// The losses and metrics of one batch, nothing trained (Keras'
+  /// test_on_batch); checks and errors as train_on_batch.
+  StepResult test_on_batch(const Batch& batch, int64_t batch_size = 0);
+  /// The model's random stream: fit's shuffles (TensorSource) draw from it.
+  /// Seeded at compile from the global seed (manual_seed), so a seeded run
+  /// repeats.
+  std::mt19937_64& random_stream() { return rng_; }
 
   /// Loss (and metrics, if compiled with them) over (x, y), in batches of
   /// batch_size, with optional per-row sample_weight ({rows} or {rows, 1}) as
@@ -385,11 +410,10 @@ class Model {
   std::vector<Tensor> check_inputs(std::span<const Tensor> x, int64_t rows, const char* call) const;
   std::vector<Tensor> ordered_inputs(const std::map<std::string, Tensor>& x) const;
   std::vector<Tensor> ordered_targets(const std::map<std::string, Tensor>& y) const;
-  std::map<std::string, double> evaluate_rows(std::span<const Tensor> x, std::span<const Tensor> y, const Tensor& w,
-                                              int64_t batch_size);
+  StepResult run_batch(const Batch& batch, int64_t batch_size, int64_t nbatch_logical, bool train);
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
                                             std::span<const double> metric_sums, int64_t rows) const;
-  friend class GeneratorEpoch;
+  friend class EpochLogs;
 
   std::string name_;
   bool compiled_ = false;

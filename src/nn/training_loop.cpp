@@ -1,0 +1,217 @@
+// The epoch and fit levels of the training loop (nn/training_loop.h), and
+// the callback list they call. Both Model::fit overloads end here.
+#include "tensorgrad/nn/training_loop.h"
+
+#include <cmath>
+#include <limits>
+
+#include "nn/prefixed_error.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
+
+namespace tensorgrad::nn {
+
+CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose,
+                           int epochs, int64_t steps) {
+  ProgbarLogger* progbar = nullptr;
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    if (!callbacks[i]) throw ValueError("fit: callbacks[" + std::to_string(i) + "] is null");
+    list_.push_back(callbacks[i].get());
+    if (auto* p = dynamic_cast<ProgbarLogger*>(callbacks[i].get())) progbar = p;
+  }
+  list_.push_back(&history);
+  if (!progbar && verbose > 0) {
+    own_progbar_ = std::make_unique<ProgbarLogger>(verbose);
+    progbar = own_progbar_.get();
+    list_.push_back(progbar);
+  }
+  if (progbar) progbar->set_params(epochs, steps);
+  for (Callback* c : list_) c->set_model(&model);
+  model.set_stop_training(false);
+}
+
+CallbackList::~CallbackList() {
+  for (Callback* c : list_) c->set_model(nullptr);
+}
+
+void CallbackList::on_train_begin(Logs& logs) { for (Callback* c : list_) c->on_train_begin(logs); }
+void CallbackList::on_train_end(Logs& logs) { for (Callback* c : list_) c->on_train_end(logs); }
+void CallbackList::on_epoch_begin(int epoch, Logs& logs) { for (Callback* c : list_) c->on_epoch_begin(epoch, logs); }
+void CallbackList::on_epoch_end(int epoch, Logs& logs) { for (Callback* c : list_) c->on_epoch_end(epoch, logs); }
+void CallbackList::on_train_batch_begin(int64_t batch, Logs& logs) {
+  for (Callback* c : list_) c->on_train_batch_begin(batch, logs);
+}
+void CallbackList::on_train_batch_end(int64_t batch, Logs& logs) {
+  for (Callback* c : list_) c->on_train_batch_end(batch, logs);
+}
+void CallbackList::on_test_begin(Logs& logs) { for (Callback* c : list_) c->on_test_begin(logs); }
+void CallbackList::on_test_end(Logs& logs) { for (Callback* c : list_) c->on_test_end(logs); }
+
+EpochLogs::EpochLogs(const Model& model) : model_(&model) {
+  output_loss_sums_.assign(model.output_names().size(), 0.0);
+}
+
+void EpochLogs::add(const StepResult& r) {
+  const double rows = double(r.rows);
+  loss_sum_ += double(r.loss) * rows;
+  for (size_t i = 0; i < output_loss_sums_.size() && i < r.output_losses.size(); ++i)
+    output_loss_sums_[i] += double(r.output_losses[i]) * rows;
+  metric_sums_.resize(r.metric_sums.size(), 0.0);
+  for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sums_[m] += r.metric_sums[m];
+  rows_ += r.rows;
+  ++batches_;
+}
+
+Logs EpochLogs::logs() const {
+  Logs l = model_->metric_logs(loss_sum_, output_loss_sums_, metric_sums_, std::max<int64_t>(rows_, 1));
+  if (rows_ == 0)
+    for (auto& [k, v] : l) v = std::numeric_limits<double>::quiet_NaN();
+  return l;
+}
+
+namespace {
+std::string batch_name(const BatchSource& source, int64_t number, int epoch) {
+  return source.label() + " " + std::to_string(number) +
+         (epoch >= 0 ? " of epoch " + std::to_string(epoch + 1) : std::string()) + ": ";
+}
+
+std::string source_noun(const BatchSource& source) {
+  return source.label().find("generator") != std::string::npos ? "generator" : "batch source";
+}
+
+// Logs the divergence warning the first time an epoch's loss is not finite.
+void warn_if_diverged(const Logs& logs, int epoch, bool& warned) {
+  auto it = logs.find("loss");
+  if (warned || it == logs.end() || std::isfinite(it->second)) return;
+  warned = true;  // once per fit; Keras goes on silently
+  log_message(LogLevel::Warning, "fit: the training loss is " + std::string(std::isnan(it->second) ? "NaN" : "infinite") +
+                                     " in epoch " + std::to_string(epoch + 1) +
+                                     ": training diverged. Lower the learning rate, scale the inputs, or clip the "
+                                     "gradients (add_gradient_hook)");
+}
+
+// The hooks may compile, free or move the model: after each, fit goes on
+// only with a live one.
+void check_live_after(const Model& model, const char* hook) {
+  if (model.released())
+    throw StateError(std::string("fit(): the model was released (free() or a move) in ") + hook +
+                     "; nothing more can run on it");
+}
+}  // namespace
+
+EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList& callbacks,
+                      const EpochOptions& options) {
+  if (options.steps < 0) throw ValueError("train_epoch: steps must be >= 0; got " + std::to_string(options.steps));
+  EpochLogs logs(model);
+  source.start_epoch(epoch, options.steps);
+  while (!model.stop_training() && (options.steps == 0 || logs.batches() < options.steps)) {
+    const Batch* batch = source.next();
+    if (!batch) break;
+    Logs batch_logs;
+    callbacks.on_train_batch_begin(logs.batches(), batch_logs);
+    check_live_after(model, "on_train_batch_begin");
+    if (model.stop_training()) break;
+    try {
+      logs.add(model.train_on_batch(*batch, source.batch_size(), options.nbatch_logical));
+    } catch (const Error&) {
+      rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
+    }
+    check_live_after(model, "a gradient hook");
+    batch_logs = logs.logs();
+    callbacks.on_train_batch_end(logs.batches() - 1, batch_logs);
+    check_live_after(model, "on_train_batch_end");
+  }
+  return logs;
+}
+
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch) {
+  if (steps < 0) throw ValueError("test_epoch: steps must be >= 0; got " + std::to_string(steps));
+  EpochLogs logs(model);
+  source.start_epoch(epoch, steps);
+  while (steps == 0 || logs.batches() < steps) {
+    const Batch* batch = source.next();
+    if (!batch) break;
+    try {
+      logs.add(model.test_on_batch(*batch, source.batch_size()));
+    } catch (const Error&) {
+      rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
+    }
+  }
+  return logs.logs();
+}
+
+namespace {
+History run_epochs(Model& model, BatchSource& train, BatchSource* validation, const LoopOptions& opt) {
+  CallbackList callbacks(model, opt.callbacks, opt.verbose, opt.epochs,
+                         opt.steps_per_epoch > 0 ? opt.steps_per_epoch : train.batches_per_epoch());
+  Logs train_logs;
+  callbacks.on_train_begin(train_logs);
+  check_live_after(model, "on_train_begin");
+  bool diverged = false;
+  for (int epoch = opt.initial_epoch; epoch < opt.epochs && !model.stop_training(); ++epoch) {
+    Logs logs;
+    callbacks.on_epoch_begin(epoch, logs);
+    check_live_after(model, "on_epoch_begin");
+    const EpochLogs run = train_epoch(model, train, epoch, callbacks, {opt.steps_per_epoch, opt.nbatch_logical});
+    if (run.batches() == 0) {
+      if (!model.stop_training())
+        log_message(LogLevel::Warning,
+                    "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing at its first call; trained " + std::to_string(epoch - opt.initial_epoch) +
+                        " of " + std::to_string(opt.epochs - opt.initial_epoch) +
+                        " epochs. If the source is finite and now exhausted, lower epochs; if it was meant to "
+                        "restart, reset its state before returning nothing");
+      break;
+    }
+    if (opt.steps_per_epoch > 0 && run.batches() < opt.steps_per_epoch && !model.stop_training())
+      log_message(LogLevel::Warning,
+                  "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing after " +
+                      std::to_string(run.batches()) + " of " + std::to_string(opt.steps_per_epoch) +
+                      " requested batches. The epoch is short; if the source can end on its own, leave "
+                      "steps_per_epoch at 0 and let nothing close the epoch");
+    for (auto& [k, v] : run.logs()) logs[k] = v;
+    warn_if_diverged(logs, epoch, diverged);
+    if (validation) {
+      Logs test_logs;
+      callbacks.on_test_begin(test_logs);
+      check_live_after(model, "on_test_begin");
+      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch);
+      callbacks.on_test_end(test_logs);
+      check_live_after(model, "on_test_end");
+      for (auto& [k, v] : test_logs) logs["val_" + k] = v;
+    }
+    callbacks.on_epoch_end(epoch, logs);
+    check_live_after(model, "on_epoch_end");
+    train_logs = logs;
+  }
+  callbacks.on_train_end(train_logs);
+  return std::move(callbacks.history);
+}
+}  // namespace
+
+History fit_loop(Model& model, BatchSource& train, BatchSource* validation, const LoopOptions& opt) {
+  if (opt.epochs < 0) throw ValueError("epochs must be >= 0; got " + std::to_string(opt.epochs));
+  if (opt.initial_epoch < 0 || (opt.epochs > 0 && opt.initial_epoch >= opt.epochs))
+    throw ValueError("initial_epoch must be in [0, epochs) = [0, " + std::to_string(opt.epochs) + "); got " +
+                     std::to_string(opt.initial_epoch) + " (epochs initial_epoch .. epochs - 1 run, as Keras)");
+  if (opt.steps_per_epoch < 0)
+    throw ValueError("steps_per_epoch must be >= 0 (0: until the source returns nothing); got " +
+                     std::to_string(opt.steps_per_epoch));
+  if (opt.validation_steps < 0)
+    throw ValueError("validation_steps must be >= 0 (0: until the validation source returns nothing); got " +
+                     std::to_string(opt.validation_steps));
+  if (opt.verbose < 0 || opt.verbose > 2)
+    throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
+                     std::to_string(opt.verbose));
+  // Whatever leaves the loop, the sources' background work ends first.
+  struct StopBoth {
+    BatchSource& a;
+    BatchSource* b;
+    ~StopBoth() {
+      a.stop();
+      if (b) b->stop();
+    }
+  } stop{train, validation};
+  return run_epochs(model, train, validation, opt);
+}
+
+}  // namespace tensorgrad::nn
