@@ -350,3 +350,41 @@ TEST(Generator, SeveralInputsAndOutputs) {
   const auto ref = m.evaluate(std::vector<Tensor>{d.x, d.x}, std::vector<Tensor>{d.y, d.y}, 4);
   EXPECT_NEAR(ev.at("loss"), ref.at("loss"), 1e-6);
 }
+
+// A departure from the seed: with accumulation, a batch of fewer rows than
+// batch_size is a short micro-batch. It counts as one of the period's
+// batches and each of its rows weighs 1 / nbatch_logical of the update, as
+// every other row: after batches of 4 and 2 rows with nbatch_logical 8, one
+// SGD update with the summed per-row MSE gradients, 2 e x, over 8.
+TEST(Generator, ShortMicroBatchesUnderAccumulationWeighEveryRowAlike) {
+  const Data d;
+  Sequential m = linear_model(0.1f);
+  const std::vector<Tensor> w0 = m.get_weights();
+  const float* W = w0[0].data<float>();
+  const double b = w0[1].data<float>()[0];
+  double g0 = 0, g1 = 0, gb = 0;
+  for (int64_t r = 0; r < 6; ++r) {
+    const double x0 = d.x.data<float>()[2 * r], x1 = d.x.data<float>()[2 * r + 1];
+    const double e = x0 * W[0] + x1 * W[1] + b - d.y.data<float>()[r];
+    g0 += 2 * e * x0 / 8;
+    g1 += 2 * e * x1 / 8;
+    gb += 2 * e / 8;
+  }
+  int calls = 0;
+  Generator four_then_two = [&]() -> std::optional<Batch> {
+    const int c = calls++ % 3;
+    if (c == 2) return std::nullopt;
+    return c == 0 ? Batch{{d.x.rows(0, 4)}, {d.y.rows(0, 4)}, {}} : Batch{{d.x.rows(4, 6)}, {d.y.rows(4, 6)}, {}};
+  };
+  GeneratorFitOptions o = quiet(1, 2);
+  o.nbatch_logical = 8;
+  m.fit(four_then_two, o);
+  const std::vector<Tensor> w1 = m.get_weights();
+  EXPECT_NEAR(w1[0].data<float>()[0], W[0] - 0.1 * g0, 1e-6);
+  EXPECT_NEAR(w1[0].data<float>()[1], W[1] - 0.1 * g1, 1e-6);
+  EXPECT_NEAR(w1[1].data<float>()[0], b - 0.1 * gb, 1e-6);
+  EXPECT_EQ(m.optimizer_context(4, 8).state()->iterations(), 1);
+  // A context cannot join the period of a smaller micro-batch.
+  EXPECT_TRUE(throws<ValueError>([&] { m.optimizer_context(4, 8, LossWeights::None, 2); },
+                                 {"micro_batch 2", "less than batch_size 4"}));
+}

@@ -76,8 +76,16 @@ std::vector<Value> Graph::trainable_parameters() const {
 }
 
 std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, float seed) {
+  const Shape loss_shape = node(loss).shape;
+  if (loss_shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + loss_shape.str());
+  return gradients(loss, wrt, fill(Shape{}, seed));
+}
+
+std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, Value seed) {
   const Shape loss_shape = node(loss).shape;  // a copy: appending nodes below may move nodes_
   if (loss_shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + loss_shape.str());
+  if (node(seed).shape.rank() != 0)
+    throw ShapeError("gradients: the seed must be a scalar {}; got shape " + node(seed).shape.str());
   const size_t n = size_t(loss.id) + 1;
   // Forward: which nodes depend on some wrt. Backward: which feed the loss.
   std::vector<bool> depends(n, false), feeds(n, false);
@@ -94,7 +102,7 @@ std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, floa
       for (Value in : nodes_[i].input_values()) feeds[size_t(in.id)] = true;
 
   std::vector<Value> grad(n);
-  grad[n - 1] = fill(Shape{}, seed);
+  grad[n - 1] = seed;
   if (loss_shape.rank() != 0) grad[n - 1] = broadcast_to(grad[n - 1], loss_shape);
   for (size_t i = n; i-- > 0;) {
     if (!grad[i].valid() || nodes_[i].role != NodeRole::Op) continue;

@@ -341,19 +341,22 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
   set_compiled(optimizer, std::move(l), std::move(w), std::move(m));
 }
 
-OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights) {
+OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights,
+                                           int64_t micro_batch) {
   check_live("optimizer_context()");
   if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
   for (const auto& [layer, trainable] : trainable_at_compile_)
     if (layer->trainable != trainable)
       throw StateError("layer '" + layer->name() + "' was made trainable = " + (layer->trainable ? "true" : "false") +
                        " after compile(); call compile() again for it to take effect (as Keras)");
-  auto key = std::make_tuple(batch_size, nbatch_logical, int(weights));
+  if (micro_batch == batch_size) micro_batch = 0;  // one context for both spellings
+  auto key = std::make_tuple(batch_size, nbatch_logical, int(weights), micro_batch);
   auto& slot = contexts_[key];
   if (!slot) {
     OptimizerContextOptions o;
     o.batch_size = batch_size;
     o.nbatch_logical = nbatch_logical;
+    o.micro_batch = micro_batch;
     o.losses = losses_;
     o.loss_weights = loss_weights_;
     o.metrics = metrics_;
@@ -361,7 +364,8 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.optimizer = optimizer_;
     o.model_hooks = hooks_;
     o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
-    const int64_t period = nbatch_logical > 0 && batch_size > 0 ? nbatch_logical / batch_size : 1;
+    const int64_t micro = micro_batch > 0 ? micro_batch : batch_size;
+    const int64_t period = nbatch_logical > 0 && micro > 0 ? nbatch_logical / micro : 1;
     std::shared_ptr<OptimizerPlans>& pool = plan_pools_[{period, int(weights)}];
     if (!pool) pool = std::make_shared<OptimizerPlans>();
     o.plans = pool;
@@ -583,9 +587,6 @@ StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_l
   if (rows > max_rows)
     throw ShapeError("the batch has " + std::to_string(rows) + " rows, more than batch_size " +
                      std::to_string(max_rows) + " (graphs are planned for it): raise batch_size");
-  if (train && nbatch_logical > 0 && rows != max_rows)
-    throw ShapeError("the batch has " + std::to_string(rows) + " rows; with nbatch_logical every batch needs "
-                     "batch_size " + std::to_string(max_rows) + " rows");
   for (size_t i = 1; i < b.x.size(); ++i)
     if (rows_in(b.x[i]) != rows)
       throw ShapeError("inputs differ in rows: '" + g.input_names[0] + "' has " + std::to_string(rows) + ", '" +
@@ -602,7 +603,8 @@ StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_l
     w = b.sample_weight.shape().rank() == 1 ? b.sample_weight : b.sample_weight.reshape(Shape{rows});
   }
   const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
-  OptimizerContext& ctx = optimizer_context(rows, train ? nbatch_logical : 0, mode);
+  OptimizerContext& ctx = train && nbatch_logical > 0 ? optimizer_context(rows, nbatch_logical, mode, max_rows)
+                                                      : optimizer_context(rows, train ? nbatch_logical : 0, mode);
   const std::span<const Tensor> ws = w.defined() ? std::span<const Tensor>(&w, 1) : std::span<const Tensor>();
   return train ? ctx.step(b.x, b.y, ws) : ctx.evaluate(b.x, b.y, ws);
 }

@@ -336,6 +336,7 @@ struct OptimizerPlan {
   // then (after the user's hooks) the tick and the updates [clip_end, end).
   size_t split = SIZE_MAX, clip_end = SIZE_MAX;
   bool persistent_grads = false;  // gradients live in accumulators (cleared by the update)
+  Value accumulation_scale;       // the gradient seed with accumulation: rows / nbatch_logical
 };
 
 namespace {
@@ -429,9 +430,13 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     : model_(model), options_(options), state_(std::move(state)) {
   if (options_.batch_size < 1)
     throw ValueError("batch_size must be at least 1; got " + std::to_string(options_.batch_size));
-  if (options_.nbatch_logical == 0) options_.nbatch_logical = options_.batch_size;
-  if (options_.nbatch_logical < options_.batch_size || options_.nbatch_logical % options_.batch_size != 0)
-    throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(options_.batch_size) +
+  if (options_.micro_batch == 0) options_.micro_batch = options_.batch_size;
+  if (options_.micro_batch < options_.batch_size)
+    throw ValueError("micro_batch " + std::to_string(options_.micro_batch) + " is less than batch_size " +
+                     std::to_string(options_.batch_size) + "; a short micro-batch has at most micro_batch rows");
+  if (options_.nbatch_logical == 0) options_.nbatch_logical = options_.micro_batch;
+  if (options_.nbatch_logical < options_.micro_batch || options_.nbatch_logical % options_.micro_batch != 0)
+    throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(options_.micro_batch) +
                      "; got " + std::to_string(options_.nbatch_logical));
   options_.optimizer.validate();
   if (!model_.forward) throw ValueError("OptimizerContext: the ModelFunction has no forward function");
@@ -450,7 +455,9 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   if (options_.weights == LossWeights::PerOutput && n_out != 1)
     throw ValueError("per-output loss weights (loss_mask) need a model with one output; this one has " +
                      std::to_string(n_out));
-  period_ = options_.nbatch_logical / options_.batch_size;
+  period_ = options_.nbatch_logical / options_.micro_batch;
+  // Each row weighs 1 / nbatch_logical of an update, whatever its micro-batch.
+  if (period_ > 1) accumulation_scale_ = Tensor::full(Shape{}, float(options_.batch_size) / float(options_.nbatch_logical));
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
 
   if (options_.capacity == 0) options_.capacity = options_.batch_size;
@@ -556,7 +563,11 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
   const OptimizerSpec& spec = options_.optimizer;
   const std::vector<Value> params = g.trainable_parameters();
   if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
-  std::vector<Value> grads = g.gradients(plan->total, params, 1.0f / float(period_));
+  // The seed is set per step (accumulation_scale_), so that contexts of short
+  // micro-batches share the plan with the full ones.
+  if (period_ > 1) plan->accumulation_scale = g.input("optimizer/accumulation_scale", Shape{});
+  std::vector<Value> grads = period_ > 1 ? g.gradients(plan->total, params, plan->accumulation_scale)
+                                         : g.gradients(plan->total, params);
   const bool clipping = spec.clipnorm > 0.0f || spec.global_clipnorm > 0.0f || spec.clipvalue > 0.0f;
   plan->persistent_grads = period_ > 1 || clipping;
   const bool momentum = spec.momentum > 0.0f;  // SGD and RMSprop: a momentum buffer
@@ -952,6 +963,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
   StepResult r;
   r.rows = options_.batch_size;
   if (train) {
+    if (plan.accumulation_scale.valid()) plan.exe->bind(plan.accumulation_scale, accumulation_scale_);
     // One dropout stream per model: every context continues the model's counter.
     plan.exe->set_rng_counter(state_->rng_counter);
     plan.exe->run(0, plan.split);

@@ -63,6 +63,10 @@ class Graph final : public Builder {
   /// several ops accumulates their gradients. Only nodes on a path from some
   /// wrt to the loss get a gradient: data inputs cost nothing.
   std::vector<Value> gradients(Value loss, std::span<const Value> wrt, float seed = 1.0f);
+  /// The same with the seed a scalar {} float32 value of the graph (an
+  /// input set per run: gradient accumulation's rows / logical batch).
+  /// Throws ShapeError when `seed` is not a scalar.
+  std::vector<Value> gradients(Value loss, std::span<const Value> wrt, Value seed);
 
  private:
   Value add_leaf(NodeRole role, const std::string& name, const Shape& shape, DType dtype, const Tensor& bound,

@@ -103,9 +103,11 @@ struct GeneratorFitOptions {
   /// batch).
   int64_t batch_size = 32;
   /// Rows per optimizer update (gradient accumulation), a multiple of
-  /// batch_size; the generator does not see it. Every batch must then have
-  /// batch_size rows (ShapeError otherwise): short micro-batches with
-  /// accumulation are not built yet (planned).
+  /// batch_size; the generator does not see it. A batch of fewer rows is a
+  /// short micro-batch: it counts as one of the period's nbatch_logical /
+  /// batch_size batches and its loss is scaled by its rows over
+  /// nbatch_logical (every row weighs the same in the update; a departure
+  /// from the seed, which needs full batches).
   int64_t nbatch_logical = 0;
   /// Validation after every epoch from a generator of the same contract, for
   /// validation_steps batches (0: until it returns nullopt); val_* keys are
@@ -244,11 +246,12 @@ class Model {
   /// are planned for `batch_size` rows as a maximum (0: the batch's rows), so
   /// batches of any size up to it share them; with `nbatch_logical` (gradient
   /// accumulation, a multiple of batch_size) the weights change once per
-  /// nbatch_logical rows. Returns the step's losses and metric sums (valid
+  /// nbatch_logical / batch_size batches, a short batch counting as one with
+  /// its rows weighing as much as any (its loss scaled by rows /
+  /// nbatch_logical). Returns the step's losses and metric sums (valid
   /// until the next step; EpochLogs averages them). Throws StateError before
   /// compile; ShapeError for the wrong number of tensors, rows that differ
-  /// between them, more rows than batch_size, fewer with nbatch_logical, or a
-  /// wrong feature shape; ValueError for a batch of no rows; and the input
+  /// between them, more rows than batch_size, or a wrong feature shape; ValueError for a batch of no rows; and the input
   /// and label errors of OptimizerContext::step.
   StepResult train_on_batch(const Batch& batch, int64_t batch_size = 0, int64_t nbatch_logical = 0);
   /// The losses and metrics of one batch, nothing trained (Keras'
@@ -314,8 +317,10 @@ class Model {
   /// released and its step() throws StateError naming the call that retired
   /// it (the object itself stays valid until the model is destroyed). Throws
   /// StateError before compile.
+  /// `micro_batch` (see OptimizerContextOptions): with accumulation, the
+  /// full micro-batch whose period a context of a smaller batch_size joins.
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
-                                      LossWeights weights = LossWeights::None);
+                                      LossWeights weights = LossWeights::None, int64_t micro_batch = 0);
 
   /// Adds a gradient hook (see GradientHook) that every optimizer context of
   /// this model runs between backward and update: fit's, a partial last
@@ -425,7 +430,7 @@ class Model {
   std::vector<float> loss_weights_;
   std::vector<std::vector<std::string>> metrics_;  // per output, as compile() was given them
   std::shared_ptr<OptimizerState> opt_state_;
-  std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<OptimizerContext>> contexts_;
+  std::map<std::tuple<int64_t, int64_t, int, int64_t>, std::unique_ptr<OptimizerContext>> contexts_;
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
   std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)

@@ -321,10 +321,17 @@ class OptimizerPlans {
 /// Options of an optimizer context.
 struct OptimizerContextOptions {
   int64_t batch_size = 32;
-  /// Rows per optimizer update; an exact multiple of batch_size (0 = batch_size).
-  /// Gradients are averaged over the logical batch: the loss of each physical
-  /// batch is scaled by batch_size / nbatch_logical, as ggml scales by 1/opt_period.
+  /// Rows per optimizer update; an exact multiple of micro_batch (0 =
+  /// micro_batch). Gradients are averaged over the logical batch: the loss
+  /// of each physical batch is scaled by batch_size / nbatch_logical (ggml
+  /// scales by 1/opt_period; the two agree for full micro-batches).
   int64_t nbatch_logical = 0;
+  /// The micro-batch the accumulation period counts (period = nbatch_logical
+  /// / micro_batch); 0 = batch_size. A context whose batch_size is less runs
+  /// short micro-batches (a generator's last batch) inside that period,
+  /// sharing the optimizer state: each counts as one micro-step, its rows
+  /// weighing as much as any other rows. ValueError when less than batch_size.
+  int64_t micro_batch = 0;
   /// One loss per output in the model's output order, or one for every output.
   std::vector<Loss> losses{Loss()};
   /// The total loss is sum_i loss_weights[i] * loss_i (Keras' loss_weights);
@@ -451,6 +458,7 @@ class OptimizerContext {
   std::vector<std::string> x_names_;  // per input, for messages: made once so that a step never allocates
   std::vector<float> output_losses_;
   std::vector<double> metric_sums_;
+  Tensor accumulation_scale_;  // {} float32: batch_size / nbatch_logical, the gradient seed with accumulation
 };
 
 /// Checks a batch's shape against a model's input: x must be {rows,
