@@ -203,6 +203,27 @@ TEST_P(AllocationFree, ClippedSgdMomentumAndRmspropSteps) {
   }
 }
 
+// train_on_batch, the per-batch level of fit, allocates nothing either, for
+// full micro-batches and a short one joining their accumulation period
+// (its gradient seed is bound per step, the plans are shared).
+TEST_P(AllocationFree, TrainOnBatchWithShortMicroBatchesUnderAccumulation) {
+  tg::manual_seed(8);
+  tg::nn::Sequential model({4});
+  model.add(tg::nn::Dense(32, "relu"));
+  model.add(tg::nn::Dense(2));
+  model.compile(tg::OptimizerSpec::adam(1e-3f), "mse");
+  const tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+  const tg::nn::Batch full{{x}, {y}, {}}, part{{x.rows(0, 20)}, {y.rows(0, 20)}, {}};
+  auto steps = [&] {
+    model.train_on_batch(full, 32, 64);
+    model.train_on_batch(part, 32, 64);
+  };
+  for (int i = 0; i < 3; ++i) steps();
+  const int64_t updates = model.optimizer_context(32, 64).state()->iterations();
+  EXPECT_EQ(allocations_in(50, steps), 0);
+  EXPECT_EQ(model.optimizer_context(32, 64).state()->iterations(), updates + 50);  // one update per pair
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, AllocationFree, ::testing::Values(1, 2),
                          [](const auto& info) { return std::to_string(info.param) + "threads"; });
 
