@@ -23,3 +23,4 @@
 #include "tensorgrad/nn/trainer.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"
+#include "tensorgrad/opt/schedules.h"
