@@ -98,7 +98,7 @@ enum class OpKind : uint8_t {
 /// The clip thresholds are not here but in the clipping ops' attrs.scale
 /// (fixed at compile, like the optimizer's modes).
 enum HyperSlot : int {
-  kLr,               // learning rate
+  kLr,               // learning rate: set from the host, or under a schedule written by OptimizerTick
   kBeta1, kBeta2,    // Adam's moment decays
   kEps,              // Adam, RMSprop, Adagrad: epsilon
   kWeightDecay,      // decoupled (p *= 1 - lr wd) or L2 (g += wd p), per kL2WeightDecay
