@@ -224,6 +224,53 @@ TEST_P(AllocationFree, TrainOnBatchWithShortMicroBatchesUnderAccumulation) {
   EXPECT_EQ(model.optimizer_context(32, 64).state()->iterations(), updates + 50);  // one update per pair
 }
 
+// Learning-rate schedules are computed by the op that advances the step
+// counter: every optimizer kind under a schedule, each with clipping (and one
+// with accumulation), allocates nothing per step, and neither does reading
+// the scheduled rate.
+TEST_P(AllocationFree, ScheduledStepsForEveryOptimizerWithClipping) {
+  const tg::OptimizerSpec specs[] = {
+      tg::OptimizerSpec::adamw(tg::CosineDecay{.initial_learning_rate = 0.0f, .decay_steps = 50, .alpha = 0.1f,
+                                               .warmup_target = 1e-3f, .warmup_steps = 5},
+                               0.01f),
+      tg::OptimizerSpec::sgd({.learning_rate_schedule = tg::PiecewiseConstantDecay{{3, 50, 80}, {0.1f, 0.05f, 0.01f, 0.005f}},
+                              .clipvalue = 0.5f}),
+      tg::OptimizerSpec::sgd({.learning_rate_schedule = tg::ExponentialDecay{0.01f, 10, 0.9f, true},
+                              .momentum = 0.9f,
+                              .nesterov = true,
+                              .global_clipnorm = 0.5f}),
+      tg::OptimizerSpec::rmsprop({.learning_rate_schedule = tg::CosineDecayRestarts{1e-3f, 4, 2.0f, 0.5f, 0.1f},
+                                  .momentum = 0.5f,
+                                  .centered = true,
+                                  .clipnorm = 0.1f}),
+      tg::OptimizerSpec::adagrad({.learning_rate_schedule = tg::ExponentialDecay{0.01f, 7, 0.5f}, .clipvalue = 0.01f}),
+  };
+  for (tg::OptimizerSpec spec : specs) {
+    SCOPED_TRACE(tg::optimizer_name(spec.kind));
+    if (spec.kind == tg::OptimizerSpec::Kind::AdamW) spec.clipnorm = 1.0f;
+    tg::manual_seed(6);
+    tg::nn::Sequential model({4});
+    model.add(tg::nn::Dense(64, "relu"));
+    model.add(tg::nn::Dense(2));
+    model.compile(spec, "mse");
+    const bool accumulate = spec.kind == tg::OptimizerSpec::Kind::RMSprop;
+    auto& ctx = model.optimizer_context(32, accumulate ? 64 : 0);
+    tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+    for (int i = 0; i < 4; ++i) ctx.step(x, y);
+    const float before = model.weights()[0].value.data<float>()[0];
+    const int64_t iterations = ctx.state()->iterations();
+    double rate = 0.0;
+    EXPECT_EQ(allocations_in(100, [&] {
+                ctx.step(x, y);
+                rate += ctx.learning_rate() + model.learning_rate();
+              }),
+              0);
+    EXPECT_NE(model.weights()[0].value.data<float>()[0], before);  // updates happened
+    EXPECT_EQ(ctx.state()->iterations(), iterations + (accumulate ? 50 : 100));
+    EXPECT_GT(rate, 0.0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, AllocationFree, ::testing::Values(1, 2),
                          [](const auto& info) { return std::to_string(info.param) + "threads"; });
 

@@ -24,3 +24,4 @@
 #include "tensorgrad/nn/training_loop.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"
+#include "tensorgrad/opt/schedules.h"

@@ -37,6 +37,12 @@ struct KernelContext {
 void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, const TensorRef& out,
                 const KernelContext& ctx);
 
+/// The learning rate that schedule `kind` (LrScheduleKind, not kConstantLr)
+/// gives at step t (the updates applied before this one), from its encoded
+/// steps and values, computed in double: OptimizerTick's formula, which
+/// learning_rate_at (opt/schedules.h) also reports with.
+double scheduled_learning_rate(uint32_t kind, std::span<const int64_t> steps, std::span<const float> values, int64_t t);
+
 /// Splits [0, n) into tiles of `tile` and runs f(begin, end) on the pool.
 /// Runs inline when there is no pool or a single tile. Allocates nothing.
 /// Workers sleep between tasks instead of spinning: about 5% slower on an

@@ -19,10 +19,16 @@
 //            momentum: b = mu b + u, u = b;  p = p decay - lr u
 //   Adagrad  s = s + g'^2;  p = p decay - lr g' / (sqrt(s) + eps)  (kEpsInsideSqrt: sqrt(s + eps))
 //
+// The learning rate is hyper[kLr]: set from the host, or written by
+// OptimizerTick from a schedule (Keras 3's keras.optimizers.schedules) at the
+// step count before the update's increment, so every update above, its
+// decoupled weight decay included, reads the scheduled rate.
+//
 // Each is a plain loop over restrict pointers, the modes as template
 // parameters, so that it vectorises; parallel_for splits the elements.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/kernels.h"
 
@@ -130,6 +136,62 @@ void for_elements(const KernelContext& ctx, size_t n, float* g, bool zero, F&& f
 }
 }  // namespace
 
+namespace {
+// 0.5 (1 + cos(pi x)): from 1 at x = 0 down to 0 at x = 1.
+double half_cosine(double x) { return 0.5 * (1.0 + std::cos(3.14159265358979323846 * x)); }
+
+// SGDR's restarts (Loshchilov & Hutter 2017), as Keras' CosineDecayRestarts:
+// period k lasts first t_mul^k steps and starts after first (1 - t_mul^k) /
+// (1 - t_mul); returns the period t falls in and the fraction of it done.
+std::pair<double, double> restart_period(int64_t t, int64_t first, double t_mul) {
+  if (t_mul == 1.0) return {double(t / first), double(t % first) / double(first)};
+  const double done = double(t) / double(first);  // in units of the first period
+  auto start = [&](double k) { return (1.0 - std::pow(t_mul, k)) / (1.0 - t_mul); };
+  double k = std::floor(std::log(1.0 - done * (1.0 - t_mul)) / std::log(t_mul));
+  // The logarithm can land a rounding away from a whole number at the very
+  // step of a restart; settle k so that start(k) <= done < start(k + 1).
+  while (k > 0.0 && start(k) > done) k -= 1.0;
+  while (start(k + 1.0) <= done) k += 1.0;
+  return {k, (done - start(k)) / std::pow(t_mul, k)};
+}
+}  // namespace
+
+double scheduled_learning_rate(uint32_t kind, std::span<const int64_t> steps, std::span<const float> values, int64_t t) {
+  switch (LrScheduleKind(kind)) {
+    case kPiecewiseConstantDecay: {
+      size_t i = 0;
+      while (t > steps[i]) ++i;  // ends at the INT64_MAX marker at the latest
+      return values[i];
+    }
+    case kExponentialDecay: {
+      const int64_t decay_steps = steps[0];
+      const double p = steps[1] ? double(t / decay_steps) : double(t) / double(decay_steps);
+      return double(values[0]) * std::pow(double(values[1]), p);
+    }
+    case kCosineDecay: {
+      const int64_t decay_steps = steps[0], warmup_steps = steps[1];
+      const double initial = values[0], alpha = values[1];
+      double from = initial;
+      int64_t into_decay = t;
+      if (steps[2]) {  // warmup_target given: a linear ramp to it first, then the decay from it
+        const double target = values[2];
+        if (t < warmup_steps) return initial + (target - initial) * (double(t) / double(warmup_steps));
+        from = target;
+        into_decay = t - warmup_steps;
+      }
+      const double done = double(std::min(into_decay, decay_steps)) / double(decay_steps);
+      return from * ((1.0 - alpha) * half_cosine(done) + alpha);
+    }
+    case kCosineDecayRestarts: {
+      const double initial = values[0], t_mul = values[1], m_mul = values[2], alpha = values[3];
+      const auto [k, done] = restart_period(t, steps[0], t_mul);
+      return initial * ((1.0 - alpha) * std::pow(m_mul, k) * half_cosine(done) + alpha);
+    }
+    case kConstantLr: break;
+  }
+  return 0.0;  // not reached: the shape rule admits only the kinds above
+}
+
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx) {
   switch (op) {
     case OpKind::AccumulateGrad: {
@@ -140,7 +202,11 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     }
     case OpKind::OptimizerTick: {
       float* h = in[0].f();
-      const int64_t t = ++*static_cast<int64_t*>(in[1].data);
+      int64_t* step = static_cast<int64_t*>(in[1].data);
+      if (at.flags != kConstantLr)  // Keras' schedule(iterations), before the increment
+        h[kLr] = float(scheduled_learning_rate(at.flags, {static_cast<const int64_t*>(in[2].data), size_t(in[2].numel())},
+                                               {in[3].f(), size_t(in[3].numel())}, *step));
+      const int64_t t = ++*step;
       h[kBiasCorrection1] = float(1.0 / (1.0 - std::pow(double(h[kBeta1]), double(t))));
       h[kBiasCorrection2] = float(1.0 / (1.0 - std::pow(double(h[kBeta2]), double(t))));
       h[kStepDampening] = t == 1 ? 0.0f : h[kDampening];

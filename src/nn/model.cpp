@@ -869,7 +869,7 @@ void Model::set_weights(const std::vector<Tensor>& values) {
 double Model::learning_rate() const {
   check_live("learning_rate()");
   if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("learning_rate()"));
-  return double(opt_state_->hyper.data<float>()[kLr]);
+  return opt_state_->learning_rate();
 }
 
 void Model::set_learning_rate(double lr) {
@@ -877,7 +877,7 @@ void Model::set_learning_rate(double lr) {
   if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("set_learning_rate()"));
   if (!(lr > 0.0) || !std::isfinite(lr) || !std::isfinite(float(lr)) || !(float(lr) > 0.0f))
     throw ValueError("learning rate must be a positive finite float32; got " + std::to_string(lr));
-  opt_state_->hyper.data<float>()[kLr] = float(lr);
+  opt_state_->set_learning_rate(float(lr));
 }
 
 std::vector<std::shared_ptr<Layer>> Model::layers() const {

@@ -83,7 +83,7 @@ constexpr std::array<OpInfo, size_t(OpKind::Count)> kInfo = {{
     {"binary_accuracy", 2, 2, false},
     {"top_k_accuracy", 2, 2, false},
     {"accumulate_grad", 2, 2, true},
-    {"optimizer_tick", 2, 2, true},
+    {"optimizer_tick", 2, 4, true},
     {"adamw_update", 5, 5, true},
     {"sgd_update", 3, 4, true},
     {"rmsprop_update", 4, 6, true},
@@ -134,6 +134,30 @@ void check_weights(OpKind op, const Shape& pred, const Shape& w, bool allow_elem
     shape_fail(op, "weights must be {" + std::to_string(pred[0]) + "} (one per row)" +
                        (allow_elementwise ? " or " + pred.str() + " (one per element)" : std::string()) + "; got " +
                        w.str());
+}
+
+// OptimizerTick's schedule inputs: present exactly with a schedule kind, and
+// as many steps and values as the kind reads (LrScheduleKind).
+void check_schedule(OpKind op, std::span<const Shape> s, std::span<const DType> t, uint32_t kind) {
+  if (kind > kCosineDecayRestarts) shape_fail(op, "unknown learning-rate schedule kind " + std::to_string(kind));
+  const size_t want_inputs = kind == kConstantLr ? 2 : 4;
+  if (s.size() != want_inputs)
+    shape_fail(op, "expected " + std::to_string(want_inputs) + " inputs for schedule kind " + std::to_string(kind) +
+                       "; got " + std::to_string(s.size()));
+  if (kind == kConstantLr) return;
+  if (t[2] != DType::Int64 || t[3] != DType::Float32)
+    throw TypeError(std::string(op_info(op).name) + ": the schedule's steps must be int64 and its values float32; got " +
+                    dtype_name(t[2]) + " and " + dtype_name(t[3]));
+  if (s[2].rank() != 1 || s[3].rank() != 1)
+    shape_fail(op, "the schedule's steps and values must be vectors; got " + s[2].str() + " and " + s[3].str());
+  const int64_t n = s[2][0], m = s[3][0];
+  const bool fits = kind == kPiecewiseConstantDecay ? n >= 1 && m == n
+                    : kind == kExponentialDecay    ? n == 2 && m == 2
+                    : kind == kCosineDecay         ? n == 3 && m == 3
+                                                   : n == 1 && m == 4;
+  if (!fits)
+    shape_fail(op, "schedule kind " + std::to_string(kind) + " does not read steps " + s[2].str() + " and values " +
+                       s[3].str() + " (see LrScheduleKind)");
 }
 
 // Whether `small` can be broadcast to `big` (NumPy rules).
@@ -422,6 +446,7 @@ OpSignature infer_signature(OpKind op, std::span<const Shape> s, std::span<const
     case OpKind::OptimizerTick:
       if (s[0] != Shape{kHyperSize}) shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}");
       if (s[1] != Shape{1} || t[1] != DType::Int64) shape_fail(op, "the step counter must be an int64 tensor {1}");
+      check_schedule(op, s, t, a.flags);
       return {s[0]};
     case OpKind::AdamWUpdate:
     case OpKind::SgdUpdate:

@@ -1,9 +1,12 @@
 #include "tensorgrad/opt/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/kernels.h"
+#include "opt/schedule_encoding.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
 #include "tensorgrad/graph/graph.h"
@@ -84,6 +87,13 @@ OptimizerSpec OptimizerSpec::adamw(float learning_rate, float weight_decay) {
   return s;
 }
 OptimizerSpec OptimizerSpec::adam(float learning_rate) { return adamw(learning_rate, 0.0f); }
+OptimizerSpec OptimizerSpec::adamw(const LearningRateSchedule& schedule, float weight_decay) {
+  OptimizerSpec s = adamw(1e-3f, weight_decay);
+  s.learning_rate_schedule = schedule;
+  s.validate();
+  return s;
+}
+OptimizerSpec OptimizerSpec::adam(const LearningRateSchedule& schedule) { return adamw(schedule, 0.0f); }
 OptimizerSpec OptimizerSpec::sgd(float learning_rate, float weight_decay) {
   OptimizerSpec s;
   s.kind = Kind::SGD;
@@ -99,6 +109,7 @@ OptimizerSpec common(OptimizerSpec::Kind kind, const Options& o) {
   OptimizerSpec s;
   s.kind = kind;
   s.learning_rate = o.learning_rate;
+  s.learning_rate_schedule = o.learning_rate_schedule;
   s.weight_decay = o.weight_decay;
   s.decoupled_weight_decay = o.decoupled_weight_decay;
   s.clipnorm = o.clipnorm;
@@ -209,6 +220,7 @@ void OptimizerSpec::validate() const {
   if ((clipnorm > 0.0f) + (global_clipnorm > 0.0f) + (clipvalue > 0.0f) > 1)
     throw ValueError(name + ": only one of clipnorm, global_clipnorm and clipvalue can be set (as Keras); got " +
                      set + ". Keep one and set the others to 0");
+  if (learning_rate_schedule) validate_schedule(*learning_rate_schedule);
 }
 
 OptimizerState::OptimizerState(const OptimizerSpec& spec) {
@@ -226,9 +238,37 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   h[kStepDampening] = 0.0f;
   h[kRho] = spec.rho;
   step = Tensor::zeros(Shape{1}, DType::Int64);
+  if (spec.learning_rate_schedule) {
+    learning_rate_schedule = spec.learning_rate_schedule;
+    const EncodedSchedule e = encode_schedule(*learning_rate_schedule);
+    schedule_steps = Tensor::zeros(Shape{int64_t(e.steps.size())}, DType::Int64);
+    std::copy(e.steps.begin(), e.steps.end(), schedule_steps.data<int64_t>());
+    schedule_values = Tensor::from_vector(std::span<const float>(e.values), Shape{int64_t(e.values.size())});
+    h[kLr] = float(learning_rate());
+  }
 }
 
 int64_t OptimizerState::iterations() const { return *step.data<int64_t>(); }
+
+double OptimizerState::learning_rate() const {
+  if (!learning_rate_schedule) return double(hyper.data<float>()[kLr]);
+  return kernels::scheduled_learning_rate(
+      schedule_kind(*learning_rate_schedule), {schedule_steps.data<int64_t>(), size_t(schedule_steps.numel())},
+      {schedule_values.data<float>(), size_t(schedule_values.numel())}, iterations());
+}
+
+void OptimizerState::set_learning_rate(float lr) {
+  if (learning_rate_schedule)
+    throw TypeError(std::string("This optimizer was created with a LearningRateSchedule (") +
+                    schedule_name(*learning_rate_schedule) +
+                    "), so its learning rate is not settable: each update computes it from the schedule. Remove "
+                    "the learning_rate_schedule from the OptimizerSpec to set rates yourself, or drop the "
+                    "LearningRateScheduler / ReduceLROnPlateau callback (or set_learning_rate call); got lr = " +
+                    std::to_string(lr));
+  if (!(lr > 0.0f) || !std::isfinite(lr))
+    throw ValueError("learning rate must be a positive finite number; got " + std::to_string(lr));
+  hyper.data<float>()[kLr] = lr;
+}
 
 namespace {
 // Index of the first NaN or infinity, or -1. Integer test on the exponent
@@ -633,8 +673,14 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
     }
   }
   plan->clip_end = g.size();
-  Value tick = g.apply(OpKind::OptimizerTick,
-                       {g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")});
+  std::vector<Value> tick_in{g.state(state_->hyper, "optimizer/hyper"), g.state(state_->step, "optimizer/iterations")};
+  OpAttrs tick_at;
+  if (state_->learning_rate_schedule) {
+    tick_at.flags = schedule_kind(*state_->learning_rate_schedule);
+    tick_in.push_back(g.state(state_->schedule_steps, "optimizer/schedule_steps"));
+    tick_in.push_back(g.state(state_->schedule_values, "optimizer/schedule_values"));
+  }
+  Value tick = g.apply(OpKind::OptimizerTick, tick_in, tick_at);
   OpAttrs at;
   at.zero_grad = plan->persistent_grads;
   if (!spec.decoupled_weight_decay) at.flags |= kL2WeightDecay;
@@ -1067,15 +1113,13 @@ void OptimizerContext::add_gradient_hook(GradientHook hook) {
 void OptimizerContext::set_learning_rate(float lr) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  if (!(lr > 0.0f) || !std::isfinite(lr))
-    throw ValueError("learning rate must be a positive finite number; got " + std::to_string(lr));
-  state_->hyper.data<float>()[kLr] = lr;
+  state_->set_learning_rate(lr);
 }
 
 float OptimizerContext::learning_rate() const {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  return state_->hyper.data<float>()[kLr];
+  return float(state_->learning_rate());
 }
 
 }  // namespace tensorgrad

@@ -93,9 +93,11 @@ class Trainer {
   std::vector<Weight> weights() const;
   /// Batch-norm moving statistics from up to 1024 rows of x (Model::calibrate_bn).
   void calibrate_bn(const Tensor& x);
-  /// Throws ValueError unless lr is positive and finite.
+  /// Throws ValueError unless lr is positive and finite, and TypeError when
+  /// the optimizer has a learning_rate_schedule (its rate is not settable).
   void set_lr(float lr);
-  /// The current learning rate.
+  /// The learning rate of the next update (with a schedule, its value at the
+  /// current iterations).
   float lr() const;
   /// Calls of step() so far.
   int64_t n_steps() const;

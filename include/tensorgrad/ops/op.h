@@ -69,8 +69,10 @@ enum class OpKind : uint8_t {
                    //   fewer than k = attrs.length strictly greater scores (tf.math.in_top_k)
   // optimizer ops: update their first input in place
   AccumulateGrad,  // (acc, g): acc += g
-  OptimizerTick,   // (hyper, step int64{1}): t += 1, then hyper's bias corrections for t (in double) and
-                   //   kStepDampening (0 at t = 1, as PyTorch's momentum buffer starts as the gradient)
+  OptimizerTick,   // (hyper, step int64{1} [, schedule steps int64{n}, schedule values float32{m}]): with a
+                   //   schedule (attrs.flags, an LrScheduleKind), hyper[kLr] = the schedule at t (before the
+                   //   increment, as Keras), in double; then t += 1, hyper's bias corrections for the new t (in
+                   //   double) and kStepDampening (0 at t = 1, as PyTorch's momentum buffer starts as the gradient)
   // The updates: attrs.flags (OptimizerFlag) choose the mode, hyper (HyperSlot) holds the numbers; the
   // optional state inputs are present exactly when their flag is set. attrs.zero_grad clears grad after use.
   AdamWUpdate,     // (param, grad, m, v, hyper): Adam with decoupled decay (AdamW) or L2 (kL2WeightDecay)
@@ -96,7 +98,7 @@ enum class OpKind : uint8_t {
 /// The clip thresholds are not here but in the clipping ops' attrs.scale
 /// (fixed at compile, like the optimizer's modes).
 enum HyperSlot : int {
-  kLr,               // learning rate
+  kLr,               // learning rate: set from the host, or under a schedule written by OptimizerTick
   kBeta1, kBeta2,    // Adam's moment decays
   kEps,              // Adam, RMSprop, Adagrad: epsilon
   kWeightDecay,      // decoupled (p *= 1 - lr wd) or L2 (g += wd p), per kL2WeightDecay
@@ -118,6 +120,21 @@ enum OptimizerFlag : uint32_t {
   kCentered = 1u << 3,       // RMSprop: a mean-gradient input; the variance estimate is v - mean^2
   kEpsInsideSqrt = 1u << 4,  // RMSprop, Adagrad: divide by sqrt(v + eps) (Keras), not sqrt(v) + eps (PyTorch)
   kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
+};
+
+/// The learning-rate schedule OptimizerTick computes (its attrs.flags), and
+/// what its two schedule inputs hold: `steps` (int64) and `values` (float32),
+/// the fields of keras.optimizers.schedules' class of the same name
+/// (opt/schedules.h). Step counts stay int64 so that they are exact at any
+/// size; rates are float32, as the user gave them.
+enum LrScheduleKind : uint32_t {
+  kConstantLr = 0,          // no schedule inputs; hyper[kLr] is set from the host
+  kPiecewiseConstantDecay,  // steps {boundaries..., INT64_MAX}, values {values...}: one step per value, the
+                            //   last an end marker, so the rate is values[i] for the first i with t <= steps[i]
+  kExponentialDecay,        // steps {decay_steps, staircase 0/1}, values {initial_learning_rate, decay_rate}
+  kCosineDecay,             // steps {decay_steps, warmup_steps, has warmup_target 0/1},
+                            //   values {initial_learning_rate, alpha, warmup_target}
+  kCosineDecayRestarts,     // steps {first_decay_steps}, values {initial_learning_rate, t_mul, m_mul, alpha}
 };
 
 /// A sliding window over the two spatial axes of {B, H, W, C} (convolution

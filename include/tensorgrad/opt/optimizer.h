@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/tensor.h"
 #include "tensorgrad/ops/builder.h"
+#include "tensorgrad/opt/schedules.h"
 
 namespace tensorgrad {
 
@@ -64,9 +66,12 @@ struct Loss {
 /// `keras.optimizers.SGD` (fields PyTorch has and Keras lacks after Keras'
 /// own), with Keras' defaults: write them as designated initializers,
 /// `OptimizerSpec::sgd({.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true})`.
-/// Each field means what the OptimizerSpec field of the same name means.
+/// Each field means what the OptimizerSpec field of the same name means (a
+/// learning_rate_schedule, as Keras' learning_rate given a schedule, replaces
+/// learning_rate: `{.learning_rate_schedule = ExponentialDecay{0.1f, 100, 0.5f}, .momentum = 0.9f}`).
 struct SGDOptions {
   float learning_rate = 0.01f;
+  std::optional<LearningRateSchedule> learning_rate_schedule;
   float momentum = 0.0f;
   bool nesterov = false;
   float dampening = 0.0f;  // PyTorch's; Keras has none
@@ -83,6 +88,7 @@ struct SGDOptions {
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct RMSpropOptions {
   float learning_rate = 1e-3f;
+  std::optional<LearningRateSchedule> learning_rate_schedule;
   float rho = 0.9f;
   float momentum = 0.0f;
   float epsilon = 1e-7f;
@@ -101,6 +107,7 @@ struct RMSpropOptions {
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct AdagradOptions {
   float learning_rate = 1e-3f;
+  std::optional<LearningRateSchedule> learning_rate_schedule;
   float initial_accumulator_value = 0.1f;
   float epsilon = 1e-7f;
   bool epsilon_inside_sqrt = true;
@@ -138,7 +145,15 @@ struct AdagradOptions {
 struct OptimizerSpec {
   enum class Kind { AdamW, SGD, RMSprop, Adagrad };
   Kind kind = Kind::AdamW;
+  /// The constant learning rate, when there is no schedule.
   float learning_rate = 1e-3f;
+  /// Keras' learning_rate given a LearningRateSchedule (opt/schedules.h):
+  /// the rate of each update is the schedule at the updates applied before
+  /// it, computed in the update graph; learning_rate is then unused, and
+  /// set_learning_rate throws TypeError (as Keras). Every optimizer, and
+  /// decoupled weight decay, uses the scheduled rate. Its steps are
+  /// optimizer updates: with gradient accumulation, one per period.
+  std::optional<LearningRateSchedule> learning_rate_schedule;
   /// Adam's moment decays and every optimizer's epsilon (SGD: unused).
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-8f;
   /// In [0, 1]; 0 = none. Decoupled or L2 per decoupled_weight_decay.
@@ -179,6 +194,10 @@ struct OptimizerSpec {
   /// Adam is AdamW with no weight decay (for PyTorch's Adam with L2, set
   /// weight_decay and decoupled_weight_decay = false).
   static OptimizerSpec adam(float learning_rate = 1e-3f);
+  /// AdamW and Adam whose learning rate follows `schedule` (Keras'
+  /// `keras.optimizers.AdamW(learning_rate=schedule)`); throws as validate().
+  static OptimizerSpec adamw(const LearningRateSchedule& schedule, float weight_decay = 0.0f);
+  static OptimizerSpec adam(const LearningRateSchedule& schedule);
   /// Plain SGD: p <- p * (1 - lr * weight_decay) - lr * g. (Kept for its
   /// callers; its second argument is the weight decay, not Keras' momentum:
   /// use the SGDOptions form for momentum.)
@@ -197,7 +216,8 @@ struct OptimizerSpec {
   /// nesterov without momentum or with dampening (as PyTorch); a negative
   /// or non-finite clip value, or more than one clip option; and a field
   /// set away from its default on an optimizer it does not apply to
-  /// (momentum on Adam, centered on SGD, ...).
+  /// (momentum on Adam, centered on SGD, ...); and an invalid
+  /// learning_rate_schedule (see validate_schedule).
   void validate() const;
 };
 
@@ -286,10 +306,24 @@ struct OptimizerState {
   /// dropout streams mix in, so that no two steps (of any batch size) share
   /// a mask. Seeded once per model from the global generator.
   uint64_t rng_counter = 0;
+  /// The spec's learning-rate schedule, if any, and what the update graph
+  /// reads of it (LrScheduleKind in ops/op.h): `schedule_steps` {n} int64 and
+  /// `schedule_values` {m} float32, persistent; both undefined without one.
+  std::optional<LearningRateSchedule> learning_rate_schedule;
+  Tensor schedule_steps, schedule_values;
   /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
   /// The value of `step`.
   int64_t iterations() const;
+  /// The learning rate of the next update (Keras' optimizer.learning_rate):
+  /// the schedule at iterations() (in double, as learning_rate_at), or the
+  /// constant rate. Allocates nothing.
+  double learning_rate() const;
+  /// Sets the constant learning rate from the next update on. Throws
+  /// ValueError unless lr is positive and finite, and TypeError when the
+  /// optimizer has a learning-rate schedule (as Keras: a schedule's rate is
+  /// not settable).
+  void set_learning_rate(float lr);
 };
 
 /// A trainable gradient as the hook stage sees it.
@@ -412,9 +446,13 @@ class OptimizerContext {
   /// Adds a hook run between backward and update (see GradientHook), after
   /// the model's hooks; this context's only.
   void add_gradient_hook(GradientHook hook);
-  /// Throws ValueError unless lr is positive and finite.
+  /// Sets the learning rate from the next update on. Throws ValueError
+  /// unless lr is positive and finite, and TypeError when the optimizer has
+  /// a learning_rate_schedule (as Keras).
   void set_learning_rate(float lr);
-  /// The current learning rate (as set by the spec, set_learning_rate or a schedule).
+  /// The learning rate of the next update: the spec's or set_learning_rate's,
+  /// or with a schedule its value at the current iterations (Keras'
+  /// optimizer.learning_rate).
   float learning_rate() const;
   int64_t batch_size() const { return options_.batch_size; }
   int64_t accumulation_period() const { return period_; }
