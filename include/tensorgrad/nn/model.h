@@ -189,9 +189,12 @@ class Model {
   /// The metrics of every output, in output order.
   std::vector<std::vector<std::string>> output_metrics() const;
   /// The optimizer's learning rate now (what compile set, or a callback
-  /// since); set_learning_rate changes it for every context of the model
-  /// from the next step on (Keras' model.optimizer.learning_rate). Throw
-  /// StateError before compile; ValueError for a rate not positive and finite.
+  /// since; under a learning_rate_schedule, the rate of the next update);
+  /// set_learning_rate changes it for every context of the model from the
+  /// next step on (Keras' model.optimizer.learning_rate). Throw StateError
+  /// before compile; ValueError for a rate not positive and finite; and
+  /// set_learning_rate TypeError under a schedule (as Keras: the rate is not
+  /// settable; compile without the schedule to set it by hand).
   double learning_rate() const;
   void set_learning_rate(double lr);
   /// Keras' model.stop_training: a callback sets it to end fit after the
