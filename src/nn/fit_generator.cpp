@@ -13,25 +13,14 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   check_live("fit()");
   if (!compiled_) throw StateError(not_compiled_message("fit()"));
   if (!generator) throw ValueError("fit: the generator is empty; give a callable returning std::optional<Batch>");
-  if (opt.epochs < 0) throw ValueError("epochs must be >= 0; got " + std::to_string(opt.epochs));
-  if (opt.initial_epoch < 0 || (opt.epochs > 0 && opt.initial_epoch >= opt.epochs))
-    throw ValueError("initial_epoch must be in [0, epochs) = [0, " + std::to_string(opt.epochs) + "); got " +
-                     std::to_string(opt.initial_epoch) + " (epochs initial_epoch .. epochs - 1 run, as Keras)");
-  if (opt.steps_per_epoch < 0)
-    throw ValueError("steps_per_epoch must be >= 0 (0: until the generator returns nothing); got " +
-                     std::to_string(opt.steps_per_epoch));
-  if (opt.validation_steps < 0)
-    throw ValueError("validation_steps must be >= 0 (0: until the validation generator returns nothing); got " +
-                     std::to_string(opt.validation_steps));
   if (opt.validation_steps > 0 && !opt.validation_generator)
     throw ValueError("validation_steps is given without a validation_generator");
-  if (opt.nbatch_logical > 0) optimizer_context(opt.batch_size, opt.nbatch_logical);  // checks the multiple
-
-  // The sources check batch_size and prefetch; the generator is not called
-  // before every argument has been checked.
+  // The sources check batch_size and prefetch, fit_loop the rest, all before
+  // the generator's first call (made at the first epoch's start).
   GeneratorSource train(generator, opt.batch_size, opt.prefetch, "generator batch");
   std::optional<GeneratorSource> validation;
   if (opt.validation_generator) validation.emplace(opt.validation_generator, opt.batch_size, 0, "validation batch");
+  if (opt.nbatch_logical > 0) optimizer_context(opt.batch_size, opt.nbatch_logical);  // checks the multiple
   LoopOptions loop;
   loop.epochs = opt.epochs;
   loop.initial_epoch = opt.initial_epoch;
