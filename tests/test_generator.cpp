@@ -388,3 +388,48 @@ TEST(Generator, ShortMicroBatchesUnderAccumulationWeighEveryRowAlike) {
   EXPECT_TRUE(throws<ValueError>([&] { m.optimizer_context(4, 8, LossWeights::None, 2); },
                                  {"micro_batch 2", "less than batch_size 4"}));
 }
+
+// An epoch whose batches leave the last accumulation period incomplete
+// (4, 4 and 2 rows with nbatch_logical 8) applies it at the epoch's end:
+// two SGD updates per epoch, the second with the last two rows' gradients
+// over 8, and nothing carried into the next epoch.
+TEST(Generator, AnIncompletePeriodIsAppliedAtTheEpochsEnd) {
+  const Data d;
+  Sequential m = linear_model(0.1f);
+  std::vector<double> w{m.get_weights()[0].data<float>()[0], m.get_weights()[0].data<float>()[1],
+                        m.get_weights()[1].data<float>()[0]};
+  // One SGD update from rows [begin, end), each row's MSE gradient 2 e x over 8.
+  auto update = [&](int64_t begin, int64_t end) {
+    double g0 = 0, g1 = 0, gb = 0;
+    for (int64_t r = begin; r < end; ++r) {
+      const double x0 = d.x.data<float>()[2 * r], x1 = d.x.data<float>()[2 * r + 1];
+      const double e = x0 * w[0] + x1 * w[1] + w[2] - d.y.data<float>()[r];
+      g0 += 2 * e * x0 / 8;
+      g1 += 2 * e * x1 / 8;
+      gb += 2 * e / 8;
+    }
+    w[0] -= 0.1 * g0;
+    w[1] -= 0.1 * g1;
+    w[2] -= 0.1 * gb;
+  };
+  int calls = 0;
+  Generator ten_rows = [&]() -> std::optional<Batch> {  // 4, 4, 2 rows, then nothing
+    const int c = calls++ % 4;
+    if (c == 3) return std::nullopt;
+    const int64_t b = 4 * c, e = std::min<int64_t>(10, b + 4);
+    return Batch{{d.x.rows(b, e)}, {d.y.rows(b, e)}, {}};
+  };
+  GeneratorFitOptions o = quiet(2, 2);
+  o.nbatch_logical = 8;
+  m.fit(ten_rows, o);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    update(0, 8);
+    update(8, 10);
+  }
+  EXPECT_EQ(m.optimizer_context(4, 8).state()->iterations(), 4);
+  const std::vector<Tensor> got = m.get_weights();
+  EXPECT_NEAR(got[0].data<float>()[0], w[0], 1e-5);
+  EXPECT_NEAR(got[0].data<float>()[1], w[1], 1e-5);
+  EXPECT_NEAR(got[1].data<float>()[0], w[2], 1e-5);
+  EXPECT_FALSE(m.optimizer_context(4, 8).apply_pending_update());  // nothing pending after fit
+}

@@ -345,3 +345,35 @@ TEST(FitLoop, AnEmptySourceEndsTrainingWithAWarning) {
             std::string::npos)
       << warnings[0];
 }
+
+// A loop that starts a new epoch before the last one ended gets exactly the
+// new epoch's batches, none fetched ahead for the old one.
+TEST(GeneratorSource, AnEpochLeftEarlyDoesNotLeakIntoTheNext) {
+  const Data d;
+  for (int prefetch : {0, 2}) {
+    std::atomic<int> calls{0};
+    Generator tagged = [&]() -> std::optional<Batch> {
+      const float tag = float(++calls);
+      return Batch{{Tensor::full(Shape{1, 2}, tag)}, {d.y.rows(0, 1)}, {}};
+    };
+    GeneratorSource s(tagged, 4, prefetch);
+    s.start_epoch(0, 5);
+    const float first = s.next()->x[0].data<float>()[0];
+    EXPECT_EQ(first, 1.0f);
+    s.start_epoch(1, 5);
+    std::vector<float> tags;
+    while (const Batch* b = s.next()) tags.push_back(b->x[0].data<float>()[0]);
+    ASSERT_EQ(tags.size(), 5u) << "prefetch " << prefetch;
+    for (size_t i = 1; i < tags.size(); ++i) EXPECT_EQ(tags[i], tags[i - 1] + 1.0f);  // consecutive fresh calls
+    s.stop();
+  }
+}
+
+TEST(EpochLogs, RefusesAModelNotCompiled) {
+  Sequential raw({2});
+  raw.add(Dense(1));
+  EXPECT_TRUE(throws<StateError>([&] { EpochLogs logs(raw); }, {"not compiled", "compile()"}));
+  const Data d;
+  Sequential m = linear_model();
+  EXPECT_TRUE(throws<ValueError>([&] { m.train_on_batch(Batch{{d.x}, {d.y}, {}}, -5); }, {"batch_size", "-5"}));
+}

@@ -108,6 +108,7 @@ class GeneratorSource::Feed {
 
   void start_epoch(int64_t limit, int epoch) {
     std::lock_guard<std::mutex> lock(mu_);
+    ++generation_;  // a call still running for an epoch left early is discarded when it returns
     calls_ = 0;
     limit_ = limit;
     epoch_ = epoch;
@@ -174,11 +175,16 @@ class GeneratorSource::Feed {
       cv_.wait(lock, [&] { return stopping_ || (!done_ && items_.size() < size_t(depth_)); });
       if (stopping_) return;
       const int64_t number = ++calls_;
+      const uint64_t generation = generation_;
       busy_ = true;
       lock.unlock();
       Item item = call(number);
       lock.lock();
       busy_ = false;
+      if (generation != generation_) {  // its epoch was left before it came back
+        cv_.notify_all();
+        continue;
+      }
       finish(item);
       items_.push_back(std::move(item));
       cv_.notify_all();
@@ -193,6 +199,7 @@ class GeneratorSource::Feed {
   std::deque<Item> items_;
   std::thread producer_;
   int64_t calls_ = 0, limit_ = 0;
+  uint64_t generation_ = 0;  // start_epoch calls
   int epoch_ = -1;
   bool done_ = true;  // no epoch started yet
   bool busy_ = false, stopping_ = false;

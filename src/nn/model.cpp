@@ -572,6 +572,9 @@ StepResult Model::test_on_batch(const Batch& batch, int64_t batch_size) { return
 StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_logical, bool train) {
   check_live(train ? "train_on_batch()" : "test_on_batch()");
   if (!compiled_) throw StateError(not_compiled_message(train ? "train_on_batch()" : "test_on_batch()"));
+  if (batch_size < 0 || nbatch_logical < 0)
+    throw ValueError("batch_size and nbatch_logical must be >= 0 (0: the batch's rows, no accumulation); got " +
+                     std::to_string(batch_size) + " and " + std::to_string(nbatch_logical));
   const FunctionalGraph& g = *graph_;
   if (b.x.size() != g.inputs.size())
     throw ShapeError("the model has " + std::to_string(g.inputs.size()) + " input(s) (" + joined(g.input_names) +

@@ -48,6 +48,8 @@ void CallbackList::on_test_begin(Logs& logs) { for (Callback* c : list_) c->on_t
 void CallbackList::on_test_end(Logs& logs) { for (Callback* c : list_) c->on_test_end(logs); }
 
 EpochLogs::EpochLogs(const Model& model) : model_(&model) {
+  if (!model.compiled())
+    throw StateError("EpochLogs: the model is not compiled; its losses and metrics name the logs. Call compile() first");
   output_loss_sums_.assign(model.output_names().size(), 0.0);
 }
 
@@ -121,6 +123,10 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
     callbacks.on_train_batch_end(logs.batches() - 1, batch_logs);
     check_live_after(model, "on_train_batch_end");
   }
+  // A period the epoch left incomplete (a generator's batches need not fill
+  // the last one) is applied now: no rows carry into the next epoch or fit.
+  if (options.nbatch_logical > 0 && logs.batches() > 0)
+    model.optimizer_context(source.batch_size(), options.nbatch_logical).apply_pending_update();
   return logs;
 }
 

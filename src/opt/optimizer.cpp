@@ -1016,32 +1016,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
     state_->rng_counter = plan.exe->rng_counter();
     ++n_steps_;
     if (++state_->micro_step >= period_) {
-      // A hook may change the model (compile, free, freeze_bn_stats, ...),
-      // which retires this context: the plan, the state and the hook lists
-      // are held here until the hooks are done, and the update is then not
-      // applied. Copies of shared_ptrs: no allocation.
-      const std::shared_ptr<OptimizerState> state = state_;
-      const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
-      // (A reduction across ranks will run here, before clipping.)
-      plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
-      try {
-        if (model_hooks)
-          for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
-        for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) hooks_[i](grads_);
-      } catch (...) {
-        // The period's gradients are dropped, so the next period starts clean.
-        state->micro_step = 0;
-        if (plan.persistent_grads && retired_.empty())
-          for (NamedGradient& g : grads_) g.grad.fill(0.0f);
-        throw;
-      }
-      if (!retired_.empty()) {
-        state->micro_step = 0;
-        throw StateError("a gradient hook changed the model during a step (" + retired_ +
-                         "): this step's update was not applied; change the model between steps");
-      }
-      plan.exe->run(plan.clip_end);
-      state_->micro_step = 0;
+      apply_update(plan);
       r.updated = true;
     }
   } else {
@@ -1077,6 +1052,47 @@ void OptimizerContext::retire(const std::string& why) {
   state_.reset();
   options_.model_hooks.reset();
   options_.plans.reset();
+}
+
+// Clipping, the hooks and the optimizer update over the period's complete
+// gradients (the second half of a training step).
+void OptimizerContext::apply_update(OptimizerPlan& plan) {
+  // A hook may change the model (compile, free, freeze_bn_stats, ...),
+  // which retires this context: the plan, the state and the hook lists
+  // are held here until the hooks are done, and the update is then not
+  // applied. Copies of shared_ptrs: no allocation.
+  const std::shared_ptr<OptimizerState> state = state_;
+  const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
+  // (A reduction across ranks will run here, before clipping.)
+  plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
+  try {
+    if (model_hooks)
+      for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
+    for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) hooks_[i](grads_);
+  } catch (...) {
+    // The period's gradients are dropped, so the next period starts clean.
+    state->micro_step = 0;
+    if (plan.persistent_grads && retired_.empty())
+      for (NamedGradient& g : grads_) g.grad.fill(0.0f);
+    throw;
+  }
+  if (!retired_.empty()) {
+    state->micro_step = 0;
+    throw StateError("a gradient hook changed the model during a step (" + retired_ +
+                     "): this step's update was not applied; change the model between steps");
+  }
+  plan.exe->run(plan.clip_end);
+  state_->micro_step = 0;
+}
+
+bool OptimizerContext::apply_pending_update() {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
+  if (period_ == 1 || state_->micro_step == 0) return false;
+  acquire(true);
+  const std::shared_ptr<OptimizerPlan> keep = train_;
+  apply_update(*keep);
+  return true;
 }
 
 StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Tensor> y,

@@ -107,7 +107,9 @@ struct GeneratorFitOptions {
   /// short micro-batch: it counts as one of the period's nbatch_logical /
   /// batch_size batches and its loss is scaled by its rows over
   /// nbatch_logical (every row weighs the same in the update; a departure
-  /// from the seed, which needs full batches).
+  /// from the seed, which needs full batches). A period an epoch leaves
+  /// incomplete is applied at the epoch's end (a smaller step, its rows
+  /// over nbatch_logical), so nothing carries into the next epoch or fit.
   int64_t nbatch_logical = 0;
   /// Validation after every epoch from a generator of the same contract, for
   /// validation_steps batches (0: until it returns nullopt); val_* keys are

@@ -90,7 +90,10 @@ class TensorSource final : public BatchSource {
 /// prefetch > 0 the generator runs on a producer thread at most `prefetch`
 /// batches ahead; it is never called past an epoch's end (a nullopt, or
 /// `limit` calls) and the next epoch's calls start at start_epoch, so it is
-/// called exactly as often as with prefetch 0 (on the reading thread). An
+/// called exactly as often as with prefetch 0 (on the reading thread) when
+/// every epoch is read to its end, as fit does. A loop that starts a new
+/// epoch before the last one ended discards the batches fetched ahead (the
+/// generator was called for them; with prefetch 0 it was not). An
 /// exception thrown by the generator is rethrown from next() as the same
 /// object, after a warning naming the batch. stop() (and the destructor)
 /// waits for a call in progress and joins the producer: a generator that
@@ -161,6 +164,7 @@ class CallbackList {
 /// the metrics when the model has several outputs.
 class EpochLogs {
  public:
+  /// Throws StateError for a model not compiled (or freed).
   explicit EpochLogs(const Model& model);
   /// Adds one batch's result (what train_on_batch or test_on_batch returned).
   void add(const StepResult& result);
@@ -188,7 +192,9 @@ struct EpochOptions {
 /// Trains the model on one epoch of `source`: start_epoch, then for each
 /// batch on_train_batch_begin, Model::train_on_batch (at most
 /// source.batch_size() rows), and on_train_batch_end with the running means.
-/// Stops after any hook that sets model.stop_training(). A batch the model
+/// Stops after any hook that sets model.stop_training(). With accumulation,
+/// a period the epoch left incomplete is applied at its end
+/// (OptimizerContext::apply_pending_update). A batch the model
 /// refuses is rethrown as the same error type with "<label> N of epoch E: "
 /// before its message. Returns the epoch's means (batches() == 0 when the
 /// source gave nothing or training was stopped before the first batch).

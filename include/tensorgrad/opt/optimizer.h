@@ -430,6 +430,17 @@ class OptimizerContext {
   StepResult step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
   /// One input, one output.
   StepResult step(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+  /// Applies an accumulation period left incomplete (some but not all of its
+  /// micro-batches stepped since the last update): the gradients gathered so
+  /// far, each row weighing 1 / nbatch_logical as always (so a part period
+  /// takes a smaller step), through clipping, the gradient hooks and the
+  /// update; the next step starts a new period. Returns false, doing
+  /// nothing, without accumulation or with nothing pending. train_epoch calls
+  /// it at every epoch's end, so that no rows carry into the next epoch or
+  /// fit (PyTorch's loops step on the last batch alike). Throws StateError
+  /// for a retired context, and what a hook throws. Allocates nothing once
+  /// the context has stepped.
+  bool apply_pending_update();
   /// The losses and metrics without a backward pass or update.
   StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                       std::span<const Tensor> sample_weight = {});
@@ -479,6 +490,7 @@ class OptimizerContext {
   std::vector<Value> build_graph(Graph& g, int64_t rows, bool train, OptimizerPlan* plan);
   void build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results);
   std::shared_ptr<OptimizerPlan> build(bool train);
+  void apply_update(OptimizerPlan& plan);
   OptimizerPlan& acquire(bool train);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
 
