@@ -377,3 +377,20 @@ TEST(EpochLogs, RefusesAModelNotCompiled) {
   Sequential m = linear_model();
   EXPECT_TRUE(throws<ValueError>([&] { m.train_on_batch(Batch{{d.x}, {d.y}, {}}, -5); }, {"batch_size", "-5"}));
 }
+
+// Sources used out of order refuse instead of handing out wrong rows or hanging.
+TEST(BatchSources, RefuseUseOutOfOrder) {
+  const Data d;
+  std::mt19937_64 rng(1);
+  TensorSource shuffled({d.x}, {d.y}, {}, 4, &rng);
+  EXPECT_TRUE(throws<StateError>([&] { shuffled.next(); }, {"start_epoch() first"}));
+  EXPECT_TRUE(throws<ValueError>([&] { shuffled.start_epoch(0, -3); }, {"limit", "-3"}));
+  Generator g = [&]() -> std::optional<Batch> { return Batch{{d.x.rows(0, 4)}, {d.y.rows(0, 4)}, {}}; };
+  GeneratorSource s(g, 4, 2);
+  EXPECT_TRUE(throws<StateError>([&] { s.next(); }, {"start_epoch() first"}));
+  s.start_epoch(0, 2);
+  EXPECT_NE(s.next(), nullptr);
+  s.stop();
+  EXPECT_EQ(s.next(), nullptr);
+  EXPECT_TRUE(throws<StateError>([&] { s.start_epoch(1, 2); }, {"stopped", "make a new one"}));
+}

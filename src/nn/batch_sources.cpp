@@ -62,7 +62,15 @@ TensorSource::TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor 
   if (const int64_t rem = rows_ % bs; rem > 0) part_ = rows_of(full_, 0, rem);
 }
 
+namespace {
+void check_limit(int64_t limit) {
+  if (limit < 0) throw ValueError("start_epoch: limit must be >= 0 batches (0: until the source ends); got " + std::to_string(limit));
+}
+}  // namespace
+
 void TensorSource::start_epoch(int, int64_t limit) {
+  check_limit(limit);
+  started_ = true;
   next_row_ = 0;
   given_ = 0;
   limit_ = limit;
@@ -72,6 +80,7 @@ void TensorSource::start_epoch(int, int64_t limit) {
 }
 
 const Batch* TensorSource::next() {
+  if (!started_) throw StateError("TensorSource::next(): no epoch started; call start_epoch() first");
   if (next_row_ >= rows_ || (limit_ > 0 && given_ >= limit_)) return nullptr;
   const int64_t start = next_row_, rows = std::min(batch_size_, rows_ - start);
   next_row_ += rows;
@@ -219,15 +228,23 @@ GeneratorSource::GeneratorSource(const Generator& generator, int64_t batch_size,
 GeneratorSource::~GeneratorSource() = default;
 
 void GeneratorSource::start_epoch(int epoch, int64_t limit) {
+  check_limit(limit);
+  if (stopped_) throw StateError("GeneratorSource::start_epoch(): the source was stopped; make a new one");
+  started_ = true;
   current_.reset();
   feed_->start_epoch(limit, epoch);
 }
 
 const Batch* GeneratorSource::next() {
+  if (!started_) throw StateError("GeneratorSource::next(): no epoch started; call start_epoch() first");
+  if (stopped_) return nullptr;
   current_ = feed_->next();
   return current_ ? &*current_ : nullptr;
 }
 
-void GeneratorSource::stop() { feed_->stop(); }
+void GeneratorSource::stop() {
+  stopped_ = true;
+  feed_->stop();
+}
 
 }  // namespace tensorgrad::nn

@@ -312,7 +312,10 @@ std::string metrics_text(const Logs& m) {
   std::string out;
   char buf[160];
   for (const std::string& k : keys) {
-    std::snprintf(buf, sizeof buf, "%s%s: %.4f", out.empty() ? "" : " - ", k.c_str(), m.at(k));
+    if (std::isnan(m.at(k)))  // printf's "-nan" depends on the sign bit
+      std::snprintf(buf, sizeof buf, "%s%s: nan", out.empty() ? "" : " - ", k.c_str());
+    else
+      std::snprintf(buf, sizeof buf, "%s%s: %.4f", out.empty() ? "" : " - ", k.c_str(), m.at(k));
     out += buf;
   }
   return out;

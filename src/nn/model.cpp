@@ -596,8 +596,9 @@ StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_l
                        g.input_names[i] + "' has " + std::to_string(rows_in(b.x[i])) + "; give every input the same rows");
   for (size_t i = 0; i < b.y.size(); ++i)
     if (rows_in(b.y[i]) != rows)
-      throw ShapeError("x has " + std::to_string(rows) + " rows but target " + std::to_string(i) + " has " +
-                       (rows_in(b.y[i]) < 0 ? std::string("none") : std::to_string(rows_in(b.y[i]))));
+      throw ShapeError("x has " + std::to_string(rows) + " rows but target " + std::to_string(i) +
+                       (rows_in(b.y[i]) < 0 ? std::string(" is undefined or a scalar")
+                                            : " has " + std::to_string(rows_in(b.y[i]))));
   Tensor w;
   if (b.sample_weight.defined()) {
     if (b.sample_weight.numel() != rows || rows_in(b.sample_weight) != rows)

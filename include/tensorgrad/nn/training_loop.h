@@ -33,10 +33,14 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   /// Begins an epoch (0-based; -1 outside fit, for messages) of at most
-  /// `limit` batches (0: until the source ends).
+  /// `limit` batches (0: until the source ends). The built-in sources throw
+  /// ValueError for a negative limit, and GeneratorSource StateError after
+  /// stop().
   virtual void start_epoch(int epoch, int64_t limit) = 0;
   /// The epoch's next batch, or nullptr at its end. The batch (and the
-  /// tensors in it) stay valid until the next call of next() or start_epoch().
+  /// tensors in it) stay valid until the next call of next() or
+  /// start_epoch(). The built-in sources throw StateError before the first
+  /// start_epoch(); GeneratorSource returns nullptr after stop().
   virtual const Batch* next() = 0;
   /// Batches in a full epoch when known (for the progress bar), else 0.
   virtual int64_t batches_per_epoch() const = 0;
@@ -84,6 +88,7 @@ class TensorSource final : public BatchSource {
   Batch full_, part_;  // views of the staging: batch_size rows, and the short last batch
   Batch current_;      // the batch handed out when reading in order (views of the rows)
   int64_t next_row_ = 0, given_ = 0, limit_ = 0;
+  bool started_ = false;
 };
 
 /// Batches from a Generator with the seed's contract (see Generator). With
@@ -125,6 +130,7 @@ class GeneratorSource final : public BatchSource {
   int64_t batch_size_;
   std::string label_;
   std::optional<Batch> current_;
+  bool started_ = false, stopped_ = false;
 };
 
 /// The callbacks of one training run in Keras 3's order
