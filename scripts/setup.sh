@@ -52,6 +52,8 @@ packages=(
   libpthreadpool-dev                 # the compute thread pool (as XNNPACK and PyTorch)
   zlib1g-dev                         # gzipped IDX files
   libcli11-dev                       # command-line options of the apps and examples
+  nlohmann-json3-dev                 # model and compile configurations inside GGUF files (io)
+  libfp16-dev                        # IEEE half-precision conversion for F16 tensors in GGUF files
   dataset-fashion-mnist              # the main job's data, /usr/share/datasets/fashion-mnist
 )
 if ((want_test)); then

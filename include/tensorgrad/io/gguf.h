@@ -1,0 +1,185 @@
+#pragma once
+// GGUF version 3 files (ggml's docs/gguf.md), the io layer's container
+// (DESIGN.md): a header, typed key/value metadata, a table of tensor infos and
+// the tensors' data, each aligned to general.alignment (default 32).
+//
+// Dimension order: GGUF lists a tensor's dimensions as ggml's ne[0], ne[1],
+// ..., ne[0] the fastest-varying (innermost) axis. tensorgrad's shapes list
+// the outermost axis first (row-major, as NumPy). The two are reverses of each
+// other: a Dense kernel of shape {in, out} is stored with ne = {out, in}. Every
+// Shape in this header is in tensorgrad's order; the reversal happens only
+// inside the reader and writer.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/core/shape.h"
+#include "tensorgrad/core/tensor.h"
+
+namespace tensorgrad::io {
+
+/// The tensor element types tensorgrad reads and writes, with ggml's type
+/// ids. Any other id in a file is a FormatError naming it.
+enum class TensorType : uint32_t { F32 = 0, F16 = 1, I32 = 26, I64 = 27, BF16 = 30 };
+/// "F32", "F16", "BF16", "I32", "I64".
+const char* tensor_type_name(TensorType type);
+/// Bytes per element of `type`.
+size_t tensor_type_size(TensorType type);
+
+/// Metadata value types, with gguf_type's ids.
+enum class ValueType : uint32_t {
+  UInt8 = 0, Int8 = 1, UInt16 = 2, Int16 = 3, UInt32 = 4, Int32 = 5, Float32 = 6,
+  Bool = 7, String = 8, Array = 9, UInt64 = 10, Int64 = 11, Float64 = 12
+};
+/// GGUF's names: "UINT8", ..., "STRING", "ARRAY", "FLOAT64".
+const char* value_type_name(ValueType type);
+
+/// One metadata value: a scalar, a string, or an array of scalars or
+/// strings (arrays of arrays are refused: tensorgrad never writes them, and
+/// the reader's FormatError names the key). Integers and bools are held in
+/// `ints` (unsigned values as their bit pattern), floats in `floats`,
+/// strings in `strings`: a scalar is one element, an array its elements.
+struct MetadataValue {
+  ValueType type = ValueType::UInt64;
+  ValueType element_type = ValueType::UInt8;  // for Array: its elements' type
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+  std::vector<std::string> strings;
+};
+
+/// One key/value pair, in file order.
+struct MetadataEntry {
+  std::string key;
+  MetadataValue value;
+};
+
+/// One tensor of a file, as its tensor-info table gives it.
+struct TensorInfo {
+  std::string name;
+  TensorType type = TensorType::F32;
+  Shape shape;          // tensorgrad's order, outermost first (the file's ne reversed)
+  uint64_t offset = 0;  // of the data, from the start of the file, in bytes
+  uint64_t nbytes = 0;
+};
+
+/// Time spent by GGUFWriter::write, in seconds: building the header and
+/// copying data to the file (`write`), and the fsync of the file and its
+/// folder (`fsync`), reported apart because it depends on the disk.
+struct WriteStats {
+  double write_seconds = 0.0;
+  double fsync_seconds = 0.0;
+  uint64_t bytes = 0;
+};
+
+/// Collects metadata and tensors, then writes one GGUF v3 file. Holds the
+/// tensors by handle (Tensor copies share memory): they must not change
+/// until write() returns.
+class GGUFWriter {
+ public:
+  /// general.alignment: a power of two, at least 8 (ValueError otherwise);
+  /// written as a UINT32 key when not 32.
+  explicit GGUFWriter(uint32_t alignment = 32);
+  /// Scalars and strings. A key given twice is a ValueError; so is an empty
+  /// key or one longer than 65535 bytes.
+  void set_string(const std::string& key, const std::string& value);
+  void set_bool(const std::string& key, bool value);
+  void set_u32(const std::string& key, uint32_t value);
+  void set_i32(const std::string& key, int32_t value);
+  void set_u64(const std::string& key, uint64_t value);
+  void set_i64(const std::string& key, int64_t value);
+  void set_f32(const std::string& key, float value);
+  void set_f64(const std::string& key, double value);
+  /// Arrays (random-number state is stored as UINT64 arrays).
+  void set_u64_array(const std::string& key, std::span<const uint64_t> values);
+  void set_i64_array(const std::string& key, std::span<const int64_t> values);
+  void set_f64_array(const std::string& key, std::span<const double> values);
+  void set_string_array(const std::string& key, const std::vector<std::string>& values);
+  /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
+  /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
+  /// int32 one as I32, an int64 one as I64. Throws ValueError for a name
+  /// longer than GGUF's 64 bytes, an empty name, or a name given twice;
+  /// TypeError for a dtype that cannot be stored as `type`; ShapeError for
+  /// a tensor of more than 4 dimensions (GGUF's limit) or no elements.
+  void add_tensor(const std::string& name, const Tensor& tensor, TensorType type = TensorType::F32);
+  /// The whole file in memory (tests, the fuzzing corpus).
+  std::vector<uint8_t> to_bytes() const;
+  /// Writes the file crash-safely: to a temporary file in the same folder,
+  /// flushed and fsynced, then renamed over `path` (and the folder fsynced),
+  /// so `path` always holds either its old contents or the complete new
+  /// file. Throws IOError naming the path and the system's reason; the
+  /// temporary file is removed on any error.
+  WriteStats write(const std::string& path) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// A GGUF file opened for reading: the file is memory-mapped, and the
+/// header, metadata and tensor table are parsed and checked at open; tensor
+/// data is read only when asked for. Every count, string length, offset and
+/// size is checked against the file's length before use, and absurd
+/// dimensions or element counts are refused before anything is allocated.
+/// Move-only; the mapping lives as long as the object.
+class GGUFFile {
+ public:
+  /// Opens and checks `path`. Throws IOError for a missing or unreadable
+  /// file, FormatError for anything malformed: the message names what is
+  /// wrong and where (byte offset, key, tensor name).
+  static GGUFFile open(const std::string& path);
+  /// The same checks over bytes in memory (copied), for tests and fuzzing.
+  static GGUFFile parse(std::span<const uint8_t> bytes);
+  GGUFFile(GGUFFile&&) noexcept;
+  GGUFFile& operator=(GGUFFile&&) noexcept;
+  ~GGUFFile();
+
+  uint32_t version() const;
+  uint32_t alignment() const;
+  /// The file's path ("<memory>" for parse()).
+  const std::string& path() const;
+  /// Every key/value pair, in file order.
+  const std::vector<MetadataEntry>& metadata() const;
+  /// The value of `key`, or null.
+  const MetadataValue* find(const std::string& key) const;
+  /// Typed access; each throws FormatError naming the key (and the file)
+  /// when it is missing or of another type.
+  std::string get_string(const std::string& key) const;
+  uint32_t get_u32(const std::string& key) const;
+  uint64_t get_u64(const std::string& key) const;
+  int64_t get_i64(const std::string& key) const;
+  double get_f64(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::vector<uint64_t> get_u64_array(const std::string& key) const;
+  std::vector<int64_t> get_i64_array(const std::string& key) const;
+  std::vector<double> get_f64_array(const std::string& key) const;
+  std::vector<std::string> get_string_array(const std::string& key) const;
+
+  /// The tensor table, in file order.
+  const std::vector<TensorInfo>& tensors() const;
+  /// The tensor named `name`, or null.
+  const TensorInfo* find_tensor(const std::string& name) const;
+  /// A new tensor holding the tensor's values: float32 for F32, F16 and BF16
+  /// (converted), int32 for I32, int64 for I64. Throws ValueError for a name
+  /// not in the file.
+  Tensor read(const std::string& name) const;
+  /// The same into `out`, which must have the tensor's shape (ShapeError
+  /// naming both) and its dtype (TypeError): loading weights in place.
+  void read_into(const std::string& name, Tensor& out) const;
+  /// The tensor's raw bytes in the file (valid while this object lives).
+  std::span<const uint8_t> data(const std::string& name) const;
+
+ private:
+  struct Impl;
+  explicit GGUFFile(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
+uint16_t float_to_f16(float value);
+float f16_to_float(uint16_t value);
+uint16_t float_to_bf16(float value);
+float bf16_to_float(uint16_t value);
+
+}  // namespace tensorgrad::io
