@@ -25,7 +25,7 @@
 //   "taking and releasing a snapshot leaves the trainer's weights alone"
 //                                                          -> SnapshotAndReleaseLeaveTheTrainersWeightsAlone
 //   "a trainer on a loaded model predicts from the trained weights"
-//                                                          -> OnALoadedModel (skipped: no save/load yet)
+//                                                          -> OnALoadedModel
 // The seed's sequential tests (4-8-2 softmax, categorical cross-entropy) keep
 // their model (build_model).
 #include <gtest/gtest.h>
@@ -41,6 +41,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "tensorgrad/tensorgrad.h"
 
@@ -768,10 +769,48 @@ TEST(Trainer, SnapshotAndReleaseLeaveTheTrainersWeightsAlone) {
   EXPECT_TRUE(std::isfinite(tr.step(x, b16(d.y, 0))));
 }
 
-// The seed's "a trainer on a loaded model predicts from the trained weights"
-// needs model saving and loading (io layer), which does not exist yet. It is
-// left out until then rather than faked.
-TEST(Trainer, OnALoadedModel) { GTEST_SKIP() << "needs model save/load (io), which does not exist yet"; }
+// The seed's "a trainer on a loaded model predicts from the trained weights",
+// every path out of the trainer included (predict, snapshot, model(), and a
+// second save and load).
+TEST(Trainer, OnALoadedModel) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  const Data d = make_regression();
+  const Tensor x = b16(d.x, 0);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("tg_loaded_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string f0 = (dir / "m0.gguf").string(), f1 = (dir / "m1.gguf").string();
+
+  nn::Model m0 = build_regression();
+  {
+    Trainer tr0(m0, batch(16));
+    for (int i = 0; i < 3; ++i) tr0.step(b16(d.x, i), b16(d.y, i));
+    io::save_model(tr0.model(), f0);
+  }
+  nn::Model loaded = io::load_model(f0);
+  const Tensor p_saved = loaded.predict(x, 16);
+
+  Trainer tr(loaded, batch(16));
+  EXPECT_EQ(flat(tr.predict(x)), flat(p_saved));  // starts from the loaded weights
+  for (int i = 0; i < 5; ++i) tr.step(b16(d.x, i), b16(d.y, i));
+  const Tensor p_live = tr.predict(x);
+  // Predictions that differ after training mean the steps were seen.
+  EXPECT_NE(flat(p_live), flat(p_saved));
+
+  // All three paths out of the trainer agree with the live weights.
+  nn::Model target = tr.snapshot();
+  EXPECT_EQ(flat(target.predict(x, 16)), flat(p_live));
+  target.free();
+  nn::Model trained = tr.model();
+  EXPECT_EQ(flat(trained.predict(x, 16)), flat(p_live));
+
+  // Saved and loaded again, it is the trained net that comes back.
+  io::save_model(trained, f1);
+  nn::Model reloaded = io::load_model(f1);
+  EXPECT_EQ(flat(reloaded.predict(x, 16)), flat(p_live));
+  std::filesystem::remove_all(dir);
+}
 
 // ---- what the issue adds ------------------------------------------------------
 

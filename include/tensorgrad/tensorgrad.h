@@ -10,6 +10,8 @@
 #include "tensorgrad/core/threads.h"
 #include "tensorgrad/data/idx.h"
 #include "tensorgrad/graph/graph.h"
+#include "tensorgrad/io/gguf.h"
+#include "tensorgrad/io/saving.h"
 #include "tensorgrad/nn/callback.h"
 #include "tensorgrad/nn/callbacks.h"
 #include "tensorgrad/nn/conv.h"

@@ -184,4 +184,31 @@ Value GlobalPooling2D::call(Builder& b, Value x, const CallOptions&) {
   return b.reshape(y, Shape{s[0], s[3]});
 }
 
+LayerConfig Conv2D::config() const {
+  LayerConfig c(type());
+  c.set("filters", filters_)
+      .set("kernel_size", std::vector<int64_t>{kernel_size_[0], kernel_size_[1]})
+      .set("strides", std::vector<int64_t>{strides_[0], strides_[1]})
+      .set("padding", std::string(padding_ == Padding::Same ? "same" : "valid"))
+      .set("dilation_rate", std::vector<int64_t>{dilation_[0], dilation_[1]})
+      .set("activation", std::string(activation_name(activation_)))
+      .set("use_bias", use_bias_);
+  return c;
+}
+
+LayerConfig Conv1D::config() const {
+  // Keras' Conv1D arguments: the second of each 1 x k pair.
+  LayerConfig c = Conv2D::config();
+  c.set("kernel_size", kernel_size_[1]).set("strides", strides_[1]).set("dilation_rate", dilation_[1]);
+  return c;
+}
+
+LayerConfig Pooling2D::config() const {
+  LayerConfig c(type());
+  c.set("pool_size", std::vector<int64_t>{pool_size_[0], pool_size_[1]})
+      .set("strides", std::vector<int64_t>{strides_[0], strides_[1]})
+      .set("padding", std::string(padding_ == Padding::Same ? "same" : "valid"));
+  return c;
+}
+
 }  // namespace tensorgrad::nn

@@ -131,15 +131,30 @@ Value ActivationLayer::call(Builder& b, Value x, const CallOptions&) {
   return apply_activation(b, activation_, x);
 }
 
-Dropout::Dropout(float rate) : Layer("dropout"), rate_(rate) {
+Dropout::Dropout(float rate, std::optional<uint64_t> seed) : Layer("dropout"), rate_(rate) {
   if (!(rate >= 0.0f && rate < 1.0f))
     throw ValueError("Dropout: rate must be in [0, 1); got " + std::to_string(rate));
-  seed_ = global_generator()();
+  seed_ = seed ? *seed : global_generator()();
 }
 
 Value Dropout::call(Builder& b, Value x, const CallOptions& options) {
   if (!options.training || rate_ == 0.0f) return x;
   return b.dropout(x, rate_, seed_);
+}
+
+LayerConfig Dense::config() const {
+  LayerConfig c(type());
+  c.set("units", units_).set("activation", std::string(activation_name(activation_))).set("use_bias", use_bias_);
+  return c;
+}
+
+LayerConfig ActivationLayer::config() const {
+  return LayerConfig(type()).set("activation", std::string(activation_name(activation_)));
+}
+
+LayerConfig Dropout::config() const {
+  // The seed makes a loaded model's masks those of the saved one.
+  return LayerConfig(type()).set("rate", double(rate_)).set("seed", int64_t(seed_));
 }
 
 }  // namespace tensorgrad::nn

@@ -158,4 +158,8 @@ Value Reshape::call(Builder& b, Value x, const CallOptions&) {
   return b.reshape(x, resolved_.with_batch(b.shape(x)[0]));
 }
 
+LayerConfig Concatenate::config() const { return LayerConfig(type()).set("axis", int64_t(axis_)); }
+
+LayerConfig Reshape::config() const { return LayerConfig(type()).set("target_shape", target_); }
+
 }  // namespace tensorgrad::nn

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "nn/functional.h"
+#include "nn/loading.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
@@ -285,8 +286,11 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   for_each_layer(*graph_, [&](Layer& l) { trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
   // The model's own random stream, drawn once from the global seed: shuffles
   // and dropout masks no longer depend on what else uses the global generator.
-  rng_.seed(global_generator()());
-  opt_state_->rng_counter = rng_();
+  // (Loading restores both from the file, drawing nothing.)
+  if (!detail::LoadingScope::active()) {
+    rng_.seed(global_generator()());
+    opt_state_->rng_counter = rng_();
+  }
   retire_contexts("compile() was called again");
   compiled_ = true;
 }

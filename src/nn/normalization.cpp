@@ -82,4 +82,12 @@ std::vector<Weight> LayerNormalization::weights() const {
   return {{name() + "/gamma", gamma_, trainable}, {name() + "/beta", beta_, trainable}};
 }
 
+LayerConfig BatchNormalization::config() const {
+  LayerConfig c(type());
+  c.set("momentum", double(momentum_)).set("epsilon", double(epsilon_)).set("freeze_stats", freeze_stats);
+  return c;
+}
+
+LayerConfig LayerNormalization::config() const { return LayerConfig(type()).set("epsilon", double(epsilon_)); }
+
 }  // namespace tensorgrad::nn

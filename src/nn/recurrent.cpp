@@ -171,4 +171,12 @@ Value GRU::call(Builder& b, Value x, const CallOptions&) {
   return output(b, std::move(states));
 }
 
+LayerConfig Embedding::config() const {
+  return LayerConfig(type()).set("input_dim", input_dim_).set("output_dim", output_dim_);
+}
+
+LayerConfig RecurrentLayer::config() const {
+  return LayerConfig(type()).set("units", units_).set("return_sequences", return_sequences_);
+}
+
 }  // namespace tensorgrad::nn

@@ -21,6 +21,7 @@ Padding padding_from_name(const std::string& name);
 /// batch-reduce GEMMs over each output row, no patch matrix for the batch).
 class Conv2D : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError for filters < 1, a non-positive size, stride or
   /// dilation, strides > 1 combined with dilation > 1 (as Keras), an
   /// unknown padding or activation.
@@ -61,6 +62,7 @@ class Conv2D : public Layer {
 /// with a 1 x k window.
 class Conv1D : public Conv2D {
  public:
+  LayerConfig config() const override;
   /// Throws as Conv2D.
   Conv1D(int64_t filters, int64_t kernel_size, int64_t strides = 1, const std::string& padding = "valid",
          int64_t dilation_rate = 1, const std::string& activation = "linear", bool use_bias = true);
@@ -77,6 +79,7 @@ class Conv1D : public Conv2D {
 /// PyTorch); average pooling leaves padding out of the count (as Keras).
 class Pooling2D : public Layer {
  public:
+  LayerConfig config() const override;
   const char* type() const override { return is_max_ ? "MaxPooling2D" : "AveragePooling2D"; }
   /// Throws ShapeError unless the input is {H, W, C} or when the window is
   /// larger than the padded input.

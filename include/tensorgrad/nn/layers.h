@@ -3,9 +3,13 @@
 // input shape (which creates its weights, drawn from the global seed) and then
 // called into any Builder: the training graph, the prediction graph, or the
 // eager API (planned), all sharing the same weight tensors.
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "tensorgrad/core/tensor.h"
@@ -94,6 +98,35 @@ const char* activation_name(Activation a);
 /// Applies `a` to x (softmax along the last axis).
 Value apply_activation(Builder& b, Activation a, Value x);
 
+/// A layer's configuration (Keras' get_config): the arguments that rebuild
+/// it, by Keras' argument names ("units", "activation", "kernel_size", ...).
+/// io::save_model stores it (with the layer's type, name and trainable flag)
+/// and io::load_model hands it to the type's factory (register_layer).
+class LayerConfig {
+ public:
+  using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
+  LayerConfig() = default;
+  /// `type` names the layer type in error messages.
+  explicit LayerConfig(std::string type) : type_(std::move(type)) {}
+  /// Sets `key` (replacing an earlier value).
+  LayerConfig& set(const std::string& key, Value value);
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  /// Typed access; each throws ValueError naming the layer type, the key and
+  /// what it holds when the key is missing or of another kind. get_double
+  /// also reads an integer; get_int refuses a fractional double.
+  bool get_bool(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+  std::vector<int64_t> get_ints(const std::string& key) const;
+  const std::map<std::string, Value>& values() const { return values_; }
+  const std::string& type() const { return type_; }
+
+ private:
+  std::string type_;
+  std::map<std::string, Value> values_;
+};
+
 /// Resets the automatic layer names, so the next Dense is "dense" again (as
 /// keras.backend.clear_session()).
 void clear_session();
@@ -151,6 +184,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// An independent copy: same configuration and name, its own copy of the
   /// weights (Trainer, snapshots).
   virtual std::shared_ptr<Layer> clone() const = 0;
+  /// The arguments that rebuild this layer (Keras' get_config), without its
+  /// name and trainable flag (the saver stores those). The default is empty:
+  /// right for a user's layer whose constructor takes no arguments; a user's
+  /// layer with arguments overrides it, and its factory (register_layer)
+  /// reads them back.
+  virtual LayerConfig config() const { return LayerConfig(type()); }
   /// Frozen layers (false) are neither updated nor decayed. Like Keras, a
   /// change takes effect at the next compile().
   bool trainable = true;
@@ -184,6 +223,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
 /// x: {batch, in}; kernel W: {in, units} Glorot uniform; bias b: {units} zeros.
 class Dense : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError when units < 1 or the activation is unknown.
   explicit Dense(int64_t units, const std::string& activation = "linear", bool use_bias = true);
   const char* type() const override { return "Dense"; }
@@ -217,6 +257,7 @@ class Flatten : public Layer {
 /// An activation as a layer (keras.layers.Activation).
 class ActivationLayer : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError for an unknown name (see activation_from_name).
   explicit ActivationLayer(const std::string& activation);
   const char* type() const override { return "Activation"; }
@@ -236,8 +277,11 @@ class ActivationLayer : public Layer {
 /// global seed when the layer is made.
 class Dropout : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError unless 0 <= rate < 1.
-  explicit Dropout(float rate);
+  /// `seed` fixes the mask stream (Keras' seed argument); without one it
+  /// is drawn from the global generator when the layer is made.
+  explicit Dropout(float rate, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "Dropout"; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
@@ -249,6 +293,20 @@ class Dropout : public Layer {
   float rate_;
   uint64_t seed_;
 };
+
+/// Builds a layer of one type from its configuration (io::load_model).
+using LayerFactory = std::function<std::shared_ptr<Layer>(const LayerConfig& config)>;
+/// Registers the factory of a user's layer type (Keras'
+/// register_keras_serializable), so io::load_model can rebuild it: `type` is
+/// what the layer's type() returns. Registering a type again replaces its
+/// factory. Throws ValueError for an empty type or factory, or a built-in
+/// type's name ("Dense", ...).
+void register_layer(const std::string& type, LayerFactory factory);
+/// A new layer of `type` from `config` (not built; name and trainable left
+/// to the caller): the built-in layers and every registered type. Throws
+/// ValueError naming an unknown type (and saying to call register_layer), and
+/// what the factory throws for a bad configuration.
+std::shared_ptr<Layer> layer_from_config(const std::string& type, const LayerConfig& config);
 
 /// One call of a layer in a functional graph (Keras' Node): the layer, the
 /// symbolic tensors it was called on, and its output's shape and dtype. An

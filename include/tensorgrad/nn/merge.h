@@ -105,6 +105,7 @@ class Minimum : public Merge {
 /// the shapes otherwise).
 class Concatenate : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError for axis 0 (the batch).
   explicit Concatenate(int axis = -1);
   const char* type() const override { return "Concatenate"; }
@@ -127,6 +128,7 @@ class Concatenate : public Layer {
 /// from the element count. A view, no copy.
 class Reshape : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError for an empty shape, more than one -1, or another
   /// non-positive size.
   explicit Reshape(std::vector<int64_t> target_shape);

@@ -19,6 +19,10 @@
 #include "tensorgrad/nn/layers.h"
 #include "tensorgrad/opt/optimizer.h"
 
+namespace tensorgrad::io::detail {
+struct Access;
+}
+
 namespace tensorgrad::nn {
 
 /// Options of Model::fit, Keras' arguments by Keras' names.
@@ -424,6 +428,7 @@ class Model {
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
                                             std::span<const double> metric_sums, int64_t rows) const;
   friend class EpochLogs;
+  friend struct io::detail::Access;  // saving and loading the training state
 
   std::string name_;
   bool compiled_ = false;

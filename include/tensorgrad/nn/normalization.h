@@ -17,6 +17,7 @@ namespace tensorgrad::nn {
 /// moving_variance (ones), each {channels}.
 class BatchNormalization : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError unless 0 <= momentum < 1 and epsilon > 0.
   explicit BatchNormalization(float momentum = 0.99f, float epsilon = 1e-3f);
   const char* type() const override { return "BatchNormalization"; }
@@ -38,6 +39,7 @@ class BatchNormalization : public Layer {
 /// beta (zeros), both {features}.
 class LayerNormalization : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError unless epsilon > 0.
   explicit LayerNormalization(float epsilon = 1e-3f);
   const char* type() const override { return "LayerNormalization"; }

@@ -14,6 +14,7 @@ namespace tensorgrad::nn {
 /// [0, input_dim) IndexError, both naming the id and the vocabulary size.
 class Embedding : public Layer {
  public:
+  LayerConfig config() const override;
   /// Throws ValueError for input_dim or output_dim < 1.
   Embedding(int64_t input_dim, int64_t output_dim);
   const char* type() const override { return "Embedding"; }
@@ -36,6 +37,7 @@ class Embedding : public Layer {
 /// {units, gates*units} (orthogonal) and bias (zeros). Initial states are zeros.
 class RecurrentLayer : public Layer {
  public:
+  LayerConfig config() const override;
   std::vector<Weight> weights() const override;
   std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
   /// Throws ShapeError unless the input is {steps, features}.

@@ -48,6 +48,7 @@ class Sequential : public Model {
   const char* type() const override { return "Sequential"; }
 
  private:
+  friend struct io::detail::Access;  // load_sequential
   explicit Sequential(Model&& copy);  // a clone's graph, a chain of calls
   SymbolicTensor input_, output_;
   std::vector<std::shared_ptr<Layer>> layers_;

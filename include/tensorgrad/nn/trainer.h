@@ -107,6 +107,7 @@ class Trainer {
   bool freed() const { return freed_; }
 
  private:
+  friend struct io::detail::Access;  // checkpoints
   void check_live(const char* call) const;
   void check_weights_allowed(const Tensor& sample_weight) const;
   Model model_;

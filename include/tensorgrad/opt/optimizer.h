@@ -18,6 +18,10 @@
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/schedules.h"
 
+namespace tensorgrad::io::detail {
+struct Access;
+}
+
 namespace tensorgrad {
 
 /// Losses by their Keras names; Custom is a user's LossFunction.
@@ -484,6 +488,7 @@ class OptimizerContext {
   const std::vector<std::pair<std::string, MetricKind>>& metrics(size_t output) const;
 
  private:
+  friend struct io::detail::Access;  // checkpoints restore n_steps
   struct Head;
   StepResult run(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
                  std::span<const Tensor> w, bool train);

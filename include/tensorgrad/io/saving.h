@@ -1,0 +1,89 @@
+#pragma once
+// Saving and loading models, weights and training checkpoints as GGUF files
+// (DESIGN.md, io layer; Keras' model.save / keras.saving.load_model,
+// save_weights / load_weights, and exact resume of a Trainer).
+//
+// Every file carries general.architecture = "tensorgrad",
+// tensorgrad.file_kind ("model", "weights", "checkpoint" or "state_dict") and
+// tensorgrad.format_version (1). Weights are stored under their Keras names
+// ("dense/kernel"); optimizer state under "optimizer/<weight>/<slot>" (slots
+// m, v, momentum, acc) with "optimizer/iterations" (I64) and
+// "optimizer/hyper". Every write is crash-safe (io::GGUFWriter::write): the
+// target holds either its old contents or the whole new file.
+#include <string>
+#include <vector>
+
+#include "tensorgrad/io/gguf.h"
+#include "tensorgrad/nn/model.h"
+#include "tensorgrad/nn/sequential.h"
+#include "tensorgrad/nn/trainer.h"
+
+namespace tensorgrad::io {
+
+/// Saves the whole model (Keras' model.save): the architecture (every
+/// layer's type, name, trainable flag and Layer::config(), the calls between
+/// them, inputs and outputs), the compile settings when compiled (optimizer
+/// with its schedule, losses by name, loss weights, metrics), every weight
+/// (batch-norm moving statistics included) and, with include_optimizer, the
+/// optimizer state: moments, step counter, learning rate, the model's random
+/// stream and dropout counter, so the loaded model trains on where it
+/// stopped (Keras' include_optimizer). `weight_type` F16 or BF16 halves the
+/// file (weights rounded to nearest even; loading converts back to float32);
+/// optimizer state is always F32. Throws StateError for a freed model;
+/// ValueError for a weight or state name longer than GGUF's limit (naming
+/// it), or a weight_type other than F32, F16 or BF16; IOError when the file
+/// cannot be written (what was at `path` is kept).
+void save_model(const nn::Model& model, const std::string& path, bool include_optimizer = true,
+                TensorType weight_type = TensorType::F32);
+
+/// Rebuilds a model saved by save_model with no user code for built-in
+/// layers (a user's layer type needs nn::register_layer first), compiled as
+/// it was saved, with its weights and (if saved) optimizer state. A custom
+/// loss is found by the name it was registered under (register_loss); an
+/// unregistered one loads the model uncompiled, with a warning naming it.
+/// Draws nothing from any random stream. A Sequential comes back as a Model
+/// with the same graph (load_sequential keeps the class). Throws IOError for
+/// a missing or unreadable file; FormatError for a malformed one or a file of
+/// another kind ("weights", "checkpoint"); ValueError for an unknown layer
+/// type (naming it).
+nn::Model load_model(const std::string& path);
+/// The same for a file saved from a Sequential, returned as one; throws
+/// ValueError when the file holds a functional model.
+nn::Sequential load_sequential(const std::string& path);
+
+/// Registers a custom loss under `name` (the name it was compiled with:
+/// Loss(name, function)), so load_model can compile a model that uses it.
+/// Throws ValueError for an empty name or function, or a built-in loss name.
+void register_loss(const std::string& name, LossFunction function);
+
+/// Saves only the weights by name (Keras' save_weights): every weight of
+/// the model, batch-norm statistics included; `weight_type` as save_model.
+void save_weights(const nn::Model& model, const std::string& path, TensorType weight_type = TensorType::F32);
+/// Loads weights by name into `model` (Keras' load_weights; the seed
+/// ag_save.R's checks). Every name of the model must be in the file with the
+/// same shape, and every name in the file in the model; otherwise nothing is
+/// changed and ValueError lists the names missing in the file, the names not
+/// in the model, and each shape mismatch as "name: model {a, b} vs file {c,
+/// d}". With skip_mismatch (Keras' argument), the weights that match are
+/// loaded and the rest are left as they are, with a warning listing them.
+/// Reads a "model" or "checkpoint" file's weights too. Throws IOError and
+/// FormatError as load_model, StateError for a freed model.
+void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch = false);
+
+/// Saves everything a Trainer needs to continue exactly (DESIGN.md, "One
+/// training state per model"): weights, optimizer state by weight name
+/// (moments, 64-bit step counter, learning rate, gradient accumulators of an
+/// unfinished accumulation window with its micro-step count), the model's
+/// random stream and dropout counter, and the trainer's step counter. At the
+/// same thread count, N steps, save, load (in another process too), M steps
+/// give bit for bit what N + M steps give. Throws StateError for a freed
+/// trainer, IOError when the file cannot be written.
+void save_checkpoint(const nn::Trainer& trainer, const std::string& path);
+/// Restores a checkpoint into a trainer made from a model of the same
+/// architecture and optimizer. Throws ValueError listing missing, unexpected
+/// and mismatched weights (as load_weights), or naming the optimizer of the
+/// file and of the trainer when they differ; FormatError for a file that is
+/// not a checkpoint; IOError as load_model. Nothing changes on error.
+void load_checkpoint(nn::Trainer& trainer, const std::string& path);
+
+}  // namespace tensorgrad::io

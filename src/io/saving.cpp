@@ -1,0 +1,332 @@
+// Models, weights and checkpoints in GGUF files (io/saving.h).
+#include "tensorgrad/io/saving.h"
+
+#include <set>
+#include <sstream>
+
+#include "io/access.h"
+#include "io/model_config.h"
+#include "io/training_state.h"
+#include "nn/loading.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/logging.h"
+
+namespace tensorgrad::io {
+
+using detail::Access;
+
+namespace detail {
+
+namespace {
+constexpr uint32_t kFormatVersion = 1;
+constexpr const char* kSlotNames[] = {"m", "v", "momentum", "acc"};
+
+Tensor* slot_tensor(OptimizerState::Slots& s, int k) {
+  Tensor* const slots[] = {&s.m, &s.v, &s.momentum, &s.acc};  // in kSlotNames' order
+  return slots[k];
+}
+
+std::string slot_key(const std::string& weight, int k) { return "optimizer/" + weight + "/" + kSlotNames[k]; }
+
+bool is_optimizer_tensor(const std::string& name) { return name.rfind("optimizer/", 0) == 0; }
+}  // namespace
+
+void write_header(GGUFWriter& w, const char* kind) {
+  w.set_string("general.architecture", "tensorgrad");
+  w.set_string("tensorgrad.file_kind", kind);
+  w.set_u32("tensorgrad.format_version", kFormatVersion);
+}
+
+std::string check_header(const GGUFFile& f, std::initializer_list<const char*> kinds, const char* call) {
+  const MetadataValue* arch = f.find("general.architecture");
+  if (!arch || arch->type != ValueType::String || arch->strings.empty() || arch->strings[0] != "tensorgrad")
+    throw FormatError(f.path() + " is not a tensorgrad file: general.architecture is " +
+                      (arch && arch->type == ValueType::String && !arch->strings.empty()
+                           ? "'" + arch->strings[0] + "'"
+                           : std::string("missing")) +
+                      ", expected 'tensorgrad'; " + call + " reads files written by tensorgrad's io::save_*");
+  const uint32_t version = f.get_u32("tensorgrad.format_version");
+  if (version > kFormatVersion || version == 0)
+    throw FormatError(f.path() + ": unsupported version " + std::to_string(version) +
+                      " of tensorgrad's file format (this build reads version " + std::to_string(kFormatVersion) +
+                      "); update tensorgrad to read it");
+  const std::string kind = f.get_string("tensorgrad.file_kind");
+  std::string accepted;
+  for (const char* k : kinds) {
+    if (kind == k) return kind;
+    accepted += std::string(accepted.empty() ? "" : " or ") + "'" + k + "'";
+  }
+  throw FormatError(f.path() + " holds a '" + kind + "' file; " + call + " reads " + accepted + " files");
+}
+
+void add_weights(GGUFWriter& w, const nn::Model& model, TensorType type) {
+  if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16)
+    throw ValueError(std::string("weights are stored as F32, F16 or BF16; got ") + tensor_type_name(type));
+  for (const nn::Weight& weight : model.weights()) w.add_tensor(weight.name, weight.value, type);
+}
+
+WeightMatch match_weights(const GGUFFile& f, const std::vector<nn::Weight>& weights) {
+  WeightMatch m;
+  std::set<std::string> in_model;
+  for (const nn::Weight& w : weights) {
+    in_model.insert(w.name);
+    const TensorInfo* t = f.find_tensor(w.name);
+    if (!t) {
+      m.missing_in_file.push_back(w.name);
+    } else if (t->shape != w.value.shape()) {
+      m.shape_mismatches.push_back(w.name + ": model " + w.value.shape().str() + " vs file " + t->shape.str());
+    } else {
+      m.matched.emplace_back(w, t);
+    }
+  }
+  for (const TensorInfo& t : f.tensors())
+    if (!is_optimizer_tensor(t.name) && !in_model.count(t.name)) m.not_in_model.push_back(t.name);
+  return m;
+}
+
+std::string WeightMatch::describe() const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  std::string s;
+  if (!missing_in_file.empty()) s += "\n  missing in the file: " + list(missing_in_file);
+  if (!not_in_model.empty()) s += "\n  not in the model: " + list(not_in_model);
+  if (!shape_mismatches.empty()) s += "\n  shape mismatches: " + list(shape_mismatches);
+  return s;
+}
+
+void check_weights_match(const GGUFFile& f, const WeightMatch& m, const char* call) {
+  if (m.complete()) return;
+  throw ValueError(std::string(call) + ": the weights in " + f.path() + " do not match the model's (nothing was " +
+                   "loaded):" + m.describe() + "\nLoad into a model of the same architecture, or pass skip_mismatch");
+}
+
+void read_matched(const GGUFFile& f, const WeightMatch& m) {
+  for (const auto& [w, t] : m.matched) {
+    Tensor out = w.value;
+    f.read_into(t->name, out);
+  }
+}
+
+std::vector<uint64_t> stream_state(const std::mt19937_64& rng) {
+  std::ostringstream os;
+  os << rng;
+  std::istringstream is(os.str());
+  std::vector<uint64_t> words;
+  uint64_t x;
+  while (is >> x) words.push_back(x);
+  return words;
+}
+
+void set_stream_state(std::mt19937_64& rng, const std::vector<uint64_t>& words, const std::string& path) {
+  std::ostringstream os;
+  for (size_t i = 0; i < words.size(); ++i) os << (i ? " " : "") << words[i];
+  std::istringstream is(os.str());
+  std::mt19937_64 restored;
+  is >> restored;
+  if (is.fail() || words.size() != stream_state(restored).size())
+    throw FormatError(path + ": tensorgrad.random_stream holds " + std::to_string(words.size()) +
+                      " words, not the state of a 64-bit Mersenne twister (313 words)");
+  rng = restored;
+}
+
+void add_optimizer_state(GGUFWriter& w, const nn::Model& model) {
+  const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
+  w.set_u64_array("tensorgrad.random_stream", stream_state(Access::random_stream(model)));
+  if (!state) return;
+  w.set_u64("tensorgrad.optimizer.rng_counter", state->rng_counter);
+  w.set_i64("tensorgrad.optimizer.micro_step", state->micro_step);
+  w.add_tensor("optimizer/hyper", state->hyper, TensorType::F32);
+  w.add_tensor("optimizer/iterations", state->step, TensorType::I64);
+  for (const nn::Weight& weight : model.weights()) {
+    auto it = state->slots.find(weight.value.raw());
+    if (it == state->slots.end()) continue;
+    for (int k = 0; k < 4; ++k) {
+      const Tensor* t = slot_tensor(it->second, k);
+      if (t->defined()) w.add_tensor(slot_key(weight.name, k), *t, TensorType::F32);
+    }
+  }
+}
+
+bool has_optimizer_state(const GGUFFile& f) { return f.find_tensor("optimizer/iterations") != nullptr; }
+
+void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulation_period) {
+  const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
+  if (!state) throw StateError("the model is not compiled: its optimizer state cannot be restored");
+  // Every check before anything changes.
+  auto expect = [&](const std::string& name, const Tensor& like) {
+    const TensorInfo* t = f.find_tensor(name);
+    if (!t) throw FormatError(f.path() + ": the optimizer state has no tensor '" + name + "'");
+    if (t->shape != like.shape())
+      throw ValueError(f.path() + ": optimizer tensor '" + name + "' is " + t->shape.str() + ", the model's is " +
+                       like.shape().str() + "; the file was saved from another optimizer or model");
+  };
+  expect("optimizer/hyper", state->hyper);
+  expect("optimizer/iterations", state->step);
+  const int64_t micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
+  if (micro_step < 0 || micro_step >= accumulation_period)
+    throw ValueError(f.path() + ": the checkpoint stopped " + std::to_string(micro_step) +
+                     " micro-steps into an accumulation period, but this model's period is " +
+                     std::to_string(accumulation_period) + " batches; resume with the same nbatch_logical");
+  const std::vector<nn::Weight> weights = model.weights();
+  for (const nn::Weight& weight : weights)
+    for (int k = 0; k < 4; ++k)
+      if (f.find_tensor(slot_key(weight.name, k))) expect(slot_key(weight.name, k), weight.value);
+  const std::vector<uint64_t> words = f.get_u64_array("tensorgrad.random_stream");
+  std::mt19937_64 rng;
+  set_stream_state(rng, words, f.path());
+  const uint64_t rng_counter = f.get_u64("tensorgrad.optimizer.rng_counter");
+
+  f.read_into("optimizer/hyper", state->hyper);
+  f.read_into("optimizer/iterations", state->step);
+  const OptimizerSpec& spec = model.optimizer();
+  for (const nn::Weight& weight : weights) {
+    if (!weight.trainable) continue;
+    OptimizerState::Slots* slots = nullptr;
+    if (auto it = state->slots.find(weight.value.raw()); it != state->slots.end()) slots = &it->second;
+    for (int k = 0; k < 4; ++k) {
+      const std::string key = slot_key(weight.name, k);
+      if (f.find_tensor(key)) {
+        if (!slots) slots = &state->slots[weight.value.raw()];
+        Tensor* t = slot_tensor(*slots, k);
+        if (!t->defined()) *t = Tensor::zeros(weight.value.shape());
+        f.read_into(key, *t);
+      } else if (slots && slot_tensor(*slots, k)->defined()) {
+        // Saved before this slot had a value: its starting value.
+        const bool adagrad_sum = k == 1 && spec.kind == OptimizerSpec::Kind::Adagrad;
+        slot_tensor(*slots, k)->fill(adagrad_sum ? spec.initial_accumulator_value : 0.0f);
+      }
+    }
+  }
+  state->micro_step = micro_step;
+  state->rng_counter = rng_counter;
+  Access::random_stream(model) = rng;
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_model_live(const nn::Model& model, const char* call) {
+  if (model.released())
+    throw StateError(std::string(call) + ": the model was released by free(); save it before freeing it");
+}
+
+nn::Model load_any(const std::string& path, std::string* class_name) {
+  const GGUFFile f = GGUFFile::open(path);
+  detail::check_header(f, {"model", "checkpoint"}, "load_model");
+  const nlohmann::json arch = [&] {
+    try {
+      return nlohmann::json::parse(f.get_string("tensorgrad.model_config"));
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(path + ": tensorgrad.model_config is not valid JSON: " + e.what());
+    }
+  }();
+  nn::detail::LoadingScope loading;  // weights and streams come from the file: draw nothing
+  nn::Model model = detail::model_from_architecture(arch);
+  if (class_name) *class_name = arch.value("class_name", "");
+  const MetadataValue* compile = f.find("tensorgrad.compile_config");
+  bool compiled = false;
+  if (compile) {
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(f.get_string("tensorgrad.compile_config"));
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(path + ": tensorgrad.compile_config is not valid JSON: " + e.what());
+    }
+    compiled = !config.is_null() && detail::compile_from_json(model, config);
+  }
+  const detail::WeightMatch m = detail::match_weights(f, model.weights());
+  detail::check_weights_match(f, m, "load_model");
+  detail::read_matched(f, m);
+  if (compiled && detail::has_optimizer_state(f)) detail::read_optimizer_state(f, model, INT64_MAX);
+  return model;
+}
+
+}  // namespace
+
+void save_model(const nn::Model& model, const std::string& path, bool include_optimizer, TensorType weight_type) {
+  check_model_live(model, "save_model");
+  GGUFWriter w;
+  detail::write_header(w, "model");
+  w.set_string("tensorgrad.model_config", detail::architecture_json(model).dump());
+  if (model.compiled()) w.set_string("tensorgrad.compile_config", detail::compile_json(model).dump());
+  detail::add_weights(w, model, weight_type);
+  if (include_optimizer && model.compiled()) detail::add_optimizer_state(w, model);
+  w.write(path);
+}
+
+nn::Model load_model(const std::string& path) { return load_any(path, nullptr); }
+
+nn::Sequential load_sequential(const std::string& path) {
+  std::string class_name;
+  nn::Model model = load_any(path, &class_name);
+  if (class_name != "Sequential")
+    throw ValueError("load_sequential: " + path + " holds a " + class_name +
+                     " model, not a Sequential; load it with io::load_model");
+  return Access::sequential(std::move(model));
+}
+
+void save_weights(const nn::Model& model, const std::string& path, TensorType weight_type) {
+  check_model_live(model, "save_weights");
+  GGUFWriter w;
+  detail::write_header(w, "weights");
+  detail::add_weights(w, model, weight_type);
+  w.write(path);
+}
+
+void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch) {
+  check_model_live(model, "load_weights");
+  const GGUFFile f = GGUFFile::open(path);
+  detail::check_header(f, {"weights", "model", "checkpoint"}, "load_weights");
+  const detail::WeightMatch m = detail::match_weights(f, model.weights());
+  if (!skip_mismatch) detail::check_weights_match(f, m, "load_weights");
+  detail::read_matched(f, m);
+  if (!m.complete())
+    log_message(LogLevel::Warning, "load_weights(skip_mismatch): loaded " + std::to_string(m.matched.size()) +
+                                       " weights from " + path + "; left out:" + m.describe());
+}
+
+void save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
+  if (trainer.freed()) throw StateError("save_checkpoint: the trainer was released by free()");
+  const nn::Model& model = Access::model(trainer);
+  GGUFWriter w;
+  detail::write_header(w, "checkpoint");
+  w.set_string("tensorgrad.model_config", detail::architecture_json(model).dump());
+  w.set_string("tensorgrad.compile_config", detail::compile_json(model).dump());
+  w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
+  detail::add_weights(w, model, TensorType::F32);
+  detail::add_optimizer_state(w, model);
+  w.write(path);
+}
+
+void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
+  if (trainer.freed()) throw StateError("load_checkpoint: the trainer was released by free()");
+  nn::Model& model = Access::model(trainer);
+  const GGUFFile f = GGUFFile::open(path);
+  detail::check_header(f, {"checkpoint"}, "load_checkpoint");
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(f.get_string("tensorgrad.compile_config"));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path + ": tensorgrad.compile_config is not valid JSON: " + e.what());
+  }
+  const std::string saved = config.is_object() && config.contains("optimizer")
+                                ? config["optimizer"].value("class_name", "?")
+                                : std::string("?");
+  const std::string mine = optimizer_name(model.optimizer().kind);
+  if (saved != mine)
+    throw ValueError("load_checkpoint: " + path + " was saved from a trainer with the " + saved +
+                     " optimizer; this trainer's is " + mine + ". Compile the model with " + saved + " to resume");
+  const detail::WeightMatch m = detail::match_weights(f, model.weights());
+  detail::check_weights_match(f, m, "load_checkpoint");
+  const int64_t n_steps = f.get_i64("tensorgrad.trainer.n_steps");
+  OptimizerContext& ctx = Access::context(trainer);
+  detail::read_optimizer_state(f, model, ctx.accumulation_period());
+  detail::read_matched(f, m);
+  Access::set_n_steps(ctx, n_steps);
+}
+
+}  // namespace tensorgrad::io

@@ -1,0 +1,56 @@
+#pragma once
+// The pieces every tensorgrad file is made of (io/saving.h): the header keys,
+// weights by name and their checks, and a model's training state (optimizer
+// state by weight name, random streams). Shared by save_model, the
+// checkpoints and the callbacks that save. Private to the library.
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorgrad/io/gguf.h"
+#include "tensorgrad/nn/model.h"
+
+namespace tensorgrad::io::detail {
+
+/// general.architecture, tensorgrad.file_kind = kind, tensorgrad.format_version.
+void write_header(GGUFWriter& w, const char* kind);
+/// Checks those keys; returns the file kind, one of `kinds`. Throws
+/// FormatError for another architecture, a newer format version ("unsupported
+/// version N") or another kind, naming what `call` reads.
+std::string check_header(const GGUFFile& f, std::initializer_list<const char*> kinds, const char* call);
+
+/// Every weight of the model, stored as `type` (F32, F16 or BF16; ValueError otherwise).
+void add_weights(GGUFWriter& w, const nn::Model& model, TensorType type);
+
+/// The model's weights against a file's tensors (optimizer tensors aside).
+struct WeightMatch {
+  std::vector<std::pair<nn::Weight, const TensorInfo*>> matched;
+  std::vector<std::string> missing_in_file, not_in_model, shape_mismatches;
+  bool complete() const { return missing_in_file.empty() && not_in_model.empty() && shape_mismatches.empty(); }
+  /// One line per non-empty list ("\n  missing in the file: a, b").
+  std::string describe() const;
+};
+WeightMatch match_weights(const GGUFFile& f, const std::vector<nn::Weight>& weights);
+/// ValueError listing every mismatch unless complete.
+void check_weights_match(const GGUFFile& f, const WeightMatch& m, const char* call);
+/// Copies the matched weights' values from the file into the model's tensors.
+void read_matched(const GGUFFile& f, const WeightMatch& m);
+
+/// The 313 words of a Mersenne twister's state (its textual form), and back
+/// (FormatError naming `path` when the words are not such a state).
+std::vector<uint64_t> stream_state(const std::mt19937_64& rng);
+void set_stream_state(std::mt19937_64& rng, const std::vector<uint64_t>& words, const std::string& path);
+
+/// The model's random stream, and if compiled its optimizer state: hyper-
+/// parameters, step counter, every weight's slots, the accumulation
+/// window's position and the dropout counter.
+void add_optimizer_state(GGUFWriter& w, const nn::Model& model);
+bool has_optimizer_state(const GGUFFile& f);
+/// Restores what add_optimizer_state wrote into a compiled model, in place
+/// (tensors bound into planned graphs stay bound). Checks everything before
+/// changing anything: ValueError for a slot of another shape or a
+/// micro-step not below `accumulation_period`.
+void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulation_period);
+
+}  // namespace tensorgrad::io::detail
