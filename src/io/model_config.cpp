@@ -304,6 +304,38 @@ nn::Model model_from_architecture(const json& architecture) {
   });
 }
 
+std::string architecture_difference(const json& mine, const json& file) {
+  const json none;
+  auto field = [&](const json& j, const char* key) -> const json& { return j.is_object() && j.contains(key) ? j.at(key) : none; };
+  const json& la = field(mine, "layers");
+  const json& lb = field(file, "layers");
+  if (!la.is_array() || !lb.is_array() || la.size() != lb.size())
+    return "this model has " + std::to_string(la.size()) + " layers, the file's " + std::to_string(lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    const json &a = la[i], &b = lb[i];
+    const std::string what = "layer " + std::to_string(i) + " '" + field(a, "name").dump() + "' (" +
+                             field(a, "class_name").dump() + ")";
+    if (field(a, "class_name") != field(b, "class_name") || field(a, "name") != field(b, "name"))
+      return what + " is " + field(b, "name").dump() + " (" + field(b, "class_name").dump() + ") in the file";
+    if (a.contains("model")) {
+      const std::string inner = architecture_difference(a.at("model"), field(b, "model"));
+      if (!inner.empty()) return "in " + what + ": " + inner;
+      continue;
+    }
+    const json& ca = field(a, "config");
+    const json& cb = field(b, "config");
+    if (ca == cb) continue;
+    for (const auto& [key, value] : ca.items())
+      if (field(cb, key.c_str()) != value)
+        return what + ": " + key + " " + value.dump() + " here, " + field(cb, key.c_str()).dump() + " in the file";
+    return what + ": its configuration differs from the file's";
+  }
+  if (field(mine, "inputs") != field(file, "inputs")) return "the inputs differ from the file's";
+  if (field(mine, "calls") != field(file, "calls") || field(mine, "outputs") != field(file, "outputs"))
+    return "the layers are connected differently from the file's";
+  return "";
+}
+
 json compile_json(const nn::Model& model) {
   if (!model.compiled()) return nullptr;
   json losses = json::array();

@@ -18,6 +18,11 @@ nlohmann::json architecture_json(const nn::Model& model);
 /// architecture (naming the key), ValueError for an unknown layer type.
 nn::Model model_from_architecture(const nlohmann::json& architecture);
 
+/// Where two architectures differ: the first layer whose type, name or
+/// config differs ("layer 'dropout' (Dropout): seed 12 here, 34 in the file"),
+/// or that the inputs or connections differ; empty when they are the same.
+std::string architecture_difference(const nlohmann::json& mine, const nlohmann::json& file);
+
 /// {"optimizer", "losses", "loss_weights", "metrics"}, or null when not compiled.
 nlohmann::json compile_json(const nn::Model& model);
 /// Compiles `model` as `config` says. Returns false (and logs a warning)

@@ -209,6 +209,14 @@ void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulat
 
 namespace {
 
+nlohmann::json json_key(const GGUFFile& f, const char* key) {
+  try {
+    return nlohmann::json::parse(f.get_string(key));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(f.path() + ": " + key + " is not valid JSON: " + e.what());
+  }
+}
+
 void check_model_live(const nn::Model& model, const char* call) {
   if (model.released())
     throw StateError(std::string(call) + ": the model was released by free(); save it before freeing it");
@@ -217,25 +225,14 @@ void check_model_live(const nn::Model& model, const char* call) {
 nn::Model load_any(const std::string& path, std::string* class_name) {
   const GGUFFile f = GGUFFile::open(path);
   detail::check_header(f, {"model", "checkpoint"}, "load_model");
-  const nlohmann::json arch = [&] {
-    try {
-      return nlohmann::json::parse(f.get_string("tensorgrad.model_config"));
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(path + ": tensorgrad.model_config is not valid JSON: " + e.what());
-    }
-  }();
+  const nlohmann::json arch = json_key(f, "tensorgrad.model_config");
   nn::detail::LoadingScope loading;  // weights and streams come from the file: draw nothing
   nn::Model model = detail::model_from_architecture(arch);
   if (class_name) *class_name = arch.value("class_name", "");
   const MetadataValue* compile = f.find("tensorgrad.compile_config");
   bool compiled = false;
   if (compile) {
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(f.get_string("tensorgrad.compile_config"));
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(path + ": tensorgrad.compile_config is not valid JSON: " + e.what());
-    }
+    const nlohmann::json config = json_key(f, "tensorgrad.compile_config");
     compiled = !config.is_null() && detail::compile_from_json(model, config);
   }
   const detail::WeightMatch m = detail::match_weights(f, model.weights());
@@ -307,12 +304,7 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   nn::Model& model = Access::model(trainer);
   const GGUFFile f = GGUFFile::open(path);
   detail::check_header(f, {"checkpoint"}, "load_checkpoint");
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(f.get_string("tensorgrad.compile_config"));
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path + ": tensorgrad.compile_config is not valid JSON: " + e.what());
-  }
+  const nlohmann::json config = json_key(f, "tensorgrad.compile_config");
   const std::string saved = config.is_object() && config.contains("optimizer")
                                 ? config["optimizer"].value("class_name", "?")
                                 : std::string("?");
@@ -322,6 +314,14 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
                      " optimizer; this trainer's is " + mine + ". Compile the model with " + saved + " to resume");
   const detail::WeightMatch m = detail::match_weights(f, model.weights());
   detail::check_weights_match(f, m, "load_checkpoint");
+  // Same weights but another configuration (an activation, a dropout seed)
+  // would resume, but not exactly: refused.
+  const std::string difference =
+      detail::architecture_difference(detail::architecture_json(model), json_key(f, "tensorgrad.model_config"));
+  if (!difference.empty())
+    throw ValueError("load_checkpoint: " + path + " was saved from another model: " + difference +
+                     ". Build the model with the same code after the same manual_seed (dropout layers draw their "
+                     "seeds when made), then load the checkpoint");
   const int64_t n_steps = f.get_i64("tensorgrad.trainer.n_steps");
   OptimizerContext& ctx = Access::context(trainer);
   detail::read_optimizer_state(f, model, ctx.accumulation_period());
