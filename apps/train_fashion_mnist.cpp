@@ -18,6 +18,7 @@
 #include <numeric>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <tensorgrad/tensorgrad.h>
@@ -188,6 +189,10 @@ int main(int argc, char** argv) {
   std::string plot_path;
   app.add_option("--plot", plot_path, "write the training curves as a PNG to this path (needs gnuplot: scripts/setup.sh --plot)");
   app.add_option("--verbose", verbose, "0 silent, 1 progress bar, 2 one line per epoch")->check(CLI::Range(0, 2));
+  std::string save_path;
+  app.add_option("--save", save_path,
+                 "save the trained model (architecture, weights, optimizer state) to this GGUF file; "
+                 "examples/predict_saved loads it back");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -289,6 +294,11 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("test loss %.4f, test accuracy %.2f%%\n", result["loss"], 100.0 * result["accuracy"]);
+    if (!save_path.empty()) {
+      tg::io::save_model(model, save_path);
+      std::printf("model saved to %s (%ju bytes)\n", save_path.c_str(),
+                  uintmax_t(std::filesystem::file_size(save_path)));
+    }
 
     tg::Tensor probs = model.predict(data.test.x.rows(0, 8));
     std::printf("first test images:\n");
