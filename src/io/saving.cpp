@@ -191,7 +191,7 @@ void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulat
       if (f.find_tensor(key)) {
         if (!slots) slots = &state->slots[weight.value.raw()];
         Tensor* t = slot_tensor(*slots, k);
-        if (!t->defined()) *t = Tensor::zeros(weight.value.shape());
+        if (!t->defined()) *t = Tensor::empty(weight.value.shape());  // read_into fills it
         f.read_into(key, *t);
       } else if (slots && slot_tensor(*slots, k)->defined()) {
         // Saved before this slot had a value: its starting value.
@@ -244,7 +244,7 @@ nn::Model load_any(const std::string& path, std::string* class_name) {
 
 }  // namespace
 
-void save_model(const nn::Model& model, const std::string& path, bool include_optimizer, TensorType weight_type) {
+WriteStats save_model(const nn::Model& model, const std::string& path, bool include_optimizer, TensorType weight_type) {
   check_model_live(model, "save_model");
   GGUFWriter w;
   detail::write_header(w, "model");
@@ -252,7 +252,7 @@ void save_model(const nn::Model& model, const std::string& path, bool include_op
   if (model.compiled()) w.set_string("tensorgrad.compile_config", detail::compile_json(model).dump());
   detail::add_weights(w, model, weight_type);
   if (include_optimizer && model.compiled()) detail::add_optimizer_state(w, model);
-  w.write(path);
+  return w.write(path);
 }
 
 nn::Model load_model(const std::string& path) { return load_any(path, nullptr); }
@@ -266,12 +266,12 @@ nn::Sequential load_sequential(const std::string& path) {
   return Access::sequential(std::move(model));
 }
 
-void save_weights(const nn::Model& model, const std::string& path, TensorType weight_type) {
+WriteStats save_weights(const nn::Model& model, const std::string& path, TensorType weight_type) {
   check_model_live(model, "save_weights");
   GGUFWriter w;
   detail::write_header(w, "weights");
   detail::add_weights(w, model, weight_type);
-  w.write(path);
+  return w.write(path);
 }
 
 void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch) {
@@ -286,7 +286,7 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch)
                                        " weights from " + path + "; left out:" + m.describe());
 }
 
-void save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
+WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
   if (trainer.freed()) throw StateError("save_checkpoint: the trainer was released by free()");
   const nn::Model& model = Access::model(trainer);
   GGUFWriter w;
@@ -296,7 +296,7 @@ void save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
   w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
   detail::add_weights(w, model, TensorType::F32);
   detail::add_optimizer_state(w, model);
-  w.write(path);
+  return w.write(path);
 }
 
 void load_checkpoint(nn::Trainer& trainer, const std::string& path) {

@@ -9,7 +9,9 @@
 // ("dense/kernel"); optimizer state under "optimizer/<weight>/<slot>" (slots
 // m, v, momentum, acc) with "optimizer/iterations" (I64) and
 // "optimizer/hyper". Every write is crash-safe (io::GGUFWriter::write): the
-// target holds either its old contents or the whole new file.
+// target holds either its old contents or the whole new file. The save
+// functions return the write's WriteStats (bytes, seconds writing and
+// seconds in fsync).
 #include <string>
 #include <vector>
 
@@ -33,7 +35,7 @@ namespace tensorgrad::io {
 /// ValueError for a weight or state name longer than GGUF's limit (naming
 /// it), or a weight_type other than F32, F16 or BF16; IOError when the file
 /// cannot be written (what was at `path` is kept).
-void save_model(const nn::Model& model, const std::string& path, bool include_optimizer = true,
+WriteStats save_model(const nn::Model& model, const std::string& path, bool include_optimizer = true,
                 TensorType weight_type = TensorType::F32);
 
 /// Rebuilds a model saved by save_model with no user code for built-in
@@ -58,7 +60,7 @@ void register_loss(const std::string& name, LossFunction function);
 
 /// Saves only the weights by name (Keras' save_weights): every weight of
 /// the model, batch-norm statistics included; `weight_type` as save_model.
-void save_weights(const nn::Model& model, const std::string& path, TensorType weight_type = TensorType::F32);
+WriteStats save_weights(const nn::Model& model, const std::string& path, TensorType weight_type = TensorType::F32);
 /// Loads weights by name into `model` (Keras' load_weights; the seed
 /// ag_save.R's checks). Every name of the model must be in the file with the
 /// same shape, and every name in the file in the model; otherwise nothing is
@@ -78,7 +80,7 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch 
 /// same thread count, N steps, save, load (in another process too), M steps
 /// give bit for bit what N + M steps give. Throws StateError for a freed
 /// trainer, IOError when the file cannot be written.
-void save_checkpoint(const nn::Trainer& trainer, const std::string& path);
+WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path);
 /// Restores a checkpoint into a trainer made from a model of the same
 /// architecture and optimizer. Throws ValueError listing missing, unexpected
 /// and mismatched weights (as load_weights), or naming the optimizer of the
