@@ -209,7 +209,7 @@ class Cursor {
     if (n <= remaining()) return;
     throw FormatError("GGUF file " + quoted(path_) + " is truncated: " + context + (context.empty() ? "" : ": ") +
                       what + " at byte " + std::to_string(pos_) + " needs " + std::to_string(n) +
-                      " bytes, but the file ends " + std::to_string(remaining()) + " bytes later (file size " +
+                      " bytes, but only " + std::to_string(remaining()) + " remain before the end of the file (file size " +
                       std::to_string(size_) + " bytes); the file is incomplete or corrupt");
   }
   template <class T> T read(const char* what) {
