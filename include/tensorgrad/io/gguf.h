@@ -82,7 +82,9 @@ class GGUFWriter {
   /// written as a UINT32 key when not 32.
   explicit GGUFWriter(uint32_t alignment = 32);
   /// Scalars and strings. A key given twice is a ValueError; so is an empty
-  /// key or one longer than 65535 bytes.
+  /// key, one longer than 65535 bytes, or "general.alignment" (the writer
+  /// writes that key itself from the constructor's alignment). Keys are
+  /// written in the order they were set.
   void set_string(const std::string& key, const std::string& value);
   void set_bool(const std::string& key, bool value);
   void set_u32(const std::string& key, uint32_t value);
@@ -99,9 +101,12 @@ class GGUFWriter {
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
   /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
   /// int32 one as I32, an int64 one as I64. Throws ValueError for a name
-  /// longer than GGUF's 64 bytes, an empty name, or a name given twice;
-  /// TypeError for a dtype that cannot be stored as `type`; ShapeError for
-  /// a tensor of more than 4 dimensions (GGUF's limit) or no elements.
+  /// longer than 63 bytes (ggml's GGML_MAX_NAME of 64 counts the
+  /// terminating NUL), an empty name, a name given twice, or an undefined
+  /// tensor; TypeError for a dtype that cannot be stored as `type`;
+  /// ShapeError for a tensor of more than 4 dimensions (GGUF's limit) or no
+  /// elements. A scalar (shape {}) is stored with one dimension of 1 and
+  /// reads back as shape {1}.
   void add_tensor(const std::string& name, const Tensor& tensor, TensorType type = TensorType::F32);
   /// The whole file in memory (tests, the fuzzing corpus).
   std::vector<uint8_t> to_bytes() const;
@@ -144,7 +149,10 @@ class GGUFFile {
   /// The value of `key`, or null.
   const MetadataValue* find(const std::string& key) const;
   /// Typed access; each throws FormatError naming the key (and the file)
-  /// when it is missing or of another type.
+  /// when it is missing or of another type. Narrower types of the same kind
+  /// are accepted: get_u32 takes UINT8/16/32, get_u64 any unsigned integer,
+  /// get_i64 any signed integer, get_f64 FLOAT32 or FLOAT64; the array
+  /// getters likewise for their elements.
   std::string get_string(const std::string& key) const;
   uint32_t get_u32(const std::string& key) const;
   uint64_t get_u64(const std::string& key) const;

@@ -1,0 +1,149 @@
+// tensorgrad-inspect: prints what a GGUF file holds: its version and
+// alignment, every metadata key with its type and value, and a table of its
+// tensors (name, type, shape in tensorgrad's order, bytes). Long strings and
+// arrays are abbreviated unless --full is given. A missing or malformed file
+// prints "tensorgrad-inspect: <reason>" to stderr and exits with status 1.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/io/gguf.h"
+
+namespace tg = tensorgrad;
+namespace io = tensorgrad::io;
+
+namespace {
+
+constexpr size_t kShortArray = 8;     // array elements shown without --full
+constexpr size_t kShortString = 80;   // string bytes shown without --full
+
+// A string in double quotes, with control and non-ASCII bytes escaped, cut
+// to kShortString bytes unless `full`.
+std::string quote(const std::string& s, bool full) {
+  const size_t n = full ? s.size() : std::min(s.size(), kShortString);
+  std::string out = "\"";
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c >= 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  out += "\"";
+  if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+// Shortest-enough decimal: 9 digits recover a float32, 17 a float64.
+std::string format_double(double v, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+// Element i of a value whose elements have type `t`.
+std::string element(const io::MetadataValue& v, io::ValueType t, size_t i, bool full) {
+  switch (t) {
+    case io::ValueType::UInt8:
+    case io::ValueType::UInt16:
+    case io::ValueType::UInt32:
+    case io::ValueType::UInt64: return std::to_string(uint64_t(v.ints[i]));
+    case io::ValueType::Int8:
+    case io::ValueType::Int16:
+    case io::ValueType::Int32:
+    case io::ValueType::Int64: return std::to_string(v.ints[i]);
+    case io::ValueType::Float32: return format_double(v.floats[i], 9);
+    case io::ValueType::Float64: return format_double(v.floats[i], 17);
+    case io::ValueType::Bool: return v.ints[i] ? "true" : "false";
+    case io::ValueType::String: return quote(v.strings[i], full);
+    case io::ValueType::Array: return "(array)";
+  }
+  return "?";
+}
+
+size_t count_of(const io::MetadataValue& v) {
+  const io::ValueType t = v.type == io::ValueType::Array ? v.element_type : v.type;
+  if (t == io::ValueType::String) return v.strings.size();
+  if (t == io::ValueType::Float32 || t == io::ValueType::Float64) return v.floats.size();
+  return v.ints.size();
+}
+
+std::string type_of(const io::MetadataValue& v) {
+  if (v.type != io::ValueType::Array) return io::value_type_name(v.type);
+  return std::string("ARRAY[") + io::value_type_name(v.element_type) + "]";
+}
+
+std::string value_of(const io::MetadataValue& v, bool full) {
+  if (v.type != io::ValueType::Array) return element(v, v.type, 0, full);
+  const size_t n = count_of(v);
+  const size_t shown = full ? n : std::min(n, kShortArray);
+  std::string out = "[";
+  for (size_t i = 0; i < shown; ++i) out += (i ? ", " : "") + element(v, v.element_type, i, full);
+  if (shown < n) out += ", ... (" + std::to_string(n) + " total)";
+  return out + "]";
+}
+
+void inspect(const std::string& path, bool full) {
+  const io::GGUFFile f = io::GGUFFile::open(path);
+  std::printf("file:      %s\n", path.c_str());
+  std::printf("version:   %u\n", f.version());
+  std::printf("alignment: %u\n", f.alignment());
+
+  std::printf("\nmetadata (%zu keys):\n", f.metadata().size());
+  size_t key_width = 3, type_width = 4;
+  for (const io::MetadataEntry& e : f.metadata()) {
+    key_width = std::max(key_width, e.key.size());
+    type_width = std::max(type_width, type_of(e.value).size());
+  }
+  if (!full) key_width = std::min<size_t>(key_width, 48);
+  for (const io::MetadataEntry& e : f.metadata())
+    std::printf("  %-*s  %-*s  %s\n", int(key_width), e.key.c_str(), int(type_width), type_of(e.value).c_str(),
+                value_of(e.value, full).c_str());
+
+  std::printf("\ntensors (%zu):\n", f.tensors().size());
+  size_t name_width = 4, shape_width = 5;
+  uint64_t total = 0;
+  for (const io::TensorInfo& t : f.tensors()) {
+    name_width = std::max(name_width, t.name.size());
+    shape_width = std::max(shape_width, t.shape.str().size());
+    total += t.nbytes;
+  }
+  std::printf("  %-*s  %-4s  %-*s  %12s\n", int(name_width), "name", "type", int(shape_width), "shape", "bytes");
+  for (const io::TensorInfo& t : f.tensors())
+    std::printf("  %-*s  %-4s  %-*s  %12" PRIu64 "\n", int(name_width), t.name.c_str(),
+                io::tensor_type_name(t.type), int(shape_width), t.shape.str().c_str(), t.nbytes);
+  std::printf("  %" PRIu64 " bytes of tensor data in all\n", total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Print the metadata and tensor table of a GGUF file"};
+  std::string path;
+  bool full = false;
+  app.add_option("file", path, "the GGUF file")->required();
+  app.add_flag("--full", full, "print every array element and whole strings");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    inspect(path, full);
+  } catch (const tg::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tensorgrad-inspect: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
