@@ -4,6 +4,9 @@
 // bytes, crash-safe writing, and every class of malformed file refused with a
 // FormatError that names what is wrong and where.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <bit>
 #include <cmath>
@@ -584,6 +587,27 @@ TEST(GGUFFiles, WriteReplacesAnExistingFile) {
   w.write(path.string());
   EXPECT_EQ(read_file(path), w.to_bytes());
   EXPECT_EQ(GGUFFile::open(path.string()).get_u32("v"), 2u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(GGUFFiles, FailedWriteRemovesTheTemporaryFileAndKeepsTheTarget) {
+  // A file-size limit makes write() fail with EFBIG part-way through the data.
+  TempDir dir;
+  const fs::path path = dir / "model.gguf";
+  const Bytes old(100, 0xCD);
+  write_file(path, old);
+  GGUFWriter w;
+  w.add_tensor("big", Tensor::zeros({4096}));
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  expect_throw_with<IOError>([&] { w.write(path.string()); }, {path.string(), "File too large", "unchanged"});
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(read_file(path), old);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 

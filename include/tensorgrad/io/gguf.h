@@ -136,11 +136,15 @@ class GGUFFile {
   static GGUFFile open(const std::string& path);
   /// The same checks over bytes in memory (copied), for tests and fuzzing.
   static GGUFFile parse(std::span<const uint8_t> bytes);
+  /// Moves the mapping and tables; the moved-from object may only be
+  /// assigned to or destroyed.
   GGUFFile(GGUFFile&&) noexcept;
   GGUFFile& operator=(GGUFFile&&) noexcept;
   ~GGUFFile();
 
+  /// The file's GGUF version (always 3: open refuses others).
   uint32_t version() const;
+  /// The data alignment: general.alignment, or 32 when the key is absent.
   uint32_t alignment() const;
   /// The file's path ("<memory>" for parse()).
   const std::string& path() const;
@@ -176,6 +180,7 @@ class GGUFFile {
   /// naming both) and its dtype (TypeError): loading weights in place.
   void read_into(const std::string& name, Tensor& out) const;
   /// The tensor's raw bytes in the file (valid while this object lives).
+  /// Throws ValueError for a name not in the file.
   std::span<const uint8_t> data(const std::string& name) const;
 
  private:
