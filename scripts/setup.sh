@@ -18,7 +18,8 @@ usage: scripts/setup.sh [--test] [--bench] [--plot]
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
              libpthreadpool-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
-  --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test)
+  --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test), and
+             nodejs and npm when no `node` is installed (the third-party GGUF check)
   --plot     adds gnuplot-nox: training curves as PNG (the main job's --plot PATH)
   --bench    adds the benchmarks' packages: libbenchmark-dev, python3, python3-torch,
              python3-numpy, libtorch-dev, libdlib-dev
@@ -75,6 +76,14 @@ if ((want_bench)); then
     libtorch-dev                     # the libtorch peer
     libdlib-dev                      # the dlib peer
   )
+fi
+
+# Node.js runs the third-party GGUF check (tests/gguf_js, @huggingface/gguf).
+# Debian's nodejs only where no node is installed at all: a node from
+# elsewhere (nodesource) brings its own npm, and Debian's npm package
+# conflicts with it.
+if ((want_test)) && ! command -v node >/dev/null 2>&1; then
+  packages+=(nodejs npm)
 fi
 
 missing=()

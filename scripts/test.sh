@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
+# The third-party GGUF check's reader (tests/gguf_js, pinned by its
+# package-lock.json). Without it GGUFThirdParty.* skips, saying so.
+if command -v node >/dev/null && command -v npm >/dev/null && [[ ! -d tests/gguf_js/node_modules ]]; then
+  npm ci --prefix tests/gguf_js --no-audit --no-fund ||
+    echo "test: npm ci in tests/gguf_js failed; GGUFThirdParty.HuggingFaceReaderAgrees will skip" >&2
+fi
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DTENSORGRAD_BUILD_TESTS=ON -DTENSORGRAD_BUILD_BENCH=OFF >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"

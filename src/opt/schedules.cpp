@@ -26,6 +26,10 @@ template <class... F>
 struct Overloaded : F... {
   using F::operator()...;
 };
+// Spelled out for compilers without C++20's aggregate deduction (clang
+// before 17, which scripts/fuzz.sh builds the library with).
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
 
 std::string str(double v) {
   char buf[32];
