@@ -53,6 +53,11 @@ struct SaveFreq {
 /// backup file is deleted when delete_checkpoint, and `backup_dir` too when
 /// it is left empty (Keras removes the whole folder; this removes only what
 /// it wrote). A fit left by an exception keeps it.
+///
+/// Exact for fit on in-memory data (the shuffles come from the model's
+/// stream). A fit from a generator resumes at the right epoch with the right
+/// model, but where the generator's own data stands is the generator's to
+/// restore.
 class BackupAndRestore : public nn::Callback {
  public:
   /// Throws ValueError for an empty backup_dir, and for a save_freq other
@@ -107,7 +112,12 @@ class ModelCheckpoint : public nn::Callback {
                            bool save_best_only = false, bool save_weights_only = false,
                            nn::MonitorMode mode = nn::MonitorMode::Auto, SaveFreq save_freq = "epoch",
                            std::optional<double> initial_value_threshold = std::nullopt);
+  /// Re-arms the once-per-fit warning about a missing monitor (the best
+  /// value carries over from one fit to the next, as Keras).
   void on_train_begin(nn::Logs& logs) override;
+  /// Formats the path and saves (or, with save_best_only, saves if the
+  /// monitored value improved). Throws ValueError as file_path, IOError when
+  /// the folder or file cannot be written.
   void on_epoch_end(int epoch, nn::Logs& logs) override;
   /// The path for `epoch` (0-based; the file says epoch + 1) and `logs`.
   /// Throws ValueError for a placeholder key that is in neither, or a format

@@ -27,6 +27,7 @@ using Logs = std::map<std::string, double>;
 struct CallbackState {
   std::map<std::string, double> values;
   std::vector<std::pair<std::string, Tensor>> tensors;
+  /// No values and no tensors: a callback that keeps nothing.
   bool empty() const { return values.empty() && tensors.empty(); }
 };
 
