@@ -5,6 +5,7 @@
 // test_checkpoint.cpp.
 #include <gtest/gtest.h>
 
+#include "test_files.h"
 #include "test_support.h"
 
 #include <unistd.h>
@@ -24,28 +25,12 @@ using nn::Input;
 using nn::Model;
 using nn::Sequential;
 using nn::SymbolicTensor;
+using test_support::TempDir;
+using test_support::ThreadsGuard;
 using test_support::throws;
 using test_support::uniform;
 
 namespace {
-
-// Restores the thread count when a test ends, whatever happens in it.
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int n = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("tg_saving_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 std::vector<float> flat(const Tensor& t) { return t.to_vector(); }
 

@@ -10,6 +10,7 @@
 #include "tensorgrad/core/threads.h"
 #include "tensorgrad/data/idx.h"
 #include "tensorgrad/graph/graph.h"
+#include "tensorgrad/io/callbacks.h"
 #include "tensorgrad/io/gguf.h"
 #include "tensorgrad/io/saving.h"
 #include "tensorgrad/nn/callback.h"

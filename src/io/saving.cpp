@@ -1,8 +1,14 @@
 // Models, weights and checkpoints in GGUF files (io/saving.h).
 #include "tensorgrad/io/saving.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "io/access.h"
 #include "io/model_config.h"
@@ -28,7 +34,31 @@ Tensor* slot_tensor(OptimizerState::Slots& s, int k) {
 
 std::string slot_key(const std::string& weight, int k) { return "optimizer/" + weight + "/" + kSlotNames[k]; }
 
-bool is_optimizer_tensor(const std::string& name) { return name.rfind("optimizer/", 0) == 0; }
+// Tensors of the training state, not weights: the optimizer's and the callbacks'.
+bool is_state_tensor(const std::string& name) {
+  return name.rfind("optimizer/", 0) == 0 || name.rfind("callbacks/", 0) == 0;
+}
+
+std::string callback_prefix(size_t index, const std::string& type) {
+  return "tensorgrad.callbacks." + std::to_string(index) + "." + type + ".";
+}
+
+TensorType stored_type(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::Float32: return TensorType::F32;
+    case DType::Int32: return TensorType::I32;
+    case DType::Int64: return TensorType::I64;
+  }
+  throw ValueError("a callback state tensor has an unknown dtype " + std::to_string(int(t.dtype())));
+}
+
+nlohmann::json parse_json(const GGUFFile& f, const std::string& key) {
+  try {
+    return nlohmann::json::parse(f.get_string(key));
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(f.path() + ": " + key + " is not valid JSON: " + e.what());
+  }
+}
 }  // namespace
 
 void write_header(GGUFWriter& w, const char* kind) {
@@ -80,7 +110,7 @@ WeightMatch match_weights(const GGUFFile& f, const std::vector<nn::Weight>& weig
     }
   }
   for (const TensorInfo& t : f.tensors())
-    if (!is_optimizer_tensor(t.name) && !in_model.count(t.name)) m.not_in_model.push_back(t.name);
+    if (!is_state_tensor(t.name) && !in_model.count(t.name)) m.not_in_model.push_back(t.name);
   return m;
 }
 
@@ -205,34 +235,134 @@ void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulat
   Access::random_stream(model) = rng;
 }
 
+void add_training_state(GGUFWriter& w, const nn::Model& model, const char* call) {
+  if (!model.compiled())
+    throw StateError(std::string(call) + ": the model is not compiled, so it has no optimizer state to save; "
+                                         "compile it first (or save it with save_model or save_weights)");
+  write_header(w, "checkpoint");
+  w.set_string("tensorgrad.model_config", architecture_json(model).dump());
+  w.set_string("tensorgrad.compile_config", compile_json(model).dump());
+  add_weights(w, model, TensorType::F32);
+  add_optimizer_state(w, model);
+}
+
+void check_checkpoint_optimizer(const GGUFFile& f, const nn::Model& model, const char* call) {
+  const nlohmann::json config = parse_json(f, "tensorgrad.compile_config");
+  const std::string saved = config.is_object() && config.contains("optimizer")
+                                ? config["optimizer"].value("class_name", "?")
+                                : std::string("?");
+  const std::string mine = optimizer_name(model.optimizer().kind);
+  if (saved != mine)
+    throw ValueError(std::string(call) + ": " + f.path() + " was saved from a model with the " + saved +
+                     " optimizer; this one's is " + mine + ". Compile the model with " + saved + " to resume");
+}
+
+std::string callback_type_name(const nn::Callback& callback) {
+  const char* mangled = typeid(callback).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                   std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  const size_t bracket = name.find('<');
+  const size_t colons = name.rfind("::", bracket);
+  return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callbacks) {
+  std::vector<std::string> types;
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    const std::string type = callback_type_name(*callbacks[i]);
+    types.push_back(type);
+    const nn::CallbackState state = callbacks[i]->get_state();
+    const std::string prefix = callback_prefix(i, type);
+    for (const auto& [key, value] : state.values) w.set_f64(prefix + "value." + key, value);
+    if (state.tensors.empty()) continue;
+    std::vector<std::string> names;
+    for (size_t j = 0; j < state.tensors.size(); ++j) {
+      names.push_back(state.tensors[j].first);
+      // By position: the state's own names may be long, GGUF's limit is 63 bytes.
+      w.add_tensor("callbacks/" + std::to_string(i) + "/" + std::to_string(j), state.tensors[j].second,
+                   stored_type(state.tensors[j].second));
+    }
+    w.set_string_array(prefix + "tensor_names", names);
+  }
+  if (!types.empty()) w.set_string_array("tensorgrad.callbacks.types", types);
+}
+
+std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Callback*>& callbacks,
+                                                    const char* call) {
+  const std::vector<std::string> saved =
+      f.find("tensorgrad.callbacks.types") ? f.get_string_array("tensorgrad.callbacks.types")
+                                           : std::vector<std::string>{};
+  std::vector<std::string> mine;
+  for (const nn::Callback* c : callbacks) mine.push_back(callback_type_name(*c));
+  if (saved != mine) {
+    auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+      return "[" + s + "]";
+    };
+    throw ValueError(std::string(call) + ": " + f.path() + " holds the states of the callbacks " + list(saved) +
+                     "; the callbacks given are " + list(mine) +
+                     ". Resume with the same callbacks, in the same order, as the run that saved it");
+  }
+  std::vector<nn::CallbackState> states(callbacks.size());
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    const std::string prefix = callback_prefix(i, mine[i]);
+    for (const MetadataEntry& e : f.metadata())
+      if (e.key.rfind(prefix + "value.", 0) == 0)
+        states[i].values[e.key.substr(prefix.size() + 6)] = f.get_f64(e.key);
+    if (!f.find(prefix + "tensor_names")) continue;
+    const std::vector<std::string> names = f.get_string_array(prefix + "tensor_names");
+    for (size_t j = 0; j < names.size(); ++j) {
+      const std::string tensor = "callbacks/" + std::to_string(i) + "/" + std::to_string(j);
+      if (!f.find_tensor(tensor))
+        throw FormatError(f.path() + ": the state of callback " + std::to_string(i) + " (" + mine[i] +
+                          ") names " + std::to_string(names.size()) + " tensors but '" + tensor + "' is missing");
+      states[i].tensors.emplace_back(names[j], f.read(tensor));
+    }
+  }
+  return states;
+}
+
 }  // namespace detail
 
 namespace {
-
-nlohmann::json json_key(const GGUFFile& f, const char* key) {
-  try {
-    return nlohmann::json::parse(f.get_string(key));
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(f.path() + ": " + key + " is not valid JSON: " + e.what());
-  }
-}
 
 void check_model_live(const nn::Model& model, const char* call) {
   if (model.released())
     throw StateError(std::string(call) + ": the model was released by free(); save it before freeing it");
 }
 
+// A checkpoint resumes exactly only into the model it was saved from: the
+// same optimizer, weights, and configuration (an activation or a dropout
+// seed that differs would resume, but not exactly). Returns the weights'
+// match; throws before anything changes.
+detail::WeightMatch checkpoint_match(const GGUFFile& f, const nn::Model& model) {
+  detail::check_header(f, {"checkpoint"}, "load_checkpoint");
+  detail::check_checkpoint_optimizer(f, model, "load_checkpoint");
+  detail::WeightMatch m = detail::match_weights(f, model.weights());
+  detail::check_weights_match(f, m, "load_checkpoint");
+  const std::string difference = detail::architecture_difference(
+      detail::architecture_json(model), detail::parse_json(f, "tensorgrad.model_config"));
+  if (!difference.empty())
+    throw ValueError("load_checkpoint: " + f.path() + " was saved from another model: " + difference +
+                     ". Build the model with the same code after the same manual_seed (dropout layers draw their "
+                     "seeds when made), then load the checkpoint");
+  return m;
+}
+
 nn::Model load_any(const std::string& path, std::string* class_name) {
   const GGUFFile f = GGUFFile::open(path);
   detail::check_header(f, {"model", "checkpoint"}, "load_model");
-  const nlohmann::json arch = json_key(f, "tensorgrad.model_config");
+  const nlohmann::json arch = detail::parse_json(f, "tensorgrad.model_config");
   nn::detail::LoadingScope loading;  // weights and streams come from the file: draw nothing
   nn::Model model = detail::model_from_architecture(arch);
   if (class_name) *class_name = arch.value("class_name", "");
   const MetadataValue* compile = f.find("tensorgrad.compile_config");
   bool compiled = false;
   if (compile) {
-    const nlohmann::json config = json_key(f, "tensorgrad.compile_config");
+    const nlohmann::json config = detail::parse_json(f, "tensorgrad.compile_config");
     compiled = !config.is_null() && detail::compile_from_json(model, config);
   }
   const detail::WeightMatch m = detail::match_weights(f, model.weights());
@@ -288,14 +418,9 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch)
 
 WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
   if (trainer.freed()) throw StateError("save_checkpoint: the trainer was released by free()");
-  const nn::Model& model = Access::model(trainer);
   GGUFWriter w;
-  detail::write_header(w, "checkpoint");
-  w.set_string("tensorgrad.model_config", detail::architecture_json(model).dump());
-  w.set_string("tensorgrad.compile_config", detail::compile_json(model).dump());
+  detail::add_training_state(w, Access::model(trainer), "save_checkpoint");
   w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
-  detail::add_weights(w, model, TensorType::F32);
-  detail::add_optimizer_state(w, model);
   return w.write(path);
 }
 
@@ -303,30 +428,56 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   if (trainer.freed()) throw StateError("load_checkpoint: the trainer was released by free()");
   nn::Model& model = Access::model(trainer);
   const GGUFFile f = GGUFFile::open(path);
-  detail::check_header(f, {"checkpoint"}, "load_checkpoint");
-  const nlohmann::json config = json_key(f, "tensorgrad.compile_config");
-  const std::string saved = config.is_object() && config.contains("optimizer")
-                                ? config["optimizer"].value("class_name", "?")
-                                : std::string("?");
-  const std::string mine = optimizer_name(model.optimizer().kind);
-  if (saved != mine)
-    throw ValueError("load_checkpoint: " + path + " was saved from a trainer with the " + saved +
-                     " optimizer; this trainer's is " + mine + ". Compile the model with " + saved + " to resume");
-  const detail::WeightMatch m = detail::match_weights(f, model.weights());
-  detail::check_weights_match(f, m, "load_checkpoint");
-  // Same weights but another configuration (an activation, a dropout seed)
-  // would resume, but not exactly: refused.
-  const std::string difference =
-      detail::architecture_difference(detail::architecture_json(model), json_key(f, "tensorgrad.model_config"));
-  if (!difference.empty())
-    throw ValueError("load_checkpoint: " + path + " was saved from another model: " + difference +
-                     ". Build the model with the same code after the same manual_seed (dropout layers draw their "
-                     "seeds when made), then load the checkpoint");
+  const detail::WeightMatch m = checkpoint_match(f, model);
   const int64_t n_steps = f.get_i64("tensorgrad.trainer.n_steps");
   OptimizerContext& ctx = Access::context(trainer);
   detail::read_optimizer_state(f, model, ctx.accumulation_period());
   detail::read_matched(f, m);
   Access::set_n_steps(ctx, n_steps);
+}
+
+WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int initial_epoch,
+                     const std::vector<nn::Callback*>& callbacks) {
+  check_model_live(model, "save_checkpoint");
+  if (initial_epoch < 0)
+    throw ValueError("save_checkpoint: initial_epoch (the epoch a resumed fit starts at) must be >= 0; got " +
+                     std::to_string(initial_epoch));
+  for (size_t i = 0; i < callbacks.size(); ++i)
+    if (!callbacks[i]) throw ValueError("save_checkpoint: callbacks[" + std::to_string(i) + "] is null");
+  GGUFWriter w;
+  detail::add_training_state(w, model, "save_checkpoint");
+  w.set_i64("tensorgrad.fit.initial_epoch", initial_epoch);
+  detail::add_callback_states(w, callbacks);
+  return w.write(path);
+}
+
+int load_checkpoint(nn::Model& model, const std::string& path, const std::vector<nn::Callback*>& callbacks) {
+  check_model_live(model, "load_checkpoint");
+  if (!model.compiled())
+    throw StateError("load_checkpoint: the model is not compiled; compile it as the saved one was (the same "
+                     "optimizer), then load the checkpoint");
+  for (size_t i = 0; i < callbacks.size(); ++i)
+    if (!callbacks[i]) throw ValueError("load_checkpoint: callbacks[" + std::to_string(i) + "] is null");
+  const GGUFFile f = GGUFFile::open(path);
+  const detail::WeightMatch m = checkpoint_match(f, model);
+  const int64_t epoch = f.find("tensorgrad.fit.initial_epoch") ? f.get_i64("tensorgrad.fit.initial_epoch") : 0;
+  if (epoch < 0 || epoch > std::numeric_limits<int>::max())
+    throw FormatError(path + ": tensorgrad.fit.initial_epoch is " + std::to_string(epoch) +
+                      ", not an epoch number");
+  const std::vector<nn::CallbackState> states = detail::read_callback_states(f, callbacks, "load_checkpoint");
+  // The callbacks check their states as they take them: on any error, the
+  // ones already changed go back, and the model has not changed yet.
+  std::vector<nn::CallbackState> before;
+  for (nn::Callback* c : callbacks) before.push_back(c->get_state());
+  try {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(states[i]);
+    detail::read_optimizer_state(f, model, INT64_MAX);
+  } catch (...) {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(before[i]);
+    throw;
+  }
+  detail::read_matched(f, m);
+  return int(epoch);
 }
 
 }  // namespace tensorgrad::io

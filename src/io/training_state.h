@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensorgrad/io/gguf.h"
+#include "tensorgrad/nn/callback.h"
 #include "tensorgrad/nn/model.h"
 
 namespace tensorgrad::io::detail {
@@ -52,5 +53,29 @@ bool has_optimizer_state(const GGUFFile& f);
 /// changing anything: ValueError for a slot of another shape or a
 /// micro-step not below `accumulation_period`.
 void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulation_period);
+
+/// What every checkpoint holds (a Trainer's or a fit's): the header of kind
+/// "checkpoint", the architecture and compile configuration, the weights as
+/// F32 and the optimizer state. StateError for a model not compiled.
+void add_training_state(GGUFWriter& w, const nn::Model& model, const char* call);
+/// Checks that a checkpoint was saved with the optimizer `model` was compiled
+/// with: ValueError naming both otherwise; FormatError for a compile
+/// configuration that is not JSON.
+void check_checkpoint_optimizer(const GGUFFile& f, const nn::Model& model, const char* call);
+
+/// A callback's class name without namespaces ("EarlyStopping"), as the
+/// checkpoint keys name it.
+std::string callback_type_name(const nn::Callback& callback);
+/// The states of `callbacks` (nulls not allowed), callback i's under
+/// "tensorgrad.callbacks.<i>.<Type>.value.<key>" (F64) and its tensors as
+/// "callbacks/<i>/<j>" with their names in "...<Type>.tensor_names";
+/// "tensorgrad.callbacks.types" lists the types in order.
+void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callbacks);
+/// The states add_callback_states wrote, one per callback of `callbacks`,
+/// which must be the same number of callbacks of the same types in the same
+/// order (ValueError listing both lists otherwise). A file without
+/// callback states matches an empty list only.
+std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Callback*>& callbacks,
+                                                    const char* call);
 
 }  // namespace tensorgrad::io::detail

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "nn/callback_state.h"
 #include "nn/progress.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
@@ -18,9 +19,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+}  // namespace
+
 // Keras 3 resolves "auto" from the metric's direction: losses and errors
 // fall, everything else (accuracies) rises.
-bool maximizes(const std::string& monitor, MonitorMode mode) {
+bool monitor_maximizes(const std::string& monitor, MonitorMode mode) {
   switch (mode) {
     case MonitorMode::Min: return false;
     case MonitorMode::Max: return true;
@@ -31,8 +34,10 @@ bool maximizes(const std::string& monitor, MonitorMode mode) {
       return true;
     }
   }
-  throw ValueError("unknown MonitorMode");
+  throw ValueError("unknown MonitorMode " + std::to_string(int(mode)) + "; give Auto, Min or Max");
 }
+
+namespace {
 
 // The monitored value, or null after a warning (once per training run, as
 // Keras warns: `warned` is the callback's flag, reset at on_train_begin).
@@ -52,6 +57,11 @@ const double* find(const Logs& logs, const std::string& key, const char* who, bo
 Model& Callback::model() const {
   if (!model_) throw StateError("Callback::model(): the callback is not attached to a model (only inside fit)");
   return *model_;
+}
+
+const std::vector<Callback*>& Callback::fit_callbacks() const {
+  static const std::vector<Callback*> none;
+  return fit_callbacks_ ? *fit_callbacks_ : none;
 }
 
 // ---- History ----
@@ -80,7 +90,7 @@ EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience
     : monitor_(std::move(monitor)),
       min_delta_(std::fabs(min_delta)),
       patience_(patience),
-      maximize_(maximizes(monitor_, mode)),
+      maximize_(monitor_maximizes(monitor_, mode)),
       baseline_(baseline),
       restore_best_weights_(restore_best_weights),
       start_from_epoch_(start_from_epoch) {
@@ -129,6 +139,36 @@ void EarlyStopping::on_train_end(Logs&) {
   if (restore_best_weights_ && !best_weights_.empty()) model().set_weights(best_weights_);
 }
 
+CallbackState EarlyStopping::get_state() const {
+  CallbackState s;
+  s.values = {{"wait", wait_}, {"stopped_epoch", stopped_epoch_}, {"best_epoch", best_epoch_}};
+  if (best_) s.values["best"] = *best_;
+  for (size_t i = 0; i < best_weights_.size(); ++i)
+    s.tensors.emplace_back("best_weights/" + std::to_string(i), best_weights_[i].clone());
+  return s;
+}
+
+void EarlyStopping::set_state(const CallbackState& state) {
+  detail::StateReader r(state, "EarlyStopping");
+  const int wait = r.count("wait"), stopped = r.count("stopped_epoch"), best_epoch = r.count("best_epoch");
+  const std::optional<double> best = r.optional("best");
+  r.done(restore_best_weights_);
+  std::vector<Tensor> weights;
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const auto& [name, t] = state.tensors[i];
+    if (name != "best_weights/" + std::to_string(i) || !t.defined())
+      throw ValueError("EarlyStopping.set_state: tensor " + std::to_string(i) + " of the state is '" + name +
+                       "'" + (t.defined() ? "" : " (undefined)") + ", expected a defined 'best_weights/" +
+                       std::to_string(i) + "'; give a state from EarlyStopping.get_state()");
+    weights.push_back(t.clone());
+  }
+  wait_ = wait;
+  stopped_epoch_ = stopped;
+  best_epoch_ = best_epoch;
+  best_ = best;
+  best_weights_ = std::move(weights);
+}
+
 // ---- ReduceLROnPlateau ----
 
 ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int patience, MonitorMode mode,
@@ -136,7 +176,7 @@ ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int pat
     : monitor_(std::move(monitor)),
       factor_(factor),
       patience_(patience),
-      maximize_(maximizes(monitor_, mode)),
+      maximize_(monitor_maximizes(monitor_, mode)),
       min_delta_(min_delta),
       cooldown_(cooldown),
       min_lr_(min_lr) {
@@ -174,6 +214,26 @@ void ReduceLROnPlateau::on_epoch_end(int, Logs& logs) {
       wait_ = 0;
     }
   }
+}
+
+CallbackState ReduceLROnPlateau::get_state() const {
+  CallbackState s;
+  s.values = {{"wait", wait_}, {"cooldown_counter", cooldown_counter_}, {"best", best_}};
+  return s;
+}
+
+void ReduceLROnPlateau::set_state(const CallbackState& state) {
+  detail::StateReader r(state, "ReduceLROnPlateau");
+  const int wait = r.count("wait"), cooldown_counter = r.count("cooldown_counter");
+  const double best = r.required("best");
+  r.done();
+  if (cooldown_counter > cooldown_)
+    throw ValueError("ReduceLROnPlateau.set_state: 'cooldown_counter' is " + std::to_string(cooldown_counter) +
+                     ", more than this callback's cooldown " + std::to_string(cooldown_) +
+                     "; give a state from a ReduceLROnPlateau of the same arguments");
+  wait_ = wait;
+  cooldown_counter_ = cooldown_counter;
+  best_ = best;
 }
 
 // ---- LearningRateScheduler ----

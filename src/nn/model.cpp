@@ -148,6 +148,7 @@ Model& Model::operator=(Model&& other) noexcept {
   other.plan_pools_.clear();
   other.hooks_ = std::make_shared<std::vector<GradientHook>>();
   rng_ = other.rng_;
+  initial_epoch_ = std::exchange(other.initial_epoch_, std::nullopt);
   // The moved-from model is released, with an identity of its own, so that
   // nothing cached against it (a Trainer's update_target) can reach the memory
   // that moved away.
@@ -872,6 +873,12 @@ void Model::set_weights(const std::vector<Tensor>& values) {
                                             : std::string("an undefined tensor")));
   for (size_t i = 0; i < ws.size(); ++i)
     if (ws[i].value.defined()) Tensor(ws[i].value).copy_from(values[i]);
+}
+
+void Model::set_initial_epoch(int epoch) {
+  if (epoch < 0)
+    throw ValueError("set_initial_epoch: the epoch must be >= 0 (epochs count from 0); got " + std::to_string(epoch));
+  initial_epoch_ = epoch;
 }
 
 double Model::learning_rate() const {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "tensorgrad/core/error.h"
@@ -122,6 +123,44 @@ void PlotHistory::on_train_begin(Logs& logs) { recorded_.on_train_begin(logs); }
 void PlotHistory::on_epoch_end(int epoch, Logs& logs) {
   recorded_.on_epoch_end(epoch, logs);
   plot_history(recorded_, path_);
+}
+
+CallbackState PlotHistory::get_state() const {
+  CallbackState s;
+  for (size_t i = 0; i < recorded_.epoch.size(); ++i) s.values["epoch/" + std::to_string(i)] = recorded_.epoch[i];
+  for (const auto& [key, values] : recorded_.history)
+    for (size_t i = 0; i < values.size(); ++i) s.values[key + "/" + std::to_string(i)] = values[i];
+  return s;
+}
+
+void PlotHistory::set_state(const CallbackState& state) {
+  if (!state.tensors.empty())
+    throw ValueError("PlotHistory.set_state: the state has tensors ('" + state.tensors.front().first +
+                     "', ...) but PlotHistory keeps none; give a state from PlotHistory.get_state()");
+  History h;
+  std::map<std::string, std::map<size_t, double>> by_key;
+  for (const auto& [name, value] : state.values) {
+    const size_t slash = name.rfind('/');
+    size_t index = 0;
+    const char* digits = slash == std::string::npos ? nullptr : name.c_str() + slash + 1;
+    char* end = nullptr;
+    if (digits && *digits >= '0' && *digits <= '9') index = std::strtoul(digits, &end, 10);
+    if (!end || *end != '\0' || slash == 0)
+      throw ValueError("PlotHistory.set_state: key '" + name +
+                       "' is not '<log key>/<index>'; give a state from PlotHistory.get_state()");
+    by_key[name.substr(0, slash)][index] = value;
+  }
+  for (const auto& [key, values] : by_key) {
+    size_t expected = 0;
+    for (const auto& [index, value] : values) {
+      if (index != expected++)
+        throw ValueError("PlotHistory.set_state: '" + key + "/" + std::to_string(expected - 1) +
+                         "' is missing (the indices of a key count from 0 without gaps)");
+      if (key == "epoch") h.epoch.push_back(int(value));
+      else h.history[key].push_back(value);
+    }
+  }
+  recorded_ = std::move(h);
 }
 
 }  // namespace tensorgrad::nn

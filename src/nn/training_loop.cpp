@@ -26,12 +26,19 @@ CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callb
     list_.push_back(progbar);
   }
   if (progbar) progbar->set_params(epochs, steps);
-  for (Callback* c : list_) c->set_model(&model);
+  for (Callback* c : list_) {
+    c->set_model(&model);
+    c->set_fit_callbacks(&list_);
+  }
   model.set_stop_training(false);
+  model.take_initial_epoch();  // one set before this fit does not move it
 }
 
 CallbackList::~CallbackList() {
-  for (Callback* c : list_) c->set_model(nullptr);
+  for (Callback* c : list_) {
+    c->set_model(nullptr);
+    c->set_fit_callbacks(nullptr);
+  }
 }
 
 void CallbackList::on_train_begin(Logs& logs) { for (Callback* c : list_) c->on_train_begin(logs); }
@@ -153,8 +160,10 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
   Logs train_logs;
   callbacks.on_train_begin(train_logs);
   check_live_after(model, "on_train_begin");
+  // A callback may have moved the start (io::BackupAndRestore resuming).
+  const int first_epoch = model.take_initial_epoch().value_or(opt.initial_epoch);
   bool diverged = false;
-  for (int epoch = opt.initial_epoch; epoch < opt.epochs && !model.stop_training(); ++epoch) {
+  for (int epoch = first_epoch; epoch < opt.epochs && !model.stop_training(); ++epoch) {
     Logs logs;
     callbacks.on_epoch_begin(epoch, logs);
     check_live_after(model, "on_epoch_begin");
@@ -162,8 +171,8 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     if (run.batches() == 0) {
       if (!model.stop_training())
         log_message(LogLevel::Warning,
-                    "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing at its first call; trained " + std::to_string(epoch - opt.initial_epoch) +
-                        " of " + std::to_string(opt.epochs - opt.initial_epoch) +
+                    "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing at its first call; trained " + std::to_string(epoch - first_epoch) +
+                        " of " + std::to_string(opt.epochs - first_epoch) +
                         " epochs. If the source is finite and now exhausted, lower epochs; if it was meant to "
                         "restart, reset its state before returning nothing");
       break;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tensorgrad/io/gguf.h"
+#include "tensorgrad/nn/callback.h"
 #include "tensorgrad/nn/model.h"
 #include "tensorgrad/nn/sequential.h"
 #include "tensorgrad/nn/trainer.h"
@@ -84,8 +85,39 @@ WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path);
 /// Restores a checkpoint into a trainer made from a model of the same
 /// architecture and optimizer. Throws ValueError listing missing, unexpected
 /// and mismatched weights (as load_weights), or naming the optimizer of the
-/// file and of the trainer when they differ; FormatError for a file that is
+/// file and of the trainer when they differ, or naming the first layer whose
+/// configuration differs (build the model with the same code after the same
+/// manual_seed: a Dropout's seed is drawn when it is made); FormatError for a file that is
 /// not a checkpoint; IOError as load_model. Nothing changes on error.
 void load_checkpoint(nn::Trainer& trainer, const std::string& path);
+
+/// Saves a compiled model's whole training state as a checkpoint (the file
+/// kind of the Trainer's): weights, optimizer state, the model's random
+/// stream (fit's shuffles) and dropout counter, as save_checkpoint(Trainer);
+/// with "tensorgrad.fit.initial_epoch" = `initial_epoch`, the epoch a
+/// resumed fit starts at (the number of epochs completed), and the state of
+/// each of `callbacks` (Callback::get_state): callback i's numbers under
+/// "tensorgrad.callbacks.<i>.<Type>.value.<key>", its tensors as
+/// "callbacks/<i>/<j>" (named by position: GGUF's names stop at 63 bytes)
+/// with their names in "tensorgrad.callbacks.<i>.<Type>.tensor_names", and
+/// the types in order in "tensorgrad.callbacks.types". io::BackupAndRestore
+/// writes its backups with it. The architecture (with every layer's
+/// configuration, dropout seeds included) is stored too: load_checkpoint
+/// refuses a model that differs. Throws StateError for a freed or uncompiled
+/// model; ValueError for a negative initial_epoch or a null callback;
+/// IOError when the file cannot be written (what was at `path` is kept).
+WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int initial_epoch = 0,
+                     const std::vector<nn::Callback*>& callbacks = {});
+/// Restores a checkpoint into a model compiled with the same architecture
+/// and optimizer, and the callbacks' states into `callbacks`, which must be
+/// callbacks of the same types in the same order as those saved (none for a
+/// Trainer's checkpoint). Call it when the callbacks' on_train_begin has run
+/// (it resets their state). Returns the saved initial_epoch (0 for a
+/// Trainer's checkpoint). Throws StateError for a freed or uncompiled model;
+/// ValueError for mismatched weights (as load_weights), another optimizer,
+/// other callbacks (listing both), or a state a callback refuses (its
+/// set_state's error); FormatError for a file that is not a checkpoint;
+/// IOError as load_model. Nothing changes on error.
+int load_checkpoint(nn::Model& model, const std::string& path, const std::vector<nn::Callback*>& callbacks = {});
 
 }  // namespace tensorgrad::io

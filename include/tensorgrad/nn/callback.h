@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorgrad/core/tensor.h"
 
 namespace tensorgrad::nn {
 
@@ -14,6 +18,18 @@ class Model;
 /// learning-rate callbacks add "learning_rate") that later ones, History
 /// among them, see.
 using Logs = std::map<std::string, double>;
+
+/// What a callback keeps from one epoch to the next (EarlyStopping's wait
+/// count and best value, ...), so a checkpoint can save it and a resumed fit
+/// go on as the uninterrupted one (io::save_checkpoint, io::BackupAndRestore).
+/// Numbers by name in `values` (an absent optional value is an absent key);
+/// tensors by name, in order, in `tensors`.
+struct CallbackState {
+  std::map<std::string, double> values;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  /// No values and no tensors: a callback that keeps nothing.
+  bool empty() const { return values.empty() && tensors.empty(); }
+};
 
 /// Hooks fit calls, as Keras 3 names them. Epochs and batches count from 0.
 /// A hook may stop training with model().set_stop_training(true): fit checks
@@ -27,6 +43,23 @@ class Callback {
   /// before on_train_begin, cleared after on_train_end).
   Model& model() const;
   void set_model(Model* model) { model_ = model; }
+  /// The callbacks of the fit in progress in the order fit calls them (the
+  /// given ones, then the History, then the progress printer); empty outside
+  /// fit. Set by fit (CallbackList) with the model: io::BackupAndRestore
+  /// finds the callbacks whose state it saves here.
+  const std::vector<Callback*>& fit_callbacks() const;
+  void set_fit_callbacks(const std::vector<Callback*>* callbacks) { fit_callbacks_ = callbacks; }
+
+  /// What the callback keeps between epochs (default: nothing). Taken after
+  /// an on_epoch_end, it is what the next epoch starts from.
+  virtual CallbackState get_state() const { return {}; }
+  /// Puts back a state from get_state() of a callback of the same type and
+  /// arguments; called after on_train_begin (which resets the state), the
+  /// callback then behaves as the one the state came from. Built-in
+  /// callbacks throw ValueError for a malformed state (a missing, unknown or
+  /// out-of-range key, naming the callback and the key) and change nothing
+  /// then. Default: ignores the state (a callback that keeps nothing).
+  virtual void set_state(const CallbackState& state) { (void)state; }
 
   virtual void on_train_begin(Logs& logs) { (void)logs; }
   virtual void on_train_end(Logs& logs) { (void)logs; }
@@ -43,6 +76,7 @@ class Callback {
 
  private:
   Model* model_ = nullptr;
+  const std::vector<Callback*>* fit_callbacks_ = nullptr;
 };
 
 }  // namespace tensorgrad::nn

@@ -22,6 +22,10 @@ class ProgressPrinter;
 /// as Keras 3 infers it from the metric.
 enum class MonitorMode { Auto, Min, Max };
 
+/// Whether `monitor` improves upward under `mode` (Auto resolved as above);
+/// shared with io::ModelCheckpoint.
+bool monitor_maximizes(const std::string& monitor, MonitorMode mode);
+
 /// Stops training when `monitor` has not improved by more than `min_delta`
 /// for `patience` epochs (keras.callbacks.EarlyStopping). Epochs before
 /// `start_from_epoch` are not looked at. With `baseline`, training stops
@@ -41,6 +45,11 @@ class EarlyStopping : public Callback {
   /// The epoch training stopped at (0 when it ran to the end) and the best one.
   int stopped_epoch() const { return stopped_epoch_; }
   int best_epoch() const { return best_epoch_; }
+  /// values "wait", "stopped_epoch", "best_epoch" and "best" (absent before
+  /// a value was seen); with restore_best_weights, the best epoch's weights
+  /// as tensors "best_weights/0", "best_weights/1", ... (weights() order).
+  CallbackState get_state() const override;
+  void set_state(const CallbackState& state) override;
 
  private:
   bool improves(double value, double reference) const;
@@ -69,6 +78,10 @@ class ReduceLROnPlateau : public Callback {
                     double min_lr = 0.0);
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
+  /// values "wait", "cooldown_counter" and "best" (±inf before a value was
+  /// seen); the learning rate itself lives in the optimizer state.
+  CallbackState get_state() const override;
+  void set_state(const CallbackState& state) override;
 
  private:
   std::string monitor_;
@@ -180,6 +193,11 @@ class PlotHistory : public Callback {
   explicit PlotHistory(std::string png_path);
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
+  /// The curves so far, so a resumed fit draws the whole run: value
+  /// "<key>/<i>" is the i-th epoch's value of log key <key>, "epoch/<i>" its
+  /// epoch number.
+  CallbackState get_state() const override;
+  void set_state(const CallbackState& state) override;
 
  private:
   std::string path_;

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tensorgrad/backend/executable.h"
@@ -207,6 +208,16 @@ class Model {
   /// current hook (see Callback). fit clears it when it starts.
   bool stop_training() const { return stop_training_; }
   void set_stop_training(bool stop) { stop_training_ = stop; }
+  /// Moves the first epoch of the fit in progress (Keras 3's
+  /// model._initial_epoch): a callback calls it in on_train_begin
+  /// (io::BackupAndRestore, after restoring a backup), and fit then runs
+  /// epochs `epoch` .. epochs - 1 instead of initial_epoch .. epochs - 1
+  /// (none when epoch >= epochs). fit reads it right after on_train_begin;
+  /// it is cleared when fit starts and once read. Throws ValueError for a
+  /// negative epoch.
+  void set_initial_epoch(int epoch);
+  /// The epoch set_initial_epoch gave, if any, clearing it (the loop's read).
+  std::optional<int> take_initial_epoch() { return std::exchange(initial_epoch_, std::nullopt); }
   /// Copies of every weight's values, in weights() order, non-trainable ones
   /// (batch-norm statistics) included (Keras' get_weights); set_weights
   /// copies them back, throwing ValueError for the wrong count and
@@ -448,6 +459,7 @@ class Model {
   mutable std::shared_ptr<Layer> as_layer_;
   std::vector<std::pair<const Layer*, bool>> trainable_at_compile_;  // what the optimizer was compiled for  // this model called as a layer: one object, so calls share it
   bool stop_training_ = false;
+  std::optional<int> initial_epoch_;  // set_initial_epoch, for the fit in progress
   std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
 };
 
