@@ -5,6 +5,7 @@
 // started with posix_spawn; and what load_checkpoint refuses.
 #include <gtest/gtest.h>
 
+#include "test_files.h"
 #include "test_support.h"
 #include "trainer_resume_model.h"
 
@@ -22,26 +23,11 @@
 extern char** environ;
 
 using namespace tensorgrad;
+using test_support::TempDir;
+using test_support::ThreadsGuard;
 using test_support::throws;
 
 namespace {
-
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
-
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static int n = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("tg_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // Two files hold the same metadata and the same tensors, bit for bit.
 ::testing::AssertionResult same_files(const std::string& a, const std::string& b) {
