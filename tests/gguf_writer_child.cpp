@@ -1,12 +1,12 @@
 // The child process of AtomicWrite.SigkillNeverLeavesATornFile
-// (tests/test_gguf_atomic_write.cpp): writes one GGUF file over and over
-// through GGUFWriter::write (the crash-safe path) until it is killed.
+// (tests/test_gguf_atomic_write.cpp): saves one model over and over with
+// io::save_model (the crash-safe path) until it is killed.
 //
 //   gguf_writer_child PATH [FIRST_VERSION [COUNT]]
 //
-// Version v = FIRST_VERSION, FIRST_VERSION + 1, ... (default 1): the file
-// holds the tensor "x", 16M float32 elements (64 MB) all equal to float(v),
-// and the UINT64 key "test.version" = v. Without COUNT it never stops; with
+// The model is Input(4096) -> Dense(4096, no bias): one 64 MB kernel
+// {4096, 4096}. Version v = FIRST_VERSION, FIRST_VERSION + 1, ... (default
+// 1) is the model with every kernel element equal to float(v). Without COUNT it never stops; with
 // COUNT it writes that many versions and prints each write's times (the
 // test's delays were tuned with it). Exit status 2 for bad arguments, 1 for
 // a tensorgrad error (printed on stderr).
@@ -34,14 +34,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    tensorgrad::Tensor x = tensorgrad::Tensor::empty(tensorgrad::Shape{16 * 1024 * 1024});
+    namespace tg = tensorgrad;
+    const tg::nn::SymbolicTensor in = tg::nn::Input({4096});
+    tg::nn::Model model(in, tg::nn::Dense(4096, "linear", false)(in), "versions");
+    tg::Tensor kernel = model.weights().at(0).value;
     for (uint64_t v = first; count == 0 || v < first + count; ++v) {
       const auto t0 = std::chrono::steady_clock::now();
-      x.fill(float(v));
-      tensorgrad::io::GGUFWriter writer;
-      writer.set_u64("test.version", v);
-      writer.add_tensor("x", x);
-      const tensorgrad::io::WriteStats stats = writer.write(path);
+      kernel.fill(float(v));
+      const tg::io::WriteStats stats = tg::io::save_model(model, path);
       if (count) {
         const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("version %llu: fill+write %.1f ms (write %.1f ms, fsync %.1f ms, %llu bytes)\n",
