@@ -1,4 +1,4 @@
-// Gradient checks: every differentiable op's gradient rule (src/ops/gradients.cpp)
+// Gradient checks: every differentiable op's gradient rule (src/ops/op_table.cpp)
 // and backward kernel, compared with central finite differences of the loss,
 // through the real static path: Graph -> Graph::gradients -> Executable::run.
 //

@@ -1,100 +1,139 @@
-#include "kernels/kernels.h"
-
+#include <array>
 #include <string>
 
+#include "kernels/kernels.h"
+#include "ops/op_table.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::kernels {
 
+namespace {
+/// One kernel invocation; a table entry reads what its kernel takes.
+struct KernelCall {
+  OpKind op;
+  const OpAttrs& at;
+  std::span<const TensorRef> in;
+  const TensorRef& out;
+  const KernelContext& ctx;
+};
+
+struct KernelEntry {
+  OpKind kind;
+  void (*run)(const KernelCall& k);
+};
+
+// Families that share one kernel function, which picks the formula by op.
+void run_binary(const KernelCall& k) { binary(k.op, k.in[0], k.in[1], k.out, k.ctx); }
+void run_unary(const KernelCall& k) { unary(k.op, k.at, k.in[0], k.out, k.ctx); }
+void run_unary_backward(const KernelCall& k) { unary_backward(k.op, k.in[0], k.in[1], k.out, k.ctx); }
+void run_activation_backward(const KernelCall& k) { activation_backward(k.op, k.at, k.in[0], k.in[1], k.out, k.ctx); }
+void run_softmax(const KernelCall& k) { softmax(k.op, k.in[0], k.out, k.ctx); }
+void run_softmax_backward(const KernelCall& k) { softmax_backward(k.op, k.in[0], k.in[1], k.out, k.ctx); }
+void run_reduce_all(const KernelCall& k) { reduce_all(k.op, k.in[0], k.out); }
+void run_pool2d(const KernelCall& k) { pool2d(k.op, k.at.window, k.in[0], k.out, k.ctx); }
+void run_optimizer(const KernelCall& k) { optimizer(k.op, k.at, k.in, k.ctx); }
+// Leaves are bound to outside memory and a view shares its input's (the
+// planner gave it that memory), so neither computes anything.
+void run_nothing(const KernelCall&) {}
+
+// The kernel half of the op table: entry i runs OpKind i.
+constexpr auto kKernels = std::to_array<KernelEntry>({
+    {OpKind::Leaf, run_nothing},
+    {OpKind::Fill, [](const KernelCall& k) {
+       for (int64_t i = 0; i < k.out.numel(); ++i) k.out.f()[i] = k.at.scale;
+     }},
+    {OpKind::MatMul, [](const KernelCall& k) { matmul(k.at, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::Add, run_binary},
+    {OpKind::Sub, run_binary},
+    {OpKind::Mul, run_binary},
+    {OpKind::Maximum, run_binary},
+    {OpKind::Minimum, run_binary},
+    {OpKind::GreaterEqual, run_binary},
+    {OpKind::Scale, run_unary},
+    {OpKind::Relu, run_unary},
+    {OpKind::Sigmoid, run_unary},
+    {OpKind::Tanh, run_unary},
+    {OpKind::Softmax, run_softmax},
+    {OpKind::LogSoftmax, run_softmax},
+    {OpKind::SoftmaxCrossEntropy, [](const KernelCall& k) { softmax_cross_entropy(k.in, k.out); }},
+    {OpKind::MseLoss, [](const KernelCall& k) { mse_loss(k.in, k.out); }},
+    {OpKind::MaeLoss, [](const KernelCall& k) { mae_loss(k.in, k.out); }},
+    {OpKind::HuberLoss, [](const KernelCall& k) { huber_loss(k.at, k.in, k.out); }},
+    {OpKind::BinaryCrossEntropy, [](const KernelCall& k) { binary_cross_entropy(k.in, k.out); }},
+    {OpKind::Dropout, run_unary},
+    {OpKind::Sum, run_reduce_all},
+    {OpKind::Mean, run_reduce_all},
+    {OpKind::SumTo, [](const KernelCall& k) { sum_to(k.in[0], k.out, k.ctx); }},
+    {OpKind::BroadcastTo, [](const KernelCall& k) { broadcast_to(k.in[0], k.out); }},
+    {OpKind::Reshape, run_nothing},
+    {OpKind::Rsqrt, run_unary},
+    {OpKind::Gelu, run_unary},
+    {OpKind::Silu, run_unary},
+    {OpKind::Elu, run_unary},
+    {OpKind::LeakyRelu, run_unary},
+    {OpKind::Softplus, run_unary},
+    {OpKind::MeanLastAxis, [](const KernelCall& k) { mean_last_axis(k.in[0], k.out, k.ctx); }},
+    {OpKind::Slice, [](const KernelCall& k) { slice(k.at, k.in[0], k.out); }},
+    {OpKind::Concat, [](const KernelCall& k) { concat(k.at, k.in[0], k.in[1], k.out); }},
+    {OpKind::Gather, [](const KernelCall& k) { gather(k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::ToIndex, [](const KernelCall& k) { to_index(k.in[0], k.out); }},
+    {OpKind::Im2Col, [](const KernelCall& k) { im2col(k.at.window, k.in[0], k.out, k.ctx); }},
+    {OpKind::Col2Im, [](const KernelCall& k) { col2im(k.at.window, k.in[0], k.out, k.ctx); }},
+    {OpKind::MaxPool2D, run_pool2d},
+    {OpKind::AvgPool2D, run_pool2d},
+    {OpKind::Conv2D, [](const KernelCall& k) { conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::BatchNormStats, [](const KernelCall& k) { batch_norm_stats(k.in[0], k.out, k.ctx); }},
+    {OpKind::BatchNorm,
+     [](const KernelCall& k) { batch_norm(k.at, k.in[0], k.in[1], k.in[2], k.in[3], k.out, k.ctx); }},
+    {OpKind::ReluBackward, run_unary_backward},
+    {OpKind::SigmoidBackward, run_unary_backward},
+    {OpKind::TanhBackward, run_unary_backward},
+    {OpKind::SoftmaxBackward, run_softmax_backward},
+    {OpKind::LogSoftmaxBackward, run_softmax_backward},
+    {OpKind::SoftmaxCrossEntropyBackward, [](const KernelCall& k) { softmax_cross_entropy_backward(k.in, k.out); }},
+    {OpKind::MseLossBackward, [](const KernelCall& k) { mse_loss_backward(k.in, k.out); }},
+    {OpKind::MaeLossBackward, [](const KernelCall& k) { mae_loss_backward(k.in, k.out); }},
+    {OpKind::HuberLossBackward, [](const KernelCall& k) { huber_loss_backward(k.at, k.in, k.out); }},
+    {OpKind::BinaryCrossEntropyBackward, [](const KernelCall& k) { binary_cross_entropy_backward(k.in, k.out); }},
+    {OpKind::RsqrtBackward, run_unary_backward},
+    {OpKind::GeluBackward, run_activation_backward},
+    {OpKind::SiluBackward, run_activation_backward},
+    {OpKind::EluBackward, run_activation_backward},
+    {OpKind::LeakyReluBackward, run_activation_backward},
+    {OpKind::SoftplusBackward, run_activation_backward},
+    {OpKind::SliceBackward, [](const KernelCall& k) { slice_backward(k.at, k.in[0], k.out); }},
+    {OpKind::GatherBackward, [](const KernelCall& k) { gather_backward(k.in[0], k.in[1], k.out); }},
+    {OpKind::MaxPool2DBackward,
+     [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::AvgPool2DBackward, [](const KernelCall& k) { avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx); }},
+    {OpKind::Conv2DBackwardInput,
+     [](const KernelCall& k) { conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::Conv2DBackwardFilter,
+     [](const KernelCall& k) { conv2d_backward_filter(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::BatchNormParamGrad,
+     [](const KernelCall& k) { batch_norm_param_grad(k.at, k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
+    {OpKind::BatchNormBackward, [](const KernelCall& k) { batch_norm_backward(k.at, k.in, k.out, k.ctx); }},
+    {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
+    {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
+    {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},
+    {OpKind::AccumulateGrad, run_optimizer},
+    {OpKind::OptimizerTick, run_optimizer},
+    {OpKind::AdamWUpdate, run_optimizer},
+    {OpKind::SgdUpdate, run_optimizer},
+    {OpKind::RmspropUpdate, run_optimizer},
+    {OpKind::AdagradUpdate, run_optimizer},
+    {OpKind::ClipValue, [](const KernelCall& k) { clip_value(k.at, k.in[0], k.ctx); }},
+    {OpKind::SquaredNorm, [](const KernelCall& k) { squared_norm(k.in[0], k.out); }},
+    {OpKind::ClipNorm, [](const KernelCall& k) { clip_norm(k.at, k.in[0], k.in[1], k.ctx); }},
+    {OpKind::MovingAverage, run_optimizer},
+});
+static_assert(indexed_by_op_kind(kKernels), "kKernels must list every OpKind once, in enum order");
+}  // namespace
+
 void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& out,
                 const KernelContext& ctx) {
-  switch (op) {
-    case OpKind::Leaf: return;
-    case OpKind::Fill:
-      for (int64_t i = 0; i < out.numel(); ++i) out.f()[i] = at.scale;
-      return;
-    case OpKind::MatMul: return matmul(at, in[0], in[1], out, ctx);
-    case OpKind::Add:
-    case OpKind::Sub:
-    case OpKind::Mul:
-    case OpKind::Maximum:
-    case OpKind::Minimum:
-    case OpKind::GreaterEqual: return binary(op, in[0], in[1], out, ctx);
-    case OpKind::Reshape: return;  // a view: the planner gave it its input's memory
-    case OpKind::Rsqrt:
-    case OpKind::Gelu:
-    case OpKind::Silu:
-    case OpKind::Elu:
-    case OpKind::LeakyRelu:
-    case OpKind::Softplus:
-    case OpKind::Scale:
-    case OpKind::Relu:
-    case OpKind::Sigmoid:
-    case OpKind::Tanh:
-    case OpKind::Dropout: return unary(op, at, in[0], out, ctx);
-    case OpKind::Softmax:
-    case OpKind::LogSoftmax: return softmax(op, in[0], out, ctx);
-    case OpKind::SoftmaxCrossEntropy: return softmax_cross_entropy(in, out);
-    case OpKind::MseLoss: return mse_loss(in, out);
-    case OpKind::MaeLoss: return mae_loss(in, out);
-    case OpKind::HuberLoss: return huber_loss(at, in, out);
-    case OpKind::BinaryCrossEntropy: return binary_cross_entropy(in, out);
-    case OpKind::Sum:
-    case OpKind::Mean: return reduce_all(op, in[0], out);
-    case OpKind::SumTo: return sum_to(in[0], out, ctx);
-    case OpKind::BroadcastTo: return broadcast_to(in[0], out);
-    case OpKind::MeanLastAxis: return mean_last_axis(in[0], out, ctx);
-    case OpKind::Slice: return slice(at, in[0], out);
-    case OpKind::SliceBackward: return slice_backward(at, in[0], out);
-    case OpKind::Concat: return concat(at, in[0], in[1], out);
-    case OpKind::Gather: return gather(in[0], in[1], out, ctx);
-    case OpKind::GatherBackward: return gather_backward(in[0], in[1], out);
-    case OpKind::ToIndex: return to_index(in[0], out);
-    case OpKind::Im2Col: return im2col(at.window, in[0], out, ctx);
-    case OpKind::Col2Im: return col2im(at.window, in[0], out, ctx);
-    case OpKind::MaxPool2D:
-    case OpKind::AvgPool2D: return pool2d(op, at.window, in[0], out, ctx);
-    case OpKind::Conv2D: return conv2d(at.window, in[0], in[1], out, ctx);
-    case OpKind::Conv2DBackwardInput: return conv2d_backward_input(at.window, in[0], in[1], out, ctx);
-    case OpKind::Conv2DBackwardFilter: return conv2d_backward_filter(at.window, in[0], in[1], out, ctx);
-    case OpKind::BatchNormStats: return batch_norm_stats(in[0], out, ctx);
-    case OpKind::BatchNorm: return batch_norm(at, in[0], in[1], in[2], in[3], out, ctx);
-    case OpKind::BatchNormParamGrad: return batch_norm_param_grad(at, in[0], in[1], in[2], out, ctx);
-    case OpKind::BatchNormBackward: return batch_norm_backward(at, in, out, ctx);
-    case OpKind::MaxPool2DBackward: return max_pool2d_backward(at.window, in[0], in[1], out, ctx);
-    case OpKind::AvgPool2DBackward: return avg_pool2d_backward(at.window, in[0], out, ctx);
-    case OpKind::GeluBackward:
-    case OpKind::SiluBackward:
-    case OpKind::EluBackward:
-    case OpKind::LeakyReluBackward:
-    case OpKind::SoftplusBackward: return activation_backward(op, at, in[0], in[1], out, ctx);
-    case OpKind::RsqrtBackward:
-    case OpKind::ReluBackward:
-    case OpKind::SigmoidBackward:
-    case OpKind::TanhBackward: return unary_backward(op, in[0], in[1], out, ctx);
-    case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: return softmax_backward(op, in[0], in[1], out, ctx);
-    case OpKind::SoftmaxCrossEntropyBackward: return softmax_cross_entropy_backward(in, out);
-    case OpKind::MseLossBackward: return mse_loss_backward(in, out);
-    case OpKind::MaeLossBackward: return mae_loss_backward(in, out);
-    case OpKind::HuberLossBackward: return huber_loss_backward(at, in, out);
-    case OpKind::BinaryCrossEntropyBackward: return binary_cross_entropy_backward(in, out);
-    case OpKind::Accuracy: return accuracy(in[0], in[1], out);
-    case OpKind::BinaryAccuracy: return binary_accuracy(at, in[0], in[1], out);
-    case OpKind::TopKAccuracy: return top_k_accuracy(at, in[0], in[1], out);
-    case OpKind::AccumulateGrad:
-    case OpKind::OptimizerTick:
-    case OpKind::AdamWUpdate:
-    case OpKind::SgdUpdate:
-    case OpKind::RmspropUpdate:
-    case OpKind::AdagradUpdate:
-    case OpKind::MovingAverage: return optimizer(op, at, in, ctx);
-    case OpKind::ClipValue: return clip_value(at, in[0], ctx);
-    case OpKind::SquaredNorm: return squared_norm(in[0], out);
-    case OpKind::ClipNorm: return clip_norm(at, in[0], in[1], ctx);
-    case OpKind::Count: break;
-  }
-  unhandled_op(op, "kernels::run_kernel");
+  if (size_t(op) >= kKernels.size()) unhandled_op(op, "kernels::run_kernel");
+  kKernels[size_t(op)].run(KernelCall{op, at, in, out, ctx});
 }
 
 void unhandled_op(OpKind op, const char* function) {

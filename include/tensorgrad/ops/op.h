@@ -1,8 +1,9 @@
 #pragma once
-// The op set: every operation tensorgrad can run, with its attributes and its
-// shape rule. Gradient rules live in one table (ops/gradients.cpp), kernels in
-// src/kernels. Both the lazy graph and the eager API (planned) reach ops only
-// through the Builder interface (ops/builder.h).
+// The op set: every operation tensorgrad can run and its attributes. Each
+// op's name, arity, shape rule and gradient rule are one entry of the op table
+// (src/ops/op_table.cpp), its kernel one entry of the kernel table
+// (src/kernels/dispatch.cpp). Both the lazy graph and the eager API (planned)
+// reach ops only through the Builder interface (ops/builder.h).
 #include <cstdint>
 #include <span>
 

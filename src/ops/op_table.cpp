@@ -1,0 +1,636 @@
+// The ops half of the op table (ops/op_table.h): per op its name, arity,
+// flags, shape rule and gradient rule, each gradient rule with its formula,
+// as tinygrad's gradient.py keeps every rule on one screen. In the rules,
+// x = inputs, y = output, g = d(loss)/dy, dx = the results.
+#include "ops/op_table.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/ops/gradients.h"
+
+namespace tensorgrad {
+
+namespace {
+
+OpAttrs with_shape(OpAttrs at, const Shape& shape) {
+  at.shape = shape;
+  return at;
+}
+
+// ---- Gradient rules shared by several ops ----
+
+// Backward, metric and optimizer ops: nothing differentiates through them
+// today, so reaching one in a backward walk is a bug in the caller.
+void no_gradient(const GradientCall& d) {
+  throw Error(std::string("op '") + op_info(d.op).name + "' has no gradient rule");
+}
+
+// Piecewise constant or integer-valued: the gradient is zero everywhere it
+// exists, so the walk stops here.
+void zero_gradient(const GradientCall&) {}
+
+// m is a 0/1 mask, so g m and g - g m are exact.
+void select_gradient(const GradientCall& d, Value m) {
+  Value ga = d.b.mul(d.g, m);
+  if (d.need(0)) d.dx[0] = d.b.sum_to(ga, d.b.shape(d.x[0]));
+  if (d.need(1)) d.dx[1] = d.b.sum_to(d.b.sub(d.g, ga), d.b.shape(d.x[1]));
+}
+
+// Losses whose kernel gives dpred and whose target gradient is -dpred.
+void regression_loss_gradient(const GradientCall& d, OpKind backward) {
+  Value d_pred = d.x.size() == 3 ? d.b.apply(backward, {d.x[0], d.x[1], d.x[2], d.g}, d.at)
+                                 : d.b.apply(backward, {d.x[0], d.x[1], d.g}, d.at);
+  if (d.need(0)) d.dx[0] = d_pred;
+  if (d.need(1)) d.dx[1] = d.b.scale(d_pred, -1.0f);
+}
+
+// Losses whose labels (or targets) and weights take no gradient.
+void logits_loss_gradient(const GradientCall& d, OpKind backward) {
+  d.dx[0] = d.x.size() == 3 ? d.back(backward, {d.x[0], d.x[1], d.x[2], d.g}) : d.back(backward, {d.x[0], d.x[1], d.g});
+}
+
+// ---- Shape rules shared by several ops ----
+
+OpSignature no_shape_rule(OpKind, Shapes, DTypes, const OpAttrs&) { throw Error("leaf nodes have no shape rule"); }
+
+// Backward ops whose output shape the gradient rule passes in attrs.shape.
+OpSignature attrs_shape(OpKind, Shapes, DTypes, const OpAttrs& a) { return {a.shape}; }
+
+OpSignature broadcast_binary(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
+  expect_float(op, t, 0, "lhs");
+  expect_float(op, t, 1, "rhs");
+  return {broadcast_shapes(s[0], s[1], op_info(op).name)};
+}
+
+OpSignature float_elementwise(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
+  expect_float(op, t, 0, "input");
+  return {s[0]};
+}
+
+OpSignature float_last_axis(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
+  expect_float(op, t, 0, "input");
+  if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
+  return {s[0]};
+}
+
+OpSignature float_to_scalar(OpKind op, Shapes, DTypes t, const OpAttrs&) {
+  expect_float(op, t, 0, "input");
+  return {Shape{}};
+}
+
+OpSignature loss(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  const bool elementwise = op != OpKind::SoftmaxCrossEntropy;
+  const char* pred_role = op == OpKind::BinaryCrossEntropy ? "logits" : "predictions";
+  expect_float(op, t, 0, pred_role);
+  expect_rank(op, s[0], 2, pred_role);
+  if (elementwise) {
+    if (s[1] != s[0]) shape_fail(op, "targets " + s[1].str() + " must match " + pred_role + " " + s[0].str());
+    expect_float(op, t, 1, "targets");
+  } else {
+    check_labels(op, s[0], s[1], t[1]);
+  }
+  if (s.size() == 3) {
+    expect_float(op, t, 2, "weights");
+    check_weights(op, s[0], s[2], elementwise);
+  }
+  if (op == OpKind::HuberLoss && !(a.scale > 0.0f && std::isfinite(a.scale)))
+    throw ValueError("huber_loss: delta (attrs.scale) must be finite and > 0; got " + std::to_string(a.scale));
+  return {Shape{}};
+}
+
+// Im2Col, pooling and Conv2D: a window over {B, H, W, C}.
+OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  expect_float(op, t, 0, "input");
+  expect_rank(op, s[0], 4, "input {batch, height, width, channels}");
+  const Window2D& w = a.window;
+  if (op == OpKind::Conv2D) {
+    expect_float(op, t, 1, "kernel");
+    if (s[1] != Shape{w.kh, w.kw, s[0][3], s[1].rank() == 4 ? s[1][3] : 0} || s[1][3] < 1)
+      shape_fail(op, "kernel must be {" + std::to_string(w.kh) + ", " + std::to_string(w.kw) + ", " +
+                         std::to_string(s[0][3]) + ", filters} for input " + s[0].str() + "; got " + s[1].str());
+  }
+  if (w.kh < 1 || w.kw < 1 || w.sh < 1 || w.sw < 1 || w.dh < 1 || w.dw < 1 || w.pad_top < 0 || w.pad_left < 0 ||
+      w.pad_bottom < 0 || w.pad_right < 0)
+    throw ValueError(std::string(op_info(op).name) + ": window sizes, strides and dilations must be >= 1 and pads >= 0");
+  const int64_t span_h = w.dh * (w.kh - 1) + 1, span_w = w.dw * (w.kw - 1) + 1;
+  const int64_t padded_h = s[0][1] + w.pad_top + w.pad_bottom, padded_w = s[0][2] + w.pad_left + w.pad_right;
+  if (span_h > padded_h || span_w > padded_w)
+    shape_fail(op, "a " + std::to_string(span_h) + "x" + std::to_string(span_w) +
+                       " window (dilation included) is larger than its padded input " + std::to_string(padded_h) +
+                       "x" + std::to_string(padded_w) + " (input " + s[0].str() + ")");
+  const int64_t ho = w.out_h(s[0][1]), wo = w.out_w(s[0][2]);
+  if (op == OpKind::Im2Col) return {Shape{s[0][0] * ho * wo, w.kh * w.kw * s[0][3]}};
+  if (op == OpKind::Conv2D) return {Shape{s[0][0], ho, wo, s[1][3]}};
+  return {Shape{s[0][0], ho, wo, s[0][3]}};
+}
+
+OpSignature conv2d_backward(OpKind op, Shapes s, DTypes, const OpAttrs& a) {
+  const bool input = op == OpKind::Conv2DBackwardInput;
+  const Shape& x = input ? a.shape : s[0];
+  const Shape& kernel = input ? s[1] : a.shape;
+  const Shape& g = input ? s[0] : s[1];
+  const Window2D& w = a.window;
+  if (x.rank() != 4 || kernel.rank() != 4 || kernel[0] != w.kh || kernel[1] != w.kw || kernel[2] != x[3])
+    shape_fail(op, "input " + x.str() + " and kernel " + kernel.str() + " do not fit a " + std::to_string(w.kh) +
+                       "x" + std::to_string(w.kw) + " window");
+  const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
+  if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
+  return {a.shape};
+}
+
+// BatchNorm (x, stats, gamma, beta), BatchNormParamGrad (x, stats, g) and
+// BatchNormBackward (x, stats, gamma, g, param_grad).
+OpSignature batch_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
+  const Shape& x = s[0];
+  if (x.rank() < 1) shape_fail(op, "input must have a channel axis; got a scalar");
+  const Shape channels{x[-1]};
+  if (s[1] != Shape{2, x[-1]}) shape_fail(op, "stats must be " + Shape{2, x[-1]}.str() + "; got " + s[1].str());
+  if (op != OpKind::BatchNormParamGrad && s[2] != channels)
+    shape_fail(op, "gamma must be " + channels.str() + "; got " + s[2].str());
+  if (op == OpKind::BatchNorm && s[3] != channels) shape_fail(op, "beta must be " + channels.str() + "; got " + s[3].str());
+  const Shape& g = op == OpKind::BatchNormParamGrad ? s[2] : op == OpKind::BatchNormBackward ? s[3] : x;
+  if (g != x) shape_fail(op, "gradient " + g.str() + " and input " + x.str() + " differ");
+  if (op == OpKind::BatchNormBackward && s[4] != s[1])
+    shape_fail(op, "parameter gradients must be " + s[1].str() + "; got " + s[4].str());
+  if (!(a.scale > 0.0f)) throw ValueError(std::string(op_info(op).name) + ": epsilon (attrs.scale) must be > 0");
+  if (op == OpKind::BatchNormParamGrad) return {s[1]};
+  return {x};
+}
+
+// Backward ops of (y, g): the forward op's output and its gradient.
+OpSignature output_and_gradient(OpKind op, Shapes s, DTypes, const OpAttrs&) {
+  if (s[0] != s[1]) shape_fail(op, "output " + s[0].str() + " and gradient " + s[1].str() + " differ");
+  return {s[0]};
+}
+
+// Backward ops of (x, g) (RsqrtBackward's x is its output y; the message
+// has always said "input").
+OpSignature input_and_gradient(OpKind op, Shapes s, DTypes, const OpAttrs&) {
+  if (s[0] != s[1]) shape_fail(op, "input " + s[0].str() + " and gradient " + s[1].str() + " differ");
+  return {s[0]};
+}
+
+OpSignature loss_backward(OpKind op, Shapes s, DTypes, const OpAttrs&) {
+  if (s.back().numel() != 1) shape_fail(op, "the incoming gradient must be a scalar; got " + s.back().str());
+  return {s[0]};
+}
+
+// The updates: (param, [state...], hyper), the optional state inputs there
+// exactly when their flags say so.
+OpSignature optimizer_update(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  const bool momentum = a.flags & kUseMomentum, centered = a.flags & kCentered;
+  const size_t want = op == OpKind::AdamWUpdate    ? 5
+                      : op == OpKind::SgdUpdate    ? 3 + size_t(momentum)
+                      : op == OpKind::AdagradUpdate ? 4
+                                                    : 4 + size_t(centered) + size_t(momentum);
+  if (s.size() != want)
+    shape_fail(op, "expected " + std::to_string(want) + " inputs for its flags (momentum " + (momentum ? "on" : "off") +
+                       ", centered " + (centered ? "on" : "off") + "); got " + std::to_string(s.size()));
+  if ((a.flags & kNesterov) && !momentum) shape_fail(op, "Nesterov momentum needs kUseMomentum");
+  for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, i == 0 ? "the parameter" : "every input");
+  for (size_t i = 1; i + 1 < s.size(); ++i)
+    if (s[i] != s[0]) shape_fail(op, "state " + s[i].str() + " does not match parameter " + s[0].str());
+  if (s.back() != Shape{kHyperSize})
+    shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}; got " + s.back().str());
+  return {s[0]};
+}
+
+// ---- The table ----
+
+constexpr auto kOps = std::to_array<OpDef>({
+    {OpKind::Leaf, {"leaf", 0, 0, false}, no_shape_rule, zero_gradient},  // leaves end the walk
+    {OpKind::Fill, {"fill", 0, 0, false}, attrs_shape, zero_gradient},    // a constant has no inputs
+
+    // C = op(A) op(B): dA = g op(B)^T, dB = op(A)^T g, each transposed back when its operand was
+    {OpKind::MatMul, {"matmul", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       expect_float(op, t, 0, "A");
+       expect_float(op, t, 1, "B");
+       expect_rank(op, s[0], 2, "A");
+       expect_rank(op, s[1], 2, "B");
+       int64_t m = a.trans_a ? s[0][1] : s[0][0], k = a.trans_a ? s[0][0] : s[0][1];
+       int64_t k2 = a.trans_b ? s[1][1] : s[1][0], n = a.trans_b ? s[1][0] : s[1][1];
+       if (k != k2)
+         shape_fail(op, "inner dimensions differ: " + s[0].str() + (a.trans_a ? "^T" : "") + " x " + s[1].str() +
+                            (a.trans_b ? "^T" : "") + " (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
+       return {Shape{m, n}};
+     },
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       const bool ta = d.at.trans_a, tb = d.at.trans_b;
+       if (d.need(0)) d.dx[0] = ta ? b.matmul(d.x[1], d.g, tb, true) : b.matmul(d.g, d.x[1], false, !tb);
+       if (d.need(1)) d.dx[1] = tb ? b.matmul(d.g, d.x[0], true, ta) : b.matmul(d.x[0], d.g, !ta, false);
+     }},
+
+    // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes
+    {OpKind::Add, {"add", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) {
+       if (d.need(0)) d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0]));
+       if (d.need(1)) d.dx[1] = d.b.sum_to(d.g, d.b.shape(d.x[1]));
+     }},
+    // y = a - b: da = sum_to(g), db = -sum_to(g)
+    {OpKind::Sub, {"sub", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) {
+       if (d.need(0)) d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0]));
+       if (d.need(1)) d.dx[1] = d.b.scale(d.b.sum_to(d.g, d.b.shape(d.x[1])), -1.0f);
+     }},
+    // y = a b: da = sum_to(g b), db = sum_to(g a)
+    {OpKind::Mul, {"mul", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) {
+       if (d.need(0)) d.dx[0] = d.b.sum_to(d.b.mul(d.g, d.x[1]), d.b.shape(d.x[0]));
+       if (d.need(1)) d.dx[1] = d.b.sum_to(d.b.mul(d.g, d.x[0]), d.b.shape(d.x[1]));
+     }},
+    // m = [a >= b]: da = g m, db = g (1 - m) (ties go to a, as TensorFlow)
+    {OpKind::Maximum, {"maximum", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) { select_gradient(d, d.back(OpKind::GreaterEqual, {d.x[0], d.x[1]})); }},
+    // m = [a <= b] = [b >= a]: da = g m, db = g (1 - m)
+    {OpKind::Minimum, {"minimum", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) { select_gradient(d, d.back(OpKind::GreaterEqual, {d.x[1], d.x[0]})); }},
+    // piecewise constant: no gradient
+    {OpKind::GreaterEqual, {"greater_equal", 2, 2, false}, broadcast_binary, zero_gradient},
+
+    // y = s x: dx = s g
+    {OpKind::Scale, {"scale", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.scale(d.g, d.at.scale); }},
+    // y = max(x, 0): dx = g [y > 0]
+    {OpKind::Relu, {"relu", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::ReluBackward, {d.y, d.g}); }},
+    // y = 1 / (1 + e^-x): dx = g y (1 - y)
+    {OpKind::Sigmoid, {"sigmoid", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SigmoidBackward, {d.y, d.g}); }},
+    // y = tanh(x): dx = g (1 - y^2)
+    {OpKind::Tanh, {"tanh", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::TanhBackward, {d.y, d.g}); }},
+    // y = softmax(x) along the last axis: dx = y (g - sum(g y))
+    {OpKind::Softmax, {"softmax", 1, 1, false}, float_last_axis,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SoftmaxBackward, {d.y, d.g}); }},
+    // y = x - logsumexp(x): dx = g - e^y sum(g)
+    {OpKind::LogSoftmax, {"log_softmax", 1, 1, false}, float_last_axis,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::LogSoftmaxBackward, {d.y, d.g}); }},
+
+    // dlogits = w (softmax(z) sum(t) - t) g / B; labels and weights take no gradient
+    {OpKind::SoftmaxCrossEntropy, {"softmax_cross_entropy", 2, 3, false}, loss,
+     [](const GradientCall& d) { logits_loss_gradient(d, OpKind::SoftmaxCrossEntropyBackward); }},
+    // dpred = 2 w (p - t) g / (B N), dtarget = -dpred
+    {OpKind::MseLoss, {"mse_loss", 2, 3, false}, loss,
+     [](const GradientCall& d) { regression_loss_gradient(d, OpKind::MseLossBackward); }},
+    // dpred = w sign(p - t) g / (B N), dtarget = -dpred
+    {OpKind::MaeLoss, {"mae_loss", 2, 3, false}, loss,
+     [](const GradientCall& d) { regression_loss_gradient(d, OpKind::MaeLossBackward); }},
+    // dpred = w clip(p - t, -delta, delta) g / (B N), dtarget = -dpred
+    {OpKind::HuberLoss, {"huber_loss", 2, 3, false}, loss,
+     [](const GradientCall& d) { regression_loss_gradient(d, OpKind::HuberLossBackward); }},
+    // dlogits = w (sigmoid(z) - y) g / (B N); targets and weights take no gradient
+    {OpKind::BinaryCrossEntropy, {"binary_cross_entropy", 2, 3, false}, loss,
+     [](const GradientCall& d) { logits_loss_gradient(d, OpKind::BinaryCrossEntropyBackward); }},
+
+    // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same stream giving the same mask
+    {OpKind::Dropout, {"dropout", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       expect_float(op, t, 0, "input");
+       if (!(a.scale >= 0.0f && a.scale < 1.0f))
+         throw ValueError("dropout: rate must be in [0, 1); got " + std::to_string(a.scale));
+       return {s[0]};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::Dropout, {d.g}, d.at); }},
+
+    // y = sum(x): dx = broadcast(g)
+    {OpKind::Sum, {"sum", 1, 1, false}, float_to_scalar,
+     [](const GradientCall& d) { d.dx[0] = d.b.broadcast_to(d.g, d.b.shape(d.x[0])); }},
+    // y = sum(x) / n: dx = broadcast(g) / n
+    {OpKind::Mean, {"mean", 1, 1, false}, float_to_scalar,
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.scale(d.b.broadcast_to(d.g, d.b.shape(d.x[0])), 1.0f / float(d.b.shape(d.x[0]).numel()));
+     }},
+    // dx = broadcast(g) to x's shape
+    {OpKind::SumTo, {"sum_to", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
+       if (!broadcasts_to(a.shape, s[0])) shape_fail(op, "cannot reduce " + s[0].str() + " to " + a.shape.str());
+       return {a.shape};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.broadcast_to(d.g, d.b.shape(d.x[0])); }},
+    // dx = sum_to(g) over the broadcast axes
+    {OpKind::BroadcastTo, {"broadcast_to", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
+       if (!broadcasts_to(s[0], a.shape)) shape_fail(op, "cannot broadcast " + s[0].str() + " to " + a.shape.str());
+       return {a.shape};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0])); }},
+    // dx = g viewed as x's shape
+    {OpKind::Reshape, {"reshape", 1, 1, false, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       if (a.shape.numel() != s[0].numel())
+         shape_fail(op, "cannot view " + s[0].str() + " (" + std::to_string(s[0].numel()) + " elements) as " +
+                            a.shape.str() + " (" + std::to_string(a.shape.numel()) + ")");
+       return {a.shape, t[0]};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.reshape(d.g, d.b.shape(d.x[0])); }},
+    // y = x^-1/2: dx = -g y^3 / 2
+    {OpKind::Rsqrt, {"rsqrt", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::RsqrtBackward, {d.y, d.g}); }},
+    // y = x Phi(x): dx = g (Phi(x) + x phi(x))
+    {OpKind::Gelu, {"gelu", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::GeluBackward, {d.x[0], d.g}, d.at); }},
+    // y = x sigmoid(x): dx = g s (1 + x (1 - s)), s = sigmoid(x)
+    {OpKind::Silu, {"silu", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::SiluBackward, {d.x[0], d.g}, d.at); }},
+    // y = x if x > 0 else alpha (e^x - 1): dx = g if x > 0 else g alpha e^x
+    {OpKind::Elu, {"elu", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::EluBackward, {d.x[0], d.g}, d.at); }},
+    // y = x if x > 0 else slope x: dx = g if x > 0 else g slope
+    {OpKind::LeakyRelu, {"leaky_relu", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::LeakyReluBackward, {d.x[0], d.g}, d.at); }},
+    // y = log(1 + e^x): dx = g sigmoid(x)
+    {OpKind::Softplus, {"softplus", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::SoftplusBackward, {d.x[0], d.g}, d.at); }},
+    // y = sum(x, -1) / N: dx = broadcast(g) / N
+    {OpKind::MeanLastAxis, {"mean_last_axis", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "input");
+       if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
+       Shape out = s[0];
+       out.set(-1, 1);
+       return {out};
+     },
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.scale(d.b.broadcast_to(d.g, d.b.shape(d.x[0])), 1.0f / float(d.b.shape(d.x[0])[-1]));
+     }},
+    // dx = zeros of x's shape with g placed at the slice
+    {OpKind::Slice, {"slice", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       const int r = s[0].rank();
+       if (a.axis < 0 || a.axis >= r) shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + s[0].str());
+       if (a.start < 0 || a.length < 0 || a.start + a.length > s[0][a.axis])
+         shape_fail(op, "entries [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
+                            ") are outside axis " + std::to_string(a.axis) + " of " + s[0].str());
+       Shape out = s[0];
+       out.set(a.axis, a.length);
+       return {out, t[0]};
+     },
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.apply(OpKind::SliceBackward, {d.g}, with_shape(d.at, d.b.shape(d.x[0])));
+     }},
+    // y = [a b] along axis: da, db = the two slices of g
+    {OpKind::Concat, {"concat", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       if (s[0].rank() != s[1].rank() || a.axis < 0 || a.axis >= s[0].rank())
+         shape_fail(op, "cannot join " + s[0].str() + " and " + s[1].str() + " along axis " + std::to_string(a.axis));
+       for (int i = 0; i < s[0].rank(); ++i)
+         if (i != a.axis && s[0][i] != s[1][i])
+           shape_fail(op, s[0].str() + " and " + s[1].str() + " differ outside axis " + std::to_string(a.axis));
+       if (t[0] != t[1]) throw TypeError("concat: both inputs must have the same dtype");
+       Shape out = s[0];
+       out.set(a.axis, s[0][a.axis] + s[1][a.axis]);
+       return {out, t[0]};
+     },
+     [](const GradientCall& d) {
+       const int64_t na = d.b.shape(d.x[0])[d.at.axis], nb = d.b.shape(d.x[1])[d.at.axis];
+       if (d.need(0)) d.dx[0] = d.b.slice(d.g, d.at.axis, 0, na);
+       if (d.need(1)) d.dx[1] = d.b.slice(d.g, d.at.axis, na, nb);
+     }},
+    // y = table[ids]: dtable = g's rows summed per id; ids take no gradient
+    {OpKind::Gather, {"gather", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "table");
+       expect_rank(op, s[0], 2, "table");
+       if (t[1] != DType::Int32) throw TypeError("gather: ids must be int32; got float32 (convert with to_index)");
+       if (s[1].rank() + 1 > Shape::kMaxRank) shape_fail(op, "ids " + s[1].str() + " have too many dimensions");
+       int64_t dims[Shape::kMaxRank];
+       for (int i = 0; i < s[1].rank(); ++i) dims[i] = s[1][i];
+       dims[s[1].rank()] = s[0][1];
+       return {Shape(std::span<const int64_t>(dims, size_t(s[1].rank() + 1)))};
+     },
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.apply(OpKind::GatherBackward, {d.g, d.x[1]}, with_shape(d.at, d.b.shape(d.x[0])));
+     }},
+    // ids are not differentiable
+    {OpKind::ToIndex, {"to_index", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "input");
+       return {s[0], DType::Int32};
+     },
+     zero_gradient},
+    // linear: dx = im2col^T(g) = col2im(g)
+    {OpKind::Im2Col, {"im2col", 1, 1, false}, windowed,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::Col2Im, {d.g}, with_shape(d.at, d.b.shape(d.x[0]))); }},
+    // linear: dx = col2im^T(g) = im2col(g)
+    {OpKind::Col2Im, {"col2im", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
+       const Window2D& w = a.window;
+       const Shape& x = a.shape;
+       if (x.rank() != 4) shape_fail(op, "target shape must be {batch, height, width, channels}; got " + x.str());
+       const Shape want{x[0] * w.out_h(x[1]) * w.out_w(x[2]), w.kh * w.kw * x[3]};
+       if (s[0] != want) shape_fail(op, "columns must be " + want.str() + " for image " + x.str() + "; got " + s[0].str());
+       return {x};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.windowed(OpKind::Im2Col, d.g, d.at.window); }},
+    // dx = g routed to each window's first maximum
+    {OpKind::MaxPool2D, {"max_pool2d", 1, 1, false}, windowed,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::MaxPool2DBackward, {d.x[0], d.g}, d.at); }},
+    // dx = g spread evenly over each window's unpadded pixels
+    {OpKind::AvgPool2D, {"avg_pool2d", 1, 1, false}, windowed,
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.apply(OpKind::AvgPool2DBackward, {d.g}, with_shape(d.at, d.b.shape(d.x[0])));
+     }},
+    // y = conv(x, k): dx = conv^T(g, k), dk = filter gradient(x, g). Each of the
+    // three ops is linear in both arguments, so the rules close over the three.
+    {OpKind::Conv2D, {"conv2d", 2, 2, false}, windowed,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       if (d.need(0))
+         d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.g, d.x[1]}, with_shape(d.at, b.shape(d.x[0])));
+       if (d.need(1))
+         d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], d.g}, with_shape(d.at, b.shape(d.x[1])));
+     }},
+    // mean = sum(x) / N, var = sum((x - mean)^2) / N:
+    // dx = g_mean / N + 2 g_var (x - mean) / N
+    {OpKind::BatchNormStats, {"batch_norm_stats", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "input");
+       if (s[0].rank() < 2) shape_fail(op, "input must be {batch, ..., channels}; got " + s[0].str());
+       return {Shape{2, s[0][-1]}};
+     },
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       const Shape xs = b.shape(d.x[0]);
+       const int64_t c = xs[-1];
+       const float inv_n = float(c) / float(xs.numel());
+       Value g_mean = b.reshape(b.slice(d.g, 0, 0, 1), Shape{c});
+       Value g_var = b.reshape(b.slice(d.g, 0, 1, 1), Shape{c});
+       Value mean = b.reshape(b.slice(d.y, 0, 0, 1), Shape{c});
+       Value centered = b.sub(d.x[0], mean);
+       d.dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
+     }},
+    // y = xhat gamma + beta, xhat = (x - mean) inv, inv = (var + eps)^-1/2:
+    // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward; with given
+    // statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.
+    // With the batch's own statistics (attrs.length 1) their gradient is inside dx.
+    {OpKind::BatchNorm, {"batch_norm", 4, 4, false}, batch_norm_family,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       const OpAttrs& at = d.at;
+       std::span<const Value> x = d.x;
+       Value sums = b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], d.g}, at);
+       const int64_t c = b.shape(x[2])[0];
+       if (d.need(0)) d.dx[0] = b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], d.g, sums}, at);
+       if (d.need(2)) d.dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
+       if (d.need(3)) d.dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
+       if (d.need(1) && at.length != 1) {
+         Value var = b.reshape(b.slice(x[1], 0, 1, 1), Shape{c});
+         Value inv = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, at.scale))});
+         Value k = b.mul(x[2], inv);
+         Value d_mean = b.scale(b.mul(b.reshape(b.slice(sums, 0, 1, 1), Shape{c}), k), -1.0f);
+         Value d_var = b.scale(b.mul(b.reshape(b.slice(sums, 0, 0, 1), Shape{c}), b.mul(k, inv)), -0.5f);
+         OpAttrs cat;
+         cat.axis = 0;
+         d.dx[1] = b.apply(OpKind::Concat, {b.reshape(d_mean, Shape{1, c}), b.reshape(d_var, Shape{1, c})}, cat);
+       }
+     }},
+
+    // Backward ops. Gradients of gradients exist only where a rule is given
+    // (slicing, the convolution adjoints); the rest throw.
+    {OpKind::ReluBackward, {"relu_backward", 2, 2, false}, output_and_gradient, no_gradient},
+    {OpKind::SigmoidBackward, {"sigmoid_backward", 2, 2, false}, output_and_gradient, no_gradient},
+    {OpKind::TanhBackward, {"tanh_backward", 2, 2, false}, output_and_gradient, no_gradient},
+    {OpKind::SoftmaxBackward, {"softmax_backward", 2, 2, false}, output_and_gradient, no_gradient},
+    {OpKind::LogSoftmaxBackward, {"log_softmax_backward", 2, 2, false}, output_and_gradient, no_gradient},
+    {OpKind::SoftmaxCrossEntropyBackward, {"softmax_cross_entropy_backward", 3, 4, false}, loss_backward, no_gradient},
+    {OpKind::MseLossBackward, {"mse_loss_backward", 3, 4, false}, loss_backward, no_gradient},
+    {OpKind::MaeLossBackward, {"mae_loss_backward", 3, 4, false}, loss_backward, no_gradient},
+    {OpKind::HuberLossBackward, {"huber_loss_backward", 3, 4, false}, loss_backward, no_gradient},
+    {OpKind::BinaryCrossEntropyBackward, {"binary_cross_entropy_backward", 3, 4, false}, loss_backward, no_gradient},
+    {OpKind::RsqrtBackward, {"rsqrt_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::GeluBackward, {"gelu_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::SiluBackward, {"silu_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::EluBackward, {"elu_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::LeakyReluBackward, {"leaky_relu_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::SoftplusBackward, {"softplus_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    // linear in g: dg = slice(gy)
+    {OpKind::SliceBackward, {"slice_backward", 1, 1, false}, attrs_shape,
+     [](const GradientCall& d) { d.dx[0] = d.b.slice(d.g, d.at.axis, d.at.start, d.at.length); }},
+    {OpKind::GatherBackward, {"gather_backward", 2, 2, false}, attrs_shape, no_gradient},
+    {OpKind::MaxPool2DBackward, {"max_pool2d_backward", 2, 2, false},
+     [](OpKind, Shapes s, DTypes, const OpAttrs&) -> OpSignature { return {s[0]}; }, no_gradient},
+    {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 1, false}, attrs_shape, no_gradient},
+    // y = conv^T(gy, k): dgy = conv(g, k), dk = filter gradient(g, gy)
+    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 2, false}, conv2d_backward,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2D, {d.g, d.x[1]}, d.at);
+       if (d.need(1))
+         d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.g, d.x[0]}, with_shape(d.at, b.shape(d.x[1])));
+     }},
+    // y = filter gradient(x, gy): dx = conv^T(gy, g), dgy = conv(x, g)
+    {OpKind::Conv2DBackwardFilter, {"conv2d_backward_filter", 2, 2, false}, conv2d_backward,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       if (d.need(0))
+         d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.x[1], d.g}, with_shape(d.at, b.shape(d.x[0])));
+       if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2D, {d.x[0], d.g}, d.at);
+     }},
+    {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 3, false}, batch_norm_family, no_gradient},
+    {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 5, false}, batch_norm_family, no_gradient},
+
+    // Metrics: counts, never differentiated.
+    {OpKind::Accuracy, {"accuracy", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
+       expect_rank(op, s[0], 2, "predictions");
+       if (s[1].rank() == 2 ? s[1] != s[0] : s[1].rank() != 1 || s[1][0] != s[0][0])
+         shape_fail(op, "labels " + s[1].str() + " do not fit predictions " + s[0].str());
+       return {Shape{}};
+     },
+     no_gradient},
+    {OpKind::BinaryAccuracy, {"binary_accuracy", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "predictions");
+       expect_float(op, t, 1, "targets");
+       expect_rank(op, s[0], 2, "predictions");
+       if (s[1] != s[0]) shape_fail(op, "targets " + s[1].str() + " must match predictions " + s[0].str());
+       return {Shape{}};
+     },
+     no_gradient},
+    {OpKind::TopKAccuracy, {"top_k_accuracy", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       expect_float(op, t, 0, "scores");
+       expect_rank(op, s[0], 2, "scores");
+       check_labels(op, s[0], s[1], t[1]);
+       if (a.length < 1)
+         throw ValueError("top_k_accuracy: k (attrs.length) must be >= 1; got " + std::to_string(a.length));
+       return {Shape{}};
+     },
+     no_gradient},
+
+    // Optimizer and clipping ops: in-place updates of persistent state, never differentiated.
+    {OpKind::AccumulateGrad, {"accumulate_grad", 2, 2, true},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
+       if (s[0] != s[1]) shape_fail(op, "accumulator " + s[0].str() + " and gradient " + s[1].str() + " differ");
+       return {s[0]};
+     },
+     no_gradient},
+    {OpKind::OptimizerTick, {"optimizer_tick", 2, 4, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       if (s[0] != Shape{kHyperSize})
+         shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}");
+       if (s[1] != Shape{1} || t[1] != DType::Int64) shape_fail(op, "the step counter must be an int64 tensor {1}");
+       check_schedule(op, s, t, a.flags);
+       return {s[0]};
+     },
+     no_gradient},
+    {OpKind::AdamWUpdate, {"adamw_update", 5, 5, true}, optimizer_update, no_gradient},
+    {OpKind::SgdUpdate, {"sgd_update", 3, 4, true}, optimizer_update, no_gradient},
+    {OpKind::RmspropUpdate, {"rmsprop_update", 4, 6, true}, optimizer_update, no_gradient},
+    {OpKind::AdagradUpdate, {"adagrad_update", 4, 4, true}, optimizer_update, no_gradient},
+    {OpKind::ClipValue, {"clip_value", 1, 1, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "the gradient");
+       return {s[0]};
+     },
+     no_gradient},
+    {OpKind::SquaredNorm, {"squared_norm", 1, 1, false},
+     [](OpKind op, Shapes, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "x");
+       return {Shape{}};
+     },
+     no_gradient},
+    {OpKind::ClipNorm, {"clip_norm", 2, 2, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "the gradient");
+       expect_float(op, t, 1, "the squared norm");
+       if (s[1].numel() != 1) shape_fail(op, "the squared norm must be a scalar; got " + s[1].str());
+       return {s[0]};
+     },
+     no_gradient},
+    {OpKind::MovingAverage, {"moving_average", 2, 2, true},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
+       if (s[0] != s[1]) shape_fail(op, "state " + s[0].str() + " and value " + s[1].str() + " differ");
+       return {s[0]};
+     },
+     no_gradient},
+});
+static_assert(indexed_by_op_kind(kOps), "kOps must list every OpKind once, in enum order");
+
+}  // namespace
+
+// The public lookups. `at` keeps an out-of-range OpKind (Count) a thrown
+// std::out_of_range, as before the table.
+
+const OpInfo& op_info(OpKind op) { return kOps.at(size_t(op)).info; }
+
+OpSignature infer_signature(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  const OpDef& def = kOps.at(size_t(op));
+  if (int(s.size()) < def.info.min_inputs || int(s.size()) > def.info.max_inputs)
+    shape_fail(op, "expected " + std::to_string(def.info.min_inputs) + ".." + std::to_string(def.info.max_inputs) +
+                       " inputs; got " + std::to_string(s.size()));
+  return def.shape(op, s, t, a);
+}
+
+void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Value> x, Value y, Value g,
+                   std::span<const bool> needs, std::span<Value> dx) {
+  kOps.at(size_t(op)).gradient(GradientCall{b, op, at, x, y, g, needs, dx});
+}
+
+}  // namespace tensorgrad
