@@ -154,3 +154,116 @@ TEST(IOTrial, BadPaths) {
     EXPECT_TRUE(throws<FormatError>([&] { io::load_weights(m, dir / "cut.gguf"); }, {"cut.gguf"})) << cut;
   }
 }
+
+// Files of another kind or another program.
+TEST(IOTrial, OtherKindsAndPrograms) {
+  TempDir dir;
+  manual_seed(4);
+  nn::clear_session();
+  Sequential m = small_mlp();
+  io::save_weights(m, dir / "w.gguf");
+  const std::string msg = test_support::message_of<FormatError>([&] { io::load_model(dir / "w.gguf"); });
+  EXPECT_NE(msg.find("weights"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("load_weights"), std::string::npos) << msg;  // says what to do
+  io::GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.block_count", 1);
+  w.add_tensor("token_embd.weight", Tensor::zeros({8, 4}));
+  w.write(dir / "llama.gguf");
+  EXPECT_TRUE(throws<FormatError>([&] { io::load_model(dir / "llama.gguf"); }, {"llama"}));
+  EXPECT_TRUE(throws<FormatError>([&] { io::load_weights(m, dir / "llama.gguf"); }, {"llama"}));
+  // Names of exactly 63 and 64 bytes.
+  io::GGUFWriter names;
+  names.add_tensor(std::string(63, 'n'), Tensor::zeros({2}));
+  EXPECT_TRUE(throws<ValueError>([&] { names.add_tensor(std::string(64, 'n'), Tensor::zeros({2})); }, {"63"}));
+  names.write(dir / "names.gguf");
+  EXPECT_EQ(io::GGUFFile::open(dir / "names.gguf").read(std::string(63, 'n')).shape(), Shape({2}));
+}
+
+// One file loaded twice: two models that train independently, sharing no
+// memory; a loaded model saved again gives the same tensors.
+TEST(IOTrial, LoadedTwiceTrainIndependently) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  TempDir dir;
+  manual_seed(5);
+  nn::clear_session();
+  std::mt19937 rng(5);
+  const SymbolicTensor ids = Input({5}, DType::Int32, "ids");
+  const SymbolicTensor feats = Input({3}, DType::Float32, "feats");
+  SymbolicTensor e = nn::Flatten()(nn::Embedding(10, 2)(ids));
+  const SymbolicTensor inner_in = Input({13});
+  Model inner(inner_in, nn::Dropout(0.2f)(nn::BatchNormalization()(Dense(4, "relu")(inner_in))), "inner");
+  const SymbolicTensor h = inner(nn::Concatenate()({e, feats}));
+  auto head = std::make_shared<Dense>(2);
+  head->set_name("out");
+  Model m({ids, feats}, {(*head)(h)}, "outer");
+  m.compile(OptimizerSpec::adam(1e-2f), "mse");
+  Tensor tok = Tensor::empty({16, 5}, DType::Int32);
+  for (int64_t i = 0; i < tok.numel(); ++i) tok.data<int32_t>()[i] = int32_t(rng() % 10);
+  const std::vector<Tensor> xs{tok, uniform({16, 3}, rng, -1, 1)};
+  const std::vector<Tensor> ys{uniform({16, 2}, rng, -1, 1)};
+  m.fit(xs, ys, quiet(1));
+  io::save_model(m, dir / "m.gguf");
+  Model a = io::load_model(dir / "m.gguf");
+  Model b = io::load_model(dir / "m.gguf");
+  for (size_t i = 0; i < a.weights().size(); ++i)
+    EXPECT_NE(a.weights()[i].value.raw(), b.weights()[i].value.raw()) << a.weights()[i].name;
+  a.fit(xs, ys, quiet(2));
+  // b has not moved: it still predicts what m predicts.
+  EXPECT_TRUE(bit_equal(b.predict(xs)[0], m.predict(xs)[0]));
+  EXPECT_FALSE(bit_equal(a.predict(xs)[0], m.predict(xs)[0]));
+  // b trains as m does.
+  m.fit(xs, ys, quiet(2));
+  b.fit(xs, ys, quiet(2));
+  EXPECT_TRUE(bit_equal(b.predict(xs)[0], m.predict(xs)[0]));
+  // Saved again, the same tensors.
+  io::save_model(b, dir / "b.gguf");
+  io::save_model(m, dir / "m2.gguf");
+  const io::GGUFFile fb = io::GGUFFile::open(dir / "b.gguf"), fm = io::GGUFFile::open(dir / "m2.gguf");
+  ASSERT_EQ(fb.tensors().size(), fm.tensors().size());
+  for (const io::TensorInfo& t : fm.tensors()) {
+    const auto x = fm.data(t.name), y = fb.data(t.name);
+    EXPECT_TRUE(x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size()) == 0) << t.name;
+  }
+  EXPECT_EQ(fb.get_string("tensorgrad.model_config"), fm.get_string("tensorgrad.model_config"));
+  // A model destroyed while the file is still open, and a file read after its model is gone.
+  {
+    Model c = io::load_model(dir / "m.gguf");
+    io::GGUFFile f = io::GGUFFile::open(dir / "m.gguf");
+    io::load_weights(c, dir / "m.gguf");
+    c = io::load_model(dir / "b.gguf");
+    EXPECT_EQ(f.read("out/kernel").shape(), Shape({4, 2}));
+  }
+  // A Trainer over a loaded model; evaluate.
+  nn::TrainerOptions to;
+  to.batch_size = 8;
+  nn::Trainer t(b, to);
+  const float l0 = t.step(std::vector<Tensor>{xs[0].rows(0, 8), xs[1].rows(0, 8)}, std::vector<Tensor>{ys[0].rows(0, 8)});
+  EXPECT_TRUE(std::isfinite(l0));
+  EXPECT_TRUE(std::isfinite(b.evaluate(std::span<const Tensor>(xs), std::span<const Tensor>(ys)).at("loss")));
+}
+
+// F16 / BF16 files: load, train, save again at F32.
+TEST(IOTrial, HalfFilesTrainOn) {
+  TempDir dir;
+  manual_seed(6);
+  nn::clear_session();
+  std::mt19937 rng(6);
+  Sequential m({6, 3});
+  m.add(nn::GRU(4, true));
+  m.add(nn::LSTM(3));
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::sgd({.learning_rate = 0.05f, .momentum = 0.9f}), "mse");
+  Tensor x = uniform({8, 6, 3}, rng, -1, 1), y = uniform({8, 2}, rng, -1, 1);
+  m.fit(x, y, quiet(1));
+  for (io::TensorType type : {io::TensorType::F16, io::TensorType::BF16}) {
+    io::save_model(m, dir / "h.gguf", true, type);
+    Sequential back = io::load_sequential(dir / "h.gguf");
+    back.fit(x, y, quiet(1));
+    io::save_model(back, dir / "f.gguf");
+    Model again = io::load_model(dir / "f.gguf");
+    EXPECT_TRUE(bit_equal(again.predict(x), back.predict(x)));
+  }
+  EXPECT_TRUE(throws<ValueError>([&] { io::save_model(m, dir / "i.gguf", true, io::TensorType::I32); }, {"I32"}));
+}

@@ -86,7 +86,11 @@ std::string check_header(const GGUFFile& f, std::initializer_list<const char*> k
     if (kind == k) return kind;
     accepted += std::string(accepted.empty() ? "" : " or ") + "'" + k + "'";
   }
-  throw FormatError(f.path() + " holds a '" + kind + "' file; " + call + " reads " + accepted + " files");
+  const char* reader = kind == "weights" ? "; load it with io::load_weights into a model built by your code"
+                       : kind == "checkpoint" ? "; load it with io::load_checkpoint or io::load_model"
+                       : kind == "model" ? "; load it with io::load_model"
+                                         : "";
+  throw FormatError(f.path() + " holds a '" + kind + "' file; " + call + " reads " + accepted + " files" + reader);
 }
 
 void add_weights(GGUFWriter& w, const nn::Model& model, TensorType type) {
