@@ -146,7 +146,8 @@ TEST(IOTrial, BadPaths) {
   EXPECT_TRUE(throws<IOError>([&] { io::load_model(dir / "missing.gguf"); }, {"missing.gguf"}));
   const std::string whole = read_all(dir / "ro.gguf");
   size_t data_end = 0;  // the last tensor's last byte, before the padding
-  for (const io::TensorInfo& t : io::GGUFFile::open(dir / "ro.gguf").tensors())
+  const io::GGUFFile ro = io::GGUFFile::open(dir / "ro.gguf");  // not a temporary: tensors() refers into it
+  for (const io::TensorInfo& t : ro.tensors())
     data_end = std::max(data_end, size_t(t.offset + t.nbytes));
   for (size_t cut : {size_t(0), size_t(3), size_t(20), whole.size() / 2, data_end - 1}) {
     { std::ofstream(dir / "cut.gguf", std::ios::binary) << whole.substr(0, cut); }
@@ -266,4 +267,175 @@ TEST(IOTrial, HalfFilesTrainOn) {
     EXPECT_TRUE(bit_equal(again.predict(x), back.predict(x)));
   }
   EXPECT_TRUE(throws<ValueError>([&] { io::save_model(m, dir / "i.gguf", true, io::TensorType::I32); }, {"I32"}));
+}
+
+namespace {
+// A small trainer: 4 -> 8 relu -> dropout -> 2, Adam.
+nn::Trainer small_trainer(int64_t batch, int64_t nbatch_logical = 0) {
+  manual_seed(7);
+  nn::clear_session();
+  Sequential m({4});
+  m.add(Dense(8, "relu"));
+  m.add(nn::Dropout(0.25f));
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::adam(1e-2f), "mse");
+  nn::TrainerOptions o;
+  o.batch_size = batch;
+  o.nbatch_logical = nbatch_logical;
+  return nn::Trainer(m, o);
+}
+
+std::vector<float> steps(nn::Trainer& t, int first, int count, int64_t rows) {
+  std::vector<float> losses;
+  for (int i = first; i < first + count; ++i) {
+    std::mt19937 rng(100u + uint32_t(i));
+    losses.push_back(t.step(uniform({rows, 4}, rng, -1, 1), uniform({rows, 2}, rng, -1, 1)));
+  }
+  return losses;
+}
+}  // namespace
+
+// Trainer checkpoints across trainers: one saved before any step loaded into
+// one that stepped; other batch sizes; loading twice; after free().
+TEST(IOTrial, TrainerCheckpointsAcrossTrainers) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  TempDir dir;
+  nn::Trainer fresh = small_trainer(8);
+  io::save_checkpoint(fresh, dir / "fresh.gguf");  // no step yet
+  const std::vector<float> want = steps(fresh, 0, 5, 8);
+  nn::Trainer stepped = small_trainer(8);
+  steps(stepped, 50, 3, 8);
+  io::load_checkpoint(stepped, dir / "fresh.gguf");
+  io::load_checkpoint(stepped, dir / "fresh.gguf");  // twice: the same
+  EXPECT_EQ(stepped.n_steps(), 0);
+  EXPECT_EQ(steps(stepped, 0, 5, 8), want);
+  // Another batch size (no accumulation): weights and moments carry over.
+  io::save_checkpoint(fresh, dir / "five.gguf");
+  nn::Trainer wide = small_trainer(16);
+  io::load_checkpoint(wide, dir / "five.gguf");
+  EXPECT_EQ(wide.n_steps(), 5);
+  for (size_t i = 0; i < wide.weights().size(); ++i)
+    EXPECT_TRUE(bit_equal(wide.weights()[i].value, fresh.weights()[i].value)) << i;
+  steps(wide, 5, 2, 16);
+  // Accumulation: a window left open refuses a shorter period.
+  nn::Trainer acc = small_trainer(8, 24);
+  steps(acc, 0, 4, 8);
+  io::save_checkpoint(acc, dir / "acc.gguf");
+  nn::Trainer plain = small_trainer(8);
+  EXPECT_TRUE(throws<ValueError>([&] { io::load_checkpoint(plain, dir / "acc.gguf"); }, {"nbatch_logical"}));
+  // Into a trainer of another model.
+  manual_seed(7);
+  nn::clear_session();
+  Sequential other({4});
+  other.add(Dense(9, "relu"));
+  other.add(Dense(2));
+  other.compile(OptimizerSpec::adam(1e-2f), "mse");
+  nn::Trainer ot(other, {});
+  EXPECT_TRUE(throws<ValueError>([&] { io::load_checkpoint(ot, dir / "fresh.gguf"); }, {"dense/kernel"}));
+  // A checkpoint into load_model and load_weights.
+  Model from_ckpt = io::load_model(dir / "five.gguf");
+  EXPECT_TRUE(from_ckpt.compiled());
+  // After free().
+  fresh.free();
+  EXPECT_TRUE(throws<StateError>([&] { io::load_checkpoint(fresh, dir / "five.gguf"); }, {"free()"}));
+  EXPECT_TRUE(throws<StateError>([&] { io::save_checkpoint(fresh, dir / "x.gguf"); }, {"free()"}));
+  // A freed model.
+  Model m = io::load_model(dir / "five.gguf");
+  m.free();
+  EXPECT_TRUE(throws<StateError>([&] { io::save_model(m, dir / "x.gguf"); }, {"free()"}));
+  EXPECT_TRUE(throws<StateError>([&] { io::load_weights(m, dir / "five.gguf"); }, {"free()"}));
+  EXPECT_TRUE(throws<StateError>([&] { io::load_checkpoint(m, dir / "five.gguf"); }, {"free()"}));
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
+}
+
+namespace {
+// Sets logs["val_loss"] to values[epoch] (a callback placed first).
+std::shared_ptr<nn::LambdaCallback> scripted_val_loss(std::vector<double> values) {
+  auto cb = std::make_shared<nn::LambdaCallback>();
+  cb->on_epoch_end_fn = [values](int epoch, nn::Logs& logs) { logs["val_loss"] = values.at(size_t(epoch)); };
+  return cb;
+}
+Sequential fit_model() {
+  manual_seed(8);
+  nn::clear_session();
+  Sequential m = small_mlp();
+  m.compile(OptimizerSpec::adam(1e-2f), "mse");
+  return m;
+}
+}  // namespace
+
+// save_best_only after a NaN epoch: the NaN is not a best, and later epochs
+// that improve are saved (Keras starts from +inf: NaN never improves).
+TEST(IOTrial, ModelCheckpointBestOnlySurvivesANaNEpoch) {
+  TempDir dir;
+  std::mt19937 rng(9);
+  const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
+  Sequential m = fit_model();
+  auto best = std::make_shared<io::ModelCheckpoint>(dir / "m{epoch}.gguf", "val_loss", 0, true, true);
+  nn::FitOptions o = quiet(3);
+  o.callbacks = {scripted_val_loss({std::nan(""), 0.5, 0.3}), best};
+  m.fit(x, y, o);
+  EXPECT_FALSE(std::filesystem::exists(dir / "m1.gguf"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "m2.gguf"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "m3.gguf"));
+  EXPECT_EQ(best->best(), 0.3);
+}
+
+// A ModelCheckpoint(save_best_only) placed after BackupAndRestore keeps
+// state once it has a best: the fit refuses it before training, not at the
+// end of a later epoch.
+TEST(IOTrial, StatefulCallbackAfterBackupIsRefusedBeforeTraining) {
+  TempDir dir;
+  std::mt19937 rng(10);
+  const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
+  Sequential m = fit_model();
+  const std::vector<float> before = m.weights()[0].value.to_vector();
+  auto best = std::make_shared<io::ModelCheckpoint>(dir / "best.gguf", "val_loss", 0, true);
+  nn::FitOptions o = quiet(3);
+  o.callbacks = {scripted_val_loss({1.0, 0.5, 0.3}), std::make_shared<io::BackupAndRestore>(dir / "backup"), best};
+  EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, y, o); }, {"ModelCheckpoint", "after BackupAndRestore"}));
+  EXPECT_EQ(m.weights()[0].value.to_vector(), before);  // refused before any epoch
+}
+
+// BackupAndRestore resumed with fewer epochs than the backup has done; a
+// backup folder whose parent is a file; a backup of another model.
+TEST(IOTrial, BackupAndRestoreEdges) {
+  TempDir dir;
+  std::mt19937 rng(11);
+  const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
+  {
+    Sequential m = fit_model();
+    auto keep = std::make_shared<io::BackupAndRestore>(dir / "k", "epoch", false);
+    nn::FitOptions o = quiet(3);
+    o.callbacks = {keep};
+    m.fit(x, y, o);
+    Sequential again = fit_model();
+    nn::FitOptions fewer = quiet(2);
+    fewer.callbacks = {keep};
+    const nn::History h = again.fit(x, y, fewer);
+    EXPECT_TRUE(h.epoch.empty());
+    // The restored model is the 3-epoch one.
+    EXPECT_EQ(again.weights()[0].value.to_vector(), m.weights()[0].value.to_vector());
+    // Another model over the same backup: refused, saying what to do.
+    manual_seed(8);
+    nn::clear_session();
+    Sequential other({4});
+    other.add(Dense(7));
+    other.add(Dense(2));
+    other.compile(OptimizerSpec::adam(1e-2f), "mse");
+    const std::string msg = test_support::message_of<ValueError>([&] { other.fit(x, y, fewer); });
+    EXPECT_NE(msg.find(keep->backup_path()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("delete"), std::string::npos) << msg;
+  }
+  {
+    { std::ofstream(dir / "plain") << "x"; }
+    Sequential m = fit_model();
+    nn::FitOptions o = quiet(2);
+    o.callbacks = {std::make_shared<io::BackupAndRestore>(dir / "plain/b")};
+    EXPECT_TRUE(throws<IOError>([&] { m.fit(x, y, o); }, {"plain"}));
+    auto cp = std::make_shared<io::ModelCheckpoint>(dir / "plain/m.gguf", "loss");
+    o.callbacks = {cp};
+    EXPECT_TRUE(throws<IOError>([&] { m.fit(x, y, o); }, {"plain"}));
+  }
 }
