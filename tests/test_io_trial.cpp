@@ -439,3 +439,26 @@ TEST(IOTrial, BackupAndRestoreEdges) {
     EXPECT_TRUE(throws<IOError>([&] { m.fit(x, y, o); }, {"plain"}));
   }
 }
+
+// Layer names a user may give: two layers of one name are refused when
+// saved, naming the name and saying what to do (their weights would share
+// one name in the file); an empty name saves and loads.
+TEST(IOTrial, DuplicateAndEmptyLayerNames) {
+  TempDir dir;
+  manual_seed(12);
+  nn::clear_session();
+  std::mt19937 rng(12);
+  const Tensor x = uniform({8, 4}, rng, -1, 1);
+  Sequential m = small_mlp();
+  m.layers()[0]->set_name("same");
+  m.layers()[1]->set_name("same");
+  io::save_weights(small_mlp(), dir / "dup.gguf");
+  const std::string before = read_all(dir / "dup.gguf");
+  EXPECT_TRUE(throws<ValueError>([&] { io::save_model(m, dir / "dup.gguf"); }, {"'same'", "set_name"}));
+  EXPECT_TRUE(throws<ValueError>([&] { io::save_weights(m, dir / "dup.gguf"); }, {"'same'", "set_name"}));
+  EXPECT_EQ(read_all(dir / "dup.gguf"), before);
+  m.layers()[0]->set_name("");
+  io::save_model(m, dir / "empty.gguf");
+  Model back = io::load_model(dir / "empty.gguf");
+  EXPECT_TRUE(bit_equal(back.predict(x), m.predict(x)));
+}
