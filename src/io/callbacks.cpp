@@ -196,7 +196,7 @@ std::vector<nn::Callback*> BackupAndRestore::kept_callbacks(const char* call) co
   if (me == all.end())
     throw StateError(std::string("BackupAndRestore::") + call + ": the callback is not in a fit (only fit calls it)");
   for (auto later = me + 1; later != all.end(); ++later)
-    if (!(*later)->get_state().empty())
+    if ((*later)->keeps_state())
       throw ValueError("BackupAndRestore: the " + detail::callback_type_name(**later) + " at position " +
                        std::to_string(later - all.begin()) +
                        " of fit's callbacks keeps state between epochs but comes after BackupAndRestore (position " +
@@ -210,7 +210,13 @@ void BackupAndRestore::on_train_begin(nn::Logs&) {
   const std::vector<nn::Callback*> kept = kept_callbacks("on_train_begin");
   std::error_code ec;
   if (!std::filesystem::exists(backup_path(), ec)) return;
-  model().set_initial_epoch(load_checkpoint(model(), backup_path(), kept));
+  try {
+    model().set_initial_epoch(load_checkpoint(model(), backup_path(), kept));
+  } catch (const ValueError& e) {
+    throw ValueError(std::string(e.what()) + "\nBackupAndRestore: the backup in '" + backup_dir_ +
+                     "' is of another fit (a crashed run of other code?); delete it, or give this fit another "
+                     "backup_dir, to start afresh");
+  }
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, nn::Logs&) {
@@ -289,7 +295,8 @@ void ModelCheckpoint::on_epoch_end(int epoch, nn::Logs& logs) {
     char best_text[64] = "None", current_text[64];
     if (best_) std::snprintf(best_text, sizeof best_text, "%.5f", *best_);
     std::snprintf(current_text, sizeof current_text, "%.5f", current);
-    const bool improved = !best_ || (maximize_ ? current > *best_ : current < *best_);
+    // NaN never improves (Keras compares with a best that starts at +-inf).
+    const bool improved = !std::isnan(current) && (!best_ || (maximize_ ? current > *best_ : current < *best_));
     if (!improved) {
       say(monitor_ + " did not improve from " + best_text);
       return;

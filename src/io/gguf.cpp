@@ -825,86 +825,106 @@ GGUFFile GGUFFile::parse(std::span<const uint8_t> bytes) {
   return GGUFFile(std::move(impl));
 }
 
-uint32_t GGUFFile::version() const { return impl_->version; }
-uint32_t GGUFFile::alignment() const { return impl_->alignment; }
-const std::string& GGUFFile::path() const { return impl_->path; }
-const std::vector<MetadataEntry>& GGUFFile::metadata() const { return impl_->metadata; }
+const GGUFFile::Impl* GGUFFile::live(const char* call) const {
+  if (!impl_)
+    throw StateError(std::string("GGUFFile::") + call + ": this GGUFFile was moved from; use the object it was "
+                     "moved to, or assign an opened file to this one");
+  return impl_.get();
+}
+
+uint32_t GGUFFile::version() const { return live(__func__)->version; }
+uint32_t GGUFFile::alignment() const { return live(__func__)->alignment; }
+const std::string& GGUFFile::path() const { return live(__func__)->path; }
+const std::vector<MetadataEntry>& GGUFFile::metadata() const { return live(__func__)->metadata; }
 
 const MetadataValue* GGUFFile::find(const std::string& key) const {
-  auto it = impl_->key_index.find(key);
-  return it == impl_->key_index.end() ? nullptr : &impl_->metadata[it->second].value;
+  const Impl& im = *live(__func__);
+  auto it = im.key_index.find(key);
+  return it == im.key_index.end() ? nullptr : &im.metadata[it->second].value;
 }
 
 std::string GGUFFile::get_string(const std::string& key) const {
-  const MetadataValue& v = impl_->value(key, "a STRING");
-  if (v.type != ValueType::String) impl_->wrong_type(key, v, "a STRING");
+  const Impl& im = *live(__func__);
+  const MetadataValue& v = im.value(key, "a STRING");
+  if (v.type != ValueType::String) im.wrong_type(key, v, "a STRING");
   return v.strings[0];
 }
 uint32_t GGUFFile::get_u32(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "a UINT32 (or UINT8, UINT16)";
-  const MetadataValue& v = impl_->value(key, wanted);
+  const MetadataValue& v = im.value(key, wanted);
   if (v.type != ValueType::UInt8 && v.type != ValueType::UInt16 && v.type != ValueType::UInt32)
-    impl_->wrong_type(key, v, wanted);
+    im.wrong_type(key, v, wanted);
   return uint32_t(v.ints[0]);
 }
 uint64_t GGUFFile::get_u64(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "an unsigned integer (UINT8 to UINT64)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (!is_unsigned(v.type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (!is_unsigned(v.type)) im.wrong_type(key, v, wanted);
   return uint64_t(v.ints[0]);
 }
 int64_t GGUFFile::get_i64(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "a signed integer (INT8 to INT64)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (!is_signed(v.type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (!is_signed(v.type)) im.wrong_type(key, v, wanted);
   return v.ints[0];
 }
 double GGUFFile::get_f64(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "a FLOAT64 (or FLOAT32)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (!is_float(v.type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (!is_float(v.type)) im.wrong_type(key, v, wanted);
   return v.floats[0];
 }
 bool GGUFFile::get_bool(const std::string& key) const {
-  const MetadataValue& v = impl_->value(key, "a BOOL");
-  if (v.type != ValueType::Bool) impl_->wrong_type(key, v, "a BOOL");
+  const Impl& im = *live(__func__);
+  const MetadataValue& v = im.value(key, "a BOOL");
+  if (v.type != ValueType::Bool) im.wrong_type(key, v, "a BOOL");
   return v.ints[0] != 0;
 }
 std::vector<uint64_t> GGUFFile::get_u64_array(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "an ARRAY of unsigned integers (UINT8 to UINT64)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (v.type != ValueType::Array || !is_unsigned(v.element_type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (v.type != ValueType::Array || !is_unsigned(v.element_type)) im.wrong_type(key, v, wanted);
   return std::vector<uint64_t>(v.ints.begin(), v.ints.end());
 }
 std::vector<int64_t> GGUFFile::get_i64_array(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "an ARRAY of signed integers (INT8 to INT64)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (v.type != ValueType::Array || !is_signed(v.element_type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (v.type != ValueType::Array || !is_signed(v.element_type)) im.wrong_type(key, v, wanted);
   return v.ints;
 }
 std::vector<double> GGUFFile::get_f64_array(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "an ARRAY of FLOAT64 (or FLOAT32)";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (v.type != ValueType::Array || !is_float(v.element_type)) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (v.type != ValueType::Array || !is_float(v.element_type)) im.wrong_type(key, v, wanted);
   return v.floats;
 }
 std::vector<std::string> GGUFFile::get_string_array(const std::string& key) const {
+  const Impl& im = *live(__func__);
   const char* wanted = "an ARRAY of STRING";
-  const MetadataValue& v = impl_->value(key, wanted);
-  if (v.type != ValueType::Array || v.element_type != ValueType::String) impl_->wrong_type(key, v, wanted);
+  const MetadataValue& v = im.value(key, wanted);
+  if (v.type != ValueType::Array || v.element_type != ValueType::String) im.wrong_type(key, v, wanted);
   return v.strings;
 }
 
-const std::vector<TensorInfo>& GGUFFile::tensors() const { return impl_->tensors; }
+const std::vector<TensorInfo>& GGUFFile::tensors() const { return live(__func__)->tensors; }
 
 const TensorInfo* GGUFFile::find_tensor(const std::string& name) const {
-  auto it = impl_->tensor_index.find(name);
-  return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
+  const Impl& im = *live(__func__);
+  auto it = im.tensor_index.find(name);
+  return it == im.tensor_index.end() ? nullptr : &im.tensors[it->second];
 }
 
 std::span<const uint8_t> GGUFFile::data(const std::string& name) const {
-  const TensorInfo& t = impl_->tensor(name, "data");
-  return {impl_->bytes + t.offset, size_t(t.nbytes)};
+  const Impl& im = *live(__func__);
+  const TensorInfo& t = im.tensor(name, "data");
+  return {im.bytes + t.offset, size_t(t.nbytes)};
 }
 
 namespace {
@@ -932,15 +952,17 @@ void convert(const TensorInfo& t, const uint8_t* src, void* out) {
 }  // namespace
 
 Tensor GGUFFile::read(const std::string& name) const {
-  const TensorInfo& t = impl_->tensor(name, "read");
+  const Impl& im = *live(__func__);
+  const TensorInfo& t = im.tensor(name, "read");
   Tensor out = Tensor::empty(t.shape, dtype_for(t.type));
-  convert(t, impl_->bytes + t.offset, out.raw());
+  convert(t, im.bytes + t.offset, out.raw());
   return out;
 }
 
 void GGUFFile::read_into(const std::string& name, Tensor& out) const {
-  const TensorInfo& t = impl_->tensor(name, "read_into");
-  const std::string where = "GGUFFile::read_into: tensor " + quoted(name) + " of GGUF file " + quoted(impl_->path);
+  const Impl& im = *live(__func__);
+  const TensorInfo& t = im.tensor(name, "read_into");
+  const std::string where = "GGUFFile::read_into: tensor " + quoted(name) + " of GGUF file " + quoted(im.path);
   if (!out.defined())
     throw ValueError(where + ": the output tensor is undefined; pass a tensor of shape " + t.shape.str());
   if (out.shape() != t.shape)
@@ -951,7 +973,7 @@ void GGUFFile::read_into(const std::string& name, Tensor& out) const {
     throw TypeError(where + " is " + tensor_type_name(t.type) + ", read as " + dtype_name(want) +
                     ", but the output tensor is " + dtype_name(out.dtype()) + "; pass a " + dtype_name(want) +
                     " tensor");
-  convert(t, impl_->bytes + t.offset, out.raw());
+  convert(t, im.bytes + t.offset, out.raw());
 }
 
 }  // namespace tensorgrad::io

@@ -86,13 +86,26 @@ std::string check_header(const GGUFFile& f, std::initializer_list<const char*> k
     if (kind == k) return kind;
     accepted += std::string(accepted.empty() ? "" : " or ") + "'" + k + "'";
   }
-  throw FormatError(f.path() + " holds a '" + kind + "' file; " + call + " reads " + accepted + " files");
+  const char* reader = kind == "weights" ? "; load it with io::load_weights into a model built by your code"
+                       : kind == "checkpoint" ? "; load it with io::load_checkpoint or io::load_model"
+                       : kind == "model" ? "; load it with io::load_model"
+                                         : "";
+  throw FormatError(f.path() + " holds a '" + kind + "' file; " + call + " reads " + accepted + " files" + reader);
 }
 
 void add_weights(GGUFWriter& w, const nn::Model& model, TensorType type) {
   if (type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16)
     throw ValueError(std::string("weights are stored as F32, F16 or BF16; got ") + tensor_type_name(type));
-  for (const nn::Weight& weight : model.weights()) w.add_tensor(weight.name, weight.value, type);
+  std::set<std::string> names;
+  for (const nn::Weight& weight : model.weights()) {
+    if (!names.insert(weight.name).second) {
+      const std::string layer = weight.name.substr(0, weight.name.rfind('/'));
+      throw ValueError("the model has two weights named '" + weight.name + "': two of its layers are named '" +
+                       layer + "', and weights are saved by name; give each layer a distinct name with set_name "
+                       "before saving");
+    }
+    w.add_tensor(weight.name, weight.value, type);
+  }
 }
 
 WeightMatch match_weights(const GGUFFile& f, const std::vector<nn::Weight>& weights) {

@@ -43,9 +43,9 @@ struct SaveFreq {
 /// wait and best, ReduceLROnPlateau's wait and cooldown, ... The order is
 /// what makes that exact: this callback's on_train_begin restores their state
 /// after their own on_train_begin reset it, and its on_epoch_end saves it
-/// after they updated it. So a callback that keeps state (non-empty
-/// get_state()) placed after this one is a ValueError at on_train_begin
-/// naming it. Keras 3 restores weights and optimizer only.
+/// after they updated it. So a callback that keeps state
+/// (Callback::keeps_state()) placed after this one is a ValueError at
+/// on_train_begin naming it. Keras 3 restores weights and optimizer only.
 ///
 /// The backup is written crash-safely (GGUFWriter::write: the file holds the
 /// old backup or the whole new one), so no previous copy is kept as Keras
@@ -97,7 +97,7 @@ class BackupAndRestore : public nn::Callback {
 /// write is crash-safe. The file's folder is created if needed.
 /// save_best_only: saves only when `monitor` improves on the best so far
 /// (strictly; `mode` as EarlyStopping's; initial_value_threshold is the
-/// first best), so a filepath without placeholders always holds the best
+/// first best; a NaN is never a best), so a filepath without placeholders always holds the best
 /// model; a monitor missing from the logs is warned about once per fit and
 /// nothing is saved (Keras 2's rule; Keras 3 warns and saves). verbose 1
 /// prints Keras' lines ("Epoch 3: val_loss improved from 0.51234 to
@@ -128,6 +128,8 @@ class ModelCheckpoint : public nn::Callback {
   /// value "best", absent before the first one.
   nn::CallbackState get_state() const override;
   void set_state(const nn::CallbackState& state) override;
+  /// With save_best_only (the best so far), or an initial_value_threshold.
+  bool keeps_state() const override { return save_best_only_ || best_.has_value(); }
 
  private:
   std::string filepath_, monitor_;

@@ -137,7 +137,7 @@ class GGUFFile {
   /// The same checks over bytes in memory (copied), for tests and fuzzing.
   static GGUFFile parse(std::span<const uint8_t> bytes);
   /// Moves the mapping and tables; the moved-from object may only be
-  /// assigned to or destroyed.
+  /// assigned to or destroyed (any other call throws StateError).
   GGUFFile(GGUFFile&&) noexcept;
   GGUFFile& operator=(GGUFFile&&) noexcept;
   ~GGUFFile();
@@ -186,6 +186,8 @@ class GGUFFile {
  private:
   struct Impl;
   explicit GGUFFile(std::unique_ptr<Impl> impl);
+  // impl_, or StateError naming `call` for a moved-from object.
+  const Impl* live(const char* call) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -60,6 +60,11 @@ class Callback {
   /// out-of-range key, naming the callback and the key) and change nothing
   /// then. Default: ignores the state (a callback that keeps nothing).
   virtual void set_state(const CallbackState& state) { (void)state; }
+  /// Whether the callback keeps state between epochs at all, asked when a
+  /// fit begins (io::BackupAndRestore refuses such a callback placed after
+  /// it). Default: a non-empty get_state(); a callback whose state is empty
+  /// until an epoch has run (PlotHistory, ModelCheckpoint's best) says true.
+  virtual bool keeps_state() const { return !get_state().empty(); }
 
   virtual void on_train_begin(Logs& logs) { (void)logs; }
   virtual void on_train_end(Logs& logs) { (void)logs; }

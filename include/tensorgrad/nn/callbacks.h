@@ -198,6 +198,8 @@ class PlotHistory : public Callback {
   /// epoch number.
   CallbackState get_state() const override;
   void set_state(const CallbackState& state) override;
+  /// True: the curves grow every epoch.
+  bool keeps_state() const override { return true; }
 
  private:
   std::string path_;
