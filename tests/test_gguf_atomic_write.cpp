@@ -145,13 +145,14 @@ TEST(AtomicWrite, SigkillNeverLeavesATornFile) {
   write_ms = std::max(1.0, write_ms);
 
   // Each kill: wait until the child is inside a write (its temporary file
-  // exists), then sleep a delay drawn with a fixed seed, uniformly from
-  // [0, 0.8 x the write's length] on odd kills (inside the write, mostly)
-  // and from [0, 2.5 x] on even ones (inside, in the gap after a rename, or
-  // in the next write).
+  // exists). Three kills of every four then sleep a delay drawn with a fixed
+  // seed from [0, 0.5 x the shortest write] and land inside the write; the
+  // fourth waits for the write's rename and kills at once, in the gap or at
+  // the start of the next write, so that later versions land. (Delays
+  // against the write's length alone flaked on a loaded machine, where one
+  // write may take several times another.)
   std::mt19937 rng(1234);
-  std::uniform_real_distribution<double> short_delay_ms(0.0, 0.8 * write_ms);
-  std::uniform_real_distribution<double> long_delay_ms(0.0, 2.5 * write_ms);
+  std::uniform_real_distribution<double> short_delay_ms(0.0, 0.5 * write_ms);
   int with_temp = 0;
   uint64_t last_version = 0;
   std::vector<uint64_t> versions;
@@ -159,8 +160,12 @@ TEST(AtomicWrite, SigkillNeverLeavesATornFile) {
     SCOPED_TRACE("kill " + std::to_string(kill_no));
     failure = wait_until(temp_exists, "temporary file of a write");
     ASSERT_EQ(failure, "");
-    const double delay = kill_no % 2 == 1 ? short_delay_ms(rng) : long_delay_ms(rng);
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay));
+    if (kill_no % 4 == 0) {
+      failure = wait_until([&] { return !temp_exists(); }, "rename of a write");
+      ASSERT_EQ(failure, "");
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(short_delay_ms(rng)));
+    }
     ASSERT_EQ(::kill(scratch.child, SIGKILL), 0) << std::strerror(errno);
     int status = 0;
     ASSERT_EQ(::waitpid(scratch.child, &status, 0), scratch.child);
