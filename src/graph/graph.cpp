@@ -81,57 +81,34 @@ std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, floa
   return gradients(loss, wrt, fill(Shape{}, seed));
 }
 
+namespace {
+
+// The node list as the ops layer's tape: node i is the application whose
+// output is Value{i}. Holds the vector, not its data, since the walk appends
+// gradient nodes to it.
+class NodeTape final : public Tape {
+ public:
+  explicit NodeTape(const std::vector<Node>& nodes) : nodes_(nodes) {}
+  size_t size() const override { return nodes_.size(); }
+  Application application(size_t i) const override {
+    const Node& n = nodes_[i];
+    return {n.op, n.attrs, n.input_values()};
+  }
+
+ private:
+  const std::vector<Node>& nodes_;
+};
+
+static_assert(Node::kMaxInputs <= kMaxOpInputs, "the walk holds one node's inputs in kMaxOpInputs slots");
+
+}  // namespace
+
 std::vector<Value> Graph::gradients(Value loss, std::span<const Value> wrt, Value seed) {
-  const Shape loss_shape = node(loss).shape;  // a copy: appending nodes below may move nodes_
+  const Shape loss_shape = node(loss).shape;
   if (loss_shape.numel() != 1) throw ShapeError("gradients: the loss must be a scalar; got shape " + loss_shape.str());
   if (node(seed).shape.rank() != 0)
     throw ShapeError("gradients: the seed must be a scalar {}; got shape " + node(seed).shape.str());
-  const size_t n = size_t(loss.id) + 1;
-  // Forward: which nodes depend on some wrt. Backward: which feed the loss.
-  std::vector<bool> depends(n, false), feeds(n, false);
-  for (Value w : wrt) {
-    node(w);
-    if (size_t(w.id) < n) depends[size_t(w.id)] = true;
-  }
-  for (size_t i = 0; i < n; ++i)
-    for (Value in : nodes_[i].input_values())
-      if (depends[size_t(in.id)]) depends[i] = true;
-  feeds[n - 1] = true;
-  for (size_t i = n; i-- > 0;)
-    if (feeds[i])
-      for (Value in : nodes_[i].input_values()) feeds[size_t(in.id)] = true;
-
-  std::vector<Value> grad(n);
-  grad[n - 1] = seed;
-  if (loss_shape.rank() != 0) grad[n - 1] = broadcast_to(grad[n - 1], loss_shape);
-  for (size_t i = n; i-- > 0;) {
-    if (!grad[i].valid() || nodes_[i].role != NodeRole::Op) continue;
-    // Copy what the rule needs: appending nodes may move nodes_.
-    const OpKind op = nodes_[i].op;
-    const OpAttrs attrs = nodes_[i].attrs;
-    const int k = nodes_[i].n_inputs;
-    Value ins[Node::kMaxInputs];
-    bool needs[Node::kMaxInputs] = {};
-    bool any = false;
-    for (int j = 0; j < k; ++j) {
-      ins[j] = nodes_[i].inputs[size_t(j)];
-      needs[j] = depends[size_t(ins[j].id)] && feeds[size_t(ins[j].id)];
-      any = any || needs[j];
-    }
-    if (!any) continue;
-    Value dx[Node::kMaxInputs];
-    gradient_rule(*this, op, attrs, {ins, size_t(k)}, Value{int32_t(i)}, grad[i], {needs, size_t(k)},
-                  {dx, size_t(k)});
-    for (int j = 0; j < k; ++j) {
-      if (!needs[j] || !dx[j].valid()) continue;
-      Value& acc = grad[size_t(ins[j].id)];
-      acc = acc.valid() ? add(acc, dx[j]) : dx[j];
-    }
-  }
-  std::vector<Value> out;
-  out.reserve(wrt.size());
-  for (Value w : wrt) out.push_back(size_t(w.id) < n ? grad[size_t(w.id)] : Value{});
-  return out;
+  return backward_walk(*this, NodeTape(nodes_), loss, wrt, seed);
 }
 
 }  // namespace tensorgrad

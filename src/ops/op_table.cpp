@@ -612,6 +612,13 @@ constexpr auto kOps = std::to_array<OpDef>({
      no_gradient},
 });
 static_assert(indexed_by_op_kind(kOps), "kOps must list every OpKind once, in enum order");
+static_assert(
+    [] {
+      for (const OpDef& def : kOps)
+        if (def.info.max_inputs > kMaxOpInputs) return false;
+      return true;
+    }(),
+    "an op takes more than kMaxOpInputs inputs: raise it, and the graph's Node::kMaxInputs with it");
 
 }  // namespace
 
