@@ -156,6 +156,13 @@ TEST(Checkpoint, RefusesAnotherOptimizerArchitectureOrPeriod) {
     EXPECT_TRUE(throws<ValueError>([&] { io::load_checkpoint(period1, dir / "ckpt.gguf"); },
                                    {"1 micro-steps into an accumulation period", "1 batches", "nbatch_logical"}));
   }
+  {
+    // A longer period would take the open window's gradients at the wrong scale.
+    nn::Trainer period4 = build(adamw, 0.25f, 32);
+    EXPECT_TRUE(throws<ValueError>([&] { io::load_checkpoint(period4, dir / "ckpt.gguf"); },
+                                   {"1 micro-steps into an accumulation period of 3 batches", "period is 4 batches",
+                                    "nbatch_logical"}));
+  }
   nn::Model m = t.model();
   io::save_model(m, dir / "model.gguf");
   EXPECT_TRUE(throws<FormatError>([&] { io::load_checkpoint(t, dir / "model.gguf"); }, {"'model'", "'checkpoint'"}));

@@ -418,6 +418,15 @@ TEST(Saving, HeaderChecks) {
     w.write(dir / "nolayers.gguf");
   }
   EXPECT_TRUE(throws<FormatError>([&] { io::load_model(dir / "nolayers.gguf"); }, {"'layers' is missing"}));
+  // A layer named like the saved training state is refused, the file kept.
+  {
+    const SymbolicTensor x = Input({2});
+    auto d = std::make_shared<Dense>(1);
+    d->set_name("optimizer");
+    Model reserved(x, (*d)(x));
+    EXPECT_TRUE(throws<ValueError>([&] { io::save_model(reserved, dir / "v2.gguf"); }, {"'optimizer'", "set_name"}));
+    EXPECT_TRUE(throws<FormatError>([&] { io::load_model(dir / "v2.gguf"); }, {"unsupported version 2"}));
+  }
   // A freed model cannot be saved.
   const SymbolicTensor in = Input({2});
   Model m(in, Dense(1)(in));

@@ -104,6 +104,11 @@ void add_weights(GGUFWriter& w, const nn::Model& model, TensorType type) {
                        layer + "', and weights are saved by name; give each layer a distinct name with set_name "
                        "before saving");
     }
+    if (is_state_tensor(weight.name))
+      throw ValueError("the model has a layer named '" + weight.name.substr(0, weight.name.find('/')) +
+                       "': saved files keep the optimizer's and the callbacks' state under 'optimizer/' and "
+                       "'callbacks/', so a layer of that name would be mistaken for it; give the layer another "
+                       "name with set_name before saving");
     w.add_tensor(weight.name, weight.value, type);
   }
 }
@@ -434,6 +439,7 @@ WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) 
   GGUFWriter w;
   detail::add_training_state(w, Access::model(trainer), "save_checkpoint");
   w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
+  w.set_i64("tensorgrad.trainer.accumulation_period", Access::context(trainer).accumulation_period());
   return w.write(path);
 }
 
@@ -444,6 +450,16 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   const detail::WeightMatch m = checkpoint_match(f, model);
   const int64_t n_steps = f.get_i64("tensorgrad.trainer.n_steps");
   OptimizerContext& ctx = Access::context(trainer);
+  // A window left open continues only with the same period: its gradients
+  // are scaled by the period they were gathered for.
+  const int64_t micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
+  if (const MetadataValue* saved = f.find("tensorgrad.trainer.accumulation_period");
+      saved && micro_step > 0 && f.get_i64("tensorgrad.trainer.accumulation_period") != ctx.accumulation_period())
+    throw ValueError("load_checkpoint: the checkpoint stopped " + std::to_string(micro_step) +
+                     " micro-steps into an accumulation period of " +
+                     std::to_string(f.get_i64("tensorgrad.trainer.accumulation_period")) +
+                     " batches, but this trainer's period is " + std::to_string(ctx.accumulation_period()) +
+                     " batches; resume with the same nbatch_logical, or save at the end of a period");
   detail::read_optimizer_state(f, model, ctx.accumulation_period());
   detail::read_matched(f, m);
   Access::set_n_steps(ctx, n_steps);

@@ -87,8 +87,11 @@ WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path);
 /// and mismatched weights (as load_weights), or naming the optimizer of the
 /// file and of the trainer when they differ, or naming the first layer whose
 /// configuration differs (build the model with the same code after the same
-/// manual_seed: a Dropout's seed is drawn when it is made); FormatError for a file that is
-/// not a checkpoint; IOError as load_model. Nothing changes on error.
+/// manual_seed: a Dropout's seed is drawn when it is made), or when the file
+/// stopped inside an accumulation window and this trainer's period
+/// (nbatch_logical / batch_size) differs from the saved one; FormatError for
+/// a file that is not a checkpoint; IOError as load_model. Nothing changes on
+/// error.
 void load_checkpoint(nn::Trainer& trainer, const std::string& path);
 
 /// Saves a compiled model's whole training state as a checkpoint (the file
