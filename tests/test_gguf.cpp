@@ -590,6 +590,27 @@ TEST(GGUFFiles, WriteReplacesAnExistingFile) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
+// Saving through a symbolic link replaces the file it points to (in its
+// folder, atomically) and keeps the link; a dangling link is replaced.
+TEST(GGUFFiles, WriteThroughASymbolicLink) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "store");
+  const fs::path real = dir.path() / "store" / "model.gguf", link = dir / "latest.gguf";
+  write_file(real, Bytes(100, 0xAB));
+  fs::create_symlink(real, link);
+  GGUFWriter w;
+  w.set_u32("v", 3);
+  w.write(link.string());
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_file(real), w.to_bytes());
+  EXPECT_EQ(GGUFFile::open(link.string()).get_u32("v"), 3u);
+  const fs::path dangling = dir / "dangling.gguf";
+  fs::create_symlink(dir.path() / "nowhere" / "x.gguf", dangling);
+  w.write(dangling.string());
+  EXPECT_FALSE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_file(dangling), w.to_bytes());
+}
+
 TEST(GGUFFiles, FailedWriteRemovesTheTemporaryFileAndKeepsTheTarget) {
   // A file-size limit makes write() fail with EFBIG part-way through the data.
   TempDir dir;

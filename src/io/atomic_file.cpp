@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -37,13 +38,23 @@ mode_t current_umask() {
   return 022;
 }
 
+// A symbolic link is written through: the file it points to is replaced and
+// the link stays (as `cp` and editors that save in place do). A dangling
+// link is replaced itself, there being nothing behind it.
+std::string through_links(std::string path) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(path, ec)) return path;
+  const std::filesystem::path resolved = std::filesystem::canonical(path, ec);
+  return ec ? path : resolved.string();
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string target) : target_(std::move(target)), dir_(folder_of(target_)) {
+AtomicFile::AtomicFile(std::string target) : target_(through_links(std::move(target))), dir_(folder_of(target_)) {
   std::vector<char> name(target_.begin(), target_.end());
   const char suffix[] = ".tmp-XXXXXX";
   name.insert(name.end(), suffix, suffix + sizeof suffix);  // with the NUL
