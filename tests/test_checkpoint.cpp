@@ -24,33 +24,11 @@ extern char** environ;
 
 using namespace tensorgrad;
 using test_support::TempDir;
+using test_support::same_files;
 using test_support::ThreadsGuard;
 using test_support::throws;
 
 namespace {
-
-// Two files hold the same metadata and the same tensors, bit for bit.
-::testing::AssertionResult same_files(const std::string& a, const std::string& b) {
-  const io::GGUFFile fa = io::GGUFFile::open(a), fb = io::GGUFFile::open(b);
-  if (fa.tensors().size() != fb.tensors().size())
-    return ::testing::AssertionFailure() << fa.tensors().size() << " vs " << fb.tensors().size() << " tensors";
-  for (const io::TensorInfo& t : fa.tensors()) {
-    const io::TensorInfo* u = fb.find_tensor(t.name);
-    if (!u) return ::testing::AssertionFailure() << t.name << " missing in " << b;
-    const auto da = fa.data(t.name), db = fb.data(t.name);
-    if (t.type != u->type || t.shape != u->shape || da.size() != db.size() ||
-        std::memcmp(da.data(), db.data(), da.size()) != 0)
-      return ::testing::AssertionFailure() << t.name << " differs";
-  }
-  if (fa.metadata().size() != fb.metadata().size()) return ::testing::AssertionFailure() << "metadata counts differ";
-  for (const io::MetadataEntry& e : fa.metadata()) {
-    const io::MetadataValue* v = fb.find(e.key);
-    if (!v || v->type != e.value.type || v->ints != e.value.ints || v->strings != e.value.strings ||
-        v->floats != e.value.floats)
-      return ::testing::AssertionFailure() << "metadata " << e.key << " differs";
-  }
-  return ::testing::AssertionSuccess();
-}
 
 constexpr int kFirst = 7;   // 7 steps: one micro-step into the third accumulation window of 3
 constexpr int kSecond = 11;

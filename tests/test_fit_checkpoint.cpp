@@ -30,6 +30,7 @@ using namespace tensorgrad;
 using nn::CallbackState;
 using nn::Logs;
 using test_support::TempDir;
+using test_support::same_files;
 using test_support::ThreadsGuard;
 using test_support::throws;
 
@@ -87,34 +88,6 @@ void drive(nn::Callback& cb, Tiny& t, const std::vector<double>& val_loss, int f
 }
 
 // n bytes equal; no pointer is read when n is 0 (an empty vector's may be null).
-bool same_bytes(const void* a, const void* b, size_t n) { return n == 0 || std::memcmp(a, b, n) == 0; }
-
-// Two GGUF files with the same metadata and tensors, bit for bit.
-::testing::AssertionResult same_files(const std::string& a_path, const std::string& b_path) {
-  const io::GGUFFile a = io::GGUFFile::open(a_path), b = io::GGUFFile::open(b_path);
-  if (a.metadata().size() != b.metadata().size())
-    return ::testing::AssertionFailure() << a.metadata().size() << " vs " << b.metadata().size() << " keys";
-  for (size_t i = 0; i < a.metadata().size(); ++i) {
-    const io::MetadataEntry &x = a.metadata()[i], &y = b.metadata()[i];
-    const bool floats_equal =
-        x.value.floats.size() == y.value.floats.size() &&
-        same_bytes(x.value.floats.data(), y.value.floats.data(), x.value.floats.size() * sizeof(double));
-    if (x.key != y.key || x.value.type != y.value.type || x.value.ints != y.value.ints || !floats_equal ||
-        x.value.strings != y.value.strings)
-      return ::testing::AssertionFailure() << "metadata '" << x.key << "' differs";
-  }
-  if (a.tensors().size() != b.tensors().size())
-    return ::testing::AssertionFailure() << a.tensors().size() << " vs " << b.tensors().size() << " tensors";
-  for (size_t i = 0; i < a.tensors().size(); ++i) {
-    const io::TensorInfo &x = a.tensors()[i], &y = b.tensors()[i];
-    const auto dx = a.data(x.name), dy = b.data(y.name);
-    if (x.name != y.name || x.shape != y.shape || x.type != y.type || dx.size() != dy.size() ||
-        !same_bytes(dx.data(), dy.data(), dx.size()))
-      return ::testing::AssertionFailure() << "tensor '" << x.name << "' differs";
-  }
-  return ::testing::AssertionSuccess() << a.tensors().size() << " tensors, " << a.metadata().size() << " keys";
-}
-
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream f(path);
   std::vector<std::string> out;

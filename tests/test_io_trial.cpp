@@ -24,14 +24,11 @@ using nn::Sequential;
 using nn::SymbolicTensor;
 using test_support::TempDir;
 using test_support::ThreadsGuard;
+using test_support::bit_equal;
 using test_support::throws;
 using test_support::uniform;
 
 namespace {
-
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

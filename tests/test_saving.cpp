@@ -27,16 +27,13 @@ using nn::Sequential;
 using nn::SymbolicTensor;
 using test_support::TempDir;
 using test_support::ThreadsGuard;
+using test_support::bit_equal;
 using test_support::throws;
 using test_support::uniform;
 
 namespace {
 
 std::vector<float> flat(const Tensor& t) { return t.to_vector(); }
-
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 // Every weight of two models equal by name, shape and bits.
 ::testing::AssertionResult same_weights(const Model& a, const Model& b) {

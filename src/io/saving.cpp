@@ -453,11 +453,12 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   // A window left open continues only with the same period: its gradients
   // are scaled by the period they were gathered for.
   const int64_t micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
-  if (const MetadataValue* saved = f.find("tensorgrad.trainer.accumulation_period");
-      saved && micro_step > 0 && f.get_i64("tensorgrad.trainer.accumulation_period") != ctx.accumulation_period())
+  const int64_t saved_period = f.find("tensorgrad.trainer.accumulation_period")
+                                   ? f.get_i64("tensorgrad.trainer.accumulation_period")
+                                   : ctx.accumulation_period();
+  if (micro_step > 0 && saved_period != ctx.accumulation_period())
     throw ValueError("load_checkpoint: the checkpoint stopped " + std::to_string(micro_step) +
-                     " micro-steps into an accumulation period of " +
-                     std::to_string(f.get_i64("tensorgrad.trainer.accumulation_period")) +
+                     " micro-steps into an accumulation period of " + std::to_string(saved_period) +
                      " batches, but this trainer's period is " + std::to_string(ctx.accumulation_period()) +
                      " batches; resume with the same nbatch_logical, or save at the end of a period");
   detail::read_optimizer_state(f, model, ctx.accumulation_period());
