@@ -1,5 +1,8 @@
 #pragma once
 // Everything a user of tensorgrad needs, in one include.
+#include "tensorgrad/ag/eager_builder.h"
+#include "tensorgrad/ag/functional.h"
+#include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"

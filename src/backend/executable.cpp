@@ -13,7 +13,6 @@
 namespace tensorgrad {
 
 namespace {
-constexpr double kParallelFlops = 1e6;
 
 // TG_PROFILE=1 in the environment: time every kernel and print the totals per
 // op at exit (a developer's tool; off by default, one branch per node).
@@ -35,11 +34,9 @@ struct OpProfile {
 OpProfile g_profile;
 
 double node_flops(const Graph& g, const Node& n) {
-  if (n.op == OpKind::MatMul) {
-    const Shape& a = g.node(n.inputs[0]).shape;
-    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? a[0] : a[1]);
-  }
-  return double(n.shape.numel());
+  Shape in[Node::kMaxInputs];
+  for (int k = 0; k < n.n_inputs; ++k) in[k] = g.node(n.inputs[size_t(k)]).shape;
+  return kernels::op_flops(n.op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
 }
 
 // Refuses an arena larger than the machine before allocating it, naming the
@@ -147,7 +144,7 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
     const Node& n = nodes[size_t(ref_node_[k])];
     refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
   }
-  single_thread_ = flops < kParallelFlops;
+  single_thread_ = flops < kernels::kParallelFlops;
   for (const Node& n : nodes) {
     shapes_.push_back(n.shape);
     attrs_.push_back(n.attrs);

@@ -136,6 +136,12 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
   kKernels[size_t(op)].run(KernelCall{op, at, in, out, ctx});
 }
 
+double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+  if (op != OpKind::MatMul) return double(out.numel());
+  const Shape& a = in[0];
+  return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+}
+
 void unhandled_op(OpKind op, const char* function) {
   std::string message = "internal error: op '";
   message += op < OpKind::Count ? op_info(op).name : "count";

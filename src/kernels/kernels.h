@@ -33,6 +33,13 @@ struct KernelContext {
   uint64_t rng_counter = 0;      // advances once per run; dropout mixes it into its stream
 };
 
+/// Below this much work (op_flops, summed over a graph or for one eager op)
+/// threads cost more than they save, so the work runs on the calling thread.
+inline constexpr double kParallelFlops = 1e6;
+/// The work of one op application, in flops: 2 M N K for a matmul (per
+/// batch entry when batched), one per output element for everything else.
+double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
+
 /// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
 void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, const TensorRef& out,
                 const KernelContext& ctx);

@@ -1,0 +1,113 @@
+#pragma once
+// The eager API's ops, as torch:: and torch::nn::functional name them. Each
+// runs at once through the op table (its shape rule, its CPU kernel) and, in
+// gradient mode with an input that requires grad, records itself for
+// backward. Shape errors are the op table's: ShapeError naming the op and
+// both shapes; TypeError for a dtype an op does not take (every op but the
+// ids of index_select / embedding / cross_entropy is float32).
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+
+#include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/ops/op.h"
+
+namespace tensorgrad::ag {
+
+// ---- arithmetic, with NumPy / PyTorch broadcasting ----
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+/// Element-wise max / min with broadcasting; the gradient goes to a where
+/// a >= b (a <= b), else to b (ties to a). NaN in either gives NaN.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& x, float s);
+Tensor operator+(float s, const Tensor& x);
+Tensor operator-(const Tensor& x, float s);
+Tensor operator-(float s, const Tensor& x);
+/// x * s (the engine's Scale op).
+Tensor operator*(const Tensor& x, float s);
+Tensor operator*(float s, const Tensor& x);
+
+/// a {M, K} x b {K, N} -> {M, N}.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- element-wise functions ----
+
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// x Phi(x), the exact (erf) form, as torch's default.
+Tensor gelu(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor elu(const Tensor& x, float alpha = 1.0f);
+Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);
+Tensor softplus(const Tensor& x);
+/// 1 / sqrt(x).
+Tensor rsqrt(const Tensor& x);
+/// Softmax / log-softmax along `dim`; only the last dimension is built
+/// (ValueError for another: move that axis last first).
+Tensor softmax(const Tensor& x, int dim = -1);
+Tensor log_softmax(const Tensor& x, int dim = -1);
+
+// ---- reductions and shapes ----
+
+/// Sum / mean of every element -> a tensor of shape {}.
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+/// The same elements under `shape` (a view: shared memory and version
+/// counter, no copy). ShapeError when the element counts differ.
+Tensor reshape(const Tensor& x, const Shape& shape);
+/// {N, d1, d2, ...} -> {N, d1 * d2 * ...}.
+Tensor flatten(const Tensor& x);
+/// x expanded to `shape` by broadcasting (torch.Tensor.expand, but a copy).
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+/// `length` entries from `start` along `dim` (torch.narrow; a copy).
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
+/// The tensors joined along `dim` (torch.cat): same rank and dtype, equal
+/// outside `dim`. One tensor gives a copy of it; none is a ValueError.
+Tensor cat(std::span<const Tensor> tensors, int dim = 0);
+Tensor cat(std::initializer_list<Tensor> tensors, int dim = 0);
+/// Rows of x {N, ...} picked by int32 `index` {K} -> {K, ...} (torch.index_select
+/// along dim 0). The gradient adds up over repeated indices. Ids must be in
+/// [0, N): checked, IndexError naming the first bad one.
+Tensor index_select(const Tensor& x, const Tensor& index);
+/// weight {V, D} rows for int32 ids of any shape -> {ids..., D} (torch.nn.functional.embedding).
+Tensor embedding(const Tensor& ids, const Tensor& weight);
+
+// ---- convolution and pooling, channels-last as the engine ----
+
+/// x {N, H, W, C} convolved with weight {kh, kw, C, F} (the engine's
+/// layout; the PyTorch-layout Conv2d module is eager part 2) plus bias {F}
+/// when defined -> {N, Ho, Wo, F}. Zero padding of `padding` pixels on
+/// every side.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1);
+/// Max / average pooling of x {N, H, W, C} over kernel x kernel windows;
+/// stride 0 means stride = kernel (as PyTorch's default). Averages exclude padding.
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+
+// ---- losses (mean over every element, PyTorch's default reduction) ----
+
+/// mean((input - target)^2); both of one shape.
+Tensor mse_loss(const Tensor& input, const Tensor& target);
+/// mean(|input - target|).
+Tensor l1_loss(const Tensor& input, const Tensor& target);
+/// mean of 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta), d = input - target (torch's huber_loss).
+Tensor huber_loss(const Tensor& input, const Tensor& target, float delta = 1.0f);
+/// logits {B, C} against class ids (int32 {B}) or class probabilities
+/// (float32 {B, C}): mean over rows of -sum(target log softmax(logits)), as
+/// torch.nn.functional.cross_entropy. Ids outside [0, C) are an IndexError.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target);
+/// mean(max(z, 0) - z y + log(1 + e^-|z|)), the stable form of
+/// binary_cross_entropy(sigmoid(z), y); z and y of one shape.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target);
+
+}  // namespace tensorgrad::ag

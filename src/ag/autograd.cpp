@@ -1,0 +1,273 @@
+// Running eager ops and backward: one kernel call per op through the op
+// table, and backward as the ops layer's walk (backward_walk) over a tape
+// made from the recorded ops, so nothing numerical is written here.
+#include "ag/autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <unordered_map>
+
+#include "backend/thread_pool.h"
+#include "kernels/kernels.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/ops/gradients.h"
+
+namespace tensorgrad::ag {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+std::atomic<uint64_t> g_sequence{0};
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+namespace detail {
+
+Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared_ptr<uint64_t> version) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->data = data;
+  impl->version = version ? std::move(version) : std::make_shared<uint64_t>(0);
+  impl->requires_grad = requires_grad;
+  return Access::make(std::move(impl));
+}
+
+namespace {
+// The op's shape rule on `inputs`, then its kernel writing `out`, or, when
+// `out` is undefined, a result it allocates (a view for view ops).
+tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs,
+                       tensorgrad::Tensor out) {
+  Shape shapes[kMaxOpInputs];
+  DType dtypes[kMaxOpInputs];
+  kernels::TensorRef refs[kMaxOpInputs];
+  if (inputs.size() > size_t(kMaxOpInputs))
+    throw ValueError(std::string(op_info(op).name) + ": at most " + std::to_string(kMaxOpInputs) + " inputs; got " +
+                     std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    shapes[i] = inputs[i].shape();
+    dtypes[i] = inputs[i].dtype();
+    refs[i] = {inputs[i].raw(), shapes[i], dtypes[i]};
+  }
+  const OpSignature sig = infer_signature(op, {shapes, inputs.size()}, {dtypes, inputs.size()}, attrs);
+  const OpInfo& info = op_info(op);
+  if (out.defined()) {
+    if (out.shape() != sig.shape || out.dtype() != sig.dtype)
+      throw ShapeError(std::string(info.name) + ": the result is " + dtype_name(sig.dtype) + " " + sig.shape.str() +
+                       " and cannot be written into a " + dtype_name(out.dtype()) + " tensor of shape " +
+                       out.shape().str());
+  } else if (info.view) {
+    return inputs[0].reshape(sig.shape);
+  } else {
+    out = info.in_place ? inputs[0] : tensorgrad::Tensor::empty(sig.shape, sig.dtype);
+  }
+  std::shared_ptr<pthreadpool> pool;
+  if (kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops) pool = compute_pool();
+  kernels::KernelContext ctx{pool.get(), 0};
+  kernels::run_kernel(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()}, ctx);
+  return out;
+}
+}  // namespace
+
+tensorgrad::Tensor run_op(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs) {
+  return run(op, attrs, inputs, tensorgrad::Tensor());
+}
+
+void run_into(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs,
+              const tensorgrad::Tensor& out) {
+  run(op, attrs, inputs, out);
+}
+
+Tensor apply(OpKind op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
+  tensorgrad::Tensor values[kMaxOpInputs];
+  if (inputs.size() > size_t(kMaxOpInputs))
+    throw ValueError(std::string(op_info(op).name) + ": at most " + std::to_string(kMaxOpInputs) + " inputs; got " +
+                     std::to_string(inputs.size()));
+  bool record = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      throw StateError(std::string(op_info(op).name) + ": input " + std::to_string(i) +
+                       " is an undefined tensor (a default-constructed ag::Tensor, or grad() before any backward)");
+    values[i] = inputs[i].data();
+    record = record || inputs[i].requires_grad();
+  }
+  tensorgrad::Tensor out = run_op(op, attrs, {values, inputs.size()});
+  record = record && g_grad_enabled && out.dtype() == DType::Float32;
+  // A view shares its input's memory, so it shares the input's version counter.
+  std::shared_ptr<uint64_t> version = op_info(op).view ? Access::impl(inputs[0])->version : nullptr;
+  Tensor result = make_leaf(out, false, std::move(version));
+  if (!record) return result;
+  auto node = std::make_shared<GradNode>();
+  node->op = op;
+  node->attrs = attrs;
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& in : inputs) node->inputs.push_back({Access::impl(in), *Access::impl(in)->version});
+  const auto& impl = Access::impl(result);
+  node->output = out;
+  node->output_version = impl->version;
+  node->output_saved_version = *impl->version;
+  node->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed);
+  impl->requires_grad = true;
+  impl->grad_fn = std::move(node);
+  return result;
+}
+
+namespace {
+
+// The values backward works on: the recorded tensors first (tape order), then
+// every gradient the walk makes, each op run as soon as the walk asks for it.
+class ValueBuilder final : public Builder {
+ public:
+  std::vector<tensorgrad::Tensor> values;
+
+  Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override {
+    tensorgrad::Tensor in[kMaxOpInputs];
+    for (size_t i = 0; i < inputs.size() && i < size_t(kMaxOpInputs); ++i) in[i] = value(inputs[i]);
+    values.push_back(run_op(op, attrs, {in, std::min(inputs.size(), size_t(kMaxOpInputs))}));
+    return Value{int32_t(values.size() - 1)};
+  }
+  using Builder::apply;
+  Value parameter(const tensorgrad::Tensor&, const char*, bool) override {
+    throw Error("internal error: a gradient rule asked backward for a parameter");
+  }
+  Shape shape(Value v) const override { return value(v).shape(); }
+  DType dtype(Value v) const override { return value(v).dtype(); }
+  const tensorgrad::Tensor& value(Value v) const {
+    if (v.id < 0 || size_t(v.id) >= values.size())
+      throw IndexError("backward: value " + std::to_string(v.id) + " is not one of its " +
+                       std::to_string(values.size()) + " values");
+    return values[size_t(v.id)];
+  }
+};
+
+// The recorded ops as the walk's tape: entry i made values[i].
+class RecordedTape final : public Tape {
+ public:
+  struct Entry {
+    OpKind op = OpKind::Leaf;
+    OpAttrs attrs;
+    size_t first = 0, count = 0;  // inputs in `inputs_`
+  };
+  std::vector<Entry> entries;
+  std::vector<Value> inputs;
+  size_t size() const override { return entries.size(); }
+  Application application(size_t i) const override {
+    const Entry& e = entries[i];
+    return {e.op, e.attrs, std::span<const Value>(inputs.data() + e.first, e.count)};
+  }
+};
+
+std::string shape_of(const TensorImpl& t) { return t.data.shape().str(); }
+
+[[noreturn]] void changed_in_place(const GradNode& node, const TensorImpl* input, const std::string& shape,
+                                   uint64_t now, uint64_t saved) {
+  throw StateError(std::string("backward: a tensor of shape ") + shape + " that op '" + op_info(node.op).name +
+                   "' saved " + (input ? "as an input" : "as its output") + " was changed in place since (version " +
+                   std::to_string(now) + ", saved at version " + std::to_string(saved) +
+                   "). Change it after backward, or clone() it before the in-place op");
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  const auto& root_impl = Access::impl(root);
+  if (!root_impl->requires_grad)
+    throw StateError("backward: this tensor (shape " + shape_of(*root_impl) +
+                     ") does not require grad and has no grad_fn: no op that made it recorded a history. Give a leaf "
+                     "requires_grad = true before the ops, and call backward outside a NoGradGuard");
+  // Every tensor the root depends on through recorded ops: an iterative
+  // depth-first search (a long history must not overflow the stack).
+  std::vector<TensorImpl*> found;
+  std::unordered_map<const TensorImpl*, int32_t> index;
+  std::vector<TensorImpl*> stack{root_impl.get()};
+  index.emplace(root_impl.get(), -1);
+  while (!stack.empty()) {
+    TensorImpl* t = stack.back();
+    stack.pop_back();
+    found.push_back(t);
+    if (!t->grad_fn) continue;
+    const GradNode& node = *t->grad_fn;
+    if (node.freed)
+      throw StateError(std::string("backward: the history through op '") + op_info(node.op).name +
+                       "' was freed by an earlier backward. Pass retain_graph = true to the first backward to call "
+                       "backward twice through the same ops");
+    if (*node.output_version != node.output_saved_version)
+      changed_in_place(node, nullptr, shape_of(*t), *node.output_version, node.output_saved_version);
+    for (const SavedInput& in : node.inputs) {
+      if (*in.impl->version != in.version)
+        changed_in_place(node, in.impl.get(), shape_of(*in.impl), *in.impl->version, in.version);
+      if (index.emplace(in.impl.get(), -1).second) stack.push_back(in.impl.get());
+    }
+  }
+  // Tape order: leaves and constants first, then the recorded ops in the order
+  // they ran (a topological order, since an op runs after its inputs).
+  std::stable_sort(found.begin(), found.end(), [](const TensorImpl* a, const TensorImpl* b) {
+    const bool la = !a->grad_fn, lb = !b->grad_fn;
+    if (la != lb) return la;
+    return !la && a->grad_fn->sequence < b->grad_fn->sequence;
+  });
+  RecordedTape tape;
+  ValueBuilder values;
+  std::vector<Value> wrt;
+  std::vector<TensorImpl*> leaves;
+  for (size_t i = 0; i < found.size(); ++i) index[found[i]] = int32_t(i);
+  for (TensorImpl* t : found) {
+    RecordedTape::Entry e;
+    if (t->grad_fn) {
+      e.op = t->grad_fn->op;
+      e.attrs = t->grad_fn->attrs;
+      e.first = tape.inputs.size();
+      e.count = t->grad_fn->inputs.size();
+      for (const SavedInput& in : t->grad_fn->inputs) tape.inputs.push_back(Value{index.at(in.impl.get())});
+    } else if (t->requires_grad) {
+      wrt.push_back(Value{int32_t(tape.entries.size())});
+      leaves.push_back(t);
+    }
+    tape.entries.push_back(e);
+    values.values.push_back(t->data);
+  }
+  tensorgrad::Tensor seed;
+  if (gradient.defined()) {
+    if (gradient.shape() != root.shape())
+      throw ShapeError("backward: the gradient must have the tensor's shape " + root.shape().str() + "; got " +
+                       gradient.shape().str());
+    if (gradient.dtype() != DType::Float32)
+      throw TypeError(std::string("backward: the gradient must be float32; got ") + dtype_name(gradient.dtype()));
+    seed = gradient.data();
+  } else {
+    if (root.numel() != 1)
+      throw ValueError("backward: a gradient can be left out only for a tensor of one element; this one has shape " +
+                       root.shape().str() + ". Pass d(loss)/d(this tensor) of that shape, or reduce it first (sum, mean)");
+    seed = tensorgrad::Tensor::full(Shape{}, 1.0f);
+  }
+  values.values.push_back(seed);
+  const Value seed_value{int32_t(values.values.size() - 1)};
+  std::vector<Value> grads;
+  {
+    NoGradGuard no_grad;
+    grads = backward_walk(values, tape, Value{index.at(root_impl.get())}, wrt, seed_value);
+  }
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (!grads[i].valid()) continue;
+    TensorImpl& leaf = *leaves[i];
+    const tensorgrad::Tensor& g = values.value(grads[i]);
+    if (!leaf.grad.defined()) {
+      leaf.grad = g.clone();  // a gradient may be a view of another value, or the seed itself
+    } else {
+      const tensorgrad::Tensor in[2] = {leaf.grad, g};
+      run_op(OpKind::AccumulateGrad, {}, in);
+    }
+  }
+  if (retain_graph) return;
+  for (TensorImpl* t : found)
+    if (t->grad_fn) {
+      t->grad_fn->freed = true;
+      t->grad_fn->inputs.clear();
+      t->grad_fn->output = tensorgrad::Tensor();
+    }
+}
+
+}  // namespace detail
+
+}  // namespace tensorgrad::ag

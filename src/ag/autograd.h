@@ -1,0 +1,75 @@
+#pragma once
+// The eager API's internals: what an ag::Tensor holds, what a recorded op
+// keeps for backward, and the one function every eager op runs through.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/ops/op.h"
+
+namespace tensorgrad::ag::detail {
+
+struct GradNode;
+
+struct TensorImpl {
+  tensorgrad::Tensor data;
+  // Shared by every tensor over the same memory (views, detach), as PyTorch's
+  // version counter: in-place ops bump it, backward compares it.
+  std::shared_ptr<uint64_t> version;
+  bool requires_grad = false;
+  std::shared_ptr<GradNode> grad_fn;  // null for a leaf
+  tensorgrad::Tensor grad;            // leaves: the accumulated gradient
+};
+
+/// An input an op recorded, with its version when recorded.
+struct SavedInput {
+  std::shared_ptr<TensorImpl> impl;
+  uint64_t version = 0;
+};
+
+/// One recorded op application (the tensor's grad_fn).
+struct GradNode {
+  OpKind op = OpKind::Leaf;
+  OpAttrs attrs;
+  std::vector<SavedInput> inputs;
+  tensorgrad::Tensor output;  // the result's values (the gradient rules read y)
+  std::shared_ptr<uint64_t> output_version;
+  uint64_t output_saved_version = 0;
+  // Creation order: backward lays the tape out in it, so gradients of a value
+  // used several times add up in the order a graph of the same ops adds them.
+  uint64_t sequence = 0;
+  bool freed = false;  // by a backward without retain_graph
+};
+
+struct Access {
+  static const std::shared_ptr<TensorImpl>& impl(const Tensor& t) { return t.impl_; }
+  static Tensor make(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
+};
+
+/// A leaf over `data` (no copy) with a version counter of its own, or
+/// `version` when it shares memory with another tensor.
+Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared_ptr<uint64_t> version = nullptr);
+
+/// Runs `op` on `inputs` at once through the op table's shape rule and the
+/// CPU kernel, allocating the result (a view for view ops). Throws what the
+/// shape rule throws.
+tensorgrad::Tensor run_op(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs);
+
+/// run_op writing into `out` (an in-place update: `out` may be inputs[0]).
+/// Throws ShapeError when the result's shape or dtype is not out's.
+void run_into(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs,
+              const tensorgrad::Tensor& out);
+
+/// Tensor::backward's body (see ag/tensor.h).
+void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+/// run_op on ag tensors, recording the application when gradient mode is on
+/// and an input requires grad. Throws StateError for an undefined input.
+Tensor apply(OpKind op, std::span<const Tensor> inputs, const OpAttrs& attrs = {});
+inline Tensor apply(OpKind op, std::initializer_list<Tensor> inputs, const OpAttrs& attrs = {}) {
+  return apply(op, std::span<const Tensor>(inputs.begin(), inputs.size()), attrs);
+}
+
+}  // namespace tensorgrad::ag::detail

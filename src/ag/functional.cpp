@@ -1,0 +1,218 @@
+#include "tensorgrad/ag/functional.h"
+
+#include <string>
+#include <vector>
+
+#include "ag/autograd.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::ag {
+
+using detail::apply;
+
+namespace {
+
+Tensor constant(float v) { return Tensor(tensorgrad::Tensor::full(Shape{}, v)); }
+
+Tensor with_param(OpKind op, const Tensor& x, float param) {
+  OpAttrs at;
+  at.scale = param;
+  return apply(op, {x}, at);
+}
+
+int normalized_dim(const char* op, int dim, int rank) {
+  if (dim < -rank || dim >= rank)
+    throw IndexError(std::string(op) + ": dimension " + std::to_string(dim) + " is outside [" +
+                     std::to_string(-rank) + ", " + std::to_string(rank) + ") for a tensor of rank " +
+                     std::to_string(rank));
+  return dim < 0 ? dim + rank : dim;
+}
+
+void last_dim_only(const char* op, const Tensor& x, int dim) {
+  if (normalized_dim(op, dim, x.dim()) != x.dim() - 1)
+    throw ValueError(std::string(op) + ": only the last dimension (dim -1) is built; got dim " + std::to_string(dim) +
+                     " of a tensor of shape " + x.shape().str() + ". Move that axis last first");
+}
+
+void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what) {
+  if (ids.dtype() != DType::Int32)
+    throw TypeError(std::string(op) + ": " + what + " must be int32; got " + dtype_name(ids.dtype()));
+  const int32_t* p = ids.data().data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (p[i] < 0 || p[i] >= n)
+      throw IndexError(std::string(op) + ": " + what + " " + std::to_string(p[i]) + " at position " +
+                       std::to_string(i) + " is outside [0, " + std::to_string(n) + ")");
+}
+
+// The engine's losses take {B, N}: a tensor of another rank is viewed as one
+// (rank 0 and 1 as rows of one element, higher ranks flattened after the
+// first axis). The mean over every element does not depend on the split.
+Tensor as_rows(const Tensor& x) {
+  const Shape& s = x.shape();
+  if (s.rank() == 2) return x;
+  if (s.rank() <= 1) return reshape(x, Shape{s.numel(), 1});
+  return flatten(x);
+}
+
+Tensor elementwise_loss(OpKind op, const char* name, const Tensor& input, const Tensor& target, float param = 0.0f) {
+  if (input.defined() && target.defined() && input.shape() != target.shape())
+    throw ShapeError(std::string(name) + ": input " + input.shape().str() + " and target " + target.shape().str() +
+                     " must have the same shape");
+  OpAttrs at;
+  at.scale = param;
+  return apply(op, {as_rows(input), as_rows(target)}, at);
+}
+
+Window2D square_window(int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  Window2D w;
+  w.kh = w.kw = kernel;
+  w.sh = w.sw = stride;
+  w.dh = w.dw = dilation;
+  w.pad_top = w.pad_left = w.pad_bottom = w.pad_right = padding;
+  return w;
+}
+
+Tensor pool(OpKind op, const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  OpAttrs at;
+  at.window = square_window(kernel, stride == 0 ? kernel : stride, padding, 1);
+  return apply(op, {x}, at);
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return apply(OpKind::Add, {a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return apply(OpKind::Sub, {a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return apply(OpKind::Mul, {a, b}); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return apply(OpKind::Maximum, {a, b}); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return apply(OpKind::Minimum, {a, b}); }
+Tensor operator-(const Tensor& x) { return with_param(OpKind::Scale, x, -1.0f); }
+Tensor operator+(const Tensor& x, float s) { return add(x, constant(s)); }
+Tensor operator+(float s, const Tensor& x) { return add(constant(s), x); }
+Tensor operator-(const Tensor& x, float s) { return sub(x, constant(s)); }
+Tensor operator-(float s, const Tensor& x) { return sub(constant(s), x); }
+Tensor operator*(const Tensor& x, float s) { return with_param(OpKind::Scale, x, s); }
+Tensor operator*(float s, const Tensor& x) { return with_param(OpKind::Scale, x, s); }
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return apply(OpKind::MatMul, {a, b}); }
+
+Tensor relu(const Tensor& x) { return apply(OpKind::Relu, {x}); }
+Tensor sigmoid(const Tensor& x) { return apply(OpKind::Sigmoid, {x}); }
+Tensor tanh(const Tensor& x) { return apply(OpKind::Tanh, {x}); }
+Tensor gelu(const Tensor& x) { return apply(OpKind::Gelu, {x}); }
+Tensor silu(const Tensor& x) { return apply(OpKind::Silu, {x}); }
+Tensor elu(const Tensor& x, float alpha) { return with_param(OpKind::Elu, x, alpha); }
+Tensor leaky_relu(const Tensor& x, float negative_slope) { return with_param(OpKind::LeakyRelu, x, negative_slope); }
+Tensor softplus(const Tensor& x) { return apply(OpKind::Softplus, {x}); }
+Tensor rsqrt(const Tensor& x) { return apply(OpKind::Rsqrt, {x}); }
+
+Tensor softmax(const Tensor& x, int dim) {
+  last_dim_only("softmax", x, dim);
+  return apply(OpKind::Softmax, {x});
+}
+
+Tensor log_softmax(const Tensor& x, int dim) {
+  last_dim_only("log_softmax", x, dim);
+  return apply(OpKind::LogSoftmax, {x});
+}
+
+Tensor sum(const Tensor& x) { return apply(OpKind::Sum, {x}); }
+Tensor mean(const Tensor& x) { return apply(OpKind::Mean, {x}); }
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  OpAttrs at;
+  at.shape = shape;
+  return apply(OpKind::Reshape, {x}, at);
+}
+
+Tensor flatten(const Tensor& x) {
+  const Shape& s = x.shape();
+  if (s.rank() < 1) throw ShapeError("flatten: needs a batch axis; got a scalar");
+  return reshape(x, Shape{s[0], s[0] == 0 ? 0 : s.numel() / s[0]});
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  OpAttrs at;
+  at.shape = shape;
+  return apply(OpKind::BroadcastTo, {x}, at);
+}
+
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
+  OpAttrs at;
+  at.axis = normalized_dim("narrow", dim, x.dim());
+  at.start = start;
+  at.length = length;
+  return apply(OpKind::Slice, {x}, at);
+}
+
+Tensor cat(std::span<const Tensor> tensors, int dim) {
+  if (tensors.empty()) throw ValueError("cat: needs at least one tensor; got none");
+  OpAttrs at;
+  at.axis = normalized_dim("cat", dim, tensors[0].dim());
+  if (tensors.size() == 1) return tensors[0].clone();
+  Tensor out = tensors[0];
+  for (size_t i = 1; i < tensors.size(); ++i) out = apply(OpKind::Concat, {out, tensors[i]}, at);
+  return out;
+}
+
+Tensor cat(std::initializer_list<Tensor> tensors, int dim) {
+  return cat(std::span<const Tensor>(tensors.begin(), tensors.size()), dim);
+}
+
+Tensor index_select(const Tensor& x, const Tensor& index) {
+  if (x.dim() < 1) throw ShapeError("index_select: needs a tensor with rows; got a scalar");
+  if (index.dim() != 1) throw ShapeError("index_select: the index must be {K}; got " + index.shape().str());
+  const Shape& s = x.shape();
+  check_ids("index_select", index, s[0], "index");
+  const int64_t row = s[0] == 0 ? 0 : s.numel() / s[0];
+  Tensor rows = apply(OpKind::Gather, {reshape(x, Shape{s[0], row}), index});
+  Shape out = s;
+  out.set(0, index.numel());
+  return reshape(rows, out);
+}
+
+Tensor embedding(const Tensor& ids, const Tensor& weight) {
+  if (weight.dim() != 2) throw ShapeError("embedding: the weight must be {num_embeddings, dim}; got " + weight.shape().str());
+  check_ids("embedding", ids, weight.size(0), "id");
+  return apply(OpKind::Gather, {weight, ids});
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation) {
+  OpAttrs at;
+  at.window = square_window(weight.defined() && weight.dim() == 4 ? weight.size(0) : 1, stride, padding, dilation);
+  if (weight.defined() && weight.dim() == 4) at.window.kw = weight.size(1);
+  Tensor y = apply(OpKind::Conv2D, {x, weight}, at);
+  return bias.defined() ? add(y, bias) : y;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return pool(OpKind::MaxPool2D, x, kernel, stride, padding);
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return pool(OpKind::AvgPool2D, x, kernel, stride, padding);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  return elementwise_loss(OpKind::MseLoss, "mse_loss", input, target);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target) {
+  return elementwise_loss(OpKind::MaeLoss, "l1_loss", input, target);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, float delta) {
+  return elementwise_loss(OpKind::HuberLoss, "huber_loss", input, target, delta);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target) {
+  return elementwise_loss(OpKind::BinaryCrossEntropy, "binary_cross_entropy_with_logits", logits, target);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+  if (logits.dim() == 2 && target.dtype() == DType::Int32 && target.dim() == 1)
+    check_ids("cross_entropy", target, logits.size(1), "class id");
+  return apply(OpKind::SoftmaxCrossEntropy, {logits, target});
+}
+
+}  // namespace tensorgrad::ag

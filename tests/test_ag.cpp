@@ -1,0 +1,247 @@
+// The eager API's tensors, backward, in-place ops and errors (ag/tensor.h,
+// ag/functional.h). Values are checked against answers computed by hand or in
+// double in the test; gradients of every op are checked against finite
+// differences in test_ag_gradcheck.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tensorgrad/ag/functional.h"
+#include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/core/error.h"
+#include "test_support.h"
+
+using namespace tensorgrad;
+namespace ag = tensorgrad::ag;
+
+namespace {
+
+template <class E, class F>
+void expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(Ag, FactoriesHoldTheirValues) {
+  EXPECT_EQ(ag::zeros(Shape{2, 3}).to_vector(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(ag::ones(Shape{4}).to_vector(), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(ag::full(Shape{2}, 2.5f).to_vector(), (std::vector<float>{2.5f, 2.5f}));
+  EXPECT_EQ(ag::arange(5).to_vector(), (std::vector<float>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(ag::arange(1, 2, 0.25).to_vector(), (std::vector<float>{1, 1.25f, 1.5f, 1.75f}));
+  EXPECT_EQ(ag::arange(3, 0, -1, {DType::Int32}).to_vector(), (std::vector<float>{3, 2, 1}));
+  EXPECT_EQ(ag::arange(3, 0, -1, {DType::Int32}).dtype(), DType::Int32);
+  ag::Tensor t = ag::tensor({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.size(-1), 3);
+  EXPECT_EQ(t.dim(), 2);
+  EXPECT_FLOAT_EQ(ag::tensor({7}, Shape{}).item(), 7.0f);
+
+  ag::Generator g1(5), g2(5);
+  EXPECT_EQ(ag::randn(Shape{8}, {}, &g1).to_vector(), ag::randn(Shape{8}, {}, &g2).to_vector());
+  std::vector<float> u = ag::rand(Shape{1000}, {}, &g1).to_vector();
+  for (float v : u) ASSERT_TRUE(v >= 0.0f && v < 1.0f);
+}
+
+TEST(Ag, FromBlobAndEngineTensorsShareMemory) {
+  std::vector<float> buffer{1, 2, 3, 4};
+  ag::Tensor t = ag::Tensor::from_blob(buffer.data(), Shape{2, 2});
+  buffer[3] = 40.0f;
+  EXPECT_FLOAT_EQ(t.to_vector()[3], 40.0f);
+  t.mul_(2.0f);
+  EXPECT_FLOAT_EQ(buffer[0], 2.0f);
+  tensorgrad::Tensor engine = tensorgrad::Tensor::full(Shape{3}, 1.0f);
+  ag::Tensor wrapped(engine);
+  wrapped.add_(1.0f);
+  EXPECT_FLOAT_EQ(engine.item(2), 2.0f);
+}
+
+TEST(Ag, BackwardOfAProductGivesTheOtherFactor) {
+  ag::Tensor x = ag::tensor({1, -2, 3}, Shape{3}, {.requires_grad = true});
+  ag::Tensor w = ag::tensor({0.5f, 4, -1}, Shape{3}, {.requires_grad = true});
+  ag::Tensor loss = ag::sum(x * w);
+  EXPECT_TRUE(loss.requires_grad());
+  EXPECT_FALSE(loss.is_leaf());
+  EXPECT_EQ(loss.grad_fn_name(), "sum");
+  EXPECT_FLOAT_EQ(loss.item(), 0.5f - 8.0f - 3.0f);
+  loss.backward();
+  EXPECT_EQ(x.grad().to_vector(), w.to_vector());
+  EXPECT_EQ(w.grad().to_vector(), x.to_vector());
+}
+
+TEST(Ag, GradientsAccumulateUntilReset) {
+  ag::Tensor x = ag::tensor({1, 2}, Shape{2}, {.requires_grad = true});
+  ag::sum(x * x).backward();
+  ag::sum(x * 3.0f).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2 + 3, 4 + 3}));
+  x.grad().zero_();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{0, 0}));
+  x.set_grad(ag::Tensor());
+  EXPECT_FALSE(x.grad().defined());
+  ag::sum(x).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 1}));
+}
+
+TEST(Ag, AValueUsedTwiceSumsBothPaths) {
+  ag::Tensor x = ag::tensor({2}, Shape{1}, {.requires_grad = true});
+  ag::Tensor y = x * x + x * 5.0f;  // dy/dx = 2x + 5
+  y.backward();
+  EXPECT_FLOAT_EQ(x.grad().item(), 9.0f);
+}
+
+TEST(Ag, BackwardWithAGradientArgument) {
+  ag::Tensor x = ag::tensor({1, 2, 3}, Shape{3}, {.requires_grad = true});
+  ag::Tensor y = x * 3.0f;
+  y.backward(ag::tensor({1, 10, 100}, Shape{3}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 30, 300}));
+  expect_error<ValueError>([&] { (x * 2.0f).backward(); }, {"one element", "{3}"});
+  expect_error<ShapeError>([&] { (x * 2.0f).backward(ag::ones(Shape{2})); }, {"{3}", "{2}"});
+}
+
+TEST(Ag, SecondBackwardNeedsRetainGraph) {
+  ag::Tensor x = ag::tensor({1, 2}, Shape{2}, {.requires_grad = true});
+  ag::Tensor loss = ag::sum(ag::tanh(x));
+  loss.backward({}, /*retain_graph=*/true);
+  const std::vector<float> once = x.grad().to_vector();
+  loss.backward();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(x.grad().to_vector()[i], 2 * once[i]);
+  expect_error<StateError>([&] { loss.backward(); }, {"freed", "retain_graph"});
+}
+
+TEST(Ag, BackwardOfATensorWithoutHistoryIsRefused) {
+  ag::Tensor x = ag::ones(Shape{2});
+  expect_error<StateError>([&] { ag::sum(x).backward(); }, {"does not require grad"});
+  ag::Tensor w = ag::ones(Shape{2}, {.requires_grad = true});
+  ag::Tensor y;
+  {
+    ag::NoGradGuard guard;
+    y = ag::sum(w * 2.0f);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(ag::grad_enabled());
+  expect_error<StateError>([&] { y.backward(); }, {"does not require grad"});
+}
+
+TEST(Ag, ItemOfSeveralElementsIsRefused) {
+  expect_error<ValueError>([] { ag::ones(Shape{2, 2}).item(); }, {"item", "{2, 2}"});
+}
+
+TEST(Ag, AnInPlaceChangeOfASavedTensorMakesBackwardThrow) {
+  ag::Tensor x = ag::tensor({1, 2}, Shape{2});
+  ag::Tensor w = ag::tensor({3, 4}, Shape{2}, {.requires_grad = true});
+  ag::Tensor loss = ag::sum(x * w);  // the gradient of w is x: x is saved
+  EXPECT_EQ(x.version(), 0u);
+  x.add_(1.0f);
+  EXPECT_EQ(x.version(), 1u);
+  expect_error<StateError>([&] { loss.backward(); }, {"mul", "changed in place", "version 1", "version 0"});
+  // A view shares the version counter of the memory it shows.
+  ag::Tensor v = ag::reshape(x, Shape{1, 2});
+  ag::Tensor loss2 = ag::sum(v * w);
+  x.mul_(2.0f);
+  EXPECT_EQ(v.version(), 2u);
+  expect_error<StateError>([&] { loss2.backward(); }, {"changed in place"});
+}
+
+TEST(Ag, InPlaceOnATensorThatRequiresGradOnlyWithoutRecording) {
+  ag::Tensor w = ag::tensor({1, 2}, Shape{2}, {.requires_grad = true});
+  expect_error<StateError>([&] { w.add_(1.0f); }, {"add_", "requires grad", "NoGradGuard"});
+  ag::sum(w * w).backward();
+  {
+    ag::NoGradGuard guard;
+    w.add_(w.grad(), -0.1f);  // SGD: w -= 0.1 * 2w
+  }
+  EXPECT_FLOAT_EQ(w.to_vector()[0], 1.0f - 0.1f * 2.0f);
+  EXPECT_FLOAT_EQ(w.to_vector()[1], 2.0f - 0.1f * 4.0f);
+  EXPECT_TRUE(w.requires_grad());
+}
+
+TEST(Ag, InPlaceOps) {
+  ag::Tensor t = ag::tensor({1, -2, 3, -4}, Shape{2, 2});
+  t.add_(ag::tensor({10, 20}, Shape{2}));
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{11, 18, 13, 16}));
+  t.mul_(ag::tensor({1, 0.5f}, Shape{2}));
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{11, 9, 13, 8}));
+  t.clamp_(9.0f, 12.0f);
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{11, 9, 12, 9}));
+  t.copy_(ag::tensor({5, 6}, Shape{2}));
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{5, 6, 5, 6}));
+  t.fill_(2.0f);
+  EXPECT_EQ(t.to_vector(), std::vector<float>(4, 2.0f));
+  t.zero_();
+  EXPECT_EQ(t.to_vector(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(t.version(), 6u);
+  expect_error<ShapeError>([&] { t.add_(ag::ones(Shape{3})); }, {"add", "{2, 2}", "{3}"});
+  expect_error<ValueError>([&] { t.clamp_(2.0f, 1.0f); }, {"clamp_", "greater"});
+  expect_error<TypeError>([&] { t.copy_(ag::zeros(Shape{2, 2}, {DType::Int32})); }, {"copy_", "int32"});
+}
+
+TEST(Ag, DetachSharesValuesWithoutHistory) {
+  ag::Tensor w = ag::tensor({1, 2}, Shape{2}, {.requires_grad = true});
+  ag::Tensor y = w * 2.0f;
+  ag::Tensor d = y.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.is_leaf());
+  EXPECT_EQ(d.data().raw(), y.data().raw());
+  d.add_(1.0f);  // y's memory changed: its version moves with d's
+  EXPECT_EQ(y.version(), 1u);
+}
+
+TEST(Ag, ShapeAndDtypeErrorsNameTheOpAndBothShapes) {
+  ag::Tensor a = ag::ones(Shape{2, 3}), b = ag::ones(Shape{4});
+  expect_error<ShapeError>([&] { ag::add(a, b); }, {"add", "{2, 3}", "{4}"});
+  expect_error<ShapeError>([&] { ag::matmul(a, ag::ones(Shape{4, 2})); }, {"matmul", "{2, 3}", "{4, 2}"});
+  expect_error<TypeError>([&] { ag::mul(a, ag::zeros(Shape{2, 3}, {DType::Int32})); }, {"mul", "int32"});
+  expect_error<StateError>([&] { ag::relu(ag::Tensor()); }, {"undefined"});
+  expect_error<ValueError>([] { ag::zeros(Shape{2}, {DType::Int32, true}); }, {"float32"});
+  expect_error<ValueError>([&] { ag::softmax(a, 0); }, {"softmax", "last dimension"});
+  expect_error<IndexError>([&] { ag::index_select(a, ag::tensor(std::vector<int32_t>{0, 2}, Shape{2})); },
+                           {"index_select", "2", "[0, 2)"});
+  expect_error<IndexError>([&] { ag::cross_entropy(a, ag::tensor(std::vector<int32_t>{0, 3}, Shape{2})); },
+                           {"cross_entropy", "3", "[0, 3)"});
+  expect_error<ShapeError>([&] { ag::mse_loss(a, ag::ones(Shape{3, 2})); }, {"mse_loss", "{2, 3}", "{3, 2}"});
+}
+
+TEST(Ag, LossesMatchTheirDefinitions) {
+  ag::Tensor z = ag::tensor({0.5f, -1, 2, 0.1f, 0.3f, -0.7f}, Shape{2, 3});
+  std::vector<float> zv = z.to_vector();
+  // cross_entropy with ids and with one-hot probabilities, against log-softmax in double.
+  const int ids[2] = {2, 0};
+  double want = 0;
+  for (int r = 0; r < 2; ++r) {
+    double m = -1e9, s = 0;
+    for (int c = 0; c < 3; ++c) m = std::max(m, double(zv[size_t(r * 3 + c)]));
+    for (int c = 0; c < 3; ++c) s += std::exp(double(zv[size_t(r * 3 + c)]) - m);
+    want += -(double(zv[size_t(r * 3 + ids[r])]) - m - std::log(s)) / 2;
+  }
+  EXPECT_NEAR(ag::cross_entropy(z, ag::tensor(std::vector<int32_t>{2, 0}, Shape{2})).item(), want, 1e-6);
+  EXPECT_NEAR(ag::cross_entropy(z, ag::tensor({0, 0, 1, 1, 0, 0}, Shape{2, 3})).item(), want, 1e-6);
+  // mse, l1, huber and bce over a rank-1 pair.
+  ag::Tensor p = ag::tensor({0.5f, 3, -1}, Shape{3}), t = ag::tensor({0, 1, -1.5f}, Shape{3});
+  EXPECT_NEAR(ag::mse_loss(p, t).item(), (0.25 + 4 + 0.25) / 3, 1e-6);
+  EXPECT_NEAR(ag::l1_loss(p, t).item(), (0.5 + 2 + 0.5) / 3, 1e-6);
+  EXPECT_NEAR(ag::huber_loss(p, t, 1.0f).item(), (0.125 + 1.5 + 0.125) / 3, 1e-6);
+  ag::Tensor y = ag::tensor({1, 0, 1}, Shape{3});
+  double bce = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double zi = p.to_vector()[size_t(i)], yi = y.to_vector()[size_t(i)];
+    bce += -(yi * std::log(1 / (1 + std::exp(-zi))) + (1 - yi) * std::log(1 - 1 / (1 + std::exp(-zi)))) / 3;
+  }
+  EXPECT_NEAR(ag::binary_cross_entropy_with_logits(p, y).item(), bce, 1e-6);
+}
+
+TEST(Ag, IndexSelectAddsTheGradientsOfRepeatedRows) {
+  ag::Tensor x = ag::tensor({1, 2, 3, 4, 5, 6}, Shape{3, 2}, {.requires_grad = true});
+  ag::Tensor rows = ag::index_select(x, ag::tensor(std::vector<int32_t>{2, 0, 2}, Shape{3}));
+  EXPECT_EQ(rows.to_vector(), (std::vector<float>{5, 6, 1, 2, 5, 6}));
+  ag::sum(rows).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 1, 0, 0, 2, 2}));
+}
