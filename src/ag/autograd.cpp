@@ -92,7 +92,17 @@ Tensor apply(OpKind op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
     values[i] = inputs[i].data();
     record = record || inputs[i].requires_grad();
   }
+  if (op_info(op).in_place && inputs[0].requires_grad() && g_grad_enabled)
+    throw StateError(std::string(op_info(op).name) + ": updates its first input in place, and that input requires "
+                     "grad; run it under an ag::NoGradGuard");
   tensorgrad::Tensor out = run_op(op, attrs, {values, inputs.size()});
+  if (op_info(op).in_place) {
+    // A state update (a layer's moving averages run through an EagerBuilder):
+    // not differentiable, and a change of its first input's memory.
+    const auto& target = Access::impl(inputs[0]);
+    ++*target->version;
+    return make_leaf(out, false, target->version);
+  }
   record = record && g_grad_enabled && out.dtype() == DType::Float32;
   // A view shares its input's memory, so it shares the input's version counter.
   std::shared_ptr<uint64_t> version = op_info(op).view ? Access::impl(inputs[0])->version : nullptr;
