@@ -308,6 +308,34 @@ TEST(NewOpsForward, BatchedMatMulMatchesATripleLoop) {
     }
 }
 
+TEST(NewOpsForward, BatchedMatMulOnThreads) {
+  // Large enough (> 1e6 flops) to run on the pool: with 3 threads a batch of
+  // 4 spreads its entries over them, a batch of 2 spreads each entry's rows.
+  const int previous = num_threads();
+  set_num_threads(3);
+  const int64_t m = 40, k = 70, n = 90;
+  std::mt19937 rng(12);
+  for (int64_t batch : {4, 2}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const Shape sa{batch, k, m}, sb{batch, n, k};
+    const std::vector<float> av = uniform(sa, rng, -1, 1).to_vector(), bv = uniform(sb, rng, -1, 1).to_vector();
+    Runner r;
+    Value c = r.g.matmul(r.in(av, sa), r.in(bv, sb), true, true);
+    const std::vector<float> got = r.eval({c})[0];
+    double worst = 0;
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0;
+          for (int64_t p = 0; p < k; ++p)
+            ref += double(av[size_t((bi * k + p) * m + i)]) * double(bv[size_t((bi * n + j) * k + p)]);
+          worst = std::max(worst, std::fabs(got[size_t((bi * m + i) * n + j)] - ref));
+        }
+    EXPECT_LT(worst, 1e-4);
+  }
+  set_num_threads(previous);
+}
+
 // ---------------------------------------------------------------------------
 // n-ary Concat.
 
