@@ -47,6 +47,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tensorgrad/backend/executable.h"
@@ -853,5 +854,184 @@ TEST(GradientStability, SoftmaxCrossEntropyLargeLogits) { check_large_logits(1e-
 // entry within an ulp. Disabled until the kernels are fixed; 1e-6 is what a
 // float32 implementation achieves here.
 TEST(GradientStability, SoftmaxCrossEntropyLargeLogitsFullPrecision) { check_large_logits(1e-6); }
+
+// ---------------------------------------------------------------------------
+// The ops of the eager API: Div, Exp, Log, Sqrt, Pow, Clamp, the reductions
+// along one axis, Transpose, batched MatMul, n-ary Concat, Dropout with a
+// counter input.
+
+TEST(GradCheckNewOps, DivBothOperandsWithBroadcasting) {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{4}, {3, 4}}, {{3, 1}, {4}}, {{2, 3, 4}, {3, 1}}, {{3, 4}, {}}};
+  for (const auto& [sa, sb] : cases) {
+    SCOPED_TRACE(sa.str() + " / " + sb.str());
+    GradCheck c(900 + uint32_t(sa.numel() * 7 + sb.numel()));
+    Value a = c.param(uniform(sa, c.rng, -1.5f, 1.5f), "a");
+    // |b| >= 0.5 = 50 h: the quotient stays smooth over a step.
+    Value b = c.param(away_from_zero(sb, c.rng, 0.5f, 1.5f), "b");
+    Value y = c.g.div(a, b);
+    ASSERT_EQ(c.g.shape(y), broadcast_shapes(sa, sb, "test"));
+    CheckResult r = c.check(c.project(y));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, Exp) {
+  for (const Shape& s : kUnaryShapes) {
+    SCOPED_TRACE(s.str());
+    GradCheck c(910);
+    Value x = c.param(uniform(s, c.rng, -1.0f, 1.0f), "x");
+    CheckResult r = c.check(c.project(c.g.exp(x)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, LogOnPositiveInputs) {
+  for (const Shape& s : kUnaryShapes) {
+    SCOPED_TRACE(s.str());
+    GradCheck c(911);
+    Value x = c.param(uniform(s, c.rng, 0.5f, 2.0f), "x");
+    CheckResult r = c.check(c.project(c.g.log(x)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, SqrtOnPositiveInputs) {
+  for (const Shape& s : kUnaryShapes) {
+    SCOPED_TRACE(s.str());
+    GradCheck c(912);
+    Value x = c.param(uniform(s, c.rng, 0.5f, 2.0f), "x");
+    CheckResult r = c.check(c.project(c.g.sqrt(x)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, PowOnPositiveInputs) {
+  for (float p : {2.0f, 3.0f, 0.5f}) {
+    SCOPED_TRACE("p = " + std::to_string(p));
+    GradCheck c(913);
+    Value x = c.param(uniform({3, 4}, c.rng, 0.5f, 1.5f), "x");
+    CheckResult r = c.check(c.project(c.g.pow(x, p)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, ClampAwayFromTheBounds) {
+  // Bounds -0.5 and 0.5; every input is at least 0.15 = 15 h from both, so no
+  // step crosses one. Both sides of each finite bound and the inside are hit.
+  const std::vector<std::pair<float, float>> bounds = {{-0.5f, 0.5f}, {-0.5f, INFINITY}, {-INFINITY, 0.5f}};
+  for (const auto& [lo, hi] : bounds) {
+    SCOPED_TRACE("clamp [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    GradCheck c(914);
+    std::uniform_real_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> v(24);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float u = d(c.rng);
+      v[i] = i % 3 == 0 ? -1.5f + 0.85f * u : i % 3 == 1 ? -0.35f + 0.7f * u : 0.65f + 0.85f * u;
+    }
+    Value x = c.param(Tensor::from_vector(v, {4, 6}), "x");
+    CheckResult r = c.check(c.project(c.g.clamp(x, lo, hi)));
+    EXPECT_TRUE(r.ok) << r.message;
+    // The mask really cut: some analytic entries are exactly 0, others not.
+    int zeros = 0;
+    for (float gv : r.analytic.at(0)) zeros += gv == 0.0f;
+    EXPECT_EQ(zeros, std::isinf(lo) || std::isinf(hi) ? 8 : 16);
+  }
+}
+
+// Distinct values at least 0.1 = 10 h apart (a shuffled ramp), so no step
+// changes which element is the maximum.
+Tensor distinct_values(const Shape& s, std::mt19937& rng) {
+  std::vector<float> v(size_t(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = -1.2f + 0.1f * float(i);
+  std::shuffle(v.begin(), v.end(), rng);
+  return Tensor::from_vector(v, s);
+}
+
+TEST(GradCheckNewOps, ReductionsAlongAnAxis) {
+  for (OpKind op : {OpKind::SumAxis, OpKind::MeanAxis, OpKind::MaxAxis})
+    for (const Shape& s : {Shape{3, 4}, Shape{2, 3, 4}})
+      for (int axis : {0, s.rank() - 1})
+        for (bool keepdim : {false, true}) {
+          SCOPED_TRACE(std::string(op_info(op).name) + " of " + s.str() + " axis " + std::to_string(axis) +
+                       (keepdim ? " keepdim" : ""));
+          GradCheck c(920 + uint32_t(op) + uint32_t(axis));
+          Value x = c.param(op == OpKind::MaxAxis ? distinct_values(s, c.rng) : uniform(s, c.rng, -1.0f, 1.0f), "x");
+          Value y = op == OpKind::SumAxis    ? c.g.sum_axis(x, axis, keepdim)
+                    : op == OpKind::MeanAxis ? c.g.mean_axis(x, axis, keepdim)
+                                             : c.g.max_axis(x, axis, keepdim);
+          ASSERT_EQ(c.g.shape(y).rank(), keepdim ? s.rank() : s.rank() - 1);
+          CheckResult r = c.check(c.project(y));
+          EXPECT_TRUE(r.ok) << r.message;
+        }
+}
+
+TEST(GradCheckNewOps, Transpose) {
+  const std::vector<std::tuple<Shape, int, int>> cases = {
+      {{3, 4}, 0, 1}, {{3, 4}, 1, 0}, {{2, 3, 4}, 0, 2}, {{2, 3, 4}, 1, 2}, {{2, 3, 4, 5}, 1, 3}};
+  for (const auto& [s, a0, a1] : cases) {
+    SCOPED_TRACE(s.str() + " axes " + std::to_string(a0) + ", " + std::to_string(a1));
+    GradCheck c(930);
+    Value x = c.param(uniform(s, c.rng, -1.0f, 1.0f), "x");
+    CheckResult r = c.check(c.project(c.g.transpose(x, a0, a1)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST_P(GradCheckMatMul, BatchedBothOperands) {
+  const auto [ta, tb] = GetParam();
+  const int64_t batch = 2, m = 3, k = 4, n = 5;
+  GradCheck c(940 + 2 * ta + tb);
+  Shape sa = ta ? Shape{batch, k, m} : Shape{batch, m, k}, sb = tb ? Shape{batch, n, k} : Shape{batch, k, n};
+  Value a = c.param(uniform(sa, c.rng, -1.0f, 1.0f), "a");
+  Value b = c.param(uniform(sb, c.rng, -1.0f, 1.0f), "b");
+  Value y = c.g.matmul(a, b, ta, tb);
+  ASSERT_EQ(c.g.shape(y), (Shape{batch, m, n}));
+  CheckResult r = c.check(c.project(y));
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(GradCheckNewOps, ConcatOfThreeInputs) {
+  const std::vector<std::pair<int, std::vector<Shape>>> cases = {{0, {{2, 3}, {1, 3}, {3, 3}}},
+                                                                 {1, {{2, 1}, {2, 3}, {2, 2}}}};
+  for (const auto& [axis, shapes] : cases) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    GradCheck c(950 + uint32_t(axis));
+    std::vector<Value> xs;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      xs.push_back(c.param(uniform(shapes[i], c.rng, -1.0f, 1.0f), "x" + std::to_string(i)));
+    Value y = c.g.concat(xs, axis);
+    ASSERT_EQ(c.g.shape(y), axis == 0 ? (Shape{6, 3}) : (Shape{2, 6}));
+    // Through tanh, so each slice's gradient differs from a plain copy of w.
+    CheckResult r = c.check(c.project(c.g.tanh(y)));
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+TEST(GradCheckNewOps, DropoutWithCounterInput) {
+  // The backward Dropout reads the same counter input: its gradient is w times
+  // the forward mask scaling, whatever the run's own counter.
+  const float rate = 0.4f;
+  GradCheck c(960);
+  Tensor xt = away_from_zero({6, 8}, c.rng, 0.2f, 1.5f);
+  std::vector<float> xv = xt.to_vector();
+  Value x = c.param(xt, "x");
+  Tensor counter = Tensor::zeros({1}, DType::Int64);
+  counter.data<int64_t>()[0] = 12345;
+  Value y = c.g.dropout(x, rate, /*seed=*/77, c.data(counter, "counter"));
+  Value loss = c.project(y);
+  std::vector<float> w = c.last_weights.to_vector();
+  CheckResult r = c.check(loss, {}, {y});
+  EXPECT_TRUE(r.ok) << r.message;
+  const std::vector<float>& yv = r.extras.at(0);
+  int kept = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const bool keep = yv[i] != 0.0f;
+    kept += keep;
+    EXPECT_FLOAT_EQ(r.analytic.at(0)[i], keep ? w[i] / (1.0f - rate) : 0.0f) << "element " << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, int(xv.size()));
+}
 
 }  // namespace

@@ -92,7 +92,8 @@ BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small
     factors(i, x.attrs.shape, y.attrs.shape, rule.attr_shape[i]);
     const OpAttrs &p = x.attrs, &q = y.attrs;
     if (p.trans_a != q.trans_a || p.trans_b != q.trans_b || p.seed != q.seed || p.zero_grad != q.zero_grad ||
-        p.flags != q.flags || p.axis != q.axis || p.start != q.start || p.length != q.length)
+        p.flags != q.flags || p.axis != q.axis || p.start != q.start || p.length != q.length || p.axis2 != q.axis2 ||
+        p.keepdim != q.keepdim || p.clamp_min != q.clamp_min || p.clamp_max != q.clamp_max)
       fail(i, "other attributes");
     const Window2D &u = p.window, &v = q.window;
     if (u.kh != v.kh || u.kw != v.kw || u.sh != v.sh || u.sw != v.sw || u.dh != v.dh || u.dw != v.dw ||

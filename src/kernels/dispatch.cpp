@@ -30,6 +30,7 @@ void run_activation_backward(const KernelCall& k) { activation_backward(k.op, k.
 void run_softmax(const KernelCall& k) { softmax(k.op, k.in[0], k.out, k.ctx); }
 void run_softmax_backward(const KernelCall& k) { softmax_backward(k.op, k.in[0], k.in[1], k.out, k.ctx); }
 void run_reduce_all(const KernelCall& k) { reduce_all(k.op, k.in[0], k.out); }
+void run_reduce_axis(const KernelCall& k) { reduce_axis(k.op, k.at.axis, k.in[0], k.out, k.ctx); }
 void run_pool2d(const KernelCall& k) { pool2d(k.op, k.at.window, k.in[0], k.out, k.ctx); }
 void run_optimizer(const KernelCall& k) { optimizer(k.op, k.at, k.in, k.ctx); }
 // Leaves are bound to outside memory and a view shares its input's (the
@@ -60,7 +61,12 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MaeLoss, [](const KernelCall& k) { mae_loss(k.in, k.out); }},
     {OpKind::HuberLoss, [](const KernelCall& k) { huber_loss(k.at, k.in, k.out); }},
     {OpKind::BinaryCrossEntropy, [](const KernelCall& k) { binary_cross_entropy(k.in, k.out); }},
-    {OpKind::Dropout, run_unary},
+    {OpKind::Dropout, [](const KernelCall& k) {
+       if (k.in.size() < 2) return unary(k.op, k.at, k.in[0], k.out, k.ctx);
+       KernelContext ctx = k.ctx;  // the counter input stands in for the run's counter
+       ctx.rng_counter = uint64_t(*static_cast<const int64_t*>(k.in[1].data));
+       unary(k.op, k.at, k.in[0], k.out, ctx);
+     }},
     {OpKind::Sum, run_reduce_all},
     {OpKind::Mean, run_reduce_all},
     {OpKind::SumTo, [](const KernelCall& k) { sum_to(k.in[0], k.out, k.ctx); }},
@@ -72,9 +78,10 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Elu, run_unary},
     {OpKind::LeakyRelu, run_unary},
     {OpKind::Softplus, run_unary},
-    {OpKind::MeanLastAxis, [](const KernelCall& k) { mean_last_axis(k.in[0], k.out, k.ctx); }},
+    {OpKind::MeanLastAxis,
+     [](const KernelCall& k) { reduce_axis(k.op, k.in[0].shape.rank() - 1, k.in[0], k.out, k.ctx); }},
     {OpKind::Slice, [](const KernelCall& k) { slice(k.at, k.in[0], k.out); }},
-    {OpKind::Concat, [](const KernelCall& k) { concat(k.at, k.in[0], k.in[1], k.out); }},
+    {OpKind::Concat, [](const KernelCall& k) { concat(k.at, k.in, k.out); }},
     {OpKind::Gather, [](const KernelCall& k) { gather(k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::ToIndex, [](const KernelCall& k) { to_index(k.in[0], k.out); }},
     {OpKind::Im2Col, [](const KernelCall& k) { im2col(k.at.window, k.in[0], k.out, k.ctx); }},
@@ -85,6 +92,16 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::BatchNormStats, [](const KernelCall& k) { batch_norm_stats(k.in[0], k.out, k.ctx); }},
     {OpKind::BatchNorm,
      [](const KernelCall& k) { batch_norm(k.at, k.in[0], k.in[1], k.in[2], k.in[3], k.out, k.ctx); }},
+    {OpKind::Div, run_binary},
+    {OpKind::Exp, run_unary},
+    {OpKind::Log, run_unary},
+    {OpKind::Sqrt, run_unary},
+    {OpKind::Pow, run_unary},
+    {OpKind::Clamp, run_unary},
+    {OpKind::SumAxis, run_reduce_axis},
+    {OpKind::MeanAxis, run_reduce_axis},
+    {OpKind::MaxAxis, run_reduce_axis},
+    {OpKind::Transpose, [](const KernelCall& k) { transpose(k.at, k.in[0], k.out); }},
     {OpKind::ReluBackward, run_unary_backward},
     {OpKind::SigmoidBackward, run_unary_backward},
     {OpKind::TanhBackward, run_unary_backward},
@@ -113,6 +130,9 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::BatchNormParamGrad,
      [](const KernelCall& k) { batch_norm_param_grad(k.at, k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
     {OpKind::BatchNormBackward, [](const KernelCall& k) { batch_norm_backward(k.at, k.in, k.out, k.ctx); }},
+    {OpKind::ClampBackward, run_activation_backward},
+    {OpKind::MaxAxisBackward,
+     [](const KernelCall& k) { max_axis_backward(k.at.axis, k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
     {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
     {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},

@@ -100,6 +100,7 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
       return binary_strided(a, b, out, ctx, [](float x, float y) { return x <= y || x != x ? x : y; });
     case OpKind::GreaterEqual:
       return binary_strided(a, b, out, ctx, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
+    case OpKind::Div: return binary_strided(a, b, out, ctx, [](float x, float y) { return x / y; });
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Scale: case OpKind::Relu:
     case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax: case OpKind::LogSoftmax:
     case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout: case OpKind::Sum: case OpKind::Mean:
@@ -112,7 +113,8 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
+    case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
@@ -120,6 +122,9 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
     case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
     case OpKind::TopKAccuracy:
+    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp: case OpKind::SumAxis:
+    case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose: case OpKind::ClampBackward:
+    case OpKind::MaxAxisBackward:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }
@@ -242,6 +247,17 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     }
     case OpKind::Softplus:  // log(1 + e^x) without overflow
       return map1(ctx, px, py, n, [](float v) { return std::log1p(std::exp(-std::fabs(v))) + std::max(v, 0.0f); });
+    case OpKind::Exp: return map1(ctx, px, py, n, [](float v) { return std::exp(v); });
+    case OpKind::Log: return map1(ctx, px, py, n, [](float v) { return std::log(v); });
+    case OpKind::Sqrt: return map1(ctx, px, py, n, [](float v) { return std::sqrt(v); });
+    case OpKind::Pow: {
+      const float p = at.scale;
+      return map1(ctx, px, py, n, [=](float v) { return std::pow(v, p); });
+    }
+    case OpKind::Clamp: {
+      const float lo = at.clamp_min, hi = at.clamp_max;
+      return map1(ctx, px, py, n, [=](float v) { return clamp_value(v, lo, hi); });
+    }
     case OpKind::Dropout: {
       // Inverted dropout: keep with probability 1 - rate and scale by 1/(1 - rate).
       // The mask is a pure function of (seed, run counter, index): the same
@@ -263,7 +279,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
+    case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
@@ -271,6 +288,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
+    case OpKind::Div: case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
+    case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }
@@ -302,6 +321,10 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
       return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
     case OpKind::SoftplusBackward:
       return map2(ctx, px, pg, pd, n, [](float v, float gv) { return gv / (1.0f + std::exp(-v)); });
+    case OpKind::ClampBackward: {  // PyTorch's mask: g passes at the bounds too; a NaN x passes nothing
+      const float lo = at.clamp_min, hi = at.clamp_max;
+      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v >= lo && v <= hi ? gv : 0.0f; });
+    }
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
     case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
     case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
@@ -313,29 +336,70 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
     case OpKind::RsqrtBackward: case OpKind::SliceBackward: case OpKind::GatherBackward:
     case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
-    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward: case OpKind::AccumulateGrad:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
+    case OpKind::BatchNormStats:
+    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
+    case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
     case OpKind::ClipNorm: case OpKind::MovingAverage:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
+    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
+    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
+    case OpKind::MaxAxisBackward:
     case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::activation_backward");
 }
 
-void mean_last_axis(const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  const int64_t c = x.shape[-1], rows = x.numel() / std::max<int64_t>(c, 1);
+void reduce_axis(OpKind op, int axis, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
+  const Around a = around(x.shape, axis);
+  const int64_t n = a.axis, inner = a.inner;
   const float* px = x.f();
   float* py = y.f();
-  parallel_for(ctx.pool, size_t(rows), 256, [=](size_t b, size_t e) {
-    for (size_t r = b; r < e; ++r) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < c; ++j) s += px[r * size_t(c) + size_t(j)];
-      py[r] = c ? s / float(c) : 0.0f;
+  const bool max = op == OpKind::MaxAxis, mean = op == OpKind::MeanAxis || op == OpKind::MeanLastAxis;
+  // MeanLastAxis has always given 0 for an empty axis; MeanAxis gives 0 / 0 = NaN, as torch.mean.
+  const float count = float(n), empty_mean = op == OpKind::MeanLastAxis ? 0.0f : NAN;
+  const size_t tile = std::max<size_t>(1, size_t(256 * 64) / size_t(std::max<int64_t>(n * inner, 1)));
+  parallel_for(ctx.pool, size_t(a.outer), tile, [=](size_t ob, size_t oe) {
+    for (size_t o = ob; o < oe; ++o) {
+      const float* xs = px + int64_t(o) * n * inner;
+      float* ys = py + int64_t(o) * inner;
+      if (max) {
+        for (int64_t i = 0; i < inner; ++i) ys[i] = xs[first_max(xs + i, n, inner) * inner + i];
+        continue;
+      }
+      if (inner == 1) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; ++j) s += xs[j];
+        ys[0] = s;
+      } else {
+        for (int64_t i = 0; i < inner; ++i) ys[i] = 0.0f;
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < inner; ++i) ys[i] += xs[j * inner + i];
+      }
+      if (mean)
+        for (int64_t i = 0; i < inner; ++i) ys[i] = n ? ys[i] / count : empty_mean;
+    }
+  });
+}
+
+void max_axis_backward(int axis, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
+                       const KernelContext& ctx) {
+  const Around a = around(x.shape, axis);
+  const int64_t n = a.axis, inner = a.inner;
+  const float *px = x.f(), *pg = g.f();
+  float* pd = dx.f();
+  const size_t tile = std::max<size_t>(1, size_t(256 * 64) / size_t(std::max<int64_t>(n * inner, 1)));
+  parallel_for(ctx.pool, size_t(a.outer), tile, [=](size_t ob, size_t oe) {
+    for (size_t o = ob; o < oe; ++o) {
+      const float* xs = px + int64_t(o) * n * inner;
+      float* ds = pd + int64_t(o) * n * inner;
+      std::fill(ds, ds + n * inner, 0.0f);
+      for (int64_t i = 0; i < inner; ++i) ds[first_max(xs + i, n, inner) * inner + i] = pg[int64_t(o) * inner + i];
     }
   });
 }
@@ -345,10 +409,12 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
   float* pd = dx.f();
   const int64_t n = y.numel();
   switch (op) {
-    case OpKind::ReluBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return yv > 0.0f ? gv : 0.0f; });
+    case OpKind::ReluBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return yv > 0.0f ? gv :
+    0.0f; });
     case OpKind::SigmoidBackward:
       return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * yv * (1.0f - yv); });
-    case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv * yv); });
+    case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv *
+    yv); });
     case OpKind::RsqrtBackward:
       return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return -0.5f * gv * yv * yv * yv; });
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
@@ -362,7 +428,8 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::MseLossBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
     case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
     case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
+    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
+    case OpKind::BatchNormStats:
     case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
     case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
@@ -370,6 +437,9 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
+    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
+    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
+    case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
     case OpKind::MovingAverage: case OpKind::Count:
       break;
   }

@@ -70,6 +70,38 @@ void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
       const_cast<void*>(static_cast<const void*>(&f)), n, tile, PTHREADPOOL_FLAG_YIELD_WORKERS);
 }
 
+/// A tensor viewed as {outer, axis, inner} around one of its axes (slices,
+/// concatenation, reductions along an axis).
+struct Around {
+  int64_t outer = 1, axis = 1, inner = 1;
+};
+inline Around around(const Shape& s, int axis) {
+  Around a;
+  for (int d = 0; d < axis; ++d) a.outer *= s[d];
+  a.axis = s[axis];
+  for (int d = axis + 1; d < s.rank(); ++d) a.inner *= s[d];
+  return a;
+}
+
+/// v clamped to [lo, hi], written so that NaN stays NaN (as torch.clamp and
+/// Keras' ops.clip): Clamp and ClipValue.
+inline float clamp_value(float v, float lo, float hi) { return v > hi ? hi : v < lo ? lo : v; }
+
+/// The index of the first maximum of p[0], p[stride], ... p[(n-1) stride]
+/// (n >= 1); a NaN counts as maximal, so the first NaN wins (torch.max).
+/// MaxAxis reads its value, MaxAxisBackward routes the gradient to it.
+inline int64_t first_max(const float* p, int64_t n, int64_t stride) {
+  float m = p[0];
+  if (m != m) return 0;
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j) {
+    const float v = p[j * stride];
+    if (v != v) return j;
+    if (v > m) m = v, best = j;
+  }
+  return best;
+}
+
 /// libxsmm_init, once per process (its JIT dispatchers need it first).
 void init_xsmm();
 /// C{m,n} = beta C + op(A){m,k} B{k,n}, row-major with leading dimensions,
@@ -84,10 +116,17 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
 void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
                          const KernelContext& ctx);
-void mean_last_axis(const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void slice(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
 void slice_backward(const OpAttrs& at, const TensorRef& g, const TensorRef& dx);
-void concat(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& y);
+void concat(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y);
+/// y = x with axes at.axis and at.axis2 swapped, any dtype (by element size).
+void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
+/// SumAxis, MeanAxis, MaxAxis and MeanLastAxis (axis = the last; 0 for an
+/// empty axis where MeanAxis gives NaN): y = x reduced along `axis`, each
+/// output element summed in index order.
+void reduce_axis(OpKind op, int axis, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+/// dx = g at the first maximum (first_max) of each slice of x along `axis`, 0 elsewhere.
+void max_axis_backward(int axis, const TensorRef& x, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx);
 void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& dtable);
 void to_index(const TensorRef& x, const TensorRef& y);

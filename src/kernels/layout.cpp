@@ -1,25 +1,14 @@
 // Ops that move elements without arithmetic (or with only sums of copies):
 // slices, concatenation, embedding lookups.
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::kernels {
 
-namespace {
-// Views a tensor as {outer, axis, inner} around `axis`.
-struct Around {
-  int64_t outer = 1, axis = 1, inner = 1;
-};
-Around around(const Shape& s, int axis) {
-  Around a;
-  for (int d = 0; d < axis; ++d) a.outer *= s[d];
-  a.axis = s[axis];
-  for (int d = axis + 1; d < s.rank(); ++d) a.inner *= s[d];
-  return a;
-}
-}  // namespace
 
 void slice(const OpAttrs& at, const TensorRef& x, const TensorRef& y) {
   const Around a = around(x.shape, at.axis);
@@ -38,15 +27,54 @@ void slice_backward(const OpAttrs& at, const TensorRef& g, const TensorRef& dx) 
     std::memcpy(dx.f() + (o * a.axis + at.start) * a.inner, g.f() + size_t(o) * chunk, chunk * sizeof(float));
 }
 
-void concat(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& y) {
-  const Around aa = around(a.shape, at.axis), ab = around(b.shape, at.axis);
-  const size_t elem = dtype_size(a.dtype);
-  const size_t ca = size_t(aa.axis * aa.inner) * elem, cb = size_t(ab.axis * ab.inner) * elem;
+void concat(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y) {
+  const size_t elem = dtype_size(y.dtype);
+  const Around ay = around(y.shape, at.axis);
+  const size_t row = size_t(ay.axis * ay.inner) * elem;
   char* dst = static_cast<char*>(y.data);
-  for (int64_t o = 0; o < aa.outer; ++o) {
-    std::memcpy(dst + size_t(o) * (ca + cb), static_cast<const char*>(a.data) + size_t(o) * ca, ca);
-    std::memcpy(dst + size_t(o) * (ca + cb) + ca, static_cast<const char*>(b.data) + size_t(o) * cb, cb);
+  size_t offset = 0;
+  for (const TensorRef& x : in) {
+    const Around ax = around(x.shape, at.axis);
+    const size_t chunk = size_t(ax.axis * ax.inner) * elem;
+    const char* src = static_cast<const char*>(x.data);
+    for (int64_t o = 0; o < ay.outer; ++o) std::memcpy(dst + size_t(o) * row + offset, src + size_t(o) * chunk, chunk);
+    offset += chunk;
   }
+}
+
+namespace {
+// Walks y in row-major order; the input element of y's index is at
+// sum(index[d] * xs[d]) with xs x's strides permuted like y's axes.
+template <class T>
+void transpose_as(const T* __restrict x, T* __restrict y, const Shape& ys, const int64_t* xs) {
+  const int r = ys.rank();
+  const int64_t inner = ys[r - 1], outer = ys.numel() / std::max<int64_t>(inner, 1), step = xs[r - 1];
+  if (inner == 0) return;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0, rem = o;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rem % ys[d]) * xs[d];
+      rem /= ys[d];
+    }
+    T* row = y + o * inner;
+    for (int64_t j = 0; j < inner; ++j) row[j] = x[off + j * step];
+  }
+}
+}  // namespace
+
+void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y) {
+  const int r = x.shape.rank();
+  int64_t strides[Shape::kMaxRank];
+  int64_t stride = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= x.shape[d];
+  }
+  std::swap(strides[at.axis], strides[at.axis2]);
+  if (dtype_size(x.dtype) == 8)
+    transpose_as(static_cast<const uint64_t*>(x.data), static_cast<uint64_t*>(y.data), y.shape, strides);
+  else
+    transpose_as(static_cast<const uint32_t*>(x.data), static_cast<uint32_t*>(y.data), y.shape, strides);
 }
 
 // y[i, :] = table[ids[i], :]; ids were range-checked where they entered.

@@ -60,28 +60,26 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
               int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-// C{M,N} = op(A) op(B), row-major, in blocks of rows of C run on the pool.
-// The BLAS runs single-threaded (see core/threads.cpp): one pool, ours, owns
-// every thread, so BLAS threads and kernel threads never spin against each
-// other on the same cores.
-void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx) {
-  const int64_t m = c.shape[0], n = c.shape[1];
-  const int64_t k = at.trans_a ? a.shape[0] : a.shape[1];
+namespace {
+// C{m,n} = op(A) op(B) for one pair of row-major matrices, A {a_rows, lda}
+// and B {b_rows, b_cols} (k the inner size), in blocks of rows of C run on
+// `pool` (null: the calling thread).
+void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
+               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    std::fill(c.f(), c.f() + c.numel(), 0.0f);
+    std::fill(c_data, c_data + m * n, 0.0f);
     return;
   }
-  const int64_t lda = a.shape[1];
   // A transposed B is turned around once (it is the small operand of every
   // backward product), so every block runs libxsmm's B-not-transposed kernel.
-  const bool flip_b = at.trans_b && b.numel() <= (int64_t(1) << 20);
-  const float* pb = flip_b ? transposed(b.f(), b.shape[0], b.shape[1]) : b.f();
+  const bool flip_b = at.trans_b && b_rows * b_cols <= (int64_t(1) << 20);
+  const float* pb = flip_b ? transposed(b_data, b_rows, b_cols) : b_data;
   const bool trans_b = at.trans_b && !flip_b;
-  const int64_t ldb = flip_b ? n : b.shape[1];
+  const int64_t ldb = flip_b ? n : b_cols;
   auto gemm = [&](int64_t i0, int64_t i1) {
-    const float* pa = a.f() + (at.trans_a ? i0 : i0 * lda);
-    float* pc = c.f() + i0 * n;
+    const float* pa = a_data + (at.trans_a ? i0 : i0 * lda);
+    float* pc = c_data + i0 * n;
     if (!trans_b)
       if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n)) {
         f(pb, pa, pc);
@@ -90,12 +88,40 @@ void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const Ten
     cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), 0.0f, pc, int(n));
   };
-  const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
+  const int64_t threads = pool ? int64_t(pthreadpool_get_threads_count(pool)) : 1;
   const int64_t rows = std::min(kRowBlock, std::max<int64_t>(16, ((m + threads - 1) / threads + 15) / 16 * 16));
   const size_t blocks = size_t((m + rows - 1) / rows);
-  parallel_for(ctx.pool, blocks, 1, [&](size_t b0, size_t b1) {
+  parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {
     for (size_t bi = b0; bi < b1; ++bi) gemm(int64_t(bi) * rows, std::min(m, int64_t(bi + 1) * rows));
   });
+}
+}  // namespace
+
+// C{M,N} = op(A) op(B), row-major, in blocks of rows of C run on the pool;
+// batched {B,M,N}: one such product per batch entry, the entries spread over
+// the threads when there are at least as many as threads (each then on one
+// thread), else run in turn with their rows spread. The BLAS runs
+// single-threaded (see core/threads.cpp): one pool, ours, owns every thread,
+// so BLAS threads and kernel threads never spin against each other on the same cores.
+void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx) {
+  const int r = c.shape.rank();
+  const int64_t m = c.shape[r - 2], n = c.shape[r - 1];
+  const int64_t a_rows = a.shape[r - 2], lda = a.shape[r - 1], b_rows = b.shape[r - 2], b_cols = b.shape[r - 1];
+  const int64_t k = at.trans_a ? a_rows : lda;
+  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool);
+  const int64_t batch = c.shape[0];
+  auto one = [&](int64_t i, pthreadpool_t pool) {
+    matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
+              k, pool);
+  };
+  const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
+  if (threads > 1 && batch >= threads) {
+    parallel_for(ctx.pool, size_t(batch), 1, [&](size_t i0, size_t i1) {
+      for (size_t i = i0; i < i1; ++i) one(int64_t(i), nullptr);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i, ctx.pool);
+  }
 }
 
 }  // namespace tensorgrad::kernels

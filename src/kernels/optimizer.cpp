@@ -282,6 +282,10 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
+    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
+    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
+    case OpKind::ClampBackward:
+    case OpKind::MaxAxisBackward:
     case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::Count:
       break;
   }
@@ -306,7 +310,7 @@ void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx)
   const float c = at.scale;
   // Comparisons written so that NaN stays NaN (as torch.clamp and Keras' ops.clip).
   parallel_for(ctx.pool, size_t(g.numel()), 16384, [=](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) p[i] = p[i] > c ? c : p[i] < -c ? -c : p[i];
+    for (size_t i = b; i < e; ++i) p[i] = clamp_value(p[i], -c, c);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "ops/op_table.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/builder.h"
+#include "tensorgrad/ops/gradients.h"
 
 namespace tensorgrad {
 
@@ -138,11 +139,52 @@ Value Builder::binary_cross_entropy(Value logits, Value targets, Value weights) 
                          : apply(OpKind::BinaryCrossEntropy, {logits, targets});
 }
 
-Value Builder::dropout(Value x, float rate, uint64_t seed) {
+Value Builder::dropout(Value x, float rate, uint64_t seed, Value counter) {
   OpAttrs at;
   at.scale = rate;
   at.seed = seed;
-  return apply(OpKind::Dropout, {x}, at);
+  return counter.valid() ? apply(OpKind::Dropout, {x, counter}, at) : apply(OpKind::Dropout, {x}, at);
+}
+
+Value Builder::pow(Value x, float p) {
+  OpAttrs at;
+  at.scale = p;
+  return apply(OpKind::Pow, {x}, at);
+}
+
+Value Builder::clamp(Value x, float min, float max) {
+  OpAttrs at;
+  at.clamp_min = min;
+  at.clamp_max = max;
+  return apply(OpKind::Clamp, {x}, at);
+}
+
+namespace {
+OpAttrs axis_attrs(int axis, bool keepdim) {
+  OpAttrs at;
+  at.axis = axis;
+  at.keepdim = keepdim;
+  return at;
+}
+}  // namespace
+
+Value Builder::sum_axis(Value x, int axis, bool keepdim) {
+  return apply(OpKind::SumAxis, {x}, axis_attrs(axis, keepdim));
+}
+
+Value Builder::mean_axis(Value x, int axis, bool keepdim) {
+  return apply(OpKind::MeanAxis, {x}, axis_attrs(axis, keepdim));
+}
+
+Value Builder::max_axis(Value x, int axis, bool keepdim) {
+  return apply(OpKind::MaxAxis, {x}, axis_attrs(axis, keepdim));
+}
+
+Value Builder::transpose(Value x, int axis, int axis2) {
+  OpAttrs at;
+  at.axis = axis;
+  at.axis2 = axis2;
+  return apply(OpKind::Transpose, {x}, at);
 }
 
 Value Builder::sum_to(Value x, const Shape& shape) {
@@ -178,6 +220,16 @@ Value Builder::concat(Value a, Value b, int axis) {
   OpAttrs at;
   at.axis = axis;
   return apply(OpKind::Concat, {a, b}, at);
+}
+
+Value Builder::concat(std::span<const Value> xs, int axis) {
+  // More inputs than a node holds would fail before the shape rule, with a plainer error.
+  if (xs.size() > size_t(kMaxOpInputs))
+    shape_fail(OpKind::Concat,
+               "expected 2.." + std::to_string(kMaxOpInputs) + " inputs; got " + std::to_string(xs.size()));
+  OpAttrs at;
+  at.axis = axis;
+  return apply(OpKind::Concat, xs, at);
 }
 
 Value Builder::unary(OpKind op, Value x, float param) {

@@ -174,6 +174,48 @@ OpSignature input_and_gradient(OpKind op, Shapes s, DTypes, const OpAttrs&) {
   return {s[0]};
 }
 
+// SumAxis, MeanAxis, MaxAxis: x with attrs.axis dropped (or kept as 1 with attrs.keepdim).
+Shape reduced_shape(OpKind op, const Shape& x, const OpAttrs& a) {
+  if (x.rank() == 0) shape_fail(op, "needs at least one dimension; got a scalar " + x.str());
+  if (a.axis < 0 || a.axis >= x.rank())
+    shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + x.str() + " (expected 0.." +
+                       std::to_string(x.rank() - 1) + ")");
+  if (a.keepdim) {
+    Shape out = x;
+    out.set(a.axis, 1);
+    return out;
+  }
+  int64_t dims[Shape::kMaxRank];
+  int r = 0;
+  for (int i = 0; i < x.rank(); ++i)
+    if (i != a.axis) dims[r++] = x[i];
+  return Shape(std::span<const int64_t>(dims, size_t(r)));
+}
+
+OpSignature reduce_axis(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  expect_float(op, t, 0, "input");
+  Shape out = reduced_shape(op, s[0], a);
+  if (op == OpKind::MaxAxis && s[0][a.axis] == 0)
+    shape_fail(op, "axis " + std::to_string(a.axis) + " of " + s[0].str() + " is empty: it has no maximum");
+  return {out};
+}
+
+// Clamp and ClampBackward: the bounds must be ordered (either may be infinite).
+void check_clamp_bounds(OpKind op, const OpAttrs& a) {
+  if (std::isnan(a.clamp_min) || std::isnan(a.clamp_max) || a.clamp_min > a.clamp_max)
+    throw ValueError(std::string(op_info(op).name) + ": expected clamp_min <= clamp_max; got min " +
+                     std::to_string(a.clamp_min) + " and max " + std::to_string(a.clamp_max));
+}
+
+// The broadcast of g (reshaped to keepdim form) back to x's shape: the gradient of SumAxis.
+Value broadcast_along_axis(const GradientCall& d) {
+  Builder& b = d.b;
+  const Shape xs = b.shape(d.x[0]);
+  Shape kept = xs;
+  kept.set(d.at.axis, 1);
+  return b.broadcast_to(b.reshape(d.g, kept), xs);
+}
+
 OpSignature loss_backward(OpKind op, Shapes s, DTypes, const OpAttrs&) {
   if (s.back().numel() != 1) shape_fail(op, "the incoming gradient must be a scalar; got " + s.back().str());
   return {s[0]};
@@ -206,18 +248,29 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::Fill, {"fill", 0, 0, false}, attrs_shape, zero_gradient},    // a constant has no inputs
 
     // C = op(A) op(B): dA = g op(B)^T, dB = op(A)^T g, each transposed back when its operand was
+    // (batched: the same per batch entry, the transposes being of the last two axes)
     {OpKind::MatMul, {"matmul", 2, 2, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "A");
        expect_float(op, t, 1, "B");
-       expect_rank(op, s[0], 2, "A");
-       expect_rank(op, s[1], 2, "B");
-       int64_t m = a.trans_a ? s[0][1] : s[0][0], k = a.trans_a ? s[0][0] : s[0][1];
-       int64_t k2 = a.trans_b ? s[1][1] : s[1][0], n = a.trans_b ? s[1][0] : s[1][1];
+       const int r = s[0].rank();
+       if (r == 3 || s[1].rank() == 3) {
+         if (r != 3 || s[1].rank() != 3)
+           shape_fail(op, "batched operands must both have rank 3 {batch, rows, cols}; got " + s[0].str() + " and " +
+                              s[1].str());
+         if (s[0][0] != s[1][0])
+           shape_fail(op, "batch sizes differ: " + s[0].str() + " and " + s[1].str());
+       } else {
+         expect_rank(op, s[0], 2, "A");
+         expect_rank(op, s[1], 2, "B");
+       }
+       // The last two axes are the matrices; trans_a / trans_b transpose them.
+       int64_t m = a.trans_a ? s[0][-1] : s[0][-2], k = a.trans_a ? s[0][-2] : s[0][-1];
+       int64_t k2 = a.trans_b ? s[1][-1] : s[1][-2], n = a.trans_b ? s[1][-2] : s[1][-1];
        if (k != k2)
          shape_fail(op, "inner dimensions differ: " + s[0].str() + (a.trans_a ? "^T" : "") + " x " + s[1].str() +
                             (a.trans_b ? "^T" : "") + " (" + std::to_string(k) + " vs " + std::to_string(k2) + ")");
-       return {Shape{m, n}};
+       return {r == 3 ? Shape{s[0][0], m, n} : Shape{m, n}};
      },
      [](const GradientCall& d) {
        Builder& b = d.b;
@@ -288,15 +341,25 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::BinaryCrossEntropy, {"binary_cross_entropy", 2, 3, false}, loss,
      [](const GradientCall& d) { logits_loss_gradient(d, OpKind::BinaryCrossEntropyBackward); }},
 
-    // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same stream giving the same mask
-    {OpKind::Dropout, {"dropout", 1, 1, false},
+    // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same stream (and the same counter input,
+    // when given) giving the same mask; the counter takes no gradient
+    {OpKind::Dropout, {"dropout", 1, 2, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "input");
+       if (s.size() == 2) {
+         if (t[1] != DType::Int64)
+           throw TypeError(std::string("dropout: the counter must be int64; got ") + dtype_name(t[1]));
+         if (s[1] != Shape{1}) shape_fail(op, "the counter must be an int64 tensor {1}; got " + s[1].str());
+       }
        if (!(a.scale >= 0.0f && a.scale < 1.0f))
          throw ValueError("dropout: rate must be in [0, 1); got " + std::to_string(a.scale));
        return {s[0]};
      },
-     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::Dropout, {d.g}, d.at); }},
+     [](const GradientCall& d) {
+       if (!d.need(0)) return;
+       d.dx[0] = d.x.size() == 2 ? d.b.apply(OpKind::Dropout, {d.g, d.x[1]}, d.at)
+                                 : d.b.apply(OpKind::Dropout, {d.g}, d.at);
+     }},
 
     // y = sum(x): dx = broadcast(g)
     {OpKind::Sum, {"sum", 1, 1, false}, float_to_scalar,
@@ -374,23 +437,37 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](const GradientCall& d) {
        d.dx[0] = d.b.apply(OpKind::SliceBackward, {d.g}, with_shape(d.at, d.b.shape(d.x[0])));
      }},
-    // y = [a b] along axis: da, db = the two slices of g
-    {OpKind::Concat, {"concat", 2, 2, false},
+    // y = [x0 x1 ...] along axis: dx_i = the slice of g at x_i's place
+    {OpKind::Concat, {"concat", 2, kMaxOpInputs, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
-       if (s[0].rank() != s[1].rank() || a.axis < 0 || a.axis >= s[0].rank())
-         shape_fail(op, "cannot join " + s[0].str() + " and " + s[1].str() + " along axis " + std::to_string(a.axis));
-       for (int i = 0; i < s[0].rank(); ++i)
-         if (i != a.axis && s[0][i] != s[1][i])
-           shape_fail(op, s[0].str() + " and " + s[1].str() + " differ outside axis " + std::to_string(a.axis));
-       if (t[0] != t[1]) throw TypeError("concat: both inputs must have the same dtype");
+       auto all = [&] {
+         std::string list;
+         for (size_t i = 0; i < s.size(); ++i) list += (i ? ", " : "") + s[i].str();
+         return list;
+       };
+       if (a.axis < 0 || a.axis >= s[0].rank())
+         shape_fail(op, "cannot join " + all() + " along axis " + std::to_string(a.axis));
        Shape out = s[0];
-       out.set(a.axis, s[0][a.axis] + s[1][a.axis]);
+       for (size_t j = 1; j < s.size(); ++j) {
+         if (s[j].rank() != s[0].rank())
+           shape_fail(op, "cannot join " + all() + " along axis " + std::to_string(a.axis) + ": ranks differ");
+         for (int i = 0; i < s[0].rank(); ++i)
+           if (i != a.axis && s[0][i] != s[j][i])
+             shape_fail(op, s[0].str() + " and " + s[j].str() + " differ outside axis " + std::to_string(a.axis));
+         if (t[j] != t[0])
+           throw TypeError(std::string("concat: every input must have the same dtype; got ") + dtype_name(t[0]) +
+                           " and " + dtype_name(t[j]));
+         out.set(a.axis, out[a.axis] + s[j][a.axis]);
+       }
        return {out, t[0]};
      },
      [](const GradientCall& d) {
-       const int64_t na = d.b.shape(d.x[0])[d.at.axis], nb = d.b.shape(d.x[1])[d.at.axis];
-       if (d.need(0)) d.dx[0] = d.b.slice(d.g, d.at.axis, 0, na);
-       if (d.need(1)) d.dx[1] = d.b.slice(d.g, d.at.axis, na, nb);
+       int64_t start = 0;
+       for (size_t i = 0; i < d.x.size(); ++i) {
+         const int64_t n = d.b.shape(d.x[i])[d.at.axis];
+         if (d.need(i)) d.dx[i] = d.b.slice(d.g, d.at.axis, start, n);
+         start += n;
+       }
      }},
     // y = table[ids]: dtable = g's rows summed per id; ids take no gradient
     {OpKind::Gather, {"gather", 2, 2, false},
@@ -491,6 +568,64 @@ constexpr auto kOps = std::to_array<OpDef>({
        }
      }},
 
+    // y = a / b: da = sum_to(g / b), db = sum_to(-g y / b)
+    {OpKind::Div, {"div", 2, 2, false}, broadcast_binary,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       if (d.need(0)) d.dx[0] = b.sum_to(b.div(d.g, d.x[1]), b.shape(d.x[0]));
+       if (d.need(1)) d.dx[1] = b.sum_to(b.scale(b.div(b.mul(d.g, d.y), d.x[1]), -1.0f), b.shape(d.x[1]));
+     }},
+    // y = e^x: dx = g y
+    {OpKind::Exp, {"exp", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.mul(d.g, d.y); }},
+    // y = log(x): dx = g / x
+    {OpKind::Log, {"log", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.div(d.g, d.x[0]); }},
+    // y = sqrt(x): dx = g / (2 y)
+    {OpKind::Sqrt, {"sqrt", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.div(d.b.scale(d.g, 0.5f), d.y); }},
+    // y = x^p: dx = g p x^(p-1); p = 0: dx = 0 (as torch.pow, not 0 x^-1)
+    {OpKind::Pow, {"pow", 1, 1, false}, float_elementwise,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       const float p = d.at.scale;
+       d.dx[0] = p == 0.0f ? b.fill(b.shape(d.x[0]), 0.0f) : b.mul(d.g, b.scale(b.pow(d.x[0], p - 1.0f), p));
+     }},
+    // y = min(max(x, lo), hi): dx = g where lo <= x <= hi, else 0 (PyTorch's rule: g passes at the bounds)
+    {OpKind::Clamp, {"clamp", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       expect_float(op, t, 0, "input");
+       check_clamp_bounds(op, a);
+       return {s[0]};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::ClampBackward, {d.x[0], d.g}, d.at); }},
+    // y = sum(x, axis): dx = broadcast(g with the axis kept as 1)
+    {OpKind::SumAxis, {"sum_axis", 1, 1, false}, reduce_axis,
+     [](const GradientCall& d) { d.dx[0] = broadcast_along_axis(d); }},
+    // y = sum(x, axis) / n: dx = broadcast(g with the axis kept as 1) / n
+    {OpKind::MeanAxis, {"mean_axis", 1, 1, false}, reduce_axis,
+     [](const GradientCall& d) {
+       d.dx[0] = d.b.scale(broadcast_along_axis(d), 1.0f / float(d.b.shape(d.x[0])[d.at.axis]));
+     }},
+    // y = max(x, axis): dx = g at the first maximal element of each slice, 0 elsewhere
+    {OpKind::MaxAxis, {"max_axis", 1, 1, false}, reduce_axis,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::MaxAxisBackward, {d.x[0], d.g}, d.at); }},
+    // y = x with two axes swapped: dx = g with the same two axes swapped
+    {OpKind::Transpose, {"transpose", 1, 1, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       const int r = s[0].rank();
+       if (r < 2)
+         shape_fail(op, "input must have rank 2 to " + std::to_string(Shape::kMaxRank) + "; got " + s[0].str());
+       if (a.axis < 0 || a.axis >= r || a.axis2 < 0 || a.axis2 >= r)
+         shape_fail(op, "axes " + std::to_string(a.axis) + " and " + std::to_string(a.axis2) + " must be in [0, " +
+                            std::to_string(r) + ") for " + s[0].str());
+       Shape out = s[0];
+       out.set(a.axis, s[0][a.axis2]);
+       out.set(a.axis2, s[0][a.axis]);
+       return {out, t[0]};
+     },
+     [](const GradientCall& d) { d.dx[0] = d.b.transpose(d.g, d.at.axis, d.at.axis2); }},
+
     // Backward ops. Gradients of gradients exist only where a rule is given
     // (slicing, the convolution adjoints); the rest throw.
     {OpKind::ReluBackward, {"relu_backward", 2, 2, false}, output_and_gradient, no_gradient},
@@ -534,6 +669,20 @@ constexpr auto kOps = std::to_array<OpDef>({
      }},
     {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 3, false}, batch_norm_family, no_gradient},
     {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 5, false}, batch_norm_family, no_gradient},
+    {OpKind::ClampBackward, {"clamp_backward", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       check_clamp_bounds(op, a);
+       return input_and_gradient(op, s, t, a);
+     },
+     no_gradient},
+    {OpKind::MaxAxisBackward, {"max_axis_backward", 2, 2, false},
+     [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
+       const Shape want = reduced_shape(op, s[0], a);
+       if (s[1] != want)
+         shape_fail(op, "gradient must be " + want.str() + " for input " + s[0].str() + "; got " + s[1].str());
+       return {s[0]};
+     },
+     no_gradient},
 
     // Metrics: counts, never differentiated.
     {OpKind::Accuracy, {"accuracy", 2, 2, false},

@@ -38,10 +38,45 @@ class Builder {
   }
 
   // Typed helpers; shapes as in op.h.
+  /// op(a){M,K} x op(b){K,N} -> {M,N}, or batched op(a){B,M,K} x op(b){B,K,N}
+  /// -> {B,M,N} (the same B); trans_a / trans_b transpose the last two axes.
+  /// Throws TypeError for a non-float32 operand, ShapeError (naming both
+  /// shapes) for other ranks, mixed ranks, different B or different K.
   Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
   Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
   Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
   Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }
+  /// a / b with NumPy broadcasting (shape as Add; IEEE division: x / 0 is
+  /// +-inf or NaN). Throws ShapeError naming both shapes when they do not
+  /// broadcast, TypeError for a non-float32 operand.
+  Value div(Value a, Value b) { return apply(OpKind::Div, {a, b}); }
+  /// e^x, element-wise; x float32 (else TypeError), any shape.
+  Value exp(Value x) { return apply(OpKind::Exp, {x}); }
+  /// Natural log, element-wise (-inf at 0, NaN below); x float32 (else TypeError).
+  Value log(Value x) { return apply(OpKind::Log, {x}); }
+  /// Square root, element-wise (NaN below 0); x float32 (else TypeError).
+  Value sqrt(Value x) { return apply(OpKind::Sqrt, {x}); }
+  /// x^p element-wise, as std::pow / torch.pow (NaN for x < 0 with a
+  /// non-integer p); x float32 (else TypeError).
+  Value pow(Value x, float p);
+  /// x clamped to [min, max] element-wise, NaN staying NaN; either bound may
+  /// be infinite (a one-sided clamp). The gradient passes where
+  /// min <= x <= max (PyTorch's rule). Throws ValueError when min > max or
+  /// a bound is NaN, TypeError for a non-float32 x.
+  Value clamp(Value x, float min, float max);
+  /// Sum of x along `axis` (in [0, rank)): the axis dropped, or kept as 1
+  /// with `keepdim`. Throws ShapeError for an axis outside x (or a scalar x),
+  /// TypeError for a non-float32 x.
+  Value sum_axis(Value x, int axis, bool keepdim = false);
+  /// Mean of x along `axis`; shapes and errors as sum_axis.
+  Value mean_axis(Value x, int axis, bool keepdim = false);
+  /// Max of x along `axis` (a NaN in the slice gives NaN, as torch.max); the
+  /// gradient goes to the first maximal element. Shapes and errors as sum_axis.
+  Value max_axis(Value x, int axis, bool keepdim = false);
+  /// x {..., d_axis, ..., d_axis2, ...} with the two axes swapped (a copy),
+  /// rank 2..Shape::kMaxRank, any dtype. Throws ShapeError for a lower rank or
+  /// an axis outside [0, rank).
+  Value transpose(Value x, int axis, int axis2);
   /// Element-wise max(a, b) with NumPy broadcasting (shape as Add). The
   /// gradient goes to a where a >= b, to b elsewhere (TensorFlow's rule).
   Value maximum(Value a, Value b) { return apply(OpKind::Maximum, {a, b}); }
@@ -71,8 +106,13 @@ class Builder {
   /// Scalar sum(weights * (max(z, 0) - z y + log1p(exp(-|z|)))) / (B N): the
   /// cross-entropy of sigmoid(z) against y, finite for any finite z.
   Value binary_cross_entropy(Value logits, Value targets, Value weights = {});
-  /// Inverted dropout with drop probability `rate`, random stream `seed`.
-  Value dropout(Value x, float rate, uint64_t seed);
+  /// Inverted dropout with drop probability `rate` (in [0, 1), else
+  /// ValueError), random stream `seed`; x float32 (else TypeError). The mask
+  /// is a hash of (seed, counter, index): the counter is the run's (advanced
+  /// once per run) or, when `counter` is given (an int64 tensor {1}, else
+  /// TypeError / ShapeError), that tensor's value, so a graph run at counter c
+  /// and an op given counter c drop the same elements.
+  Value dropout(Value x, float rate, uint64_t seed, Value counter = {});
   Value sum(Value x) { return apply(OpKind::Sum, {x}); }
   Value mean(Value x) { return apply(OpKind::Mean, {x}); }
   /// x summed down to `shape` (the adjoint of broadcasting); x itself when already that shape.
@@ -87,6 +127,11 @@ class Builder {
   Value slice(Value x, int axis, int64_t start, int64_t length);
   /// a and b joined along `axis`.
   Value concat(Value a, Value b, int axis);
+  /// xs (2 to kMaxOpInputs of them, of one rank and dtype, equal outside
+  /// `axis`) joined along `axis` in order. Throws ShapeError for another
+  /// count, an axis outside them or shapes that differ outside it, TypeError
+  /// for mixed dtypes.
+  Value concat(std::span<const Value> xs, int axis);
   /// A one-input op with one float parameter (Elu alpha, LeakyRelu slope).
   Value unary(OpKind op, Value x, float param = 0.0f);
   /// Im2Col, MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.

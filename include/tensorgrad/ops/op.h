@@ -4,6 +4,7 @@
 // (src/ops/op_table.cpp), its kernel one entry of the kernel table
 // (src/kernels/dispatch.cpp). Both the lazy graph and the eager API (planned)
 // reach ops only through the Builder interface (ops/builder.h).
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -16,7 +17,8 @@ enum class OpKind : uint8_t {
   Leaf,  // input, parameter or state: no kernel, memory bound from outside
   Fill,  // constant of attrs.shape filled with attrs.scale
   // forward ops
-  MatMul,               // (A{M,K}, B{K,N}) -> {M,N}; attrs.trans_a/trans_b transpose the operands
+  MatMul,               // (A{M,K}, B{K,N}) -> {M,N}, or batched (A{B,M,K}, B{B,K,N}) -> {B,M,N} (equal B);
+                        //   attrs.trans_a/trans_b transpose the last two axes of the operands
   Add, Sub, Mul,        // NumPy broadcasting
   Maximum, Minimum,     // NumPy broadcasting as Add; a where a >= b (a <= b) else b; a NaN in either gives NaN
   GreaterEqual,         // (a, b) broadcast as Add -> 1 where a >= b, else 0 (the mask of Maximum/Minimum gradients)
@@ -30,7 +32,8 @@ enum class OpKind : uint8_t {
                         //   delta = attrs.scale > 0
   BinaryCrossEntropy,   // (logits{B,N}, targets{B,N} in [0,1] [, weights{B} | {B,N}])
                         //   -> scalar sum(w (max(z,0) - z y + log1p(exp(-|z|)))) / (B N)
-  Dropout,              // inverted dropout, rate attrs.scale, stream attrs.seed
+  Dropout,              // (x [, counter int64{1}]): inverted dropout, rate attrs.scale, stream attrs.seed; the
+                        //   mask mixes in the counter input's value if given, else the run's counter
   Sum, Mean,            // over every element -> scalar
   SumTo,                // reduce a broadcast result back to attrs.shape
   BroadcastTo,          // expand to attrs.shape
@@ -39,7 +42,7 @@ enum class OpKind : uint8_t {
   Gelu, Silu, Elu, LeakyRelu, Softplus,  // Elu alpha / LeakyRelu slope in attrs.scale
   MeanLastAxis,         // {..., N} -> {..., 1}
   Slice,                // attrs.length entries from attrs.start along attrs.axis
-  Concat,               // (a, b) joined along attrs.axis
+  Concat,               // (x0, x1, ... up to kMaxOpInputs) joined along attrs.axis
   Gather,               // (table{V,D}, ids int32{...}) -> {..., D}: embedding lookup
   ToIndex,              // float32 holding whole numbers -> int32 (checked by the caller)
   Im2Col,               // x{B,H,W,C} -> {B*Ho*Wo, kh*kw*C}, rows (b,oy,ox), columns (ky,kx,c); attrs.window
@@ -49,6 +52,13 @@ enum class OpKind : uint8_t {
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
                         //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx)
+  Div,                  // a / b, NumPy broadcasting as Add
+  Exp, Log, Sqrt,       // e^x, natural log, square root (NaN below 0, as std::log / std::sqrt)
+  Pow,                  // x^attrs.scale (std::pow: NaN for x < 0 with a non-integer exponent)
+  Clamp,                // min(max(x, attrs.clamp_min), attrs.clamp_max); either bound may be infinite; NaN stays NaN
+  SumAxis, MeanAxis,    // sum / mean along attrs.axis: the axis dropped, or kept as 1 with attrs.keepdim
+  MaxAxis,              // max along attrs.axis (keepdim as SumAxis); a NaN in the slice gives NaN
+  Transpose,            // axes attrs.axis and attrs.axis2 swapped (a copy); rank 2..Shape::kMaxRank
   // backward ops (inputs listed at each gradient rule)
   ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
   SoftmaxCrossEntropyBackward, MseLossBackward,
@@ -63,6 +73,9 @@ enum class OpKind : uint8_t {
   Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
   BatchNormParamGrad,   // (x, stats, g) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma and beta
   BatchNormBackward,    // (x, stats, gamma, g, param_grad) -> dx; attributes as BatchNorm's
+  ClampBackward,        // (x, g) -> g where clamp_min <= x <= clamp_max, else 0 (PyTorch's rule); attributes as Clamp's
+  MaxAxisBackward,      // (x, g) -> dx: g to the first maximal element of each slice along attrs.axis (a NaN
+                        //   counts as maximal), 0 elsewhere; g has MaxAxis's output shape (attrs.keepdim)
   // metrics
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
   BinaryAccuracy,  // (pred{B,N}, target{B,N}) -> scalar count of (pred > attrs.scale) == (target > 0.5)
@@ -158,7 +171,10 @@ struct OpAttrs {
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
-  int axis = 0;                           // Slice / Concat
+  int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
+  int axis2 = 0;                          // Transpose: the axis swapped with `axis`
+  bool keepdim = false;                   // SumAxis / MeanAxis / MaxAxis: keep the reduced axis as size 1
+  float clamp_min = -INFINITY, clamp_max = INFINITY;  // Clamp / ClampBackward bounds
   int64_t start = 0, length = 0;          // Slice; length: TopKAccuracy's k
   Window2D window;                        // Im2Col / Col2Im / pooling
 };
