@@ -43,6 +43,7 @@ class ScalarTape final : public Builder, public Tape {
     return Value{int32_t(entries_.size() - 1)};
   }
   Value parameter(const Tensor&, const char*, bool) override { throw Error("ScalarTape has no parameters"); }
+  Value rng_counter() override { throw Error("ScalarTape has no random stream"); }
   Shape shape(Value v) const override {
     if (v.id < 0 || size_t(v.id) >= entries_.size()) throw IndexError("not a value of this tape");
     return Shape{};

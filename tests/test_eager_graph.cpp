@@ -5,6 +5,7 @@
 // the same kernels and the same gradient rules through one autodiff walk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "tensorgrad/ag/eager_builder.h"
+#include "tensorgrad/ag/functional.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/core/threads.h"
@@ -76,7 +78,7 @@ void expect_eager_equals_graph(const Layers& layers, const Tensor& x, const Tens
   exe.run();
 
   ag::EagerBuilder e;
-  e.set_rng_counter(counter);
+  e.set_counter_value(counter);
   const Value ex = e.input(ag::Tensor(x.clone()));
   const Value et = e.input(ag::Tensor(target.clone()));
   const Value eout = forward(e, layers, ex);
@@ -99,14 +101,31 @@ void expect_eager_equals_graph(const Layers& layers, const Tensor& x, const Tens
 
 }  // namespace
 
-TEST(EagerGraph, MlpIsBitIdentical) {
+TEST(EagerGraph, MlpWithDropoutIsBitIdentical) {
   manual_seed(3);
-  Layers layers{std::make_shared<nn::Dense>(16, "relu"), std::make_shared<nn::Dense>(16, "tanh"),
+  Layers layers{std::make_shared<nn::Dense>(16, "relu"), std::make_shared<nn::Dropout>(0.3f, 21),
+                std::make_shared<nn::Dense>(16, "tanh"), std::make_shared<nn::Dropout>(0.5f, 22),
                 std::make_shared<nn::Dense>(2)};
   Shape shape{4};
   for (auto& l : layers) shape = l->build(shape);
   expect_eager_equals_graph(layers, random_tensor(Shape{8, 4}, 1), random_tensor(Shape{8, 2}, 2),
                             [](Builder& b, Value out, Value t) { return b.mse_loss(out, t); }, 7);
+}
+
+TEST(EagerGraph, DropoutMasksFollowTheCounter) {
+  // The same dropout at another counter drops other elements, so the
+  // bit-identity above is a property of the shared counter, not of chance.
+  auto mask = [](uint64_t counter) {
+    ag::EagerBuilder e;
+    e.set_counter_value(counter);
+    const Value y = e.dropout(e.input(ag::ones(Shape{64})), 0.5f, 21);
+    return e.tensor(y).to_vector();
+  };
+  EXPECT_EQ(mask(7), mask(7));
+  EXPECT_NE(mask(7), mask(8));
+  const std::vector<float> m = mask(7);
+  EXPECT_GT(std::count(m.begin(), m.end(), 0.0f), 10);
+  EXPECT_GT(std::count(m.begin(), m.end(), 2.0f), 10);
 }
 
 TEST(EagerGraph, SmallCnnIsBitIdentical) {

@@ -64,7 +64,7 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
   }
   std::shared_ptr<pthreadpool> pool;
   if (kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops) pool = compute_pool();
-  kernels::KernelContext ctx{pool.get(), 0};
+  kernels::KernelContext ctx{pool.get()};
   kernels::run_kernel(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()}, ctx);
   return out;
 }
@@ -140,6 +140,9 @@ class ValueBuilder final : public Builder {
   using Builder::apply;
   Value parameter(const tensorgrad::Tensor&, const char*, bool) override {
     throw Error("internal error: a gradient rule asked backward for a parameter");
+  }
+  Value rng_counter() override {
+    throw Error("internal error: a gradient rule asked backward for a random stream (dropout passes its counter)");
   }
   Shape shape(Value v) const override { return value(v).shape(); }
   DType dtype(Value v) const override { return value(v).dtype(); }

@@ -42,4 +42,17 @@ Value EagerBuilder::parameter(const tensorgrad::Tensor& t, const char* name, boo
   return v;
 }
 
+Value EagerBuilder::rng_counter() {
+  if (counter_value_.valid()) return counter_value_;
+  tensorgrad::Tensor c = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
+  c.data<int64_t>()[0] = int64_t(counter_);
+  counter_value_ = input(Tensor(c));
+  return counter_value_;
+}
+
+void EagerBuilder::set_counter_value(uint64_t counter) {
+  counter_ = counter;
+  counter_value_ = Value{};
+}
+
 }  // namespace tensorgrad::ag

@@ -93,7 +93,23 @@ Tensor operator-(float s, const Tensor& x) { return sub(constant(s), x); }
 Tensor operator*(const Tensor& x, float s) { return with_param(OpKind::Scale, x, s); }
 Tensor operator*(float s, const Tensor& x) { return with_param(OpKind::Scale, x, s); }
 
+Tensor div(const Tensor& a, const Tensor& b) { return apply(OpKind::Div, {a, b}); }
+Tensor operator/(const Tensor& x, float s) { return div(x, constant(s)); }
+Tensor operator/(float s, const Tensor& x) { return div(constant(s), x); }
+
 Tensor matmul(const Tensor& a, const Tensor& b) { return apply(OpKind::MatMul, {a, b}); }
+
+Tensor transpose(const Tensor& x, int dim0, int dim1) {
+  OpAttrs at;
+  at.axis = normalized_dim("transpose", dim0, x.dim());
+  at.axis2 = normalized_dim("transpose", dim1, x.dim());
+  return apply(OpKind::Transpose, {x}, at);
+}
+
+Tensor t(const Tensor& x) {
+  if (x.dim() != 2) throw ShapeError("t: needs a matrix {M, N}; got " + x.shape().str() + ". Use transpose(x, dim0, dim1)");
+  return transpose(x, 0, 1);
+}
 
 Tensor relu(const Tensor& x) { return apply(OpKind::Relu, {x}); }
 Tensor sigmoid(const Tensor& x) { return apply(OpKind::Sigmoid, {x}); }
@@ -104,6 +120,29 @@ Tensor elu(const Tensor& x, float alpha) { return with_param(OpKind::Elu, x, alp
 Tensor leaky_relu(const Tensor& x, float negative_slope) { return with_param(OpKind::LeakyRelu, x, negative_slope); }
 Tensor softplus(const Tensor& x) { return apply(OpKind::Softplus, {x}); }
 Tensor rsqrt(const Tensor& x) { return apply(OpKind::Rsqrt, {x}); }
+Tensor exp(const Tensor& x) { return apply(OpKind::Exp, {x}); }
+Tensor log(const Tensor& x) { return apply(OpKind::Log, {x}); }
+Tensor sqrt(const Tensor& x) { return apply(OpKind::Sqrt, {x}); }
+Tensor pow(const Tensor& x, float exponent) { return with_param(OpKind::Pow, x, exponent); }
+
+Tensor clamp(const Tensor& x, float min, float max) {
+  OpAttrs at;
+  at.clamp_min = min;
+  at.clamp_max = max;
+  return apply(OpKind::Clamp, {x}, at);
+}
+
+Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
+  if (!(p >= 0.0f && p < 1.0f)) throw ValueError("dropout: p must be in [0, 1); got " + std::to_string(p));
+  if (!training) return x;
+  Generator& g = generator ? *generator : default_generator();
+  OpAttrs at;
+  at.scale = p;
+  at.seed = g.dropout_key();
+  tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
+  counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
+  return apply(OpKind::Dropout, {x, Tensor(counter)}, at);
+}
 
 Tensor softmax(const Tensor& x, int dim) {
   last_dim_only("softmax", x, dim);
@@ -117,6 +156,19 @@ Tensor log_softmax(const Tensor& x, int dim) {
 
 Tensor sum(const Tensor& x) { return apply(OpKind::Sum, {x}); }
 Tensor mean(const Tensor& x) { return apply(OpKind::Mean, {x}); }
+
+namespace {
+Tensor reduce_axis(OpKind op, const char* name, const Tensor& x, int dim, bool keepdim) {
+  OpAttrs at;
+  at.axis = normalized_dim(name, dim, x.dim());
+  at.keepdim = keepdim;
+  return apply(op, {x}, at);
+}
+}  // namespace
+
+Tensor sum(const Tensor& x, int dim, bool keepdim) { return reduce_axis(OpKind::SumAxis, "sum", x, dim, keepdim); }
+Tensor mean(const Tensor& x, int dim, bool keepdim) { return reduce_axis(OpKind::MeanAxis, "mean", x, dim, keepdim); }
+Tensor amax(const Tensor& x, int dim, bool keepdim) { return reduce_axis(OpKind::MaxAxis, "amax", x, dim, keepdim); }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   OpAttrs at;
@@ -149,8 +201,18 @@ Tensor cat(std::span<const Tensor> tensors, int dim) {
   OpAttrs at;
   at.axis = normalized_dim("cat", dim, tensors[0].dim());
   if (tensors.size() == 1) return tensors[0].clone();
+  // One Concat takes up to kMaxOpInputs tensors; more are joined in groups,
+  // the first input of each group being the result so far.
+  constexpr size_t kMax = 6;
   Tensor out = tensors[0];
-  for (size_t i = 1; i < tensors.size(); ++i) out = apply(OpKind::Concat, {out, tensors[i]}, at);
+  size_t next = 1;
+  while (next < tensors.size()) {
+    Tensor group[kMax];
+    size_t k = 0;
+    group[k++] = out;
+    while (k < kMax && next < tensors.size()) group[k++] = tensors[next++];
+    out = apply(OpKind::Concat, {group, k}, at);
+  }
   return out;
 }
 

@@ -205,13 +205,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::clamp_(float min, float max) {
   TensorImpl& t = writable(impl_, "clamp_");
-  if (min > max)
-    throw ValueError("clamp_: min " + std::to_string(min) + " is greater than max " + std::to_string(max));
-  // max(min(x, hi), lo) with the engine's Minimum/Maximum (NaN stays NaN).
-  const tensorgrad::Tensor hi[2] = {t.data, scalar(max)};
-  detail::run_into(OpKind::Minimum, {}, hi, t.data);
-  const tensorgrad::Tensor lo[2] = {t.data, scalar(min)};
-  detail::run_into(OpKind::Maximum, {}, lo, t.data);
+  OpAttrs at;
+  at.clamp_min = min;
+  at.clamp_max = max;
+  detail::run_into(OpKind::Clamp, at, std::span<const tensorgrad::Tensor>(&t.data, 1), t.data);
   return bump(*this);
 }
 

@@ -177,6 +177,16 @@ void Executable::set_rows(int64_t rows) {
 
 Executable::~Executable() = default;
 
+uint64_t Executable::rng_counter() const {
+  const Tensor& c = graph_.rng_counter_tensor();
+  return c.defined() ? uint64_t(c.data<int64_t>()[0]) : 0;
+}
+
+void Executable::set_rng_counter(uint64_t c) {
+  const Tensor& t = graph_.rng_counter_tensor();
+  if (t.defined()) t.data<int64_t>()[0] = int64_t(c);
+}
+
 void Executable::bind(Value input, const Tensor& tensor) {
   const Node& n = graph_.node(input);
   if (n.role != NodeRole::Input) throw StateError("bind: node '" + n.name + "' is not an input");
@@ -207,8 +217,7 @@ float Executable::scalar(Value v) const { return *static_cast<const float*>(data
 void Executable::run(size_t first_node, size_t last_node) {
   const auto& nodes = graph_.nodes();
   std::shared_ptr<pthreadpool> pool = single_thread_ ? nullptr : compute_pool();
-  if (first_node == 0) ++rng_counter_;
-  kernels::KernelContext ctx{pool.get(), rng_counter_};
+  kernels::KernelContext ctx{pool.get()};
   for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];  // inputs may be rebound
   for (const Step& step : steps_) {
     if (size_t(step.node) < first_node) continue;

@@ -68,6 +68,25 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
   return Value{int32_t(nodes_.size() - 1)};
 }
 
+void Graph::set_rng_counter(const Tensor& counter) {
+  if (advanced_counter_.valid())
+    throw StateError("set_rng_counter: this graph's dropout already draws from its counter; bind it before the first "
+                     "dropout");
+  if (!counter.defined()) throw StateError("set_rng_counter: the counter is an undefined tensor");
+  if (counter.dtype() != DType::Int64)
+    throw TypeError(std::string("set_rng_counter: the counter must be int64; got ") + dtype_name(counter.dtype()));
+  if (counter.shape() != Shape{1})
+    throw ShapeError("set_rng_counter: the counter must be {1}; got " + counter.shape().str());
+  rng_counter_ = counter;
+}
+
+Value Graph::rng_counter() {
+  if (advanced_counter_.valid()) return advanced_counter_;
+  if (!rng_counter_.defined()) rng_counter_ = Tensor::zeros(Shape{1}, DType::Int64);
+  advanced_counter_ = apply(OpKind::AdvanceCounter, {state(rng_counter_, "rng_counter")});
+  return advanced_counter_;
+}
+
 std::vector<Value> Graph::trainable_parameters() const {
   std::vector<Value> out;
   for (size_t i = 0; i < nodes_.size(); ++i)

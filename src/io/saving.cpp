@@ -184,7 +184,7 @@ void add_optimizer_state(GGUFWriter& w, const nn::Model& model) {
   const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
   w.set_u64_array("tensorgrad.random_stream", stream_state(Access::random_stream(model)));
   if (!state) return;
-  w.set_u64("tensorgrad.optimizer.rng_counter", state->rng_counter);
+  w.set_u64("tensorgrad.optimizer.rng_counter", uint64_t(state->rng_counter.data<int64_t>()[0]));
   w.set_i64("tensorgrad.optimizer.micro_step", state->micro_step);
   w.add_tensor("optimizer/hyper", state->hyper, TensorType::F32);
   w.add_tensor("optimizer/iterations", state->step, TensorType::I64);
@@ -249,7 +249,7 @@ void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulat
     }
   }
   state->micro_step = micro_step;
-  state->rng_counter = rng_counter;
+  state->rng_counter.data<int64_t>()[0] = int64_t(rng_counter);
   Access::random_stream(model) = rng;
 }
 

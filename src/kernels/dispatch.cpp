@@ -62,10 +62,7 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::HuberLoss, [](const KernelCall& k) { huber_loss(k.at, k.in, k.out); }},
     {OpKind::BinaryCrossEntropy, [](const KernelCall& k) { binary_cross_entropy(k.in, k.out); }},
     {OpKind::Dropout, [](const KernelCall& k) {
-       if (k.in.size() < 2) return unary(k.op, k.at, k.in[0], k.out, k.ctx);
-       KernelContext ctx = k.ctx;  // the counter input stands in for the run's counter
-       ctx.rng_counter = uint64_t(*static_cast<const int64_t*>(k.in[1].data));
-       unary(k.op, k.at, k.in[0], k.out, ctx);
+       dropout(k.at, k.in[0], uint64_t(*static_cast<const int64_t*>(k.in[1].data)), k.out, k.ctx);
      }},
     {OpKind::Sum, run_reduce_all},
     {OpKind::Mean, run_reduce_all},
@@ -146,6 +143,7 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::SquaredNorm, [](const KernelCall& k) { squared_norm(k.in[0], k.out); }},
     {OpKind::ClipNorm, [](const KernelCall& k) { clip_norm(k.at, k.in[0], k.in[1], k.ctx); }},
     {OpKind::MovingAverage, run_optimizer},
+    {OpKind::AdvanceCounter, [](const KernelCall& k) { ++*static_cast<int64_t*>(k.in[0].data); }},
 });
 static_assert(indexed_by_op_kind(kKernels), "kKernels must list every OpKind once, in enum order");
 }  // namespace

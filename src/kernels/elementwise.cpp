@@ -125,7 +125,7 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp: case OpKind::SumAxis:
     case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose: case OpKind::ClampBackward:
     case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::binary");
@@ -221,6 +221,16 @@ void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out) {
   out.f()[0] = float(s);
 }
 
+void dropout(const OpAttrs& at, const TensorRef& x, uint64_t counter, const TensorRef& y, const KernelContext& ctx) {
+  const float *px = x.f();
+  float* py = y.f();
+  const float rate = at.scale, keep_scale = 1.0f / (1.0f - rate);
+  const uint64_t key = hash_random(at.seed, counter);
+  parallel_for(ctx.pool, size_t(x.numel()), kTile, [=](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;
+  });
+}
+
 void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
   const float* px = x.f();
   float* py = y.f();
@@ -258,17 +268,7 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
       const float lo = at.clamp_min, hi = at.clamp_max;
       return map1(ctx, px, py, n, [=](float v) { return clamp_value(v, lo, hi); });
     }
-    case OpKind::Dropout: {
-      // Inverted dropout: keep with probability 1 - rate and scale by 1/(1 - rate).
-      // The mask is a pure function of (seed, run counter, index): the same
-      // for the forward and the backward op of a run, whatever the threads.
-      const float rate = at.scale, keep_scale = 1.0f / (1.0f - rate);
-      const uint64_t key = hash_random(at.seed, ctx.rng_counter);
-      parallel_for(ctx.pool, size_t(n), kTile, [=](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;
-      });
-      return;
-    }
+    case OpKind::Dropout:  // its own kernel, dropout(): it reads a counter input
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
     case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss:
     case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
@@ -290,7 +290,7 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::Div: case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary");
@@ -342,7 +342,7 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm: case OpKind::MovingAverage:
+    case OpKind::ClipNorm: case OpKind::MovingAverage: case OpKind::AdvanceCounter:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
@@ -440,7 +440,7 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
     case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary_backward");

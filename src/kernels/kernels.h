@@ -30,7 +30,6 @@ struct TensorRef {
 /// What a run hands every kernel.
 struct KernelContext {
   pthreadpool_t pool = nullptr;  // null: run on the calling thread only
-  uint64_t rng_counter = 0;      // advances once per run; dropout mixes it into its stream
 };
 
 /// Below this much work (op_flops, summed over a graph or for one eager op)
@@ -112,6 +111,10 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
 
 // Kernel groups, one file each.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx);
+/// Inverted dropout of x into y: element i kept (and scaled by 1 / (1 - rate))
+/// when hash_uniform(hash_random(at.seed, counter), i) >= rate, so the mask is
+/// a pure function of (key, counter, index), whatever the threads.
+void dropout(const OpAttrs& at, const TensorRef& x, uint64_t counter, const TensorRef& y, const KernelContext& ctx);
 void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,

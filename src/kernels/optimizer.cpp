@@ -286,7 +286,8 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward:
     case OpKind::MaxAxisBackward:
-    case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::Count:
+    case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::AdvanceCounter:
+    case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::optimizer");

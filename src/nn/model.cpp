@@ -290,7 +290,7 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   // (Loading restores both from the file, drawing nothing.)
   if (!detail::LoadingScope::active()) {
     rng_.seed(global_generator()());
-    opt_state_->rng_counter = rng_();
+    opt_state_->rng_counter.data<int64_t>()[0] = int64_t(rng_());
   }
   retire_contexts("compile() was called again");
   compiled_ = true;
@@ -820,7 +820,7 @@ Model Model::clone() const {
     std::set<const Layer*> seen;
     for_each_layer(*copy.graph_, [&](Layer& l) { copy.trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
     copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
-    copy.opt_state_->rng_counter = opt_state_->rng_counter;
+    copy.opt_state_->rng_counter.copy_from(opt_state_->rng_counter);
     copy.rng_ = rng_;
     copy.compiled_ = true;
   }

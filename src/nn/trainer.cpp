@@ -41,7 +41,8 @@ Trainer::Trainer(const Model& model, const TrainerOptions& options)
     throw ValueError("Trainer: loss_mask must be 0 (none), 1 (one weight per sample) or " + std::to_string(outputs) +
                      " (one weight per output); got " + std::to_string(options_.loss_mask));
   ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
-  ctx_->state()->rng_counter = global_generator()();  // dropout masks: a stream of its own, from the global seed
+  // Dropout masks: a stream of its own, from the global seed.
+  ctx_->state()->rng_counter.data<int64_t>()[0] = int64_t(global_generator()());
 }
 
 Trainer::~Trainer() = default;

@@ -143,7 +143,7 @@ Value Builder::dropout(Value x, float rate, uint64_t seed, Value counter) {
   OpAttrs at;
   at.scale = rate;
   at.seed = seed;
-  return counter.valid() ? apply(OpKind::Dropout, {x, counter}, at) : apply(OpKind::Dropout, {x}, at);
+  return apply(OpKind::Dropout, {x, counter.valid() ? counter : rng_counter()}, at);
 }
 
 Value Builder::pow(Value x, float p) {

@@ -341,24 +341,21 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::BinaryCrossEntropy, {"binary_cross_entropy", 2, 3, false}, loss,
      [](const GradientCall& d) { logits_loss_gradient(d, OpKind::BinaryCrossEntropyBackward); }},
 
-    // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same stream (and the same counter input,
-    // when given) giving the same mask; the counter takes no gradient
-    {OpKind::Dropout, {"dropout", 1, 2, false},
+    // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same key and counter giving the same
+    // mask; the counter takes no gradient
+    {OpKind::Dropout, {"dropout", 2, 2, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "input");
-       if (s.size() == 2) {
-         if (t[1] != DType::Int64)
-           throw TypeError(std::string("dropout: the counter must be int64; got ") + dtype_name(t[1]));
-         if (s[1] != Shape{1}) shape_fail(op, "the counter must be an int64 tensor {1}; got " + s[1].str());
-       }
+       if (t[1] != DType::Int64)
+         throw TypeError(std::string("dropout: the counter must be int64; got ") + dtype_name(t[1]));
+       if (s[1] != Shape{1}) shape_fail(op, "the counter must be an int64 tensor {1}; got " + s[1].str());
        if (!(a.scale >= 0.0f && a.scale < 1.0f))
          throw ValueError("dropout: rate must be in [0, 1); got " + std::to_string(a.scale));
        return {s[0]};
      },
      [](const GradientCall& d) {
        if (!d.need(0)) return;
-       d.dx[0] = d.x.size() == 2 ? d.b.apply(OpKind::Dropout, {d.g, d.x[1]}, d.at)
-                                 : d.b.apply(OpKind::Dropout, {d.g}, d.at);
+       d.dx[0] = d.b.apply(OpKind::Dropout, {d.g, d.x[1]}, d.at);
      }},
 
     // y = sum(x): dx = broadcast(g)
@@ -757,6 +754,12 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
        if (s[0] != s[1]) shape_fail(op, "state " + s[0].str() + " and value " + s[1].str() + " differ");
        return {s[0]};
+     },
+     no_gradient},
+    {OpKind::AdvanceCounter, {"advance_counter", 1, 1, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       if (s[0] != Shape{1} || t[0] != DType::Int64) shape_fail(op, "the counter must be an int64 tensor {1}");
+       return {s[0], DType::Int64};
      },
      no_gradient},
 });

@@ -226,6 +226,7 @@ void OptimizerSpec::validate() const {
 OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   spec.validate();
   hyper = Tensor::zeros(Shape{kHyperSize});
+  rng_counter = Tensor::zeros(Shape{1}, DType::Int64);
   float* h = hyper.data<float>();
   h[kLr] = spec.learning_rate;
   h[kBeta1] = spec.beta_1;
@@ -719,6 +720,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
 }
 
 std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
+  g.set_rng_counter(state_->rng_counter);  // one dropout stream per model: every context continues it
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
   const std::vector<Value> outs = model_.forward(g, plan->x, train);
   std::vector<Value> results;
@@ -1010,10 +1012,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
   r.rows = options_.batch_size;
   if (train) {
     if (plan.accumulation_scale.valid()) plan.exe->bind(plan.accumulation_scale, accumulation_scale_);
-    // One dropout stream per model: every context continues the model's counter.
-    plan.exe->set_rng_counter(state_->rng_counter);
     plan.exe->run(0, plan.split);
-    state_->rng_counter = plan.exe->rng_counter();
     ++n_steps_;
     if (++state_->micro_step >= period_) {
       apply_update(plan);

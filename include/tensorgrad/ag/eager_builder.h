@@ -20,8 +20,8 @@ namespace tensorgrad::ag {
 /// (a shared layer gives one leaf whose grad() sums both uses), requiring
 /// grad when trainable.
 ///
-/// Dropout applied through it draws its mask from `rng_counter()` (the
-/// counter that a graph's run of the same ops passes its Dropout kernels),
+/// Dropout applied through it draws its mask from counter_value() (what a
+/// graph's dropout reads from its advanced counter in a run),
 /// so the same layers with the same weights, inputs and counter give
 /// bit-identical outputs and gradients eagerly and as a graph at one thread.
 class EagerBuilder final : public Builder {
@@ -41,15 +41,19 @@ class EagerBuilder final : public Builder {
   /// The leaves made by `parameter`, with their names, in first-use order.
   const std::vector<std::pair<std::string, Tensor>>& parameters() const { return parameters_; }
 
-  /// The counter Dropout ops read (0 at construction).
-  uint64_t rng_counter() const { return rng_counter_; }
-  void set_rng_counter(uint64_t counter) { rng_counter_ = counter; }
+  /// The counter Dropout ops read, as an int64 {1} value holding
+  /// counter_value() (a graph's advanced counter, eagerly).
+  Value rng_counter() override;
+  /// The counter's value (0 at construction); set it before the ops that use it.
+  uint64_t counter_value() const { return counter_; }
+  void set_counter_value(uint64_t counter);
 
  private:
   std::vector<Tensor> values_;
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::unordered_map<const void*, Value> parameter_values_;
-  uint64_t rng_counter_ = 0;
+  uint64_t counter_ = 0;
+  Value counter_value_;  // the value rng_counter() handed out for counter_
 };
 
 }  // namespace tensorgrad::ag

@@ -35,8 +35,19 @@ Tensor operator-(float s, const Tensor& x);
 Tensor operator*(const Tensor& x, float s);
 Tensor operator*(float s, const Tensor& x);
 
-/// a {M, K} x b {K, N} -> {M, N}.
+/// a / b, element-wise with broadcasting (IEEE division: x / 0 is inf or NaN, as PyTorch).
+Tensor div(const Tensor& a, const Tensor& b);
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator/(const Tensor& x, float s);
+Tensor operator/(float s, const Tensor& x);
+
+/// a {M, K} x b {K, N} -> {M, N}, or batched: a {B, M, K} x b {B, K, N} ->
+/// {B, M, N} (torch.bmm; equal B, no broadcasting of the batch).
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// x {..., a, ..., b, ...} with dimensions dim0 and dim1 swapped (a copy; negative dims count from the end).
+Tensor transpose(const Tensor& x, int dim0, int dim1);
+/// The transpose of a matrix {M, N} -> {N, M} (ShapeError for another rank).
+Tensor t(const Tensor& x);
 
 // ---- element-wise functions ----
 
@@ -51,6 +62,22 @@ Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);
 Tensor softplus(const Tensor& x);
 /// 1 / sqrt(x).
 Tensor rsqrt(const Tensor& x);
+Tensor exp(const Tensor& x);
+/// Natural logarithm (log(0) = -inf, log of a negative number NaN, as PyTorch).
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+/// x^exponent; NaN for a negative x with a non-integer exponent (std::pow,
+/// torch.pow). The gradient at exponent 0 is 0.
+Tensor pow(const Tensor& x, float exponent);
+/// min(max(x, min), max); either bound may be infinite; ValueError when min > max
+/// or a bound is NaN. The gradient passes where min <= x <= max (PyTorch's rule).
+Tensor clamp(const Tensor& x, float min, float max);
+/// Inverted dropout (torch.nn.functional.dropout): with `training`, each
+/// element is zeroed with probability p and the rest scaled by 1 / (1 - p);
+/// without, x itself. The mask is hash(generator's dropout key, its next
+/// counter), the function a graph's Dropout uses (ag::Generator). ValueError
+/// for p outside [0, 1).
+Tensor dropout(const Tensor& x, float p = 0.5f, bool training = true, Generator* generator = nullptr);
 /// Softmax / log-softmax along `dim`; only the last dimension is built
 /// (ValueError for another: move that axis last first).
 Tensor softmax(const Tensor& x, int dim = -1);
@@ -61,6 +88,13 @@ Tensor log_softmax(const Tensor& x, int dim = -1);
 /// Sum / mean of every element -> a tensor of shape {}.
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+/// Sum / mean / max along `dim` (negative counts from the end): the
+/// dimension dropped, or kept as 1 with `keepdim` (torch.sum(x, dim,
+/// keepdim), torch.amax). amax's gradient goes to the first maximal element,
+/// and a NaN in a slice gives NaN. IndexError for a dim outside the tensor.
+Tensor sum(const Tensor& x, int dim, bool keepdim = false);
+Tensor mean(const Tensor& x, int dim, bool keepdim = false);
+Tensor amax(const Tensor& x, int dim, bool keepdim = false);
 /// The same elements under `shape` (a view: shared memory and version
 /// counter, no copy). ShapeError when the element counts differ.
 Tensor reshape(const Tensor& x, const Shape& shape);

@@ -74,9 +74,12 @@ class Executable {
   int64_t rows() const { return rows_; }
   int64_t max_rows() const { return rule_.max_rows; }
 
-  /// Advances once per call of `run` that starts at node 0; dropout streams mix it in.
-  uint64_t rng_counter() const { return rng_counter_; }
-  void set_rng_counter(uint64_t c) { rng_counter_ = c; }
+  /// The graph's dropout counter (Graph::rng_counter_tensor), which the
+  /// graph's own AdvanceCounter op moves by one in every run from node 0
+  /// before any dropout reads it; 0 for a graph without dropout. Setting it
+  /// writes that persistent tensor (a graph without dropout ignores it).
+  uint64_t rng_counter() const;
+  void set_rng_counter(uint64_t c);
   size_t arena_bytes() const { return plan_.arena_bytes; }
 
  private:
@@ -95,7 +98,6 @@ class Executable {
   std::unique_ptr<kernels::TensorRef[]> refs_;
   std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
   bool single_thread_ = false;
-  uint64_t rng_counter_ = 0;
   BatchRule rule_;
   int64_t rows_ = 0;             // the batch the refs and attrs describe now (the first input's rows)
   std::vector<Shape> shapes_;    // per node: its shape at rows_

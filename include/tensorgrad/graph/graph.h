@@ -46,6 +46,18 @@ class Graph final : public Builder {
 
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
   using Builder::apply;
+  /// Binds the persistent int64 {1} counter this graph's dropout draws from
+  /// (the model's random stream, OptimizerState::rng_counter); without one the
+  /// first rng_counter() makes a counter of the graph's own, starting at 0.
+  /// Throws ShapeError / TypeError for another shape or dtype, StateError once
+  /// rng_counter() has been called.
+  void set_rng_counter(const Tensor& counter);
+  /// The counter, advanced: a State leaf for the bound tensor and an
+  /// AdvanceCounter op on it, made at the first call (so the advance runs
+  /// before any dropout, once per run from node 0).
+  Value rng_counter() override;
+  /// The bound counter tensor (undefined before set_rng_counter or rng_counter).
+  const Tensor& rng_counter_tensor() const { return rng_counter_; }
   Value parameter(const Tensor& tensor, const char* name, bool trainable) override;
   Shape shape(Value v) const override { return node(v).shape; }
   DType dtype(Value v) const override { return node(v).dtype; }
@@ -73,6 +85,8 @@ class Graph final : public Builder {
                  bool trainable);
   std::vector<Node> nodes_;
   std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
+  Tensor rng_counter_;
+  Value advanced_counter_;
 };
 
 /// Where every node's memory goes when a graph runs.

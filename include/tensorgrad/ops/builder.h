@@ -108,11 +108,16 @@ class Builder {
   Value binary_cross_entropy(Value logits, Value targets, Value weights = {});
   /// Inverted dropout with drop probability `rate` (in [0, 1), else
   /// ValueError), random stream `seed`; x float32 (else TypeError). The mask
-  /// is a hash of (seed, counter, index): the counter is the run's (advanced
-  /// once per run) or, when `counter` is given (an int64 tensor {1}, else
-  /// TypeError / ShapeError), that tensor's value, so a graph run at counter c
-  /// and an op given counter c drop the same elements.
+  /// is a hash of (seed, counter, index), the counter being `counter` when
+  /// given (an int64 tensor {1}, else TypeError / ShapeError) and this
+  /// builder's rng_counter() otherwise, so a graph and an eager builder at the
+  /// same counter drop the same elements.
   Value dropout(Value x, float rate, uint64_t seed, Value counter = {});
+  /// The int64 {1} counter that dropout draws from (DESIGN.md: the random
+  /// stream is a persistent tensor): in a Graph the model's counter, advanced
+  /// by one at the start of every run by an op the first call adds; in an
+  /// eager builder its own counter. Throws Error in a builder that has none.
+  virtual Value rng_counter() = 0;
   Value sum(Value x) { return apply(OpKind::Sum, {x}); }
   Value mean(Value x) { return apply(OpKind::Mean, {x}); }
   /// x summed down to `shape` (the adjoint of broadcasting); x itself when already that shape.

@@ -32,8 +32,8 @@ enum class OpKind : uint8_t {
                         //   delta = attrs.scale > 0
   BinaryCrossEntropy,   // (logits{B,N}, targets{B,N} in [0,1] [, weights{B} | {B,N}])
                         //   -> scalar sum(w (max(z,0) - z y + log1p(exp(-|z|)))) / (B N)
-  Dropout,              // (x [, counter int64{1}]): inverted dropout, rate attrs.scale, stream attrs.seed; the
-                        //   mask mixes in the counter input's value if given, else the run's counter
+  Dropout,              // (x, counter int64{1}): inverted dropout, rate attrs.scale; the mask is
+                        //   hash(attrs.seed, counter) per element (core/random.h)
   Sum, Mean,            // over every element -> scalar
   SumTo,                // reduce a broadcast result back to attrs.shape
   BroadcastTo,          // expand to attrs.shape
@@ -100,6 +100,7 @@ enum class OpKind : uint8_t {
   ClipNorm,        // (grad, squared norm {}): grad *= c / max(norm, c) (Keras' clip_by_norm, clipnorm), or with
                    //   kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_); c = attrs.scale
   MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
+  AdvanceCounter,  // (counter int64{1}): counter += 1, in place: a graph's random stream, once per run
   Count
 };
 
@@ -167,7 +168,7 @@ struct OpAttrs {
   bool trans_a = false, trans_b = false;  // MatMul
   float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum,
                                           // Huber delta, BinaryAccuracy threshold, clip threshold
-  uint64_t seed = 0;                      // Dropout stream
+  uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes

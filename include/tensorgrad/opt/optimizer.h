@@ -306,10 +306,11 @@ struct OptimizerState {
   };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
   int64_t micro_step = 0;                        // physical steps since the last update
-  /// Training runs so far over every context of the model: the counter the
-  /// dropout streams mix in, so that no two steps (of any batch size) share
-  /// a mask. Seeded once per model from the global generator.
-  uint64_t rng_counter = 0;
+  /// {1} int64: the model's dropout counter, a persistent tensor every
+  /// training graph of the model binds (Graph::set_rng_counter) and advances
+  /// once per run, so that no two steps (of any batch size) share a mask.
+  /// Seeded once per model from the global generator.
+  Tensor rng_counter;
   /// The spec's learning-rate schedule, if any, and what the update graph
   /// reads of it (LrScheduleKind in ops/op.h): `schedule_steps` {n} int64 and
   /// `schedule_values` {m} float32, persistent; both undefined without one.
