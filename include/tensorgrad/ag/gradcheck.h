@@ -130,6 +130,10 @@ GradcheckResult gradcheck_buffers(const std::function<double()>& loss, std::span
 /// as class ids goes into fn's closure). Inputs may be leaves or results of
 /// recorded ops.
 ///
+/// The projection sum(y * w) is summed in double on the host from fn's
+/// float32 output (the analytic side is y.backward(w)), so the reduction adds
+/// no float32 rounding of its own to the differences.
+///
 /// The analytic gradient comes from one backward through detached copies
 /// that share the inputs' memory, so the inputs' own grad() and history are
 /// left untouched. The numeric one perturbs each element of the inputs' own
