@@ -11,6 +11,8 @@
 // of the parameter's memory is set to x + h and x - h (the graph reads that
 // same memory) and the loss re-read: num = (L(x+h) - L(x-h)) / (x+h - x-h),
 // the denominator being the actually representable float32 step.
+// The perturb-and-compare step is the public ag::gradcheck_buffers
+// (include/tensorgrad/ag/gradcheck.h), the core of the eager ag::gradcheck.
 //
 // Precision (float32 only; the choice follows ggml's test-backend-ops):
 //  * step h = 1e-2 on inputs of magnitude O(1). Truncation error of the central
@@ -50,6 +52,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tensorgrad/ag/gradcheck.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/graph/graph.h"
 
@@ -188,44 +191,21 @@ class GradCheck {
       return r;
     }
 
+    // The comparison is the public one (ag::gradcheck_buffers): each
+    // parameter's memory is perturbed and the loss re-read from a run.
+    std::vector<ag::GradcheckBuffer> buffers;
     for (size_t i = 0; i < params_.size(); ++i) {
       const Param& p = params_[i];
-      float* x = p.t.data<float>();
-      const std::vector<float>& ana = r.analytic[i];
-      std::vector<float> num(ana.size());
-      double max_err = 0, worst_excess = 0, max_num = 0, max_ana = 0;
-      int64_t worst = -1;
-      for (size_t k = 0; k < num.size(); ++k) {
-        const float saved = x[k];
-        const float xp = saved + opt.step, xm = saved - opt.step;
-        x[k] = xp;
-        const double lp = run_loss();
-        x[k] = xm;
-        const double lm = run_loss();
-        x[k] = saved;
-        num[k] = float((lp - lm) / (double(xp) - double(xm)));
-        const double err = std::fabs(double(num[k]) - double(ana[k]));
-        max_num = std::max(max_num, std::fabs(double(num[k])));
-        max_ana = std::max(max_ana, std::fabs(double(ana[k])));
-        max_err = std::max(max_err, err);
-        const double excess = err - (opt.atol + opt.rtol * std::fabs(double(num[k])));
-        if (!std::isfinite(ana[k]) || !std::isfinite(num[k]) || excess > 0) {
-          if (worst < 0 || !(excess <= worst_excess)) worst = int64_t(k), worst_excess = excess;
-        }
-      }
-      if (worst >= 0) {
-        r.ok = false;
-        msg << "parameter '" << p.name << "' " << p.t.shape().str() << ": gradient mismatch, worst at element "
-            << worst << ": numeric " << num[size_t(worst)] << " vs analytic " << ana[size_t(worst)]
-            << " (max |diff| " << max_err << ", tolerance " << opt.atol << " + " << opt.rtol << " * |numeric|)\n";
-      }
-      if (std::max(max_num, max_ana) < opt.min_grad) {
-        r.ok = false;
-        msg << "parameter '" << p.name << "': gradient is ~0 everywhere (max |numeric| " << max_num
-            << ", max |analytic| " << max_ana << "): the check would be vacuous\n";
-      }
-      r.numeric.push_back(std::move(num));
+      buffers.push_back({std::span<float>(p.t.data<float>(), size_t(p.t.numel())), r.analytic[i],
+                         "parameter '" + p.name + "' " + p.t.shape().str()});
     }
+    ag::GradcheckOptions gopt;
+    gopt.eps = opt.step;
+    gopt.atol = opt.atol, gopt.rtol = opt.rtol, gopt.min_grad = opt.min_grad;
+    ag::GradcheckResult cmp = ag::gradcheck_buffers([&] { return double(run_loss()); }, buffers, gopt);
+    r.ok = cmp.ok;
+    msg << cmp.message;
+    for (ag::GradcheckInputReport& rep : cmp.inputs) r.numeric.push_back(std::move(rep.numeric));
     r.message = msg.str();
     return r;
   }

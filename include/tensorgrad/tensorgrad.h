@@ -2,6 +2,7 @@
 // Everything a user of tensorgrad needs, in one include.
 #include "tensorgrad/ag/eager_builder.h"
 #include "tensorgrad/ag/functional.h"
+#include "tensorgrad/ag/gradcheck.h"
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
