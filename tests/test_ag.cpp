@@ -245,3 +245,42 @@ TEST(Ag, IndexSelectAddsTheGradientsOfRepeatedRows) {
   ag::sum(rows).backward();
   EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 1, 0, 0, 2, 2}));
 }
+
+TEST(Ag, DropoutFollowsItsGenerator) {
+  ag::Tensor x = ag::ones(Shape{4, 50});
+  ag::Generator g1(3), g2(3);
+  const std::vector<float> a = ag::dropout(x, 0.25f, true, &g1).to_vector();
+  EXPECT_EQ(a, ag::dropout(x, 0.25f, true, &g2).to_vector());  // same key, same counter
+  EXPECT_NE(a, ag::dropout(x, 0.25f, true, &g1).to_vector());  // the counter moved
+  EXPECT_EQ(g1.dropout_counter(), 2u);
+  size_t kept = 0;
+  for (float v : a) {
+    ASSERT_TRUE(v == 0.0f || v == 1.0f / 0.75f);
+    kept += v != 0.0f;
+  }
+  EXPECT_GT(kept, 120u);
+  EXPECT_LT(kept, 180u);
+  EXPECT_EQ(ag::dropout(x, 0.25f, false).to_vector(), x.to_vector());
+  expect_error<ValueError>([&] { ag::dropout(x, 1.0f); }, {"dropout", "[0, 1)"});
+}
+
+TEST(Ag, NewOpsValues) {
+  ag::Tensor a = ag::tensor({1, 4, 9, 16}, Shape{2, 2});
+  EXPECT_EQ((a / ag::tensor({1, 2}, Shape{2})).to_vector(), (std::vector<float>{1, 2, 9, 8}));
+  EXPECT_EQ(ag::sqrt(a).to_vector(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ag::pow(a, 0.5f).to_vector(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ag::t(a).to_vector(), (std::vector<float>{1, 9, 4, 16}));
+  EXPECT_EQ(ag::sum(a, 0).to_vector(), (std::vector<float>{10, 20}));
+  EXPECT_EQ(ag::sum(a, 1, true).shape(), (Shape{2, 1}));
+  EXPECT_EQ(ag::amax(a, -1).to_vector(), (std::vector<float>{4, 16}));
+  EXPECT_EQ(ag::mean(a, 1).to_vector(), (std::vector<float>{2.5f, 12.5f}));
+  EXPECT_FLOAT_EQ(ag::log(ag::exp(ag::tensor({0.5f}, Shape{1}))).item(), 0.5f);
+  EXPECT_EQ(ag::clamp(a, 2, 10).to_vector(), (std::vector<float>{2, 4, 9, 10}));
+  // Batched matmul: each batch entry its own product.
+  ag::Tensor x = ag::tensor({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 2, 2});
+  ag::Tensor eye = ag::tensor({1, 0, 0, 1, 0, 1, 1, 0}, Shape{2, 2, 2});
+  EXPECT_EQ(ag::matmul(x, eye).to_vector(), (std::vector<float>{1, 2, 3, 4, 6, 5, 8, 7}));
+  expect_error<ShapeError>([&] { ag::matmul(x, ag::ones(Shape{3, 2, 2})); }, {"matmul", "{2, 2, 2}", "{3, 2, 2}"});
+  expect_error<IndexError>([&] { ag::sum(a, 2); }, {"sum", "dimension 2"});
+  expect_error<ShapeError>([&] { ag::t(x); }, {"t:", "{2, 2, 2}"});
+}

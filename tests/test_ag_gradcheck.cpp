@@ -383,3 +383,83 @@ TEST(AgGradcheckOps, BinaryCrossEntropyWithLogits) {
   EXPECT_TRUE(
       gradients_match([](Inputs in) { return ag::binary_cross_entropy_with_logits(in[0], in[1]) * 8.0f; }, {z, y}));
 }
+
+// ---- the ops that joined the op table for the eager API ----
+
+TEST(AgGradcheckOps, DivisionBothOperandsWithBroadcasting) {
+  std::mt19937 rng(40);
+  ag::Tensor a = leaf(uniform({3, 4}, rng, -1.0f, 1.0f));
+  ag::Tensor b = leaf(away_from_zero({4}, rng, 0.5f, 1.5f));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return in[0] / in[1]; }, {a, b}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return in[0] / 4.0f; }, {a}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return 2.0f / in[0]; }, {b}));
+}
+
+TEST(AgGradcheckOps, ExpLogSqrtPow) {
+  std::mt19937 rng(41);
+  ag::Tensor s = leaf(uniform({3, 4}, rng, -1.5f, 1.5f));
+  ag::Tensor p = leaf(uniform({3, 4}, rng, 0.5f, 2.0f));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::exp(in[0]); }, {s}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::log(in[0]); }, {p}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::sqrt(in[0]); }, {p}));
+  for (float e : {2.0f, 3.0f, 0.5f, -1.0f})
+    EXPECT_TRUE(gradients_match([e](Inputs in) { return ag::pow(in[0], e); }, {p})) << "exponent " << e;
+}
+
+TEST(AgGradcheckOps, ClampAwayFromItsBounds) {
+  // Values at least 0.1 (10 steps) from both bounds, on both sides of each.
+  ag::Tensor x = leaf(tensorgrad::Tensor::from_vector(std::vector<float>{-1.2f, -0.3f, 0.2f, 0.45f, 0.9f, 1.4f},
+                                                      Shape{2, 3}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::clamp(in[0], -0.5f, 0.7f); }, {x}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::clamp(in[0], 0.0f, INFINITY); }, {x}));
+}
+
+TEST(AgGradcheckOps, ReductionsAlongADimension) {
+  std::mt19937 rng(42);
+  // Distinct values, so amax's maximum is unique in every slice.
+  std::vector<float> v(24);
+  std::iota(v.begin(), v.end(), 0.0f);
+  std::shuffle(v.begin(), v.end(), rng);
+  for (float& e : v) e = e * 0.1f - 1.2f;
+  ag::Tensor x = leaf(tensorgrad::Tensor::from_vector(v, Shape{2, 3, 4}));
+  for (int dim : {0, 1, -1})
+    for (bool keepdim : {false, true}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + (keepdim ? " keepdim" : ""));
+      EXPECT_TRUE(gradients_match([=](Inputs in) { return ag::sum(in[0], dim, keepdim); }, {x}));
+      EXPECT_TRUE(gradients_match([=](Inputs in) { return ag::mean(in[0], dim, keepdim); }, {x}));
+      EXPECT_TRUE(gradients_match([=](Inputs in) { return ag::amax(in[0], dim, keepdim); }, {x}));
+    }
+}
+
+TEST(AgGradcheckOps, TransposeAndBatchedMatmul) {
+  std::mt19937 rng(43);
+  ag::Tensor m = leaf(uniform({3, 4}, rng, -1.0f, 1.0f));
+  ag::Tensor x = leaf(uniform({2, 3, 4}, rng, -1.0f, 1.0f));
+  ag::Tensor y = leaf(uniform({2, 4, 5}, rng, -1.0f, 1.0f));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::t(in[0]); }, {m}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::transpose(in[0], 0, -1); }, {x}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::matmul(in[0], in[1]); }, {x, y}));
+  // Attention-style: x x^T per batch entry, through transpose.
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::matmul(in[0], ag::transpose(in[0], 1, 2)); }, {x}));
+}
+
+TEST(AgGradcheckOps, CatOfMoreTensorsThanOneOpTakes) {
+  std::mt19937 rng(44);
+  std::vector<ag::Tensor> parts;
+  for (int i = 0; i < 8; ++i) parts.push_back(leaf(uniform({2, int64_t(1 + i % 3)}, rng, -1.0f, 1.0f)));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::cat(in, 1); }, parts));
+  EXPECT_EQ(ag::cat(parts, 1).shape(), (Shape{2, 15}));
+}
+
+TEST(AgGradcheckOps, DropoutWithAFixedStream) {
+  // gradcheck calls the function many times: a generator made inside it gives
+  // the same key and counter, hence the same mask, on every call.
+  std::mt19937 rng(45);
+  ag::Tensor x = leaf(uniform({4, 8}, rng, -1.0f, 1.0f));
+  EXPECT_TRUE(gradients_match(
+      [](Inputs in) {
+        ag::Generator g(9);
+        return ag::dropout(in[0], 0.3f, true, &g);
+      },
+      {x}));
+}
