@@ -463,3 +463,27 @@ TEST(AgGradcheckOps, DropoutWithAFixedStream) {
       },
       {x}));
 }
+
+TEST(AgGradcheckOps, BatchNormWithBatchAndRunningStatistics) {
+  std::mt19937 rng(46);
+  ag::Tensor x = leaf(uniform({6, 3}, rng, -1.5f, 1.5f));
+  ag::Tensor img = leaf(uniform({2, 3, 3, 2}, rng, -1.5f, 1.5f));
+  ag::Tensor gamma = leaf(uniform({3}, rng, 0.5f, 1.5f)), beta = leaf(uniform({3}, rng, -0.5f, 0.5f));
+  ag::Tensor g2 = leaf(uniform({2}, rng, 0.5f, 1.5f)), b2 = leaf(uniform({2}, rng, -0.5f, 0.5f));
+  ag::Tensor mean = fixed(uniform({3}, rng, -0.2f, 0.2f)), var = fixed(uniform({3}, rng, 0.5f, 1.5f));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::batch_norm(in[0], in[1], in[2]); }, {x, gamma, beta}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::batch_norm(in[0], in[1], in[2]); }, {img, g2, b2}));
+  EXPECT_TRUE(gradients_match(
+      [](Inputs in) { return ag::batch_norm(in[0], in[1], in[2], false, in[3], in[4], 1e-3f); },
+      {x, gamma, beta, mean, var}));
+  // Evaluation against its formula.
+  const std::vector<float> xv = x.to_vector(), y = ag::batch_norm(x, gamma, beta, false, mean, var, 1e-3f).to_vector();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const size_t c = i % 3;
+    const double want = (xv[i] - mean.to_vector()[c]) / std::sqrt(double(var.to_vector()[c]) + 1e-3) *
+                            gamma.to_vector()[c] + beta.to_vector()[c];
+    EXPECT_NEAR(y[i], want, 1e-5) << i;
+  }
+  EXPECT_THROW(ag::batch_norm(x, gamma, beta, false), ValueError);
+  EXPECT_EQ(ag::ge(x, ag::zeros(Shape{3})).to_vector()[0], xv[0] >= 0 ? 1.0f : 0.0f);
+}

@@ -85,6 +85,7 @@ Tensor sub(const Tensor& a, const Tensor& b) { return apply(OpKind::Sub, {a, b})
 Tensor mul(const Tensor& a, const Tensor& b) { return apply(OpKind::Mul, {a, b}); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return apply(OpKind::Maximum, {a, b}); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return apply(OpKind::Minimum, {a, b}); }
+Tensor ge(const Tensor& a, const Tensor& b) { return apply(OpKind::GreaterEqual, {a, b}); }
 Tensor operator-(const Tensor& x) { return with_param(OpKind::Scale, x, -1.0f); }
 Tensor operator+(const Tensor& x, float s) { return add(x, constant(s)); }
 Tensor operator+(float s, const Tensor& x) { return add(constant(s), x); }
@@ -253,6 +254,22 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   return pool(OpKind::AvgPool2D, x, kernel, stride, padding);
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training,
+                  const Tensor& running_mean, const Tensor& running_var, float eps) {
+  OpAttrs at;
+  at.scale = eps;
+  at.length = training ? 1 : 0;
+  if (training) return apply(OpKind::BatchNorm, {x, apply(OpKind::BatchNormStats, {x}), weight, bias}, at);
+  if (!running_mean.defined() || !running_var.defined())
+    throw ValueError("batch_norm: evaluation (training = false) normalizes with running_mean and running_var; give "
+                     "both, or pass training = true to use the batch's statistics");
+  const int64_t c = running_mean.numel();
+  OpAttrs rows;
+  rows.axis = 0;
+  Tensor stats = apply(OpKind::Concat, {reshape(running_mean, Shape{1, c}), reshape(running_var, Shape{1, c})}, rows);
+  return apply(OpKind::BatchNorm, {x, stats, weight, bias}, at);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {

@@ -23,6 +23,8 @@ Tensor mul(const Tensor& a, const Tensor& b);
 /// a >= b (a <= b), else to b (ties to a). NaN in either gives NaN.
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+/// 1 where a >= b, else 0 (float32, broadcasting; torch.ge as a float mask). No gradient flows through it.
+Tensor ge(const Tensor& a, const Tensor& b);
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -127,6 +129,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 /// stride 0 means stride = kernel (as PyTorch's default). Averages exclude padding.
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+
+/// Batch normalization over every axis but the last (channels-last, so
+/// {N, C} or {N, H, W, C}): (x - mean) / sqrt(var + eps) * weight + bias,
+/// weight and bias {C}. With `training` the statistics are x's own (mean and
+/// biased variance over the batch, their gradient included); without, they
+/// are running_mean and running_var {C}, which must then be given. This
+/// function does not update running statistics (PyTorch's does when given
+/// them in training; the BatchNorm modules of eager part 2 will).
+/// ShapeError for channel counts that differ, ValueError for eps <= 0 or
+/// missing running statistics in evaluation.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training = true,
+                  const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor(), float eps = 1e-5f);
 
 // ---- losses (mean over every element, PyTorch's default reduction) ----
 
