@@ -433,7 +433,9 @@ def main():
         if "pytorch" in peers and any(w in workloads for w in ("mlp", "cnn", "resnet")) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
             log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
 
-    impls = ["tensorgrad"] + [p for p in PEERS if p in peers or p in eager_peers]
+    # The peers that have a program for at least one of the chosen workloads.
+    impls = ["tensorgrad"] + [p for p in PEERS if any(
+        (eager_peers if w == "eager" else peers).get(p) and w in PEER_WORKLOADS[p] for w in workloads)]
     values = {}  # (row, impl) -> [value per round]
     loads = {}   # (row, impl) -> [share of the CPUs other processes used, per round]
     failures = []
@@ -511,7 +513,7 @@ def main():
                 for v, ld in zip(values[(row, impl)], loads[(row, impl)]):
                     cells.append(fmt(v) + (" [?]" if ld is None else f" [{100 * ld:.0f}%]"))
                 out.append(f"  {row:16s} {impl:10s} " + ", ".join(cells))
-    skipped = [p for p in PEERS if p not in impls]
+    skipped = [p for p in PEERS if p not in peers and p not in eager_peers]
     if skipped and not args.no_peers:
         out.append("Skipped peers (package absent or build failed): " + ", ".join(skipped))
     if failures:
