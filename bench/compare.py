@@ -14,7 +14,10 @@ What it does, from the repository root (or wherever --root points):
      --no-build); builds build-bench/peer-libtorch/peer_libtorch from the
      peers' CMakeLists.txt and build-bench/peer_dlib with the build line at
      the top of peer_dlib.cpp;
-  2. runs every workload (mlp, rlstep, predict) for several rounds, tensorgrad
+     the eager workload's peers from this repository: bench/eager_peer_pytorch.py
+     and build-bench/eager-peer-libtorch/eager_peer_libtorch (from
+     bench/eager_peer_libtorch/CMakeLists.txt);
+  2. runs every workload (mlp, cnn, rlstep, predict, eager) for several rounds, tensorgrad
      and the peers alternating within each round (the order flips every
      round), all at the same thread count;
   3. prints, per workload, the median over rounds for each implementation,
@@ -47,8 +50,15 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "rlstep": (20.0, "us/step"),
     "trainer step": (20.0, "us/step"),
     "predict": (8.0, "us/image"),
+    "eager step": (None, "us/step"),
 }
-ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "predict"]
+ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "predict", "eager step"]
+WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager"]
+# The workloads each peer has: the shared peers' (../shared/bench), and the
+# eager step, whose peers live in this repository's bench/ (dlib has none).
+PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager"},
+                  "libtorch": {"mlp", "rlstep", "predict", "eager"},
+                  "dlib": {"mlp", "rlstep"}}
 PEERS = ["pytorch", "libtorch", "dlib"]
 
 
@@ -199,23 +209,26 @@ def torch_python_ok():
         return False
 
 
-def build_libtorch(peers, build):
-    exe = os.path.join(build, "peer-libtorch", "peer_libtorch")
+def build_libtorch(peers, build, src=None, name="peer_libtorch", subdir="peer-libtorch", what="libtorch"):
+    """Builds a libtorch peer from the CMakeLists.txt in `src` (default: the
+    shared peer in `peers`/libtorch) into `build`/`subdir`; None, with a
+    message, when its source, Torch's CMake package or the build is missing."""
+    exe = os.path.join(build, subdir, name)
     if os.path.exists(exe):
         return exe
-    src = os.path.join(peers, "libtorch")
-    if not os.path.exists(os.path.join(src, "peer_libtorch.cpp")):
-        log(f"skipping libtorch: {src}/peer_libtorch.cpp not found")
+    src = src or os.path.join(peers, "libtorch")
+    if not os.path.exists(os.path.join(src, name + ".cpp")):
+        log(f"skipping {what}: {src}/{name}.cpp not found")
         return None
     if not any(os.path.exists(os.path.join(d, "TorchConfig.cmake")) for d in (
             "/usr/lib/x86_64-linux-gnu/cmake/Torch", "/usr/share/cmake/Torch", "/usr/lib/cmake/Torch")):
-        log("skipping libtorch: Torch's CMake package not found (install Debian's libtorch-dev)")
+        log(f"skipping {what}: Torch's CMake package not found (install Debian's libtorch-dev)")
         return None
     try:
-        run(["cmake", "-S", src, "-B", os.path.join(build, "peer-libtorch"), "-DCMAKE_BUILD_TYPE=Release"], timeout=600)
-        run(["cmake", "--build", os.path.join(build, "peer-libtorch")], timeout=1800)
+        run(["cmake", "-S", src, "-B", os.path.join(build, subdir), "-DCMAKE_BUILD_TYPE=Release"], timeout=600)
+        run(["cmake", "--build", os.path.join(build, subdir)], timeout=1800)
     except RuntimeError as e:
-        log(f"skipping libtorch: build failed: {str(e)[:500]}")
+        log(f"skipping {what}: build failed: {str(e)[:500]}")
         return None
     return exe
 
@@ -251,7 +264,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
     filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "resnet": "^resnet_fit/",
-            "rlstep": "^(rlstep|trainer_step)/", "predict": "^predict/"}[workload]
+            "rlstep": "^(rlstep|trainer_step)/", "predict": "^predict/", "eager": "^eager_step/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -262,7 +275,8 @@ def tensorgrad_run(exe, workload, threads, reps):
         raise RuntimeError("tensorgrad_bench printed no JSON: " + out.strip()[-500:])
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
                 "cnn_fit": ("cnn (fit)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
-                "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image")}
+                "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image"),
+                "eager_step": ("eager step", "us_per_step")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
@@ -286,9 +300,13 @@ def tensorgrad_run(exe, workload, threads, reps):
 
 
 def peer_run(peer, exe, workload, threads):
-    """Returns {row: value} from one peer process, or {} where it lacks the workload."""
-    if workload in ("cnn", "resnet") and peer != "pytorch":
-        return {}  # only peer_pytorch.py has the cnn and resnet workloads
+    """Returns {row: value} from one peer process, or {} where it lacks the workload.
+    `exe` is the peer's program for this workload (for eager: bench/eager_peer_*)."""
+    if workload not in PEER_WORKLOADS[peer]:
+        return {}  # only peer_pytorch.py has the cnn and resnet workloads, dlib no predict or eager
+    if workload == "eager":
+        cmd = ([exe] if peer == "libtorch" else ["/usr/bin/python3", exe]) + ["--threads", str(threads)]
+        return {"eager step": last_json_line(run(cmd))["us_per_step_median"]}
     if peer == "dlib":
         if workload == "predict":
             return {}  # peer_dlib has no predict workload
@@ -355,9 +373,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 round and 1 repetition per tensorgrad benchmark")
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
-    ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict",
-                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict (resnet: minutes an epoch, "
-                         "so not in the default set)")
+    ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict,eager",
+                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager (resnet: minutes an "
+                         "epoch, so not in the default set)")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true",
                     help="use the existing tensorgrad_bench in the build directory, without configuring or building")
@@ -376,8 +394,8 @@ def main():
     reps = 1 if args.quick else 0  # 0: the binary's defaults (mlp 3, others 5)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for w in workloads:
-        if w not in ("mlp", "cnn", "resnet", "rlstep", "predict"):
-            sys.exit(f"error: unknown workload {w!r}; choose from mlp, cnn, resnet, rlstep, predict")
+        if w not in WORKLOADS:
+            sys.exit(f"error: unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
     command = "cd " + shlex.quote(os.getcwd()) + " && /usr/bin/python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     root = os.path.abspath(args.root)
     if args.peers is None:
@@ -387,25 +405,37 @@ def main():
 
     log("building")
     tg_exe = build_tensorgrad(root, build, args.no_build)
-    peers = {}
+    peers = {}        # peer -> its program for the shared workloads
+    eager_peers = {}  # peer -> its program for the eager workload (in this repository's bench/)
     if not args.no_peers:
+        torch_ok = torch_python_ok()
         script = os.path.join(args.peers, "peer_pytorch.py")
-        if not os.path.exists(script):
-            log(f"skipping pytorch: {script} not found")
-        elif not torch_python_ok():
+        if not torch_ok:
             log("skipping pytorch: /usr/bin/python3 cannot import torch (install Debian's python3-torch)")
+        elif not os.path.exists(script):
+            log(f"skipping pytorch: {script} not found")
         else:
             peers["pytorch"] = script
+        if torch_ok and "eager" in workloads:
+            eager_peers["pytorch"] = os.path.join(root, "bench", "eager_peer_pytorch.py")
         exe = build_libtorch(args.peers, build)
         if exe:
             peers["libtorch"] = exe
+        if "eager" in workloads:
+            exe = build_libtorch(args.peers, build, src=os.path.join(root, "bench", "eager_peer_libtorch"),
+                                 name="eager_peer_libtorch", subdir="eager-peer-libtorch",
+                                 what="libtorch's eager peer")
+            if exe:
+                eager_peers["libtorch"] = exe
         exe = build_dlib(args.peers, build)
         if exe:
             peers["dlib"] = exe
         if "pytorch" in peers and any(w in workloads for w in ("mlp", "cnn", "resnet")) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
             log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
 
-    impls = ["tensorgrad"] + [p for p in PEERS if p in peers]
+    # The peers that have a program for at least one of the chosen workloads.
+    impls = ["tensorgrad"] + [p for p in PEERS if any(
+        (eager_peers if w == "eager" else peers).get(p) and w in PEER_WORKLOADS[p] for w in workloads)]
     values = {}  # (row, impl) -> [value per round]
     loads = {}   # (row, impl) -> [share of the CPUs other processes used, per round]
     failures = []
@@ -413,8 +443,13 @@ def main():
         order = impls if r % 2 == 0 else list(reversed(impls))
         for w in workloads:
             for impl in order:
-                if impl == "dlib" and w == "predict":
-                    continue  # peer_dlib has no predict workload
+                exe = None
+                if impl != "tensorgrad":
+                    if w not in PEER_WORKLOADS[impl]:
+                        continue  # e.g. peer_dlib has no predict or eager workload
+                    exe = (eager_peers if w == "eager" else peers).get(impl)
+                    if exe is None:
+                        continue
                 log(f"[round {r + 1}/{rounds}] {w}: {impl}")
                 before = wait_for_quiet(args.wait_idle)
                 if before is not None and before >= 0.15:
@@ -422,7 +457,7 @@ def main():
                 try:
                     with LoadMeter() as meter:
                         got = tensorgrad_run(tg_exe, w, args.threads, reps) if impl == "tensorgrad" \
-                            else peer_run(impl, peers[impl], w, args.threads)
+                            else peer_run(impl, exe, w, args.threads)
                 except (RuntimeError, KeyError, ValueError) as e:
                     msg = f"{impl} {w} (round {r + 1}) failed: {str(e)[:500]}"
                     log("  " + msg)
@@ -442,10 +477,11 @@ def main():
     out.append(f"command: {command}")
     out.append(f"date: {started.strftime('%Y-%m-%d %H:%M %Z')}; machine: {m['nproc']} CPUs, {m['cpu']}; "
                f"threads: {args.threads}; rounds: {rounds}")
-    out.append(f"tensorgrad: {rev}; peers: {', '.join(peers) if peers else 'none'}")
+    shown = [p for p in PEERS if p in peers or p in eager_peers]
+    out.append(f"tensorgrad: {rev}; peers: {', '.join(shown) if shown else 'none'}")
     out.append("")
     header = ["workload", "unit", "target", "tensorgrad", "meets target"] + [
-        f"{p} (ratio)" for p in PEERS if p in peers]
+        f"{p} (ratio)" for p in PEERS if p in impls]
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "|".join(["---"] * len(header)) + "|")
     for row in rows:
@@ -457,7 +493,7 @@ def main():
             verdict = "-" if tg is None else ("yes" if tg <= target else f"no ({tg / target:.2f}x the target)")
         cells = [row, unit, "-" if target is None else f"<= {fmt(target)}", fmt(tg), verdict]
         for p in PEERS:
-            if p not in peers:
+            if p not in impls:
                 continue
             pv = med.get((row, p))
             if pv is None:
@@ -477,7 +513,7 @@ def main():
                 for v, ld in zip(values[(row, impl)], loads[(row, impl)]):
                     cells.append(fmt(v) + (" [?]" if ld is None else f" [{100 * ld:.0f}%]"))
                 out.append(f"  {row:16s} {impl:10s} " + ", ".join(cells))
-    skipped = [p for p in PEERS if p not in peers]
+    skipped = [p for p in PEERS if p not in peers and p not in eager_peers]
     if skipped and not args.no_peers:
         out.append("Skipped peers (package absent or build failed): " + ", ".join(skipped))
     if failures:

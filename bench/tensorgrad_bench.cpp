@@ -28,6 +28,15 @@
 //   trainer_step  the rlstep workload through nn::Trainer::step (the RL
 //               user's entry point) instead of the optimizer context.
 //               Counter us_per_step.
+//   eager_step  the rlstep network (4-64-64-2 ReLU, MSE, batch 32) written in
+//               the eager API (tensorgrad::ag), each op run when called: the
+//               forward, loss.backward(), then a hand-written SGD update
+//               (lr 1e-2) under ag::NoGradGuard: p.add_(p.grad(), -lr) and
+//               p.set_grad(ag::Tensor()) per parameter (PyTorch's
+//               zero_grad(set_to_none=True)). Parameters in the engine's
+//               {in, out} layout, uniform in +-1/sqrt(fan_in) as torch's
+//               Linear. Counter us_per_step, timed as rlstep. The peers are
+//               bench/eager_peer_pytorch.py and bench/eager_peer_libtorch/.
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -46,6 +55,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -235,7 +245,7 @@ void time_steps(benchmark::State& state, Step step) {
   times.reserve(size_t(state.max_iterations));
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const float loss = step();
+    const auto loss = step();
     const double dt = seconds_since(t0);
     benchmark::DoNotOptimize(loss);
     state.SetIterationTime(dt);
@@ -264,6 +274,48 @@ void BM_rlstep(benchmark::State& state) {
     const tg::Tensor x = normal(tg::Shape{32, 4}, rng), y = normal(tg::Shape{32, 2}, rng);
     tg::OptimizerContext& ctx = model.optimizer_context(32);
     time_steps(state, [&] { return ctx.step(x, y).loss; });
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// The eager small step (issue 11): every op of forward, backward and update
+// runs when called; nothing is traced or replayed.
+void BM_eager_step(benchmark::State& state) {
+  try {
+    namespace ag = tg::ag;
+    std::mt19937_64 rng(7);
+    const auto param = [&](const tg::Shape& shape, int64_t fan_in) {
+      tg::Tensor t = tg::Tensor::empty(shape);
+      const float k = 1.0f / std::sqrt(float(fan_in));
+      std::uniform_real_distribution<float> u(-k, k);
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+      return ag::Tensor(t, /*requires_grad=*/true);
+    };
+    ag::Tensor w1 = param(tg::Shape{4, 64}, 4), b1 = param(tg::Shape{64}, 4);
+    ag::Tensor w2 = param(tg::Shape{64, 64}, 64), b2 = param(tg::Shape{64}, 64);
+    ag::Tensor w3 = param(tg::Shape{64, 2}, 64), b3 = param(tg::Shape{2}, 64);
+    const ag::Tensor x(normal(tg::Shape{32, 4}, rng)), y(normal(tg::Shape{32, 2}, rng));
+    ag::Tensor* params[] = {&w1, &b1, &w2, &b2, &w3, &b3};
+    const float lr = 1e-2f;
+    time_steps(state, [&] {
+      ag::Tensor h = ag::relu(ag::matmul(x, w1) + b1);
+      h = ag::relu(ag::matmul(h, w2) + b2);
+      ag::Tensor out = ag::matmul(h, w3) + b3;
+      ag::Tensor loss = ag::mse_loss(out, y);
+      loss.backward();
+      {
+        ag::NoGradGuard no_grad;
+        for (ag::Tensor* p : params) {
+          p->add_(p->grad(), -lr);
+          p->set_grad(ag::Tensor());
+        }
+      }
+      // The loss is not read back (the peers do not call item() either).
+      benchmark::DoNotOptimize(loss.data().raw());
+      return 0.0f;
+    });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -324,6 +376,9 @@ int main(int argc, char** argv) {
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("trainer_step", BM_trainer_step)
+      ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("eager_step", BM_eager_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("predict", BM_predict)
