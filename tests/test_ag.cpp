@@ -17,18 +17,6 @@ namespace ag = tensorgrad::ag;
 
 namespace {
 
-template <class E, class F>
-void expect_error(F&& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 }  // namespace
 
@@ -103,8 +91,8 @@ TEST(Ag, BackwardWithAGradientArgument) {
   ag::Tensor y = x * 3.0f;
   y.backward(ag::tensor({1, 10, 100}, Shape{3}));
   EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 30, 300}));
-  expect_error<ValueError>([&] { (x * 2.0f).backward(); }, {"one element", "{3}"});
-  expect_error<ShapeError>([&] { (x * 2.0f).backward(ag::ones(Shape{2})); }, {"{3}", "{2}"});
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { (x * 2.0f).backward(); }, {"one element", "{3}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { (x * 2.0f).backward(ag::ones(Shape{2})); }, {"{3}", "{2}"}));
 }
 
 TEST(Ag, SecondBackwardNeedsRetainGraph) {
@@ -114,12 +102,12 @@ TEST(Ag, SecondBackwardNeedsRetainGraph) {
   const std::vector<float> once = x.grad().to_vector();
   loss.backward();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(x.grad().to_vector()[i], 2 * once[i]);
-  expect_error<StateError>([&] { loss.backward(); }, {"freed", "retain_graph"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { loss.backward(); }, {"freed", "retain_graph"}));
 }
 
 TEST(Ag, BackwardOfATensorWithoutHistoryIsRefused) {
   ag::Tensor x = ag::ones(Shape{2});
-  expect_error<StateError>([&] { ag::sum(x).backward(); }, {"does not require grad"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { ag::sum(x).backward(); }, {"does not require grad"}));
   ag::Tensor w = ag::ones(Shape{2}, {.requires_grad = true});
   ag::Tensor y;
   {
@@ -128,11 +116,11 @@ TEST(Ag, BackwardOfATensorWithoutHistoryIsRefused) {
   }
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(ag::grad_enabled());
-  expect_error<StateError>([&] { y.backward(); }, {"does not require grad"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { y.backward(); }, {"does not require grad"}));
 }
 
 TEST(Ag, ItemOfSeveralElementsIsRefused) {
-  expect_error<ValueError>([] { ag::ones(Shape{2, 2}).item(); }, {"item", "{2, 2}"});
+  EXPECT_TRUE(test_support::throws<ValueError>([] { ag::ones(Shape{2, 2}).item(); }, {"item", "{2, 2}"}));
 }
 
 TEST(Ag, AnInPlaceChangeOfASavedTensorMakesBackwardThrow) {
@@ -142,18 +130,19 @@ TEST(Ag, AnInPlaceChangeOfASavedTensorMakesBackwardThrow) {
   EXPECT_EQ(x.version(), 0u);
   x.add_(1.0f);
   EXPECT_EQ(x.version(), 1u);
-  expect_error<StateError>([&] { loss.backward(); }, {"mul", "changed in place", "version 1", "version 0"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { loss.backward(); },
+                          {"mul", "changed in place", "version 1", "version 0"}));
   // A view shares the version counter of the memory it shows.
   ag::Tensor v = ag::reshape(x, Shape{1, 2});
   ag::Tensor loss2 = ag::sum(v * w);
   x.mul_(2.0f);
   EXPECT_EQ(v.version(), 2u);
-  expect_error<StateError>([&] { loss2.backward(); }, {"changed in place"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { loss2.backward(); }, {"changed in place"}));
 }
 
 TEST(Ag, InPlaceOnATensorThatRequiresGradOnlyWithoutRecording) {
   ag::Tensor w = ag::tensor({1, 2}, Shape{2}, {.requires_grad = true});
-  expect_error<StateError>([&] { w.add_(1.0f); }, {"add_", "requires grad", "NoGradGuard"});
+  EXPECT_TRUE(test_support::throws<StateError>([&] { w.add_(1.0f); }, {"add_", "requires grad", "NoGradGuard"}));
   ag::sum(w * w).backward();
   {
     ag::NoGradGuard guard;
@@ -179,9 +168,11 @@ TEST(Ag, InPlaceOps) {
   t.zero_();
   EXPECT_EQ(t.to_vector(), std::vector<float>(4, 0.0f));
   EXPECT_EQ(t.version(), 6u);
-  expect_error<ShapeError>([&] { t.add_(ag::ones(Shape{3})); }, {"add", "{2, 2}", "{3}"});
-  expect_error<ValueError>([&] { t.clamp_(2.0f, 1.0f); }, {"clamp", "clamp_min <= clamp_max", "2.0", "1.0"});
-  expect_error<TypeError>([&] { t.copy_(ag::zeros(Shape{2, 2}, {DType::Int32})); }, {"copy_", "int32"});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { t.add_(ag::ones(Shape{3})); }, {"add", "{2, 2}", "{3}"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { t.clamp_(2.0f, 1.0f); },
+                          {"clamp", "clamp_min <= clamp_max", "2.0", "1.0"}));
+  EXPECT_TRUE(test_support::throws<TypeError>([&] { t.copy_(ag::zeros(Shape{2, 2}, {DType::Int32})); },
+                          {"copy_", "int32"}));
 }
 
 TEST(Ag, DetachSharesValuesWithoutHistory) {
@@ -197,17 +188,22 @@ TEST(Ag, DetachSharesValuesWithoutHistory) {
 
 TEST(Ag, ShapeAndDtypeErrorsNameTheOpAndBothShapes) {
   ag::Tensor a = ag::ones(Shape{2, 3}), b = ag::ones(Shape{4});
-  expect_error<ShapeError>([&] { ag::add(a, b); }, {"add", "{2, 3}", "{4}"});
-  expect_error<ShapeError>([&] { ag::matmul(a, ag::ones(Shape{4, 2})); }, {"matmul", "{2, 3}", "{4, 2}"});
-  expect_error<TypeError>([&] { ag::mul(a, ag::zeros(Shape{2, 3}, {DType::Int32})); }, {"mul", "int32"});
-  expect_error<StateError>([&] { ag::relu(ag::Tensor()); }, {"undefined"});
-  expect_error<ValueError>([] { ag::zeros(Shape{2}, {DType::Int32, true}); }, {"float32"});
-  expect_error<ValueError>([&] { ag::softmax(a, 0); }, {"softmax", "last dimension"});
-  expect_error<IndexError>([&] { ag::index_select(a, ag::tensor(std::vector<int32_t>{0, 2}, Shape{2})); },
-                           {"index_select", "2", "[0, 2)"});
-  expect_error<IndexError>([&] { ag::cross_entropy(a, ag::tensor(std::vector<int32_t>{0, 3}, Shape{2})); },
-                           {"cross_entropy", "3", "[0, 3)"});
-  expect_error<ShapeError>([&] { ag::mse_loss(a, ag::ones(Shape{3, 2})); }, {"mse_loss", "{2, 3}", "{3, 2}"});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::add(a, b); }, {"add", "{2, 3}", "{4}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::matmul(a, ag::ones(Shape{4, 2})); },
+                          {"matmul", "{2, 3}", "{4, 2}"}));
+  EXPECT_TRUE(test_support::throws<TypeError>([&] { ag::mul(a, ag::zeros(Shape{2, 3}, {DType::Int32})); },
+                          {"mul", "int32"}));
+  EXPECT_TRUE(test_support::throws<StateError>([&] { ag::relu(ag::Tensor()); }, {"undefined"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([] { ag::zeros(Shape{2}, {DType::Int32, true}); }, {"float32"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { ag::softmax(a, 0); }, {"softmax", "last dimension"}));
+  const ag::Tensor ids02 = ag::tensor(std::vector<int32_t>{0, 2}, Shape{2});
+  const ag::Tensor ids03 = ag::tensor(std::vector<int32_t>{0, 3}, Shape{2});
+  EXPECT_TRUE(test_support::throws<IndexError>([&] { ag::index_select(a, ids02); },
+                           {"index_select", "2", "[0, 2)"}));
+  EXPECT_TRUE(test_support::throws<IndexError>([&] { ag::cross_entropy(a, ids03); },
+                           {"cross_entropy", "3", "[0, 3)"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::mse_loss(a, ag::ones(Shape{3, 2})); },
+                          {"mse_loss", "{2, 3}", "{3, 2}"}));
 }
 
 TEST(Ag, LossesMatchTheirDefinitions) {
@@ -261,7 +257,7 @@ TEST(Ag, DropoutFollowsItsGenerator) {
   EXPECT_GT(kept, 120u);
   EXPECT_LT(kept, 180u);
   EXPECT_EQ(ag::dropout(x, 0.25f, false).to_vector(), x.to_vector());
-  expect_error<ValueError>([&] { ag::dropout(x, 1.0f); }, {"dropout", "[0, 1)"});
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { ag::dropout(x, 1.0f); }, {"dropout", "[0, 1)"}));
 }
 
 TEST(Ag, NewOpsValues) {
@@ -280,7 +276,8 @@ TEST(Ag, NewOpsValues) {
   ag::Tensor x = ag::tensor({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 2, 2});
   ag::Tensor eye = ag::tensor({1, 0, 0, 1, 0, 1, 1, 0}, Shape{2, 2, 2});
   EXPECT_EQ(ag::matmul(x, eye).to_vector(), (std::vector<float>{1, 2, 3, 4, 6, 5, 8, 7}));
-  expect_error<ShapeError>([&] { ag::matmul(x, ag::ones(Shape{3, 2, 2})); }, {"matmul", "{2, 2, 2}", "{3, 2, 2}"});
-  expect_error<IndexError>([&] { ag::sum(a, 2); }, {"sum", "dimension 2"});
-  expect_error<ShapeError>([&] { ag::t(x); }, {"t:", "{2, 2, 2}"});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::matmul(x, ag::ones(Shape{3, 2, 2})); },
+                          {"matmul", "{2, 2, 2}", "{3, 2, 2}"}));
+  EXPECT_TRUE(test_support::throws<IndexError>([&] { ag::sum(a, 2); }, {"sum", "dimension 2"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::t(x); }, {"t:", "{2, 2, 2}"}));
 }

@@ -259,24 +259,26 @@ Tensor full(const Shape& shape, float value, TensorOptions options) {
   return made(tensorgrad::Tensor::full(shape, value), options);
 }
 
-Tensor rand(const Shape& shape, TensorOptions options, Generator* generator) {
+namespace {
+// A float32 tensor of draws from `dist` on the generator's engine.
+template <class Distribution>
+Tensor drawn(const char* name, const Shape& shape, const TensorOptions& options, Generator* generator,
+             Distribution dist) {
   if (options.dtype != DType::Float32)
-    throw TypeError(std::string("rand: makes float32 tensors; asked for ") + dtype_name(options.dtype));
+    throw TypeError(std::string(name) + ": makes float32 tensors; asked for " + dtype_name(options.dtype));
   std::mt19937_64& engine = (generator ? *generator : default_generator()).engine();
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   tensorgrad::Tensor t = tensorgrad::Tensor::empty(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(engine);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(engine);
   return made(t, options);
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions options, Generator* generator) {
+  return drawn("rand", shape, options, generator, std::uniform_real_distribution<float>(0.0f, 1.0f));
 }
 
 Tensor randn(const Shape& shape, TensorOptions options, Generator* generator) {
-  if (options.dtype != DType::Float32)
-    throw TypeError(std::string("randn: makes float32 tensors; asked for ") + dtype_name(options.dtype));
-  std::mt19937_64& engine = (generator ? *generator : default_generator()).engine();
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  tensorgrad::Tensor t = tensorgrad::Tensor::empty(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = n(engine);
-  return made(t, options);
+  return drawn("randn", shape, options, generator, std::normal_distribution<float>(0.0f, 1.0f));
 }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
