@@ -281,3 +281,18 @@ TEST(Ag, NewOpsValues) {
   EXPECT_TRUE(test_support::throws<IndexError>([&] { ag::sum(a, 2); }, {"sum", "dimension 2"}));
   EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::t(x); }, {"t:", "{2, 2, 2}"}));
 }
+
+TEST(Ag, ALongHistoryRunsBackwardAndFreesWithoutDeepRecursion) {
+  // 200,000 recorded ops in one chain (an RL loop that forgot detach()):
+  // backward and the release of the history are iterative, not recursive.
+  ag::Tensor w = ag::tensor({1.0f}, Shape{1}, {.requires_grad = true});
+  ag::Tensor h = w;
+  for (int i = 0; i < 200000; ++i) h = h * 1.0f;
+  h.backward();
+  EXPECT_EQ(w.grad().item(), 1.0f);
+  ag::Tensor kept = h;
+  for (int i = 0; i < 200000; ++i) h = h + 0.0f;
+  h = ag::Tensor();  // frees the second chain
+  kept = ag::Tensor();
+  EXPECT_TRUE(w.requires_grad());
+}

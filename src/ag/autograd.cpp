@@ -70,6 +70,21 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
 }
 }  // namespace
 
+GradNode::~GradNode() {
+  std::vector<std::shared_ptr<TensorImpl>> pending;
+  for (SavedInput& in : inputs) pending.push_back(std::move(in.impl));
+  while (!pending.empty()) {
+    std::shared_ptr<TensorImpl> t = std::move(pending.back());
+    pending.pop_back();
+    // The last owner of a tensor and of its grad_fn: take that node's inputs
+    // here, so that destroying it below recurses no further.
+    if (t && t.use_count() == 1 && t->grad_fn && t->grad_fn.use_count() == 1) {
+      for (SavedInput& in : t->grad_fn->inputs) pending.push_back(std::move(in.impl));
+      t->grad_fn->inputs.clear();
+    }
+  }
+}
+
 tensorgrad::Tensor run_op(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs) {
   return run(op, attrs, inputs, tensorgrad::Tensor());
 }

@@ -41,6 +41,13 @@ struct GradNode {
   // used several times add up in the order a graph of the same ops adds them.
   uint64_t sequence = 0;
   bool freed = false;  // by a backward without retain_graph
+
+  GradNode() = default;
+  GradNode(const GradNode&) = delete;
+  GradNode& operator=(const GradNode&) = delete;
+  /// Releases the history behind it iteratively: a chain of a million
+  /// recorded ops must not free itself by a million nested destructor calls.
+  ~GradNode();
 };
 
 struct Access {
