@@ -48,6 +48,9 @@ for line in open(sys.argv[1]):
     units[name] = unit
 print(f"{'workload':14s} {'unit':12s} {'base':>10s} {'head':>10s} {'head/base':>9s}")
 for name, sides in runs.items():
+    if not sides["base"] or not sides["head"]:
+        print(f"{name:14s} {units[name]:12s} only in the {'head' if sides['head'] else 'base'} build")
+        continue
     b, h = statistics.median(sides["base"]), statistics.median(sides["head"])
     print(f"{name:14s} {units[name]:12s} {b:10.4g} {h:10.4g} {h / b:9.3f}")
 PY
