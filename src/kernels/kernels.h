@@ -1,6 +1,6 @@
 #pragma once
 // CPU kernels of the op set, forward and backward. Internal to the library:
-// the graph backend and the eager API (planned) call `run_kernel`; nothing else does.
+// the graph backend and the eager API (src/ag) call `run_kernel`; nothing else does.
 // Kernels trust their inputs: shapes were checked by the shape rule and data
 // (labels, ids) by the layer that fed it, so a kernel never throws (save an
 // internal error for an op its function was not written for).

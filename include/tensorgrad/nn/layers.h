@@ -2,7 +2,7 @@
 // Keras-style layers (DESIGN.md, nn layer). A layer is built once for its
 // input shape (which creates its weights, drawn from the global seed) and then
 // called into any Builder: the training graph, the prediction graph, or the
-// eager API (planned), all sharing the same weight tensors.
+// eager API (ag::EagerBuilder), all sharing the same weight tensors.
 #include <functional>
 #include <map>
 #include <memory>

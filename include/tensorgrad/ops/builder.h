@@ -8,7 +8,7 @@
 
 namespace tensorgrad {
 
-/// A handle to a value inside a Builder (a graph node; an eager tensor in the planned eager API).
+/// A handle to a value inside a Builder (a graph node; an ag tensor in an ag::EagerBuilder).
 struct Value {
   int32_t id = -1;
   bool valid() const { return id >= 0; }
@@ -17,7 +17,7 @@ struct Value {
 
 /// The small interface every gradient rule and every layer is written
 /// against. The lazy graph (graph/graph.h) records ops; the eager API
-/// (planned) will run them at once. The typed helpers below all go through `apply`.
+/// (ag/eager_builder.h) runs them at once. The typed helpers below all go through `apply`.
 class Builder {
  public:
   virtual ~Builder() = default;

@@ -32,7 +32,7 @@ struct Application {
 
 /// What the walk reads: the values of one Builder in the order they were made,
 /// entry i being the application whose output is Value{i}. The graph's node
-/// list is one (no copy per call); the eager API's tape is to be another.
+/// list is one (no copy per call); the eager API builds another from its recorded ops (src/ag/autograd.cpp).
 class Tape {
  public:
   virtual ~Tape() = default;

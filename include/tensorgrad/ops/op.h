@@ -2,8 +2,9 @@
 // The op set: every operation tensorgrad can run and its attributes. Each
 // op's name, arity, shape rule and gradient rule are one entry of the op table
 // (src/ops/op_table.cpp), its kernel one entry of the kernel table
-// (src/kernels/dispatch.cpp). Both the lazy graph and the eager API (planned)
-// reach ops only through the Builder interface (ops/builder.h).
+// (src/kernels/dispatch.cpp). The lazy graph records ops through the Builder
+// interface (ops/builder.h); the eager API (ag) runs them at once through the
+// same table, and through Builder too in ag::EagerBuilder.
 #include <cmath>
 #include <cstdint>
 #include <span>
