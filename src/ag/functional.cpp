@@ -100,6 +100,22 @@ Tensor operator/(float s, const Tensor& x) { return div(constant(s), x); }
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return apply(OpKind::MatMul, {a, b}); }
 
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (input.dim() < 1) throw ShapeError("linear: the input needs a feature axis; got a scalar");
+  OpAttrs at;
+  at.trans_b = true;
+  const Shape& s = input.shape();
+  const bool flat = s.rank() == 2;
+  const int64_t in = s[-1];
+  Tensor x = flat ? input : reshape(input, Shape{in == 0 ? 0 : s.numel() / in, in});
+  Tensor y = apply(OpKind::MatMul, {x, weight}, at);
+  if (bias.defined()) y = add(y, bias);
+  if (flat) return y;
+  Shape out = s;
+  out.set(-1, y.size(1));
+  return reshape(y, out);
+}
+
 Tensor transpose(const Tensor& x, int dim0, int dim1) {
   OpAttrs at;
   at.axis = normalized_dim("transpose", dim0, x.dim());

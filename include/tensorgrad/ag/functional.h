@@ -46,6 +46,10 @@ Tensor operator/(float s, const Tensor& x);
 /// a {M, K} x b {K, N} -> {M, N}, or batched: a {B, M, K} x b {B, K, N} ->
 /// {B, M, N} (torch.bmm; equal B, no broadcasting of the batch).
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// input {..., in} x weight^T, weight {out, in} (PyTorch's layout), plus
+/// bias {out} when defined -> {..., out} (torch.nn.functional.linear). One
+/// matmul with the weight transposed in the kernel (no copy).
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor());
 /// x {..., a, ..., b, ...} with dimensions dim0 and dim1 swapped (a copy; negative dims count from the end).
 Tensor transpose(const Tensor& x, int dim0, int dim1);
 /// The transpose of a matrix {M, N} -> {N, M} (ShapeError for another rank).

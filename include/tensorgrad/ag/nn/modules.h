@@ -1,0 +1,134 @@
+#pragma once
+// Built-in modules of the eager API, as torch.nn names them, with PyTorch's
+// parameter names, layouts and default initialisations, so a PyTorch state
+// dict converts by name. Activations keep the engine's layouts (features
+// last; images {N, H, W, C}).
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/ag/nn/module.h"
+
+namespace tensorgrad::ag::nn {
+
+/// y = x W^T + b (torch.nn.Linear): weight {out_features, in_features}, bias
+/// {out_features}, both U(-1/sqrt(in), 1/sqrt(in)) from ag::default_generator()
+/// (PyTorch's default). Input {..., in_features}. ValueError for a size < 1.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  const char* type() const override { return "Linear"; }
+  ModuleConfig config() const override;
+  Tensor forward(const Tensor& input) override;
+  Tensor weight, bias;  // bias undefined without one
+
+ private:
+  int64_t in_, out_;
+};
+
+/// Modules applied in order (torch.nn.Sequential); children named "0", "1", ...
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  const char* type() const override { return "Sequential"; }
+  /// Appends a module as the next child (named by its position).
+  Sequential& push_back(std::shared_ptr<Module> module);
+  Tensor forward(const Tensor& input) override;
+  size_t size() const { return named_children().size(); }
+  /// Child i; IndexError outside [0, size()).
+  std::shared_ptr<Module> operator[](size_t i) const;
+};
+
+/// Element-wise activation modules (torch.nn.ReLU, ...), without parameters.
+class ReLU : public Module {
+ public:
+  const char* type() const override { return "ReLU"; }
+  Tensor forward(const Tensor& x) override;
+};
+class Sigmoid : public Module {
+ public:
+  const char* type() const override { return "Sigmoid"; }
+  Tensor forward(const Tensor& x) override;
+};
+class Tanh : public Module {
+ public:
+  const char* type() const override { return "Tanh"; }
+  Tensor forward(const Tensor& x) override;
+};
+/// The exact (erf) GELU, torch.nn.GELU's default.
+class GELU : public Module {
+ public:
+  const char* type() const override { return "GELU"; }
+  Tensor forward(const Tensor& x) override;
+};
+class SiLU : public Module {
+ public:
+  const char* type() const override { return "SiLU"; }
+  Tensor forward(const Tensor& x) override;
+};
+class Softplus : public Module {
+ public:
+  const char* type() const override { return "Softplus"; }
+  Tensor forward(const Tensor& x) override;
+};
+class ELU : public Module {
+ public:
+  explicit ELU(float alpha = 1.0f) : alpha_(alpha) {}
+  const char* type() const override { return "ELU"; }
+  ModuleConfig config() const override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  float alpha_;
+};
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(float negative_slope = 0.01f) : slope_(negative_slope) {}
+  const char* type() const override { return "LeakyReLU"; }
+  ModuleConfig config() const override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  float slope_;
+};
+/// Softmax along the last dimension (dim -1, the one the kernels take).
+class Softmax : public Module {
+ public:
+  explicit Softmax(int dim = -1) : dim_(dim) {}
+  const char* type() const override { return "Softmax"; }
+  ModuleConfig config() const override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int dim_;
+};
+/// x itself.
+class Identity : public Module {
+ public:
+  const char* type() const override { return "Identity"; }
+  Tensor forward(const Tensor& x) override { return x; }
+};
+/// {N, d1, d2, ...} -> {N, d1 * d2 * ...} (torch.nn.Flatten's default).
+class Flatten : public Module {
+ public:
+  const char* type() const override { return "Flatten"; }
+  Tensor forward(const Tensor& x) override;
+};
+/// Inverted dropout with probability p in training mode, the identity in
+/// eval mode (torch.nn.Dropout). Masks come from ag::default_generator().
+/// ValueError for p outside [0, 1).
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p = 0.5f);
+  const char* type() const override { return "Dropout"; }
+  ModuleConfig config() const override;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  float p_;
+};
+
+}  // namespace tensorgrad::ag::nn
