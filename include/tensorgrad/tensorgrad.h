@@ -5,7 +5,6 @@
 #include "tensorgrad/ag/gradcheck.h"
 #include "tensorgrad/ag/nn/module.h"
 #include "tensorgrad/ag/nn/modules.h"
-#include "tensorgrad/ag/gradcheck.h"
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
