@@ -3,6 +3,8 @@
 // made from the recorded ops, so nothing numerical is written here.
 #include "ag/autograd.h"
 
+#include "ag/allocator.h"
+
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -60,7 +62,7 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
   } else if (info.view) {
     return inputs[0].reshape(sig.shape);
   } else {
-    out = info.in_place ? inputs[0] : tensorgrad::Tensor::empty(sig.shape, sig.dtype);
+    out = info.in_place ? inputs[0] : cached_empty(sig.shape, sig.dtype);
   }
   std::shared_ptr<pthreadpool> pool;
   if (kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops) pool = compute_pool();
@@ -281,7 +283,9 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     TensorImpl& leaf = *leaves[i];
     const tensorgrad::Tensor& g = values.value(grads[i]);
     if (!leaf.grad.defined()) {
-      leaf.grad = g.clone();  // a gradient may be a view of another value, or the seed itself
+      // A gradient may be a view of another value, or the seed itself: copied.
+      leaf.grad = cached_empty(g.shape(), g.dtype());
+      leaf.grad.copy_from(g);
     } else {
       const tensorgrad::Tensor in[2] = {leaf.grad, g};
       run_op(OpKind::AccumulateGrad, {}, in);

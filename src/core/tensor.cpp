@@ -72,6 +72,16 @@ Tensor Tensor::view(void* data, const Shape& shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::adopt(std::shared_ptr<void> holder, const Shape& shape, DType dtype) {
+  if (!holder && shape.numel() > 0) throw StateError("Tensor::adopt: null memory for shape " + shape.str());
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.data_ = holder.get();
+  t.holder_ = std::move(holder);
+  return t;
+}
+
 Tensor Tensor::view(const float* data, const Shape& shape) {
   return view(const_cast<float*>(data), shape, DType::Float32);
 }

@@ -183,6 +183,24 @@ Generator& default_generator();
 /// the engine's global generator (tensorgrad::manual_seed).
 void manual_seed(uint64_t seed);
 
+/// The eager API's caching allocator (as PyTorch's): the storage of every
+/// tensor an eager op makes comes from blocks kept by byte size (rounded up
+/// to 64), and goes back to them when the tensor's last copy is gone, so a
+/// steady-state training step reuses its blocks and calls malloc only while
+/// warming up. `misses` counts blocks that had to be allocated, `hits`
+/// blocks reused; `live_blocks` are in use, `cached_blocks` /
+/// `cached_bytes` wait for reuse.
+struct MemoryStats {
+  uint64_t hits = 0, misses = 0;
+  uint64_t live_blocks = 0, cached_blocks = 0, cached_bytes = 0;
+};
+MemoryStats memory_stats();
+/// Sets hits and misses to 0 (the block counts stay).
+void reset_memory_stats();
+/// Frees every cached block (torch.cuda.empty_cache): the cache holds what
+/// the largest step needed, and never shrinks by itself.
+void empty_cache();
+
 // ---- factories (torch::zeros, ...). `shape` outermost first. ----
 
 Tensor zeros(const Shape& shape, TensorOptions options = {});

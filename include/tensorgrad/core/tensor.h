@@ -34,6 +34,11 @@ class Tensor {
   /// A view of caller memory: no copy, no ownership. `data` must hold
   /// `shape.numel()` elements of `dtype` and outlive every use of the view.
   static Tensor view(void* data, const Shape& shape, DType dtype = DType::Float32);
+  /// A tensor over memory that `holder` owns (released with the last copy of
+  /// the tensor): how an allocator hands out its blocks. `holder` must point
+  /// at 64-byte aligned memory for shape.numel() elements of `dtype`.
+  /// Throws StateError for a null holder with a non-empty shape.
+  static Tensor adopt(std::shared_ptr<void> holder, const Shape& shape, DType dtype = DType::Float32);
   /// Read-only convenience for views of const float data. Writing through the
   /// result is the caller's responsibility to avoid.
   static Tensor view(const float* data, const Shape& shape);

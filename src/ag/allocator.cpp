@@ -1,0 +1,111 @@
+#include "ag/allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::ag {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class CachingAllocator {
+ public:
+  void* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        ++stats_.hits;
+        ++stats_.live_blocks;
+        stats_.cached_bytes -= bytes;
+        --stats_.cached_blocks;
+        return p;
+      }
+      ++stats_.misses;
+      ++stats_.live_blocks;
+    }
+    void* p = std::aligned_alloc(kAlignment, bytes);
+    if (!p) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --stats_.live_blocks;
+      throw MemoryError("out of memory allocating " + std::to_string(bytes) +
+                        " bytes for an eager tensor; call ag::empty_cache() to return cached blocks, or use smaller "
+                        "tensors");
+    }
+    return p;
+  }
+
+  void give_back(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[bytes].push_back(p);
+    --stats_.live_blocks;
+    stats_.cached_bytes += bytes;
+    ++stats_.cached_blocks;
+  }
+
+  void empty() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [bytes, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+    free_.clear();
+    stats_.cached_bytes = 0;
+    stats_.cached_blocks = 0;
+  }
+
+  MemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.hits = stats_.misses = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  MemoryStats stats_;
+};
+
+// Never destroyed: tensors may outlive static destruction order, and their
+// blocks come back here. Cached blocks stay reachable from it at exit.
+CachingAllocator& allocator() {
+  static CachingAllocator* a = new CachingAllocator();
+  return *a;
+}
+
+struct GiveBack {
+  size_t bytes;
+  void operator()(void* p) const { allocator().give_back(p, bytes); }
+};
+
+}  // namespace
+
+MemoryStats memory_stats() { return allocator().stats(); }
+void reset_memory_stats() { allocator().reset_counts(); }
+void empty_cache() { allocator().empty(); }
+
+namespace detail {
+
+tensorgrad::Tensor cached_empty(const Shape& shape, DType dtype) {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(size_t(shape.numel()), dtype_size(dtype), &bytes) || bytes > (size_t(1) << 48))
+    throw ValueError("a tensor of shape " + shape.str() + " is too large to allocate; use smaller dimensions");
+  const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = allocator().take(rounded);
+  return tensorgrad::Tensor::adopt(std::shared_ptr<void>(p, GiveBack{rounded}), shape, dtype);
+}
+
+}  // namespace detail
+
+}  // namespace tensorgrad::ag
