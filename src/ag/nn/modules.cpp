@@ -4,6 +4,8 @@
 #include <string>
 
 #include "tensorgrad/ag/functional.h"
+#include "tensorgrad/ag/nn/attention.h"
+#include "tensorgrad/ag/nn/recurrent.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::ag::nn {
@@ -112,6 +114,19 @@ std::map<std::string, ModuleFactory>& module_registry() {
     m["Identity"] = [](const ModuleConfig&) { return std::make_shared<Identity>(); };
     m["Flatten"] = [](const ModuleConfig&) { return std::make_shared<Flatten>(); };
     m["Dropout"] = [](const ModuleConfig& c) { return std::make_shared<Dropout>(float(c.get_double("p"))); };
+    // recurrent.h, attention.h
+    m["LSTM"] = [](const ModuleConfig& c) {
+      return std::make_shared<LSTM>(c.get_int("input_size"), c.get_int("hidden_size"), c.get_int("num_layers"),
+                                    c.get_bool("bias"), c.get_bool("batch_first"));
+    };
+    m["GRU"] = [](const ModuleConfig& c) {
+      return std::make_shared<GRU>(c.get_int("input_size"), c.get_int("hidden_size"), c.get_int("num_layers"),
+                                   c.get_bool("bias"), c.get_bool("batch_first"));
+    };
+    m["MultiheadAttention"] = [](const ModuleConfig& c) {
+      return std::make_shared<MultiheadAttention>(c.get_int("embed_dim"), c.get_int("num_heads"), c.get_bool("bias"),
+                                                  c.get_bool("batch_first"));
+    };
     return m;
   }();
   return r;

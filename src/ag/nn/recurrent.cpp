@@ -1,0 +1,181 @@
+#include "tensorgrad/ag/nn/recurrent.h"
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/ag/functional.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::ag::nn {
+
+namespace {
+
+// U(-1/sqrt(hidden), 1/sqrt(hidden)), torch's RNN initialisation of every weight and bias.
+Tensor rnn_init(const Shape& shape, int64_t hidden_size) {
+  const float bound = 1.0f / std::sqrt(float(hidden_size));
+  NoGradGuard no_grad;
+  return (rand(shape) * (2.0f * bound) - bound).detach();
+}
+
+void check_sizes(const char* type, int64_t input_size, int64_t hidden_size, int64_t num_layers) {
+  if (input_size < 1 || hidden_size < 1 || num_layers < 1)
+    throw ValueError(std::string(type) + ": input_size, hidden_size and num_layers must be >= 1; got " +
+                     std::to_string(input_size) + ", " + std::to_string(hidden_size) + " and " +
+                     std::to_string(num_layers));
+}
+
+// Registers layer k's parameters in torch's order and appends their handles.
+void make_layer(const std::function<Tensor(const std::string&, Tensor)>& reg, int64_t k, int64_t in,
+                int64_t hidden, int64_t gates, bool bias, std::vector<Tensor>& w_ih, std::vector<Tensor>& w_hh,
+                std::vector<Tensor>& b_ih, std::vector<Tensor>& b_hh) {
+  const std::string s = "_l" + std::to_string(k);
+  w_ih.push_back(reg("weight_ih" + s, rnn_init(Shape{gates * hidden, in}, hidden)));
+  w_hh.push_back(reg("weight_hh" + s, rnn_init(Shape{gates * hidden, hidden}, hidden)));
+  if (bias) {
+    b_ih.push_back(reg("bias_ih" + s, rnn_init(Shape{gates * hidden}, hidden)));
+    b_hh.push_back(reg("bias_hh" + s, rnn_init(Shape{gates * hidden}, hidden)));
+  } else {
+    b_ih.emplace_back();
+    b_hh.emplace_back();
+  }
+}
+
+// Checks x and returns it batch-first {N, T, in}.
+Tensor batch_first_input(const char* type, const Tensor& x, int64_t input_size, bool batch_first) {
+  if (!x.defined()) throw StateError(std::string(type) + ": the input is undefined");
+  if (x.dim() != 3 || x.size(-1) != input_size)
+    throw ShapeError(std::string(type) + ": expects an input {" + (batch_first ? "N, T, " : "T, N, ") +
+                     std::to_string(input_size) + "} (input_size " + std::to_string(input_size) + "); got " +
+                     x.shape().str());
+  if (x.size(0) < 1 || x.size(1) < 1)
+    throw ShapeError(std::string(type) + ": expects at least one sequence and one time step; got " + x.shape().str());
+  return batch_first ? x : transpose(x, 0, 1);
+}
+
+void check_state(const char* type, const char* name, const Tensor& s, int64_t layers, int64_t n, int64_t hidden) {
+  if (s.shape() != Shape{layers, n, hidden})
+    throw ShapeError(std::string(type) + ": expects " + name + " {num_layers, N, hidden_size} = {" +
+                     std::to_string(layers) + ", " + std::to_string(n) + ", " + std::to_string(hidden) + "}; got " +
+                     s.shape().str());
+}
+
+// Layer k's initial state {N, H} from s {num_layers, N, H}, or zeros.
+Tensor layer_state(const Tensor& s, int64_t k, int64_t n, int64_t hidden) {
+  if (!s.defined()) return zeros(Shape{n, hidden});
+  return reshape(narrow(s, 0, k, 1), Shape{n, hidden});
+}
+
+// Step t of gx {N, T, G} as {N, G}.
+Tensor step(const Tensor& gx, int64_t t) {
+  return reshape(narrow(gx, 1, t, 1), Shape{gx.size(0), gx.size(2)});
+}
+
+Tensor gate(const Tensor& g, int64_t k, int64_t hidden) { return narrow(g, 1, k * hidden, hidden); }
+
+}  // namespace
+
+// ---- LSTM ----
+
+LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first)
+    : input_size_(input_size), hidden_size_(hidden_size), num_layers_(num_layers), bias_(bias),
+      batch_first_(batch_first) {
+  check_sizes("LSTM", input_size, hidden_size, num_layers);
+  auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
+  for (int64_t k = 0; k < num_layers; ++k)
+    make_layer(reg, k, k == 0 ? input_size : hidden_size, hidden_size, 4, bias, w_ih_, w_hh_, b_ih_, b_hh_);
+}
+
+ModuleConfig LSTM::config() const {
+  ModuleConfig c(type());
+  c.set("input_size", input_size_);
+  c.set("hidden_size", hidden_size_);
+  c.set("num_layers", num_layers_);
+  c.set("bias", bias_);
+  c.set("batch_first", batch_first_);
+  return c;
+}
+
+LSTMOutput LSTM::forward(const Tensor& input, const Tensor& h0, const Tensor& c0) {
+  Tensor x = batch_first_input("LSTM", input, input_size_, batch_first_);
+  const int64_t n = x.size(0), steps = x.size(1), hs = hidden_size_;
+  if (h0.defined() != c0.defined())
+    throw ValueError("LSTM: give both initial states h0 and c0, or neither; got only " +
+                     std::string(h0.defined() ? "h0" : "c0"));
+  if (h0.defined()) {
+    check_state("LSTM", "h0", h0, num_layers_, n, hs);
+    check_state("LSTM", "c0", c0, num_layers_, n, hs);
+  }
+  std::vector<Tensor> h_last, c_last;
+  for (int64_t k = 0; k < num_layers_; ++k) {
+    const Tensor gx = linear(x, w_ih_[size_t(k)], b_ih_[size_t(k)]);  // {N, T, 4H}, every step at once
+    Tensor h = layer_state(h0, k, n, hs), c = layer_state(c0, k, n, hs);
+    std::vector<Tensor> outs;
+    outs.reserve(size_t(steps));
+    for (int64_t t = 0; t < steps; ++t) {
+      const Tensor g = step(gx, t) + linear(h, w_hh_[size_t(k)], b_hh_[size_t(k)]);
+      const Tensor i = sigmoid(gate(g, 0, hs)), f = sigmoid(gate(g, 1, hs)), gg = tanh(gate(g, 2, hs)),
+                   o = sigmoid(gate(g, 3, hs));
+      c = f * c + i * gg;
+      h = o * tanh(c);
+      outs.push_back(reshape(h, Shape{n, 1, hs}));
+    }
+    x = cat(outs, 1);
+    h_last.push_back(reshape(h, Shape{1, n, hs}));
+    c_last.push_back(reshape(c, Shape{1, n, hs}));
+  }
+  return {batch_first_ ? x : transpose(x, 0, 1), cat(h_last, 0), cat(c_last, 0)};
+}
+
+Tensor LSTM::forward(const Tensor& x) { return forward(x, Tensor(), Tensor()).output; }
+
+// ---- GRU ----
+
+GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first)
+    : input_size_(input_size), hidden_size_(hidden_size), num_layers_(num_layers), bias_(bias),
+      batch_first_(batch_first) {
+  check_sizes("GRU", input_size, hidden_size, num_layers);
+  auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
+  for (int64_t k = 0; k < num_layers; ++k)
+    make_layer(reg, k, k == 0 ? input_size : hidden_size, hidden_size, 3, bias, w_ih_, w_hh_, b_ih_, b_hh_);
+}
+
+ModuleConfig GRU::config() const {
+  ModuleConfig c(type());
+  c.set("input_size", input_size_);
+  c.set("hidden_size", hidden_size_);
+  c.set("num_layers", num_layers_);
+  c.set("bias", bias_);
+  c.set("batch_first", batch_first_);
+  return c;
+}
+
+GRUOutput GRU::forward(const Tensor& input, const Tensor& h0) {
+  Tensor x = batch_first_input("GRU", input, input_size_, batch_first_);
+  const int64_t n = x.size(0), steps = x.size(1), hs = hidden_size_;
+  if (h0.defined()) check_state("GRU", "h0", h0, num_layers_, n, hs);
+  std::vector<Tensor> h_last;
+  for (int64_t k = 0; k < num_layers_; ++k) {
+    const Tensor gx = linear(x, w_ih_[size_t(k)], b_ih_[size_t(k)]);  // {N, T, 3H}
+    Tensor h = layer_state(h0, k, n, hs);
+    std::vector<Tensor> outs;
+    outs.reserve(size_t(steps));
+    for (int64_t t = 0; t < steps; ++t) {
+      const Tensor xi = step(gx, t);
+      const Tensor gh = linear(h, w_hh_[size_t(k)], b_hh_[size_t(k)]);  // {N, 3H}: W_h* h + b_h*
+      const Tensor r = sigmoid(gate(xi, 0, hs) + gate(gh, 0, hs));
+      const Tensor z = sigmoid(gate(xi, 1, hs) + gate(gh, 1, hs));
+      const Tensor nn = tanh(gate(xi, 2, hs) + r * gate(gh, 2, hs));
+      h = (1.0f - z) * nn + z * h;
+      outs.push_back(reshape(h, Shape{n, 1, hs}));
+    }
+    x = cat(outs, 1);
+    h_last.push_back(reshape(h, Shape{1, n, hs}));
+  }
+  return {batch_first_ ? x : transpose(x, 0, 1), cat(h_last, 0)};
+}
+
+Tensor GRU::forward(const Tensor& x) { return forward(x, Tensor()).output; }
+
+}  // namespace tensorgrad::ag::nn
