@@ -1,10 +1,16 @@
 #pragma once
 // Everything a user of tensorgrad needs, in one include.
+#include "tensorgrad/ag/data.h"
 #include "tensorgrad/ag/eager_builder.h"
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/ag/gradcheck.h"
 #include "tensorgrad/ag/nn/module.h"
+#include "tensorgrad/ag/nn/attention.h"
+#include "tensorgrad/ag/nn/conv.h"
 #include "tensorgrad/ag/nn/modules.h"
+#include "tensorgrad/ag/nn/recurrent.h"
+#include "tensorgrad/ag/optim.h"
+#include "tensorgrad/ag/save.h"
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"

@@ -5,6 +5,7 @@
 
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/ag/nn/attention.h"
+#include "tensorgrad/ag/nn/conv.h"
 #include "tensorgrad/ag/nn/recurrent.h"
 #include "tensorgrad/core/error.h"
 
@@ -126,6 +127,33 @@ std::map<std::string, ModuleFactory>& module_registry() {
     m["MultiheadAttention"] = [](const ModuleConfig& c) {
       return std::make_shared<MultiheadAttention>(c.get_int("embed_dim"), c.get_int("num_heads"), c.get_bool("bias"),
                                                   c.get_bool("batch_first"));
+    };
+    // conv.h
+    m["Conv2d"] = [](const ModuleConfig& c) {
+      return std::make_shared<Conv2d>(c.get_int("in_channels"), c.get_int("out_channels"), c.get_int("kernel_size"),
+                                      c.get_int("stride"), c.get_int("padding"), c.get_int("dilation"),
+                                      c.get_bool("bias"));
+    };
+    m["BatchNorm1d"] = [](const ModuleConfig& c) {
+      return std::make_shared<BatchNorm1d>(c.get_int("num_features"), c.get_double("eps"), c.get_double("momentum"),
+                                           c.get_bool("affine"), c.get_bool("track_running_stats"));
+    };
+    m["BatchNorm2d"] = [](const ModuleConfig& c) {
+      return std::make_shared<BatchNorm2d>(c.get_int("num_features"), c.get_double("eps"), c.get_double("momentum"),
+                                           c.get_bool("affine"), c.get_bool("track_running_stats"));
+    };
+    m["LayerNorm"] = [](const ModuleConfig& c) {
+      return std::make_shared<LayerNorm>(c.get_int("normalized_shape"), c.get_double("eps"),
+                                         c.get_bool("elementwise_affine"));
+    };
+    m["Embedding"] = [](const ModuleConfig& c) {
+      return std::make_shared<Embedding>(c.get_int("num_embeddings"), c.get_int("embedding_dim"));
+    };
+    m["MaxPool2d"] = [](const ModuleConfig& c) {
+      return std::make_shared<MaxPool2d>(c.get_int("kernel_size"), c.get_int("stride"), c.get_int("padding"));
+    };
+    m["AvgPool2d"] = [](const ModuleConfig& c) {
+      return std::make_shared<AvgPool2d>(c.get_int("kernel_size"), c.get_int("stride"), c.get_int("padding"));
     };
     return m;
   }();
