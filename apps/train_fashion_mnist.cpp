@@ -23,6 +23,7 @@
 #include <random>
 #include <tensorgrad/tensorgrad.h>
 
+#include "fashion_eager.h"
 #include "fashion_models.h"
 
 namespace tg = tensorgrad;
@@ -165,6 +166,12 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int verbose = 1;
+  std::string api = "graph";
+  app.add_option("--api", api,
+                 "graph: Keras-style Sequential and fit; eager: the MLP written with the eager API (ag::nn "
+                 "modules, DataLoader, AdamW, a hand-written loop)")
+      ->check(CLI::IsMember({"graph", "eager"}))
+      ->capture_default_str();
   app.add_option("--model", model_name, "mlp, cnn or resnet")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet"}))
       ->capture_default_str();
@@ -212,6 +219,22 @@ int main(int argc, char** argv) {
     if (augment && kind == Kind::Mlp)  // the flattened rows are not images to shift
       throw tg::ValueError("--augment needs --model cnn or resnet");
     if (threads > 0) tg::set_num_threads(threads);
+    if (api == "eager") {
+      if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
+      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f)
+        throw tg::ValueError("--api eager takes --epochs, --batch-size, --lr, --validation-split, --threads, --seed, "
+                             "--data and --verbose only");
+      tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/true);
+      fashion::EagerOptions eager;
+      eager.epochs = epochs;
+      eager.batch_size = batch_size;
+      eager.learning_rate = learning_rate;
+      eager.validation_split = validation_split;
+      eager.seed = seed;
+      eager.verbose = verbose;
+      fashion::train_eager(data, eager);
+      return 0;
+    }
     tg::manual_seed(seed);
     std::printf("tensorgrad: Fashion-MNIST, %s, AdamW lr %g, batch %lld, %d epochs, %d threads\n",
                 pick("784-500-10 MLP", "CNN (conv8-pool-conv16-pool-dense10)", "residual CNN (16-16-16-32-32)"),
