@@ -321,6 +321,39 @@ void BM_eager_step(benchmark::State& state) {
   }
 }
 
+// The eager small step with modules and Adam (issue 12): the rlstep network as
+// ag::nn::Sequential, ag::optim::Adam (lr 1e-3), mse_loss; zero_grad,
+// forward, backward, step, every op run when called. The peers are the
+// shared peers' rlstep (torch.nn.Sequential and torch.optim.Adam, written the
+// same way). Also counts the caching allocator's misses per timed step.
+void BM_eager_adam_step(benchmark::State& state) {
+  try {
+    namespace ag = tg::ag;
+    ag::manual_seed(0);
+    auto net = std::make_shared<ag::nn::Sequential>(std::initializer_list<std::shared_ptr<ag::nn::Module>>{
+        std::make_shared<ag::nn::Linear>(4, 64), std::make_shared<ag::nn::ReLU>(),
+        std::make_shared<ag::nn::Linear>(64, 64), std::make_shared<ag::nn::ReLU>(),
+        std::make_shared<ag::nn::Linear>(64, 2)});
+    ag::optim::Adam opt(net->parameters(), 1e-3);
+    std::mt19937_64 rng(7);
+    const ag::Tensor x(normal(tg::Shape{32, 4}, rng)), y(normal(tg::Shape{32, 2}, rng));
+    auto step = [&] {
+      opt.zero_grad();
+      ag::Tensor loss = ag::mse_loss((*net)(x), y);
+      loss.backward();
+      opt.step();
+      benchmark::DoNotOptimize(loss.data().raw());
+      return 0.0f;
+    };
+    for (int i = 0; i < 200; ++i) step();
+    ag::reset_memory_stats();
+    time_steps(state, step);
+    state.counters["cache_misses_per_step"] = double(ag::memory_stats().misses) / double(state.iterations());
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_predict(benchmark::State& state) {
   try {
     tg::manual_seed(0);
@@ -379,6 +412,9 @@ int main(int argc, char** argv) {
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("eager_step", BM_eager_step)
+      ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("eager_adam_step", BM_eager_adam_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("predict", BM_predict)

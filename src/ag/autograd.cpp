@@ -31,7 +31,7 @@ namespace detail {
 Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared_ptr<uint64_t> version) {
   auto impl = std::make_shared<TensorImpl>();
   impl->data = data;
-  impl->version = version ? std::move(version) : std::make_shared<uint64_t>(0);
+  impl->shared_version = std::move(version);
   impl->requires_grad = requires_grad;
   return Access::make(std::move(impl));
 }
@@ -74,15 +74,15 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
 
 GradNode::~GradNode() {
   std::vector<std::shared_ptr<TensorImpl>> pending;
-  for (SavedInput& in : inputs) pending.push_back(std::move(in.impl));
+  for (SavedInput& in : inputs()) pending.push_back(std::move(in.impl));
   while (!pending.empty()) {
     std::shared_ptr<TensorImpl> t = std::move(pending.back());
     pending.pop_back();
     // The last owner of a tensor and of its grad_fn: take that node's inputs
     // here, so that destroying it below recurses no further.
     if (t && t.use_count() == 1 && t->grad_fn && t->grad_fn.use_count() == 1) {
-      for (SavedInput& in : t->grad_fn->inputs) pending.push_back(std::move(in.impl));
-      t->grad_fn->inputs.clear();
+      for (SavedInput& in : t->grad_fn->inputs()) pending.push_back(std::move(in.impl));
+      t->grad_fn->release_inputs();
     }
   }
 }
@@ -117,23 +117,23 @@ Tensor apply(OpKind op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
     // A state update (a layer's moving averages run through an EagerBuilder):
     // not differentiable, and a change of its first input's memory.
     const auto& target = Access::impl(inputs[0]);
-    ++*target->version;
-    return make_leaf(out, false, target->version);
+    ++target->version();
+    return make_leaf(out, false, target->share_version());
   }
   record = record && g_grad_enabled && out.dtype() == DType::Float32;
   // A view shares its input's memory, so it shares the input's version counter.
-  std::shared_ptr<uint64_t> version = op_info(op).view ? Access::impl(inputs[0])->version : nullptr;
+  std::shared_ptr<uint64_t> version = op_info(op).view ? Access::impl(inputs[0])->share_version() : nullptr;
   Tensor result = make_leaf(out, false, std::move(version));
   if (!record) return result;
   auto node = std::make_shared<GradNode>();
   node->op = op;
   node->attrs = attrs;
-  node->inputs.reserve(inputs.size());
-  for (const Tensor& in : inputs) node->inputs.push_back({Access::impl(in), *Access::impl(in)->version});
+  for (const Tensor& in : inputs) {
+    const auto& in_impl = Access::impl(in);
+    node->saved[node->n_inputs++] = {in_impl, in_impl->version()};
+  }
   const auto& impl = Access::impl(result);
-  node->output = out;
-  node->output_version = impl->version;
-  node->output_saved_version = *impl->version;
+  node->output_saved_version = impl->version();
   node->sequence = g_sequence.fetch_add(1, std::memory_order_relaxed);
   impl->requires_grad = true;
   impl->grad_fn = std::move(node);
@@ -222,11 +222,11 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       throw StateError(std::string("backward: the history through op '") + op_info(node.op).name +
                        "' was freed by an earlier backward. Pass retain_graph = true to the first backward to call "
                        "backward twice through the same ops");
-    if (*node.output_version != node.output_saved_version)
-      changed_in_place(node, nullptr, shape_of(*t), *node.output_version, node.output_saved_version);
-    for (const SavedInput& in : node.inputs) {
-      if (*in.impl->version != in.version)
-        changed_in_place(node, in.impl.get(), shape_of(*in.impl), *in.impl->version, in.version);
+    if (t->version() != node.output_saved_version)
+      changed_in_place(node, nullptr, shape_of(*t), t->version(), node.output_saved_version);
+    for (const SavedInput& in : node.inputs()) {
+      if (in.impl->version() != in.version)
+        changed_in_place(node, in.impl.get(), shape_of(*in.impl), in.impl->version(), in.version);
       if (index.emplace(in.impl.get(), -1).second) stack.push_back(in.impl.get());
     }
   }
@@ -248,8 +248,8 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       e.op = t->grad_fn->op;
       e.attrs = t->grad_fn->attrs;
       e.first = tape.inputs.size();
-      e.count = t->grad_fn->inputs.size();
-      for (const SavedInput& in : t->grad_fn->inputs) tape.inputs.push_back(Value{index.at(in.impl.get())});
+      e.count = t->grad_fn->n_inputs;
+      for (const SavedInput& in : t->grad_fn->inputs()) tape.inputs.push_back(Value{index.at(in.impl.get())});
     } else if (t->requires_grad) {
       wrt.push_back(Value{int32_t(tape.entries.size())});
       leaves.push_back(t);
@@ -295,8 +295,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   for (TensorImpl* t : found)
     if (t->grad_fn) {
       t->grad_fn->freed = true;
-      t->grad_fn->inputs.clear();
-      t->grad_fn->output = tensorgrad::Tensor();
+      t->grad_fn->release_inputs();
     }
 }
 

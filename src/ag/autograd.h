@@ -1,12 +1,14 @@
 #pragma once
 // The eager API's internals: what an ag::Tensor holds, what a recorded op
 // keeps for backward, and the one function every eager op runs through.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/ops/gradients.h"
 #include "tensorgrad/ops/op.h"
 
 namespace tensorgrad::ag::detail {
@@ -15,10 +17,19 @@ struct GradNode;
 
 struct TensorImpl {
   tensorgrad::Tensor data;
-  // Shared by every tensor over the same memory (views, detach), as PyTorch's
-  // version counter: in-place ops bump it, backward compares it.
-  std::shared_ptr<uint64_t> version;
   bool requires_grad = false;
+  // PyTorch's version counter: in-place ops bump it, backward compares it.
+  // Every tensor over the same memory (views, detach) shares one counter;
+  // it lives here until a second tensor needs it, then in `shared_version`
+  // (so a tensor nobody views costs no allocation for it).
+  uint64_t own_version = 0;
+  std::shared_ptr<uint64_t> shared_version;
+  uint64_t& version() { return shared_version ? *shared_version : own_version; }
+  /// The counter as a shared object, for a second tensor over this memory.
+  std::shared_ptr<uint64_t> share_version() {
+    if (!shared_version) shared_version = std::make_shared<uint64_t>(own_version);
+    return shared_version;
+  }
   std::shared_ptr<GradNode> grad_fn;  // null for a leaf
   tensorgrad::Tensor grad;            // leaves: the accumulated gradient
 };
@@ -29,13 +40,20 @@ struct SavedInput {
   uint64_t version = 0;
 };
 
-/// One recorded op application (the tensor's grad_fn).
+/// One recorded op application (the tensor's grad_fn). Its output is the
+/// tensor that owns it, whose version backward compares with the saved one.
 struct GradNode {
   OpKind op = OpKind::Leaf;
   OpAttrs attrs;
-  std::vector<SavedInput> inputs;
-  tensorgrad::Tensor output;  // the result's values (the gradient rules read y)
-  std::shared_ptr<uint64_t> output_version;
+  std::array<SavedInput, kMaxOpInputs> saved;  // inline: no allocation per op
+  size_t n_inputs = 0;
+  std::span<SavedInput> inputs() { return {saved.data(), n_inputs}; }
+  std::span<const SavedInput> inputs() const { return {saved.data(), n_inputs}; }
+  /// Releases the saved inputs (a freed history).
+  void release_inputs() {
+    for (SavedInput& in : inputs()) in.impl.reset();
+    n_inputs = 0;
+  }
   uint64_t output_saved_version = 0;
   // Creation order: backward lays the tape out in it, so gradients of a value
   // used several times add up in the order a graph of the same ops adds them.

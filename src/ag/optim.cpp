@@ -44,7 +44,7 @@ void run_in_place(OpKind op, const OpAttrs& attrs, std::initializer_list<tensorg
 }
 
 // The parameter's memory changed in place: its version counter advances (PyTorch's optimizer step does).
-void bump_version(const Tensor& t) { ++*Access::impl(t)->version; }
+void bump_version(const Tensor& t) { ++Access::impl(t)->version(); }
 
 Tensor scalar_f32(double v) { return Tensor(tensorgrad::Tensor::full(Shape{}, float(v))); }
 Tensor scalar_i64(int64_t v) {

@@ -112,7 +112,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   detail::backward(*this, gradient, retain_graph);
 }
 
-Tensor Tensor::detach() const { return detail::make_leaf(impl().data, false, impl().version); }
+Tensor Tensor::detach() const { return detail::make_leaf(impl().data, false, impl_->share_version()); }
 
 Tensor Tensor::clone() const {
   OpAttrs at;
@@ -121,13 +121,16 @@ Tensor Tensor::clone() const {
   return detail::apply(OpKind::Scale, {*this}, at);  // x * 1 is exact, and its gradient is g
 }
 
-uint64_t Tensor::version() const { return *impl().version; }
+uint64_t Tensor::version() const {
+  impl();
+  return impl_->version();
+}
 
 // ---- in-place ops ----
 
 namespace {
 Tensor& bump(Tensor& self) {
-  ++*Access::impl(self)->version;
+  ++Access::impl(self)->version();
   return self;
 }
 tensorgrad::Tensor scalar(float v) { return tensorgrad::Tensor::full(Shape{}, v); }
