@@ -4,6 +4,7 @@
 #include "ag/autograd.h"
 
 #include "ag/allocator.h"
+#include "ag/pool.h"
 
 #include <algorithm>
 #include <atomic>
@@ -29,7 +30,7 @@ NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 namespace detail {
 
 Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared_ptr<uint64_t> version) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>());
   impl->data = data;
   impl->shared_version = std::move(version);
   impl->requires_grad = requires_grad;
@@ -125,7 +126,7 @@ Tensor apply(OpKind op, std::span<const Tensor> inputs, const OpAttrs& attrs) {
   std::shared_ptr<uint64_t> version = op_info(op).view ? Access::impl(inputs[0])->share_version() : nullptr;
   Tensor result = make_leaf(out, false, std::move(version));
   if (!record) return result;
-  auto node = std::make_shared<GradNode>();
+  auto node = std::allocate_shared<GradNode>(PoolAllocator<GradNode>());
   node->op = op;
   node->attrs = attrs;
   for (const Tensor& in : inputs) {
@@ -209,13 +210,19 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   // Every tensor the root depends on through recorded ops: an iterative
   // depth-first search (a long history must not overflow the stack).
   std::vector<TensorImpl*> found;
-  std::unordered_map<const TensorImpl*, int32_t> index;
+  // Every reached tensor's walk_index goes back to -1, however the walk ends.
+  struct ResetIndices {
+    std::vector<TensorImpl*>& reached;
+    ~ResetIndices() {
+      for (TensorImpl* t : reached) t->walk_index = -1;
+    }
+  } reset{found};
   std::vector<TensorImpl*> stack{root_impl.get()};
-  index.emplace(root_impl.get(), -1);
+  root_impl->walk_index = -2;
+  found.push_back(root_impl.get());
   while (!stack.empty()) {
     TensorImpl* t = stack.back();
     stack.pop_back();
-    found.push_back(t);
     if (!t->grad_fn) continue;
     const GradNode& node = *t->grad_fn;
     if (node.freed)
@@ -227,7 +234,11 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     for (const SavedInput& in : node.inputs()) {
       if (in.impl->version() != in.version)
         changed_in_place(node, in.impl.get(), shape_of(*in.impl), in.impl->version(), in.version);
-      if (index.emplace(in.impl.get(), -1).second) stack.push_back(in.impl.get());
+      if (in.impl->walk_index == -1) {
+        in.impl->walk_index = -2;
+        found.push_back(in.impl.get());
+        stack.push_back(in.impl.get());
+      }
     }
   }
   // Tape order: leaves and constants first, then the recorded ops in the order
@@ -241,7 +252,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   ValueBuilder values;
   std::vector<Value> wrt;
   std::vector<TensorImpl*> leaves;
-  for (size_t i = 0; i < found.size(); ++i) index[found[i]] = int32_t(i);
+  for (size_t i = 0; i < found.size(); ++i) found[i]->walk_index = int32_t(i);
   for (TensorImpl* t : found) {
     RecordedTape::Entry e;
     if (t->grad_fn) {
@@ -249,7 +260,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       e.attrs = t->grad_fn->attrs;
       e.first = tape.inputs.size();
       e.count = t->grad_fn->n_inputs;
-      for (const SavedInput& in : t->grad_fn->inputs()) tape.inputs.push_back(Value{index.at(in.impl.get())});
+      for (const SavedInput& in : t->grad_fn->inputs()) tape.inputs.push_back(Value{in.impl->walk_index});
     } else if (t->requires_grad) {
       wrt.push_back(Value{int32_t(tape.entries.size())});
       leaves.push_back(t);
@@ -276,7 +287,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   std::vector<Value> grads;
   {
     NoGradGuard no_grad;
-    grads = backward_walk(values, tape, Value{index.at(root_impl.get())}, wrt, seed_value);
+    grads = backward_walk(values, tape, Value{root_impl->walk_index}, wrt, seed_value);
   }
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (!grads[i].valid()) continue;
@@ -291,8 +302,13 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       run_op(OpKind::AccumulateGrad, {}, in);
     }
   }
+  // The indices go back before the history is freed (freeing may destroy
+  // tensors the list points at).
+  std::vector<TensorImpl*> walked;
+  walked.swap(found);
+  for (TensorImpl* t : walked) t->walk_index = -1;
   if (retain_graph) return;
-  for (TensorImpl* t : found)
+  for (TensorImpl* t : walked)
     if (t->grad_fn) {
       t->grad_fn->freed = true;
       t->grad_fn->release_inputs();

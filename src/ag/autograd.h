@@ -31,6 +31,9 @@ struct TensorImpl {
     return shared_version;
   }
   std::shared_ptr<GradNode> grad_fn;  // null for a leaf
+  // backward's scratch: -1 outside a walk; during one, -2 once reached, then
+  // the tensor's place on the tape (a walk is one thread's, as the tensors are).
+  int32_t walk_index = -1;
   tensorgrad::Tensor grad;            // leaves: the accumulated gradient
 };
 

@@ -159,13 +159,13 @@ void Optimizer::add_param_group(ParamGroup group) {
 void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& g : groups_)
     for (Tensor& p : g.params) {
-      Tensor grad = p.grad();
+      const tensorgrad::Tensor& grad = Access::impl(p)->grad;
       if (!grad.defined()) continue;
       if (set_to_none) {
         p.set_grad(Tensor());
       } else {
         NoGradGuard guard;
-        grad.zero_();
+        p.grad().zero_();
       }
     }
 }
@@ -183,7 +183,7 @@ void Optimizer::step() {
     const tensorgrad::Tensor& hyper = hypers_[gi];
     write_hyper(group, hyper.data<float>());
     for (const Tensor& p : group.params) {
-      const Tensor grad = p.grad();
+      const tensorgrad::Tensor& grad = Access::impl(p)->grad;  // no handle made per step
       if (!grad.defined()) continue;
       ParamState& s = state_[key(p)];
       if (!s.step.defined()) s.step = tensorgrad::Tensor::zeros(Shape{1}, DType::Int64);
@@ -345,13 +345,13 @@ void SGD::write_hyper(const ParamGroup& g, float* h) const {
   h[kDampening] = float(*g.dampening);
 }
 
-void SGD::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& s,
+void SGD::update(const ParamGroup& g, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& s,
                  const tensorgrad::Tensor& hyper) const {
   tick(s, hyper);
   OpAttrs at;
   at.flags = kL2WeightDecay;
   if (*g.momentum == 0.0) {
-    run_in_place(OpKind::SgdUpdate, at, {param.data(), grad.data(), hyper});
+    run_in_place(OpKind::SgdUpdate, at, {param.data(), grad, hyper});
     return;
   }
   at.flags |= kUseMomentum;
@@ -364,7 +364,7 @@ void SGD::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, P
     buf = &s.buffers.back().second;
     hyper.data<float>()[kStepDampening] = 0.0f;
   }
-  run_in_place(OpKind::SgdUpdate, at, {param.data(), grad.data(), buf->data(), hyper});
+  run_in_place(OpKind::SgdUpdate, at, {param.data(), grad, buf->data(), hyper});
 }
 
 // ---------------------------------------------------------------- Adam, AdamW
@@ -408,7 +408,7 @@ void Adam::write_hyper(const ParamGroup& g, float* h) const {
   h[kWeightDecay] = float(*g.weight_decay);
 }
 
-void Adam::update(const ParamGroup&, const Tensor& param, const Tensor& grad, ParamState& s,
+void Adam::update(const ParamGroup&, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& s,
                   const tensorgrad::Tensor& hyper) const {
   if (!s.find("exp_avg")) s.buffers.emplace_back("exp_avg", zeros_like(param));
   if (!s.find("exp_avg_sq")) s.buffers.emplace_back("exp_avg_sq", zeros_like(param));
@@ -416,7 +416,7 @@ void Adam::update(const ParamGroup&, const Tensor& param, const Tensor& grad, Pa
   OpAttrs at;
   if (!decoupled_) at.flags = kL2WeightDecay;
   run_in_place(OpKind::AdamWUpdate, at,
-               {param.data(), grad.data(), s.find("exp_avg")->data(), s.find("exp_avg_sq")->data(), hyper});
+               {param.data(), grad, s.find("exp_avg")->data(), s.find("exp_avg_sq")->data(), hyper});
 }
 
 // ---------------------------------------------------------------- RMSprop
@@ -451,7 +451,7 @@ void RMSprop::write_hyper(const ParamGroup& g, float* h) const {
   h[kMomentum] = float(*g.momentum);
 }
 
-void RMSprop::update(const ParamGroup& g, const Tensor& param, const Tensor& grad, ParamState& s,
+void RMSprop::update(const ParamGroup& g, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& s,
                      const tensorgrad::Tensor& hyper) const {
   // PyTorch's order of the state: step, square_avg, momentum_buffer, grad_avg.
   if (!s.find("square_avg")) s.buffers.emplace_back("square_avg", zeros_like(param));
@@ -461,7 +461,7 @@ void RMSprop::update(const ParamGroup& g, const Tensor& param, const Tensor& gra
   tick(s, hyper);
   OpAttrs at;
   at.flags = kL2WeightDecay;
-  std::vector<tensorgrad::Tensor> in{param.data(), grad.data(), s.find("square_avg")->data()};
+  std::vector<tensorgrad::Tensor> in{param.data(), grad, s.find("square_avg")->data()};
   if (*g.centered) {
     at.flags |= kCentered;
     in.push_back(s.find("grad_avg")->data());

@@ -112,8 +112,8 @@ class Optimizer {
   virtual void write_hyper(const ParamGroup& group, float* hyper) const = 0;
   /// Creates the buffers this step needs that `state` lacks (zeros, PyTorch's
   /// lazy initialisation), ticks, and runs the update kernel in place.
-  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
-                      const tensorgrad::Tensor& hyper) const = 0;
+  virtual void update(const ParamGroup& group, const Tensor& param, const tensorgrad::Tensor& grad,
+                      ParamState& state, const tensorgrad::Tensor& hyper) const = 0;
   /// The buffer names the state dict may hold for this optimizer.
   virtual std::vector<std::string> buffer_names() const = 0;
   /// Runs OptimizerTick on the group's hyper and the parameter's step.
@@ -141,7 +141,7 @@ class SGD : public Optimizer {
  protected:
   void validate(const ParamGroup& group) const override;
   void write_hyper(const ParamGroup& group, float* hyper) const override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+  void update(const ParamGroup& group, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& state,
               const tensorgrad::Tensor& hyper) const override;
   std::vector<std::string> buffer_names() const override { return {"momentum_buffer"}; }
 };
@@ -160,7 +160,7 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> params, ParamGroup defaults, bool decoupled);
   void validate(const ParamGroup& group) const override;
   void write_hyper(const ParamGroup& group, float* hyper) const override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+  void update(const ParamGroup& group, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& state,
               const tensorgrad::Tensor& hyper) const override;
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
@@ -190,7 +190,7 @@ class RMSprop : public Optimizer {
  protected:
   void validate(const ParamGroup& group) const override;
   void write_hyper(const ParamGroup& group, float* hyper) const override;
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state,
+  void update(const ParamGroup& group, const Tensor& param, const tensorgrad::Tensor& grad, ParamState& state,
               const tensorgrad::Tensor& hyper) const override;
   std::vector<std::string> buffer_names() const override { return {"square_avg", "momentum_buffer", "grad_avg"}; }
 };

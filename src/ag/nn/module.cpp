@@ -126,6 +126,7 @@ Module& Module::train(bool on) {
 
 void Module::zero_grad(bool set_to_none) {
   for (Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
     if (set_to_none) p.set_grad(Tensor());
     else if (p.grad().defined()) p.grad().zero_();
   }
