@@ -51,8 +51,10 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "trainer step": (20.0, "us/step"),
     "predict": (8.0, "us/image"),
     "eager step": (None, "us/step"),
+    "eager Adam step": (25.0, "us/step"),  # issue 12: ag::nn modules and ag::optim::Adam
 }
-ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "predict", "eager step"]
+ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
+        "predict", "eager step"]
 WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager"]
 # The workloads each peer has: the shared peers' (../shared/bench), and the
 # eager step, whose peers live in this repository's bench/ (dlib has none).
@@ -264,7 +266,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
     filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "resnet": "^resnet_fit/",
-            "rlstep": "^(rlstep|trainer_step)/", "predict": "^predict/", "eager": "^eager_step/"}[workload]
+            "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -276,7 +278,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
                 "cnn_fit": ("cnn (fit)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
                 "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image"),
-                "eager_step": ("eager step", "us_per_step")}
+                "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
@@ -321,8 +323,12 @@ def peer_run(peer, exe, workload, threads):
         res = last_json_line(run(cmd))
     if workload in ("mlp", "cnn", "resnet"):
         return {workload + " (fit)": res["s_per_epoch_median"]}
-    if workload == "rlstep":  # the peers' step stands against both of tensorgrad's rows
-        return {"rlstep": res["us_per_step_median"], "trainer step": res["us_per_step_median"]}
+    if workload == "rlstep":  # the peers' step (nn.Sequential, optim.Adam, eager) stands against tensorgrad's three rows
+        step = res["us_per_step_median"]
+        rows = {"rlstep": step, "trainer step": step}
+        if peer != "dlib":  # dlib's step is not written eagerly
+            rows["eager Adam step"] = step
+        return rows
     return {"predict": res["us_per_image_median"]}
 
 
