@@ -147,7 +147,8 @@ namespace {
 // every gradient the walk makes, each op run as soon as the walk asks for it.
 class ValueBuilder final : public Builder {
  public:
-  std::vector<tensorgrad::Tensor> values;
+  explicit ValueBuilder(std::vector<tensorgrad::Tensor>& storage) : values(storage) {}
+  std::vector<tensorgrad::Tensor>& values;
 
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override {
     tensorgrad::Tensor in[kMaxOpInputs];
@@ -173,20 +174,39 @@ class ValueBuilder final : public Builder {
 };
 
 // The recorded ops as the walk's tape: entry i made values[i].
+struct TapeEntry {
+  OpKind op = OpKind::Leaf;
+  OpAttrs attrs;
+  size_t first = 0, count = 0;  // the entry's inputs in the tape's input list
+};
+
+// What one backward works in, kept per thread between calls so that a steady
+// training loop reuses the lists' memory (emptied, not freed, after each walk).
+struct BackwardScratch {
+  std::vector<TensorImpl*> found, stack, leaves;
+  std::vector<TapeEntry> entries;
+  std::vector<Value> inputs, wrt;
+  std::vector<tensorgrad::Tensor> values;
+  void clear() {
+    found.clear(), stack.clear(), leaves.clear(), entries.clear(), inputs.clear(), wrt.clear();
+    values.clear();  // releases the walk's tensors: their blocks go back to the cache
+  }
+};
+
+// The recorded ops as the walk's tape: entry i made values[i].
 class RecordedTape final : public Tape {
  public:
-  struct Entry {
-    OpKind op = OpKind::Leaf;
-    OpAttrs attrs;
-    size_t first = 0, count = 0;  // inputs in `inputs_`
-  };
-  std::vector<Entry> entries;
-  std::vector<Value> inputs;
-  size_t size() const override { return entries.size(); }
+  RecordedTape(const std::vector<TapeEntry>& entries, const std::vector<Value>& inputs)
+      : entries_(entries), inputs_(inputs) {}
+  size_t size() const override { return entries_.size(); }
   Application application(size_t i) const override {
-    const Entry& e = entries[i];
-    return {e.op, e.attrs, std::span<const Value>(inputs.data() + e.first, e.count)};
+    const TapeEntry& e = entries_[i];
+    return {e.op, e.attrs, std::span<const Value>(inputs_.data() + e.first, e.count)};
   }
+
+ private:
+  const std::vector<TapeEntry>& entries_;
+  const std::vector<Value>& inputs_;
 };
 
 std::string shape_of(const TensorImpl& t) { return t.data.shape().str(); }
@@ -209,20 +229,26 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
                      "requires_grad = true before the ops, and call backward outside a NoGradGuard");
   // Every tensor the root depends on through recorded ops: an iterative
   // depth-first search (a long history must not overflow the stack).
-  std::vector<TensorImpl*> found;
-  // Every reached tensor's walk_index goes back to -1, however the walk ends.
-  struct ResetIndices {
-    std::vector<TensorImpl*>& reached;
-    ~ResetIndices() {
-      for (TensorImpl* t : reached) t->walk_index = -1;
+  thread_local BackwardScratch scratch;
+  BackwardScratch& w = scratch;
+  // However the walk ends: every reached tensor's walk_index back to -1, the
+  // lists emptied (their tensors released).
+  struct Cleanup {
+    BackwardScratch& w;
+    bool indices_set = true;  // false once reset below (the list may then point at freed tensors)
+    ~Cleanup() {
+      if (indices_set)
+        for (TensorImpl* t : w.found) t->walk_index = -1;
+      w.clear();
     }
-  } reset{found};
-  std::vector<TensorImpl*> stack{root_impl.get()};
+  } cleanup{w};
+  w.clear();
+  w.stack.push_back(root_impl.get());
   root_impl->walk_index = -2;
-  found.push_back(root_impl.get());
-  while (!stack.empty()) {
-    TensorImpl* t = stack.back();
-    stack.pop_back();
+  w.found.push_back(root_impl.get());
+  while (!w.stack.empty()) {
+    TensorImpl* t = w.stack.back();
+    w.stack.pop_back();
     if (!t->grad_fn) continue;
     const GradNode& node = *t->grad_fn;
     if (node.freed)
@@ -236,37 +262,33 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
         changed_in_place(node, in.impl.get(), shape_of(*in.impl), in.impl->version(), in.version);
       if (in.impl->walk_index == -1) {
         in.impl->walk_index = -2;
-        found.push_back(in.impl.get());
-        stack.push_back(in.impl.get());
+        w.found.push_back(in.impl.get());
+        w.stack.push_back(in.impl.get());
       }
     }
   }
   // Tape order: leaves and constants first, then the recorded ops in the order
   // they ran (a topological order, since an op runs after its inputs).
-  std::stable_sort(found.begin(), found.end(), [](const TensorImpl* a, const TensorImpl* b) {
+  std::stable_sort(w.found.begin(), w.found.end(), [](const TensorImpl* a, const TensorImpl* b) {
     const bool la = !a->grad_fn, lb = !b->grad_fn;
     if (la != lb) return la;
     return !la && a->grad_fn->sequence < b->grad_fn->sequence;
   });
-  RecordedTape tape;
-  ValueBuilder values;
-  std::vector<Value> wrt;
-  std::vector<TensorImpl*> leaves;
-  for (size_t i = 0; i < found.size(); ++i) found[i]->walk_index = int32_t(i);
-  for (TensorImpl* t : found) {
-    RecordedTape::Entry e;
+  for (size_t i = 0; i < w.found.size(); ++i) w.found[i]->walk_index = int32_t(i);
+  for (TensorImpl* t : w.found) {
+    TapeEntry e;
     if (t->grad_fn) {
       e.op = t->grad_fn->op;
       e.attrs = t->grad_fn->attrs;
-      e.first = tape.inputs.size();
+      e.first = w.inputs.size();
       e.count = t->grad_fn->n_inputs;
-      for (const SavedInput& in : t->grad_fn->inputs()) tape.inputs.push_back(Value{in.impl->walk_index});
+      for (const SavedInput& in : t->grad_fn->inputs()) w.inputs.push_back(Value{in.impl->walk_index});
     } else if (t->requires_grad) {
-      wrt.push_back(Value{int32_t(tape.entries.size())});
-      leaves.push_back(t);
+      w.wrt.push_back(Value{int32_t(w.entries.size())});
+      w.leaves.push_back(t);
     }
-    tape.entries.push_back(e);
-    values.values.push_back(t->data);
+    w.entries.push_back(e);
+    w.values.push_back(t->data);
   }
   tensorgrad::Tensor seed;
   if (gradient.defined()) {
@@ -280,18 +302,21 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     if (root.numel() != 1)
       throw ValueError("backward: a gradient can be left out only for a tensor of one element; this one has shape " +
                        root.shape().str() + ". Pass d(loss)/d(this tensor) of that shape, or reduce it first (sum, mean)");
-    seed = tensorgrad::Tensor::full(Shape{}, 1.0f);
+    seed = cached_empty(Shape{}, DType::Float32);
+    seed.fill(1.0f);
   }
-  values.values.push_back(seed);
-  const Value seed_value{int32_t(values.values.size() - 1)};
+  w.values.push_back(seed);
+  const Value seed_value{int32_t(w.values.size() - 1)};
+  ValueBuilder values(w.values);
+  RecordedTape tape(w.entries, w.inputs);
   std::vector<Value> grads;
   {
     NoGradGuard no_grad;
-    grads = backward_walk(values, tape, Value{root_impl->walk_index}, wrt, seed_value);
+    grads = backward_walk(values, tape, Value{root_impl->walk_index}, w.wrt, seed_value);
   }
-  for (size_t i = 0; i < leaves.size(); ++i) {
+  for (size_t i = 0; i < w.leaves.size(); ++i) {
     if (!grads[i].valid()) continue;
-    TensorImpl& leaf = *leaves[i];
+    TensorImpl& leaf = *w.leaves[i];
     const tensorgrad::Tensor& g = values.value(grads[i]);
     if (!leaf.grad.defined()) {
       // A gradient may be a view of another value, or the seed itself: copied.
@@ -302,13 +327,13 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
       run_op(OpKind::AccumulateGrad, {}, in);
     }
   }
-  // The indices go back before the history is freed (freeing may destroy
-  // tensors the list points at).
-  std::vector<TensorImpl*> walked;
-  walked.swap(found);
-  for (TensorImpl* t : walked) t->walk_index = -1;
+  // The indices go back and the walk's tensors are released before the
+  // history is freed (freeing may destroy tensors the list points at).
+  for (TensorImpl* t : w.found) t->walk_index = -1;
+  cleanup.indices_set = false;
+  w.values.clear();
   if (retain_graph) return;
-  for (TensorImpl* t : walked)
+  for (TensorImpl* t : w.found)
     if (t->grad_fn) {
       t->grad_fn->freed = true;
       t->grad_fn->release_inputs();
