@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/model_config.h"
 #include "tensorgrad/ag/nn/modules.h"
 #include "tensorgrad/core/error.h"
 
@@ -33,33 +34,8 @@ std::string kind_words(const std::string& kind) {
 
 // ---- architecture ----
 
-json config_json(const nn::ModuleConfig& config) {
-  json out = json::object();
-  for (const auto& [key, value] : config.values()) {
-    switch (value.index()) {
-      case 0: out[key] = std::get<bool>(value); break;
-      case 1: out[key] = std::get<int64_t>(value); break;
-      case 2: out[key] = std::get<double>(value); break;
-      case 3: out[key] = std::get<std::string>(value); break;
-      case 4: out[key] = std::get<std::vector<int64_t>>(value); break;
-    }
-  }
-  return out;
-}
-
-nn::ModuleConfig config_from_json(const std::string& type, const json& j) {
-  nn::ModuleConfig c(type);
-  if (!j.is_object()) throw FormatError("the config of a " + type + " is not a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_boolean()) c.set(key, value.get<bool>());
-    else if (value.is_number_integer()) c.set(key, value.get<int64_t>());
-    else if (value.is_number_float()) c.set(key, value.get<double>());
-    else if (value.is_string()) c.set(key, value.get<std::string>());
-    else if (value.is_array()) c.set(key, value.get<std::vector<int64_t>>());
-    else throw FormatError("the config of a " + type + ": '" + key + "' holds " + value.type_name());
-  }
-  return c;
-}
+using io::detail::config_from_json;
+using io::detail::config_json;
 
 json architecture_json(const nn::Module& m) {
   json node;

@@ -32,40 +32,6 @@ const json& at(const json& j, const char* key, const char* where) {
   return j.at(key);
 }
 
-json config_json(const nn::LayerConfig& config) {
-  json out = json::object();
-  for (const auto& [key, value] : config.values()) {
-    switch (value.index()) {
-      case 0: out[key] = std::get<bool>(value); break;
-      case 1: out[key] = std::get<int64_t>(value); break;
-      case 2: out[key] = std::get<double>(value); break;
-      case 3: out[key] = std::get<std::string>(value); break;
-      case 4: out[key] = std::get<std::vector<int64_t>>(value); break;
-    }
-  }
-  return out;
-}
-
-nn::LayerConfig config_from_json(const std::string& type, const json& j) {
-  nn::LayerConfig c(type);
-  if (!j.is_object()) throw FormatError("malformed layer config of a " + type + ": not a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_boolean()) {
-      c.set(key, value.get<bool>());
-    } else if (value.is_number_integer()) {
-      c.set(key, value.get<int64_t>());
-    } else if (value.is_number_float()) {
-      c.set(key, value.get<double>());
-    } else if (value.is_string()) {
-      c.set(key, value.get<std::string>());
-    } else if (value.is_array()) {
-      c.set(key, value.get<std::vector<int64_t>>());
-    } else {
-      throw FormatError("malformed layer config of a " + type + ": '" + key + "' holds " + value.type_name());
-    }
-  }
-  return c;
-}
 
 json architecture_of(const nn::FunctionalGraph& graph, const std::string& class_name, const std::string& name) {
   json arch;
@@ -292,6 +258,41 @@ LossRegistry& loss_registry() {
 }
 
 }  // namespace
+
+json config_json(const nn::LayerConfig& config) {
+  json out = json::object();
+  for (const auto& [key, value] : config.values()) {
+    switch (value.index()) {
+      case 0: out[key] = std::get<bool>(value); break;
+      case 1: out[key] = std::get<int64_t>(value); break;
+      case 2: out[key] = std::get<double>(value); break;
+      case 3: out[key] = std::get<std::string>(value); break;
+      case 4: out[key] = std::get<std::vector<int64_t>>(value); break;
+    }
+  }
+  return out;
+}
+
+nn::LayerConfig config_from_json(const std::string& type, const json& j) {
+  nn::LayerConfig c(type);
+  if (!j.is_object()) throw FormatError("malformed config of a " + type + ": not a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_boolean()) {
+      c.set(key, value.get<bool>());
+    } else if (value.is_number_integer()) {
+      c.set(key, value.get<int64_t>());
+    } else if (value.is_number_float()) {
+      c.set(key, value.get<double>());
+    } else if (value.is_string()) {
+      c.set(key, value.get<std::string>());
+    } else if (value.is_array()) {
+      c.set(key, value.get<std::vector<int64_t>>());
+    } else {
+      throw FormatError("malformed config of a " + type + ": '" + key + "' holds " + value.type_name());
+    }
+  }
+  return c;
+}
 
 json architecture_json(const nn::Model& model) {
   return architecture_of(Access::graph(model), model.type(), model.name());

@@ -9,6 +9,12 @@
 
 namespace tensorgrad::io::detail {
 
+/// A layer's or a module's configuration as a JSON object (its keys and
+/// values), and back (the type given apart). FormatError for a value of
+/// another kind than bool, integer, number, string or integer array.
+nlohmann::json config_json(const nn::LayerConfig& config);
+nn::LayerConfig config_from_json(const std::string& type, const nlohmann::json& j);
+
 /// {"class_name", "name", "inputs", "layers", "calls", "outputs"}: every
 /// layer once (type, name, trainable, config; a nested model as its own
 /// architecture), every call in topological order with its inbound tensors.
