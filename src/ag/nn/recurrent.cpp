@@ -76,18 +76,19 @@ Tensor gate(const Tensor& g, int64_t k, int64_t hidden) { return narrow(g, 1, k 
 
 }  // namespace
 
-// ---- LSTM ----
+// ---- RNNBase ----
 
-LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first)
+RNNBase::RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, int64_t num_layers,
+                 bool bias, bool batch_first)
     : input_size_(input_size), hidden_size_(hidden_size), num_layers_(num_layers), bias_(bias),
       batch_first_(batch_first) {
-  check_sizes("LSTM", input_size, hidden_size, num_layers);
+  check_sizes(type, input_size, hidden_size, num_layers);
   auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
   for (int64_t k = 0; k < num_layers; ++k)
-    make_layer(reg, k, k == 0 ? input_size : hidden_size, hidden_size, 4, bias, w_ih_, w_hh_, b_ih_, b_hh_);
+    make_layer(reg, k, k == 0 ? input_size : hidden_size, hidden_size, gates, bias, w_ih_, w_hh_, b_ih_, b_hh_);
 }
 
-ModuleConfig LSTM::config() const {
+ModuleConfig RNNBase::config() const {
   ModuleConfig c(type());
   c.set("input_size", input_size_);
   c.set("hidden_size", hidden_size_);
@@ -96,6 +97,11 @@ ModuleConfig LSTM::config() const {
   c.set("batch_first", batch_first_);
   return c;
 }
+
+// ---- LSTM ----
+
+LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first)
+    : RNNBase("LSTM", 4, input_size, hidden_size, num_layers, bias, batch_first) {}
 
 LSTMOutput LSTM::forward(const Tensor& input, const Tensor& h0, const Tensor& c0) {
   Tensor x = batch_first_input("LSTM", input, input_size_, batch_first_);
@@ -133,23 +139,7 @@ Tensor LSTM::forward(const Tensor& x) { return forward(x, Tensor(), Tensor()).ou
 // ---- GRU ----
 
 GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first)
-    : input_size_(input_size), hidden_size_(hidden_size), num_layers_(num_layers), bias_(bias),
-      batch_first_(batch_first) {
-  check_sizes("GRU", input_size, hidden_size, num_layers);
-  auto reg = [this](const std::string& n, Tensor t) { return register_parameter(n, std::move(t)); };
-  for (int64_t k = 0; k < num_layers; ++k)
-    make_layer(reg, k, k == 0 ? input_size : hidden_size, hidden_size, 3, bias, w_ih_, w_hh_, b_ih_, b_hh_);
-}
-
-ModuleConfig GRU::config() const {
-  ModuleConfig c(type());
-  c.set("input_size", input_size_);
-  c.set("hidden_size", hidden_size_);
-  c.set("num_layers", num_layers_);
-  c.set("bias", bias_);
-  c.set("batch_first", batch_first_);
-  return c;
-}
+    : RNNBase("GRU", 3, input_size, hidden_size, num_layers, bias, batch_first) {}
 
 GRUOutput GRU::forward(const Tensor& input, const Tensor& h0) {
   Tensor x = batch_first_input("GRU", input, input_size_, batch_first_);

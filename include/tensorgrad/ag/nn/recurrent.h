@@ -19,6 +19,26 @@ struct LSTMOutput {
   Tensor output, h_n, c_n;
 };
 
+/// What LSTM and GRU share (torch.nn.RNNBase): the sizes, the per-layer
+/// parameters (gates stacked along the first axis) and the configuration.
+class RNNBase : public Module {
+ public:
+  /// input_size, hidden_size, num_layers, bias, batch_first.
+  ModuleConfig config() const override;
+  int64_t input_size() const { return input_size_; }
+  int64_t hidden_size() const { return hidden_size_; }
+  int64_t num_layers() const { return num_layers_; }
+
+ protected:
+  /// Registers weight_ih_l{k}, weight_hh_l{k} (and the biases) for `gates`
+  /// gate blocks per layer, U(-1/sqrt(H), 1/sqrt(H)). ValueError for a size < 1.
+  RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias,
+          bool batch_first);
+  int64_t input_size_, hidden_size_, num_layers_;
+  bool bias_, batch_first_;
+  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;  // per layer; biases undefined without bias
+};
+
 /// A multi-layer long short-term memory, as torch.nn.LSTM (without its
 /// dropout, bidirectional and proj_size options). Per layer k (input size
 /// input_size for k = 0, hidden_size above):
@@ -30,12 +50,10 @@ struct LSTMOutput {
 /// Every parameter starts U(-1/sqrt(H), 1/sqrt(H)) from ag::default_generator()
 /// (PyTorch's default). State-dict order: per layer weight_ih, weight_hh,
 /// bias_ih, bias_hh (torch's). ValueError for a size < 1.
-class LSTM : public Module {
+class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = true);
   const char* type() const override { return "LSTM"; }
-  /// input_size, hidden_size, num_layers, bias, batch_first.
-  ModuleConfig config() const override;
   /// x {N, T, input_size} ({T, N, input_size} without batch_first), and
   /// optionally the initial states h0, c0, each {num_layers, N, H} (both or
   /// neither; zeros when not given). Returns output (the last layer's h at
@@ -46,15 +64,6 @@ class LSTM : public Module {
   LSTMOutput forward(const Tensor& x, const Tensor& h0, const Tensor& c0);
   /// The output sequence only, from zero initial states (forward(x, {}, {}).output).
   Tensor forward(const Tensor& x) override;
-
-  int64_t input_size() const { return input_size_; }
-  int64_t hidden_size() const { return hidden_size_; }
-  int64_t num_layers() const { return num_layers_; }
-
- private:
-  int64_t input_size_, hidden_size_, num_layers_;
-  bool bias_, batch_first_;
-  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;  // per layer; biases undefined without bias
 };
 
 /// What GRU::forward returns: output {N, T, H} ({T, N, H} without
@@ -70,27 +79,16 @@ struct GRUOutput {
 ///   r = s(W_ir x + b_ir + W_hr h + b_hr), z = s(W_iz x + b_iz + W_hz h + b_hz),
 ///   n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) * n + z * h.
 /// Initialisation, state-dict order and errors as LSTM.
-class GRU : public Module {
+class GRU : public RNNBase {
  public:
   GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = true);
   const char* type() const override { return "GRU"; }
-  /// input_size, hidden_size, num_layers, bias, batch_first.
-  ModuleConfig config() const override;
   /// x {N, T, input_size} ({T, N, input_size} without batch_first), and
   /// optionally h0 {num_layers, N, H} (zeros when undefined). Returns the
   /// output sequence and h_n. Throws ShapeError as LSTM::forward.
   GRUOutput forward(const Tensor& x, const Tensor& h0);
   /// The output sequence only, from a zero initial state (forward(x, {}).output).
   Tensor forward(const Tensor& x) override;
-
-  int64_t input_size() const { return input_size_; }
-  int64_t hidden_size() const { return hidden_size_; }
-  int64_t num_layers() const { return num_layers_; }
-
- private:
-  int64_t input_size_, hidden_size_, num_layers_;
-  bool bias_, batch_first_;
-  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;
 };
 
 }  // namespace tensorgrad::ag::nn
