@@ -835,7 +835,8 @@ const GGUFFile::Impl* GGUFFile::live(const char* call) const {
 uint32_t GGUFFile::version() const { return live(__func__)->version; }
 uint32_t GGUFFile::alignment() const { return live(__func__)->alignment; }
 const std::string& GGUFFile::path() const { return live(__func__)->path; }
-const std::vector<MetadataEntry>& GGUFFile::metadata() const { return live(__func__)->metadata; }
+const std::vector<MetadataEntry>& GGUFFile::metadata() const& { return live(__func__)->metadata; }
+std::vector<MetadataEntry> GGUFFile::metadata() && { return live(__func__)->metadata; }
 
 const MetadataValue* GGUFFile::find(const std::string& key) const {
   const Impl& im = *live(__func__);
@@ -913,7 +914,8 @@ std::vector<std::string> GGUFFile::get_string_array(const std::string& key) cons
   return v.strings;
 }
 
-const std::vector<TensorInfo>& GGUFFile::tensors() const { return live(__func__)->tensors; }
+const std::vector<TensorInfo>& GGUFFile::tensors() const& { return live(__func__)->tensors; }
+std::vector<TensorInfo> GGUFFile::tensors() && { return live(__func__)->tensors; }
 
 const TensorInfo* GGUFFile::find_tensor(const std::string& name) const {
   const Impl& im = *live(__func__);

@@ -148,8 +148,11 @@ class GGUFFile {
   uint32_t alignment() const;
   /// The file's path ("<memory>" for parse()).
   const std::string& path() const;
-  /// Every key/value pair, in file order.
-  const std::vector<MetadataEntry>& metadata() const;
+  /// Every key/value pair, in file order. On a temporary file (as in
+  /// `for (auto& e : GGUFFile::open(p).metadata())`) a copy, so the loop
+  /// never reads a file already closed.
+  const std::vector<MetadataEntry>& metadata() const&;
+  std::vector<MetadataEntry> metadata() &&;
   /// The value of `key`, or null.
   const MetadataValue* find(const std::string& key) const;
   /// Typed access; each throws FormatError naming the key (and the file)
@@ -168,8 +171,9 @@ class GGUFFile {
   std::vector<double> get_f64_array(const std::string& key) const;
   std::vector<std::string> get_string_array(const std::string& key) const;
 
-  /// The tensor table, in file order.
-  const std::vector<TensorInfo>& tensors() const;
+  /// The tensor table, in file order (a copy on a temporary file, as metadata()).
+  const std::vector<TensorInfo>& tensors() const&;
+  std::vector<TensorInfo> tensors() &&;
   /// The tensor named `name`, or null.
   const TensorInfo* find_tensor(const std::string& name) const;
   /// A new tensor holding the tensor's values: float32 for F32, F16 and BF16
