@@ -7,7 +7,9 @@
 #include <cmath>
 #include <vector>
 
+#include "tensorgrad/ag/data.h"
 #include "tensorgrad/ag/functional.h"
+#include "tensorgrad/ag/optim.h"
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/core/error.h"
 #include "test_support.h"
@@ -295,4 +297,28 @@ TEST(Ag, ALongHistoryRunsBackwardAndFreesWithoutDeepRecursion) {
   h = ag::Tensor();  // frees the second chain
   kept = ag::Tensor();
   EXPECT_TRUE(w.requires_grad());
+}
+
+TEST(Ag, MistakesFoundByATrialThrowInsteadOfCrashing) {
+  // Softmax over an empty last axis divided by zero in the kernel.
+  EXPECT_TRUE(test_support::throws<ShapeError>([] { ag::softmax(ag::zeros(Shape{4, 0})); },
+                                               {"softmax", "last axis", "{4, 0}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([] { ag::log_softmax(ag::zeros(Shape{4, 0})); }, {"log_softmax"}));
+  // start + length overflowed past the bounds check and read beyond the buffer.
+  EXPECT_TRUE(test_support::throws<ShapeError>([] { ag::narrow(ag::ones(Shape{2, 3}), 1, INT64_MAX, 2); },
+                                               {"slice", "outside axis 1"}));
+}
+
+TEST(Ag, MoreMistakesFoundByTheTrial) {
+  // An undefined tensor put into a parameter group by hand: a StateError at step, not a null dereference.
+  ag::Tensor p = ag::ones(Shape{2}, {.requires_grad = true});
+  ag::optim::SGD sgd(std::vector<ag::Tensor>{p}, 0.1, 0.9);
+  sgd.param_groups()[0].params.push_back(ag::Tensor());
+  EXPECT_TRUE(test_support::throws<StateError>([&] { sgd.step(); }, {"step", "undefined"}));
+  // A batch larger than any count: one batch, not zero (n + b - 1 overflowed).
+  ag::DataLoader loader(ag::ones(Shape{4, 2}), {.batch_size = INT64_MAX});
+  EXPECT_EQ(loader.size(), 1u);
+  size_t batches = 0;
+  for (ag::Batch b : loader) batches += b.x.size(0) == 4;
+  EXPECT_EQ(batches, 1u);
 }

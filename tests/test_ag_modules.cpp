@@ -136,3 +136,13 @@ TEST(AgModules, RegistrationErrorsAndTheTypeRegistry) {
   EXPECT_TRUE(test_support::throws<ValueError>([] { agnn::module_from_config(agnn::ModuleConfig("Nope")); },
                                                {"Nope", "register_module_type", "Linear"}));
 }
+
+TEST(AgModules, AModuleTreeCannotLoop) {
+  auto s = std::make_shared<agnn::Sequential>();
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { s->push_back(s); }, {"contains it", "loop"}));
+  auto a = std::make_shared<agnn::Sequential>(), b = std::make_shared<agnn::Sequential>();
+  a->push_back(b);
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { b->push_back(a); }, {"loop"}));
+  EXPECT_EQ(b->size(), 0u);
+  EXPECT_EQ(a->forward(ag::ones(Shape{2})).to_vector(), (std::vector<float>{1, 1}));
+}

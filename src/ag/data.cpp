@@ -66,7 +66,7 @@ DataLoader::DataLoader(Tensor x, Tensor y, DataLoaderOptions options)
 
 size_t DataLoader::size() const {
   const int64_t b = options_.batch_size;
-  return size_t(options_.drop_last ? n_ / b : (n_ + b - 1) / b);
+  return size_t(options_.drop_last || n_ % b == 0 ? n_ / b : n_ / b + 1);  // no n + b - 1: it overflows
 }
 
 DataLoader::Iterator DataLoader::begin() {

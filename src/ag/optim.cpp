@@ -183,6 +183,9 @@ void Optimizer::step() {
     const tensorgrad::Tensor& hyper = hypers_[gi];
     write_hyper(group, hyper.data<float>());
     for (const Tensor& p : group.params) {
+      if (!p.defined())
+        throw StateError(std::string(name()) + ".step: parameter group " + std::to_string(gi) +
+                         " holds an undefined tensor (put there through param_groups()); give it defined parameters");
       const tensorgrad::Tensor& grad = Access::impl(p)->grad;  // no handle made per step
       if (!grad.defined()) continue;
       ParamState& s = state_[key(p)];

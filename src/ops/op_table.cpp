@@ -73,6 +73,8 @@ OpSignature float_elementwise(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
 OpSignature float_last_axis(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
   expect_float(op, t, 0, "input");
   if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
+  if (s[0][-1] == 0)
+    shape_fail(op, "needs at least one element along the last axis; got " + s[0].str());
   return {s[0]};
 }
 
@@ -424,7 +426,7 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        const int r = s[0].rank();
        if (a.axis < 0 || a.axis >= r) shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + s[0].str());
-       if (a.start < 0 || a.length < 0 || a.start + a.length > s[0][a.axis])
+       if (a.start < 0 || a.length < 0 || a.start > s[0][a.axis] || a.length > s[0][a.axis] - a.start)
          shape_fail(op, "entries [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
                             ") are outside axis " + std::to_string(a.axis) + " of " + s[0].str());
        Shape out = s[0];

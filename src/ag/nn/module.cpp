@@ -54,6 +54,13 @@ void Module::check_name(const std::string& name) const {
     if (n == name) throw ValueError(std::string(type()) + ": '" + name + "' is already a child module");
 }
 
+bool Module::contains(const Module* m) const {
+  if (this == m) return true;
+  for (const auto& [n, child] : children_)
+    if (child->contains(m)) return true;  // children form a tree (add_child refuses loops), so this ends
+  return false;
+}
+
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
   check_name(name);
   if (!tensor.defined()) throw StateError(std::string(type()) + ": parameter '" + name + "' is undefined");
@@ -75,6 +82,9 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   check_name(name);
   if (!module) throw StateError(std::string(type()) + ": child module '" + name + "' is null");
+  if (module->contains(this))
+    throw ValueError(std::string(type()) + ": child module '" + name + "' is this module or contains it; a module "
+                     "tree cannot loop (forward, parameters() and state_dict() would never end)");
   children_.emplace_back(name, std::move(module));
 }
 

@@ -124,6 +124,8 @@ class Module {
 
  private:
   void check_name(const std::string& name) const;
+  /// Whether `m` is this module or one below it.
+  bool contains(const Module* m) const;
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, bool params, bool recurse,
                std::vector<std::pair<std::string, Tensor>>& out) const;
