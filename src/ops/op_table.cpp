@@ -427,8 +427,8 @@ constexpr auto kOps = std::to_array<OpDef>({
        const int r = s[0].rank();
        if (a.axis < 0 || a.axis >= r) shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + s[0].str());
        if (a.start < 0 || a.length < 0 || a.start > s[0][a.axis] || a.length > s[0][a.axis] - a.start)
-         shape_fail(op, "entries [" + std::to_string(a.start) + ", " + std::to_string(a.start + a.length) +
-                            ") are outside axis " + std::to_string(a.axis) + " of " + s[0].str());
+         shape_fail(op, std::to_string(a.length) + " entries from " + std::to_string(a.start) +
+                            " are outside axis " + std::to_string(a.axis) + " of " + s[0].str());
        Shape out = s[0];
        out.set(a.axis, a.length);
        return {out, t[0]};
