@@ -103,9 +103,15 @@ CachingAllocator& allocator() {
   return *a;
 }
 
-struct GiveBack {
-  size_t bytes;
-  void operator()(void* p) const { allocator().give_back(p, bytes); }
+// A cached block as a CPU storage: given back to the cache, not freed, with
+// the last tensor that views it.
+class CachedBlock final : public CpuStorage {
+ public:
+  CachedBlock(void* p, size_t bytes, size_t rounded) : CpuStorage(p, bytes, false), rounded_(rounded) {}
+  ~CachedBlock() override { allocator().give_back(data(), rounded_); }
+
+ private:
+  size_t rounded_;
 };
 
 }  // namespace
@@ -122,7 +128,14 @@ tensorgrad::Tensor cached_empty(const Shape& shape, DType dtype) {
     throw ValueError("a tensor of shape " + shape.str() + " is too large to allocate; use smaller dimensions");
   const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = allocator().take(rounded);
-  return tensorgrad::Tensor::adopt(std::shared_ptr<void>(p, GiveBack{rounded}, PoolAllocator<char>()), shape, dtype);
+  std::shared_ptr<Storage> block;
+  try {
+    block = std::allocate_shared<CachedBlock>(PoolAllocator<CachedBlock>(), p, bytes, rounded);
+  } catch (...) {
+    allocator().give_back(p, rounded);
+    throw;
+  }
+  return tensorgrad::Tensor::adopt(std::move(block), shape, dtype);
 }
 
 }  // namespace detail

@@ -11,7 +11,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "backend/thread_pool.h"
+#include "tensorgrad/backend/backend.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/gradients.h"
@@ -38,6 +38,19 @@ Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared
 }
 
 namespace {
+// The CPU backend's launchers for this thread, made once: one for work below
+// kernels::kParallelFlops (the calling thread only), one for larger work (the
+// compute pool). The eager API runs on the CPU (DESIGN.md: a CUDA backend
+// serves compiled models first).
+struct EagerLaunchers {
+  std::unique_ptr<KernelLauncher> small = cpu_backend()->make_launcher(0.0);
+  std::unique_ptr<KernelLauncher> large = cpu_backend()->make_launcher(kernels::kParallelFlops);
+};
+KernelLauncher& launcher_for(double flops) {
+  thread_local EagerLaunchers launchers;
+  return flops >= kernels::kParallelFlops ? *launchers.large : *launchers.small;
+}
+
 // The op's shape rule on `inputs`, then its kernel writing `out`, or, when
 // `out` is undefined, a result it allocates (a view for view ops).
 tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs,
@@ -49,6 +62,9 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
     throw ValueError(std::string(op_info(op).name) + ": at most " + std::to_string(kMaxOpInputs) + " inputs; got " +
                      std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].device() != Device::CPU)
+      throw StateError(std::string(op_info(op).name) + ": input " + std::to_string(i) + " is on " +
+                       device_name(inputs[i].device()) + "; the eager API runs on the CPU: copy it with to(Device::CPU)");
     shapes[i] = inputs[i].shape();
     dtypes[i] = inputs[i].dtype();
     refs[i] = {inputs[i].raw(), shapes[i], dtypes[i]};
@@ -65,10 +81,10 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
   } else {
     out = info.in_place ? inputs[0] : cached_empty(sig.shape, sig.dtype);
   }
-  std::shared_ptr<pthreadpool> pool;
-  if (kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops) pool = compute_pool();
-  kernels::KernelContext ctx{pool.get()};
-  kernels::run_kernel(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()}, ctx);
+  KernelLauncher& launcher = launcher_for(kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape));
+  launcher.begin_run();
+  launcher.launch(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()});
+  launcher.end_run();
   return out;
 }
 }  // namespace

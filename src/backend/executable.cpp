@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/thread_pool.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
@@ -109,26 +108,37 @@ BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small
   return rule;
 }
 
-Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule)
-    : Executable(std::move(graph), std::move(outputs)) {
+Executable::Executable(Graph graph, std::vector<Value> outputs)
+    : Executable(std::move(graph), std::move(outputs), BatchRule{}, nullptr) {}
+
+Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule, std::shared_ptr<const Backend> backend)
+    : graph_(std::move(graph)), outputs_(std::move(outputs)), backend_(backend ? std::move(backend) : cpu_backend()) {
+  build();
   if (rule.max_rows > 0 && rule.shape.size() != graph_.size())
     throw ValueError("Executable: the batch rule was made for another graph");
   rule_ = std::move(rule);
   if (rule_.max_rows > 0) rows_ = rule_.max_rows;
 }
 
-Executable::Executable(Graph graph, std::vector<Value> outputs)
-    : graph_(std::move(graph)), outputs_(std::move(outputs)) {
+void Executable::build() {
+  backend_->check_kernels(graph_);
+  const auto& nodes = graph_.nodes();
+  for (const Node& n : nodes)
+    if (n.bound.defined() && n.bound.device() != backend_->device())
+      throw StateError("'" + n.name + "' lives on " + device_name(n.bound.device()) + ", but the graph runs on the " +
+                       backend_->name() + " backend (" + device_name(backend_->device()) +
+                       "); copy the model's state there first (Tensor::to)");
   plan_ = plan_memory(graph_, outputs_);
   check_arena(graph_, plan_.arena_bytes);
-  void* mem = std::aligned_alloc(64, plan_.arena_bytes == 0 ? 64 : plan_.arena_bytes);
-  if (!mem) throw MemoryError("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
-  arena_ = std::shared_ptr<void>(mem, [](void* p) { std::free(p); });
-  const auto& nodes = graph_.nodes();
+  try {
+    arena_ = backend_->allocate(plan_.arena_bytes);
+  } catch (const MemoryError&) {
+    throw MemoryError("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
+  }
   data_.assign(nodes.size(), nullptr);
   double flops = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_.get()) + plan_.offset[i];
+    if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_->data()) + plan_.offset[i];
     else if (nodes[i].bound.defined()) data_[i] = nodes[i].bound.raw();
   }
   for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];
@@ -145,7 +155,7 @@ Executable::Executable(Graph graph, std::vector<Value> outputs)
     const Node& n = nodes[size_t(ref_node_[k])];
     refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
   }
-  single_thread_ = flops < kernels::kParallelFlops;
+  launcher_ = backend_->make_launcher(flops);
   for (const Node& n : nodes) {
     shapes_.push_back(n.shape);
     attrs_.push_back(n.attrs);
@@ -205,6 +215,26 @@ Tensor Executable::output(Value v) const {
   return Tensor::view(data_[size_t(v.id)], shapes_[size_t(v.id)], n.dtype);
 }
 
+void Executable::copy_output(Value v, Tensor& dst) const {
+  const Node& n = graph_.node(v);
+  const void* p = data_[size_t(v.id)];
+  if (!p) throw StateError("copy_output: node " + std::to_string(v.id) + " has no memory in this plan");
+  if (!dst.defined()) throw StateError("copy_output: an undefined destination");
+  const Shape& shape = shapes_[size_t(v.id)];
+  if (dst.shape() != shape)
+    throw ShapeError("copy_output: node " + std::to_string(v.id) + " has shape " + shape.str() + "; the destination " +
+                     dst.shape().str());
+  if (dst.dtype() != n.dtype)
+    throw TypeError(std::string("copy_output: node is ") + dtype_name(n.dtype) + "; the destination " +
+                    dtype_name(dst.dtype()));
+  const size_t offset = size_t(static_cast<const char*>(p) - static_cast<const char*>(arena_->data()));
+  if (offset < arena_->nbytes()) {
+    copy_bytes(*dst.storage(), dst.storage_offset(), *arena_, offset, dst.nbytes());
+  } else {  // a bound input or a persistent tensor: its own storage
+    dst.copy_from(Tensor::view(const_cast<void*>(p), shape, n.dtype));
+  }
+}
+
 const void* Executable::data_ptr(Value v) const {
   graph_.node(v);
   const void* p = data_[size_t(v.id)];
@@ -216,8 +246,11 @@ float Executable::scalar(Value v) const { return *static_cast<const float*>(data
 
 void Executable::run(size_t first_node, size_t last_node) {
   const auto& nodes = graph_.nodes();
-  std::shared_ptr<pthreadpool> pool = single_thread_ ? nullptr : compute_pool();
-  kernels::KernelContext ctx{pool.get()};
+  struct RunScope {
+    KernelLauncher& launcher;
+    explicit RunScope(KernelLauncher& l) : launcher(l) { launcher.begin_run(); }
+    ~RunScope() { launcher.end_run(); }
+  } scope(*launcher_);
   for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];  // inputs may be rebound
   for (const Step& step : steps_) {
     if (size_t(step.node) < first_node) continue;
@@ -230,11 +263,11 @@ void Executable::run(size_t first_node, size_t last_node) {
       refs[k].data = data_[id];
     }
     if (!g_profile.enabled) {
-      kernels::run_kernel(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+      launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::run_kernel(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0], ctx);
+    launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
     g_profile.seconds[size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++g_profile.calls[size_t(n.op)];
   }

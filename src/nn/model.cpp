@@ -262,9 +262,10 @@ std::vector<std::string> Model::metrics() const {
 std::vector<std::vector<std::string>> Model::output_metrics() const { return metrics_; }
 
 void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
-                         std::vector<std::vector<std::string>> metrics) {
+                         std::vector<std::vector<std::string>> metrics, std::shared_ptr<const Backend> backend) {
   check_live("compile()");
   if (graph_->order.empty()) throw StateError("compile: the model has no layers; add() some first");
+  if (!backend) throw ValueError("compile: a null backend; pass backend(Device::CPU) or a device");
   // Validate everything before changing anything: a failed compile leaves the model as it was.
   optimizer.validate();
   const size_t n_out = graph_->outputs.size();
@@ -276,10 +277,12 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   o.metrics = metrics;
   o.optimizer = optimizer;
   OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes, metrics)
+  if (backend != cpu_backend()) probe.check_kernels(*backend);  // the CPU has every kernel
   losses_ = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
   loss_weights_ = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
   metrics_ = metrics.size() == 1 ? std::vector<std::vector<std::string>>(n_out, metrics[0]) : std::move(metrics);
   changed_after_compile_ = false;
+  backend_ = std::move(backend);
   optimizer_ = optimizer;
   opt_state_ = std::make_shared<OptimizerState>(optimizer);
   trainable_at_compile_.clear();
@@ -296,15 +299,24 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   compiled_ = true;
 }
 
-void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics) {
+void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
+                    Device device) {
   check_live("compile()");
-  set_compiled(optimizer, {loss}, {},
-               std::vector<std::vector<std::string>>(graph_->outputs.size(), metrics));
+  compile(optimizer, loss, metrics, tensorgrad::backend(device));
+}
+
+void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
+                    std::shared_ptr<const Backend> backend) {
+  check_live("compile()");
+  set_compiled(optimizer, {loss}, {}, std::vector<std::vector<std::string>>(graph_->outputs.size(), metrics),
+               std::move(backend));
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
-                    const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics) {
+                    const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics,
+                    Device device) {
   check_live("compile()");
+  std::shared_ptr<const Backend> on = tensorgrad::backend(device);
   const size_t n_out = graph_->outputs.size();
   auto count = [&](const char* what, size_t got) {
     throw ValueError(std::string("compile: the model has ") + std::to_string(n_out) + " outputs (" +
@@ -313,13 +325,14 @@ void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& los
   if (losses.size() != n_out) count("loss", losses.size());
   if (!loss_weights.empty() && loss_weights.size() != n_out) count("loss weight", loss_weights.size());
   if (!metrics.empty() && metrics.size() != n_out) count("metric list", metrics.size());
-  set_compiled(optimizer, losses, loss_weights, metrics);
+  set_compiled(optimizer, losses, loss_weights, metrics, std::move(on));
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                     const std::map<std::string, float>& loss_weights,
-                    const std::map<std::string, std::vector<std::string>>& metrics) {
+                    const std::map<std::string, std::vector<std::string>>& metrics, Device device) {
   check_live("compile()");
+  std::shared_ptr<const Backend> on = tensorgrad::backend(device);
   const std::vector<std::string>& names = graph_->output_names;
   auto check_names = [&](const auto& map, const char* what) {
     for (const auto& [k, v] : map)
@@ -343,7 +356,7 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
     auto mi = metrics.find(n);
     m.push_back(mi == metrics.end() ? std::vector<std::string>{} : mi->second);
   }
-  set_compiled(optimizer, std::move(l), std::move(w), std::move(m));
+  set_compiled(optimizer, std::move(l), std::move(w), std::move(m), std::move(on));
 }
 
 OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights,
@@ -368,6 +381,7 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.weights = weights;
     o.optimizer = optimizer_;
     o.model_hooks = hooks_;
+    o.backend = backend_;
     o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
     const int64_t micro = micro_batch > 0 ? micro_batch : batch_size;
     const int64_t period = nbatch_logical > 0 && micro > 0 ? nbatch_logical / micro : 1;
@@ -699,7 +713,7 @@ Model::PredictPlan& Model::predict_plan(int64_t rows) {
     key = -rows;
     planned = rows;
   }
-  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule));
+  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule), backend_);
   plan->inputs = f.inputs;
   for (const InputSpec& in : plan->inputs)  // token ids converted into the rows of these
     plan->staging.push_back(in.dtype == DType::Int32 ? Tensor::empty(in.shape.with_batch(planned), DType::Int32)
@@ -802,7 +816,7 @@ void Model::calibrate_bn(std::span<const Tensor> x_in) {
   std::vector<Value> in;
   for (const InputSpec& s : f.inputs) in.push_back(g.input(s.name, s.shape.with_batch(rows), s.dtype));
   const std::vector<Value> out = graph_->forward(g, in, CallOptions{false, true});
-  Executable exe(std::move(g), out);
+  Executable exe(std::move(g), out, BatchRule{}, backend_);
   for (size_t i = 0; i < x.size(); ++i) exe.bind(in[i], x[i].rows(0, rows));
   exe.run();
 }
@@ -811,6 +825,7 @@ Model Model::clone() const {
   check_live("clone()");
   Model copy(name_);
   copy.graph_ = graph_->clone();
+  copy.backend_ = backend_;
   if (compiled_) {
     copy.optimizer_ = optimizer_;
     copy.losses_ = losses_;

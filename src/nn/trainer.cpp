@@ -24,7 +24,7 @@ Model trainer_copy(const Model& model, const TrainerOptions& options) {
       throw ValueError("Trainer: weight_decay must be in [0, 1]; got " + std::to_string(*options.weight_decay));
     spec.weight_decay = *options.weight_decay;
   }
-  copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics());
+  copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics(), model.device());
   return copy;
 }
 }  // namespace

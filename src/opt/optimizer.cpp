@@ -833,8 +833,18 @@ std::shared_ptr<OptimizerPlan> OptimizerContext::build(bool train) {
     g = std::make_unique<Graph>();
     results = build_graph(*g, b, train, plan.get());
   }
-  plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule));
+  plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule), options_.backend);
   return plan;
+}
+
+void OptimizerContext::check_kernels(const Backend& backend) {
+  if (!retired_.empty()) throw StateError("check_kernels: " + retired_);
+  for (bool train : {false, true}) {
+    Graph g;
+    OptimizerPlan unused;
+    build_graph(g, std::min<int64_t>(options_.batch_size, 2), train, &unused);
+    backend.check_kernels(g);
+  }
 }
 
 OptimizerPlan& OptimizerContext::acquire(bool train) {

@@ -1,12 +1,14 @@
 #pragma once
-// Runs a planned graph on the CPU (DESIGN.md, backend layer). Each executable
-// owns its arena: separate executables never share scratch memory, so a
-// prediction can never disturb a training step's buffers.
+// Runs a planned graph on a backend's device (DESIGN.md, backend layer):
+// the CPU by default. Each executable owns its arena: separate executables
+// never share scratch memory, so a prediction can never disturb a training
+// step's buffers.
 #include <array>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "tensorgrad/backend/backend.h"
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
@@ -34,28 +36,40 @@ struct BatchRule {
 /// any other way than sizes proportional to the batch (such a graph needs a
 /// plan per batch size).
 BatchRule make_batch_rule(const Graph& at_max, int64_t max_rows, const Graph& probe, int64_t probe_rows);
+/// A planned graph with its arena, run by one backend's kernels.
 class Executable {
  public:
   /// Plans `graph` so that `outputs` can be read after a run, and allocates
-  /// the arena. Work below about a million flops runs on the calling thread
-  /// only (threads would cost more than they save).
+  /// the arena on the CPU. Work below about a million flops runs on the
+  /// calling thread only (threads would cost more than they save).
   Executable(Graph graph, std::vector<Value> outputs);
-  /// The same, runnable at any batch up to rule.max_rows (set_rows).
-  Executable(Graph graph, std::vector<Value> outputs, BatchRule rule);
+  /// The same, runnable at any batch up to rule.max_rows (set_rows; an empty
+  /// rule: the planned batch only), on `backend` (null: the CPU). Throws
+  /// StateError when the backend lacks a kernel for an op of the graph
+  /// (Backend::check_kernels) or a weight or state tensor of the graph lives
+  /// on another device than the backend's.
+  Executable(Graph graph, std::vector<Value> outputs, BatchRule rule,
+             std::shared_ptr<const Backend> backend = nullptr);
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
 
   const Graph& graph() const { return graph_; }
+  const Backend& backend() const { return *backend_; }
 
   /// Binds an input leaf to caller memory for the following runs, without a
   /// copy; the tensor must stay alive while runs use it. Throws ShapeError or
   /// TypeError when it does not match the input's shape or dtype exactly.
   void bind(Value input, const Tensor& tensor);
 
-  /// A view of a node's result (valid until the next run). Throws
-  /// StateError for a node that is not an output of this executable.
+  /// A view of a node's result (valid until the next run), on the backend's
+  /// device. Throws StateError for a node that is not an output of this
+  /// executable.
   Tensor output(Value v) const;
+  /// Copies a node's result into `dst` (a backend copy, to any device):
+  /// `dst` must have the node's shape at the current rows (ShapeError) and
+  /// dtype (TypeError). Allocates nothing. Throws StateError as output().
+  void copy_output(Value v, Tensor& dst) const;
   /// The first element of a float32 output.
   float scalar(Value v) const;
   /// Where a node's result lives (no Tensor made, so nothing allocated).
@@ -83,10 +97,14 @@ class Executable {
   size_t arena_bytes() const { return plan_.arena_bytes; }
 
  private:
+  void build();  // checks, plans, allocates and lays out the steps
+
   Graph graph_;
   std::vector<Value> outputs_;
+  std::shared_ptr<const Backend> backend_;
+  std::unique_ptr<KernelLauncher> launcher_;
   MemoryPlan plan_;
-  std::shared_ptr<void> arena_;
+  std::shared_ptr<Storage> arena_;
   std::vector<void*> data_;  // per node: where its result lives (null for unbound inputs)
   // What each scheduled node hands its kernel, built once: refs_[first] is
   // the output, the inputs follow; a run only refreshes the data pointers.
@@ -97,7 +115,6 @@ class Executable {
   std::vector<Step> steps_;
   std::unique_ptr<kernels::TensorRef[]> refs_;
   std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
-  bool single_thread_ = false;
   BatchRule rule_;
   int64_t rows_ = 0;             // the batch the refs and attrs describe now (the first input's rows)
   std::vector<Shape> shapes_;    // per node: its shape at rows_

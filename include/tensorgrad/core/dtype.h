@@ -27,8 +27,18 @@ inline const char* dtype_name(DType t) {
   return "?";
 }
 
-/// Where a tensor's memory lives. Only the CPU exists now; the enum is the
-/// seam a CUDA backend (planned) plugs into.
-enum class Device { CPU };
+/// Where a tensor's memory lives and where its kernels run (PyTorch's
+/// torch.device). The CPU always exists; CUDA needs a build with
+/// TENSORGRAD_CUDA and a device (backend/backend.h says what is there).
+enum class Device { CPU, CUDA };
+
+/// "cpu" or "cuda" (PyTorch's device type names).
+inline const char* device_name(Device d) {
+  switch (d) {
+    case Device::CPU: return "cpu";
+    case Device::CUDA: return "cuda";
+  }
+  return "?";
+}
 
 }  // namespace tensorgrad

@@ -170,20 +170,35 @@ class Model {
   /// ValueError for unknown names, and for a cross-entropy loss on an output
   /// made by another activation (sigmoid, relu, ...). A failed compile
   /// leaves the model as it was.
-  void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics = {});
+  ///
+  /// `device` selects the backend every graph of the model runs on (the
+  /// CPU by default; backend(Device)): compile throws StateError when the
+  /// device has no backend here ("no CUDA device ...") or its backend has no
+  /// kernel for an op the model's training or evaluation graph needs (naming
+  /// the op; no silent fallback to the CPU). Every overload takes it last.
+  void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics = {},
+               Device device = Device::CPU);
+  /// The same on a backend object (a custom backend; backend(Device) gives
+  /// the built-in ones). Throws ValueError for a null backend.
+  void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
+               std::shared_ptr<const Backend> backend);
   /// One loss per output in output order, optional loss weights (one per
   /// output; the total loss is their weighted sum) and metrics per output.
   /// Throws ValueError when a list's length is not the number of outputs.
   void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
                const std::vector<float>& loss_weights = {},
-               const std::vector<std::vector<std::string>>& metrics = {});
+               const std::vector<std::vector<std::string>>& metrics = {}, Device device = Device::CPU);
   /// Losses, loss weights and metrics by output name; an output missing from
   /// `losses` is a ValueError, a name that is no output too (listing the
   /// outputs). Missing loss weights are 1.
   void compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                const std::map<std::string, float>& loss_weights = {},
-               const std::map<std::string, std::vector<std::string>>& metrics = {});
+               const std::map<std::string, std::vector<std::string>>& metrics = {}, Device device = Device::CPU);
   bool compiled() const { return compiled_; }
+  /// The backend the model's graphs run on (compile's device; the CPU
+  /// before the first compile).
+  const Backend& backend() const { return *backend_; }
+  Device device() const { return backend_->device(); }
   /// What compile() was given (meaningful once compiled).
   const OptimizerSpec& optimizer() const { return optimizer_; }
   /// The first output's loss kind (the loss of a one-output model).
@@ -431,7 +446,7 @@ class Model {
   void new_structure_id();
   void retire_contexts(const char* why);
   void set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
-                    std::vector<std::vector<std::string>> metrics);
+                    std::vector<std::vector<std::string>> metrics, std::shared_ptr<const Backend> backend);
   std::vector<Tensor> check_inputs(std::span<const Tensor> x, int64_t rows, const char* call) const;
   std::vector<Tensor> ordered_inputs(const std::map<std::string, Tensor>& x) const;
   std::vector<Tensor> ordered_targets(const std::map<std::string, Tensor>& y) const;
@@ -451,6 +466,7 @@ class Model {
   std::vector<float> loss_weights_;
   std::vector<std::vector<std::string>> metrics_;  // per output, as compile() was given them
   std::shared_ptr<OptimizerState> opt_state_;
+  std::shared_ptr<const Backend> backend_ = cpu_backend();
   std::map<std::tuple<int64_t, int64_t, int, int64_t>, std::unique_ptr<OptimizerContext>> contexts_;
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity

@@ -392,6 +392,8 @@ struct OptimizerContextOptions {
   /// context), run before the context's own, in order; shared, so a hook
   /// added to the model later reaches contexts made earlier.
   std::shared_ptr<const std::vector<GradientHook>> model_hooks;
+  /// The backend the graphs run on (Model::compile's device); null: the CPU.
+  std::shared_ptr<const Backend> backend;
 };
 
 /// What one step or evaluation measured. The spans point into the context
@@ -459,6 +461,10 @@ class OptimizerContext {
     check_targets(0, y, sample_weight, rows);
   }
 
+  /// Builds the training and evaluation graphs (at two rows, unplanned) and
+  /// throws StateError naming the first op `backend` has no kernel for
+  /// (Backend::check_kernels): how compile refuses a model for a device.
+  void check_kernels(const Backend& backend);
   /// Adds a hook run between backward and update (see GradientHook), after
   /// the model's hooks; this context's only.
   void add_gradient_hook(GradientHook hook);

@@ -1,0 +1,75 @@
+#pragma once
+// The device seam's backend half (DESIGN.md, backend layer): a backend owns
+// its device's memory (core/storage.h), its kernel lookup per op, and makes
+// executables from planned graphs. The CPU backend always exists; CUDA's is a
+// stub in this version (a build option that checks the toolkit and the
+// device, with no kernels yet).
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/core/storage.h"
+#include "tensorgrad/graph/graph.h"
+
+namespace tensorgrad {
+
+namespace kernels {
+struct TensorRef;
+}
+class Executable;
+struct BatchRule;
+
+/// Runs one backend's kernels, holding what its kernels need besides their
+/// tensors (the CPU's: the thread pool, or none for small work). Made by
+/// Backend::make_launcher for one executable, or for one eager op.
+class KernelLauncher {
+ public:
+  virtual ~KernelLauncher() = default;
+  /// Brackets the launches of one run (the CPU takes its thread pool in
+  /// begin_run, so that set_num_threads between runs takes effect).
+  virtual void begin_run() = 0;
+  virtual void end_run() = 0;
+  /// Runs op on `in`, writing `out` (for in-place ops, their first input),
+  /// on this backend's device. Kernels trust their inputs (shape rules
+  /// checked them when the op was made).
+  virtual void launch(OpKind op, const OpAttrs& attrs, std::span<const kernels::TensorRef> in,
+                      const kernels::TensorRef& out) = 0;
+};
+
+/// A device's implementation of the engine: memory, kernels, executables.
+/// Selected per model (Model::compile(..., device)); the CPU by default.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  /// "cpu", "cuda", or a custom backend's name, for messages.
+  virtual std::string name() const = 0;
+  /// Whether this backend has a kernel for `op`.
+  virtual bool has_kernel(OpKind op) const = 0;
+  /// Uninitialised memory on this backend's device. Throws ValueError for an
+  /// impossible size, MemoryError when the device is out of memory.
+  virtual std::shared_ptr<Storage> allocate(size_t bytes) const = 0;
+  /// A launcher for work of `flops` in total (kernels::op_flops summed over
+  /// a graph, or one op's): the CPU runs work under kernels::kParallelFlops
+  /// on the calling thread.
+  virtual std::unique_ptr<KernelLauncher> make_launcher(double flops) const = 0;
+
+  /// Throws StateError naming the first op of `graph` (its name, node and
+  /// layer name) that this backend has no kernel for: a model is refused at
+  /// compile time, never run half on another device.
+  void check_kernels(const Graph& graph) const;
+};
+
+/// The CPU backend (OpenBLAS, libxsmm and pthreadpool kernels for every op).
+const std::shared_ptr<const Backend>& cpu_backend();
+/// The backend of `device`: cpu_backend() for Device::CPU. For Device::CUDA
+/// it throws StateError starting "no CUDA device" and saying why: the build
+/// has no CUDA backend (TENSORGRAD_CUDA=OFF, or AUTO without the toolkit),
+/// no CUDA device or driver is present, or (with a device) the CUDA backend
+/// is a stub whose kernels are not built yet.
+std::shared_ptr<const Backend> backend(Device device);
+/// Whether this build contains the CUDA backend target (TENSORGRAD_CUDA).
+bool built_with_cuda();
+
+}  // namespace tensorgrad

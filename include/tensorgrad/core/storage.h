@@ -1,0 +1,91 @@
+#pragma once
+// The device seam (DESIGN.md, "A device seam"): a tensor owns its memory
+// through a Storage, which a backend implements for its device. The CPU's
+// storage lives here, beside the interface, because every layer makes host
+// tensors; other devices register an allocator (backend/backend.h).
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "tensorgrad/core/dtype.h"
+
+namespace tensorgrad {
+
+/// A block of bytes on one device, shared by the tensors that view it.
+/// `data()` is the device's address of byte 0 (a host pointer on the CPU, a
+/// device pointer elsewhere): only the backend of that device may read or
+/// write through it; everyone else copies with the functions below.
+class Storage {
+ public:
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  virtual ~Storage() = default;
+
+  Device device() const { return device_; }
+  size_t nbytes() const { return nbytes_; }
+  void* data() const { return data_; }
+
+  /// Copies `bytes` host bytes from `src` into [offset, offset + bytes).
+  /// The caller has checked the range (Tensor does).
+  virtual void copy_from_host(size_t offset, const void* src, size_t bytes) = 0;
+  /// Copies [offset, offset + bytes) into the host memory at `dst`.
+  virtual void copy_to_host(size_t offset, void* dst, size_t bytes) const = 0;
+  /// Copies `bytes` from `src` at `src_offset` into [offset, offset + bytes),
+  /// both on this storage's device (copy_bytes routes copies between devices
+  /// through the host side of one of them). Overlapping ranges are allowed.
+  virtual void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) = 0;
+
+ protected:
+  Storage(Device device, void* data, size_t nbytes) : device_(device), data_(data), nbytes_(nbytes) {}
+
+ private:
+  Device device_;
+  void* data_;
+  size_t nbytes_;
+};
+
+/// Host memory: owned (64-byte aligned, from `allocate`) or a view of
+/// caller memory (`wrap`: no copy, not freed). An allocator that keeps its
+/// own blocks (the eager API's cache) derives from it, passing owned = false
+/// and returning the block in its destructor.
+class CpuStorage : public Storage {
+ public:
+  /// Owned, uninitialised, 64-byte aligned (at least 64 bytes are taken, so
+  /// an empty tensor has an address too). Throws ValueError for more than
+  /// 2^48 bytes and MemoryError when the allocation fails.
+  static std::shared_ptr<CpuStorage> allocate(size_t bytes);
+  /// Caller memory, not freed here; the caller keeps it alive.
+  static std::shared_ptr<CpuStorage> wrap(void* data, size_t bytes);
+
+  /// `owned`: free `data` (from std::aligned_alloc) in the destructor.
+  CpuStorage(void* data, size_t bytes, bool owned) : Storage(Device::CPU, data, bytes), owned_(owned) {}
+  ~CpuStorage() override;
+  void copy_from_host(size_t offset, const void* src, size_t bytes) override;
+  void copy_to_host(size_t offset, void* dst, size_t bytes) const override;
+  void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) override;
+
+ private:
+  bool owned_;
+};
+
+/// Copies `bytes` from `src` at `src_offset` to `dst` at `dst_offset`,
+/// whatever their devices: within one device its backend copies; between
+/// the host and a device the device's storage copies in or out. Throws
+/// StateError for two different non-CPU devices (no such pair exists yet).
+void copy_bytes(Storage& dst, size_t dst_offset, const Storage& src, size_t src_offset, size_t bytes);
+
+/// Allocates `bytes` of uninitialised memory on `device`. The CPU's is
+/// CpuStorage::allocate; another device's comes from the allocator its
+/// backend registered (register_storage_allocator). Throws StateError when
+/// no backend for the device is available, with the backend's reason (for
+/// CUDA: "no CUDA device ...").
+std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes);
+
+/// How a backend gives memory on its device; called by allocate_storage.
+using StorageAllocator = std::function<std::shared_ptr<Storage>(size_t bytes)>;
+/// Registers `device`'s allocator (a backend does when it is first made).
+/// Replaces an earlier one. Throws ValueError for Device::CPU (its storage is
+/// fixed) or an empty function.
+void register_storage_allocator(Device device, StorageAllocator allocator);
+
+}  // namespace tensorgrad

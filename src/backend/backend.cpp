@@ -1,0 +1,30 @@
+#include "tensorgrad/backend/backend.h"
+
+#include "backend/cuda/cuda_backend.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad {
+
+void Backend::check_kernels(const Graph& graph) const {
+  const auto& nodes = graph.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (has_kernel(n.op)) continue;
+    throw StateError(std::string("the ") + name() + " backend has no kernel for op " + op_info(n.op).name +
+                     " (node " + std::to_string(i) + (n.name.empty() ? "" : ", '" + n.name + "'") +
+                     "): this model cannot run on " + device_name(device()) +
+                     "; compile it for Device::CPU, or leave out the layer that needs the op");
+  }
+}
+
+std::shared_ptr<const Backend> backend(Device device) {
+  switch (device) {
+    case Device::CPU: return cpu_backend();
+    case Device::CUDA: return cuda::backend();
+  }
+  throw StateError("backend: unknown device");
+}
+
+bool built_with_cuda() { return cuda::built(); }
+
+}  // namespace tensorgrad

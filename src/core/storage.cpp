@@ -1,0 +1,106 @@
+#include "tensorgrad/core/storage.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad {
+
+namespace {
+constexpr size_t kAlignment = 64;
+
+struct AllocatorRegistry {
+  std::mutex mutex;
+  StorageAllocator cuda;
+};
+AllocatorRegistry& registry() {
+  static AllocatorRegistry* r = new AllocatorRegistry();  // never destroyed: storages may outlive statics
+  return *r;
+}
+}  // namespace
+
+std::shared_ptr<CpuStorage> CpuStorage::allocate(size_t bytes) {
+  if (bytes > (size_t(1) << 48))
+    throw ValueError("cannot allocate " + std::to_string(bytes) + " bytes (more than 2^48); use smaller dimensions");
+  const size_t rounded = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p)
+    throw MemoryError("out of memory allocating " + std::to_string(bytes) + " bytes; use a smaller batch or model");
+  try {
+    return std::make_shared<CpuStorage>(p, bytes, true);
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
+}
+
+std::shared_ptr<CpuStorage> CpuStorage::wrap(void* data, size_t bytes) {
+  return std::make_shared<CpuStorage>(data, bytes, false);
+}
+
+CpuStorage::~CpuStorage() {
+  if (owned_) std::free(data());
+}
+
+void CpuStorage::copy_from_host(size_t offset, const void* src, size_t bytes) {
+  if (bytes) std::memmove(static_cast<char*>(data()) + offset, src, bytes);
+}
+
+void CpuStorage::copy_to_host(size_t offset, void* dst, size_t bytes) const {
+  if (bytes) std::memmove(dst, static_cast<const char*>(data()) + offset, bytes);
+}
+
+void CpuStorage::copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) {
+  char* to = static_cast<char*>(data()) + offset;
+  const char* from = static_cast<const char*>(src.data()) + src_offset;
+  if (bytes && to != from) std::memmove(to, from, bytes);
+}
+
+void copy_bytes(Storage& dst, size_t dst_offset, const Storage& src, size_t src_offset, size_t bytes) {
+  if (dst.device() == src.device()) {
+    dst.copy_within_device(dst_offset, src, src_offset, bytes);
+  } else if (dst.device() == Device::CPU) {
+    src.copy_to_host(src_offset, static_cast<char*>(dst.data()) + dst_offset, bytes);
+  } else if (src.device() == Device::CPU) {
+    dst.copy_from_host(dst_offset, static_cast<const char*>(src.data()) + src_offset, bytes);
+  } else {
+    throw StateError(std::string("no copy from ") + device_name(src.device()) + " to " + device_name(dst.device()) +
+                     " exists; copy through a CPU tensor");
+  }
+}
+
+std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes) {
+  switch (device) {
+    case Device::CPU: return CpuStorage::allocate(bytes);
+    case Device::CUDA: {
+      StorageAllocator cuda;
+      {
+        std::lock_guard<std::mutex> lock(registry().mutex);
+        cuda = registry().cuda;
+      }
+      if (!cuda)
+        throw StateError("no CUDA device: no CUDA backend is running (select it first with backend(Device::CUDA), "
+                         "which says why it is unavailable); use Device::CPU");
+      return cuda(bytes);
+    }
+  }
+  throw StateError("allocate_storage: unknown device");
+}
+
+void register_storage_allocator(Device device, StorageAllocator allocator) {
+  if (!allocator) throw ValueError("register_storage_allocator: an empty allocator");
+  switch (device) {
+    case Device::CPU:
+      throw ValueError("register_storage_allocator: the CPU's storage is fixed (CpuStorage); register another device");
+    case Device::CUDA: {
+      std::lock_guard<std::mutex> lock(registry().mutex);
+      registry().cuda = std::move(allocator);
+      return;
+    }
+  }
+}
+
+}  // namespace tensorgrad
