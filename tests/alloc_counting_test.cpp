@@ -176,6 +176,36 @@ TEST_P(AllocationFree, SmallRegressionStepWithAccumulationAndWeights) {
   EXPECT_EQ(allocations_in(100, [&] { model.predict(one, q); }), 0);
 }
 
+// The hook stage allocates nothing either: gradients copied into the flat
+// buffer and back around the hooks (no accumulation), or accumulated in it
+// (accumulation), seen per tensor and per bucket (bucket() makes a view).
+TEST_P(AllocationFree, StepWithGradientAndBucketHooks) {
+  for (int64_t logical : {int64_t(0), int64_t(64)}) {
+    SCOPED_TRACE(logical ? "accumulation" : "no accumulation");
+    tg::manual_seed(3);
+    tg::nn::Sequential model({4});
+    model.add(tg::nn::Dense(64, "relu"));
+    model.add(tg::nn::Dense(2));
+    model.compile(tg::OptimizerSpec::sgd(1e-2f), "mse");
+    model.set_gradient_bucket_bytes(100);
+    double seen = 0.0;
+    model.add_gradient_hook([&](std::span<tg::NamedGradient> gs) { seen += gs[0].grad.data<float>()[0]; });
+    model.add_gradient_bucket_hook([&](tg::GradientBuffer& buf) {
+      for (size_t k = 0; k < buf.n_buckets(); ++k) {
+        tg::Tensor b = buf.bucket(k);
+        for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] *= 0.5f;
+      }
+    });
+    auto& ctx = model.optimizer_context(32, logical);
+    tg::Tensor x = random_tensor({32, 4}), y = random_tensor({32, 2});
+    for (int i = 0; i < 4; ++i) ctx.step(x, y);
+    const float before = model.weights()[0].value.data<float>()[0];
+    EXPECT_EQ(allocations_in(100, [&] { ctx.step(x, y); }), 0);
+    EXPECT_NE(model.weights()[0].value.data<float>()[0], before);  // updates happened
+    EXPECT_NE(seen, 0.0);
+  }
+}
+
 // Clipping and the optimizers' state are graph ops on persistent tensors: a
 // clipped SGD-momentum step (global norm: per-tensor norms, their sum, the
 // scale), and a clipped centered RMSprop with momentum and accumulation,

@@ -141,12 +141,13 @@ Model& Model::operator=(Model&& other) noexcept {
   retired_contexts_ = std::move(other.retired_contexts_);
   predict_plans_ = std::move(other.predict_plans_);
   hooks_ = std::move(other.hooks_);
+  gradient_bucket_bytes_ = other.gradient_bucket_bytes_;
   as_layer_ = std::move(other.as_layer_);
   trainable_at_compile_ = std::move(other.trainable_at_compile_);
   other.trainable_at_compile_.clear();
   plan_pools_ = std::move(other.plan_pools_);  // plans belong to the graph they were built from
   other.plan_pools_.clear();
-  other.hooks_ = std::make_shared<std::vector<GradientHook>>();
+  other.hooks_ = std::make_shared<std::vector<AnyGradientHook>>();
   rng_ = other.rng_;
   initial_epoch_ = std::exchange(other.initial_epoch_, std::nullopt);
   // The moved-from model is released, with an identity of its own, so that
@@ -382,6 +383,7 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.optimizer = optimizer_;
     o.model_hooks = hooks_;
     o.backend = backend_;
+    o.gradient_bucket_bytes = gradient_bucket_bytes_;
     o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
     const int64_t micro = micro_batch > 0 ? micro_batch : batch_size;
     const int64_t period = nbatch_logical > 0 && micro > 0 ? nbatch_logical / micro : 1;
@@ -792,7 +794,21 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
 void Model::add_gradient_hook(GradientHook hook) {
   check_live("add_gradient_hook()");
   if (!hook) throw ValueError("add_gradient_hook: empty hook");
-  hooks_->push_back(std::move(hook));
+  hooks_->emplace_back(std::in_place_type<GradientHook>, std::move(hook));
+}
+
+void Model::add_gradient_bucket_hook(GradientBucketHook hook) {
+  check_live("add_gradient_bucket_hook()");
+  if (!hook) throw ValueError("add_gradient_bucket_hook: empty hook");
+  hooks_->emplace_back(std::in_place_type<GradientBucketHook>, std::move(hook));
+}
+
+void Model::set_gradient_bucket_bytes(size_t bytes) {
+  check_live("set_gradient_bucket_bytes()");
+  check_gradient_bucket_bytes(bytes, "Model::set_gradient_bucket_bytes: the bucket size in bytes");
+  gradient_bucket_bytes_ = bytes;
+  for (auto& [key, ctx] : contexts_)
+    if (ctx) ctx->set_gradient_bucket_bytes(bytes);
 }
 
 void Model::freeze_bn_stats(bool freeze) {
@@ -840,6 +856,7 @@ Model Model::clone() const {
     copy.compiled_ = true;
   }
   *copy.hooks_ = *hooks_;
+  copy.gradient_bucket_bytes_ = gradient_bucket_bytes_;
   return copy;
 }
 

@@ -25,6 +25,10 @@ Model trainer_copy(const Model& model, const TrainerOptions& options) {
     spec.weight_decay = *options.weight_decay;
   }
   copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics(), model.device());
+  if (options.gradient_bucket_bytes) {
+    check_gradient_bucket_bytes(*options.gradient_bucket_bytes, "Trainer: gradient_bucket_bytes");
+    copy.set_gradient_bucket_bytes(*options.gradient_bucket_bytes);
+  }
   return copy;
 }
 }  // namespace
@@ -183,6 +187,16 @@ std::vector<Weight> Trainer::weights() const {
 void Trainer::calibrate_bn(const Tensor& x) {
   check_live("calibrate_bn");
   model_.calibrate_bn(x);
+}
+
+void Trainer::add_gradient_hook(GradientHook hook) {
+  check_live("add_gradient_hook");
+  model_.add_gradient_hook(std::move(hook));
+}
+
+void Trainer::add_gradient_bucket_hook(GradientBucketHook hook) {
+  check_live("add_gradient_bucket_hook");
+  model_.add_gradient_bucket_hook(std::move(hook));
 }
 
 void Trainer::set_lr(float lr) {

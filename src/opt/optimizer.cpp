@@ -365,6 +365,7 @@ struct OptimizerContext::Head {
 struct OptimizerPlan {
   std::unique_ptr<Executable> exe;
   std::vector<std::pair<std::string, Value>> named;  // trainable gradients, for the hook stage
+  std::vector<int64_t> named_offset;  // per `named`, its first element in OptimizerState::gradients
   std::vector<Value> x;
   struct Output {
     Value y, w, loss;
@@ -381,6 +382,43 @@ struct OptimizerPlan {
 };
 
 namespace {
+// Makes the model's flat gradient buffer for the trainable weights `params`
+// of a training graph (the first one), or checks that they are the weights
+// it was made for (every later one).
+void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Value>& params) {
+  if (s.gradient_layout.empty()) {
+    int64_t n = 0;
+    std::vector<OptimizerState::GradientRange> layout;
+    layout.reserve(params.size());
+    for (Value p : params) {
+      const Node& node = g.node(p);
+      layout.push_back({node.bound.raw(), node.name, node.shape, n});
+      n += node.shape.numel();
+    }
+    s.gradients = Tensor::zeros(Shape{n});
+    s.gradient_layout = std::move(layout);
+    return;
+  }
+  const std::vector<OptimizerState::GradientRange>& layout = s.gradient_layout;
+  auto fail = [&](const std::string& what) {
+    throw StateError("a training graph's trainable weights differ from those the model's flat gradient buffer was "
+                     "laid out for by its first training graph (" + std::to_string(layout.size()) +
+                     " weights): " + what + ". Every training graph of a model must train the same weights; "
+                     "compile() again after changing which weights train");
+  };
+  if (params.size() != layout.size())
+    fail("this graph has " + std::to_string(params.size()) + " trainable weights");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Node& node = g.node(params[i]);
+    if (node.name != layout[i].name || node.shape != layout[i].shape)
+      fail("weight " + std::to_string(i) + " is '" + node.name + "' " + node.shape.str() + " here, '" +
+           layout[i].name + "' " + layout[i].shape.str() + " in the buffer");
+    if (node.bound.raw() != layout[i].parameter)
+      fail("weight " + std::to_string(i) + ", '" + node.name + "', is another tensor than the buffer's (a weight "
+           "of another model?)");
+  }
+}
+
 bool is_activation(OpKind op) {
   return op == OpKind::Relu || op == OpKind::Sigmoid || op == OpKind::Tanh || op == OpKind::Gelu ||
          op == OpKind::Silu || op == OpKind::Elu || op == OpKind::LeakyRelu || op == OpKind::Softplus ||
@@ -480,6 +518,8 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
     throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(options_.micro_batch) +
                      "; got " + std::to_string(options_.nbatch_logical));
   options_.optimizer.validate();
+  check_gradient_bucket_bytes(options_.gradient_bucket_bytes, "gradient_bucket_bytes");
+  buffer_.bucket_bytes_ = options_.gradient_bucket_bytes;
   if (!model_.forward) throw ValueError("OptimizerContext: the ModelFunction has no forward function");
   if (model_.inputs.empty()) throw ValueError("OptimizerContext: the ModelFunction has no inputs");
   const size_t n_out = model_.output_names.size();
@@ -604,6 +644,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
   const OptimizerSpec& spec = options_.optimizer;
   const std::vector<Value> params = g.trainable_parameters();
   if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
+  lay_out_gradients(*state_, g, params);
   // The seed is set per step (accumulation_scale_), so that contexts of short
   // micro-batches share the plan with the full ones.
   if (period_ > 1) plan->accumulation_scale = g.input("optimizer/accumulation_scale", Shape{});
@@ -611,6 +652,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
                                          : g.gradients(plan->total, params);
   const bool clipping = spec.clipnorm > 0.0f || spec.global_clipnorm > 0.0f || spec.clipvalue > 0.0f;
   plan->persistent_grads = period_ > 1 || clipping;
+  if (plan->persistent_grads) state_->gradients_accumulate = true;
   const bool momentum = spec.momentum > 0.0f;  // SGD and RMSprop: a momentum buffer
   std::vector<Value> sources(params.size()), accumulators(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -638,7 +680,12 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
         break;
     }
     if (plan->persistent_grads) {
-      if (!slot.acc.defined()) slot.acc = Tensor::zeros(shape);
+      // The accumulator is the weight's range of the flat gradient buffer.
+      const int64_t offset = state_->gradient_layout[i].offset;
+      Tensor view = state_->gradients.rows(offset, offset + shape.numel()).reshape(shape);
+      if (!slot.acc.defined()) view.fill(0.0f);  // the hook stage of a graph without accumulation may have used it
+      else if (slot.acc.raw() != view.raw()) view.copy_from(slot.acc);  // restored by a checkpoint before the buffer
+      slot.acc = view;
       accumulators[i] = g.state(slot.acc, name + "/grad");
       sources[i] = g.apply(OpKind::AccumulateGrad, {accumulators[i], grads[i]});
     } else {
@@ -715,8 +762,10 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
     }
   }
   for (size_t i = 0; i < params.size(); ++i)
-    if (sources[i].valid())
+    if (sources[i].valid()) {
       plan->named.emplace_back(g.node(params[i]).name, plan->persistent_grads ? accumulators[i] : sources[i]);
+      plan->named_offset.push_back(state_->gradient_layout[i].offset);
+    }
 }
 
 std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
@@ -860,10 +909,18 @@ OptimizerPlan& OptimizerContext::acquire(bool train) {
       if (shared && mine->exe->max_rows() > 0) *shared = mine;
     }
     if (train) {
-      grads_.clear();
-      for (auto& [name, v] : mine->named) {
-        const Node& n = mine->exe->graph().node(v);
-        grads_.push_back({name, n.role == NodeRole::State ? n.bound : mine->exe->output(v)});
+      // What the hooks see: views of the flat buffer; without accumulation
+      // the gradients themselves are outputs in the arena, copied in and out
+      // around the hooks.
+      buffer_.flat_ = state_->gradients;
+      buffer_.tensors_.clear();
+      arena_grads_.clear();
+      for (size_t k = 0; k < mine->named.size(); ++k) {
+        const auto& [name, v] = mine->named[k];
+        const Shape& shape = mine->exe->graph().node(v).shape;
+        const int64_t offset = mine->named_offset[k];
+        buffer_.tensors_.push_back({name, state_->gradients.rows(offset, offset + shape.numel()).reshape(shape)});
+        arena_grads_.push_back(mine->persistent_grads ? Tensor{} : mine->exe->output(v));
       }
     }
   }
@@ -1061,6 +1118,16 @@ void OptimizerContext::retire(const std::string& why) {
   state_.reset();
   options_.model_hooks.reset();
   options_.plans.reset();
+  // The views of the flat buffer and the arena go too; during the hook stage
+  // (a hook retired this context) apply_update drops them once the hooks
+  // that may still hold them are done.
+  if (!in_hook_stage_) release_gradient_views();
+}
+
+void OptimizerContext::release_gradient_views() {
+  buffer_.flat_ = Tensor{};
+  buffer_.tensors_.clear();
+  arena_grads_.clear();
 }
 
 // Clipping, the hooks and the optimizer update over the period's complete
@@ -1071,24 +1138,44 @@ void OptimizerContext::apply_update(OptimizerPlan& plan) {
   // are held here until the hooks are done, and the update is then not
   // applied. Copies of shared_ptrs: no allocation.
   const std::shared_ptr<OptimizerState> state = state_;
-  const std::shared_ptr<const std::vector<GradientHook>> model_hooks = options_.model_hooks;
+  const std::shared_ptr<const std::vector<AnyGradientHook>> model_hooks = options_.model_hooks;
   // (A reduction across ranks will run here, before clipping.)
   plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
+  // Without accumulation the gradients are arena outputs: with hooks, they
+  // are copied into the flat buffer for them and back for the update (two
+  // backend copies per update, only when there are hooks); without hooks
+  // nothing touches them.
+  const bool copy_through = !plan.persistent_grads && ((model_hooks && !model_hooks->empty()) || !hooks_.empty());
+  auto call = [this](const AnyGradientHook& hook) {
+    if (const GradientHook* h = std::get_if<GradientHook>(&hook)) (*h)(buffer_.tensors());
+    else std::get<GradientBucketHook>(hook)(buffer_);
+  };
+  in_hook_stage_ = true;
   try {
+    if (copy_through)
+      for (size_t k = 0; k < arena_grads_.size(); ++k) buffer_.tensors_[k].grad.copy_from(arena_grads_[k]);
     if (model_hooks)
-      for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) (*model_hooks)[i](grads_);
-    for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) hooks_[i](grads_);
+      for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) call((*model_hooks)[i]);
+    for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) call(hooks_[i]);
   } catch (...) {
+    in_hook_stage_ = false;
     // The period's gradients are dropped, so the next period starts clean.
     state->micro_step = 0;
-    if (plan.persistent_grads && retired_.empty())
-      for (NamedGradient& g : grads_) g.grad.fill(0.0f);
+    if ((plan.persistent_grads || state->gradients_accumulate) && retired_.empty()) state->gradients.fill(0.0f);
+    if (!retired_.empty()) release_gradient_views();
     throw;
   }
+  in_hook_stage_ = false;
   if (!retired_.empty()) {
+    release_gradient_views();
     state->micro_step = 0;
     throw StateError("a gradient hook changed the model during a step (" + retired_ +
                      "): this step's update was not applied; change the model between steps");
+  }
+  if (copy_through) {
+    for (size_t k = 0; k < arena_grads_.size(); ++k) arena_grads_[k].copy_from(buffer_.tensors_[k].grad);
+    // Another graph of the model accumulates into the buffer: leave it zero.
+    if (state->gradients_accumulate) state->gradients.fill(0.0f);
   }
   plan.exe->run(plan.clip_end);
   state_->micro_step = 0;
@@ -1132,7 +1219,41 @@ StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Te
 
 void OptimizerContext::add_gradient_hook(GradientHook hook) {
   if (!hook) throw ValueError("add_gradient_hook: empty hook");
-  hooks_.push_back(std::move(hook));
+  hooks_.emplace_back(std::in_place_type<GradientHook>, std::move(hook));
+}
+
+void OptimizerContext::add_gradient_bucket_hook(GradientBucketHook hook) {
+  if (!hook) throw ValueError("add_gradient_bucket_hook: empty hook");
+  hooks_.emplace_back(std::in_place_type<GradientBucketHook>, std::move(hook));
+}
+
+void OptimizerContext::set_gradient_bucket_bytes(size_t bytes) {
+  check_gradient_bucket_bytes(bytes, "gradient_bucket_bytes");
+  options_.gradient_bucket_bytes = bytes;
+  buffer_.bucket_bytes_ = bytes;
+}
+
+void check_gradient_bucket_bytes(size_t bytes, const char* where) {
+  if (bytes == 0 || bytes % 4 != 0)
+    throw ValueError(std::string(where) + " must be a positive multiple of 4 (buckets hold whole float32 "
+                     "gradients; the default is 25 MiB, " + std::to_string(kDefaultGradientBucketBytes) +
+                     " bytes); got " + std::to_string(bytes));
+}
+
+std::pair<int64_t, int64_t> GradientBuffer::bucket_range(size_t k) const {
+  const size_t n = n_buckets();
+  if (k >= n)
+    throw IndexError("gradient bucket " + std::to_string(k) + " is out of range: the buffer of " +
+                     std::to_string(bytes()) + " bytes has " + std::to_string(n) + " bucket(s) of at most " +
+                     std::to_string(bucket_bytes_) + " bytes (0 before the first step); use k < n_buckets()");
+  const int64_t per = int64_t(bucket_bytes_ / 4);
+  const int64_t begin = int64_t(k) * per;
+  return {begin, std::min(begin + per, flat_.numel())};
+}
+
+Tensor GradientBuffer::bucket(size_t k) const {
+  const auto [begin, end] = bucket_range(k);
+  return flat_.rows(begin, end);
 }
 
 void OptimizerContext::set_learning_rate(float lr) {

@@ -363,6 +363,20 @@ class Model {
   /// hooks with it). Hooks run in the order added. Throws ValueError for an
   /// empty hook.
   void add_gradient_hook(GradientHook hook);
+  /// Adds a hook that sees the model's flat gradient buffer cut into buckets
+  /// (see GradientBuffer; the place for an all-reduce per bucket), run by
+  /// every optimizer context of this model in the same stage as
+  /// add_gradient_hook's hooks and in one order with them (the order added).
+  /// Throws ValueError for an empty hook.
+  void add_gradient_bucket_hook(GradientBucketHook hook);
+  /// The size in bytes of the buckets the hook stage cuts the flat gradient
+  /// buffer into (PyTorch DDP's bucket_cap_mb, in bytes): default 25 MiB.
+  /// Applies to every optimizer context of the model, those made earlier
+  /// included, from their next hook call on; kept by compile(), clone() and
+  /// a Trainer made from the model. Throws ValueError unless bytes is a
+  /// positive multiple of 4 (whole float32 elements), StateError after free().
+  void set_gradient_bucket_bytes(size_t bytes);
+  size_t gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
 
   /// Bytes of every arena the model holds now (training, evaluation and
   /// prediction plans), and the number of those plans: bounded however many
@@ -471,7 +485,8 @@ class Model {
   std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
   std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
   std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)
-  std::shared_ptr<std::vector<GradientHook>> hooks_ = std::make_shared<std::vector<GradientHook>>();
+  std::shared_ptr<std::vector<AnyGradientHook>> hooks_ = std::make_shared<std::vector<AnyGradientHook>>();
+  size_t gradient_bucket_bytes_ = kDefaultGradientBucketBytes;
   mutable std::shared_ptr<Layer> as_layer_;
   std::vector<std::pair<const Layer*, bool>> trainable_at_compile_;  // what the optimizer was compiled for  // this model called as a layer: one object, so calls share it
   bool stop_training_ = false;

@@ -29,6 +29,10 @@ struct TrainerOptions {
   /// Decoupled weight decay in [0, 1]; unset = the compiled optimizer's.
   /// Frozen weights are not decayed.
   std::optional<float> weight_decay;
+  /// The hook stage's bucket size in bytes (Model::set_gradient_bucket_bytes);
+  /// unset = the model's (default 25 MiB). A positive multiple of 4, else
+  /// ValueError.
+  std::optional<size_t> gradient_bucket_bytes;
 };
 
 /// The trainer. Works on its own copy of a compiled Model's weights (the
@@ -93,6 +97,17 @@ class Trainer {
   std::vector<Weight> weights() const;
   /// Batch-norm moving statistics from up to 1024 rows of x (Model::calibrate_bn).
   void calibrate_bn(const Tensor& x);
+  /// Adds a gradient hook (see GradientHook) to this trainer's own model:
+  /// run by every step's update after the hooks the model had when the
+  /// trainer was made, in the order added (Model::add_gradient_hook).
+  /// Throws ValueError for an empty hook, StateError after free().
+  void add_gradient_hook(GradientHook hook);
+  /// The same for a hook that sees the flat gradient buffer cut into buckets
+  /// (see GradientBuffer, Model::add_gradient_bucket_hook).
+  void add_gradient_bucket_hook(GradientBucketHook hook);
+  /// The bucket size in bytes of the hook stage (see
+  /// TrainerOptions::gradient_bucket_bytes).
+  size_t gradient_bucket_bytes() const { return model_.gradient_bucket_bytes(); }
   /// Throws ValueError unless lr is positive and finite, and TypeError when
   /// the optimizer has a learning_rate_schedule (its rate is not settable).
   void set_lr(float lr);

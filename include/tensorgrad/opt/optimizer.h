@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "tensorgrad/backend/executable.h"
@@ -305,6 +306,29 @@ struct OptimizerState {
     Tensor acc;       // gradient accumulator: accumulation period > 1, or clipping
   };
   std::unordered_map<const void*, Slots> slots;  // by parameter memory
+  /// The model's flat gradient buffer (DESIGN.md: "hooks see one flat
+  /// gradient buffer cut into buckets"): {n} float32 on the model's device,
+  /// every trainable weight's gradient one after another in the order of the
+  /// training graph's trainable_parameters(), n the sum of their element
+  /// counts. Made, zeroed, by the model's first training graph; every later
+  /// training graph must have the same trainable weights (StateError
+  /// otherwise). With accumulation or clipping it is the gradient
+  /// accumulator (each Slots::acc a view of it); without, the hook stage
+  /// copies a step's gradients into it before the hooks and back after.
+  Tensor gradients;
+  /// Where one trainable weight's gradient lies in `gradients`.
+  struct GradientRange {
+    const void* parameter = nullptr;  // the weight's memory (the key of `slots`)
+    std::string name;                 // "<layer>/<weight>"
+    Shape shape;                      // the weight's shape
+    int64_t offset = 0;               // first element in `gradients`
+  };
+  /// The layout of `gradients`, in order; empty until it is made.
+  std::vector<GradientRange> gradient_layout;
+  /// True once some training graph accumulates into `gradients` (then it
+  /// must be zero between updates, and the hook stage of a graph without
+  /// accumulation clears it after use).
+  bool gradients_accumulate = false;
   int64_t micro_step = 0;                        // physical steps since the last update
   /// {1} int64: the model's dropout counter, a persistent tensor every
   /// training graph of the model binds (Graph::set_rng_counter) and advances
@@ -334,13 +358,74 @@ struct OptimizerState {
 /// A trainable gradient as the hook stage sees it.
 struct NamedGradient {
   std::string name;
-  Tensor grad;  // view of the gradient (averaged over the logical batch), writable
+  Tensor grad;  // view of the gradient (averaged over the logical batch) in the model's flat buffer, writable
 };
 /// Called between backward and update with every trainable gradient (gradient
 /// clipping, all-reduce, inspection). May modify the gradients in place. A
 /// hook that throws cancels that update: the period's gradients are dropped
-/// and the exception propagates. The views are valid after the first step().
+/// and the exception propagates. The views are valid after the first step();
+/// they are GradientBuffer::tensors(), views of the model's flat gradient
+/// buffer (see GradientBuffer for the bucketed form).
 using GradientHook = std::function<void(std::span<NamedGradient>)>;
+
+/// The hook stage's default bucket size: 25 MiB, PyTorch DDP's bucket_cap_mb.
+inline constexpr size_t kDefaultGradientBucketBytes = size_t(25) << 20;
+
+/// Throws ValueError unless `bytes` is a positive multiple of 4 (buckets hold
+/// whole float32 elements), naming `where` (the option) and the value.
+void check_gradient_bucket_bytes(size_t bytes, const char* where);
+
+/// The model's trainable gradients as the hook stage sees them (DESIGN.md:
+/// "hooks see one flat gradient buffer cut into buckets"): one flat float32
+/// buffer holding every gradient contiguously (OptimizerState::gradients),
+/// the per-weight views into it, and its cut into buckets of bucket_bytes()
+/// (PyTorch DDP's buckets and bucket_cap_mb): bucket k is the elements
+/// [k * bucket_bytes() / 4, min((k + 1) * bucket_bytes() / 4, n)) of flat(),
+/// contiguous byte ranges that ignore tensor boundaries, so an all-reduce per
+/// bucket makes ceil(bytes() / bucket_bytes()) collective calls. Every
+/// tensor, bucket and flat() alias the same memory: writing through one
+/// changes the others and the update. The gradients are averaged over the
+/// logical batch and already clipped. Valid during a hook call; an optimizer
+/// context passes the same object to every hook.
+class GradientBuffer {
+ public:
+  /// {n} float32, n the total element count of the trainable weights, on the
+  /// model's device; undefined before the context's first step.
+  const Tensor& flat() const { return flat_; }
+  /// The weights that get a gradient from the loss, in the model's order,
+  /// each a writable view of its range of flat() with the weight's shape.
+  std::span<NamedGradient> tensors() { return tensors_; }
+  std::span<const NamedGradient> tensors() const { return tensors_; }
+  /// Bytes of flat() (4 per element); 0 before the first step.
+  size_t bytes() const { return flat_.defined() ? flat_.nbytes() : 0; }
+  /// The bucket size in bytes, a positive multiple of 4
+  /// (OptimizerContextOptions::gradient_bucket_bytes).
+  size_t bucket_bytes() const { return bucket_bytes_; }
+  /// ceil(bytes() / bucket_bytes()); 0 for an empty buffer.
+  size_t n_buckets() const { return (bytes() + bucket_bytes_ - 1) / bucket_bytes_; }
+  /// Bucket k's element range [begin, end) in flat(); IndexError unless
+  /// k < n_buckets().
+  std::pair<int64_t, int64_t> bucket_range(size_t k) const;
+  /// Bucket k: a writable {end - begin} view of flat() (see bucket_range).
+  /// Throws IndexError unless k < n_buckets(). Allocates nothing.
+  Tensor bucket(size_t k) const;
+
+ private:
+  friend class OptimizerContext;
+  Tensor flat_;
+  std::vector<NamedGradient> tensors_;
+  size_t bucket_bytes_ = kDefaultGradientBucketBytes;
+};
+
+/// Called between backward and update with the model's gradient buffer, in
+/// the same stage and under the same rules as a GradientHook (it may change
+/// the gradients in place; a throw cancels the update): the place for an
+/// all-reduce per bucket.
+using GradientBucketHook = std::function<void(GradientBuffer&)>;
+
+/// A hook of the hook stage, of either kind: hooks of both kinds run in the
+/// one order they were added in.
+using AnyGradientHook = std::variant<GradientHook, GradientBucketHook>;
 
 struct OptimizerPlan;
 /// Planned graphs shared by the contexts of one model that differ only in
@@ -391,7 +476,11 @@ struct OptimizerContextOptions {
   /// The model's gradient hooks (DESIGN.md: hooks per model, not per
   /// context), run before the context's own, in order; shared, so a hook
   /// added to the model later reaches contexts made earlier.
-  std::shared_ptr<const std::vector<GradientHook>> model_hooks;
+  std::shared_ptr<const std::vector<AnyGradientHook>> model_hooks;
+  /// The size in bytes of the hook stage's gradient buckets (see
+  /// GradientBuffer): a positive multiple of 4, else ValueError; default 25
+  /// MiB (PyTorch DDP's bucket_cap_mb).
+  size_t gradient_bucket_bytes = kDefaultGradientBucketBytes;
   /// The backend the graphs run on (Model::compile's device); null: the CPU.
   std::shared_ptr<const Backend> backend;
 };
@@ -468,6 +557,14 @@ class OptimizerContext {
   /// Adds a hook run between backward and update (see GradientHook), after
   /// the model's hooks; this context's only.
   void add_gradient_hook(GradientHook hook);
+  /// Adds a hook that sees the model's flat gradient buffer cut into buckets
+  /// (see GradientBuffer), run in the same stage as add_gradient_hook's and
+  /// in one order with them. Throws ValueError for an empty hook.
+  void add_gradient_bucket_hook(GradientBucketHook hook);
+  /// Sets the bucket size of the hook stage from the next hook call on;
+  /// throws ValueError unless bytes is a positive multiple of 4.
+  void set_gradient_bucket_bytes(size_t bytes);
+  size_t gradient_bucket_bytes() const { return options_.gradient_bucket_bytes; }
   /// Sets the learning rate from the next update on. Throws ValueError
   /// unless lr is positive and finite, and TypeError when the optimizer has
   /// a learning_rate_schedule (as Keras).
@@ -514,8 +611,14 @@ class OptimizerContext {
   std::vector<Head> heads_;  // per output: its loss and staging
   std::shared_ptr<OptimizerPlan> train_, eval_;
   std::string retired_;  // non-empty once retired: why
-  std::vector<GradientHook> hooks_;
-  std::vector<NamedGradient> grads_;
+  std::vector<AnyGradientHook> hooks_;
+  GradientBuffer buffer_;  // what the hooks see: views of state_->gradients
+  // Per buffer_.tensors_ entry, the gradient in the executable's arena when
+  // the training graph does not accumulate (copied into the flat buffer
+  // before hooks and back after); undefined when it accumulates.
+  std::vector<Tensor> arena_grads_;
+  bool in_hook_stage_ = false;  // apply_update is running the hooks
+  void release_gradient_views();
   std::vector<Tensor> x_staging_;  // per input: float32 token ids converted to int32
   std::vector<std::string> x_names_;  // per input, for messages: made once so that a step never allocates
   std::vector<float> output_losses_;
