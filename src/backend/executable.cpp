@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/thread_pool.h"
+#include "core/host_copy.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
@@ -179,12 +181,12 @@ Executable::~Executable() = default;
 
 uint64_t Executable::rng_counter() const {
   const Tensor& c = graph_.rng_counter_tensor();
-  return c.defined() ? uint64_t(c.data<int64_t>()[0]) : 0;
+  return c.defined() ? uint64_t(detail::read_element<int64_t>(c, 0)) : 0;
 }
 
 void Executable::set_rng_counter(uint64_t c) {
   const Tensor& t = graph_.rng_counter_tensor();
-  if (t.defined()) t.data<int64_t>()[0] = int64_t(c);
+  if (t.defined()) detail::write_element(t, 0, int64_t(c));
 }
 
 void Executable::bind(Value input, const Tensor& tensor) {
@@ -210,6 +212,22 @@ const void* Executable::data_ptr(Value v) const {
   const void* p = data_[size_t(v.id)];
   if (!p) throw StateError("node " + std::to_string(v.id) + " has no memory in this plan");
   return p;
+}
+
+void Executable::copy_output(Value v, const Tensor& dst) const {
+  const Node& n = graph_.node(v);
+  const void* p = data_[size_t(v.id)];
+  if (!p) throw StateError("copy_output: node " + std::to_string(v.id) + " has no memory in this plan");
+  if (!dst.defined()) throw StateError("copy_output: the destination is an undefined tensor");
+  const Shape& shape = shapes_[size_t(v.id)];
+  if (dst.numel() != shape.numel())
+    throw ShapeError("copy_output: node " + std::to_string(v.id) + " holds " + shape.str() + " (" +
+                     std::to_string(shape.numel()) + " elements); the destination " + dst.shape().str() + " holds " +
+                     std::to_string(dst.numel()) + ". Pass a tensor of as many elements");
+  if (dst.dtype() != n.dtype)
+    throw TypeError(std::string("copy_output: node ") + std::to_string(v.id) + " is " + dtype_name(n.dtype) +
+                    "; the destination is " + dtype_name(dst.dtype()));
+  if (dst.nbytes() && dst.raw() != p) std::memmove(dst.raw(), p, dst.nbytes());
 }
 
 float Executable::scalar(Value v) const { return *static_cast<const float*>(data_ptr(v)); }
