@@ -1091,7 +1091,7 @@ void OptimizerContext::apply_update(OptimizerPlan& plan) {
     // The period's gradients are dropped, so the next period starts clean.
     state->micro_step = 0;
     if (plan.persistent_grads && retired_.empty())
-      for (NamedGradient& g : grads_) g.grad.fill(0.0f);
+      for (NamedGradient& g : grads_) g.grad.copy_from(Tensor::zeros(g.grad.shape()));  // a copy, not a host fill
     throw;
   }
   if (!retired_.empty()) {
