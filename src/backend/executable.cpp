@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
+#include "core/host_copy.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
@@ -189,12 +191,12 @@ Executable::~Executable() = default;
 
 uint64_t Executable::rng_counter() const {
   const Tensor& c = graph_.rng_counter_tensor();
-  return c.defined() ? uint64_t(c.data<int64_t>()[0]) : 0;
+  return c.defined() ? uint64_t(detail::read_element<int64_t>(c, 0)) : 0;
 }
 
 void Executable::set_rng_counter(uint64_t c) {
   const Tensor& t = graph_.rng_counter_tensor();
-  if (t.defined()) t.data<int64_t>()[0] = int64_t(c);
+  if (t.defined()) detail::write_element(t, 0, int64_t(c));
 }
 
 void Executable::bind(Value input, const Tensor& tensor) {
@@ -215,31 +217,41 @@ Tensor Executable::output(Value v) const {
   return Tensor::view(data_[size_t(v.id)], shapes_[size_t(v.id)], n.dtype);
 }
 
-void Executable::copy_output(Value v, Tensor& dst) const {
-  const Node& n = graph_.node(v);
-  const void* p = data_[size_t(v.id)];
-  if (!p) throw StateError("copy_output: node " + std::to_string(v.id) + " has no memory in this plan");
-  if (!dst.defined()) throw StateError("copy_output: an undefined destination");
-  const Shape& shape = shapes_[size_t(v.id)];
-  if (dst.shape() != shape)
-    throw ShapeError("copy_output: node " + std::to_string(v.id) + " has shape " + shape.str() + "; the destination " +
-                     dst.shape().str());
-  if (dst.dtype() != n.dtype)
-    throw TypeError(std::string("copy_output: node is ") + dtype_name(n.dtype) + "; the destination " +
-                    dtype_name(dst.dtype()));
-  const size_t offset = size_t(static_cast<const char*>(p) - static_cast<const char*>(arena_->data()));
-  if (offset < arena_->nbytes()) {
-    copy_bytes(*dst.storage(), dst.storage_offset(), *arena_, offset, dst.nbytes());
-  } else {  // a bound input or a persistent tensor: its own storage
-    dst.copy_from(Tensor::view(const_cast<void*>(p), shape, n.dtype));
-  }
-}
-
 const void* Executable::data_ptr(Value v) const {
   graph_.node(v);
   const void* p = data_[size_t(v.id)];
   if (!p) throw StateError("node " + std::to_string(v.id) + " has no memory in this plan");
   return p;
+}
+
+void Executable::copy_output(Value v, const Tensor& dst) const {
+  const Node& n = graph_.node(v);
+  const void* p = data_[size_t(v.id)];
+  if (!p) throw StateError("copy_output: node " + std::to_string(v.id) + " has no memory in this plan");
+  if (!dst.defined()) throw StateError("copy_output: the destination is an undefined tensor");
+  const Shape& shape = shapes_[size_t(v.id)];
+  if (dst.numel() != shape.numel())
+    throw ShapeError("copy_output: node " + std::to_string(v.id) + " holds " + shape.str() + " (" +
+                     std::to_string(shape.numel()) + " elements); the destination " + dst.shape().str() + " holds " +
+                     std::to_string(dst.numel()) + ". Pass a tensor of as many elements");
+  if (dst.dtype() != n.dtype)
+    throw TypeError(std::string("copy_output: node ") + std::to_string(v.id) + " is " + dtype_name(n.dtype) +
+                    "; the destination is " + dtype_name(dst.dtype()));
+  if (!dst.nbytes() || dst.raw() == p) return;
+  const char* base = static_cast<const char*>(arena_->data());
+  const char* at = static_cast<const char*>(p);
+  if (at >= base && at < base + arena_->nbytes()) {
+    copy_bytes(*dst.storage(), dst.storage_offset(), *arena_, size_t(at - base), dst.nbytes());
+  } else {  // a bound input or a persistent tensor (views of them included): find its storage
+    const Node* owner = &n;
+    while (!owner->bound.defined() && owner->n_inputs > 0 && op_info(owner->op).view)
+      owner = &graph_.node(owner->inputs[0]);
+    if (owner->bound.defined() && owner->bound.raw() == p)
+      copy_bytes(*dst.storage(), dst.storage_offset(), *owner->bound.storage(), owner->bound.storage_offset(),
+                 dst.nbytes());
+    else  // caller memory bound as an input: host memory
+      dst.storage()->copy_from_host(dst.storage_offset(), p, dst.nbytes());
+  }
 }
 
 float Executable::scalar(Value v) const { return *static_cast<const float*>(data_ptr(v)); }

@@ -975,7 +975,16 @@ void GGUFFile::read_into(const std::string& name, Tensor& out) const {
     throw TypeError(where + " is " + tensor_type_name(t.type) + ", read as " + dtype_name(want) +
                     ", but the output tensor is " + dtype_name(out.dtype()) + "; pass a " + dtype_name(want) +
                     " tensor");
-  convert(t, im.bytes + t.offset, out.raw());
+  // The loaded bytes reach the (persistent) output by one copy: the file's
+  // own bytes viewed where they are stored as is, else converted to float32
+  // in a host staging buffer first.
+  if (t.type == TensorType::F32 || t.type == TensorType::I32 || t.type == TensorType::I64) {
+    out.copy_from(Tensor::view(const_cast<uint8_t*>(im.bytes + t.offset), t.shape, want));  // read only
+    return;
+  }
+  std::vector<float> staging(size_t(t.shape.numel()));
+  convert(t, im.bytes + t.offset, staging.data());
+  out.copy_from(Tensor::view(staging.data(), t.shape, want));
 }
 
 }  // namespace tensorgrad::io

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <typeinfo>
 
+#include "core/host_copy.h"
 #include "io/access.h"
 #include "io/model_config.h"
 #include "io/training_state.h"
@@ -184,7 +185,7 @@ void add_optimizer_state(GGUFWriter& w, const nn::Model& model) {
   const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
   w.set_u64_array("tensorgrad.random_stream", stream_state(Access::random_stream(model)));
   if (!state) return;
-  w.set_u64("tensorgrad.optimizer.rng_counter", uint64_t(state->rng_counter.data<int64_t>()[0]));
+  w.set_u64("tensorgrad.optimizer.rng_counter", uint64_t(tensorgrad::detail::read_element<int64_t>(state->rng_counter, 0)));
   w.set_i64("tensorgrad.optimizer.micro_step", state->micro_step);
   w.add_tensor("optimizer/hyper", state->hyper, TensorType::F32);
   w.add_tensor("optimizer/iterations", state->step, TensorType::I64);
@@ -244,12 +245,13 @@ void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulat
       } else if (slots && slot_tensor(*slots, k)->defined()) {
         // Saved before this slot had a value: its starting value.
         const bool adagrad_sum = k == 1 && spec.kind == OptimizerSpec::Kind::Adagrad;
-        slot_tensor(*slots, k)->fill(adagrad_sum ? spec.initial_accumulator_value : 0.0f);
+        Tensor* slot = slot_tensor(*slots, k);
+        slot->copy_from(Tensor::full(slot->shape(), adagrad_sum ? spec.initial_accumulator_value : 0.0f));
       }
     }
   }
   state->micro_step = micro_step;
-  state->rng_counter.data<int64_t>()[0] = int64_t(rng_counter);
+  tensorgrad::detail::write_element(state->rng_counter, 0, int64_t(rng_counter));
   Access::random_stream(model) = rng;
 }
 

@@ -144,6 +144,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::ClipNorm, [](const KernelCall& k) { clip_norm(k.at, k.in[0], k.in[1], k.ctx); }},
     {OpKind::MovingAverage, run_optimizer},
     {OpKind::AdvanceCounter, [](const KernelCall& k) { ++*static_cast<int64_t*>(k.in[0].data); }},
+    {OpKind::PolyakUpdate, run_optimizer},
+    {OpKind::Assign, run_optimizer},
 });
 static_assert(indexed_by_op_kind(kKernels), "kKernels must list every OpKind once, in enum order");
 }  // namespace

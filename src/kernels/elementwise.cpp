@@ -125,7 +125,7 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp: case OpKind::SumAxis:
     case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose: case OpKind::ClampBackward:
     case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::binary");
@@ -290,7 +290,7 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::Div: case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary");
@@ -342,7 +342,7 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::AccumulateGrad:
     case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
     case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm: case OpKind::MovingAverage: case OpKind::AdvanceCounter:
+    case OpKind::ClipNorm: case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign:
     case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
     case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
@@ -440,7 +440,7 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
     case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary_backward");

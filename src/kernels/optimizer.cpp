@@ -18,6 +18,7 @@
 //            u = g' / (sqrt(var) + eps)  (kEpsInsideSqrt: g' / sqrt(var + eps))
 //            momentum: b = mu b + u, u = b;  p = p decay - lr u
 //   Adagrad  s = s + g'^2;  p = p decay - lr g' / (sqrt(s) + eps)  (kEpsInsideSqrt: sqrt(s + eps))
+//   Polyak   t = tau s + (1 - tau) t  (PolyakUpdate: a target network's weight; tau = 1 copies exactly)
 //
 // The learning rate is hyper[kLr]: set from the host, or written by
 // OptimizerTick from a schedule (Keras 3's keras.optimizers.schedules) at the
@@ -28,6 +29,7 @@
 // parameters, so that it vectorises; parallel_for splits the elements.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "kernels/kernels.h"
@@ -66,6 +68,12 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
     v[i] = vi;
     p[i] = p[i] * s.decay - s.lr * (mi * s.c1) / (std::sqrt(vi * s.c2) + s.eps);
   }
+}
+
+// Polyak averaging of a target network's weight (Trainer::update_target).
+void polyak_range(float* __restrict t, const float* __restrict s, size_t n, float tau) {
+  const float keep = 1.0f - tau;
+  for (size_t i = 0; i < n; ++i) t[i] = tau * s[i] + keep * t[i];
 }
 
 void sgd_range(float* __restrict p, const float* __restrict g, size_t n, Step s) {
@@ -289,6 +297,25 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
       const float* value = in[1].f();
       const float m = at.scale;
       for (int64_t i = 0; i < in[0].numel(); ++i) state[i] = m * state[i] + (1.0f - m) * value[i];
+      return;
+    }
+    case OpKind::PolyakUpdate: {
+      // target = tau source + (1 - tau) target, in float as the host loop it
+      // replaces; tau = 1 is a copy, so NaN or infinite old values go too.
+      float* t = in[0].f();
+      const float* s = in[1].f();
+      const float tau = in[2].f()[0];
+      const size_t n = size_t(in[0].numel());
+      if (tau == 1.0f) {
+        if (n && t != s) std::memmove(t, s, n * sizeof(float));
+        return;
+      }
+      parallel_for(ctx.pool, n, 16384, [=](size_t b, size_t e) { polyak_range(t + b, s + b, e - b, tau); });
+      return;
+    }
+    case OpKind::Assign: {
+      const size_t bytes = size_t(in[0].numel()) * dtype_size(in[0].dtype);
+      if (bytes && in[0].data != in[1].data) std::memmove(in[0].data, in[1].data, bytes);
       return;
     }
     case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:

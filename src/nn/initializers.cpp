@@ -29,11 +29,11 @@ bool LoadingScope::active() { return loading_depth > 0; }
 
 Tensor random_uniform(const Shape& shape, float low, float high) {
   if (detail::LoadingScope::active()) return Tensor::zeros(shape);
-  Tensor t = Tensor::empty(shape);
+  // Drawn on the host, then one copy into the new weight (a device upload later).
+  std::vector<float> values(size_t(shape.numel()));
   std::uniform_real_distribution<float> dist(low, high);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(global_generator());
-  return t;
+  for (float& v : values) v = dist(global_generator());
+  return Tensor::from_vector(values, shape);
 }
 
 Tensor glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
@@ -65,15 +65,14 @@ Tensor orthogonal(int64_t rows, int64_t cols) {
   work.assign(size_t(lwork), 0.0f);
   sorgqr_(&m, &n, &n, a.data(), &m, tau.data(), work.data(), &lwork, &info);
   if (info != 0) throw Error("orthogonal initialiser: forming Q failed (LAPACK info " + std::to_string(info) + ")");
-  Tensor t = Tensor::empty(Shape{rows, cols});
-  float* out = t.data<float>();
+  std::vector<float> out(size_t(rows) * size_t(cols));  // on the host, then one copy into the weight
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       const float q = a[size_t(j) * size_t(m) + size_t(i)] * diag_sign[size_t(j)];  // Q[i, j]
       if (rows >= cols) out[size_t(i) * size_t(cols) + size_t(j)] = q;               // {m, n} as is
       else out[size_t(j) * size_t(cols) + size_t(i)] = q;                            // transposed to {n, m}
     }
-  return t;
+  return Tensor::from_vector(out, Shape{rows, cols});
 }
 
 }  // namespace tensorgrad::nn

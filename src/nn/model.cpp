@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/host_copy.h"
 #include "nn/functional.h"
 #include "nn/loading.h"
 #include "tensorgrad/core/error.h"
@@ -294,7 +295,7 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   // (Loading restores both from the file, drawing nothing.)
   if (!detail::LoadingScope::active()) {
     rng_.seed(global_generator()());
-    opt_state_->rng_counter.data<int64_t>()[0] = int64_t(rng_());
+    tensorgrad::detail::write_element(opt_state_->rng_counter, 0, int64_t(rng_()));
   }
   retire_contexts("compile() was called again");
   compiled_ = true;
@@ -750,11 +751,7 @@ std::vector<Tensor> Model::predict(std::span<const Tensor> x_in, int64_t batch_s
     PredictPlan& plan = predict_plan(rows);
     for (size_t i = 0; i < x.size(); ++i) plan.exe->bind(plan.x[i], x[i].rows(start, start + rows));
     plan.exe->run();
-    for (size_t i = 0; i < out.size(); ++i) {
-      const size_t row_bytes = size_t(out[i].shape().row_size()) * sizeof(float);
-      std::memcpy(static_cast<char*>(out[i].raw()) + size_t(start) * row_bytes, plan.exe->data_ptr(plan.out[i]),
-                  size_t(rows) * row_bytes);
-    }
+    for (size_t i = 0; i < out.size(); ++i) plan.exe->copy_output(plan.out[i], out[i].rows(start, start + rows));
   }
   return out;
 }
@@ -788,7 +785,7 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
     plan.exe->bind(plan.x[i], plan.inputs[i].check(x[i], n, plan.x_names[i], &staging));
   }
   plan.exe->run();
-  for (size_t i = 0; i < out.size(); ++i) std::memcpy(out[i].raw(), plan.exe->data_ptr(plan.out[i]), out[i].nbytes());
+  for (size_t i = 0; i < out.size(); ++i) plan.exe->copy_output(plan.out[i], out[i]);
 }
 
 void Model::add_gradient_hook(GradientHook hook) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/host_copy.h"
 #include "nn/initializers.h"
 #include "tensorgrad/core/error.h"
 
@@ -125,7 +126,9 @@ LSTM::LSTM(int64_t units, bool return_sequences)
 
 Shape LSTM::build(const Shape& input_shape) {
   const Shape out = RecurrentLayer::build(input_shape);
-  for (int64_t j = units_; j < 2 * units_; ++j) bias_.data<float>()[j] = 1.0f;  // unit_forget_bias
+  // unit_forget_bias: the forget gate's biases 1, one copy from the host
+  const std::vector<float> ones(size_t(units_), 1.0f);
+  tensorgrad::detail::write_elements(bias_, units_, std::span<const float>(ones));
   return out;
 }
 

@@ -2,11 +2,21 @@
 
 #include <cmath>
 
+#include "core/host_copy.h"
+#include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
 
 namespace tensorgrad::nn {
+
+// update_target's graph for one target: PolyakUpdate (or Assign) per weight,
+// tau a persistent {1} tensor written only when it changes.
+struct Trainer::TargetUpdate {
+  Tensor tau = Tensor::zeros(Shape{1});
+  float last_tau = -1.0f;  // the value in `tau` (none yet)
+  std::unique_ptr<Executable> exe;
+};
 
 namespace {
 Model trainer_copy(const Model& model, const TrainerOptions& options) {
@@ -46,7 +56,7 @@ Trainer::Trainer(const Model& model, const TrainerOptions& options)
                      " (one weight per output); got " + std::to_string(options_.loss_mask));
   ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
   // Dropout masks: a stream of its own, from the global seed.
-  ctx_->state()->rng_counter.data<int64_t>()[0] = int64_t(global_generator()());
+  tensorgrad::detail::write_element(ctx_->state()->rng_counter, 0, int64_t(global_generator()()));
 }
 
 Trainer::~Trainer() = default;
@@ -59,7 +69,7 @@ Trainer::Trainer(Trainer&& other) noexcept
       warned_non_finite_(other.warned_non_finite_),
       target_(other.target_),
       target_structure_(other.target_structure_),
-      target_pairs_(std::move(other.target_pairs_)) {
+      target_update_(std::move(other.target_update_)) {
   other.ctx_ = nullptr;
   other.freed_ = true;
 }
@@ -73,7 +83,7 @@ Trainer& Trainer::operator=(Trainer&& other) noexcept {
     warned_non_finite_ = other.warned_non_finite_;
     target_ = other.target_;
     target_structure_ = other.target_structure_;
-    target_pairs_ = std::move(other.target_pairs_);
+    target_update_ = std::move(other.target_update_);
     other.ctx_ = nullptr;
     other.freed_ = true;
   }
@@ -147,10 +157,12 @@ Model Trainer::model() const {
 void Trainer::update_target(Model& target, float tau) {
   check_live("update_target");
   if (!(tau >= 0.0f && tau <= 1.0f)) throw ValueError("update_target: tau must be in [0, 1]; got " + std::to_string(tau));
-  if (target.released())
+  if (target.released()) {
+    if (&target == target_) target_update_.reset();  // let go of its weights now
     throw StateError("update_target: the target has been freed; pass a live snapshot (Trainer::snapshot())");
+  }
   if (tau == 0.0f) return;  // tau = 0 keeps the target as it is, statistics included (as the seed)
-  if (&target != target_ || target.structure_id() != target_structure_) {
+  if (&target != target_ || target.structure_id() != target_structure_ || !target_update_) {
     const std::vector<Weight> mine = model_.weights(), theirs = target.weights();
     auto mismatch = [&](const std::string& why) {
       throw ValueError("update_target: the target must have the same weights as the trainer (names and shapes); " +
@@ -158,25 +170,33 @@ void Trainer::update_target(Model& target, float tau) {
     };
     if (mine.size() != theirs.size())
       mismatch("it has " + std::to_string(theirs.size()) + " weights, the trainer " + std::to_string(mine.size()));
-    std::vector<TargetPair> pairs;
+    auto update = std::make_unique<TargetUpdate>();
+    Graph g;
+    const Value tau_value = g.state(update->tau, "tau");
     for (size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i].name != theirs[i].name || mine[i].value.shape() != theirs[i].value.shape())
-        mismatch("weight " + std::to_string(i) + " is " + theirs[i].name + " " + theirs[i].value.shape().str() +
-                 ", the trainer's " + mine[i].name + " " + mine[i].value.shape().str());
-      pairs.push_back({mine[i].value.data<float>(), theirs[i].value.data<float>(), mine[i].value.numel(),
-                       mine[i].averaged});
+      const Tensor &source = mine[i].value, &dest = theirs[i].value;
+      if (mine[i].name != theirs[i].name || source.defined() != dest.defined() ||
+          (source.defined() && (source.shape() != dest.shape() || source.dtype() != dest.dtype())))
+        mismatch("weight " + std::to_string(i) + " is " + theirs[i].name + " " +
+                 (dest.defined() ? dest.shape().str() : std::string("(unbuilt)")) + ", the trainer's " + mine[i].name +
+                 " " + (source.defined() ? source.shape().str() : std::string("(unbuilt)")));
+      if (!source.defined()) continue;
+      const Value t = g.state(dest, "target/" + theirs[i].name), src = g.state(source, mine[i].name);
+      // Running statistics are copied whatever tau is; the rest averaged (a copy at tau = 1).
+      if (mine[i].averaged) g.apply(OpKind::PolyakUpdate, {t, src, tau_value});
+      else g.apply(OpKind::Assign, {t, src});
     }
-    target_pairs_ = std::move(pairs);
+    update->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{});
+    target_update_ = std::move(update);
     target_ = &target;
     target_structure_ = target.structure_id();
   }
-  for (const TargetPair& p : target_pairs_) {
-    if (!p.averaged || tau == 1.0f) {
-      for (int64_t i = 0; i < p.count; ++i) p.target[i] = p.source[i];
-    } else {
-      for (int64_t i = 0; i < p.count; ++i) p.target[i] = tau * p.source[i] + (1.0f - tau) * p.target[i];
-    }
+  TargetUpdate& u = *target_update_;
+  if (tau != u.last_tau) {  // a host value into the persistent tau: one copy, only when it changes
+    tensorgrad::detail::write_element(u.tau, 0, tau);
+    u.last_tau = tau;
   }
+  u.exe->run();
 }
 
 std::vector<Weight> Trainer::weights() const {
@@ -218,7 +238,7 @@ void Trainer::free() {
   if (freed_) return;
   ctx_ = nullptr;
   model_.free();
-  target_pairs_.clear();
+  target_update_.reset();
   target_ = nullptr;
   freed_ = true;
 }

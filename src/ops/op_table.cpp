@@ -764,6 +764,26 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0], DType::Int64};
      },
      no_gradient},
+    // Copies between persistent tensors (target networks): in place, never differentiated.
+    {OpKind::PolyakUpdate, {"polyak_update", 3, 3, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       expect_float(op, t, 0, "the target");
+       expect_float(op, t, 1, "the source");
+       expect_float(op, t, 2, "tau");
+       if (s[0] != s[1]) shape_fail(op, "target " + s[0].str() + " and source " + s[1].str() + " differ");
+       if (s[2].rank() > 1 || s[2].numel() != 1) shape_fail(op, "tau must be a float32 tensor {} or {1}; got " + s[2].str());
+       return {s[0]};
+     },
+     no_gradient},
+    {OpKind::Assign, {"assign", 2, 2, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
+       if (s[0] != s[1]) shape_fail(op, "target " + s[0].str() + " and source " + s[1].str() + " differ");
+       if (t[0] != t[1])
+         throw TypeError(std::string("assign: the source must have the target's dtype ") + dtype_name(t[0]) +
+                         "; got " + dtype_name(t[1]) + ". Convert it first");
+       return {s[0], t[0]};
+     },
+     no_gradient},
 });
 static_assert(indexed_by_op_kind(kOps), "kOps must list every OpKind once, in enum order");
 static_assert(

@@ -1,10 +1,12 @@
 #include "tensorgrad/opt/optimizer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
+#include "core/host_copy.h"
 #include "kernels/kernels.h"
 #include "opt/schedule_encoding.h"
 #include "tensorgrad/core/error.h"
@@ -227,7 +229,8 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   spec.validate();
   hyper = Tensor::zeros(Shape{kHyperSize});
   rng_counter = Tensor::zeros(Shape{1}, DType::Int64);
-  float* h = hyper.data<float>();
+  // Built on the host, then one copy into the persistent tensor.
+  std::array<float, kHyperSize> h{};
   h[kLr] = spec.learning_rate;
   h[kBeta1] = spec.beta_1;
   h[kBeta2] = spec.beta_2;
@@ -243,19 +246,35 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
     learning_rate_schedule = spec.learning_rate_schedule;
     const EncodedSchedule e = encode_schedule(*learning_rate_schedule);
     schedule_steps = Tensor::zeros(Shape{int64_t(e.steps.size())}, DType::Int64);
-    std::copy(e.steps.begin(), e.steps.end(), schedule_steps.data<int64_t>());
-    schedule_values = Tensor::from_vector(std::span<const float>(e.values), Shape{int64_t(e.values.size())});
+    tensorgrad::detail::write_elements(schedule_steps, 0, std::span<const int64_t>(e.steps));
+    schedule_values = Tensor::zeros(Shape{int64_t(e.values.size())});
+    tensorgrad::detail::write_elements(schedule_values, 0, std::span<const float>(e.values));
     h[kLr] = float(learning_rate());
   }
+  tensorgrad::detail::write_elements(hyper, 0, std::span<const float>(h));
 }
 
-int64_t OptimizerState::iterations() const { return *step.data<int64_t>(); }
+int64_t OptimizerState::iterations() const { return tensorgrad::detail::read_element<int64_t>(step, 0); }
 
 double OptimizerState::learning_rate() const {
-  if (!learning_rate_schedule) return double(hyper.data<float>()[kLr]);
-  return kernels::scheduled_learning_rate(
-      schedule_kind(*learning_rate_schedule), {schedule_steps.data<int64_t>(), size_t(schedule_steps.numel())},
-      {schedule_values.data<float>(), size_t(schedule_values.numel())}, iterations());
+  if (!learning_rate_schedule) return double(tensorgrad::detail::read_element<float>(hyper, kLr));
+  // The schedule's numbers to the host (a few elements: staged, no allocation).
+  std::array<int64_t, tensorgrad::detail::kStagingElements> steps{};
+  std::array<float, tensorgrad::detail::kStagingElements> values{};
+  const int64_t n_steps = schedule_steps.numel(), n_values = schedule_values.numel();
+  if (n_steps > tensorgrad::detail::kStagingElements || n_values > tensorgrad::detail::kStagingElements) {
+    // A long piecewise schedule: read through vectors (allocates; only callbacks and logs ask).
+    std::vector<int64_t> many_steps(static_cast<size_t>(n_steps));
+    std::vector<float> many_values(static_cast<size_t>(n_values));
+    tensorgrad::detail::copy_to_host(schedule_steps, 0, many_steps.data(), n_steps, DType::Int64);
+    tensorgrad::detail::copy_to_host(schedule_values, 0, many_values.data(), n_values, DType::Float32);
+    return kernels::scheduled_learning_rate(schedule_kind(*learning_rate_schedule), many_steps, many_values,
+                                            iterations());
+  }
+  tensorgrad::detail::copy_to_host(schedule_steps, 0, steps.data(), n_steps, DType::Int64);
+  tensorgrad::detail::copy_to_host(schedule_values, 0, values.data(), n_values, DType::Float32);
+  return kernels::scheduled_learning_rate(schedule_kind(*learning_rate_schedule), {steps.data(), size_t(n_steps)},
+                                          {values.data(), size_t(n_values)}, iterations());
 }
 
 void OptimizerState::set_learning_rate(float lr) {
@@ -268,7 +287,7 @@ void OptimizerState::set_learning_rate(float lr) {
                     std::to_string(lr));
   if (!(lr > 0.0f) || !std::isfinite(lr))
     throw ValueError("learning rate must be a positive finite number; got " + std::to_string(lr));
-  hyper.data<float>()[kLr] = lr;
+  tensorgrad::detail::write_element(hyper, kLr, lr);
 }
 
 namespace {

@@ -66,10 +66,14 @@ class Executable {
   /// device. Throws StateError for a node that is not an output of this
   /// executable.
   Tensor output(Value v) const;
-  /// Copies a node's result into `dst` (a backend copy, to any device):
-  /// `dst` must have the node's shape at the current rows (ShapeError) and
-  /// dtype (TypeError). Allocates nothing. Throws StateError as output().
-  void copy_output(Value v, Tensor& dst) const;
+  /// Copies a node's result (as the last run left it) into `dst`, a backend
+  /// copy: what predict uses to hand results out. `dst` must hold exactly as
+  /// many elements of the node's dtype (its shape may differ: the copy is
+  /// row-major, e.g. {rows, 6} for a {rows, 2, 3} output). Allocates
+  /// nothing (unlike output(), whose view holds a small allocation). Throws
+  /// StateError for a node without memory in this plan or an undefined dst,
+  /// ShapeError for another element count, TypeError for another dtype.
+  void copy_output(Value v, const Tensor& dst) const;
   /// The first element of a float32 output.
   float scalar(Value v) const;
   /// Where a node's result lives (no Tensor made, so nothing allocated).
@@ -90,8 +94,9 @@ class Executable {
 
   /// The graph's dropout counter (Graph::rng_counter_tensor), which the
   /// graph's own AdvanceCounter op moves by one in every run from node 0
-  /// before any dropout reads it; 0 for a graph without dropout. Setting it
-  /// writes that persistent tensor (a graph without dropout ignores it).
+  /// before any dropout reads it; 0 for a graph without dropout. Reading and
+  /// setting it are copies to and from that persistent tensor (a graph
+  /// without dropout ignores a set).
   uint64_t rng_counter() const;
   void set_rng_counter(uint64_t c);
   size_t arena_bytes() const { return plan_.arena_bytes; }

@@ -5,6 +5,7 @@
 // optimisation at different rates, a target network refreshed now and then)
 // takes one optimizer step at a time while weights, Adam moments and the
 // planned graphs persist.
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -82,7 +83,12 @@ class Trainer {
   /// (Polyak averaging; batch-norm moving statistics are copied whole, never
   /// averaged; tau = 0 leaves the target as it is). Throws ValueError when tau is outside [0, 1] or the target's
   /// weights differ by name or shape, StateError for a released target.
-  /// Allocates nothing when called again with the same target.
+  /// Runs as a graph of one op per weight (PolyakUpdate, or Assign for the
+  /// copied statistics) with tau in a persistent tensor, built at the first
+  /// call with a target and run again for the same target: it allocates
+  /// nothing when called again with the same target, whatever tau. The graph
+  /// holds the last target's weights until another target comes, the trainer
+  /// is freed, or a call finds that target freed.
   void update_target(Model& target, float tau = 1.0f);
   /// A compiled model (same loss and optimizer settings) holding a copy of
   /// the current weights and fresh optimizer state, valid after the trainer
@@ -130,16 +136,11 @@ class Trainer {
   OptimizerContext* ctx_ = nullptr;
   bool freed_ = false;
   bool warned_non_finite_ = false;
-  // update_target's pairs, kept for the last target seen.
-  struct TargetPair {
-    const float* source;
-    float* target;
-    int64_t count;
-    bool averaged;
-  };
+  // update_target's graph (tau and the executable), kept for the last target seen.
+  struct TargetUpdate;
   const Model* target_ = nullptr;
   uint64_t target_structure_ = 0;
-  std::vector<TargetPair> target_pairs_;
+  std::unique_ptr<TargetUpdate> target_update_;
 };
 
 }  // namespace tensorgrad::nn

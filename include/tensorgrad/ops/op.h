@@ -102,6 +102,11 @@ enum class OpKind : uint8_t {
                    //   kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_); c = attrs.scale
   MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
   AdvanceCounter,  // (counter int64{1}): counter += 1, in place: a graph's random stream, once per run
+  // updates of one persistent tensor from another (target networks, snapshots), in place on the first input
+  PolyakUpdate,    // (target, source, tau float32 {} or {1}): target = tau * source + (1 - tau) * target, in float;
+                   //   tau = 1 copies source exactly (NaN and infinities included). tau is a tensor, so changing it
+                   //   needs no rebuild
+  Assign,          // (target, source): target = source, a copy of the bytes; same shape and dtype, any dtype
   Count
 };
 

@@ -342,16 +342,18 @@ struct OptimizerState {
   Tensor schedule_steps, schedule_values;
   /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
   explicit OptimizerState(const OptimizerSpec& spec);
-  /// The value of `step`.
+  /// The value of `step`, read to the host by a copy (exact at any count).
   int64_t iterations() const;
   /// The learning rate of the next update (Keras' optimizer.learning_rate):
   /// the schedule at iterations() (in double, as learning_rate_at), or the
-  /// constant rate. Allocates nothing.
+  /// constant rate; read from the persistent tensors by copies. Allocates
+  /// nothing (after a first call on the thread), except for a piecewise
+  /// schedule of more than 15 boundaries, whose numbers are read into vectors.
   double learning_rate() const;
-  /// Sets the constant learning rate from the next update on. Throws
-  /// ValueError unless lr is positive and finite, and TypeError when the
-  /// optimizer has a learning-rate schedule (as Keras: a schedule's rate is
-  /// not settable).
+  /// Sets the constant learning rate from the next update on, a copy of the
+  /// host value into hyper[kLr]. Throws ValueError unless lr is positive and
+  /// finite, and TypeError when the optimizer has a learning-rate schedule
+  /// (as Keras: a schedule's rate is not settable).
   void set_learning_rate(float lr);
 };
 
