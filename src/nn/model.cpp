@@ -138,6 +138,7 @@ Model& Model::operator=(Model&& other) noexcept {
   loss_weights_ = std::move(other.loss_weights_);
   metrics_ = std::move(other.metrics_);
   opt_state_ = std::move(other.opt_state_);
+  backend_ = other.backend_;  // copied: a released model still answers backend()
   contexts_ = std::move(other.contexts_);
   retired_contexts_ = std::move(other.retired_contexts_);
   predict_plans_ = std::move(other.predict_plans_);

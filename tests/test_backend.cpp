@@ -1,0 +1,240 @@
+// The device seam (issue 13): tensors own memory through Storage, a backend
+// owns allocation, kernel lookup and executables, a model is compiled for a
+// device, and CUDA (a stub here) is refused with "no CUDA device".
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "test_support.h"
+#include "tensorgrad/tensorgrad.h"
+
+using namespace tensorgrad;
+using test_support::throws;
+
+namespace {
+
+// Host memory that says it lives on another device: what a device backend's
+// storage looks like to the rest of the engine (only copies reach it).
+class FakeDeviceStorage final : public Storage {
+ public:
+  explicit FakeDeviceStorage(size_t bytes) : Storage(Device::CUDA, new char[bytes ? bytes : 1], bytes) {}
+  ~FakeDeviceStorage() override { delete[] static_cast<char*>(data()); }
+  void copy_from_host(size_t offset, const void* src, size_t bytes) override {
+    ++uploads;
+    std::memmove(static_cast<char*>(data()) + offset, src, bytes);
+  }
+  void copy_to_host(size_t offset, void* dst, size_t bytes) const override {
+    ++downloads;
+    std::memmove(dst, static_cast<const char*>(data()) + offset, bytes);
+  }
+  void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) override {
+    ++within;
+    std::memmove(static_cast<char*>(data()) + offset, static_cast<const char*>(src.data()) + src_offset, bytes);
+  }
+  static inline int uploads = 0, within = 0, downloads = 0;
+};
+
+Tensor fake_device_tensor(const Shape& shape) {
+  return Tensor::adopt(std::make_shared<FakeDeviceStorage>(size_t(shape.numel()) * 4), shape);
+}
+
+// The CPU's kernels behind a backend that counts its launches and may lack
+// one op: how a device without a kernel for an op is refused.
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(OpKind missing = OpKind::Count) : missing_(missing) {}
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "counting"; }
+  bool has_kernel(OpKind op) const override { return op != missing_; }
+  std::shared_ptr<Storage> allocate(size_t bytes) const override { return cpu_backend()->allocate(bytes); }
+  std::unique_ptr<KernelLauncher> make_launcher(double flops) const override {
+    struct Counting final : KernelLauncher {
+      std::unique_ptr<KernelLauncher> cpu;
+      std::atomic<int64_t>* count;
+      void begin_run() override { cpu->begin_run(); }
+      void end_run() override { cpu->end_run(); }
+      void launch(OpKind op, const OpAttrs& at, std::span<const kernels::TensorRef> in,
+                  const kernels::TensorRef& out) override {
+        ++*count;
+        cpu->launch(op, at, in, out);
+      }
+    };
+    auto l = std::make_unique<Counting>();
+    l->cpu = cpu_backend()->make_launcher(flops);
+    l->count = &launches;
+    return l;
+  }
+  mutable std::atomic<int64_t> launches{0};
+
+ private:
+  OpKind missing_;
+};
+
+nn::Sequential small_model() {
+  manual_seed(3);
+  nn::clear_session();
+  nn::Sequential m({4});
+  m.add(nn::Dense(8, "relu"));
+  m.add(nn::Dense(3, "softmax"));
+  return m;
+}
+
+std::vector<float> weights_of(const nn::Model& m) {
+  std::vector<float> all;
+  for (const nn::Weight& w : m.weights()) {
+    const std::vector<float> v = w.value.to_vector();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST(Storage, TensorsViewTheirStorageFromAnOffset) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{3, 2});
+  ASSERT_NE(t.storage(), nullptr);
+  EXPECT_EQ(t.storage()->device(), Device::CPU);
+  EXPECT_EQ(t.storage()->nbytes(), 24u);
+  const Tensor r = t.rows(1, 3);
+  EXPECT_EQ(r.storage(), t.storage());
+  EXPECT_EQ(r.storage_offset(), 8u);
+  EXPECT_EQ(r.item(0), 3.0f);
+  EXPECT_EQ(t.to(Device::CPU).raw(), t.raw());  // already there: shared, as torch's .to
+  float host[2] = {0, 0};
+  r.copy_to_host(host, 8, 4);
+  EXPECT_EQ(host[0], 4.0f);
+  EXPECT_EQ(host[1], 5.0f);
+  const float in[1] = {-7.0f};
+  Tensor(r).copy_from_host(in, 4, 4);
+  EXPECT_EQ(t.item(3), -7.0f);
+  EXPECT_TRUE(throws<IndexError>([&] { Tensor(r).copy_from_host(in, 4, 16); }, {"outside", "16 bytes"}));
+  EXPECT_TRUE(throws<IndexError>([&] { r.copy_to_host(host, 20); }, {"outside"}));
+}
+
+TEST(Storage, ViewsOfCallerMemoryAreNotCopied) {
+  float mine[4] = {1, 2, 3, 4};
+  Tensor v = Tensor::view(mine, Shape{4});
+  EXPECT_EQ(v.storage()->data(), static_cast<void*>(mine));
+  v.fill(2.5f);
+  EXPECT_EQ(mine[3], 2.5f);
+}
+
+TEST(Storage, CopiesCrossDevicesThroughTheDevicesStorage) {
+  FakeDeviceStorage::uploads = FakeDeviceStorage::downloads = FakeDeviceStorage::within = 0;
+  const Tensor host = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, Shape{2, 2});
+  Tensor dev = fake_device_tensor(Shape{2, 2});
+  EXPECT_EQ(dev.device(), Device::CUDA);
+  dev.copy_from(host);
+  EXPECT_EQ(FakeDeviceStorage::uploads, 1);
+  Tensor dev2 = fake_device_tensor(Shape{2, 2});
+  dev2.copy_from(dev);
+  EXPECT_EQ(FakeDeviceStorage::within, 1);
+  Tensor back = Tensor::zeros(Shape{2, 2});
+  back.copy_from(dev2.rows(0, 2));
+  EXPECT_EQ(FakeDeviceStorage::downloads, 1);
+  EXPECT_EQ(back.to_vector(), host.to_vector());
+  EXPECT_EQ(dev2.item(3), 4.0f);  // a device read is a download
+  EXPECT_EQ(dev2.to_vector(), host.to_vector());
+  dev2.fill(9.0f);
+  EXPECT_EQ(dev2.item(0), 9.0f);
+  // Host element access refuses a device tensor instead of reading device memory.
+  EXPECT_TRUE(throws<StateError>([&] { dev.data<float>(); }, {"data<float>()", "needs a CPU tensor", "cuda", "to(Device::CPU)"}));
+  EXPECT_TRUE(throws<StateError>([&] { (void)dev.clone(); }, {"no CUDA device"}));  // no CUDA allocator here
+}
+
+TEST(Storage, AdoptChecksTheStorageSize) {
+  EXPECT_TRUE(throws<StateError>([] { Tensor::adopt(nullptr, Shape{2}); }, {"null storage"}));
+  EXPECT_TRUE(throws<StateError>([] { Tensor::adopt(CpuStorage::allocate(4), Shape{2}); },
+                                 {"4 bytes", "cannot hold", "8 bytes"}));
+  EXPECT_TRUE(throws<ValueError>([] { register_storage_allocator(Device::CPU, [](size_t b) {
+                                   return std::shared_ptr<Storage>(CpuStorage::allocate(b)); }); },
+                                 {"CPU", "fixed"}));
+}
+
+TEST(Backend, CudaIsRefusedWithNoCudaDevice) {
+  // This machine has no GPU: with the toolkit the stub finds no device,
+  // without it the build has no CUDA backend; both say "no CUDA device".
+  EXPECT_TRUE(throws<StateError>([] { backend(Device::CUDA); }, {"no CUDA device", "Device::CPU"}));
+  EXPECT_TRUE(throws<StateError>([] { Tensor::empty(Shape{2}, DType::Float32, Device::CUDA); }, {"no CUDA device"}));
+  nn::Sequential m = small_model();
+  EXPECT_TRUE(throws<StateError>([&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, Device::CUDA); },
+                                 {"no CUDA device"}));
+  EXPECT_FALSE(m.compiled());  // a failed compile leaves the model as it was
+  m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {"accuracy"});
+  EXPECT_EQ(m.device(), Device::CPU);
+  EXPECT_TRUE(throws<StateError>([&] { m.compile(OptimizerSpec::sgd(), std::vector<Loss>{Loss("mse")}, {}, {}, Device::CUDA); },
+                                 {"no CUDA device"}));
+  EXPECT_EQ(m.optimizer().kind, OptimizerSpec::Kind::AdamW);  // unchanged
+}
+
+TEST(Backend, CpuBackendHasEveryKernel) {
+  const auto& cpu = *cpu_backend();
+  EXPECT_EQ(cpu.device(), Device::CPU);
+  EXPECT_EQ(cpu.name(), "cpu");
+  for (size_t k = 0; k < size_t(OpKind::Count); ++k) EXPECT_TRUE(cpu.has_kernel(OpKind(k))) << op_info(OpKind(k)).name;
+  EXPECT_EQ(backend(Device::CPU), cpu_backend());
+}
+
+TEST(Backend, AModelNeedingAMissingKernelIsRefusedAtCompile) {
+  nn::Sequential m = small_model();
+  auto lacks_softmax_grad = std::make_shared<CountingBackend>(OpKind::SoftmaxCrossEntropy);
+  EXPECT_TRUE(throws<StateError>(
+      [&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, lacks_softmax_grad); },
+      {"counting backend has no kernel for op", op_info(OpKind::SoftmaxCrossEntropy).name, "Device::CPU"}));
+  EXPECT_FALSE(m.compiled());
+  EXPECT_EQ(lacks_softmax_grad->launches.load(), 0);  // refused before anything ran
+  // A forward op is found too.
+  auto lacks_relu = std::make_shared<CountingBackend>(OpKind::Relu);
+  EXPECT_TRUE(throws<StateError>([&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, lacks_relu); },
+                                 {"no kernel for op", op_info(OpKind::Relu).name}));
+  EXPECT_TRUE(throws<ValueError>([&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, nullptr); },
+                                 {"null backend"}));
+}
+
+TEST(Backend, EveryGraphOfACompiledModelRunsThroughItsBackend) {
+  std::mt19937 rng(5);
+  const Tensor x = test_support::uniform(Shape{40, 4}, rng, -1, 1);
+  std::vector<float> onehot(120, 0.0f);
+  for (int i = 0; i < 40; ++i) onehot[size_t(i * 3 + i % 3)] = 1.0f;
+  const Tensor y = Tensor::from_vector(onehot, Shape{40, 3});
+  nn::FitOptions fo;
+  fo.epochs = 2;
+  fo.batch_size = 8;
+  fo.verbose = 0;
+
+  nn::Sequential on_cpu = small_model();
+  on_cpu.compile(OptimizerSpec::adam(), "categorical_crossentropy");
+  on_cpu.fit(x, y, fo);
+  const Tensor p_cpu = on_cpu.predict(x);
+
+  auto counting = std::make_shared<CountingBackend>();
+  nn::Sequential on_counting = small_model();
+  on_counting.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, counting);
+  EXPECT_EQ(&on_counting.backend(), counting.get());
+  on_counting.fit(x, y, fo);
+  const int64_t after_fit = counting->launches.load();
+  EXPECT_GT(after_fit, 0);
+  const Tensor p = on_counting.predict(x);
+  EXPECT_GT(counting->launches.load(), after_fit);  // predict's plan too
+  // The same kernels behind another lookup: bit-identical training.
+  EXPECT_EQ(weights_of(on_counting), weights_of(on_cpu));
+  EXPECT_EQ(p.to_vector(), p_cpu.to_vector());
+  // A clone keeps its backend.
+  EXPECT_EQ(&on_counting.clone().backend(), counting.get());
+}
+
+TEST(Backend, AnExecutableRefusesStateOnAnotherDevice) {
+  Graph g;
+  const Tensor w = fake_device_tensor(Shape{2});
+  const Value p = g.state(w, "w");
+  const Value y = g.apply(OpKind::Relu, {p});
+  EXPECT_TRUE(throws<StateError>([&] { Executable exe(std::move(g), {y}); },
+                                 {"'w' lives on cuda", "cpu backend", "Tensor::to"}));
+}
+
+TEST(Backend, EagerOpsRefuseDeviceTensors) {
+  const ag::Tensor a(fake_device_tensor(Shape{2}));
+  EXPECT_TRUE(throws<StateError>([&] { (void)ag::relu(a); }, {"on cuda", "eager API runs on the CPU"}));
+}
