@@ -212,7 +212,7 @@ TEST(Backend, EveryGraphOfACompiledModelRunsThroughItsBackend) {
   auto counting = std::make_shared<CountingBackend>();
   nn::Sequential on_counting = small_model();
   on_counting.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, counting);
-  EXPECT_EQ(&on_counting.backend(), counting.get());
+  EXPECT_EQ(on_counting.backend().get(), counting.get());
   on_counting.fit(x, y, fo);
   const int64_t after_fit = counting->launches.load();
   EXPECT_GT(after_fit, 0);
@@ -222,7 +222,7 @@ TEST(Backend, EveryGraphOfACompiledModelRunsThroughItsBackend) {
   EXPECT_EQ(weights_of(on_counting), weights_of(on_cpu));
   EXPECT_EQ(p.to_vector(), p_cpu.to_vector());
   // A clone keeps its backend.
-  EXPECT_EQ(&on_counting.clone().backend(), counting.get());
+  EXPECT_EQ(on_counting.clone().backend().get(), counting.get());
 }
 
 TEST(Backend, AnExecutableRefusesStateOnAnotherDevice) {
@@ -237,4 +237,28 @@ TEST(Backend, AnExecutableRefusesStateOnAnotherDevice) {
 TEST(Backend, EagerOpsRefuseDeviceTensors) {
   const ag::Tensor a(fake_device_tensor(Shape{2}));
   EXPECT_TRUE(throws<StateError>([&] { (void)ag::relu(a); }, {"on cuda", "eager API runs on the CPU"}));
+}
+
+TEST(Backend, ATrainerAndItsTargetUpdatesRunOnTheModelsBackend) {
+  auto counting = std::make_shared<CountingBackend>();
+  nn::Sequential m = small_model();
+  m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, counting);
+  nn::TrainerOptions to;
+  to.batch_size = 4;
+  nn::Trainer trainer(m, to);
+  nn::Model target = trainer.snapshot();
+  EXPECT_EQ(target.backend().get(), counting.get());
+  std::mt19937 rng(2);
+  const Tensor x = test_support::uniform(Shape{4, 4}, rng, -1, 1);
+  const Tensor y = Tensor::from_vector(std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0}, Shape{4, 3});
+  trainer.step(x, y);
+  const int64_t after_step = counting->launches.load();
+  EXPECT_GT(after_step, 0);
+  const std::vector<float> before = weights_of(target);
+  trainer.update_target(target, 0.5f);
+  EXPECT_GT(counting->launches.load(), after_step);  // the Polyak ops too
+  const std::vector<float> mine = weights_of(trainer.model()), theirs = weights_of(target);
+  ASSERT_EQ(mine.size(), theirs.size());
+  ASSERT_EQ(before.size(), theirs.size());
+  for (size_t i = 0; i < mine.size(); ++i) EXPECT_FLOAT_EQ(theirs[i], 0.5f * mine[i] + 0.5f * before[i]) << i;
 }

@@ -181,7 +181,12 @@ void Optimizer::step() {
     fill_defaults(group);  // options a user reset to empty take the defaults again
     validate(group);
     const tensorgrad::Tensor& hyper = hypers_[gi];
-    write_hyper(group, hyper.data<float>());
+    // Persistent state is written by copies (DESIGN.md: state lives on the
+    // device): the slots the group does not set keep their values.
+    float h[kHyperSize];
+    hyper.copy_to_host(h, sizeof h);
+    write_hyper(group, h);
+    tensorgrad::Tensor(hyper).copy_from_host(h, sizeof h);
     for (const Tensor& p : group.params) {
       if (!p.defined())
         throw StateError(std::string(name()) + ".step: parameter group " + std::to_string(gi) +
@@ -365,7 +370,8 @@ void SGD::update(const ParamGroup& g, const Tensor& param, const tensorgrad::Ten
     // created: with a zero buffer, the update's first step does exactly that.
     s.buffers.emplace_back("momentum_buffer", zeros_like(param));
     buf = &s.buffers.back().second;
-    hyper.data<float>()[kStepDampening] = 0.0f;
+    const float no_dampening = 0.0f;
+    tensorgrad::Tensor(hyper).copy_from_host(&no_dampening, sizeof no_dampening, kStepDampening * sizeof(float));
   }
   run_in_place(OpKind::SgdUpdate, at, {param.data(), grad, buf->data(), hyper});
 }
@@ -573,7 +579,7 @@ float clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double
   double total = 0.0;
   for (const tensorgrad::Tensor& g : grads) {
     const tensorgrad::Tensor sq = detail::run_op(OpKind::SquaredNorm, OpAttrs{}, {&g, 1});
-    total += double(sq.data<float>()[0]);
+    total += double(sq.item());
   }
   const tensorgrad::Tensor squared = tensorgrad::Tensor::full(Shape{}, float(total));
   OpAttrs at;

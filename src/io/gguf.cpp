@@ -486,7 +486,9 @@ void GGUFWriter::add_tensor(const std::string& name, const Tensor& tensor, Tenso
                      " dimensions); GGUF holds at most 4, reshape it before saving");
   if (tensor.numel() == 0)
     throw ShapeError(where + " has shape " + shape.str() + ", which holds no elements; GGUF tensors hold at least one");
-  Impl::Entry e{name, tensor, type, {}, impl_->data_size, uint64_t(tensor.numel()) * tensor_type_size(type)};
+  // Written from host memory: a device tensor is copied to the host now
+  // (a CPU tensor is shared, so later changes before write() are saved).
+  Impl::Entry e{name, tensor.to(Device::CPU), type, {}, impl_->data_size, uint64_t(tensor.numel()) * tensor_type_size(type)};
   for (int i = shape.rank() - 1; i >= 0; --i) e.ne.push_back(uint64_t(shape[i]));
   if (e.ne.empty()) e.ne.push_back(1);  // a scalar is stored as one dimension of 1
   impl_->data_size = align_up(e.offset + e.nbytes, impl_->alignment);

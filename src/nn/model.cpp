@@ -319,7 +319,13 @@ void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& los
                     const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics,
                     Device device) {
   check_live("compile()");
-  std::shared_ptr<const Backend> on = tensorgrad::backend(device);
+  compile(optimizer, losses, loss_weights, metrics, tensorgrad::backend(device));
+}
+
+void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
+                    const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics,
+                    std::shared_ptr<const Backend> on) {
+  check_live("compile()");
   const size_t n_out = graph_->outputs.size();
   auto count = [&](const char* what, size_t got) {
     throw ValueError(std::string("compile: the model has ") + std::to_string(n_out) + " outputs (" +

@@ -34,7 +34,7 @@ Model trainer_copy(const Model& model, const TrainerOptions& options) {
       throw ValueError("Trainer: weight_decay must be in [0, 1]; got " + std::to_string(*options.weight_decay));
     spec.weight_decay = *options.weight_decay;
   }
-  copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics(), model.device());
+  copy.compile(spec, model.losses(), model.loss_weights(), model.output_metrics(), model.backend());
   if (options.gradient_bucket_bytes) {
     check_gradient_bucket_bytes(*options.gradient_bucket_bytes, "Trainer: gradient_bucket_bytes");
     copy.set_gradient_bucket_bytes(*options.gradient_bucket_bytes);
@@ -186,7 +186,7 @@ void Trainer::update_target(Model& target, float tau) {
       if (mine[i].averaged) g.apply(OpKind::PolyakUpdate, {t, src, tau_value});
       else g.apply(OpKind::Assign, {t, src});
     }
-    update->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{});
+    update->exe = std::make_unique<Executable>(std::move(g), std::vector<Value>{}, BatchRule{}, model_.backend());
     target_update_ = std::move(update);
     target_ = &target;
     target_structure_ = target.structure_id();

@@ -106,7 +106,8 @@ class GGUFWriter {
   /// tensor; TypeError for a dtype that cannot be stored as `type`;
   /// ShapeError for a tensor of more than 4 dimensions (GGUF's limit) or no
   /// elements. A scalar (shape {}) is stored with one dimension of 1 and
-  /// reads back as shape {1}.
+  /// reads back as shape {1}. A CPU tensor is read when the file is
+  /// written; a tensor on another device is copied to the host here.
   void add_tensor(const std::string& name, const Tensor& tensor, TensorType type = TensorType::F32);
   /// The whole file in memory (tests, the fuzzing corpus).
   std::vector<uint8_t> to_bytes() const;

@@ -188,6 +188,9 @@ class Model {
   void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
                const std::vector<float>& loss_weights = {},
                const std::vector<std::vector<std::string>>& metrics = {}, Device device = Device::CPU);
+  /// The same on a backend object (ValueError for a null one).
+  void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses, const std::vector<float>& loss_weights,
+               const std::vector<std::vector<std::string>>& metrics, std::shared_ptr<const Backend> backend);
   /// Losses, loss weights and metrics by output name; an output missing from
   /// `losses` is a ValueError, a name that is no output too (listing the
   /// outputs). Missing loss weights are 1.
@@ -197,7 +200,7 @@ class Model {
   bool compiled() const { return compiled_; }
   /// The backend the model's graphs run on (compile's device; the CPU
   /// before the first compile).
-  const Backend& backend() const { return *backend_; }
+  const std::shared_ptr<const Backend>& backend() const { return backend_; }
   Device device() const { return backend_->device(); }
   /// What compile() was given (meaningful once compiled).
   const OptimizerSpec& optimizer() const { return optimizer_; }
