@@ -404,7 +404,7 @@ namespace {
 // Makes the model's flat gradient buffer for the trainable weights `params`
 // of a training graph (the first one), or checks that they are the weights
 // it was made for (every later one).
-void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Value>& params) {
+void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Value>& params, Device device) {
   if (s.gradient_layout.empty()) {
     int64_t n = 0;
     std::vector<OptimizerState::GradientRange> layout;
@@ -414,7 +414,7 @@ void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Valu
       layout.push_back({node.bound.raw(), node.name, node.shape, n});
       n += node.shape.numel();
     }
-    s.gradients = Tensor::zeros(Shape{n});
+    s.gradients = Tensor::zeros(Shape{n}, DType::Float32, device);  // on the model's device
     s.gradient_layout = std::move(layout);
     return;
   }
@@ -663,7 +663,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
   const OptimizerSpec& spec = options_.optimizer;
   const std::vector<Value> params = g.trainable_parameters();
   if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
-  lay_out_gradients(*state_, g, params);
+  lay_out_gradients(*state_, g, params, device());
   // The seed is set per step (accumulation_scale_), so that contexts of short
   // micro-batches share the plan with the full ones.
   if (period_ > 1) plan->accumulation_scale = g.input("optimizer/accumulation_scale", Shape{});
@@ -680,22 +680,25 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
     const Shape shape = g.node(params[i]).shape;
     const std::string name = g.node(params[i]).name;
     OptimizerState::Slots& slot = state_->slots[g.node(params[i]).bound.raw()];
-    // The optimizer's state, made once and shared by every context of the model.
+    // The optimizer's state, made once and shared by every context of the
+    // model, on the model's device.
+    const Device dev = device();
+    auto zeros = [&](const Shape& s) { return Tensor::zeros(s, DType::Float32, dev); };
     switch (spec.kind) {
       case OptimizerSpec::Kind::AdamW:
-        if (!slot.m.defined()) slot.m = Tensor::zeros(shape);
-        if (!slot.v.defined()) slot.v = Tensor::zeros(shape);
+        if (!slot.m.defined()) slot.m = zeros(shape);
+        if (!slot.v.defined()) slot.v = zeros(shape);
         break;
       case OptimizerSpec::Kind::SGD:
-        if (momentum && !slot.momentum.defined()) slot.momentum = Tensor::zeros(shape);
+        if (momentum && !slot.momentum.defined()) slot.momentum = zeros(shape);
         break;
       case OptimizerSpec::Kind::RMSprop:
-        if (!slot.v.defined()) slot.v = Tensor::zeros(shape);
-        if (spec.centered && !slot.m.defined()) slot.m = Tensor::zeros(shape);
-        if (momentum && !slot.momentum.defined()) slot.momentum = Tensor::zeros(shape);
+        if (!slot.v.defined()) slot.v = zeros(shape);
+        if (spec.centered && !slot.m.defined()) slot.m = zeros(shape);
+        if (momentum && !slot.momentum.defined()) slot.momentum = zeros(shape);
         break;
       case OptimizerSpec::Kind::Adagrad:
-        if (!slot.v.defined()) slot.v = Tensor::full(shape, spec.initial_accumulator_value);
+        if (!slot.v.defined()) slot.v = Tensor::full(shape, spec.initial_accumulator_value).to(dev);
         break;
     }
     if (plan->persistent_grads) {

@@ -604,6 +604,7 @@ class OptimizerContext {
   void apply_update(OptimizerPlan& plan);
   OptimizerPlan& acquire(bool train);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
+  Device device() const { return options_.backend ? options_.backend->device() : Device::CPU; }
 
   ModelFunction model_;
   OptimizerContextOptions options_;
