@@ -18,7 +18,8 @@ usage: scripts/setup.sh [--test] [--bench] [--plot]
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
              libpthreadpool-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
-  --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test), and
+  --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test),
+             libopenmpi-dev and openmpi-bin (the MPI communicator and its tests), and
              nodejs and npm when no `node` is installed (the third-party GGUF check)
   --plot     adds gnuplot-nox: training curves as PNG (the main job's --plot PATH)
   --bench    adds the benchmarks' packages: libbenchmark-dev, python3, python3-torch,
@@ -61,6 +62,7 @@ if ((want_test)); then
   packages+=(
     libgtest-dev                     # the GoogleTest suites under CTest
     gnuplot-nox                      # the plot test draws a PNG
+    libopenmpi-dev openmpi-bin       # the dist layer's MPI communicator and its mpiexec tests
   )
 fi
 if ((want_plot)); then

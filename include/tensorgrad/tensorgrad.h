@@ -23,6 +23,7 @@
 #include "tensorgrad/core/tensor.h"
 #include "tensorgrad/core/threads.h"
 #include "tensorgrad/data/idx.h"
+#include "tensorgrad/dist/communicator.h"
 #include "tensorgrad/graph/graph.h"
 #include "tensorgrad/io/callbacks.h"
 #include "tensorgrad/io/gguf.h"

@@ -1,0 +1,183 @@
+#include "tensorgrad/dist/communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+
+#ifdef TENSORGRAD_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace tensorgrad::dist {
+
+namespace {
+void check_tensor(const Tensor& t, const char* call, bool float_only) {
+  if (!t.defined()) throw StateError(std::string(call) + ": the tensor is undefined; pass a tensor holding data");
+  if (t.device() != Device::CPU)
+    throw StateError(std::string(call) + ": the tensor is on " + device_name(t.device()) +
+                     "; collectives on device memory are not built yet: copy it with to(Device::CPU)");
+  if (float_only && t.dtype() != DType::Float32)
+    throw TypeError(std::string(call) + ": expected a float32 tensor; got " + dtype_name(t.dtype()));
+}
+}  // namespace
+
+#ifdef TENSORGRAD_WITH_MPI
+
+namespace {
+// Communicators alive, and whether one of them initialised MPI (and so the
+// last one finalises it).
+std::mutex g_mutex;
+int g_alive = 0;
+bool g_we_initialised = false;
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw StateError(std::string(what) + " failed: " + std::string(text, size_t(length)));
+}
+}  // namespace
+
+struct Communicator::Impl {
+  MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL;
+};
+
+bool built_with_mpi() { return true; }
+
+Communicator::Communicator() { start(nullptr, nullptr); }
+Communicator::Communicator(int* argc, char*** argv) { start(argc, argv); }
+
+void Communicator::start(int* argc, char*** argv) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  int finalized = 0, initialized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw StateError("Communicator: MPI was already finalised in this process and cannot start again; keep one "
+                     "Communicator alive for the whole program");
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    g_we_initialised = true;
+  }
+  impl_ = std::make_unique<Impl>();
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->world), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(impl_->world, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(impl_->world, &rank_);
+  MPI_Comm_size(impl_->world, &size_);
+  check(MPI_Comm_split_type(impl_->world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &impl_->local),
+        "MPI_Comm_split_type");
+  MPI_Comm_rank(impl_->local, &local_rank_);
+  MPI_Comm_size(impl_->local, &local_size_);
+  ++g_alive;
+}
+
+Communicator::~Communicator() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!impl_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {  // the caller may have finalised MPI already: then its handles are gone
+    MPI_Comm_free(&impl_->local);
+    MPI_Comm_free(&impl_->world);
+  }
+  if (--g_alive == 0 && g_we_initialised && !finalized) {
+    MPI_Finalize();
+    g_we_initialised = false;
+  }
+}
+
+void Communicator::check_root(int root, const char* call) const {
+  if (root < 0 || root >= size_)
+    throw IndexError(std::string(call) + ": root " + std::to_string(root) + " is outside the job's ranks [0, " +
+                     std::to_string(size_) + ")");
+}
+
+void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
+  for (size_t at = 0; at < data.size();) {
+    const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
+    ++calls_;
+    check(MPI_Allreduce(MPI_IN_PLACE, data.data() + at, n, MPI_FLOAT, MPI_SUM, impl_->world), "MPI_Allreduce");
+    at += size_t(n);
+  }
+  if (op == ReduceOp::Average && size_ > 1) {
+    const float inv = 1.0f / float(size_);
+    for (float& v : data) v *= inv;
+  }
+}
+
+void Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
+  check_tensor(tensor, "all_reduce", true);
+  all_reduce(std::span<float>(tensor.data<float>(), size_t(tensor.numel())), op);
+}
+
+void Communicator::reduce(std::span<float> data, int root) {
+  check_root(root, "reduce");
+  for (size_t at = 0; at < data.size();) {
+    const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
+    ++calls_;
+    float* p = data.data() + at;
+    check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : p, p, n, MPI_FLOAT, MPI_SUM, root, impl_->world), "MPI_Reduce");
+    at += size_t(n);
+  }
+}
+
+void Communicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
+  check_root(root, "broadcast");
+  for (size_t at = 0; at < bytes.size();) {
+    const int n = int(std::min<size_t>(bytes.size() - at, size_t(INT_MAX)));
+    ++calls_;
+    check(MPI_Bcast(bytes.data() + at, n, MPI_BYTE, root, impl_->world), "MPI_Bcast");
+    at += size_t(n);
+  }
+}
+
+void Communicator::broadcast(Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast", false);
+  broadcast_bytes(std::span<std::byte>(static_cast<std::byte*>(tensor.raw()), tensor.nbytes()), root);
+}
+
+void Communicator::barrier() {
+  ++calls_;
+  check(MPI_Barrier(impl_->world), "MPI_Barrier");
+}
+
+void Communicator::abort(int code) const {
+  MPI_Abort(impl_ ? impl_->world : MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+#else  // built without MPI
+
+struct Communicator::Impl {};
+
+bool built_with_mpi() { return false; }
+
+namespace {
+[[noreturn]] void no_mpi() {
+  throw StateError("Communicator: this tensorgrad was built without MPI (TENSORGRAD_MPI=OFF, or AUTO found no "
+                   "libopenmpi-dev); install libopenmpi-dev and openmpi-bin (scripts/setup.sh --test) and rebuild");
+}
+}  // namespace
+
+Communicator::Communicator() { no_mpi(); }
+Communicator::Communicator(int*, char***) { no_mpi(); }
+Communicator::~Communicator() = default;
+void Communicator::start(int*, char***) { no_mpi(); }
+void Communicator::check_root(int, const char*) const { no_mpi(); }
+void Communicator::all_reduce(std::span<float>, ReduceOp) { no_mpi(); }
+void Communicator::all_reduce(Tensor& tensor, ReduceOp) { check_tensor(tensor, "all_reduce", true); no_mpi(); }
+void Communicator::reduce(std::span<float>, int) { no_mpi(); }
+void Communicator::broadcast_bytes(std::span<std::byte>, int) { no_mpi(); }
+void Communicator::broadcast(Tensor& tensor, int) { check_tensor(tensor, "broadcast", false); no_mpi(); }
+void Communicator::barrier() { no_mpi(); }
+void Communicator::abort(int code) const { std::exit(code); }  // unreachable: no communicator exists without MPI
+
+#endif
+
+}  // namespace tensorgrad::dist

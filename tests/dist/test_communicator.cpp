@@ -1,0 +1,132 @@
+// The MPI communicator, run by CTest under `mpiexec -np 2` and `-np 3`
+// (tests/CMakeLists.txt). Every rank runs every test; a failure on any rank
+// fails the job. main() initialises MPI itself, so the tests also show that a
+// communicator leaves a caller's MPI alone.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "test_support.h"
+#include "tensorgrad/dist/communicator.h"
+
+using namespace tensorgrad;
+using test_support::throws;
+
+namespace {
+int expected_size() {
+  const char* s = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return s ? std::atoi(s) : 1;
+}
+}  // namespace
+
+TEST(Communicator, RanksAreDistinctAndCoverTheJob) {
+  dist::Communicator c;
+  EXPECT_EQ(c.size(), expected_size());
+  ASSERT_GE(c.rank(), 0);
+  ASSERT_LT(c.rank(), c.size());
+  EXPECT_GE(c.local_size(), 1);
+  EXPECT_EQ(c.local_size(), c.size());  // one machine here
+  std::vector<float> onehot(size_t(c.size()), 0.0f);
+  onehot[size_t(c.rank())] = 1.0f;
+  c.all_reduce(onehot);
+  for (float v : onehot) EXPECT_EQ(v, 1.0f);  // each rank counted once
+}
+
+TEST(Communicator, AllReduceSumsAndAverages) {
+  dist::Communicator c;
+  const int r = c.rank(), n = c.size();
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(r + 1) * float(i % 7);
+  c.all_reduce(x);
+  const float ranks_sum = float(n * (n + 1) / 2);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], ranks_sum * float(i % 7)) << i;
+  Tensor t = Tensor::full(Shape{3, 2}, float(r));
+  c.all_reduce(t, dist::ReduceOp::Average);
+  const float mean = float(n - 1) / 2.0f;
+  for (float v : t.to_vector()) EXPECT_FLOAT_EQ(v, mean);
+  std::vector<float> empty;
+  const int64_t before = c.collective_calls();
+  c.all_reduce(empty);
+  EXPECT_EQ(c.collective_calls(), before);  // nothing to send: no message
+}
+
+TEST(Communicator, ReduceReachesOnlyTheRoot) {
+  dist::Communicator c;
+  const int root = c.size() - 1;
+  std::vector<float> x{float(c.rank()), 1.0f};
+  c.reduce(x, root);
+  if (c.rank() == root) {
+    EXPECT_EQ(x[0], float(c.size() * (c.size() - 1) / 2));
+    EXPECT_EQ(x[1], float(c.size()));
+  } else {
+    EXPECT_EQ(x[0], float(c.rank()));  // left as it was
+    EXPECT_EQ(x[1], 1.0f);
+  }
+}
+
+TEST(Communicator, BroadcastCopiesTheRootsBytesOfAnyDtype) {
+  dist::Communicator c;
+  Tensor counter = Tensor::zeros(Shape{1}, DType::Int64);
+  if (c.rank() == 0) counter.data<int64_t>()[0] = (int64_t(1) << 50) + 3;
+  c.broadcast(counter);
+  EXPECT_EQ(counter.data<int64_t>()[0], (int64_t(1) << 50) + 3);
+  Tensor w = Tensor::full(Shape{4}, float(c.rank()) + 0.5f);
+  c.broadcast(w, c.size() - 1);
+  for (float v : w.to_vector()) EXPECT_EQ(v, float(c.size() - 1) + 0.5f);
+  Tensor rows = Tensor::full(Shape{4, 2}, float(c.rank()));
+  Tensor second = rows.rows(2, 4);  // a view: only its bytes move
+  c.broadcast(second, 0);
+  EXPECT_EQ(rows.item(0), float(c.rank()));
+  EXPECT_EQ(rows.item(7), 0.0f);
+}
+
+TEST(Communicator, CountsItsCollectives) {
+  dist::Communicator c;
+  EXPECT_EQ(c.collective_calls(), 0);
+  std::vector<float> x(10, 1.0f);
+  c.all_reduce(x);
+  c.barrier();
+  Tensor t = Tensor::zeros(Shape{2});
+  c.broadcast(t);
+  c.reduce(x);
+  EXPECT_EQ(c.collective_calls(), 4);
+}
+
+TEST(Communicator, BadInputThrowsBeforeAnyMessage) {
+  dist::Communicator c;
+  Tensor ids = Tensor::zeros(Shape{2}, DType::Int32);
+  Tensor undefined;
+  std::vector<float> x(2, 0.0f);
+  EXPECT_TRUE(throws<TypeError>([&] { c.all_reduce(ids); }, {"all_reduce", "float32", "int32"}));
+  EXPECT_TRUE(throws<StateError>([&] { c.all_reduce(undefined); }, {"undefined"}));
+  EXPECT_TRUE(throws<IndexError>([&] { c.broadcast(ids, c.size()); }, {"root", "outside"}));
+  EXPECT_TRUE(throws<IndexError>([&] { c.reduce(x, -1); }, {"root -1"}));
+  EXPECT_EQ(c.collective_calls(), 0);
+}
+
+TEST(Communicator, LeavesTheCallersMpiRunning) {
+  { dist::Communicator a, b; }
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  EXPECT_EQ(finalized, 0);  // main() initialised MPI: no communicator finalises it
+  dist::Communicator again;  // and another can still be made
+  again.barrier();
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one rank prints; every rank's result counts through the exit code
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return failed;
+}
