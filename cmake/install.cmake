@@ -1,0 +1,80 @@
+# Install rules of the tensorgrad library (included by the top-level
+# CMakeLists.txt when TENSORGRAD_INSTALL is on): the public headers, the
+# static library, the CMake package tensorgradConfig.cmake (target
+# tensorgrad::tensorgrad) and the pkg-config file tensorgrad.pc.
+include(CMakePackageConfigHelpers)
+
+set(TENSORGRAD_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/tensorgrad"
+    CACHE STRING "Where tensorgradConfig.cmake is installed, under the prefix")
+mark_as_advanced(TENSORGRAD_INSTALL_CMAKEDIR)
+
+install(DIRECTORY include/tensorgrad
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT tensorgrad_Development
+        FILES_MATCHING PATTERN "*.h")
+# tensorgrad_cuda (an OBJECT library) is not exported: its objects are inside
+# libtensorgrad.a (TARGET_OBJECTS), and the library does not link the target.
+install(TARGETS tensorgrad
+        EXPORT tensorgradTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tensorgrad_Development)
+install(EXPORT tensorgradTargets
+        NAMESPACE tensorgrad::
+        FILE tensorgradTargets.cmake
+        DESTINATION ${TENSORGRAD_INSTALL_CMAKEDIR}
+        COMPONENT tensorgrad_Development)
+
+# Where this build found the dependencies that Debian ships without a CMake
+# package: the installed config looks there first, then in the usual places.
+foreach(lib IN ITEMS OPENBLAS_LIB PTHREADPOOL_LIB XSMM_LIB)
+  get_filename_component(TENSORGRAD_${lib}_DIR "${${lib}}" DIRECTORY)
+endforeach()
+set(TENSORGRAD_CUDA_ROOT "")
+if(TENSORGRAD_WITH_CUDA)
+  if(CUDAToolkit_ROOT)
+    set(TENSORGRAD_CUDA_ROOT "${CUDAToolkit_ROOT}")
+  else()
+    get_filename_component(TENSORGRAD_CUDA_ROOT "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+  endif()
+endif()
+
+configure_package_config_file(cmake/tensorgradConfig.cmake.in
+  "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfig.cmake"
+  INSTALL_DESTINATION ${TENSORGRAD_INSTALL_CMAKEDIR}
+  NO_SET_AND_CHECK_MACRO)
+write_basic_package_version_file(
+  "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfigVersion.cmake"
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)   # 0.x: a new minor version may break the API
+install(FILES
+  "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfig.cmake"
+  "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfigVersion.cmake"
+  DESTINATION ${TENSORGRAD_INSTALL_CMAKEDIR}
+  COMPONENT tensorgrad_Development)
+
+# pkg-config: the prefix is found from the file's own place (${pcfiledir}),
+# so `cmake --install build --prefix ANY` gives a working file. The library
+# is static: its dependencies are in Requires.private and Libs.private, which
+# `pkg-config --static` adds.
+set(TENSORGRAD_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+set(TENSORGRAD_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  message(FATAL_ERROR "tensorgrad: tensorgrad.pc needs CMAKE_INSTALL_LIBDIR and CMAKE_INSTALL_INCLUDEDIR "
+                      "relative to the prefix (got '${CMAKE_INSTALL_LIBDIR}', '${CMAKE_INSTALL_INCLUDEDIR}')")
+endif()
+file(RELATIVE_PATH TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR
+     "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR "${TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR}")
+set(TENSORGRAD_PC_LIBS_PRIVATE "-lpthreadpool")
+if(TENSORGRAD_WITH_CUDA)
+  get_filename_component(TENSORGRAD_CUDART_DIR "${CUDA_cudart_static_LIBRARY}" DIRECTORY)
+  string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -L${TENSORGRAD_CUDART_DIR} -lcudart_static")
+endif()
+string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -ldl -lrt -lm -pthread")
+set(TENSORGRAD_PC_REQUIRES_MPI "")
+if(TENSORGRAD_WITH_MPI)
+  set(TENSORGRAD_PC_REQUIRES_MPI " mpi-c")  # Open MPI's pkg-config module
+endif()
+configure_file(cmake/tensorgrad.pc.in "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad.pc" @ONLY)
+install(FILES "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad.pc"
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT tensorgrad_Development)
