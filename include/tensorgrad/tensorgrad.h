@@ -1,6 +1,7 @@
 #pragma once
 // Everything a user of tensorgrad needs, in one include.
 #include "tensorgrad/ag/data.h"
+#include "tensorgrad/ag/distributed.h"
 #include "tensorgrad/ag/eager_builder.h"
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/ag/gradcheck.h"

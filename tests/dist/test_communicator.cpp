@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "test_support.h"
+#include "tensorgrad/ag/distributed.h"
+#include "tensorgrad/ag/functional.h"
 #include "tensorgrad/dist/communicator.h"
 
 using namespace tensorgrad;
@@ -113,6 +117,43 @@ TEST(Communicator, LeavesTheCallersMpiRunning) {
   EXPECT_EQ(finalized, 0);  // main() initialised MPI: no communicator finalises it
   dist::Communicator again;  // and another can still be made
   again.barrier();
+}
+
+TEST(AllReduceGradients, EveryRankHoldsTheMeanGradientBitForBit) {
+  dist::Communicator c;
+  const int r = c.rank(), n = c.size();
+  // Each rank's gradient of sum(w * x) is its own x: different on every rank.
+  ag::Tensor w = ag::Tensor(Tensor::full(Shape{3, 5}, 0.5f), true);
+  ag::Tensor b = ag::Tensor(Tensor::zeros(Shape{5}), true);
+  ag::Tensor unused = ag::Tensor(Tensor::zeros(Shape{2}), true);  // no gradient on any rank
+  std::vector<float> xv(15);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(r + 1) * 0.1f * float(i + 1);
+  const ag::Tensor x(Tensor::from_vector(xv, Shape{3, 5}));
+  ag::sum(w * x + b).backward();
+  const int64_t before = c.collective_calls();
+  dist::all_reduce_gradients(c, {w, b, unused}, 16);  // 4 floats a bucket: 22 elements, 6 buckets
+  EXPECT_EQ(c.collective_calls() - before, 2 + 2 * 6);  // the size check, then reduce and broadcast per bucket
+  const std::vector<float> g = w.grad().data().to_vector();
+  for (size_t i = 0; i < g.size(); ++i) {
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum += float(k + 1) * 0.1f * float(i + 1);
+    EXPECT_NEAR(g[i], sum / float(n), 1e-5f * std::abs(sum)) << i;
+  }
+  for (float v : b.grad().data().to_vector()) EXPECT_EQ(v, 3.0f);  // the same on every rank: 3 rows
+  ASSERT_TRUE(unused.grad().defined());
+  for (float v : unused.grad().data().to_vector()) EXPECT_EQ(v, 0.0f);
+  // Bit-identical: every rank's bytes equal rank 0's.
+  Tensor mine = w.grad().data().clone(), root = w.grad().data().clone();
+  c.broadcast(root, 0);
+  EXPECT_EQ(std::memcmp(mine.raw(), root.raw(), mine.nbytes()), 0);
+}
+
+TEST(AllReduceGradients, RanksWithDifferentParametersAreRefusedTogether) {
+  dist::Communicator c;
+  ag::Tensor w = ag::Tensor(Tensor::zeros(Shape{c.rank() == 0 ? 4 : 5}), true);
+  EXPECT_TRUE(throws<ValueError>([&] { dist::all_reduce_gradients(c, {w}); }, {"parameters differ", "rank 0 has 4"}));
+  EXPECT_TRUE(throws<ValueError>([&] { dist::all_reduce_gradients(c, {w}, 2); }, {"bucket_bytes", "at least 4"}));
+  c.barrier();  // every rank got here: nobody hangs in a collective
 }
 
 int main(int argc, char** argv) {

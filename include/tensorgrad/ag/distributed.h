@@ -1,0 +1,33 @@
+#pragma once
+// Data-parallel training in hand-written eager loops (issue 14): the
+// gradients of every rank averaged, as PyTorch's DistributedDataParallel and
+// Horovod's DistributedOptimizer do, on the dist layer's communicator.
+#include <cstddef>
+#include <vector>
+
+#include "tensorgrad/ag/tensor.h"
+#include "tensorgrad/dist/communicator.h"
+
+namespace tensorgrad::dist {
+
+/// PyTorch DDP's default bucket size (bucket_cap_mb = 25), in bytes.
+inline constexpr size_t kDefaultAllReduceBucketBytes = size_t(25) << 20;
+
+/// Replaces every parameter's gradient by the mean of that gradient over all
+/// ranks, bit-identical on every rank: the gradients are packed in parameter
+/// order into one flat float32 buffer, summed onto rank 0 bucket by bucket
+/// (one reduce per `bucket_bytes`, rounded down to whole elements), broadcast
+/// back per bucket, and divided by the number of ranks. Call it after
+/// backward() and before the optimizer's step() on every rank, with the same
+/// parameters (names, shapes and order) everywhere.
+///
+/// A parameter without a gradient on this rank counts as zeros and gets the
+/// averaged gradient (so every rank sends the same messages). Throws
+/// ValueError for an undefined parameter or a bucket below 4 bytes,
+/// TypeError for a non-float32 parameter, and what the communicator throws;
+/// MPI cannot detect ranks whose parameter sizes differ, so the total element
+/// count is compared across ranks first (ValueError naming both counts).
+void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& parameters,
+                          size_t bucket_bytes = kDefaultAllReduceBucketBytes);
+
+}  // namespace tensorgrad::dist
