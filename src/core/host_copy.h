@@ -13,10 +13,6 @@
 
 namespace tensorgrad::detail {
 
-/// How many elements a caller stages in a stack array before it falls back
-/// to a heap vector (OptimizerState::learning_rate's schedule reads).
-inline constexpr int64_t kStagingElements = 16;
-
 /// Copies `count` elements of `dtype` from host memory `values` into elements
 /// [first, first + count) of `dst` (flattened, row-major), as one
 /// Tensor::copy_from_host. Throws StateError for an undefined `dst`, TypeError when

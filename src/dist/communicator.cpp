@@ -14,6 +14,8 @@
 
 namespace tensorgrad::dist {
 
+#ifdef TENSORGRAD_WITH_MPI
+
 namespace {
 void check_tensor(const Tensor& t, const char* call, bool float_only) {
   if (!t.defined()) throw StateError(std::string(call) + ": the tensor is undefined; pass a tensor holding data");
@@ -23,11 +25,7 @@ void check_tensor(const Tensor& t, const char* call, bool float_only) {
   if (float_only && t.dtype() != DType::Float32)
     throw TypeError(std::string(call) + ": expected a float32 tensor; got " + dtype_name(t.dtype()));
 }
-}  // namespace
 
-#ifdef TENSORGRAD_WITH_MPI
-
-namespace {
 // Communicators alive, and whether one of them initialised MPI (and so the
 // last one finalises it).
 std::mutex g_mutex;
@@ -171,10 +169,10 @@ Communicator::~Communicator() = default;
 void Communicator::start(int*, char***) { no_mpi(); }
 void Communicator::check_root(int, const char*) const { no_mpi(); }
 void Communicator::all_reduce(std::span<float>, ReduceOp) { no_mpi(); }
-void Communicator::all_reduce(Tensor& tensor, ReduceOp) { check_tensor(tensor, "all_reduce", true); no_mpi(); }
+void Communicator::all_reduce(Tensor&, ReduceOp) { no_mpi(); }
 void Communicator::reduce(std::span<float>, int) { no_mpi(); }
 void Communicator::broadcast_bytes(std::span<std::byte>, int) { no_mpi(); }
-void Communicator::broadcast(Tensor& tensor, int) { check_tensor(tensor, "broadcast", false); no_mpi(); }
+void Communicator::broadcast(Tensor&, int) { no_mpi(); }
 void Communicator::barrier() { no_mpi(); }
 void Communicator::abort(int code) const { std::exit(code); }  // unreachable: no communicator exists without MPI
 

@@ -258,11 +258,13 @@ int64_t OptimizerState::iterations() const { return tensorgrad::detail::read_ele
 
 double OptimizerState::learning_rate() const {
   if (!learning_rate_schedule) return double(tensorgrad::detail::read_element<float>(hyper, kLr));
-  // The schedule's numbers to the host (a few elements: staged, no allocation).
-  std::array<int64_t, tensorgrad::detail::kStagingElements> steps{};
-  std::array<float, tensorgrad::detail::kStagingElements> values{};
+  // A schedule of up to this many numbers is read into stack arrays (no
+  // allocation); a longer piecewise one into vectors.
+  constexpr int64_t kScheduleOnStack = 16;
+  std::array<int64_t, kScheduleOnStack> steps{};
+  std::array<float, kScheduleOnStack> values{};
   const int64_t n_steps = schedule_steps.numel(), n_values = schedule_values.numel();
-  if (n_steps > tensorgrad::detail::kStagingElements || n_values > tensorgrad::detail::kStagingElements) {
+  if (n_steps > kScheduleOnStack || n_values > kScheduleOnStack) {
     // A long piecewise schedule: read through vectors (allocates; only callbacks and logs ask).
     std::vector<int64_t> many_steps(static_cast<size_t>(n_steps));
     std::vector<float> many_values(static_cast<size_t>(n_values));
