@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/threads.h"
 
 #ifdef TENSORGRAD_WITH_MPI
 #include <mpi.h>
@@ -72,6 +73,9 @@ void Communicator::start(int* argc, char*** argv) {
         "MPI_Comm_split_type");
   MPI_Comm_rank(impl_->local, &local_rank_);
   MPI_Comm_size(impl_->local, &local_size_);
+  // Ranks sharing a machine share its cores: unless the program chose a
+  // thread count, each takes its part (torchrun sets OMP_NUM_THREADS alike).
+  if (threads_generation() == 0 && local_size_ > 1) set_num_threads(std::max(1, num_threads() / local_size_));
   ++g_alive;
 }
 
@@ -125,6 +129,31 @@ void Communicator::reduce(std::span<float> data, int root) {
   }
 }
 
+namespace {
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+}  // namespace
+
+template <typename T>
+void Communicator::sum_onto_root_and_back(std::span<T> data) {
+  if (size_ == 1) return;
+  for (size_t at = 0; at < data.size();) {
+    const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
+    ++calls_;
+    T* p = data.data() + at;
+    check(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, p, n, mpi_type<T>(), MPI_SUM, 0, impl_->world), "MPI_Reduce");
+    check(MPI_Bcast(p, n, mpi_type<T>(), 0, impl_->world), "MPI_Bcast");
+    at += size_t(n);
+  }
+}
+
+void Communicator::reduce_broadcast(std::span<float> data) { sum_onto_root_and_back(data); }
+void Communicator::reduce_broadcast(std::span<double> data) { sum_onto_root_and_back(data); }
+
 void Communicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
   check_root(root, "broadcast");
   for (size_t at = 0; at < bytes.size();) {
@@ -171,6 +200,8 @@ void Communicator::check_root(int, const char*) const { no_mpi(); }
 void Communicator::all_reduce(std::span<float>, ReduceOp) { no_mpi(); }
 void Communicator::all_reduce(Tensor&, ReduceOp) { no_mpi(); }
 void Communicator::reduce(std::span<float>, int) { no_mpi(); }
+void Communicator::reduce_broadcast(std::span<float>) { no_mpi(); }
+void Communicator::reduce_broadcast(std::span<double>) { no_mpi(); }
 void Communicator::broadcast_bytes(std::span<std::byte>, int) { no_mpi(); }
 void Communicator::broadcast(Tensor&, int) { no_mpi(); }
 void Communicator::barrier() { no_mpi(); }

@@ -221,12 +221,13 @@ void BackupAndRestore::on_train_begin(nn::Logs&) {
 
 void BackupAndRestore::on_epoch_end(int epoch, nn::Logs&) {
   const std::vector<nn::Callback*> kept = kept_callbacks("on_epoch_end");
+  if (rank() != 0) return;  // data-parallel: rank 0 writes the backup every rank resumes from
   make_folder(backup_dir_, "BackupAndRestore");
   save_checkpoint(model(), backup_path(), epoch + 1, kept);
 }
 
 void BackupAndRestore::on_train_end(nn::Logs&) {
-  if (!delete_checkpoint_) return;
+  if (!delete_checkpoint_ || rank() != 0) return;
   std::error_code ec;
   std::filesystem::remove(backup_path(), ec);
   if (std::filesystem::is_empty(backup_dir_, ec) && !ec) std::filesystem::remove(backup_dir_, ec);
@@ -277,7 +278,7 @@ void ModelCheckpoint::on_epoch_end(int epoch, nn::Logs& logs) {
   const std::string path = file_path(epoch, logs);
   const std::string head = "Epoch " + std::to_string(epoch + 1) + ": ";
   auto say = [&](const std::string& line) {
-    if (verbose_ > 0) std::printf("\n%s%s\n", head.c_str(), line.c_str()), std::fflush(stdout);
+    if (verbose_ > 0 && rank() == 0) std::printf("\n%s%s\n", head.c_str(), line.c_str()), std::fflush(stdout);
   };
   if (save_best_only_) {
     auto it = logs.find(monitor_);
@@ -306,6 +307,7 @@ void ModelCheckpoint::on_epoch_end(int epoch, nn::Logs& logs) {
   } else {
     say("saving model to " + path);
   }
+  if (rank() != 0) return;  // data-parallel: rank 0 saves (best_ is kept on every rank alike)
   make_folder(std::filesystem::path(path).parent_path(), "ModelCheckpoint");
   if (save_weights_only_) save_weights(model(), path);
   else save_model(model(), path);

@@ -274,6 +274,8 @@ CSVLogger::~CSVLogger() {
 
 void CSVLogger::on_train_begin(Logs&) {
   if (file_) std::fclose(file_);
+  file_ = nullptr;
+  if (rank() != 0) return;  // data-parallel: rank 0 writes the log
   write_header_ = true;
   if (append_) {
     if (std::FILE* existing = std::fopen(filename_.c_str(), "r")) {
@@ -349,16 +351,17 @@ void ProgbarLogger::set_params(int epochs, int64_t steps) {
 }
 
 void ProgbarLogger::on_epoch_begin(int epoch, Logs&) {
+  if (rank() != 0) return;  // data-parallel: rank 0 prints
   if (!printer_) printer_ = std::make_unique<ProgressPrinter>(verbose_, epochs_);
   printer_->begin_epoch(epoch, steps_);
 }
 
 void ProgbarLogger::on_train_batch_end(int64_t batch, Logs& logs) {
-  if (verbose_ == 1 && printer_) printer_->step(batch + 1, metrics_text(logs));
+  if (verbose_ == 1 && printer_ && rank() == 0) printer_->step(batch + 1, metrics_text(logs));
 }
 
 void ProgbarLogger::on_epoch_end(int, Logs& logs) {
-  if (printer_) printer_->end_epoch(metrics_text(logs));
+  if (printer_ && rank() == 0) printer_->end_epoch(metrics_text(logs));
 }
 
 std::string metrics_text(const Logs& m) {

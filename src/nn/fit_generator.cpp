@@ -29,6 +29,7 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   loop.nbatch_logical = opt.nbatch_logical;
   loop.verbose = opt.verbose;
   loop.callbacks = opt.callbacks;
+  loop.communicator = opt.communicator;
   return fit_loop(*this, train, validation ? &*validation : nullptr, loop);
 }
 

@@ -560,7 +560,18 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, n_train);
-  OptimizerContext* ctx = &optimizer_context(bs, opt.nbatch_logical, wmode);
+  // Data-parallel: this rank's share of every global batch (TensorSource's
+  // shard), and of the logical batch.
+  const int ranks = opt.communicator ? opt.communicator->size() : 1;
+  const Shard shard{opt.communicator ? opt.communicator->rank() : 0, ranks};
+  if (bs < ranks)
+    throw ValueError("fit: batch_size " + std::to_string(bs) + " (the global batch, at most the training rows) is less "
+                     "than the " + std::to_string(ranks) + " ranks: every rank needs a row of every batch. Raise "
+                     "batch_size or run fewer ranks");
+  const int64_t my_bs = bs * (shard.rank + 1) / ranks - bs * shard.rank / ranks;
+  const int64_t my_logical = opt.nbatch_logical > 0 && opt.nbatch_logical % bs == 0 ? opt.nbatch_logical / bs * my_bs
+                                                                                     : opt.nbatch_logical;
+  OptimizerContext* ctx = &optimizer_context(ranks > 1 ? my_bs : bs, ranks > 1 ? my_logical : opt.nbatch_logical, wmode);
   for (size_t i = 0; i < n_out; ++i)
     ctx->check_targets(i, y[i].rows(0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{}, -1);
   if (!xv.empty()) {
@@ -577,16 +588,17 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
                      std::to_string(n_train) + " training rows: no whole logical batch fits");
 
   TensorSource train(rows_of(x, 0, n_train), rows_of(y, 0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{},
-                     bs, opt.shuffle ? &rng_ : nullptr);
+                     bs, opt.shuffle ? &rng_ : nullptr, "batch", shard);
   std::optional<TensorSource> validation;
-  if (!xv.empty()) validation.emplace(xv, yv, wv, bs, nullptr, "validation batch");
+  if (!xv.empty()) validation.emplace(xv, yv, wv, bs, nullptr, "validation batch", shard);
   LoopOptions loop;
   loop.epochs = opt.epochs;
   loop.initial_epoch = opt.initial_epoch;
   loop.steps_per_epoch = steps;
-  loop.nbatch_logical = opt.nbatch_logical;
+  loop.nbatch_logical = ranks > 1 ? my_logical : opt.nbatch_logical;
   loop.verbose = opt.verbose;
   loop.callbacks = opt.callbacks;
+  loop.communicator = opt.communicator;
   return fit_loop(*this, train, validation ? &*validation : nullptr, loop);
 }
 
@@ -604,6 +616,15 @@ StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_l
   if (batch_size < 0 || nbatch_logical < 0)
     throw ValueError("batch_size and nbatch_logical must be >= 0 (0: the batch's rows, no accumulation); got " +
                      std::to_string(batch_size) + " and " + std::to_string(nbatch_logical));
+  if (b.x.empty() && b.y.empty() && opt_state_ && opt_state_->communicator) {
+    // Data-parallel: this rank has no rows for this batch (its share of a
+    // short global batch, or its generator ended first).
+    if (!train) return StepResult{};
+    if (batch_size < 1)
+      throw ValueError("train_on_batch: a batch without rows joins a data-parallel update through the context of "
+                       "its batch_size; give batch_size");
+    return optimizer_context(batch_size, nbatch_logical).join_step();
+  }
   const FunctionalGraph& g = *graph_;
   if (b.x.size() != g.inputs.size())
     throw ShapeError("the model has " + std::to_string(g.inputs.size()) + " input(s) (" + joined(g.input_names) +
@@ -793,6 +814,16 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
   }
   plan.exe->run();
   for (size_t i = 0; i < out.size(); ++i) plan.exe->copy_output(plan.out[i], out[i]);
+}
+
+void Model::set_communicator(std::shared_ptr<dist::Communicator> comm) {
+  check_live("set_communicator()");
+  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("set_communicator()"));
+  opt_state_->communicator = std::move(comm);
+}
+
+std::shared_ptr<dist::Communicator> Model::communicator() const {
+  return opt_state_ ? opt_state_->communicator : nullptr;
 }
 
 void Model::add_gradient_hook(GradientHook hook) {

@@ -122,7 +122,7 @@ void PlotHistory::on_train_begin(Logs& logs) { recorded_.on_train_begin(logs); }
 
 void PlotHistory::on_epoch_end(int epoch, Logs& logs) {
   recorded_.on_epoch_end(epoch, logs);
-  plot_history(recorded_, path_);
+  if (rank() == 0) plot_history(recorded_, path_);  // data-parallel: rank 0 writes
 }
 
 CallbackState PlotHistory::get_state() const {

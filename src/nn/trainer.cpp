@@ -7,6 +7,7 @@
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/random.h"
+#include "tensorgrad/nn/data_parallel.h"
 
 namespace tensorgrad::nn {
 
@@ -57,6 +58,10 @@ Trainer::Trainer(const Model& model, const TrainerOptions& options)
   ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
   // Dropout masks: a stream of its own, from the global seed.
   tensorgrad::detail::write_element(ctx_->state()->rng_counter, 0, int64_t(global_generator()()));
+  if (options_.communicator) {
+    broadcast_training_state(model_, *options_.communicator);  // every rank starts from rank 0's
+    model_.set_communicator(options_.communicator);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -107,8 +112,18 @@ float Trainer::step(const Tensor& x, const Tensor& y, const Tensor& sample_weigh
 
 float Trainer::step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight) {
   check_live("step");
-  for (const Tensor& w : sample_weight) check_weights_allowed(w);
-  const float loss = ctx_->step(x, y, sample_weight).loss;
+  float loss = 0.0f;
+  if (options_.communicator) {
+    try {
+      for (const Tensor& w : sample_weight) check_weights_allowed(w);
+      loss = ctx_->step(x, y, sample_weight).loss;
+    } catch (const std::exception& e) {
+      abort_job(*options_.communicator, "Trainer::step", e);
+    }
+  } else {
+    for (const Tensor& w : sample_weight) check_weights_allowed(w);
+    loss = ctx_->step(x, y, sample_weight).loss;
+  }
   if (!std::isfinite(loss) && !warned_non_finite_) {
     warned_non_finite_ = true;
     log_message(LogLevel::Warning, "Trainer: the loss is " + std::to_string(loss) + " at step " +
@@ -116,6 +131,18 @@ float Trainer::step(std::span<const Tensor> x, std::span<const Tensor> y, std::s
                                        "; lower the learning rate or check the targets");
   }
   return loss;
+}
+
+void Trainer::join_step() {
+  check_live("join_step");
+  if (!options_.communicator)
+    throw StateError("Trainer::join_step: this trainer has no communicator; join_step is for data-parallel training "
+                     "(TrainerOptions::communicator)");
+  try {
+    ctx_->join_step();
+  } catch (const std::exception& e) {
+    abort_job(*options_.communicator, "Trainer::join_step", e);
+  }
 }
 
 float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {

@@ -6,13 +6,14 @@
 #include <limits>
 
 #include "nn/prefixed_error.h"
+#include "tensorgrad/nn/data_parallel.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 
 namespace tensorgrad::nn {
 
 CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose,
-                           int epochs, int64_t steps) {
+                           int epochs, int64_t steps, const dist::Communicator* comm) {
   ProgbarLogger* progbar = nullptr;
   for (size_t i = 0; i < callbacks.size(); ++i) {
     if (!callbacks[i]) throw ValueError("fit: callbacks[" + std::to_string(i) + "] is null");
@@ -29,6 +30,7 @@ CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callb
   for (Callback* c : list_) {
     c->set_model(&model);
     c->set_fit_callbacks(&list_);
+    c->set_rank(comm ? comm->rank() : 0, comm ? comm->size() : 1);
   }
   model.set_stop_training(false);
   model.take_initial_epoch();  // one set before this fit does not move it
@@ -38,6 +40,7 @@ CallbackList::~CallbackList() {
   for (Callback* c : list_) {
     c->set_model(nullptr);
     c->set_fit_callbacks(nullptr);
+    c->set_rank(0, 1);
   }
 }
 
@@ -58,6 +61,9 @@ EpochLogs::EpochLogs(const Model& model) : model_(&model) {
   if (!model.compiled())
     throw StateError("EpochLogs: the model is not compiled; its losses and metrics name the logs. Call compile() first");
   output_loss_sums_.assign(model.output_names().size(), 0.0);
+  size_t metrics = 0;  // sized up front: every rank's sums line up in a reduction
+  for (const auto& names : model.output_metrics()) metrics += names.size();
+  metric_sums_.assign(metrics, 0.0);
 }
 
 void EpochLogs::add(const StepResult& r) {
@@ -65,7 +71,7 @@ void EpochLogs::add(const StepResult& r) {
   loss_sum_ += double(r.loss) * rows;
   for (size_t i = 0; i < output_loss_sums_.size() && i < r.output_losses.size(); ++i)
     output_loss_sums_[i] += double(r.output_losses[i]) * rows;
-  metric_sums_.resize(r.metric_sums.size(), 0.0);
+  if (r.metric_sums.size() > metric_sums_.size()) metric_sums_.resize(r.metric_sums.size(), 0.0);
   for (size_t m = 0; m < r.metric_sums.size(); ++m) metric_sums_[m] += r.metric_sums[m];
   rows_ += r.rows;
   ++batches_;
@@ -76,6 +82,20 @@ Logs EpochLogs::logs() const {
   if (rows_ == 0)
     for (auto& [k, v] : l) v = std::numeric_limits<double>::quiet_NaN();
   return l;
+}
+
+EpochLogs EpochLogs::reduced(dist::Communicator& comm) const {
+  std::vector<double> sums{loss_sum_, double(rows_), double(batches_)};
+  sums.insert(sums.end(), output_loss_sums_.begin(), output_loss_sums_.end());
+  sums.insert(sums.end(), metric_sums_.begin(), metric_sums_.end());
+  comm.reduce_broadcast(std::span<double>(sums));
+  EpochLogs out(*this);
+  out.loss_sum_ = sums[0];
+  out.rows_ = int64_t(sums[1]);
+  out.batches_ = int64_t(sums[2]);
+  std::copy(sums.begin() + 3, sums.begin() + 3 + std::ptrdiff_t(output_loss_sums_.size()), out.output_loss_sums_.begin());
+  std::copy(sums.end() - std::ptrdiff_t(metric_sums_.size()), sums.end(), out.metric_sums_.begin());
+  return out;
 }
 
 namespace {
@@ -112,21 +132,32 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
                       const EpochOptions& options) {
   if (options.steps < 0) throw ValueError("train_epoch: steps must be >= 0; got " + std::to_string(options.steps));
   EpochLogs logs(model);
+  dist::Communicator* const comm = options.communicator;
   source.start_epoch(epoch, options.steps);
-  while (!model.stop_training() && (options.steps == 0 || logs.batches() < options.steps)) {
-    const Batch* batch = source.next();
+  static const Batch no_rows;  // a rank's empty share: train_on_batch joins the update
+  while (comm || !model.stop_training()) {
+    if (options.steps > 0 && logs.batches() >= options.steps) break;
+    const Batch* batch = comm && model.stop_training() ? nullptr : source.next();
+    if (comm) {
+      // Whether any rank has a batch, and whether any asked to stop.
+      double votes[2] = {batch ? 1.0 : 0.0, model.stop_training() ? 1.0 : 0.0};
+      comm->reduce_broadcast(std::span<double>(votes, 2));
+      if (votes[1] > 0.0) model.set_stop_training(true);
+      if (votes[1] > 0.0 || votes[0] == 0.0) break;
+      if (!batch) batch = &no_rows;
+    }
     if (!batch) break;
     Logs batch_logs;
     callbacks.on_train_batch_begin(logs.batches(), batch_logs);
     check_live_after(model, "on_train_batch_begin");
-    if (model.stop_training()) break;
+    if (!comm && model.stop_training()) break;  // data-parallel: at the next agreement
     try {
       logs.add(model.train_on_batch(*batch, source.batch_size(), options.nbatch_logical));
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
     }
     check_live_after(model, "a gradient hook");
-    batch_logs = logs.logs();
+    batch_logs = comm ? logs.reduced(*comm).logs() : logs.logs();
     callbacks.on_train_batch_end(logs.batches() - 1, batch_logs);
     check_live_after(model, "on_train_batch_end");
   }
@@ -137,7 +168,7 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
   return logs;
 }
 
-Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch) {
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dist::Communicator* comm) {
   if (steps < 0) throw ValueError("test_epoch: steps must be >= 0; got " + std::to_string(steps));
   EpochLogs logs(model);
   source.start_epoch(epoch, steps);
@@ -145,29 +176,47 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch) {
     const Batch* batch = source.next();
     if (!batch) break;
     try {
-      logs.add(model.test_on_batch(*batch, source.batch_size()));
+      if (!batch->x.empty() || !comm) logs.add(model.test_on_batch(*batch, source.batch_size()));
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
     }
   }
-  return logs.logs();
+  return comm ? logs.reduced(*comm).logs() : logs.logs();
 }
 
 namespace {
+// Data-parallel: whether any rank asked to stop (every rank gets the same answer).
+bool any_rank_stops(Model& model, dist::Communicator* comm) {
+  if (!comm) return model.stop_training();
+  double stop = model.stop_training() ? 1.0 : 0.0;
+  comm->reduce_broadcast(std::span<double>(&stop, 1));
+  if (stop > 0.0) model.set_stop_training(true);
+  return stop > 0.0;
+}
+
 History run_epochs(Model& model, BatchSource& train, BatchSource* validation, const LoopOptions& opt) {
+  dist::Communicator* const comm = opt.communicator.get();
   CallbackList callbacks(model, opt.callbacks, opt.verbose, opt.epochs,
-                         opt.steps_per_epoch > 0 ? opt.steps_per_epoch : train.batches_per_epoch());
+                         opt.steps_per_epoch > 0 ? opt.steps_per_epoch : train.batches_per_epoch(), comm);
   Logs train_logs;
   callbacks.on_train_begin(train_logs);
   check_live_after(model, "on_train_begin");
   // A callback may have moved the start (io::BackupAndRestore resuming).
-  const int first_epoch = model.take_initial_epoch().value_or(opt.initial_epoch);
+  int first_epoch = model.take_initial_epoch().value_or(opt.initial_epoch);
+  if (comm) {
+    // Every rank starts from rank 0's state and epoch (after a restore too).
+    broadcast_training_state(model, *comm);
+    int64_t first = first_epoch;
+    comm->broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&first, 1)), 0);
+    first_epoch = int(first);
+  }
   bool diverged = false;
-  for (int epoch = first_epoch; epoch < opt.epochs && !model.stop_training(); ++epoch) {
+  for (int epoch = first_epoch; epoch < opt.epochs && !any_rank_stops(model, comm); ++epoch) {
     Logs logs;
     callbacks.on_epoch_begin(epoch, logs);
     check_live_after(model, "on_epoch_begin");
-    const EpochLogs run = train_epoch(model, train, epoch, callbacks, {opt.steps_per_epoch, opt.nbatch_logical});
+    const EpochLogs run =
+        train_epoch(model, train, epoch, callbacks, {opt.steps_per_epoch, opt.nbatch_logical, comm});
     if (run.batches() == 0) {
       if (!model.stop_training())
         log_message(LogLevel::Warning,
@@ -183,13 +232,13 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
                       std::to_string(run.batches()) + " of " + std::to_string(opt.steps_per_epoch) +
                       " requested batches. The epoch is short; if the source can end on its own, leave "
                       "steps_per_epoch at 0 and let nothing close the epoch");
-    for (auto& [k, v] : run.logs()) logs[k] = v;
+    for (auto& [k, v] : comm ? run.reduced(*comm).logs() : run.logs()) logs[k] = v;
     warn_if_diverged(logs, epoch, diverged);
     if (validation) {
       Logs test_logs;
       callbacks.on_test_begin(test_logs);
       check_live_after(model, "on_test_begin");
-      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch);
+      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch, comm);
       callbacks.on_test_end(test_logs);
       check_live_after(model, "on_test_end");
       for (auto& [k, v] : test_logs) logs["val_" + k] = v;
@@ -199,6 +248,9 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     train_logs = logs;
   }
   callbacks.on_train_end(train_logs);
+  // Every rank leaves together: rank 0's last writes (a backup, a log) are
+  // done before any rank can start reading them in a next fit.
+  if (comm) comm->barrier();
   return std::move(callbacks.history);
 }
 }  // namespace
@@ -226,7 +278,25 @@ History fit_loop(Model& model, BatchSource& train, BatchSource* validation, cons
       if (b) b->stop();
     }
   } stop{train, validation};
-  return run_epochs(model, train, validation, opt);
+  if (!opt.communicator) return run_epochs(model, train, validation, opt);
+  // Models that differ are refused here, by every rank together (a
+  // ValueError, not an abort); after on_train_begin the state is broadcast
+  // again, as a restore may have changed it.
+  broadcast_training_state(model, *opt.communicator);
+  try {
+    // The model reduces its gradients over the ranks for this loop only.
+    struct Distributed {
+      Model& model;
+      std::shared_ptr<dist::Communicator> before;
+      ~Distributed() {
+        if (!model.released() && model.compiled()) model.set_communicator(before);
+      }
+    } distributed{model, model.communicator()};
+    model.set_communicator(opt.communicator);
+    return run_epochs(model, train, validation, opt);
+  } catch (const std::exception& e) {
+    abort_job(*opt.communicator, "fit", e);
+  }
 }
 
 }  // namespace tensorgrad::nn

@@ -416,7 +416,8 @@ void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Valu
       layout.push_back({node.bound.raw(), node.name, node.shape, n});
       n += node.shape.numel();
     }
-    s.gradients = Tensor::zeros(Shape{n}, DType::Float32, device);  // on the model's device
+    s.gradients_with_rows = Tensor::zeros(Shape{n + 1}, DType::Float32, device);  // on the model's device
+    s.gradients = s.gradients_with_rows.rows(0, n);
     s.gradient_layout = std::move(layout);
     return;
   }
@@ -1106,7 +1107,7 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
     plan.exe->run(0, plan.split);
     ++n_steps_;
     if (++state_->micro_step >= period_) {
-      apply_update(plan);
+      apply_update(plan, float(period_ == 1 ? options_.batch_size : options_.nbatch_logical));
       r.updated = true;
     }
   } else {
@@ -1156,20 +1157,20 @@ void OptimizerContext::release_gradient_views() {
 
 // Clipping, the hooks and the optimizer update over the period's complete
 // gradients (the second half of a training step).
-void OptimizerContext::apply_update(OptimizerPlan& plan) {
+void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
   // A hook may change the model (compile, free, freeze_bn_stats, ...),
   // which retires this context: the plan, the state and the hook lists
   // are held here until the hooks are done, and the update is then not
   // applied. Copies of shared_ptrs: no allocation.
   const std::shared_ptr<OptimizerState> state = state_;
   const std::shared_ptr<const std::vector<AnyGradientHook>> model_hooks = options_.model_hooks;
-  // (A reduction across ranks will run here, before clipping.)
-  plan.exe->run(plan.split, plan.clip_end);  // clipping: the hooks see clipped gradients
-  // Without accumulation the gradients are arena outputs: with hooks, they
-  // are copied into the flat buffer for them and back for the update (two
-  // backend copies per update, only when there are hooks); without hooks
+  dist::Communicator* const comm = state->communicator.get();
+  // Without accumulation or clipping the gradients are arena outputs: with
+  // hooks or ranks to reduce over, they are copied into the flat buffer and
+  // back for the update (two backend copies per update, only then); else
   // nothing touches them.
-  const bool copy_through = !plan.persistent_grads && ((model_hooks && !model_hooks->empty()) || !hooks_.empty());
+  const bool copy_through =
+      !plan.persistent_grads && (comm || (model_hooks && !model_hooks->empty()) || !hooks_.empty());
   auto call = [this](const AnyGradientHook& hook) {
     if (const GradientHook* h = std::get_if<GradientHook>(&hook)) (*h)(buffer_.tensors());
     else std::get<GradientBucketHook>(hook)(buffer_);
@@ -1178,6 +1179,11 @@ void OptimizerContext::apply_update(OptimizerPlan& plan) {
   try {
     if (copy_through)
       for (size_t k = 0; k < arena_grads_.size(); ++k) buffer_.tensors_[k].grad.copy_from(arena_grads_[k]);
+    // The hook stage's order (DESIGN.md): the reduction across ranks, then
+    // clipping (graph ops over the accumulators; none without them), then
+    // the user's hooks.
+    if (comm) reduce_over_ranks(*comm, rows);
+    plan.exe->run(plan.split, plan.clip_end);
     if (model_hooks)
       for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) call((*model_hooks)[i]);
     for (size_t i = 0; i < hooks_.size() && retired_.empty(); ++i) call(hooks_[i]);
@@ -1211,8 +1217,60 @@ bool OptimizerContext::apply_pending_update() {
   if (period_ == 1 || state_->micro_step == 0) return false;
   acquire(true);
   const std::shared_ptr<OptimizerPlan> keep = train_;
-  apply_update(*keep);
+  apply_update(*keep, float(options_.nbatch_logical));
   return true;
+}
+
+StepResult OptimizerContext::join_step() {
+  if (!retired_.empty())
+    throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
+  if (!state_->communicator)
+    throw StateError("join_step() is for data-parallel training: this model has no communicator (set "
+                     "FitOptions::communicator or TrainerOptions::communicator)");
+  acquire(true);
+  const std::shared_ptr<OptimizerPlan> keep = train_;
+  ++n_steps_;
+  StepResult r;
+  std::fill(output_losses_.begin(), output_losses_.end(), 0.0f);
+  std::fill(metric_sums_.begin(), metric_sums_.end(), 0.0);
+  r.output_losses = output_losses_;
+  r.metric_sums = metric_sums_;
+  if (++state_->micro_step >= period_) {
+    // Without accumulation the arena holds the last step's gradients, not
+    // this rank's (none): the flat buffer gets zeros instead.
+    if (!keep->persistent_grads)
+      for (Tensor& g : arena_grads_) g.fill(0.0f);
+    apply_update(*keep, period_ == 1 ? 0.0f : float(options_.nbatch_logical));
+    r.updated = true;
+  }
+  return r;
+}
+
+// The data-parallel reduction (issue 14), over the flat buffer holding this
+// rank's mean gradient g_r over `rows` rows: every rank sends rows * g_r
+// (its row-sum) and its rows, bucket by bucket, the rows riding in the last
+// bucket's message; the sums come back identical on every rank (reduced
+// onto rank 0 and broadcast), and the gradient becomes sum(rows_r g_r) /
+// sum(rows_r): the mean over the global batch, a short one included.
+void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows) {
+  Tensor& message = state_->gradients_with_rows;
+  if (message.device() != Device::CPU)
+    throw StateError("data-parallel training reduces gradients on the CPU; this model's are on " +
+                     std::string(device_name(message.device())) + " (device collectives are not built yet)");
+  float* p = message.data<float>();
+  const size_t n = size_t(message.numel()) - 1;
+  for (size_t i = 0; i < n; ++i) p[i] *= rows;
+  p[n] = rows;
+  const size_t per_bucket = buffer_.bucket_bytes() / sizeof(float);
+  for (size_t begin = 0; begin < n; begin += per_bucket) {
+    const size_t end = std::min(n, begin + per_bucket);
+    comm.reduce_broadcast(std::span<float>(p + begin, (end == n ? n + 1 : end) - begin));
+  }
+  const float total = p[n];
+  if (!(total > 0.0f))
+    throw StateError("data-parallel update with no rows on any rank: every rank joined without a batch");
+  const float inv = 1.0f / total;
+  for (size_t i = 0; i < n; ++i) p[i] *= inv;
 }
 
 StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Tensor> y,

@@ -29,6 +29,10 @@ bool built_with_mpi();
 /// manages MPI itself keeps control (RAII, safe either way). One thread at a
 /// time uses a communicator (as every tensorgrad object).
 ///
+/// The first communicator also divides the machine's cores between the
+/// ranks on it: unless the program called set_num_threads before, each rank
+/// computes with max(1, cores / local_size()) threads.
+///
 /// Every collective must be called by every rank in the same order with the
 /// same sizes (MPI's rule; a mismatch is undefined behaviour in MPI, so the
 /// data-parallel training checks what it can before its first collective).
@@ -65,6 +69,14 @@ class Communicator {
   /// Sums `data` over all ranks into `root`'s `data` (the other ranks' data
   /// is left as it was). Throws IndexError for a root outside [0, size()).
   void reduce(std::span<float> data, int root = 0);
+  /// Sums `data` over all ranks onto rank 0 (MPI_Reduce), then broadcasts
+  /// rank 0's sums back (MPI_Bcast): unlike all_reduce, every rank then
+  /// holds the same bits at any number of ranks, which data-parallel
+  /// training needs (weights updated from it stay identical). Counts one
+  /// collective per message (one for spans up to INT_MAX elements); with one
+  /// rank it sends nothing. The double form is for logs and counts.
+  void reduce_broadcast(std::span<float> data);
+  void reduce_broadcast(std::span<double> data);
   /// Copies `root`'s bytes of `tensor` (any dtype, CPU) into every rank's
   /// `tensor`, which must have the same byte size everywhere. Throws as
   /// all_reduce (but any dtype), IndexError for a bad root.
@@ -79,13 +91,16 @@ class Communicator {
   [[noreturn]] void abort(int code) const;
 
   /// Collective operations this communicator has issued (every message of
-  /// all_reduce, reduce, broadcast and barrier counts one): how a test
+  /// all_reduce, reduce, broadcast and barrier counts one; reduce_broadcast
+  /// counts one per message pair): how a test
   /// counts the collectives of an update.
   int64_t collective_calls() const { return calls_; }
 
  private:
   void start(int* argc, char*** argv);
   void check_root(int root, const char* call) const;
+  template <typename T>
+  void sum_onto_root_and_back(std::span<T> data);
 
   struct Impl;  // the MPI communicators (MPI's header stays out of the public API)
   std::unique_ptr<Impl> impl_;

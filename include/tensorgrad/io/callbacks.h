@@ -54,6 +54,11 @@ struct SaveFreq {
 /// it is left empty (Keras removes the whole folder; this removes only what
 /// it wrote). A fit left by an exception keeps it.
 ///
+/// In data-parallel training (FitOptions::communicator) rank 0 writes the
+/// backups and every rank restores from the same file at on_train_begin
+/// (one machine, or a folder every machine sees), then fit broadcasts rank
+/// 0's state, so every rank resumes at the same epoch.
+///
 /// Exact for fit on in-memory data (the shuffles come from the model's
 /// stream). A fit from a generator resumes at the right epoch with the right
 /// model, but where the generator's own data stands is the generator's to

@@ -49,6 +49,17 @@ class Callback {
   /// finds the callbacks whose state it saves here.
   const std::vector<Callback*>& fit_callbacks() const;
   void set_fit_callbacks(const std::vector<Callback*>* callbacks) { fit_callbacks_ = callbacks; }
+  /// In data-parallel training (FitOptions::communicator) this process's
+  /// rank and the job's number of ranks (torch.distributed's rank and
+  /// world size); 0 and 1 otherwise. The logs a callback sees are the same
+  /// on every rank (reduced over all of them), so decisions agree; what
+  /// writes files or prints (ProgbarLogger, CSVLogger, PlotHistory,
+  /// ModelCheckpoint, BackupAndRestore's backups) does so on rank 0 only, as
+  /// Horovod's recipe: a callback of a user's that writes should check
+  /// rank() == 0 alike. Set by fit (CallbackList) with the model.
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  void set_rank(int rank, int world_size) { rank_ = rank, world_size_ = world_size; }
 
   /// What the callback keeps between epochs (default: nothing). Taken after
   /// an on_epoch_end, it is what the next epoch starts from.
@@ -82,6 +93,7 @@ class Callback {
  private:
   Model* model_ = nullptr;
   const std::vector<Callback*>* fit_callbacks_ = nullptr;
+  int rank_ = 0, world_size_ = 1;
 };
 
 }  // namespace tensorgrad::nn

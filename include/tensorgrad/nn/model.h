@@ -75,6 +75,24 @@ struct FitOptions {
   /// ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN, CSVLogger,
   /// LambdaCallback. A null pointer is a ValueError.
   std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Data-parallel training over MPI (issue 14; PyTorch's
+  /// DistributedDataParallel, Horovod): the same program runs on every rank
+  /// with the same data and options, and batch_size and nbatch_logical are
+  /// the global batch's. Every epoch's shuffled order is the same on every
+  /// rank (the model's random stream, broadcast from rank 0) and rank r of R
+  /// trains on rows [g r / R, g (r + 1) / R) of each global batch of g rows
+  /// (validation likewise); the gradients are reduced over the ranks before
+  /// clipping, once per logical batch, as the sum of the ranks' row-sums
+  /// over the global rows, so training equals one process's on the global
+  /// batches (up to float rounding). Weights and optimizer state start as
+  /// rank 0's. Batch-norm statistics stay per rank (DistributedDataParallel
+  /// without SyncBatchNorm). History, the progress line and callbacks see
+  /// losses and metrics over all ranks; only rank 0 prints and writes
+  /// files (Callback::rank()). Ranks whose models differ are refused with a
+  /// ValueError; any later exception on a rank ends the job with
+  /// MPI_Abort(1) (nn/data_parallel.h). batch_size must be at least the
+  /// number of ranks (ValueError). Null: one process.
+  std::shared_ptr<dist::Communicator> communicator;
 };
 
 /// One batch from a generator (the seed's list(inputs = , labels = )): one
@@ -128,6 +146,12 @@ struct GeneratorFitOptions {
   /// As FitOptions.
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Data-parallel training (see FitOptions::communicator): each rank calls
+  /// its own generator (its own part of the data; batch_size and
+  /// nbatch_logical are per rank here). An epoch ends when every rank's
+  /// generator has ended; a rank whose generator ends first joins the
+  /// others' updates without rows until then (PyTorch's Join). Null: off.
+  std::shared_ptr<dist::Communicator> communicator;
 };
 
 class FunctionalGraph;
@@ -360,6 +384,17 @@ class Model {
   OptimizerContext& optimizer_context(int64_t batch_size, int64_t nbatch_logical = 0,
                                       LossWeights weights = LossWeights::None, int64_t micro_batch = 0);
 
+  /// Data-parallel training: while set, every optimizer update of this
+  /// model first reduces its gradients over `comm`'s ranks
+  /// (OptimizerState::communicator). fit sets it for its own run
+  /// (FitOptions::communicator) and puts back the previous one after; a
+  /// Trainer's model keeps TrainerOptions::communicator. Null: one process.
+  /// Throws StateError before compile() (the optimizer state holds it;
+  /// compile() starts a fresh state without one).
+  void set_communicator(std::shared_ptr<dist::Communicator> comm);
+  /// The communicator set, or null (also before compile()).
+  std::shared_ptr<dist::Communicator> communicator() const;
+
   /// Adds a gradient hook (see GradientHook) that every optimizer context of
   /// this model runs between backward and update: fit's, a partial last
   /// batch's, the Trainer's (a Trainer or clone made later takes the model's
@@ -472,6 +507,7 @@ class Model {
                                             std::span<const double> metric_sums, int64_t rows) const;
   friend class EpochLogs;
   friend struct io::detail::Access;  // saving and loading the training state
+  friend void broadcast_training_state(Model& model, dist::Communicator& comm);  // data-parallel start
 
   std::string name_;
   bool compiled_ = false;

@@ -34,6 +34,17 @@ struct TrainerOptions {
   /// unset = the model's (default 25 MiB). A positive multiple of 4, else
   /// ValueError.
   std::optional<size_t> gradient_bucket_bytes;
+  /// Data-parallel training (issue 14; see FitOptions::communicator): every
+  /// rank makes a trainer with the same model and options and steps it on
+  /// its own batches, in the same order; each update reduces the gradients
+  /// over the ranks (before clipping, one reduce_broadcast per gradient
+  /// bucket) to the sum of the ranks' row-sums over their total rows, so the
+  /// weights stay identical on every rank. The constructor broadcasts rank
+  /// 0's weights and optimizer state (ValueError on every rank when the
+  /// models differ). step() returns this rank's loss; an exception in step()
+  /// or join_step() ends the job (nn/data_parallel.h: MPI_Abort(1)). Null:
+  /// one process.
+  std::shared_ptr<dist::Communicator> communicator;
 };
 
 /// The trainer. Works on its own copy of a compiled Model's weights (the
@@ -62,6 +73,11 @@ class Trainer {
   /// Several inputs and outputs, in the model's order (OptimizerContext::step):
   /// the loss is the weighted sum of the outputs' losses.
   float step(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
+  /// Data-parallel training: this rank has no batch for the step the others
+  /// take (an episode that ended early): it joins their update with no rows
+  /// (OptimizerContext::join_step). Throws StateError without
+  /// TrainerOptions::communicator.
+  void join_step();
   /// The loss on (x, y) without a backward pass or update; same arguments.
   float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
   float eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});

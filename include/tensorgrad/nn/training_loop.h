@@ -54,6 +54,14 @@ class BatchSource {
   virtual void stop() {}
 };
 
+/// Which part of every batch a TensorSource hands out: data-parallel
+/// training's rank `rank` of `ranks` takes rows [g r / R, g (r + 1) / R)
+/// (floor) of each batch of g rows, so every row goes to one rank and the
+/// shares differ by at most one row. {0, 1}: the whole batch.
+struct Shard {
+  int rank = 0, ranks = 1;
+};
+
 /// Rows held in memory, `batch_size` at a time, the last batch short when
 /// the rows do not divide (Keras' fit on arrays). With a random stream, each
 /// epoch gathers the rows in a new order (a permutation drawn with
@@ -61,6 +69,7 @@ class BatchSource {
 /// batches are views of the rows in order and nothing is copied.
 class TensorSource final : public BatchSource {
  public:
+
   /// x: one tensor per model input, y: one per output, sample_weight {rows}
   /// or undefined; all with the same rows (first axis). `shuffle_rng`: the
   /// stream the orders are drawn from (Model::random_stream() for fit's
@@ -68,25 +77,37 @@ class TensorSource final : public BatchSource {
   /// Throws ValueError for batch_size < 1, no rows or no tensors, and
   /// ShapeError naming the tensor whose rows differ. The values are not
   /// checked here: the optimizer context checks each batch.
+  /// With a shard, every rank draws the same orders (its stream must be in
+  /// the same state on every rank: broadcast_training_state) and next()
+  /// returns the rank's rows of each global batch, or a batch with no
+  /// tensors when its share of a short last batch is empty (Model's
+  /// train_on_batch then joins the update without rows). ValueError for a
+  /// shard outside 0 <= rank < ranks.
   TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor sample_weight, int64_t batch_size,
-               std::mt19937_64* shuffle_rng = nullptr, std::string label = "batch");
+               std::mt19937_64* shuffle_rng = nullptr, std::string label = "batch", Shard shard = {});
   void start_epoch(int epoch, int64_t limit) override;
   const Batch* next() override;
-  /// ceil(rows / batch_size).
+  /// ceil(rows / batch_size): global batches, sharded or not.
   int64_t batches_per_epoch() const override;
-  int64_t batch_size() const override { return batch_size_; }
+  /// The rows of this source's share of a full batch (batch_size unsharded).
+  int64_t batch_size() const override { return share(batch_size_); }
   const std::string& label() const override { return label_; }
   int64_t rows() const { return rows_; }
 
  private:
+  int64_t share(int64_t rows) const {
+    return rows * (shard_.rank + 1) / shard_.ranks - rows * shard_.rank / shard_.ranks;
+  }
   std::vector<Tensor> x_, y_;
   Tensor w_;
+  Shard shard_;
   int64_t rows_, batch_size_;
   std::mt19937_64* rng_;
   std::string label_;
   std::vector<int64_t> order_;
   Batch full_, part_;  // views of the staging: batch_size rows, and the short last batch
   Batch current_;      // the batch handed out when reading in order (views of the rows)
+  Batch empty_;        // a shard's empty share: no tensors
   int64_t next_row_ = 0, given_ = 0, limit_ = 0;
   bool started_ = false;
 };
@@ -140,10 +161,11 @@ class GeneratorSource final : public BatchSource {
 /// stop_training flag.
 class CallbackList {
  public:
-  /// steps: batches per epoch for the progress bar (0: unknown). Throws
-  /// ValueError naming a null callback.
+  /// steps: batches per epoch for the progress bar (0: unknown). `comm`:
+  /// data-parallel training's communicator (every callback learns its rank:
+  /// Callback::rank()), or null. Throws ValueError naming a null callback.
   CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose, int epochs,
-               int64_t steps);
+               int64_t steps, const dist::Communicator* comm = nullptr);
   ~CallbackList();
   CallbackList(const CallbackList&) = delete;
   CallbackList& operator=(const CallbackList&) = delete;
@@ -176,6 +198,9 @@ class EpochLogs {
   void add(const StepResult& result);
   /// The means so far; every value NaN when no batch was added (the seed's NA).
   Logs logs() const;
+  /// Data-parallel training: these sums added over every rank (one
+  /// reduce_broadcast, so every rank gets the same bits). Collective.
+  EpochLogs reduced(dist::Communicator& comm) const;
   int64_t batches() const { return batches_; }
   int64_t rows() const { return rows_; }
 
@@ -191,8 +216,10 @@ struct EpochOptions {
   /// At most this many batches (0: until the source ends).
   int64_t steps = 0;
   /// Rows per optimizer update (gradient accumulation), as FitOptions; 0 =
-  /// every batch updates.
+  /// every batch updates. In data-parallel training, this rank's part.
   int64_t nbatch_logical = 0;
+  /// Data-parallel training (see LoopOptions::communicator); null: off.
+  dist::Communicator* communicator = nullptr;
 };
 
 /// Trains the model on one epoch of `source`: start_epoch, then for each
@@ -204,14 +231,25 @@ struct EpochOptions {
 /// refuses is rethrown as the same error type with "<label> N of epoch E: "
 /// before its message. Returns the epoch's means (batches() == 0 when the
 /// source gave nothing or training was stopped before the first batch).
+///
+/// Data-parallel (options.communicator): before each batch the ranks agree
+/// (one small collective) whether any of them still has a batch and whether
+/// any asked to stop; the epoch ends on every rank when none has a batch, a
+/// rank without one joins the others' update (OptimizerContext::join_step,
+/// PyTorch's Join), and a stop asked on any rank takes effect on all before
+/// the next batch (Keras checks stop_training after each batch too). The
+/// batch callbacks get the running means over every rank's rows (one more
+/// small collective per batch). The returned logs are this rank's.
 EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList& callbacks,
                       const EpochOptions& options = {});
 
 /// One pass over `source` (at most `steps` batches; 0: until it ends) with
 /// Model::test_on_batch, nothing trained: the loss and metric means, NaN
 /// when the source gave nothing. `epoch` names the epoch in messages (-1:
-/// none).
-Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1);
+/// none). With `comm`, each rank passes over its own source (its shard) and
+/// the means are over every rank's rows (one collective at the end).
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1,
+                dist::Communicator* comm = nullptr);
 
 /// Options of fit_loop (Keras' and the seed's names; see GeneratorFitOptions).
 struct LoopOptions {
@@ -226,6 +264,16 @@ struct LoopOptions {
   int64_t nbatch_logical = 0;
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Data-parallel training (issue 14): every rank runs fit_loop over its
+  /// own sources (its shards), with the same options. The model's updates
+  /// reduce the gradients over the ranks (Model::set_communicator, for the
+  /// loop), rank 0's training state is broadcast after on_train_begin
+  /// (broadcast_training_state: a BackupAndRestore's restore included), the
+  /// logs every callback sees are over all ranks, only rank 0 prints and
+  /// writes (Callback::rank()), and an exception escaping the loop on any
+  /// rank ends the job (abort_job: MPI_Abort(1)) rather than leave the other
+  /// ranks waiting. Null: one process.
+  std::shared_ptr<dist::Communicator> communicator;
 };
 
 /// Trains for epochs initial_epoch .. epochs - 1: on_train_begin, then per

@@ -16,6 +16,7 @@
 
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/tensor.h"
+#include "tensorgrad/dist/communicator.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/schedules.h"
 
@@ -316,6 +317,19 @@ struct OptimizerState {
   /// accumulator (each Slots::acc a view of it); without, the hook stage
   /// copies a step's gradients into it before the hooks and back after.
   Tensor gradients;
+  /// {n + 1} float32: `gradients` (a view of its first n elements) followed
+  /// by one element the data-parallel reduction sends with the last bucket
+  /// (the rows the rank's gradients stand for), so the row count costs no
+  /// message of its own.
+  Tensor gradients_with_rows;
+  /// Data-parallel training (issue 14): while set, every update first
+  /// reduces the flat gradient buffer over the communicator's ranks, before
+  /// clipping and the hooks (DESIGN.md's hook-stage order), bucket by bucket
+  /// (one reduce_broadcast per bucket): the gradient becomes the sum of the
+  /// ranks' row-sums over the ranks' total rows, identical on every rank.
+  /// Set by Model::fit with FitOptions::communicator (for the fit only) and
+  /// by a Trainer with TrainerOptions::communicator; null: one process.
+  std::shared_ptr<dist::Communicator> communicator;
   /// Where one trainable weight's gradient lies in `gradients`.
   struct GradientRange {
     const void* parameter = nullptr;  // the weight's memory (the key of `slots`)
@@ -539,6 +553,14 @@ class OptimizerContext {
   /// for a retired context, and what a hook throws. Allocates nothing once
   /// the context has stepped.
   bool apply_pending_update();
+  /// Data-parallel training: this rank has no rows for the step the other
+  /// ranks take now (its share of a short last global batch, or its
+  /// generator ended first). It counts one micro-step and, when that
+  /// completes the period, joins the update with no gradient of its own (as
+  /// PyTorch's Join for uneven inputs), so no rank waits in a collective.
+  /// Returns a result of 0 rows (loss and metric sums 0). Throws StateError
+  /// for a retired context or without OptimizerState::communicator.
+  StepResult join_step();
   /// The losses and metrics without a backward pass or update.
   StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                       std::span<const Tensor> sample_weight = {});
@@ -601,7 +623,8 @@ class OptimizerContext {
   std::vector<Value> build_graph(Graph& g, int64_t rows, bool train, OptimizerPlan* plan);
   void build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results);
   std::shared_ptr<OptimizerPlan> build(bool train);
-  void apply_update(OptimizerPlan& plan);
+  void apply_update(OptimizerPlan& plan, float rows);
+  void reduce_over_ranks(dist::Communicator& comm, float rows);
   OptimizerPlan& acquire(bool train);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
   Device device() const { return options_.backend ? options_.backend->device() : Device::CPU; }
