@@ -167,6 +167,11 @@ int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int verbose = 1;
   std::string api = "graph";
+  bool distributed = false;
+  app.add_flag("--distributed", distributed,
+               "data-parallel training over MPI: run under mpirun -np N; each rank trains on its share of every "
+               "batch (--batch-size is the global batch), threads per rank default to cores / ranks on the machine, "
+               "and rank 0 prints");
   app.add_option("--api", api,
                  "graph: Keras-style Sequential and fit; eager: the MLP written with the eager API (ag::nn "
                  "modules, DataLoader, AdamW, a hand-written loop)")
@@ -218,6 +223,16 @@ int main(int argc, char** argv) {
     if (decay < 0) decay = pick(1.0f, 0.8f, 1.0f);
     if (augment && kind == Kind::Mlp)  // the flattened rows are not images to shift
       throw tg::ValueError("--augment needs --model cnn or resnet");
+    std::shared_ptr<tg::dist::Communicator> comm;
+    if (distributed) {
+      if (api == "eager" || augment)
+        throw tg::ValueError("--distributed trains the graph API's fit on in-memory data: drop --api eager and "
+                             "--augment");
+      comm = std::make_shared<tg::dist::Communicator>(&argc, &argv);  // divides the cores between local ranks
+      // Only rank 0 reports (the library's progress line and callbacks do the same).
+      if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+        throw tg::IOError("--distributed: cannot silence rank " + std::to_string(comm->rank()) + "'s output");
+    }
     if (threads > 0) tg::set_num_threads(threads);
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
@@ -236,9 +251,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     tg::manual_seed(seed);
-    std::printf("tensorgrad: Fashion-MNIST, %s, AdamW lr %g, batch %lld, %d epochs, %d threads\n",
+    std::printf("tensorgrad: Fashion-MNIST, %s, AdamW lr %g, batch %lld, %d epochs, %d threads%s\n",
                 pick("784-500-10 MLP", "CNN (conv8-pool-conv16-pool-dense10)", "residual CNN (16-16-16-32-32)"),
-                double(learning_rate), (long long)batch_size, epochs, tg::num_threads());
+                double(learning_rate), (long long)batch_size, epochs, tg::num_threads(),
+                comm ? (" a rank, " + std::to_string(comm->size()) + " ranks (data-parallel)").c_str() : "");
     tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/kind == Kind::Mlp);
     std::printf("data: %lld training and %lld test images from %s\n", (long long)data.train.x.shape()[0],
                 (long long)data.test.x.shape()[0], data_dir.c_str());
@@ -266,6 +282,7 @@ int main(int argc, char** argv) {
     fit.batch_size = batch_size;
     fit.validation_split = validation_split;  // 0.05: 57,000 rows train, 3,000 validate, as the seeds' example
     fit.verbose = verbose;
+    fit.communicator = comm;
     if (kind == Kind::Resnet)  // a cosine from the rate towards 0 (Loshchilov & Hutter 2017, without restarts)
       fit.callbacks.push_back(std::make_shared<tg::nn::LearningRateScheduler>(
           [lr0 = double(learning_rate), epochs](int epoch, double) {
@@ -296,7 +313,7 @@ int main(int argc, char** argv) {
                   stopping->best_epoch() + 1, curves.epoch.size(), curves["val_loss"].at(best),
                   curves["val_accuracy"].at(best));
     }
-    if (!plot_path.empty() && tg::nn::plot_history(curves, plot_path))
+    if (!plot_path.empty() && (!comm || comm->rank() == 0) && tg::nn::plot_history(curves, plot_path))
       std::printf("training curves written to %s\n", plot_path.c_str());
 
     auto result = model.evaluate(data.test.x, data.test.y, batch_size);
@@ -317,7 +334,7 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("test loss %.4f, test accuracy %.2f%%\n", result["loss"], 100.0 * result["accuracy"]);
-    if (!save_path.empty()) {
+    if (!save_path.empty() && (!comm || comm->rank() == 0)) {
       tg::io::save_model(model, save_path);
       std::printf("model saved to %s (%ju bytes)\n", save_path.c_str(),
                   uintmax_t(std::filesystem::file_size(save_path)));

@@ -32,6 +32,7 @@
 #include "tensorgrad/nn/callback.h"
 #include "tensorgrad/nn/callbacks.h"
 #include "tensorgrad/nn/conv.h"
+#include "tensorgrad/nn/data_parallel.h"
 #include "tensorgrad/nn/history.h"
 #include "tensorgrad/nn/layers.h"
 #include "tensorgrad/nn/merge.h"

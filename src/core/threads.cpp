@@ -49,4 +49,6 @@ int num_threads() {
 
 uint64_t threads_generation() { return g_generation.load(); }
 
+bool num_threads_set() { return g_generation.load() > 1; }
+
 }  // namespace tensorgrad

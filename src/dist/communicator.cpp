@@ -1,6 +1,7 @@
 #include "tensorgrad/dist/communicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
@@ -40,6 +41,14 @@ void check(int code, const char* what) {
   MPI_Error_string(code, text, &length);
   throw StateError(std::string(what) + " failed: " + std::string(text, size_t(length)));
 }
+
+// Adds the wall time of a collective (waiting for slower ranks included).
+struct Timed {
+  double& seconds;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  explicit Timed(double& s) : seconds(s) {}
+  ~Timed() { seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
 }  // namespace
 
 struct Communicator::Impl {
@@ -75,7 +84,7 @@ void Communicator::start(int* argc, char*** argv) {
   MPI_Comm_size(impl_->local, &local_size_);
   // Ranks sharing a machine share its cores: unless the program chose a
   // thread count, each takes its part (torchrun sets OMP_NUM_THREADS alike).
-  if (threads_generation() == 0 && local_size_ > 1) set_num_threads(std::max(1, num_threads() / local_size_));
+  if (!num_threads_set() && local_size_ > 1) set_num_threads(std::max(1, num_threads() / local_size_));
   ++g_alive;
 }
 
@@ -101,6 +110,7 @@ void Communicator::check_root(int root, const char* call) const {
 }
 
 void Communicator::all_reduce(std::span<float> data, ReduceOp op) {
+  const Timed timed(seconds_);
   for (size_t at = 0; at < data.size();) {
     const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
     ++calls_;
@@ -120,6 +130,7 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
 
 void Communicator::reduce(std::span<float> data, int root) {
   check_root(root, "reduce");
+  const Timed timed(seconds_);
   for (size_t at = 0; at < data.size();) {
     const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
     ++calls_;
@@ -141,12 +152,19 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 template <typename T>
 void Communicator::sum_onto_root_and_back(std::span<T> data) {
   if (size_ == 1) return;
+  const Timed timed(seconds_);
   for (size_t at = 0; at < data.size();) {
     const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
     ++calls_;
     T* p = data.data() + at;
-    check(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, p, n, mpi_type<T>(), MPI_SUM, 0, impl_->world), "MPI_Reduce");
-    check(MPI_Bcast(p, n, mpi_type<T>(), 0, impl_->world), "MPI_Bcast");
+    if (size_ == 2) {
+      // Each element is the sum of two values, and a + b == b + a exactly:
+      // one exchange gives both ranks the same bits.
+      check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type<T>(), MPI_SUM, impl_->world), "MPI_Allreduce");
+    } else {
+      check(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, p, n, mpi_type<T>(), MPI_SUM, 0, impl_->world), "MPI_Reduce");
+      check(MPI_Bcast(p, n, mpi_type<T>(), 0, impl_->world), "MPI_Bcast");
+    }
     at += size_t(n);
   }
 }
@@ -156,6 +174,7 @@ void Communicator::reduce_broadcast(std::span<double> data) { sum_onto_root_and_
 
 void Communicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
   check_root(root, "broadcast");
+  const Timed timed(seconds_);
   for (size_t at = 0; at < bytes.size();) {
     const int n = int(std::min<size_t>(bytes.size() - at, size_t(INT_MAX)));
     ++calls_;
@@ -170,6 +189,7 @@ void Communicator::broadcast(Tensor& tensor, int root) {
 }
 
 void Communicator::barrier() {
+  const Timed timed(seconds_);
   ++calls_;
   check(MPI_Barrier(impl_->world), "MPI_Barrier");
 }

@@ -399,7 +399,11 @@ struct OptimizerPlan {
   // then (after the user's hooks) the tick and the updates [clip_end, end).
   size_t split = SIZE_MAX, clip_end = SIZE_MAX;
   bool persistent_grads = false;  // gradients live in accumulators (cleared by the update)
-  Value accumulation_scale;       // the gradient seed with accumulation: rows / nbatch_logical
+  // The gradient seed, set per step: rows / nbatch_logical with
+  // accumulation, 1 without; in data-parallel training, rows (the gradients
+  // become row-sums, ready for the reduction). Valid with accumulation or
+  // when built for data-parallel training.
+  Value accumulation_scale;
 };
 
 namespace {
@@ -560,7 +564,9 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
                      std::to_string(n_out));
   period_ = options_.nbatch_logical / options_.micro_batch;
   // Each row weighs 1 / nbatch_logical of an update, whatever its micro-batch.
-  if (period_ > 1) accumulation_scale_ = Tensor::full(Shape{}, float(options_.batch_size) / float(options_.nbatch_logical));
+  accumulation_scale_ =
+      Tensor::full(Shape{}, period_ > 1 ? float(options_.batch_size) / float(options_.nbatch_logical) : 1.0f);
+  row_sum_seed_ = Tensor::full(Shape{}, float(options_.batch_size));
   if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
 
   if (options_.capacity == 0) options_.capacity = options_.batch_size;
@@ -668,12 +674,15 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
   if (params.empty()) throw ValueError("the model has no trainable weights: nothing to optimise");
   lay_out_gradients(*state_, g, params, device());
   // The seed is set per step (accumulation_scale_), so that contexts of short
-  // micro-batches share the plan with the full ones.
-  if (period_ > 1) plan->accumulation_scale = g.input("optimizer/accumulation_scale", Shape{});
-  std::vector<Value> grads = period_ > 1 ? g.gradients(plan->total, params, plan->accumulation_scale)
-                                         : g.gradients(plan->total, params);
+  // micro-batches share the plan with the full ones. Data-parallel training
+  // accumulates row-sums straight into the flat buffer it reduces.
+  const bool data_parallel = distributed();
+  if (period_ > 1 || data_parallel) plan->accumulation_scale = g.input("optimizer/accumulation_scale", Shape{});
+  std::vector<Value> grads = plan->accumulation_scale.valid()
+                                 ? g.gradients(plan->total, params, plan->accumulation_scale)
+                                 : g.gradients(plan->total, params);
   const bool clipping = spec.clipnorm > 0.0f || spec.global_clipnorm > 0.0f || spec.clipvalue > 0.0f;
-  plan->persistent_grads = period_ > 1 || clipping;
+  plan->persistent_grads = period_ > 1 || clipping || data_parallel;
   if (plan->persistent_grads) state_->gradients_accumulate = true;
   const bool momentum = spec.momentum > 0.0f;  // SGD and RMSprop: a momentum buffer
   std::vector<Value> sources(params.size()), accumulators(params.size());
@@ -1103,7 +1112,8 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
   StepResult r;
   r.rows = options_.batch_size;
   if (train) {
-    if (plan.accumulation_scale.valid()) plan.exe->bind(plan.accumulation_scale, accumulation_scale_);
+    if (plan.accumulation_scale.valid())
+      plan.exe->bind(plan.accumulation_scale, distributed() ? row_sum_seed_ : accumulation_scale_);
     plan.exe->run(0, plan.split);
     ++n_steps_;
     if (++state_->micro_step >= period_) {
@@ -1164,7 +1174,7 @@ void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
   // applied. Copies of shared_ptrs: no allocation.
   const std::shared_ptr<OptimizerState> state = state_;
   const std::shared_ptr<const std::vector<AnyGradientHook>> model_hooks = options_.model_hooks;
-  dist::Communicator* const comm = state->communicator.get();
+  dist::Communicator* const comm = distributed() ? state->communicator.get() : nullptr;
   // Without accumulation or clipping the gradients are arena outputs: with
   // hooks or ranks to reduce over, they are copied into the flat buffer and
   // back for the update (two backend copies per update, only then); else
@@ -1182,7 +1192,9 @@ void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
     // The hook stage's order (DESIGN.md): the reduction across ranks, then
     // clipping (graph ops over the accumulators; none without them), then
     // the user's hooks.
-    if (comm) reduce_over_ranks(*comm, rows);
+    // A plan with a seed accumulated row-sums (the seed was the rows); else
+    // the buffer holds means.
+    if (comm) reduce_over_ranks(*comm, rows, plan.accumulation_scale.valid());
     plan.exe->run(plan.split, plan.clip_end);
     if (model_hooks)
       for (size_t i = 0; i < model_hooks->size() && retired_.empty(); ++i) call((*model_hooks)[i]);
@@ -1209,6 +1221,10 @@ void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
   }
   plan.exe->run(plan.clip_end);
   state_->micro_step = 0;
+}
+
+bool OptimizerContext::distributed() const {
+  return state_ && state_->communicator && state_->communicator->size() > 1;
 }
 
 bool OptimizerContext::apply_pending_update() {
@@ -1247,19 +1263,21 @@ StepResult OptimizerContext::join_step() {
 }
 
 // The data-parallel reduction (issue 14), over the flat buffer holding this
-// rank's mean gradient g_r over `rows` rows: every rank sends rows * g_r
-// (its row-sum) and its rows, bucket by bucket, the rows riding in the last
-// bucket's message; the sums come back identical on every rank (reduced
-// onto rank 0 and broadcast), and the gradient becomes sum(rows_r g_r) /
-// sum(rows_r): the mean over the global batch, a short one included.
-void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows) {
+// rank's gradient over `rows` rows, as a row-sum s_r (`row_sums`) or a mean
+// g_r (then made the row-sum rows * g_r first): every rank sends s_r and
+// its rows, bucket by bucket, the rows riding in the last bucket's message;
+// the sums come back identical on every rank (reduced onto rank 0 and
+// broadcast), and the gradient becomes sum(s_r) / sum(rows_r): the mean
+// over the global batch, a short one included.
+void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows, bool row_sums) {
   Tensor& message = state_->gradients_with_rows;
   if (message.device() != Device::CPU)
     throw StateError("data-parallel training reduces gradients on the CPU; this model's are on " +
                      std::string(device_name(message.device())) + " (device collectives are not built yet)");
   float* p = message.data<float>();
   const size_t n = size_t(message.numel()) - 1;
-  for (size_t i = 0; i < n; ++i) p[i] *= rows;
+  if (!row_sums)
+    for (size_t i = 0; i < n; ++i) p[i] *= rows;
   p[n] = rows;
   const size_t per_bucket = buffer_.bucket_bytes() / sizeof(float);
   for (size_t begin = 0; begin < n; begin += per_bucket) {

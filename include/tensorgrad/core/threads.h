@@ -11,6 +11,9 @@ namespace tensorgrad {
 void set_num_threads(int n);
 /// The current thread count.
 int num_threads();
+/// Whether the program has called set_num_threads (else num_threads() is
+/// the default, one per core).
+bool num_threads_set();
 /// Incremented by every set_num_threads; backends compare it to rebuild pools.
 uint64_t threads_generation();
 

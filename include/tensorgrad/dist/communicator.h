@@ -72,9 +72,11 @@ class Communicator {
   /// Sums `data` over all ranks onto rank 0 (MPI_Reduce), then broadcasts
   /// rank 0's sums back (MPI_Bcast): unlike all_reduce, every rank then
   /// holds the same bits at any number of ranks, which data-parallel
-  /// training needs (weights updated from it stay identical). Counts one
-  /// collective per message (one for spans up to INT_MAX elements); with one
-  /// rank it sends nothing. The double form is for logs and counts.
+  /// training needs (weights updated from it stay identical). At 2 ranks it
+  /// is one MPI_Allreduce instead (a + b == b + a exactly, so both ranks
+  /// get the same bits from one exchange). Counts one collective per
+  /// message (one for spans up to INT_MAX elements); with one rank it sends
+  /// nothing. The double form is for logs and counts.
   void reduce_broadcast(std::span<float> data);
   void reduce_broadcast(std::span<double> data);
   /// Copies `root`'s bytes of `tensor` (any dtype, CPU) into every rank's
@@ -95,6 +97,9 @@ class Communicator {
   /// counts one per message pair): how a test
   /// counts the collectives of an update.
   int64_t collective_calls() const { return calls_; }
+  /// Seconds spent inside this communicator's collectives, waiting for the
+  /// slower ranks included (wall clock): what the reduction costs a step.
+  double collective_seconds() const { return seconds_; }
 
  private:
   void start(int* argc, char*** argv);
@@ -106,6 +111,7 @@ class Communicator {
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t calls_ = 0;
+  double seconds_ = 0.0;
 };
 
 }  // namespace tensorgrad::dist

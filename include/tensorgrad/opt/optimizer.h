@@ -624,7 +624,9 @@ class OptimizerContext {
   void build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results);
   std::shared_ptr<OptimizerPlan> build(bool train);
   void apply_update(OptimizerPlan& plan, float rows);
-  void reduce_over_ranks(dist::Communicator& comm, float rows);
+  void reduce_over_ranks(dist::Communicator& comm, float rows, bool row_sums);
+  // Whether the model trains data-parallel now (a communicator of 2 or more ranks).
+  bool distributed() const;
   OptimizerPlan& acquire(bool train);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
   Device device() const { return options_.backend ? options_.backend->device() : Device::CPU; }
@@ -649,7 +651,8 @@ class OptimizerContext {
   std::vector<std::string> x_names_;  // per input, for messages: made once so that a step never allocates
   std::vector<float> output_losses_;
   std::vector<double> metric_sums_;
-  Tensor accumulation_scale_;  // {} float32: batch_size / nbatch_logical, the gradient seed with accumulation
+  Tensor accumulation_scale_;  // {} float32: the gradient seed, batch_size / nbatch_logical (1 without accumulation)
+  Tensor row_sum_seed_;        // {} float32: batch_size, the seed in data-parallel training
 };
 
 /// Checks a batch's shape against a model's input: x must be {rows,
