@@ -15,7 +15,6 @@ import os
 import statistics
 import subprocess
 import sys
-import math
 
 
 def run(exe, ranks, threads, epochs, mpiexec):
@@ -61,16 +60,16 @@ def main():
     print(f"  replicated update   {update_epoch:.3f} s ({two['update_ms']:.3f} ms a step, the same on every rank)")
     print(f"  compute (the rest)  {compute:.3f} s (forward, backward, batches, logs)")
     # Projection: the 1-rank epoch's compute divides by R; the update stays;
-    # the reduction is a reduce to rank 0 and a broadcast, each log2(R) tree
-    # stages of the whole buffer, against one exchange at 2 ranks.
+    # the ring all-reduce sends 2 (R - 1) / R of the buffer a rank (1 at 2
+    # ranks), so its time per byte sent, measured at 2 ranks, scales it.
     per_byte = two["reduce_s"] / steps / grad_bytes
     compute1 = one["epoch_s"] - one["update_ms"] * 1e-3 * steps
-    print(f"projection (reduction {per_byte * 1e9:.3f} ns a byte measured at 2 ranks on this machine's shared "
-          f"memory; a network is slower):")
+    print(f"projection (reduction {per_byte * 1e9:.3f} ns a byte sent, measured at 2 ranks on this machine's "
+          f"shared memory, waiting included; a network is slower):")
     for R in (8, 64):
-        red = 2 * math.log2(R) * per_byte * grad_bytes * steps
+        red = 2 * (R - 1) / R * per_byte * grad_bytes * steps
         epoch = compute1 / R + update_epoch + red
-        print(f"  {R:2d} ranks: {compute1:.3f}/{R} + {update_epoch:.3f} + 2*log2({R})*{per_byte * 1e9:.3f}e-9*"
+        print(f"  {R:2d} ranks: {compute1:.3f}/{R} + {update_epoch:.3f} + 2*({R}-1)/{R}*{per_byte * 1e9:.3f}e-9*"
               f"{grad_bytes:.0f}*{steps:.0f} = {compute1 / R:.3f} + {update_epoch:.3f} + {red:.3f} = {epoch:.3f} s, "
               f"speed-up {one['epoch_s'] / epoch:.1f}x")
 

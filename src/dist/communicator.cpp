@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/threads.h"
@@ -53,6 +54,7 @@ struct Timed {
 
 struct Communicator::Impl {
   MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL;
+  std::vector<std::byte> scratch;  // the ring's incoming chunk, kept between calls
 };
 
 bool built_with_mpi() { return true; }
@@ -149,6 +151,38 @@ template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 }  // namespace
 
+// A ring all-reduce (Patarasuk & Yuan 2009; Horovod's and NCCL's) on MPI's
+// point-to-point messages: R - 1 steps of reduce-scatter, after which rank
+// r holds chunk (r + 1) mod R summed over every rank in one fixed order,
+// then R - 1 steps passing the finished chunks on. Each chunk is summed by
+// one rank and copied to the others, so every rank gets the same bits, and
+// each rank sends 2 (R - 1) / R of the data whatever R is.
+template <typename T>
+void Communicator::ring_sum(T* p, int n) {
+  const int R = size_, r = rank_, right = (r + 1) % R, left = (r + R - 1) % R;
+  auto begin = [&](int c) { return int(int64_t(n) * ((c % R + R) % R) / R); };
+  auto count = [&](int c) {
+    const int k = (c % R + R) % R;
+    return int(int64_t(n) * (k + 1) / R - int64_t(n) * k / R);
+  };
+  impl_->scratch.resize(size_t(count(0) + 1) * sizeof(T));  // chunks differ by at most one element
+  T* incoming = reinterpret_cast<T*>(impl_->scratch.data());
+  for (int s = 0; s < R - 1; ++s) {
+    const int send = r - s, recv = r - s - 1;
+    check(MPI_Sendrecv(p + begin(send), count(send), mpi_type<T>(), right, 0, incoming, count(recv), mpi_type<T>(),
+                       left, 0, impl_->world, MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
+    T* mine = p + begin(recv);
+    for (int i = 0, m = count(recv); i < m; ++i) mine[i] += incoming[i];
+  }
+  for (int s = 0; s < R - 1; ++s) {
+    const int send = r + 1 - s, recv = r - s;
+    check(MPI_Sendrecv(p + begin(send), count(send), mpi_type<T>(), right, 1, p + begin(recv), count(recv),
+                       mpi_type<T>(), left, 1, impl_->world, MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
+  }
+}
+
 template <typename T>
 void Communicator::sum_onto_root_and_back(std::span<T> data) {
   if (size_ == 1) return;
@@ -157,11 +191,10 @@ void Communicator::sum_onto_root_and_back(std::span<T> data) {
     const int n = int(std::min<size_t>(data.size() - at, size_t(INT_MAX)));
     ++calls_;
     T* p = data.data() + at;
-    if (size_ == 2) {
-      // Each element is the sum of two values, and a + b == b + a exactly:
-      // one exchange gives both ranks the same bits.
-      check(MPI_Allreduce(MPI_IN_PLACE, p, n, mpi_type<T>(), MPI_SUM, impl_->world), "MPI_Allreduce");
+    if (n >= 64 * size_) {
+      ring_sum(p, n);  // large: bandwidth-optimal
     } else {
+      // small (logs, votes): two messages of latency, not 2 (R - 1)
       check(MPI_Reduce(rank_ == 0 ? MPI_IN_PLACE : p, p, n, mpi_type<T>(), MPI_SUM, 0, impl_->world), "MPI_Reduce");
       check(MPI_Bcast(p, n, mpi_type<T>(), 0, impl_->world), "MPI_Bcast");
     }

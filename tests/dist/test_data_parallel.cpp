@@ -82,6 +82,24 @@ int ranks_differing(dist::Communicator& c, const std::vector<Tensor>& weights) {
 std::shared_ptr<dist::Communicator> communicator() { return std::make_shared<dist::Communicator>(); }
 }  // namespace
 
+// A ring all-reduce (spans of 64 elements a rank or more) of an odd length,
+// values whose sums round differently in different orders.
+TEST(ReduceBroadcast, TheRingSumsEveryElementOnceAndCopiesIt) {
+  dist::Communicator c;
+  const int R = c.size(), r = c.rank();
+  std::vector<float> x(size_t(64 * R + 37));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(r + 1) * 0.1f + float(i) * 1e-3f + (r % 2 ? 1e4f : 0.0f);
+  c.reduce_broadcast(x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = 0.0;
+    for (int k = 0; k < R; ++k) want += double(float(k + 1) * 0.1f + float(i) * 1e-3f + (k % 2 ? 1e4f : 0.0f));
+    ASSERT_NEAR(x[i], want, 1e-6 * std::abs(want) + 1e-3) << i;
+  }
+  std::vector<float> root = x;
+  c.broadcast_bytes(std::as_writable_bytes(std::span<float>(root)), 0);
+  EXPECT_EQ(std::memcmp(root.data(), x.data(), x.size() * sizeof(float)), 0);  // the same bits on every rank
+}
+
 TEST(ReduceBroadcast, EveryRankGetsRank0sSumBitForBit) {
   dist::Communicator c;
   std::vector<float> x{float(c.rank()) * 0.1f + 1e-3f, 1.0f};
@@ -102,7 +120,7 @@ TEST(DataParallel, TrainerStepsEqualOneProcessOnTheGlobalBatch) {
   auto comm = communicator();
   const int R = comm->size(), r = comm->rank();
   const int64_t B = 8;
-  nn::Sequential model = classifier(7);
+  nn::Sequential model = classifier(7, 64);  // 515 gradient elements: the ring path at 2 to 7 ranks
   model.compile(OptimizerSpec::adam(0.01f), "sparse_categorical_crossentropy");
   nn::Trainer one(model, {.batch_size = B * R});
   nn::Trainer mine(model, {.batch_size = B, .communicator = comm});
@@ -143,7 +161,7 @@ TEST(DataParallel, FitEqualsOneProcessFitWithAShortLastBatch) {
   const auto [xv, yv] = make_rows(10, 6);
   // Built and compiled alike from one seed: the same weights and random stream.
   auto build = [] {
-    nn::Sequential m = classifier(11);
+    nn::Sequential m = classifier(11, 64);
     m.compile(OptimizerSpec::adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
     return m;
   };
