@@ -4,8 +4,9 @@
 // (at 1 rank the same binary and options train as one process). Prints, on
 // rank 0, one line of key=value: the median epoch (fit, training only), the
 // seconds the communicator spent in collectives per epoch (the gradient
-// reduction, waiting for the slower rank included), and the replicated
-// optimizer update per step (a Trainer step that updates minus one that
+// reduction, waiting for the slower rank included), the reduction of the
+// gradient buffer alone (after a barrier), and the replicated optimizer
+// update per step (a Trainer step that updates minus one that
 // only accumulates, at this rank's share of the batch).
 #include <algorithm>
 #include <chrono>
@@ -74,10 +75,20 @@ int main(int argc, char** argv) {
     }
     const double steps = double((data.train.x.shape()[0] + batch - 1) / batch);
     const double grad_bytes = 4.0 * double(784 * 500 + 500 + 500 * 10 + 10);
+    // The reduction alone: the gradient buffer (and its row count) summed
+    // over the ranks with nothing else running, after a barrier each time.
+    std::vector<float> buffer(size_t(grad_bytes / 4) + 1, 1.0f);
+    std::vector<double> alone;
+    for (int s = 0; s < 50; ++s) {
+      comm->barrier();
+      const Clock::time_point t0 = Clock::now();
+      comm->reduce_broadcast(buffer);
+      alone.push_back(seconds_since(t0));
+    }
     if (comm->rank() == 0)
-      std::printf("ranks=%d threads=%d epoch_s=%.4f reduce_s=%.4f update_ms=%.4f step_plain_ms=%.4f steps=%.0f "
-                  "grad_bytes=%.0f\n",
-                  comm->size(), tg::num_threads(), median(epoch_s), median(reduce_s),
+      std::printf("ranks=%d threads=%d epoch_s=%.4f reduce_s=%.4f alone_ms=%.4f update_ms=%.4f step_plain_ms=%.4f "
+                  "steps=%.0f grad_bytes=%.0f\n",
+                  comm->size(), tg::num_threads(), median(epoch_s), median(reduce_s), 1e3 * median(alone),
                   1e3 * (median(updating) - median(plain)), 1e3 * median(plain), steps, grad_bytes);
   } catch (const tg::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -41,11 +41,8 @@ void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& par
     at += n;
   }
   const size_t per_bucket = std::max<size_t>(1, bucket_bytes / sizeof(float));
-  for (size_t begin = 0; begin < flat.size(); begin += per_bucket) {
-    const std::span<float> bucket(flat.data() + begin, std::min(per_bucket, flat.size() - begin));
-    comm.reduce(bucket, 0);
-    comm.broadcast_bytes(std::as_writable_bytes(bucket), 0);
-  }
+  for (size_t begin = 0; begin < flat.size(); begin += per_bucket)
+    comm.reduce_broadcast(std::span<float>(flat.data() + begin, std::min(per_bucket, flat.size() - begin)));
   const float inv = 1.0f / float(comm.size());
   for (float& v : flat) v *= inv;
   at = 0;

@@ -15,9 +15,10 @@ inline constexpr size_t kDefaultAllReduceBucketBytes = size_t(25) << 20;
 
 /// Replaces every parameter's gradient by the mean of that gradient over all
 /// ranks, bit-identical on every rank: the gradients are packed in parameter
-/// order into one flat float32 buffer, summed onto rank 0 bucket by bucket
-/// (one reduce per `bucket_bytes`, rounded down to whole elements), broadcast
-/// back per bucket, and divided by the number of ranks. Call it after
+/// order into one flat float32 buffer, summed over the ranks bucket by
+/// bucket (one Communicator::reduce_broadcast per `bucket_bytes`, rounded
+/// down to whole elements: each element summed by one rank and copied to
+/// the others), and divided by the number of ranks. Call it after
 /// backward() and before the optimizer's step() on every rank, with the same
 /// parameters (names, shapes and order) everywhere.
 ///
