@@ -78,7 +78,8 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
   for (size_t i = 0; i < std::max(mine.size(), root.size()) && difference.empty(); ++i) {
     if (i >= mine.size()) difference = "rank 0 has " + root[i] + " after this rank's last entry";
     else if (i >= root.size()) difference = "this rank has " + mine[i] + " after rank 0's last entry";
-    else if (mine[i] != root[i]) difference = "entry " + std::to_string(i) + " is " + mine[i] + " here and " + root[i] + " on rank 0";
+    else if (mine[i] != root[i])
+      difference = "entry " + std::to_string(i) + " is " + mine[i] + " here and " + root[i] + " on rank 0";
   }
   double differing = difference.empty() ? 0.0 : 1.0;
   comm.reduce_broadcast(std::span<double>(&differing, 1));

@@ -1,6 +1,7 @@
 #include "tensorgrad/nn/trainer.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "core/host_copy.h"
 #include "tensorgrad/backend/executable.h"
@@ -119,6 +120,9 @@ float Trainer::step(std::span<const Tensor> x, std::span<const Tensor> y, std::s
       loss = ctx_->step(x, y, sample_weight).loss;
     } catch (const std::exception& e) {
       abort_job(*options_.communicator, "Trainer::step", e);
+    } catch (...) {
+      abort_job(*options_.communicator, "Trainer::step",
+                std::runtime_error("an exception not derived from std::exception"));
     }
   } else {
     for (const Tensor& w : sample_weight) check_weights_allowed(w);
@@ -142,6 +146,9 @@ void Trainer::join_step() {
     ctx_->join_step();
   } catch (const std::exception& e) {
     abort_job(*options_.communicator, "Trainer::join_step", e);
+  } catch (...) {
+    abort_job(*options_.communicator, "Trainer::join_step",
+              std::runtime_error("an exception not derived from std::exception"));
   }
 }
 

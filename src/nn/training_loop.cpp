@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "nn/prefixed_error.h"
 #include "tensorgrad/nn/data_parallel.h"
@@ -296,6 +297,8 @@ History fit_loop(Model& model, BatchSource& train, BatchSource* validation, cons
     return run_epochs(model, train, validation, opt);
   } catch (const std::exception& e) {
     abort_job(*opt.communicator, "fit", e);
+  } catch (...) {
+    abort_job(*opt.communicator, "fit", std::runtime_error("an exception not derived from std::exception"));
   }
 }
 

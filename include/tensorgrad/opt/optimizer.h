@@ -146,7 +146,7 @@ struct AdagradOptions {
 ///
 /// Gradient clipping (clipnorm, global_clipnorm, clipvalue; 0 = off) runs in
 /// the hook stage, after the gradients of the accumulation period are
-/// complete (and, later, reduced across ranks) and before the user's
+/// complete (and, in data-parallel training, reduced across ranks) and before the user's
 /// gradient hooks and the update, as graph ops on the device.
 struct OptimizerSpec {
   enum class Kind { AdamW, SGD, RMSprop, Adagrad };
@@ -401,7 +401,7 @@ void check_gradient_bucket_bytes(size_t bytes, const char* where);
 /// bucket makes ceil(bytes() / bucket_bytes()) collective calls. Every
 /// tensor, bucket and flat() alias the same memory: writing through one
 /// changes the others and the update. The gradients are averaged over the
-/// logical batch and already clipped. Valid during a hook call; an optimizer
+/// logical batch (over every rank in data-parallel training) and already clipped. Valid during a hook call; an optimizer
 /// context passes the same object to every hook.
 class GradientBuffer {
  public:
