@@ -137,8 +137,11 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
   source.start_epoch(epoch, options.steps);
   static const Batch no_rows;  // a rank's empty share: train_on_batch joins the update
   while (comm || !model.stop_training()) {
-    if (options.steps > 0 && logs.batches() >= options.steps) break;
-    const Batch* batch = comm && model.stop_training() ? nullptr : source.next();
+    // Data-parallel: a rank at its limit votes "no batch" rather than leave
+    // alone, so that no rank waits for it in the vote.
+    const bool at_limit = options.steps > 0 && logs.batches() >= options.steps;
+    if (at_limit && !comm) break;
+    const Batch* batch = at_limit || (comm && model.stop_training()) ? nullptr : source.next();
     if (comm) {
       // Whether any rank has a batch, and whether any asked to stop.
       double votes[2] = {batch ? 1.0 : 0.0, model.stop_training() ? 1.0 : 0.0};
@@ -186,6 +189,37 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dis
 }
 
 namespace {
+// Data-parallel: the loop's shape must be the same on every rank (else one
+// rank would leave a loop the others go on with, and wait forever); every
+// rank throws ValueError together when it is not.
+void check_same_loop(dist::Communicator& comm, const BatchSource& train, const BatchSource* validation,
+                     const LoopOptions& opt) {
+  const std::pair<const char*, double> mine[] = {
+      {"epochs", double(opt.epochs)},
+      {"initial_epoch", double(opt.initial_epoch)},
+      {"steps_per_epoch", double(opt.steps_per_epoch)},
+      {"validation_steps", double(opt.validation_steps)},
+      {"validation data (1: given)", validation ? 1.0 : 0.0},
+      {"batches per epoch (training rows / batch_size)", double(train.batches_per_epoch())}};
+  constexpr size_t n = sizeof(mine) / sizeof(mine[0]);
+  double root[n];
+  for (size_t i = 0; i < n; ++i) root[i] = mine[i].second;
+  comm.broadcast_bytes(std::as_writable_bytes(std::span<double>(root, n)), 0);
+  std::string difference;
+  for (size_t i = 0; i < n && difference.empty(); ++i)
+    if (root[i] != mine[i].second)
+      difference = std::string(mine[i].first) + " is " + std::to_string(int64_t(mine[i].second)) + " on rank " +
+                   std::to_string(comm.rank()) + " and " + std::to_string(int64_t(root[i])) + " on rank 0";
+  double differing = difference.empty() ? 0.0 : 1.0;
+  comm.reduce_broadcast(std::span<double>(&differing, 1));
+  if (differing > 0.0)
+    throw ValueError("data-parallel fit: the ranks' fits differ (" + std::to_string(int(differing)) + " of " +
+                     std::to_string(comm.size()) + " ranks differ from rank 0)" +
+                     (difference.empty() ? std::string(". See the other ranks' messages") : ": " + difference) +
+                     ". Every rank must call fit with the same options and the same data (its share is taken "
+                     "from the whole)");
+}
+
 // Data-parallel: whether any rank asked to stop (every rank gets the same answer).
 bool any_rank_stops(Model& model, dist::Communicator* comm) {
   if (!comm) return model.stop_training();
@@ -280,9 +314,10 @@ History fit_loop(Model& model, BatchSource& train, BatchSource* validation, cons
     }
   } stop{train, validation};
   if (!opt.communicator) return run_epochs(model, train, validation, opt);
-  // Models that differ are refused here, by every rank together (a
+  // Fits and models that differ are refused here, by every rank together (a
   // ValueError, not an abort); after on_train_begin the state is broadcast
   // again, as a restore may have changed it.
+  check_same_loop(*opt.communicator, train, validation, opt);
   broadcast_training_state(model, *opt.communicator);
   try {
     // The model reduces its gradients over the ranks for this loop only.

@@ -217,6 +217,24 @@ TEST(DataParallel, RanksWhoseModelsDifferAreRefusedTogether) {
   comm->barrier();  // every rank got here: nobody hangs
 }
 
+TEST(DataParallel, RanksWhoseFitsDifferAreRefusedTogether) {
+  auto comm = communicator();
+  nn::Sequential m = classifier(1);
+  m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy");
+  // Odd ranks differ from rank 0 and name the difference; the others point to them.
+  const bool odd = comm->rank() % 2 == 1;
+  const std::string count = "1 of " + std::to_string(comm->size()) + " ranks differ";
+  const auto [x, y] = make_rows(odd ? 40 : 24, 1);  // 5 batches of 8 on odd ranks, 3 on even ones
+  EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, y, {.batch_size = 8, .verbose = 0, .communicator = comm}); },
+                                 {"fits differ", count, odd ? "batches per epoch" : "other ranks' messages",
+                                  odd ? "is 5 on rank 1 and 3 on rank 0" : "same data"}));
+  const auto [x2, y2] = make_rows(24, 1);
+  EXPECT_TRUE(throws<ValueError>(
+      [&] { m.fit(x2, y2, {.epochs = odd ? 3 : 2, .batch_size = 8, .verbose = 0, .communicator = comm}); },
+      {"fits differ", odd ? "epochs is 3 on rank 1 and 2 on rank 0" : "other ranks' messages"}));
+  comm->barrier();
+}
+
 TEST(DataParallel, StartsFromRank0sWeightsAndStream) {
   auto comm = communicator();
   nn::Sequential m = classifier(1000 + uint64_t(comm->rank()));  // different weights on every rank

@@ -88,7 +88,8 @@ struct FitOptions {
   /// rank 0's. Batch-norm statistics stay per rank (DistributedDataParallel
   /// without SyncBatchNorm). History, the progress line and callbacks see
   /// losses and metrics over all ranks; only rank 0 prints and writes
-  /// files (Callback::rank()). Ranks whose models differ are refused with a
+  /// files (Callback::rank()). Ranks whose models or fits (epochs, batches
+  /// per epoch, validation) differ are refused on every rank with a
   /// ValueError; any later exception on a rank ends the job with
   /// MPI_Abort(1) (nn/data_parallel.h). batch_size must be at least the
   /// number of ranks (ValueError). Null: one process.

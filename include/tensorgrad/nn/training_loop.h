@@ -265,7 +265,9 @@ struct LoopOptions {
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
   /// Data-parallel training (issue 14): every rank runs fit_loop over its
-  /// own sources (its shards), with the same options. The model's updates
+  /// own sources (its shards), with the same options (epochs, steps,
+  /// batches per epoch and validation are compared first: ValueError on
+  /// every rank when they differ). The model's updates
   /// reduce the gradients over the ranks (Model::set_communicator, for the
   /// loop), rank 0's training state is broadcast after on_train_begin
   /// (broadcast_training_state: a BackupAndRestore's restore included), the
