@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "tensorgrad/core/error.h"
@@ -16,18 +18,6 @@ struct Entry {
   Tensor* tensor;
 };
 
-std::string describe(const Entry& e) {
-  return e.name + " " + dtype_name(e.tensor->dtype()) + " " + e.tensor->shape().str();
-}
-
-// The lines of `text`, split at '\n'.
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
 // Broadcasts rank 0's string to every rank.
 std::string broadcast_string(dist::Communicator& comm, std::string text) {
   int64_t size = int64_t(text.size());
@@ -36,7 +26,84 @@ std::string broadcast_string(dist::Communicator& comm, std::string text) {
   comm.broadcast_bytes(std::as_writable_bytes(std::span<char>(text.data(), text.size())), 0);
   return text;
 }
+
+std::string config_text(const LayerConfig& config) {
+  std::ostringstream out;
+  for (const auto& [key, value] : config.values()) {
+    out << " " << key << "=";
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
+            for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+          } else {
+            out << v;
+          }
+        },
+        value);
+  }
+  return out.str();
+}
+
+// What must be the same on every rank besides the tensors: the layers and
+// their configuration, and the compile settings (the optimizer's slots are
+// made at the first step, so a different optimizer would show only later).
+std::vector<std::pair<std::string, std::string>> model_settings(const Model& model) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& layer : model.layers())
+    out.push_back({"layer '" + layer->name() + "'", std::string(layer->type()) +
+                                                        (layer->trainable ? "" : " frozen") +
+                                                        config_text(layer->config())});
+  const OptimizerSpec& o = model.optimizer();
+  std::ostringstream spec;
+  spec << optimizer_name(o.kind) << " lr=" << o.learning_rate << " schedule=" << o.learning_rate_schedule.has_value()
+       << " betas=" << o.beta_1 << "," << o.beta_2 << " epsilon=" << o.epsilon << " weight_decay=" << o.weight_decay
+       << " decoupled=" << o.decoupled_weight_decay << " momentum=" << o.momentum << " nesterov=" << o.nesterov
+       << " dampening=" << o.dampening << " rho=" << o.rho << " centered=" << o.centered
+       << " epsilon_inside_sqrt=" << o.epsilon_inside_sqrt << " initial_accumulator=" << o.initial_accumulator_value
+       << " clipnorm=" << o.clipnorm << " global_clipnorm=" << o.global_clipnorm << " clipvalue=" << o.clipvalue;
+  out.push_back({"optimizer", spec.str()});
+  std::string losses, metrics;
+  for (size_t i = 0; i < model.losses().size(); ++i)
+    losses += (i ? ", " : "") + model.losses()[i].name + " x" + std::to_string(model.loss_weights()[i]);
+  for (const auto& names : model.output_metrics()) {
+    metrics += metrics.empty() ? "[" : " [";
+    for (size_t i = 0; i < names.size(); ++i) metrics += (i ? "," : "") + names[i];
+    metrics += "]";
+  }
+  out.push_back({"losses", losses});
+  out.push_back({"metrics", metrics});
+  out.push_back({"gradient bucket bytes", std::to_string(model.gradient_bucket_bytes())});
+  return out;
+}
 }  // namespace
+
+void check_ranks_agree(dist::Communicator& comm, const std::vector<std::pair<std::string, std::string>>& settings,
+                       const std::string& what, const std::string& advice) {
+  std::string text;
+  for (const auto& [name, value] : settings) text += name + ": " + value + "\n";
+  auto split = [](const std::string& lines) {
+    std::vector<std::string> out;
+    std::istringstream in(lines);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> mine = split(text), root = split(broadcast_string(comm, text));
+  std::string difference;
+  for (size_t i = 0; i < std::max(mine.size(), root.size()) && difference.empty(); ++i) {
+    if (i >= mine.size()) difference = "rank 0 has " + root[i] + " after this rank's last entry";
+    else if (i >= root.size()) difference = "this rank has " + mine[i] + " after rank 0's last entry";
+    else if (mine[i] != root[i]) difference = "'" + mine[i] + "' here, '" + root[i] + "' on rank 0";
+  }
+  double differing = difference.empty() ? 0.0 : 1.0;
+  comm.reduce_broadcast(std::span<double>(&differing, 1));
+  if (differing > 0.0)
+    throw ValueError("data-parallel training: the ranks' " + what + " differ (" + std::to_string(int(differing)) +
+                     " of " + std::to_string(comm.size()) + " ranks differ from rank 0)" +
+                     (difference.empty() ? std::string(". See the other ranks' messages")
+                                         : "; on rank " + std::to_string(comm.rank()) + ": " + difference) +
+                     ". " + advice);
+}
 
 void broadcast_training_state(Model& model, dist::Communicator& comm) {
   if (model.released()) throw StateError("broadcast_training_state: the model has been freed");
@@ -64,33 +131,16 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
     micro_step.data<int64_t>()[0] = s->micro_step;
     entries.push_back({"position in the accumulation period", &micro_step});
   }
-  std::string signature;
+  std::vector<std::pair<std::string, std::string>> settings = model_settings(model);
   for (const Entry& e : entries) {
     if (e.tensor->device() != Device::CPU)
       throw StateError("broadcast_training_state: the " + e.name + " is on " + device_name(e.tensor->device()) +
                        "; data-parallel training broadcasts CPU tensors (device collectives are not built yet)");
-    signature += describe(e) + "\n";
+    settings.push_back({e.name, std::string(dtype_name(e.tensor->dtype())) + " " + e.tensor->shape().str()});
   }
-  // Every rank compares its list with rank 0's; the verdicts are summed so
-  // that all ranks throw together or none does.
-  const std::vector<std::string> mine = lines(signature), root = lines(broadcast_string(comm, signature));
-  std::string difference;
-  for (size_t i = 0; i < std::max(mine.size(), root.size()) && difference.empty(); ++i) {
-    if (i >= mine.size()) difference = "rank 0 has " + root[i] + " after this rank's last entry";
-    else if (i >= root.size()) difference = "this rank has " + mine[i] + " after rank 0's last entry";
-    else if (mine[i] != root[i])
-      difference = "entry " + std::to_string(i) + " is " + mine[i] + " here and " + root[i] + " on rank 0";
-  }
-  double differing = difference.empty() ? 0.0 : 1.0;
-  comm.reduce_broadcast(std::span<double>(&differing, 1));
-  if (differing > 0.0)
-    throw ValueError("data-parallel training: the ranks' models differ, so their gradients cannot be reduced (" +
-                     std::to_string(int(differing)) + " of " + std::to_string(comm.size()) +
-                     " ranks differ from rank 0)" +
-                     (difference.empty() ? std::string(". See the other ranks' messages")
-                                         : "; on rank " + std::to_string(comm.rank()) + " " + difference) +
-                     ". Build and compile the same model on every rank (and restore a checkpoint on every rank, or "
-                     "on none)");
+  check_ranks_agree(comm, settings, "models",
+                    "Build and compile the same model on every rank (and restore a checkpoint on every rank, or on "
+                    "none)");
   for (const Entry& e : entries) comm.broadcast(*e.tensor, 0);
   if (OptimizerState* s = model.opt_state_.get()) s->micro_step = micro_step.data<int64_t>()[0];
   std::ostringstream stream;

@@ -1,6 +1,7 @@
 // keras.Model: compile, fit, evaluate, predict and the rest, written once
 // for every model (functional or Sequential) on the optimizer context.
 #include "tensorgrad/nn/model.h"
+#include "tensorgrad/nn/data_parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -568,9 +569,23 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     throw ValueError("fit: batch_size " + std::to_string(bs) + " (the global batch, at most the training rows) is less "
                      "than the " + std::to_string(ranks) + " ranks: every rank needs a row of every batch. Raise "
                      "batch_size or run fewer ranks");
+  if (opt.communicator) {
+    if (opt.nbatch_logical > 0 && opt.nbatch_logical % bs != 0)
+      throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(bs) + "; got " +
+                       std::to_string(opt.nbatch_logical) + " (data-parallel: both are the global batch's)");
+    // What shapes the global batches must agree, else the ranks' shares
+    // would overlap or leave rows out (fit_loop checks the loop's shape).
+    check_ranks_agree(*opt.communicator,
+                      {{"training rows", std::to_string(n_train)},
+                       {"batch_size", std::to_string(bs)},
+                       {"nbatch_logical", std::to_string(opt.nbatch_logical)},
+                       {"shuffle", opt.shuffle ? "true" : "false"},
+                       {"validation rows", std::to_string(xv.empty() ? 0 : xv[0].shape()[0])},
+                       {"sample weights", weighted ? "given" : "none"}},
+                      "fits", "Every rank must call fit with the same data and options (its share is taken from the whole)");
+  }
   const int64_t my_bs = bs * (shard.rank + 1) / ranks - bs * shard.rank / ranks;
-  const int64_t my_logical = opt.nbatch_logical > 0 && opt.nbatch_logical % bs == 0 ? opt.nbatch_logical / bs * my_bs
-                                                                                     : opt.nbatch_logical;
+  const int64_t my_logical = opt.nbatch_logical > 0 ? opt.nbatch_logical / bs * my_bs : 0;
   OptimizerContext* ctx = &optimizer_context(ranks > 1 ? my_bs : bs, ranks > 1 ? my_logical : opt.nbatch_logical, wmode);
   for (size_t i = 0; i < n_out; ++i)
     ctx->check_targets(i, y[i].rows(0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{}, -1);

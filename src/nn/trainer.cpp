@@ -60,6 +60,11 @@ Trainer::Trainer(const Model& model, const TrainerOptions& options)
   // Dropout masks: a stream of its own, from the global seed.
   tensorgrad::detail::write_element(ctx_->state()->rng_counter, 0, int64_t(global_generator()()));
   if (options_.communicator) {
+    // The batch may differ between ranks (rows are weighed), the period not.
+    check_ranks_agree(*options_.communicator,
+                      {{"accumulation period (nbatch_logical / batch_size)", std::to_string(ctx_->accumulation_period())},
+                       {"loss_mask", std::to_string(options_.loss_mask)}},
+                      "trainers", "Make every rank's Trainer with the same options (the batch may differ)");
     broadcast_training_state(model_, *options_.communicator);  // every rank starts from rank 0's
     model_.set_communicator(options_.communicator);
   }

@@ -190,34 +190,19 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dis
 
 namespace {
 // Data-parallel: the loop's shape must be the same on every rank (else one
-// rank would leave a loop the others go on with, and wait forever); every
-// rank throws ValueError together when it is not.
+// rank would leave a loop the others go on with, and wait forever).
 void check_same_loop(dist::Communicator& comm, const BatchSource& train, const BatchSource* validation,
                      const LoopOptions& opt) {
-  const std::pair<const char*, double> mine[] = {
-      {"epochs", double(opt.epochs)},
-      {"initial_epoch", double(opt.initial_epoch)},
-      {"steps_per_epoch", double(opt.steps_per_epoch)},
-      {"validation_steps", double(opt.validation_steps)},
-      {"validation data (1: given)", validation ? 1.0 : 0.0},
-      {"batches per epoch (training rows / batch_size)", double(train.batches_per_epoch())}};
-  constexpr size_t n = sizeof(mine) / sizeof(mine[0]);
-  double root[n];
-  for (size_t i = 0; i < n; ++i) root[i] = mine[i].second;
-  comm.broadcast_bytes(std::as_writable_bytes(std::span<double>(root, n)), 0);
-  std::string difference;
-  for (size_t i = 0; i < n && difference.empty(); ++i)
-    if (root[i] != mine[i].second)
-      difference = std::string(mine[i].first) + " is " + std::to_string(int64_t(mine[i].second)) + " on rank " +
-                   std::to_string(comm.rank()) + " and " + std::to_string(int64_t(root[i])) + " on rank 0";
-  double differing = difference.empty() ? 0.0 : 1.0;
-  comm.reduce_broadcast(std::span<double>(&differing, 1));
-  if (differing > 0.0)
-    throw ValueError("data-parallel fit: the ranks' fits differ (" + std::to_string(int(differing)) + " of " +
-                     std::to_string(comm.size()) + " ranks differ from rank 0)" +
-                     (difference.empty() ? std::string(". See the other ranks' messages") : ": " + difference) +
-                     ". Every rank must call fit with the same options and the same data (its share is taken "
-                     "from the whole)");
+  check_ranks_agree(comm,
+                    {{"epochs", std::to_string(opt.epochs)},
+                     {"initial_epoch", std::to_string(opt.initial_epoch)},
+                     {"steps_per_epoch", std::to_string(opt.steps_per_epoch)},
+                     {"validation_steps", std::to_string(opt.validation_steps)},
+                     {"validation data", validation ? "given" : "none"},
+                     {"batches per epoch", std::to_string(train.batches_per_epoch())}},
+                    "fits",
+                    "Every rank must call fit with the same options and the same data (its share is taken from "
+                    "the whole)");
 }
 
 // Data-parallel: whether any rank asked to stop (every rank gets the same answer).

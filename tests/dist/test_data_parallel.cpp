@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "test_support.h"
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/dist/communicator.h"
@@ -206,9 +208,9 @@ TEST(DataParallel, RanksWhoseModelsDifferAreRefusedTogether) {
   auto comm = communicator();
   nn::Sequential m = classifier(1, comm->rank() == 0 ? 16 : 17);
   m.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy");
-  // Every rank refuses; the others name their first difference (the kernel
-  // {4, 17} against rank 0's {4, 16}).
-  const std::string mine = comm->rank() == 0 ? "rank 0" : "{4, 17}";
+  // Every rank refuses; the others name their first difference (the first
+  // Dense layer's units, 17 against rank 0's 16).
+  const std::string mine = comm->rank() == 0 ? "rank 0" : "units=17";
   EXPECT_TRUE(throws<ValueError>([&] { nn::Trainer t(m, {.batch_size = 4, .communicator = comm}); },
                                  {"models differ", "ranks differ from rank 0", mine}));
   const auto [x, y] = make_rows(8, 1);
@@ -224,14 +226,37 @@ TEST(DataParallel, RanksWhoseFitsDifferAreRefusedTogether) {
   // Odd ranks differ from rank 0 and name the difference; the others point to them.
   const bool odd = comm->rank() % 2 == 1;
   const std::string count = "1 of " + std::to_string(comm->size()) + " ranks differ";
-  const auto [x, y] = make_rows(odd ? 40 : 24, 1);  // 5 batches of 8 on odd ranks, 3 on even ones
+  const auto [x, y] = make_rows(odd ? 40 : 24, 1);
   EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, y, {.batch_size = 8, .verbose = 0, .communicator = comm}); },
-                                 {"fits differ", count, odd ? "batches per epoch" : "other ranks' messages",
-                                  odd ? "is 5 on rank 1 and 3 on rank 0" : "same data"}));
+                                 {"fits differ", count, odd ? "training rows" : "other ranks' messages",
+                                  odd ? "'training rows: 40' here, 'training rows: 24' on rank 0" : "same data"}));
   const auto [x2, y2] = make_rows(24, 1);
   EXPECT_TRUE(throws<ValueError>(
       [&] { m.fit(x2, y2, {.epochs = odd ? 3 : 2, .batch_size = 8, .verbose = 0, .communicator = comm}); },
-      {"fits differ", odd ? "epochs is 3 on rank 1 and 2 on rank 0" : "other ranks' messages"}));
+      {"fits differ", odd ? "'epochs: 3' here, 'epochs: 2' on rank 0" : "other ranks' messages"}));
+  comm->barrier();
+}
+
+// What a rank could differ in without a different weight: the optimizer
+// (its slots come at the first step), the bucket size, the period.
+TEST(DataParallel, RanksWhoseSettingsDifferAreRefusedTogether) {
+  auto comm = communicator();
+  const bool odd = comm->rank() % 2 == 1;
+  nn::Sequential m = classifier(1);
+  m.compile(odd ? OptimizerSpec::sgd(0.01f) : OptimizerSpec::adam(0.01f), "sparse_categorical_crossentropy");
+  EXPECT_TRUE(throws<ValueError>([&] { nn::Trainer t(m, {.batch_size = 4, .communicator = comm}); },
+                                 {"models differ", odd ? "'optimizer: SGD" : "other ranks' messages"}));
+  m.compile(OptimizerSpec::adam(0.01f), "sparse_categorical_crossentropy");
+  EXPECT_TRUE(throws<ValueError>(
+      [&] { nn::Trainer t(m, {.batch_size = 4, .gradient_bucket_bytes = odd ? 64 : 128, .communicator = comm}); },
+      {"models differ", odd ? "'gradient bucket bytes: 64' here" : "other ranks' messages"}));
+  EXPECT_TRUE(throws<ValueError>(
+      [&] { nn::Trainer t(m, {.batch_size = 4, .nbatch_logical = odd ? 8 : 4, .communicator = comm}); },
+      {"trainers differ", odd ? "accumulation period (nbatch_logical / batch_size): 2' here" : "other ranks'"}));
+  const auto [x, y] = make_rows(24, 1);
+  EXPECT_TRUE(throws<ValueError>(
+      [&] { m.fit(x, y, {.batch_size = 4, .nbatch_logical = 6, .verbose = 0, .communicator = comm}); },
+      {"nbatch_logical must be a positive multiple of batch_size 4", "global batch"}));
   comm->barrier();
 }
 
@@ -295,7 +320,11 @@ TEST(DataParallel, GeneratorsOfDifferentLengthsJoinUntilAllEnd) {
 
 TEST(DataParallel, OnlyRank0WritesFiles) {
   auto comm = communicator();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "tensorgrad_dp_files";
+  // A folder of this job's (rank 0's process id): the 2- and 3-rank jobs run at once under ctest -j.
+  int64_t job = int64_t(::getpid());
+  comm->broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&job, 1)), 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tensorgrad_dp_files_" + std::to_string(job));
   const std::filesystem::path csv = dir / ("log_rank" + std::to_string(comm->rank()) + ".csv");
   if (comm->rank() == 0) std::filesystem::create_directories(dir);
   comm->barrier();
