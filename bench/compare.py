@@ -52,13 +52,16 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "predict": (8.0, "us/image"),
     "eager step": (None, "us/step"),
     "eager Adam step": (25.0, "us/step"),  # issue 12: ag::nn modules and ag::optim::Adam
+    # issue 15: at most 1/3 of PyTorch's time (a ratio, not an absolute target)
+    "lstm step": (None, "us/step"), "lstm inference": (None, "us/batch"),
+    "gru step": (None, "us/step"), "gru inference": (None, "us/batch"),
 }
 ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
-        "predict", "eager step"]
-WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager"]
+        "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference"]
+WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru"]
 # The workloads each peer has: the shared peers' (../shared/bench), and the
 # eager step, whose peers live in this repository's bench/ (dlib has none).
-PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager"},
+PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru"},
                   "libtorch": {"mlp", "rlstep", "predict", "eager"},
                   "dlib": {"mlp", "rlstep"}}
 PEERS = ["pytorch", "libtorch", "dlib"]
@@ -266,7 +269,8 @@ def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
     filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "resnet": "^resnet_fit/",
-            "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/"}[workload]
+            "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/",
+            "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -278,7 +282,9 @@ def tensorgrad_run(exe, workload, threads, reps):
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
                 "cnn_fit": ("cnn (fit)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
                 "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image"),
-                "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step")}
+                "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step"),
+                "lstm_step": ("lstm step", "us_per_step"), "lstm_infer": ("lstm inference", "us_per_batch"),
+                "gru_step": ("gru step", "us_per_step"), "gru_infer": ("gru inference", "us_per_batch")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
@@ -323,6 +329,8 @@ def peer_run(peer, exe, workload, threads):
         res = last_json_line(run(cmd))
     if workload in ("mlp", "cnn", "resnet"):
         return {workload + " (fit)": res["s_per_epoch_median"]}
+    if workload in ("lstm", "gru"):
+        return {workload + " step": res["us_per_step_median"], workload + " inference": res["us_per_inference_batch_median"]}
     if workload == "rlstep":  # the peers' step (nn.Sequential, optim.Adam, eager) stands against tensorgrad's three rows
         step = res["us_per_step_median"]
         rows = {"rlstep": step, "trainer step": step}
@@ -380,7 +388,7 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
     ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict,eager",
-                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager (resnet: minutes an "
+                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager,lstm,gru (resnet: minutes an "
                          "epoch, so not in the default set)")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true",

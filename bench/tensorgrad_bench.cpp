@@ -379,6 +379,52 @@ void BM_predict(benchmark::State& state) {
   }
 }
 
+// The text classifier of peer_pytorch.py's lstm and gru workloads:
+// Embedding(20000, 128) -> LSTM(128) or GRU(128) -> Dense(2) on random token
+// sequences of 100 steps, batch 64, Adam lr 1e-3, softmax cross-entropy on
+// the last step. us_per_step: a training step; us_per_batch: predict of the
+// 64 rows. The embedding's gradient is dense {20000, 128}, as the peer's.
+template <class Cell>
+void text_rnn(benchmark::State& state, bool train) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    constexpr int64_t kRows = 64, kSteps = 100, kVocabulary = 20000;
+    tg::nn::Sequential model(tg::Shape{kSteps});
+    model.add(tg::nn::Embedding(kVocabulary, 128));
+    model.add(Cell(128));
+    model.add(tg::nn::Dense(2, "softmax"));
+    model.compile(tg::OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+    std::mt19937_64 rng(5);
+    std::vector<int32_t> ids(size_t(kRows * kSteps)), labels(size_t(kRows));
+    for (int32_t& id : ids) id = int32_t(rng() % uint64_t(kVocabulary));
+    for (int32_t& l : labels) l = int32_t(rng() % 2);
+    const tg::Tensor x = tg::Tensor::from_vector(std::span<const int32_t>(ids), tg::Shape{kRows, kSteps});
+    const tg::Tensor y = tg::Tensor::from_vector(std::span<const int32_t>(labels), tg::Shape{kRows});
+    tg::Tensor out = tg::Tensor::empty(tg::Shape{kRows, 2});
+    tg::OptimizerContext& ctx = model.optimizer_context(kRows);
+    auto once = [&] { train ? (void)ctx.step(x, y) : model.predict(x, out); };
+    for (int i = 0; i < 3; ++i) once();  // warm-up: plans, pools, pages
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      once();
+      const double dt = seconds_since(t0);
+      benchmark::ClobberMemory();
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters[train ? "us_per_step" : "us_per_batch"] = 1e6 * median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_lstm_step(benchmark::State& state) { text_rnn<tg::nn::LSTM>(state, true); }
+void BM_lstm_infer(benchmark::State& state) { text_rnn<tg::nn::LSTM>(state, false); }
+void BM_gru_step(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, true); }
+void BM_gru_infer(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, false); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -417,6 +463,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("eager_adam_step", BM_eager_adam_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  for (auto [name, fn] : {std::pair{"lstm_step", BM_lstm_step}, std::pair{"lstm_infer", BM_lstm_infer},
+                          std::pair{"gru_step", BM_gru_step}, std::pair{"gru_infer", BM_gru_infer}})
+    benchmark::RegisterBenchmark(name, fn)
+        ->Iterations(20)->Repetitions(env_int("TG_REPS", 3))->ReportAggregatesOnly(true)
+        ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("predict", BM_predict)
       ->Iterations(200)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);

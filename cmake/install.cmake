@@ -25,7 +25,7 @@ install(EXPORT tensorgradTargets
 
 # Where this build found the dependencies that Debian ships without a CMake
 # package: the installed config looks there first, then in the usual places.
-foreach(lib IN ITEMS OPENBLAS_LIB PTHREADPOOL_LIB XSMM_LIB)
+foreach(lib IN ITEMS OPENBLAS_LIB PTHREADPOOL_LIB XSMM_LIB SLEEF_LIB)
   get_filename_component(TENSORGRAD_${lib}_DIR "${${lib}}" DIRECTORY)
 endforeach()
 set(TENSORGRAD_CUDA_ROOT "")

@@ -535,3 +535,70 @@ TEST(LayerOpGradChain, SmallConvNet) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// The fused recurrent sequences (LstmSequence, GruSequence): every column of
+// the output (hidden and cell states, the gates) enters the loss, so each
+// part of the backward kernels' g is checked; one step and several. Inputs
+// in [-1, 1] and a kernel of magnitude 0.5 keep the gates off saturation.
+TEST(LayerOpGradRecurrent, LstmSequence) {
+  for (int64_t steps : {1, 4}) {
+    SCOPED_TRACE("steps " + std::to_string(steps));
+    GradCheck c(1700 + uint32_t(steps));
+    const int64_t b = 2, h = 3;
+    Value xw = c.param(uniform({b, steps, 4 * h}, c.rng, -1.0f, 1.0f), "xw");
+    // One step starts from h = 0: U gets no gradient, so it is data there.
+    const Tensor ut = uniform({h, 4 * h}, c.rng, -0.5f, 0.5f);
+    Value u = steps > 1 ? c.param(ut, "U") : c.data(ut, "U");
+    Value y = c.g.apply(OpKind::LstmSequence, {xw, u});
+    ASSERT_EQ(c.g.shape(y), (Shape{b, steps, 6 * h}));
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+TEST(LayerOpGradRecurrent, GruSequence) {
+  for (int64_t steps : {1, 4}) {
+    SCOPED_TRACE("steps " + std::to_string(steps));
+    GradCheck c(1710 + uint32_t(steps));
+    const int64_t b = 2, h = 3;
+    Value xw = c.param(uniform({b, steps, 3 * h}, c.rng, -1.0f, 1.0f), "xw");
+    const Tensor ut = uniform({h, 3 * h}, c.rng, -0.5f, 0.5f);
+    Value u = steps > 1 ? c.param(ut, "U") : c.data(ut, "U");
+    Value rb = c.param(uniform({3 * h}, c.rng, -0.5f, 0.5f), "rb");
+    Value y = c.g.apply(OpKind::GruSequence, {xw, u, rb});
+    ASSERT_EQ(c.g.shape(y), (Shape{b, steps, 5 * h}));
+    EXPECT_EQ(c.check(c.project(y)), "");
+  }
+}
+
+// Only the hidden states reach the loss, as in the layers (the gradient of
+// the other columns is then zero: the path the layers take).
+TEST(LayerOpGradRecurrent, HiddenStatesOnly) {
+  GradCheck c(1720);
+  const int64_t b = 3, steps = 5, h = 4;
+  Value xw = c.param(uniform({b, steps, 4 * h}, c.rng, -1.0f, 1.0f), "lstm xw");
+  Value u = c.param(uniform({h, 4 * h}, c.rng, -0.5f, 0.5f), "lstm U");
+  Value gxw = c.param(uniform({b, steps, 3 * h}, c.rng, -1.0f, 1.0f), "gru xw");
+  Value gu = c.param(uniform({h, 3 * h}, c.rng, -0.5f, 0.5f), "gru U");
+  Value rb = c.param(uniform({3 * h}, c.rng, -0.5f, 0.5f), "gru rb");
+  Value lstm = c.g.slice(c.g.apply(OpKind::LstmSequence, {xw, u}), 2, 0, h);
+  Value gru = c.g.slice(c.g.slice(c.g.apply(OpKind::GruSequence, {gxw, gu, rb}), 2, 0, h), 1, steps - 1, 1);
+  EXPECT_EQ(c.check(c.g.add(c.project(lstm), c.g.scale(c.project(gru), 3.0f))), "");
+}
+
+TEST(LayerOpGradRecurrent, ShapeRulesSayWhatTheyExpect) {
+  Graph g;
+  Value u = g.input("U", Shape{3, 12});
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::LstmSequence, {g.input("xw", Shape{2, 4, 9}), u}); },
+      {"lstm_sequence", "input projection must be {batch, steps, 4 * 3}", "{2, 4, 9}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::LstmSequence, {g.input("xw2", Shape{2, 4, 12}), g.input("U2", Shape{3, 9})}); },
+      {"recurrent kernel must be {units, 4 * units}", "{3, 9}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] {
+        g.apply(OpKind::GruSequence, {g.input("xw3", Shape{2, 4, 9}), g.input("U3", Shape{3, 9}),
+                                      g.input("rb", Shape{6})});
+      },
+      {"gru_sequence", "recurrent bias must be {9}", "{6}"}));
+}

@@ -99,6 +99,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MeanAxis, run_reduce_axis},
     {OpKind::MaxAxis, run_reduce_axis},
     {OpKind::Transpose, [](const KernelCall& k) { transpose(k.at, k.in[0], k.out); }},
+    {OpKind::LstmSequence, [](const KernelCall& k) { lstm_sequence(k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::GruSequence, [](const KernelCall& k) { gru_sequence(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
     {OpKind::ReluBackward, run_unary_backward},
     {OpKind::SigmoidBackward, run_unary_backward},
     {OpKind::TanhBackward, run_unary_backward},
@@ -130,6 +132,10 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::ClampBackward, run_activation_backward},
     {OpKind::MaxAxisBackward,
      [](const KernelCall& k) { max_axis_backward(k.at.axis, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::LstmSequenceBackward,
+     [](const KernelCall& k) { lstm_sequence_backward(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
+    {OpKind::GruSequenceBackward,
+     [](const KernelCall& k) { gru_sequence_backward(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
     {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
     {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
     {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},
@@ -157,6 +163,10 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
 }
 
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+  // The recurrent sequences: a {B, H} x U{H, gates*H} product a step, B*T steps' rows in all.
+  if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
+      op == OpKind::GruSequenceBackward)
+    return 2.0 * double(out[0]) * double(out[1]) * double(in[1].numel()) + double(out.numel());
   if (op != OpKind::MatMul) return double(out.numel());
   const Shape& a = in[0];
   return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);

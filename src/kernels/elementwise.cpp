@@ -125,7 +125,8 @@ void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& 
     case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp: case OpKind::SumAxis:
     case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose: case OpKind::ClampBackward:
     case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
+    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::binary");
@@ -290,7 +291,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
     case OpKind::Div: case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
+    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary");
@@ -349,7 +351,8 @@ void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const
     case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
     case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::MaxAxisBackward:
-    case OpKind::Count:
+    case OpKind::LstmSequence: case OpKind::GruSequence:
+    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::activation_backward");
@@ -440,7 +443,8 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
     case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
     case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
     case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::Count:
+    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
+    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::unary_backward");

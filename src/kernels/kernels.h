@@ -150,6 +150,14 @@ void batch_norm_param_grad(const OpAttrs& at, const TensorRef& x, const TensorRe
                            const TensorRef& sums, const KernelContext& ctx);
 void batch_norm_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx,
                          const KernelContext& ctx);
+// recurrent.cpp: fused LSTM and GRU over a sequence (layouts there and at the ops).
+void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, const KernelContext& ctx);
+void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& dz,
+                            const KernelContext& ctx);
+void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, const TensorRef& y,
+                  const KernelContext& ctx);
+void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& out,
+                           const KernelContext& ctx);
 void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
 void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
                          const KernelContext& ctx);

@@ -340,7 +340,8 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
     case OpKind::ClampBackward:
     case OpKind::MaxAxisBackward:
     case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::AdvanceCounter:
-    case OpKind::Count:
+    case OpKind::LstmSequence: case OpKind::GruSequence:
+    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
       break;
   }
   unhandled_op(op, "kernels::optimizer");

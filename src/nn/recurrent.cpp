@@ -25,29 +25,13 @@ Value project_inputs(Builder& b, Value x, Value kernel, Value bias) {
   return b.reshape(b.add(xw, bias), Shape{s[0], s[1], g});
 }
 
-// Step t of {B, T, G} as {B, G}.
-Value step_of(Builder& b, Value seq, int64_t t) {
-  const Shape s = b.shape(seq);
-  return b.reshape(b.slice(seq, 1, t, 1), Shape{s[0], s[2]});
+// The hidden states {B, T, H} (the first H columns of a fused sequence op's
+// output {B, T, kept*H}), or the last step's {B, H}.
+Value hidden_states(Builder& b, Value y, int64_t units, bool return_sequences) {
+  const Shape s = b.shape(y);
+  if (return_sequences) return b.slice(y, 2, 0, units);
+  return b.reshape(b.slice(b.slice(y, 1, s[1] - 1, 1), 2, 0, units), Shape{s[0], units});
 }
-
-// Joins per-step outputs {B, H} into {B, T, H}, pairwise (a balanced tree
-// keeps the copying at O(T log T)).
-Value stack_steps(Builder& b, std::vector<Value> steps) {
-  for (Value& v : steps) {
-    const Shape s = b.shape(v);
-    v = b.reshape(v, Shape{s[0], 1, s[1]});
-  }
-  while (steps.size() > 1) {
-    std::vector<Value> next;
-    for (size_t i = 0; i + 1 < steps.size(); i += 2) next.push_back(b.concat(steps[i], steps[i + 1], 1));
-    if (steps.size() % 2) next.push_back(steps.back());
-    steps = std::move(next);
-  }
-  return steps[0];
-}
-
-Value gate(Builder& b, Value z, int64_t index, int64_t units) { return b.slice(z, 1, index * units, units); }
 }  // namespace
 
 Embedding::Embedding(int64_t input_dim, int64_t output_dim)
@@ -111,10 +95,6 @@ RecurrentLayer::Bound RecurrentLayer::bind(Builder& b) const {
           b.parameter(bias_, (name() + "/bias").c_str(), trainable)};
 }
 
-Value RecurrentLayer::output(Builder& b, std::vector<Value> states) const {
-  return return_sequences_ ? stack_steps(b, std::move(states)) : states.back();
-}
-
 std::vector<Weight> RecurrentLayer::weights() const {
   return {{name() + "/kernel", kernel_, trainable},
           {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
@@ -132,22 +112,12 @@ Shape LSTM::build(const Shape& input_shape) {
   return out;
 }
 
+// One fused op for every step (LstmSequence: the recurrent GEMM and the
+// gates of a step in one pass), after one GEMM for every step's input.
 Value LSTM::call(Builder& b, Value x, const CallOptions&) {
   const Bound w = bind(b);
-  const Shape s = b.shape(x);
-  const int64_t batch = s[0], steps = s[1], u = units_;
-  Value xw = project_inputs(b, x, w.kernel, w.bias);
-  Value h = b.fill(Shape{batch, u}, 0.0f), c = h;
-  std::vector<Value> states;
-  for (int64_t t = 0; t < steps; ++t) {
-    Value z = b.add(step_of(b, xw, t), b.matmul(h, w.recurrent_kernel));
-    Value i = b.sigmoid(gate(b, z, 0, u)), f = b.sigmoid(gate(b, z, 1, u));
-    Value g = b.tanh(gate(b, z, 2, u)), o = b.sigmoid(gate(b, z, 3, u));
-    c = b.add(b.mul(f, c), b.mul(i, g));
-    h = b.mul(o, b.tanh(c));
-    states.push_back(h);
-  }
-  return output(b, std::move(states));
+  Value y = b.apply(OpKind::LstmSequence, {project_inputs(b, x, w.kernel, w.bias), w.recurrent_kernel});
+  return hidden_states(b, y, units_, return_sequences_);
 }
 
 GRU::GRU(int64_t units, bool return_sequences)
@@ -155,23 +125,12 @@ GRU::GRU(int64_t units, bool return_sequences)
 
 Value GRU::call(Builder& b, Value x, const CallOptions&) {
   const Bound w = bind(b);
-  const Shape s = b.shape(x);
-  const int64_t batch = s[0], steps = s[1], u = units_;
+  const int64_t u = units_;
   Value input_bias = b.reshape(b.slice(w.bias, 0, 0, 1), Shape{3 * u});
   Value recurrent_bias = b.reshape(b.slice(w.bias, 0, 1, 1), Shape{3 * u});
-  Value xw = project_inputs(b, x, w.kernel, input_bias);
-  Value h = b.fill(Shape{batch, u}, 0.0f);
-  std::vector<Value> states;
-  for (int64_t t = 0; t < steps; ++t) {
-    Value xt = step_of(b, xw, t);
-    Value hu = b.add(b.matmul(h, w.recurrent_kernel), recurrent_bias);  // reset_after: r multiplies h U + rh
-    Value z = b.sigmoid(b.add(gate(b, xt, 0, u), gate(b, hu, 0, u)));
-    Value r = b.sigmoid(b.add(gate(b, xt, 1, u), gate(b, hu, 1, u)));
-    Value n = b.tanh(b.add(gate(b, xt, 2, u), b.mul(r, gate(b, hu, 2, u))));
-    h = b.add(n, b.mul(z, b.sub(h, n)));  // z * h + (1 - z) * n
-    states.push_back(h);
-  }
-  return output(b, std::move(states));
+  Value y = b.apply(OpKind::GruSequence,
+                    {project_inputs(b, x, w.kernel, input_bias), w.recurrent_kernel, recurrent_bias});
+  return hidden_states(b, y, u, return_sequences_);
 }
 
 LayerConfig Embedding::config() const {

@@ -163,6 +163,40 @@ OpSignature batch_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   return {x};
 }
 
+// LstmSequence (xw{B,T,4H}, U{H,4H}) -> {B,T,6H} and GruSequence (xw{B,T,3H},
+// U{H,3H}, rb{3H}) -> {B,T,5H}; their backward ops (y, U, g) -> {B,T,4H}.
+// The gates per unit (4 or 3) and the values a step keeps (6 or 5) name the op.
+OpSignature recurrent_sequence(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
+  for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
+  const bool lstm = op == OpKind::LstmSequence || op == OpKind::LstmSequenceBackward;
+  const bool backward = op == OpKind::LstmSequenceBackward || op == OpKind::GruSequenceBackward;
+  const int64_t gates = lstm ? 4 : 3, kept = lstm ? 6 : 5;
+  const Shape& u = s[1];
+  if (u.rank() != 2 || u[1] != gates * u[0])
+    shape_fail(op, "recurrent kernel must be {units, " + std::to_string(gates) + " * units}; got " + u.str());
+  const int64_t h = u[0];
+  const Shape& x = s[0];
+  if (x.rank() != 3 || x[2] != (backward ? kept : gates) * h)
+    shape_fail(op, std::string(backward ? "output" : "input projection") + " must be {batch, steps, " +
+                       std::to_string(backward ? kept : gates) + " * " + std::to_string(h) + "}; got " + x.str());
+  if (backward && s[2] != x) shape_fail(op, "gradient must be " + x.str() + " (the output's shape); got " + s[2].str());
+  if (op == OpKind::GruSequence && s[2] != Shape{3 * h})
+    shape_fail(op, "recurrent bias must be {" + std::to_string(3 * h) + "}; got " + s[2].str());
+  if (backward) return {Shape{x[0], x[1], 4 * h}};
+  return {Shape{x[0], x[1], kept * h}};
+}
+
+// The hidden states each step started from, {B*T, H}: zeros, then h_0 .. h_{T-2}
+// (the first H columns of a sequence op's output y).
+Value previous_states(Builder& b, Value y, int64_t h) {
+  const Shape s = b.shape(y);
+  const int64_t batch = s[0], steps = s[1];
+  Value first = b.fill(Shape{batch, 1, h}, 0.0f);
+  if (steps == 1) return b.reshape(first, Shape{batch, h});
+  Value earlier = b.slice(b.slice(y, 1, 0, steps - 1), 2, 0, h);
+  return b.reshape(b.concat(first, earlier, 1), Shape{batch * steps, h});
+}
+
 // Backward ops of (y, g): the forward op's output and its gradient.
 OpSignature output_and_gradient(OpKind op, Shapes s, DTypes, const OpAttrs&) {
   if (s[0] != s[1]) shape_fail(op, "output " + s[0].str() + " and gradient " + s[1].str() + " differ");
@@ -624,6 +658,35 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {out, t[0]};
      },
      [](const GradientCall& d) { d.dx[0] = d.b.transpose(d.g, d.at.axis, d.at.axis2); }},
+    // z_t = xw_t + h_{t-1} U (+ rb for the GRU's hn): LstmSequenceBackward gives
+    // dz, the gradient of every step's pre-activations, through time; then
+    // dxw = dz, dU = sum_t h_{t-1}^T dz_t (one matmul over every step).
+    {OpKind::LstmSequence, {"lstm_sequence", 2, 2, false}, recurrent_sequence,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       Value dz = b.apply(OpKind::LstmSequenceBackward, {d.y, d.x[1], d.g});
+       const Shape s = b.shape(dz);
+       const int64_t h = b.shape(d.x[1])[0];
+       if (d.need(0)) d.dx[0] = dz;
+       if (d.need(1))
+         d.dx[1] = b.matmul(previous_states(b, d.y, h), b.reshape(dz, Shape{s[0] * s[1], 4 * h}), true, false);
+     }},
+    // GruSequenceBackward gives [dz | dr | dn | dhn] per step: dxw = [dz | dr | dn];
+    // the recurrent product h U + rb gets [dz | dr | dhn], so dU = sum_t h_{t-1}^T
+    // [dz | dr | dhn]_t and drb = its sum over rows and steps.
+    {OpKind::GruSequence, {"gru_sequence", 3, 3, false}, recurrent_sequence,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       Value all = b.apply(OpKind::GruSequenceBackward, {d.y, d.x[1], d.g});
+       const Shape s = b.shape(all);
+       const int64_t h = b.shape(d.x[1])[0];
+       if (d.need(0)) d.dx[0] = b.slice(all, 2, 0, 3 * h);
+       if (!d.need(1) && !d.need(2)) return;
+       Value dhu = b.reshape(b.concat(b.slice(all, 2, 0, 2 * h), b.slice(all, 2, 3 * h, h), 2),
+                             Shape{s[0] * s[1], 3 * h});
+       if (d.need(1)) d.dx[1] = b.matmul(previous_states(b, d.y, h), dhu, true, false);
+       if (d.need(2)) d.dx[2] = b.sum_to(dhu, Shape{3 * h});
+     }},
 
     // Backward ops. Gradients of gradients exist only where a rule is given
     // (slicing, the convolution adjoints); the rest throw.
@@ -682,6 +745,8 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
+    {OpKind::LstmSequenceBackward, {"lstm_sequence_backward", 3, 3, false}, recurrent_sequence, no_gradient},
+    {OpKind::GruSequenceBackward, {"gru_sequence_backward", 3, 3, false}, recurrent_sequence, no_gradient},
 
     // Metrics: counts, never differentiated.
     {OpKind::Accuracy, {"accuracy", 2, 2, false},

@@ -51,9 +51,6 @@ class RecurrentLayer : public Layer {
   };
   /// The weights bound into `b`; throws StateError before build().
   Bound bind(Builder& b) const;
-  /// The layer's output from the hidden state of each step: the last, or all
-  /// of them as {batch, steps, units}.
-  Value output(Builder& b, std::vector<Value> states) const;
 
   int64_t units_;
   bool return_sequences_;

@@ -60,6 +60,13 @@ enum class OpKind : uint8_t {
   SumAxis, MeanAxis,    // sum / mean along attrs.axis: the axis dropped, or kept as 1 with attrs.keepdim
   MaxAxis,              // max along attrs.axis (keepdim as SumAxis); a NaN in the slice gives NaN
   Transpose,            // axes attrs.axis and attrs.axis2 swapped (a copy); rank 2..Shape::kMaxRank
+  // Fused recurrent layers over a whole sequence (B batch, T steps, H units), zero initial states.
+  LstmSequence,         // (xw{B,T,4H} = x W + bias, U{H,4H}) -> {B,T,6H}: per step [h | c | i | f | g | o],
+                        //   gates i, f, g, o (Keras' i, f, c, o) after their activations; z = xw_t + h_{t-1} U,
+                        //   c = f c_{t-1} + i g, h = o tanh(c) (Hochreiter & Schmidhuber 1997, as keras.layers.LSTM)
+  GruSequence,          // (xw{B,T,3H} = x W + input bias, U{H,3H}, recurrent bias{3H}) -> {B,T,5H}: per step
+                        //   [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb),
+                        //   n = tanh(xw_n + r hn), h = z h_{t-1} + (1 - z) n (reset_after, as cuDNN and PyTorch)
   // backward ops (inputs listed at each gradient rule)
   ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
   SoftmaxCrossEntropyBackward, MseLossBackward,
@@ -77,6 +84,10 @@ enum class OpKind : uint8_t {
   ClampBackward,        // (x, g) -> g where clamp_min <= x <= clamp_max, else 0 (PyTorch's rule); attributes as Clamp's
   MaxAxisBackward,      // (x, g) -> dx: g to the first maximal element of each slice along attrs.axis (a NaN
                         //   counts as maximal), 0 elsewhere; g has MaxAxis's output shape (attrs.keepdim)
+  LstmSequenceBackward, // (y{B,T,6H}, U{H,4H}, g{B,T,6H}) -> dz{B,T,4H}: the gradient of the gates' pre-activations
+                        //   (= d xw), back through time; every part of g counts (h, c and the gates)
+  GruSequenceBackward,  // (y{B,T,5H}, U{H,3H}, g{B,T,5H}) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw)
+                        //   and d hn, so that d(h U + rb) = [dz | dr | d hn]
   // metrics
   Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
   BinaryAccuracy,  // (pred{B,N}, target{B,N}) -> scalar count of (pred > attrs.scale) == (target > 0.5)
