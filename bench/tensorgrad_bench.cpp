@@ -396,7 +396,7 @@ void text_rnn(benchmark::State& state, bool train) {
     model.add(tg::nn::Dense(2, "softmax"));
     model.compile(tg::OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
     std::mt19937_64 rng(5);
-    std::vector<int32_t> ids(size_t(kRows * kSteps)), labels(size_t(kRows));
+    std::vector<int32_t> ids(static_cast<size_t>(kRows * kSteps)), labels(static_cast<size_t>(kRows));
     for (int32_t& id : ids) id = int32_t(rng() % uint64_t(kVocabulary));
     for (int32_t& l : labels) l = int32_t(rng() % 2);
     const tg::Tensor x = tg::Tensor::from_vector(std::span<const int32_t>(ids), tg::Shape{kRows, kSteps});
@@ -463,9 +463,13 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("eager_adam_step", BM_eager_adam_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
-  for (auto [name, fn] : {std::pair{"lstm_step", BM_lstm_step}, std::pair{"lstm_infer", BM_lstm_infer},
-                          std::pair{"gru_step", BM_gru_step}, std::pair{"gru_infer", BM_gru_infer}})
-    benchmark::RegisterBenchmark(name, fn)
+  struct Named {
+    const char* name;
+    void (*fn)(benchmark::State&);
+  };
+  for (Named b : {Named{"lstm_step", BM_lstm_step}, Named{"lstm_infer", BM_lstm_infer},
+                  Named{"gru_step", BM_gru_step}, Named{"gru_infer", BM_gru_infer}})
+    benchmark::RegisterBenchmark(b.name, b.fn)
         ->Iterations(20)->Repetitions(env_int("TG_REPS", 3))->ReportAggregatesOnly(true)
         ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("predict", BM_predict)

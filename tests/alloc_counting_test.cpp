@@ -387,6 +387,32 @@ tg::Tensor token_ids(int64_t rows, bool as_int32) {
 }
 }  // namespace
 
+// The fused LSTM and GRU at a size whose input projection and weight
+// gradients run on OpenBLAS (kernels/matmul.cpp) and whose sequences are
+// split over the pool: still nothing allocated per step or predict.
+TEST_P(AllocationFree, FusedRecurrentStepsAndPredict) {
+  for (bool lstm : {true, false}) {
+    SCOPED_TRACE(lstm ? "LSTM" : "GRU");
+    tg::manual_seed(6);
+    tg::nn::Sequential model({20});
+    model.add(tg::nn::Embedding(200, 64));
+    if (lstm) model.add(tg::nn::LSTM(64));
+    else model.add(tg::nn::GRU(64, /*return_sequences=*/true)), model.add(tg::nn::Flatten());
+    model.add(tg::nn::Dense(2, "softmax"));
+    model.compile(tg::OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+    tg::Tensor x = tg::Tensor::empty({32, 20}, tg::DType::Int32), y = tg::Tensor::zeros({32}, tg::DType::Int32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = int32_t((i * 13 + 5) % 200);
+    for (int i = 0; i < 32; ++i) y.data<int32_t>()[i] = i % 2;
+    auto& ctx = model.optimizer_context(32);
+    for (int i = 0; i < 3; ++i) ctx.step(x, y);
+    EXPECT_EQ(allocations_in(20, [&] { ctx.step(x, y); }), 0);
+    tg::Tensor out = tg::Tensor::empty({32, 2});
+    model.predict(x, out);
+    EXPECT_EQ(allocations_in(20, [&] { model.predict(x, out); }), 0);
+    EXPECT_NEAR(out.data<float>()[0] + out.data<float>()[1], 1.0f, 1e-5f);
+  }
+}
+
 TEST_P(AllocationFree, TokenIdStepsEvalAndOneRowPredict) {
   for (bool as_int32 : {true, false}) {
     SCOPED_TRACE(as_int32 ? "int32 ids" : "float32 ids");

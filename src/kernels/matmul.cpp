@@ -21,6 +21,8 @@ namespace {
 // convolution's {B*H*W, k*k*C} x {k*k*C, F}) run in blocks that stay in
 // cache; smaller products are split evenly over the threads.
 constexpr int64_t kRowBlock = 512;
+// The rows of C per OpenBLAS call (see prefer_openblas).
+constexpr int64_t kBlasRows = 64;
 
 // libxsmm's JIT kernel for a row-major C{m,n} = op(A){m,k} B{k,n} block:
 // as fast as OpenBLAS on square blocks, up to 4.5x faster on thin ones, and
@@ -36,6 +38,22 @@ libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, i
   const libxsmm_blasint xm = libxsmm_blasint(n), xn = libxsmm_blasint(m), xk = libxsmm_blasint(k);
   const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
   return libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+}
+
+// Whether OpenBLAS runs C{m,n} = op(A) B rather than libxsmm. libxsmm's JIT
+// kernels have no blocking over k and are slow on A^T with a long k, the
+// weight gradients X^T dY of every Dense and recurrent layer (k = the batch's
+// rows: 5.9 against 58 GFLOP/s for {128, 512} over k = 6400, 41 against 69
+// for {392, 500} over k = 500, one thread on an AVX2 EPYC; bench notes in
+// BENCHMARKS.md), and behind OpenBLAS on large products with a wide C (39
+// against 52 GFLOP/s for {3200, 512} over k = 128). Thin outputs (a
+// convolution's few filters) and small products stay on libxsmm, which is
+// faster there and never allocates (OpenBLAS's small-matrix path does).
+// Decided for the whole product, so the choice never depends on the threads.
+bool prefer_openblas(int64_t m, int64_t n, int64_t k, bool trans_a) {
+  const double work = double(m) * double(n) * double(k);
+  if (trans_a) return work >= double(1 << 20) && n >= 8;
+  return n >= 64 && work >= double(1 << 22);
 }
 
 // B^T of a {rows, cols} matrix, in a per-thread buffer that grows once and is
@@ -77,10 +95,11 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   const float* pb = flip_b ? transposed(b_data, b_rows, b_cols) : b_data;
   const bool trans_b = at.trans_b && !flip_b;
   const int64_t ldb = flip_b ? n : b_cols;
+  const bool blas = trans_b || prefer_openblas(m, n, k, at.trans_a);
   auto gemm = [&](int64_t i0, int64_t i1) {
     const float* pa = a_data + (at.trans_a ? i0 : i0 * lda);
     float* pc = c_data + i0 * n;
-    if (!trans_b)
+    if (!blas)
       if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n)) {
         f(pb, pa, pc);
         return;
@@ -88,8 +107,12 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
     cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), 0.0f, pc, int(n));
   };
+  // OpenBLAS's results depend on the rows of the call, so its blocks are a
+  // fixed kBlasRows whatever the threads (as fast as larger ones from 64
+  // rows: 76 against 72 GFLOP/s for {64 | 392, 500} over k = 500).
   const int64_t threads = pool ? int64_t(pthreadpool_get_threads_count(pool)) : 1;
-  const int64_t rows = std::min(kRowBlock, std::max<int64_t>(16, ((m + threads - 1) / threads + 15) / 16 * 16));
+  const int64_t rows = blas ? kBlasRows
+                            : std::min(kRowBlock, std::max<int64_t>(16, ((m + threads - 1) / threads + 15) / 16 * 16));
   const size_t blocks = size_t((m + rows - 1) / rows);
   parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {
     for (size_t bi = b0; bi < b1; ++bi) gemm(int64_t(bi) * rows, std::min(m, int64_t(bi + 1) * rows));

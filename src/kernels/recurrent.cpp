@@ -21,7 +21,10 @@
 namespace tensorgrad::kernels {
 
 namespace {
-// Runs f(r0, r1) over blocks of the B rows, one block per thread.
+// Runs f(r0, r1) over blocks of the B rows, one block per thread. Scratch
+// memory a block needs is a slice (rows r0..r1) of a buffer the calling
+// thread holds (call_scratch), not the worker's own: which worker runs which
+// block changes from run to run, and a worker's first block would allocate.
 template <class F>
 void over_row_blocks(pthreadpool_t pool, int64_t batch, F&& f) {
   const int64_t threads = pool ? int64_t(pthreadpool_get_threads_count(pool)) : 1;
@@ -32,10 +35,16 @@ void over_row_blocks(pthreadpool_t pool, int64_t batch, F&& f) {
   });
 }
 
-// A per-thread buffer of at least n floats: grows once, then is reused.
+// A buffer of at least n floats: grows once, then is reused.
 float* scratch(std::vector<float>& buffer, int64_t n) {
   if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
   return buffer.data();
+}
+
+// The calling thread's scratch for one kernel call (per-row slices for the blocks).
+float* call_scratch(int64_t n) {
+  thread_local std::vector<float> buffer;
+  return scratch(buffer, n);
 }
 
 // U{H, G}^T as {G, H}, in the calling thread's buffer (read by every block).
@@ -89,10 +98,10 @@ void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const Tensor
   const float* pg = g.f();
   float* pd = dz.f();
   const float* ut = transposed_kernel(u.f(), H, G);
+  float* work = call_scratch(B * 3 * H);  // per row: dz_{t+1} U^T, dc carried, tanh(c)
   over_row_blocks(ctx.pool, B, [&](int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
-    thread_local std::vector<float> buffer;
-    float* dh_rec = scratch(buffer, rows * H * 2 + H);  // dz_{t+1} U^T, then dc carried, then tanh(c)
+    float* dh_rec = work + r0 * 3 * H;
     float* dc = dh_rec + rows * H;
     float* tc = dc + rows * H;
     std::fill(dc, dc + rows * H, 0.0f);
@@ -133,9 +142,9 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
   const float* pu = u.f();
   const float* pb = rb.f();
   float* py = y.f();
+  float* work = call_scratch(B * G);
   over_row_blocks(ctx.pool, B, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> buffer;
-    float* hu = scratch(buffer, (r1 - r0) * G);  // h_{t-1} U for the block's rows
+    float* hu = work + r0 * G;  // h_{t-1} U for the block's rows
     for (int64_t t = 0; t < T; ++t) {
       if (t > 0) gemm(r1 - r0, G, H, py + (r0 * T + t - 1) * K, T * K, false, pu, G, hu, G, 0.0f);
       for (int64_t b = r0; b < r1; ++b) {
@@ -167,10 +176,10 @@ void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorR
   const float* pg = g.f();
   float* pd = out.f();
   const float* ut = transposed_kernel(u.f(), H, G);
+  float* work = call_scratch(B * H);
   over_row_blocks(ctx.pool, B, [&](int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
-    thread_local std::vector<float> buffer;
-    float* dh_next = scratch(buffer, rows * H);  // what step t sends back to h_{t-1}
+    float* dh_next = work + r0 * H;  // what step t sends back to h_{t-1}
     for (int64_t t = T - 1; t >= 0; --t) {
       const bool later = t < T - 1;
       for (int64_t b = r0; b < r1; ++b) {
