@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "kernels/vector_math.h"
 #include "tensorgrad/core/random.h"
 
 namespace tensorgrad::kernels {
@@ -22,6 +23,11 @@ void loop2(const float* __restrict a, const float* __restrict b, float* __restri
 template <class F>
 void map1(const KernelContext& ctx, const float* x, float* y, int64_t n, F f) {
   parallel_for(ctx.pool, size_t(n), kTile, [=](size_t b, size_t e) { loop1(x + b, y + b, e - b, f); });
+}
+// f(x, y, count) over tiles: the vectorised functions of vector_math.h.
+template <class F>
+void map_tiles(const KernelContext& ctx, const float* x, float* y, int64_t n, F f) {
+  parallel_for(ctx.pool, size_t(n), kTile, [=](size_t b, size_t e) { f(x + b, y + b, int64_t(e - b)); });
 }
 template <class F>
 void map2(const KernelContext& ctx, const float* a, const float* b, float* y, int64_t n, F f) {
@@ -242,12 +248,12 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
       return map1(ctx, px, py, n, [=](float v) { return v * s; });
     }
     case OpKind::Relu: return map1(ctx, px, py, n, [](float v) { return v > 0.0f ? v : 0.0f; });
-    case OpKind::Sigmoid: return map1(ctx, px, py, n, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
-    case OpKind::Tanh: return map1(ctx, px, py, n, [](float v) { return std::tanh(v); });
+    // exp, log, tanh, erfc through SLEEF where built (kernels/vector_math.h)
+    case OpKind::Sigmoid: return map_tiles(ctx, px, py, n, sigmoid_n);
+    case OpKind::Tanh: return map_tiles(ctx, px, py, n, tanh_n);
     case OpKind::Rsqrt: return map1(ctx, px, py, n, [](float v) { return 1.0f / std::sqrt(v); });
-    case OpKind::Gelu:  // exact (erf) form, Keras' default approximate=False
-      return map1(ctx, px, py, n, [](float v) { return 0.5f * v * (1.0f + std::erf(v * float(M_SQRT1_2))); });
-    case OpKind::Silu: return map1(ctx, px, py, n, [](float v) { return v / (1.0f + std::exp(-v)); });
+    case OpKind::Gelu: return map_tiles(ctx, px, py, n, gelu_n);  // exact form, Keras' approximate=False
+    case OpKind::Silu: return map_tiles(ctx, px, py, n, silu_n);
     case OpKind::Elu: {
       const float alpha = at.scale;
       return map1(ctx, px, py, n, [=](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
@@ -258,8 +264,8 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
     }
     case OpKind::Softplus:  // log(1 + e^x) without overflow
       return map1(ctx, px, py, n, [](float v) { return std::log1p(std::exp(-std::fabs(v))) + std::max(v, 0.0f); });
-    case OpKind::Exp: return map1(ctx, px, py, n, [](float v) { return std::exp(v); });
-    case OpKind::Log: return map1(ctx, px, py, n, [](float v) { return std::log(v); });
+    case OpKind::Exp: return map_tiles(ctx, px, py, n, exp_n);
+    case OpKind::Log: return map_tiles(ctx, px, py, n, log_n);
     case OpKind::Sqrt: return map1(ctx, px, py, n, [](float v) { return std::sqrt(v); });
     case OpKind::Pow: {
       const float p = at.scale;
