@@ -686,6 +686,14 @@ TEST(LayersShapes, RecurrentOutputShapes) {
   EXPECT_EQ(s.predict(normal(Shape{4, 5, 2}, 5)).shape(), (Shape{4, 5, 3}));
 }
 
+TEST(LayersShapes, RecurrentLayersRefuseEmptySequences) {
+  // Models refuse empty input shapes first; a layer built directly says so too.
+  for (const Shape& s : {Shape{0, 3}, Shape{4, 0}}) {
+    EXPECT_TRUE(test_support::throws<ShapeError>([&] { LSTM(5).build(s); }, {"lstm", "at least one step", s.str()}));
+    EXPECT_TRUE(test_support::throws<ShapeError>([&] { GRU(5).build(s); }, {"gru", "at least one step", s.str()}));
+  }
+}
+
 // Keras' weight names, order and layouts; automatic names increment.
 TEST(LayersShapes, WeightNamesAndLayoutsFollowKeras) {
   clear_session();

@@ -14,6 +14,9 @@ Shape expect_sequence(const std::string& layer, const Shape& s) {
   if (s.rank() != 2)
     throw ShapeError(layer + " takes sequences {steps, features}; got input_shape " + s.str() +
                      (s.rank() == 1 ? " (add an Embedding for token ids, or give each step a feature axis)" : ""));
+  if (s[0] < 1 || s[1] < 1)
+    throw ShapeError(layer + " takes sequences of at least one step of at least one feature; got input_shape " +
+                     s.str());
   return s;
 }
 
