@@ -101,6 +101,9 @@ inline int64_t first_max(const float* p, int64_t n, int64_t stride) {
   return best;
 }
 
+/// B{rows, cols}^T as {cols, rows}, in the calling thread's buffer, which
+/// grows once and is then reused (valid until that thread's next call).
+const float* transposed(const float* b, int64_t rows, int64_t cols);
 /// libxsmm_init, once per process (its JIT dispatchers need it first).
 void init_xsmm();
 /// C{m,n} = beta C + op(A){m,k} B{k,n}, row-major with leading dimensions,

@@ -56,8 +56,8 @@ bool prefer_openblas(int64_t m, int64_t n, int64_t k, bool trans_a) {
   return n >= 64 && work >= double(1 << 22);
 }
 
-// B^T of a {rows, cols} matrix, in a per-thread buffer that grows once and is
-// then reused (no allocation after the first call of a shape).
+}  // namespace
+
 const float* transposed(const float* b, int64_t rows, int64_t cols) {
   thread_local std::vector<float> buffer;
   if (buffer.size() < size_t(rows * cols)) buffer.resize(size_t(rows * cols));
@@ -65,7 +65,6 @@ const float* transposed(const float* b, int64_t rows, int64_t cols) {
     for (int64_t j = 0; j < cols; ++j) buffer[size_t(j * rows + i)] = b[i * cols + j];
   return buffer.data();
 }
-}  // namespace
 
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool trans_a, const float* b, int64_t ldb,
           float* c, int64_t ldc, float beta) {

@@ -46,15 +46,6 @@ float* call_scratch(int64_t n) {
   thread_local std::vector<float> buffer;
   return scratch(buffer, n);
 }
-
-// U{H, G}^T as {G, H}, in the calling thread's buffer (read by every block).
-const float* transposed_kernel(const float* u, int64_t h, int64_t g) {
-  thread_local std::vector<float> buffer;
-  float* t = scratch(buffer, h * g);
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < g; ++j) t[j * h + i] = u[i * g + j];
-  return t;
-}
 }  // namespace
 
 void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, const KernelContext& ctx) {
@@ -97,7 +88,7 @@ void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const Tensor
   const float* py = y.f();
   const float* pg = g.f();
   float* pd = dz.f();
-  const float* ut = transposed_kernel(u.f(), H, G);
+  const float* ut = transposed(u.f(), H, G);  // read by every block
   float* work = call_scratch(B * 3 * H);  // per row: dz_{t+1} U^T, dc carried, tanh(c)
   over_row_blocks(ctx.pool, B, [&](int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
@@ -175,7 +166,7 @@ void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorR
   const float* py = y.f();
   const float* pg = g.f();
   float* pd = out.f();
-  const float* ut = transposed_kernel(u.f(), H, G);
+  const float* ut = transposed(u.f(), H, G);  // read by every block
   float* work = call_scratch(B * H);
   over_row_blocks(ctx.pool, B, [&](int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;

@@ -61,29 +61,21 @@ inline void gelu_n(const float* x, float* y, int64_t n) {
         [](float a) { return 0.5f * a * std::erfc(-a * float(M_SQRT1_2)); });
 }
 
-#undef TENSORGRAD_LANES
-
-/// y[i] = 1 / (1 + exp(-x[i])) for i < n; y may be x. exp(-x) overflows to
-/// infinity for x < -88, which gives exactly 0, as the scalar formula does.
+/// y = 1 / (1 + exp(-x)); exp(-x) overflows to infinity for x < -88, which
+/// gives exactly 0, as the scalar formula does.
 inline void sigmoid_n(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-#ifdef TENSORGRAD_SLEEF_AVX2
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_xor_ps(_mm256_loadu_ps(x + i), sign));
-    _mm256_storeu_ps(y + i, _mm256_div_ps(one, _mm256_add_ps(one, e)));
-  }
-#endif
-  for (; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  map_n(x, y, n,
+        TENSORGRAD_LANES(_mm256_div_ps(
+            _mm256_set1_ps(1.0f),
+            _mm256_add_ps(_mm256_set1_ps(1.0f), Sleef_expf8_u10avx2(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))))),
+        [](float a) { return 1.0f / (1.0f + std::exp(-a)); });
 }
 
-/// y[i] = tanh(x[i]) for i < n; y may be x.
+/// y = tanh(x), SLEEF's tanhf8_u10 or std::tanh.
 inline void tanh_n(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-#ifdef TENSORGRAD_SLEEF_AVX2
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) y[i] = std::tanh(x[i]);
+  map_n(x, y, n, TENSORGRAD_LANES(Sleef_tanhf8_u10avx2(v)), [](float a) { return std::tanh(a); });
 }
+
+#undef TENSORGRAD_LANES
 
 }  // namespace tensorgrad::kernels
