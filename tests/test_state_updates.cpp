@@ -156,6 +156,58 @@ TEST(StateUpdateOps, ShapeRulesRefuseMismatches) {
   EXPECT_TRUE(throws<Error>([&] { g.apply(OpKind::Assign, {x, va}); }, {"in place", "persistent"}));
 }
 
+// AccumulateGrad's product form, acc += op(A) op(B) in one GEMM (what the
+// optimizer writes for a Dense layer's weight gradient into its
+// accumulator), against a double-precision reference, for every transpose
+// and for shapes that reach both GEMM libraries (libxsmm for small
+// products, OpenBLAS for a long-k A^T), at 1 and 2 threads.
+TEST(StateUpdateOps, AccumulateGradProductFormAddsTheProductToTheAccumulator) {
+  ThreadsGuard threads;
+  struct Case {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  const Case cases[] = {{5, 7, 3, false, false}, {6, 4, 9, true, false}, {8, 5, 6, false, true},
+                        {3, 4, 5, true, true},   {200, 96, 300, true, false}};
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    for (const Case& c : cases) {
+      const Shape sa = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, sb = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
+      const std::vector<float> a0 = random_values(size_t(sa.numel()), 11), b0 = random_values(size_t(sb.numel()), 12),
+                               acc0 = random_values(size_t(c.m * c.n), 13);
+      Tensor acc = Tensor::from_vector(acc0, {c.m, c.n}), a = Tensor::from_vector(a0, sa),
+             b = Tensor::from_vector(b0, sb);
+      Graph g;
+      OpAttrs at;
+      at.trans_a = c.ta;
+      at.trans_b = c.tb;
+      g.apply(OpKind::AccumulateGrad, {g.state(acc, "acc"), g.state(a, "a"), g.state(b, "b")}, at);
+      Executable(std::move(g), {}).run();
+      const std::vector<float> got = acc.to_vector();
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double want = acc0[size_t(i * c.n + j)];
+          for (int64_t p = 0; p < c.k; ++p)
+            want += double(a0[size_t(c.ta ? p * c.m + i : i * c.k + p)]) *
+                    double(b0[size_t(c.tb ? j * c.k + p : p * c.n + j)]);
+          ASSERT_NEAR(got[size_t(i * c.n + j)], want, 1e-4 * (1.0 + std::abs(want)))
+              << c.m << "x" << c.n << "x" << c.k << (c.ta ? " A^T" : "") << (c.tb ? " B^T" : "") << " at " << t
+              << " threads, element (" << i << ", " << j << ")";
+        }
+    }
+  }
+  // The shape rule: rank-2 operands whose product is the accumulator's shape.
+  Tensor acc = Tensor::zeros({2, 3});
+  Graph g;
+  Value va = g.state(acc, "acc");
+  EXPECT_TRUE(throws<ShapeError>([&] { g.apply(OpKind::AccumulateGrad, {va, g.input("a", {2, 4}), g.input("b", {4, 5})}); },
+                                 {"accumulate_grad", "{2, 3}", "{2, 5}"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { g.apply(OpKind::AccumulateGrad, {va, g.input("c", {2, 2, 4}), g.input("d", {2, 4, 3})}); },
+                                 {"accumulate_grad", "rank 2"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { g.apply(OpKind::AccumulateGrad, {va, g.input("e", {2, 4}), g.input("f", {5, 3})}); },
+                                 {"inner dimensions"}));
+}
+
 TEST(StateUpdates, UpdateTargetCopiesBitForBitAtTauOneAndAveragesAtTauPointThree) {
   ThreadsGuard threads;
   set_num_threads(1);

@@ -113,7 +113,10 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
           float* c, int64_t ldc, float beta);
 
 // Kernel groups, one file each.
-void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx);
+/// C = beta C + op(A) op(B) (MatMul's product; beta 1 for AccumulateGrad's
+/// product form), beta 0 or 1.
+void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
+            float beta = 0.0f);
 /// Inverted dropout of x into y: element i kept (and scaled by 1 / (1 - rate))
 /// when hash_uniform(hash_random(at.seed, counter), i) >= rate, so the mask is
 /// a pure function of (key, counter, index), whatever the threads.

@@ -78,14 +78,14 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
 }
 
 namespace {
-// C{m,n} = op(A) op(B) for one pair of row-major matrices, A {a_rows, lda}
-// and B {b_rows, b_cols} (k the inner size), in blocks of rows of C run on
-// `pool` (null: the calling thread).
+// C{m,n} = beta C + op(A) op(B) for one pair of row-major matrices, A
+// {a_rows, lda} and B {b_rows, b_cols} (k the inner size), beta 0 or 1, in
+// blocks of rows of C run on `pool` (null: the calling thread).
 void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
-               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool) {
+               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool, float beta) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    std::fill(c_data, c_data + m * n, 0.0f);
+    if (beta == 0.0f) std::fill(c_data, c_data + m * n, 0.0f);
     return;
   }
   // A transposed B is turned around once (it is the small operand of every
@@ -99,12 +99,12 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
     const float* pa = a_data + (at.trans_a ? i0 : i0 * lda);
     float* pc = c_data + i0 * n;
     if (!blas)
-      if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n)) {
+      if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n, beta)) {
         f(pb, pa, pc);
         return;
       }
     cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), 0.0f, pc, int(n));
+                int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), beta, pc, int(n));
   };
   // OpenBLAS's results depend on the rows of the call, so its blocks are a
   // fixed kBlasRows whatever the threads (as fast as larger ones from 64
@@ -119,22 +119,23 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
 }
 }  // namespace
 
-// C{M,N} = op(A) op(B), row-major, in blocks of rows of C run on the pool;
+// C{M,N} = beta C + op(A) op(B), row-major, in blocks of rows of C run on the pool;
 // batched {B,M,N}: one such product per batch entry, the entries spread over
 // the threads when there are at least as many as threads (each then on one
 // thread), else run in turn with their rows spread. The BLAS runs
 // single-threaded (see core/threads.cpp): one pool, ours, owns every thread,
 // so BLAS threads and kernel threads never spin against each other on the same cores.
-void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx) {
+void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
+            float beta) {
   const int r = c.shape.rank();
   const int64_t m = c.shape[r - 2], n = c.shape[r - 1];
   const int64_t a_rows = a.shape[r - 2], lda = a.shape[r - 1], b_rows = b.shape[r - 2], b_cols = b.shape[r - 1];
   const int64_t k = at.trans_a ? a_rows : lda;
-  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool);
+  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta);
   const int64_t batch = c.shape[0];
   auto one = [&](int64_t i, pthreadpool_t pool) {
     matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
-              k, pool);
+              k, pool, beta);
   };
   const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
   if (threads > 1 && batch >= threads) {

@@ -229,6 +229,7 @@ double scheduled_learning_rate(uint32_t kind, std::span<const int64_t> steps, st
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx) {
   switch (op) {
     case OpKind::AccumulateGrad: {
+      if (in.size() == 3) return matmul(at, in[1], in[2], in[0], ctx, 1.0f);  // the product form: one GEMM
       float* acc = in[0].f();
       const float* g = in[1].f();
       parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) { add_range(acc + b, g + b, e - b); });

@@ -778,8 +778,16 @@ constexpr auto kOps = std::to_array<OpDef>({
      no_gradient},
 
     // Optimizer and clipping ops: in-place updates of persistent state, never differentiated.
-    {OpKind::AccumulateGrad, {"accumulate_grad", 2, 2, true},
-     [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
+    {OpKind::AccumulateGrad, {"accumulate_grad", 2, 3, true},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       if (s.size() == 3) {
+         if (s[1].rank() != 2 || s[2].rank() != 2)
+           shape_fail(op, "the product form takes matrices A and B of rank 2; got " + s[1].str() + " and " + s[2].str());
+         const Shape product = infer_signature(OpKind::MatMul, s.subspan(1), t.subspan(1), a).shape;
+         if (s[0] != product)
+           shape_fail(op, "accumulator " + s[0].str() + " and the product's shape " + product.str() + " differ");
+         return {s[0]};
+       }
        if (s[0] != s[1]) shape_fail(op, "accumulator " + s[0].str() + " and gradient " + s[1].str() + " differ");
        return {s[0]};
      },

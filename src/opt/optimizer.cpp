@@ -663,6 +663,26 @@ const std::vector<std::pair<std::string, MetricKind>>& OptimizerContext::metrics
   return heads_[output].metrics;
 }
 
+namespace {
+// acc += grad. A gradient that is a plain matrix product (a Dense layer's
+// X^T dY) is added by the GEMM itself (AccumulateGrad's product form, beta
+// 1), which saves writing the product and reading it back: OpenBLAS's
+// {784, 500} over k = 250 in 64-row blocks took 2.8-3.5 ms so against
+// 3.4-4.6 ms as product then add (one thread, AVX2 EPYC), and the
+// data-parallel MLP epoch 1.228 against 1.255 s (medians of 6 paired runs).
+// The MatMul node is then left unused and unscheduled unless something else
+// reads it.
+Value accumulate_gradient(Graph& g, Value acc, Value grad) {
+  const Node& n = g.node(grad);
+  if (n.role == NodeRole::Op && n.op == OpKind::MatMul && n.shape.rank() == 2) {
+    const Value a = n.inputs[0], b = n.inputs[1];
+    const OpAttrs at = n.attrs;  // a copy: apply may move the nodes
+    return g.apply(OpKind::AccumulateGrad, {acc, a, b}, at);
+  }
+  return g.apply(OpKind::AccumulateGrad, {acc, grad});
+}
+}  // namespace
+
 // The optimizer's part of the training graph, after the loss: gradients of
 // plan->total (into persistent accumulators when the period is longer than
 // one step or when clipping needs them complete), then clipping, then the
@@ -721,7 +741,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
       else if (slot.acc.raw() != view.raw()) view.copy_from(slot.acc);  // restored by a checkpoint before the buffer
       slot.acc = view;
       accumulators[i] = g.state(slot.acc, name + "/grad");
-      sources[i] = g.apply(OpKind::AccumulateGrad, {accumulators[i], grads[i]});
+      sources[i] = accumulate_gradient(g, accumulators[i], grads[i]);
     } else {
       sources[i] = grads[i];
       results.push_back(grads[i]);  // readable by the hook stage

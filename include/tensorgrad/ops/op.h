@@ -94,7 +94,9 @@ enum class OpKind : uint8_t {
   TopKAccuracy,    // (scores{B,C}, labels int32{B} | one-hot f32{B,C}) -> scalar count of rows whose label has
                    //   fewer than k = attrs.length strictly greater scores (tf.math.in_top_k)
   // optimizer ops: update their first input in place
-  AccumulateGrad,  // (acc, g): acc += g
+  AccumulateGrad,  // (acc, g): acc += g; or (acc, A, B): acc += op(A) op(B), MatMul's product with its
+                   //   trans_a / trans_b and rank 2, in one GEMM that adds into acc (the weight
+                   //   gradient of a Dense layer written straight into its accumulator)
   OptimizerTick,   // (hyper, step int64{1} [, schedule steps int64{n}, schedule values float32{m}]): with a
                    //   schedule (attrs.flags, an LrScheduleKind), hyper[kLr] = the schedule at t (before the
                    //   increment, as Keras), in double; then t += 1, hyper's bias corrections for the new t (in
