@@ -267,6 +267,26 @@ void BM_trainer_step(benchmark::State& state) {
   }
 }
 
+// One row through the rlstep network's Trainer::predict into a caller-owned
+// {1, 2}: an RL agent acting (issue 15's one-row target). us_per_step: the
+// median call.
+void BM_trainer_predict_row(benchmark::State& state) {
+  try {
+    tg::nn::TrainerOptions options;
+    options.batch_size = 32;
+    tg::nn::Trainer trainer(make_rl_model(), options);
+    std::mt19937_64 rng(7);
+    const tg::Tensor x = normal(tg::Shape{1, 4}, rng);
+    tg::Tensor out = tg::Tensor::empty(tg::Shape{1, 2});
+    time_steps(state, [&] {
+      trainer.predict(x, out);
+      return out.data<float>()[0];
+    });
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_rlstep(benchmark::State& state) {
   try {
     tg::nn::Sequential model = make_rl_model();
@@ -456,6 +476,9 @@ int main(int argc, char** argv) {
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("trainer_step", BM_trainer_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("trainer_predict_row", BM_trainer_predict_row)
+      ->Iterations(20000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("eager_step", BM_eager_step)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)

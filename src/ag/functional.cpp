@@ -108,8 +108,11 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   const bool flat = s.rank() == 2;
   const int64_t in = s[-1];
   Tensor x = flat ? input : reshape(input, Shape{in == 0 ? 0 : s.numel() / in, in});
-  Tensor y = apply(OpKind::MatMul, {x, weight}, at);
-  if (bias.defined()) y = add(y, bias);
+  // A {out} bias rides in the GEMM (its output starts as the bias); other
+  // shapes broadcast through add.
+  const bool fused = bias.defined() && bias.dim() == 1 && weight.dim() == 2 && bias.size(0) == weight.size(0);
+  Tensor y = fused ? apply(OpKind::MatMul, {x, weight, bias}, at) : apply(OpKind::MatMul, {x, weight}, at);
+  if (bias.defined() && !fused) y = add(y, bias);
   if (flat) return y;
   Shape out = s;
   out.set(-1, y.size(1));

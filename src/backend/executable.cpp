@@ -15,23 +15,62 @@ namespace tensorgrad {
 namespace {
 
 // TG_PROFILE=1 in the environment: time every kernel and print the totals per
-// op at exit (a developer's tool; off by default, one branch per node).
+// op at exit (a developer's tool; off by default, one branch per node), with
+// the products' floating-point operations and the bytes each kernel reads
+// and writes, for the roofline (bench/roofline.py).
 struct OpProfile {
   bool enabled = std::getenv("TG_PROFILE") != nullptr;
   double seconds[size_t(OpKind::Count)] = {};
   int64_t calls[size_t(OpKind::Count)] = {};
+  double flops[size_t(OpKind::Count)] = {};
+  double bytes[size_t(OpKind::Count)] = {};
+  int64_t runs = 0;
   ~OpProfile() {
     if (!enabled) return;
     double total = 0;
     for (double t : seconds) total += t;
-    std::fprintf(stderr, "TG_PROFILE: %.3f s in kernels\n", total);
+    std::fprintf(stderr, "TG_PROFILE: %.3f s in kernels, %lld runs\n", total, (long long)runs);
     for (size_t i = 0; i < size_t(OpKind::Count); ++i)
       if (calls[i])
-        std::fprintf(stderr, "  %-32s %8.3f s %5.1f%% %10lld calls\n", op_info(OpKind(i)).name, seconds[i],
-                     100.0 * seconds[i] / total, (long long)calls[i]);
+        std::fprintf(stderr, "  %-32s %8.3f s %5.1f%% %10lld calls %12.3f GFLOP %12.3f GB\n", op_info(OpKind(i)).name,
+                     seconds[i], 100.0 * seconds[i] / total, (long long)calls[i], flops[i] * 1e-9, bytes[i] * 1e-9);
   }
 };
 OpProfile g_profile;
+
+// The multiply-adds of a product-like kernel, twice (0 for the others,
+// whose cost is their bytes): MatMul and AccumulateGrad's product form
+// 2 m n k, a convolution and its two backward kernels 2 (outputs of the
+// forward) kh kw C, the recurrent sequences as kernels::op_flops.
+double profile_flops(const Graph& g, const Node& n) {
+  auto shape = [&](int k) -> const Shape& { return g.node(n.inputs[size_t(k)]).shape; };
+  const OpKind op = n.op;
+  if (op == OpKind::MatMul) {
+    const Shape& a = shape(0);
+    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+  }
+  if (op == OpKind::AccumulateGrad && n.n_inputs == 3)
+    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? shape(1)[0] : shape(1)[1]);
+  if (op == OpKind::Conv2D) return 2.0 * double(n.shape.numel()) * double(shape(1).numel() / shape(1)[3]);
+  if (op == OpKind::Conv2DBackwardInput) return 2.0 * double(shape(0).numel()) * double(shape(1).numel() / shape(1)[3]);
+  if (op == OpKind::Conv2DBackwardFilter) return 2.0 * double(shape(1).numel()) * double(n.shape.numel() / n.shape[3]);
+  if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
+      op == OpKind::GruSequenceBackward) {
+    Shape in[Node::kMaxInputs];
+    for (int k = 0; k < n.n_inputs; ++k) in[k] = shape(k);
+    return kernels::op_flops(op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
+  }
+  return 0.0;  // the other ops: their bytes are their cost
+}
+
+double profile_bytes(const Graph& g, const Node& n) {
+  double b = double(n.shape.numel() * dtype_size(n.dtype));
+  for (int k = 0; k < n.n_inputs; ++k) {
+    const Node& in = g.node(n.inputs[size_t(k)]);
+    b += double(in.shape.numel() * dtype_size(in.dtype));
+  }
+  return b;
+}
 
 double node_flops(const Graph& g, const Node& n) {
   Shape in[Node::kMaxInputs];
@@ -281,7 +320,10 @@ void Executable::run(size_t first_node, size_t last_node) {
     launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
     g_profile.seconds[size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++g_profile.calls[size_t(n.op)];
+    g_profile.flops[size_t(n.op)] += profile_flops(graph_, n);
+    g_profile.bytes[size_t(n.op)] += profile_bytes(graph_, n);
   }
+  if (g_profile.enabled && first_node == 0) ++g_profile.runs;
 }
 
 }  // namespace tensorgrad

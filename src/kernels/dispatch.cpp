@@ -43,7 +43,9 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Fill, [](const KernelCall& k) {
        for (int64_t i = 0; i < k.out.numel(); ++i) k.out.f()[i] = k.at.scale;
      }},
-    {OpKind::MatMul, [](const KernelCall& k) { matmul(k.at, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::MatMul, [](const KernelCall& k) {
+       matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr);
+     }},
     {OpKind::Add, run_binary},
     {OpKind::Sub, run_binary},
     {OpKind::Mul, run_binary},

@@ -82,12 +82,19 @@ namespace {
 // {a_rows, lda} and B {b_rows, b_cols} (k the inner size), beta 0 or 1, in
 // blocks of rows of C run on `pool` (null: the calling thread).
 void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
-               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool, float beta) {
+               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool, float beta,
+               const float* bias) {
   if (m == 0 || n == 0) return;
+  // With a bias, each block's rows of C start as the bias and the GEMM adds.
+  auto set_bias_rows = [=](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
+  };
   if (k == 0) {
-    if (beta == 0.0f) std::fill(c_data, c_data + m * n, 0.0f);
+    if (bias) set_bias_rows(0, m);
+    else if (beta == 0.0f) std::fill(c_data, c_data + m * n, 0.0f);
     return;
   }
+  if (bias) beta = 1.0f;
   // A transposed B is turned around once (it is the small operand of every
   // backward product), so every block runs libxsmm's B-not-transposed kernel.
   const bool flip_b = at.trans_b && b_rows * b_cols <= (int64_t(1) << 20);
@@ -96,6 +103,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   const int64_t ldb = flip_b ? n : b_cols;
   const bool blas = trans_b || prefer_openblas(m, n, k, at.trans_a);
   auto gemm = [&](int64_t i0, int64_t i1) {
+    if (bias) set_bias_rows(i0, i1);
     const float* pa = a_data + (at.trans_a ? i0 : i0 * lda);
     float* pc = c_data + i0 * n;
     if (!blas)
@@ -126,16 +134,16 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
 // single-threaded (see core/threads.cpp): one pool, ours, owns every thread,
 // so BLAS threads and kernel threads never spin against each other on the same cores.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
-            float beta) {
+            float beta, const float* bias) {
   const int r = c.shape.rank();
   const int64_t m = c.shape[r - 2], n = c.shape[r - 1];
   const int64_t a_rows = a.shape[r - 2], lda = a.shape[r - 1], b_rows = b.shape[r - 2], b_cols = b.shape[r - 1];
   const int64_t k = at.trans_a ? a_rows : lda;
-  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta);
+  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias);
   const int64_t batch = c.shape[0];
   auto one = [&](int64_t i, pthreadpool_t pool) {
     matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
-              k, pool, beta);
+              k, pool, beta, nullptr);
   };
   const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
   if (threads > 1 && batch >= threads) {

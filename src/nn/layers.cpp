@@ -108,8 +108,9 @@ Shape Dense::build(const Shape& input_shape) {
 
 Value Dense::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError("Dense '" + name() + "' was called before build()");
-  Value y = b.matmul(x, b.parameter(kernel_, (name() + "/kernel").c_str(), trainable));
-  if (use_bias_) y = b.add(y, b.parameter(bias_, (name() + "/bias").c_str(), trainable));
+  const Value kernel = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
+  const Value y = use_bias_ ? b.matmul(x, kernel, b.parameter(bias_, (name() + "/bias").c_str(), trainable))
+                            : b.matmul(x, kernel);
   return apply_activation(b, activation_, y);
 }
 

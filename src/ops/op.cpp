@@ -108,6 +108,13 @@ Value Builder::matmul(Value a, Value b, bool trans_a, bool trans_b) {
   return apply(OpKind::MatMul, {a, b}, at);
 }
 
+Value Builder::matmul(Value a, Value b, Value bias, bool trans_a, bool trans_b) {
+  OpAttrs at;
+  at.trans_a = trans_a;
+  at.trans_b = trans_b;
+  return apply(OpKind::MatMul, {a, b, bias}, at);
+}
+
 Value Builder::scale(Value x, float s) {
   OpAttrs at;
   at.scale = s;

@@ -285,11 +285,20 @@ constexpr auto kOps = std::to_array<OpDef>({
 
     // C = op(A) op(B): dA = g op(B)^T, dB = op(A)^T g, each transposed back when its operand was
     // (batched: the same per batch entry, the transposes being of the last two axes)
-    {OpKind::MatMul, {"matmul", 2, 2, false},
+    {OpKind::MatMul, {"matmul", 2, 3, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "A");
        expect_float(op, t, 1, "B");
        const int r = s[0].rank();
+       if (s.size() == 3) {  // C = op(A) op(B) + bias, the bias {N} on every row
+         expect_float(op, t, 2, "bias");
+         expect_rank(op, s[0], 2, "A (with a bias)");
+         expect_rank(op, s[1], 2, "B (with a bias)");
+         const int64_t n = a.trans_b ? s[1][0] : s[1][1];
+         if (s[2] != Shape{n})
+           shape_fail(op, "the bias must be {" + std::to_string(n) + "}, one value per output column; got " +
+                              s[2].str());
+       }
        if (r == 3 || s[1].rank() == 3) {
          if (r != 3 || s[1].rank() != 3)
            shape_fail(op, "batched operands must both have rank 3 {batch, rows, cols}; got " + s[0].str() + " and " +
@@ -313,6 +322,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        const bool ta = d.at.trans_a, tb = d.at.trans_b;
        if (d.need(0)) d.dx[0] = ta ? b.matmul(d.x[1], d.g, tb, true) : b.matmul(d.g, d.x[1], false, !tb);
        if (d.need(1)) d.dx[1] = tb ? b.matmul(d.g, d.x[0], true, ta) : b.matmul(d.x[0], d.g, !ta, false);
+       if (d.need(2)) d.dx[2] = b.sum_to(d.g, b.shape(d.x[2]));  // the bias: g summed over the rows
      }},
 
     // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes

@@ -674,7 +674,7 @@ namespace {
 // reads it.
 Value accumulate_gradient(Graph& g, Value acc, Value grad) {
   const Node& n = g.node(grad);
-  if (n.role == NodeRole::Op && n.op == OpKind::MatMul && n.shape.rank() == 2) {
+  if (n.role == NodeRole::Op && n.op == OpKind::MatMul && n.n_inputs == 2 && n.shape.rank() == 2) {
     const Value a = n.inputs[0], b = n.inputs[1];
     const OpAttrs at = n.attrs;  // a copy: apply may move the nodes
     return g.apply(OpKind::AccumulateGrad, {acc, a, b}, at);

@@ -43,6 +43,11 @@ class Builder {
   /// Throws TypeError for a non-float32 operand, ShapeError (naming both
   /// shapes) for other ranks, mixed ranks, different B or different K.
   Value matmul(Value a, Value b, bool trans_a = false, bool trans_b = false);
+  /// op(a){M,K} x op(b){K,N} + bias{N} (added to every row) -> {M,N}, in one
+  /// GEMM whose output starts as the bias (a Dense layer; PyTorch's
+  /// F.linear). Rank 2 only. Throws as matmul, and ShapeError when bias is
+  /// not {N}.
+  Value matmul(Value a, Value b, Value bias, bool trans_a = false, bool trans_b = false);
   Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
   Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
   Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }

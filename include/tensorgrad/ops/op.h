@@ -18,7 +18,8 @@ enum class OpKind : uint8_t {
   Leaf,  // input, parameter or state: no kernel, memory bound from outside
   Fill,  // constant of attrs.shape filled with attrs.scale
   // forward ops
-  MatMul,               // (A{M,K}, B{K,N}) -> {M,N}, or batched (A{B,M,K}, B{B,K,N}) -> {B,M,N} (equal B);
+  MatMul,               // (A{M,K}, B{K,N} [, bias{N}]) -> {M,N} (the bias added to every row), or batched
+                        //   (A{B,M,K}, B{B,K,N}) -> {B,M,N} (equal B, no bias);
                         //   attrs.trans_a/trans_b transpose the last two axes of the operands
   Add, Sub, Mul,        // NumPy broadcasting
   Maximum, Minimum,     // NumPy broadcasting as Add; a where a >= b (a <= b) else b; a NaN in either gives NaN
