@@ -167,8 +167,11 @@ TEST(StateUpdateOps, AccumulateGradProductFormAddsTheProductToTheAccumulator) {
     int64_t m, n, k;
     bool ta, tb;
   };
-  const Case cases[] = {{5, 7, 3, false, false}, {6, 4, 9, true, false}, {8, 5, 6, false, true},
-                        {3, 4, 5, true, true},   {200, 96, 300, true, false}};
+  // B^T of 8 or more rows and columns is turned around in 8x8 tiles, with
+  // the remainders element by element: {19, 13} and {16, 24} take both.
+  const Case cases[] = {{5, 7, 3, false, false}, {6, 4, 9, true, false},   {8, 5, 6, false, true},
+                        {3, 4, 5, true, true},   {200, 96, 300, true, false}, {21, 19, 13, false, true},
+                        {17, 16, 24, true, true}};
   for (int t : {1, 2}) {
     set_num_threads(t);
     for (const Case& c : cases) {
