@@ -389,6 +389,37 @@ TEST(LayerOpGradConv2D, ImageAndKernel) {
   }
 }
 
+// The bias form, conv(x, K) + bias{F} in the kernel (a Conv2D layer with a
+// bias): every operand's gradient, and the value against the separate add.
+TEST(LayerOpGradConv2D, WithBias) {
+  const int64_t f = 3;
+  std::vector<WindowCase> cases = kIm2ColCases;
+  cases.push_back({"1x3_70_steps", {1, 1, 70, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)});
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    GradCheck c(1260);
+    const Tensor tx = uniform(k.x, c.rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], f}, c.rng, -0.5f, 0.5f),
+                 tb = uniform({f}, c.rng, -0.5f, 0.5f);
+    Value x = c.param(tx, "x"), kern = c.param(tk, "K"), bias = c.param(tb, "bias");
+    OpAttrs at;
+    at.window = k.w;
+    EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2D, {x, kern, bias}, at))), "");
+
+    Graph g;
+    const Value gx = g.state(tx, "x"), gk = g.state(tk, "K"), gb = g.state(tb, "bias");
+    const Value fused = g.apply(OpKind::Conv2D, {gx, gk, gb}, at), apart = g.add(g.apply(OpKind::Conv2D, {gx, gk}, at), gb);
+    Executable exe(std::move(g), {fused, apart});
+    exe.run();
+    EXPECT_EQ(exe.output(fused).to_vector(), exe.output(apart).to_vector()) << "the same sum, in the same order";
+  }
+  Graph g;
+  const Value x = g.input("x", {1, 4, 4, 2}), kern = g.input("K", {3, 3, 2, 5}), bias = g.input("b", {4});
+  OpAttrs at;
+  at.window = window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0);
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::Conv2D, {x, kern, bias}, at); },
+                                               {"conv2d", "bias must be {5}", "{4}"}));
+}
+
 TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
   const int64_t f = 2;
   for (size_t i : {size_t(0), size_t(3), size_t(7)}) {

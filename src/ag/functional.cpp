@@ -263,6 +263,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   OpAttrs at;
   at.window = square_window(weight.defined() && weight.dim() == 4 ? weight.size(0) : 1, stride, padding, dilation);
   if (weight.defined() && weight.dim() == 4) at.window.kw = weight.size(1);
+  // A {F} bias rides in the kernel (added to each output row in cache);
+  // other shapes broadcast through add.
+  const bool fused = bias.defined() && bias.dim() == 1 && weight.defined() && weight.dim() == 4 &&
+                     bias.size(0) == weight.size(3);
+  if (fused) return apply(OpKind::Conv2D, {x, weight, bias}, at);
   Tensor y = apply(OpKind::Conv2D, {x, weight}, at);
   return bias.defined() ? add(y, bias) : y;
 }

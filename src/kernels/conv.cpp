@@ -81,7 +81,7 @@ const float* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t h
 }  // namespace
 
 void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx) {
+            const KernelContext& ctx, const float* bias) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
@@ -101,7 +101,11 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
         for (int64_t ky = 0; ky < win.kh; ++ky)
           for (int64_t kx = 0; kx < win.kw; ++kx)
             a[size_t(ky * win.kw + kx)] = img + ((oy * win.sh + ky * win.dh) * wp + kx * win.dw) * C;
-        gemm_rows.run(Wo, a.data(), w.data(), taps, py + ((int64_t(b) * Ho + oy) * Wo) * F, win.sw * C);
+        float* row = py + ((int64_t(b) * Ho + oy) * Wo) * F;
+        gemm_rows.run(Wo, a.data(), w.data(), taps, row, win.sw * C);
+        if (bias)
+          for (int64_t p = 0; p < Wo; ++p)
+            for (int64_t f = 0; f < F; ++f) row[p * F + f] += bias[f];
       }
     }
   });

@@ -87,7 +87,9 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Col2Im, [](const KernelCall& k) { col2im(k.at.window, k.in[0], k.out, k.ctx); }},
     {OpKind::MaxPool2D, run_pool2d},
     {OpKind::AvgPool2D, run_pool2d},
-    {OpKind::Conv2D, [](const KernelCall& k) { conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::Conv2D, [](const KernelCall& k) {
+       conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx, k.in.size() == 3 ? k.in[2].f() : nullptr);
+     }},
     {OpKind::BatchNormStats, [](const KernelCall& k) { batch_norm_stats(k.in[0], k.out, k.ctx); }},
     {OpKind::BatchNorm,
      [](const KernelCall& k) { batch_norm(k.at, k.in[0], k.in[1], k.in[2], k.in[3], k.out, k.ctx); }},

@@ -102,9 +102,8 @@ Value Conv2D::convolve(Builder& b, Value x4) const {
   if (ks.rank() == 3) k = b.reshape(k, Shape{1, ks[0], ks[1], ks[2]});  // Conv1D's {k, C, F}
   OpAttrs at;
   at.window = window_;
-  Value y = b.apply(OpKind::Conv2D, {x4, k}, at);
-  if (use_bias_) y = b.add(y, b.parameter(bias_, (name() + "/bias").c_str(), trainable));
-  return y;
+  if (!use_bias_) return b.apply(OpKind::Conv2D, {x4, k}, at);
+  return b.apply(OpKind::Conv2D, {x4, k, b.parameter(bias_, (name() + "/bias").c_str(), trainable)}, at);
 }
 
 Value Conv2D::call(Builder& b, Value x, const CallOptions&) {

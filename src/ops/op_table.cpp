@@ -113,6 +113,11 @@ OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
     if (s[1] != Shape{w.kh, w.kw, s[0][3], s[1].rank() == 4 ? s[1][3] : 0} || s[1][3] < 1)
       shape_fail(op, "kernel must be {" + std::to_string(w.kh) + ", " + std::to_string(w.kw) + ", " +
                          std::to_string(s[0][3]) + ", filters} for input " + s[0].str() + "; got " + s[1].str());
+    if (s.size() == 3) {
+      expect_float(op, t, 2, "bias");
+      if (s[2] != Shape{s[1][3]})
+        shape_fail(op, "the bias must be {" + std::to_string(s[1][3]) + "}, one value per filter; got " + s[2].str());
+    }
   }
   if (w.kh < 1 || w.kw < 1 || w.sh < 1 || w.sw < 1 || w.dh < 1 || w.dw < 1 || w.pad_top < 0 || w.pad_left < 0 ||
       w.pad_bottom < 0 || w.pad_right < 0)
@@ -558,13 +563,14 @@ constexpr auto kOps = std::to_array<OpDef>({
      }},
     // y = conv(x, k): dx = conv^T(g, k), dk = filter gradient(x, g). Each of the
     // three ops is linear in both arguments, so the rules close over the three.
-    {OpKind::Conv2D, {"conv2d", 2, 2, false}, windowed,
+    {OpKind::Conv2D, {"conv2d", 2, 3, false}, windowed,
      [](const GradientCall& d) {
        Builder& b = d.b;
        if (d.need(0))
          d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.g, d.x[1]}, with_shape(d.at, b.shape(d.x[0])));
        if (d.need(1))
          d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], d.g}, with_shape(d.at, b.shape(d.x[1])));
+       if (d.need(2)) d.dx[2] = b.sum_to(d.g, b.shape(d.x[2]));  // the bias: g summed over batch and pixels
      }},
     // mean = sum(x) / N, var = sum((x - mean)^2) / N:
     // dx = g_mean / N + 2 g_var (x - mean) / N

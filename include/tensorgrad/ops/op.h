@@ -50,7 +50,8 @@ enum class OpKind : uint8_t {
   Im2Col,               // x{B,H,W,C} -> {B*Ho*Wo, kh*kw*C}, rows (b,oy,ox), columns (ky,kx,c); attrs.window
   Col2Im,               // the adjoint of Im2Col: {B*Ho*Wo, kh*kw*C} -> attrs.shape {B,H,W,C}, summing overlaps
   MaxPool2D, AvgPool2D, // x{B,H,W,C} -> {B,Ho,Wo,C}; attrs.window (padding excluded from averages)
-  Conv2D,               // (x{B,H,W,C}, kernel{kh,kw,C,F}) -> {B,Ho,Wo,F}; attrs.window (zero padding)
+  Conv2D,               // (x{B,H,W,C}, kernel{kh,kw,C,F} [, bias{F}]) -> {B,Ho,Wo,F}; attrs.window (zero
+                        //   padding); the bias is added to every output pixel while its row is in cache
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
                         //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx)
