@@ -38,29 +38,31 @@ struct OpProfile {
 };
 OpProfile g_profile;
 
+double node_flops(const Graph& g, const Node& n) {
+  Shape in[Node::kMaxInputs];
+  for (int k = 0; k < n.n_inputs; ++k) in[k] = g.node(n.inputs[size_t(k)]).shape;
+  return kernels::op_flops(n.op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
+}
+
 // The multiply-adds of a product-like kernel, twice (0 for the others,
-// whose cost is their bytes): MatMul and AccumulateGrad's product form
-// 2 m n k, a convolution and its two backward kernels 2 (outputs of the
-// forward) kh kw C, the recurrent sequences as kernels::op_flops.
+// whose cost is their bytes): MatMul, AccumulateGrad's product form and the
+// recurrent sequences as kernels::op_flops (the dispatch's count), and a
+// convolution and its two backward kernels as 2 (outputs of the forward)
+// kh kw C, which op_flops counts as their outputs only.
 double profile_flops(const Graph& g, const Node& n) {
   auto shape = [&](int k) -> const Shape& { return g.node(n.inputs[size_t(k)]).shape; };
   const OpKind op = n.op;
-  if (op == OpKind::MatMul) {
-    const Shape& a = shape(0);
-    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+  if (op == OpKind::MatMul || op == OpKind::LstmSequence || op == OpKind::GruSequence ||
+      op == OpKind::LstmSequenceBackward || op == OpKind::GruSequenceBackward)
+    return node_flops(g, n);
+  if (op == OpKind::AccumulateGrad && n.n_inputs == 3) {
+    const Shape product[2] = {shape(1), shape(2)};
+    return kernels::op_flops(OpKind::MatMul, n.attrs, product, n.shape);
   }
-  if (op == OpKind::AccumulateGrad && n.n_inputs == 3)
-    return 2.0 * double(n.shape.numel()) * double(n.attrs.trans_a ? shape(1)[0] : shape(1)[1]);
   if (op == OpKind::Conv2D) return 2.0 * double(n.shape.numel()) * double(shape(1).numel() / shape(1)[3]);
   if (op == OpKind::Conv2DBackwardInput) return 2.0 * double(shape(0).numel()) * double(shape(1).numel() / shape(1)[3]);
   if (op == OpKind::Conv2DBackwardFilter) return 2.0 * double(shape(1).numel()) * double(n.shape.numel() / n.shape[3]);
-  if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
-      op == OpKind::GruSequenceBackward) {
-    Shape in[Node::kMaxInputs];
-    for (int k = 0; k < n.n_inputs; ++k) in[k] = shape(k);
-    return kernels::op_flops(op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
-  }
-  return 0.0;  // the other ops: their bytes are their cost
+  return 0.0;  // the other ops, element-wise or reductions: their bytes are their cost
 }
 
 double profile_bytes(const Graph& g, const Node& n) {
@@ -72,11 +74,6 @@ double profile_bytes(const Graph& g, const Node& n) {
   return b;
 }
 
-double node_flops(const Graph& g, const Node& n) {
-  Shape in[Node::kMaxInputs];
-  for (int k = 0; k < n.n_inputs; ++k) in[k] = g.node(n.inputs[size_t(k)]).shape;
-  return kernels::op_flops(n.op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
-}
 
 // Refuses an arena larger than the machine before allocating it, naming the
 // batch (the rows of the first input) that made it so large.
