@@ -25,7 +25,7 @@ install(EXPORT tensorgradTargets
 
 # Where this build found the dependencies that Debian ships without a CMake
 # package: the installed config looks there first, then in the usual places.
-foreach(lib IN ITEMS OPENBLAS_LIB PTHREADPOOL_LIB XSMM_LIB SLEEF_LIB)
+foreach(lib IN ITEMS OPENBLAS_LIB XSMM_LIB SLEEF_LIB)
   get_filename_component(TENSORGRAD_${lib}_DIR "${${lib}}" DIRECTORY)
 endforeach()
 set(TENSORGRAD_CUDA_ROOT "")
@@ -64,12 +64,13 @@ endif()
 file(RELATIVE_PATH TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR
      "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR "${TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR}")
-set(TENSORGRAD_PC_LIBS_PRIVATE "-lpthreadpool")
+set(TENSORGRAD_PC_LIBS_PRIVATE "")
 if(TENSORGRAD_WITH_CUDA)
   get_filename_component(TENSORGRAD_CUDART_DIR "${CUDA_cudart_static_LIBRARY}" DIRECTORY)
   string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -L${TENSORGRAD_CUDART_DIR} -lcudart_static")
 endif()
 string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -ldl -lrt -lm -pthread")
+string(STRIP "${TENSORGRAD_PC_LIBS_PRIVATE}" TENSORGRAD_PC_LIBS_PRIVATE)
 set(TENSORGRAD_PC_REQUIRES_MPI "")
 if(TENSORGRAD_WITH_MPI)
   set(TENSORGRAD_PC_REQUIRES_MPI " mpi-c")  # Open MPI's pkg-config module

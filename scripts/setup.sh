@@ -17,7 +17,7 @@ usage: scripts/setup.sh [--test] [--bench] [--plot]
 
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
-             libpthreadpool-dev, libsleef-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
+             libtbb-dev, libsleef-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
   --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test),
              libopenmpi-dev and openmpi-bin (the MPI communicator and its tests), and
              nodejs and npm when no `node` is installed (the third-party GGUF check)
@@ -51,7 +51,7 @@ packages=(
   g++ cmake make pkg-config          # toolchain
   libopenblas-dev                    # sgemm for large products
   libxsmm-dev                        # JIT small GEMMs (no per-call allocation)
-  libpthreadpool-dev                 # the compute thread pool (as XNNPACK and PyTorch)
+  libtbb-dev                         # oneTBB: the compute threads (work is taken, not handed out)
   libsleef-dev                       # vectorised exp and tanh (the fused LSTM and GRU gates)
   zlib1g-dev                         # gzipped IDX files
   libcli11-dev                       # command-line options of the apps and examples

@@ -1077,9 +1077,9 @@ TEST(Trainer, DropoutMasksDifferBetweenStepsAndSeedReproduces) {
   EXPECT_NE(losses_after_seed(22), a);
 }
 
-// A thread count set after construction applies from the next step (the pool
-// grows and shrinks: counted in /proc/self/task), and the step still computes
-// what it computes on one thread.
+// A thread count set after construction applies from the next step (the
+// pool's workers start: counted in /proc/self/task), and the step still
+// computes what it computes on one thread.
 TEST(Trainer, ThreadCountChangedAfterConstructionAppliesFromTheNextStep) {
   ThreadsGuard threads;
   Tensor x = Tensor::empty(Shape{64, 64});
@@ -1115,12 +1115,13 @@ TEST(Trainer, ThreadCountChangedAfterConstructionAppliesFromTheNextStep) {
   const int t3 = process_threads();
   set_num_threads(2);
   const float l2 = tr.step(x, y);
-  const int t2 = process_threads();
-  if (std::filesystem::exists("/proc/self/task")) {  // Linux: one entry per thread of the process
+  // Linux: one entry per thread of the process. The workers are oneTBB's,
+  // started on first use and kept (sleeping) after a pool shrinks, so only
+  // their start is asserted, in a process that ran no test before this one
+  // (as under ctest, one test a process).
+  const bool alone = ::testing::UnitTest::GetInstance()->test_to_run_count() == 1;
+  if (std::filesystem::exists("/proc/self/task") && alone)
     EXPECT_GE(t3 - t1, 2) << "threads: " << t1 << " at 1, " << t3 << " at 3";
-    EXPECT_LT(t2, t3);
-    EXPECT_GT(t2, t1);
-  }
   EXPECT_EQ(l1, reference[0]);
   EXPECT_NEAR(l3, reference[1], 1e-5 * std::fabs(reference[1]));
   EXPECT_NEAR(l2, reference[2], 1e-4 * std::fabs(reference[2]));

@@ -20,7 +20,7 @@ int64_t channels(const TensorRef& x) { return x.shape.rank() == 0 ? 1 : x.shape[
 // zeroed `width` doubles, then adds the slices into `total` (width doubles).
 template <class F>
 void reduce_rows(const KernelContext& ctx, int64_t rows, int64_t width, double* total, F&& f) {
-  const size_t threads = ctx.pool ? pthreadpool_get_threads_count(ctx.pool) : 1;
+  const size_t threads = size_t(pool_threads(ctx.pool));
   const size_t slices = std::max<size_t>(1, std::min(threads, size_t(rows) / kRowTile));
   thread_local std::vector<double> partial;  // the caller's; slice s owns [s*width, (s+1)*width)
   partial.assign(slices * size_t(width), 0.0);

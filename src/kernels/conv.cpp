@@ -177,7 +177,7 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   const float* px = x.f();
   const float* pg = g.f();
   // One accumulator per slice of the batch, summed at the end.
-  const int64_t slices = std::min<int64_t>(B, ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1);
+  const int64_t slices = std::min<int64_t>(B, pool_threads(ctx.pool));
   if (slices == 0) {
     std::fill(dkernel.f(), dkernel.f() + dkernel.numel(), 0.0f);
     return;

@@ -4,13 +4,12 @@
 // Kernels trust their inputs: shapes were checked by the shape rule and data
 // (labels, ids) by the layer that fed it, so a kernel never throws (save an
 // internal error for an op its function was not written for).
-#include <pthreadpool.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <thread>
 
+#include "backend/thread_pool.h"
 #include "tensorgrad/core/dtype.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/ops/op.h"
@@ -29,7 +28,7 @@ struct TensorRef {
 
 /// What a run hands every kernel.
 struct KernelContext {
-  pthreadpool_t pool = nullptr;  // null: run on the calling thread only
+  ComputePool* pool = nullptr;  // null: run on the calling thread only
 };
 
 /// Below this much work (op_flops, summed over a graph or for one eager op)
@@ -49,25 +48,23 @@ void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, 
 /// learning_rate_at (opt/schedules.h) also reports with.
 double scheduled_learning_rate(uint32_t kind, std::span<const int64_t> steps, std::span<const float> values, int64_t t);
 
-/// Splits [0, n) into tiles of `tile` and runs f(begin, end) on the pool.
-/// Runs inline when there is no pool or a single tile. Allocates nothing.
-/// Workers sleep between tasks instead of spinning: about 5% slower on an
-/// idle machine (MLP step 5.8 vs 5.5 ms), but when another process holds a
-/// core (or the user's own loop runs between steps) spinning workers starved
-/// it and the step took 15 ms against 10.4 ms (measured with a busy loop on
-/// one of the two cores).
+/// Splits [0, n) into tiles of `tile` and runs f(begin, end) on the pool
+/// (ComputePool::parallelize). Runs inline when there is no pool or a single
+/// tile. Allocates nothing.
 template <class F>
-void parallel_for(pthreadpool_t pool, size_t n, size_t tile, F&& f) {
-  const size_t threads = pool ? pthreadpool_get_threads_count(pool) : 1;
-  if (n <= tile || threads <= 1) {
+void parallel_for(ComputePool* pool, size_t n, size_t tile, F&& f) {
+  if (n <= tile || !pool || pool->threads() <= 1) {
     if (n) f(size_t(0), n);
     return;
   }
   using Fn = std::remove_reference_t<F>;
-  pthreadpool_parallelize_1d_tile_1d(
-      pool, [](void* c, size_t start, size_t len) { (*static_cast<Fn*>(c))(start, start + len); },
-      const_cast<void*>(static_cast<const void*>(&f)), n, tile, PTHREADPOOL_FLAG_YIELD_WORKERS);
+  pool->parallelize(
+      n, tile, [](void* c, size_t start, size_t len) { (*static_cast<Fn*>(c))(start, start + len); },
+      const_cast<void*>(static_cast<const void*>(&f)));
 }
+
+/// The threads a pool may run (1 for none).
+inline int64_t pool_threads(const ComputePool* pool) { return pool ? pool->threads() : 1; }
 
 /// A tensor viewed as {outer, axis, inner} around one of its axes (slices,
 /// concatenation, reductions along an axis).

@@ -121,7 +121,7 @@ namespace {
 // {a_rows, lda} and B {b_rows, b_cols} (k the inner size), beta 0 or 1, in
 // blocks of rows of C run on `pool` (null: the calling thread).
 void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
-               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, pthreadpool_t pool, float beta,
+               int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta,
                const float* bias) {
   if (m == 0 || n == 0) return;
   // With a bias, each block's rows of C start as the bias and the GEMM adds.
@@ -156,7 +156,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   // OpenBLAS's results depend on the rows of the call, so its blocks are a
   // fixed kBlasRows whatever the threads (as fast as larger ones from 64
   // rows: 76 against 72 GFLOP/s for {64 | 392, 500} over k = 500).
-  const int64_t threads = pool ? int64_t(pthreadpool_get_threads_count(pool)) : 1;
+  const int64_t threads = pool_threads(pool);
   const int64_t rows = blas ? kBlasRows
                             : std::min(kRowBlock, std::max<int64_t>(16, ((m + threads - 1) / threads + 15) / 16 * 16));
   const size_t blocks = size_t((m + rows - 1) / rows);
@@ -180,11 +180,11 @@ void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const Ten
   const int64_t k = at.trans_a ? a_rows : lda;
   if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias);
   const int64_t batch = c.shape[0];
-  auto one = [&](int64_t i, pthreadpool_t pool) {
+  auto one = [&](int64_t i, ComputePool* pool) {
     matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
               k, pool, beta, nullptr);
   };
-  const int64_t threads = ctx.pool ? int64_t(pthreadpool_get_threads_count(ctx.pool)) : 1;
+  const int64_t threads = pool_threads(ctx.pool);
   if (threads > 1 && batch >= threads) {
     parallel_for(ctx.pool, size_t(batch), 1, [&](size_t i0, size_t i1) {
       for (size_t i = i0; i < i1; ++i) one(int64_t(i), nullptr);

@@ -26,8 +26,8 @@ namespace {
 // thread holds (call_scratch), not the worker's own: which worker runs which
 // block changes from run to run, and a worker's first block would allocate.
 template <class F>
-void over_row_blocks(pthreadpool_t pool, int64_t batch, F&& f) {
-  const int64_t threads = pool ? int64_t(pthreadpool_get_threads_count(pool)) : 1;
+void over_row_blocks(ComputePool* pool, int64_t batch, F&& f) {
+  const int64_t threads = pool_threads(pool);
   const int64_t per = std::max<int64_t>(1, (batch + threads - 1) / threads);
   const size_t blocks = size_t((batch + per - 1) / per);
   parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {

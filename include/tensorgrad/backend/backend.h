@@ -61,7 +61,7 @@ class Backend {
   void check_kernels(const Graph& graph) const;
 };
 
-/// The CPU backend (kernels for every op on OpenBLAS, libxsmm, SLEEF and pthreadpool).
+/// The CPU backend (kernels for every op on OpenBLAS, libxsmm and SLEEF, threads from oneTBB).
 const std::shared_ptr<const Backend>& cpu_backend();
 /// The backend of `device`: cpu_backend() for Device::CPU. For Device::CUDA
 /// it throws StateError starting "no CUDA device" and saying why: the build

@@ -1,7 +1,5 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
-// every op, and the compute thread pool (pthreadpool) as its KernelContext.
-#include <pthreadpool.h>
-
+// every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
 #include "backend/thread_pool.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/backend/backend.h"
@@ -28,7 +26,7 @@ class CpuLauncher final : public KernelLauncher {
 
  private:
   bool single_thread_;
-  std::shared_ptr<pthreadpool> pool_;  // held for one run
+  std::shared_ptr<ComputePool> pool_;  // held for one run
   kernels::KernelContext ctx_;
 };
 
