@@ -196,6 +196,54 @@ TEST(Determinism, OneAndTwoThreadsAgree) {
 
 namespace {
 
+// One training step of a small CNN with batch normalization (the kernels
+// whose work is split into slices with their own partial sums: the conv
+// filter gradient and the batch-norm statistics) at `threads` threads.
+StepCapture cnn_step(int threads, const Tensor& x, const Tensor& y) {
+  set_num_threads(threads);
+  nn::clear_session();
+  manual_seed(78);
+  Sequential m(Shape{16, 16, 3});
+  m.add(nn::Conv2D(16, 3, "valid"));
+  m.add(nn::BatchNormalization());
+  m.add(nn::ActivationLayer("relu"));
+  m.add(nn::MaxPooling2D());
+  m.add(nn::Flatten());
+  m.add(Dense(10, "softmax"));
+  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+  OptimizerContext& ctx = m.optimizer_context(64);
+  StepCapture cap;
+  ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
+    for (const NamedGradient& g : gs) cap.grads[g.name] = g.grad.to_vector();
+  });
+  cap.loss = ctx.step(x, y).loss;
+  return cap;
+}
+
+}  // namespace
+
+// The slices of the conv filter gradient and of the batch-norm sums depend on
+// the shapes, not the threads, so a CNN step is bit-identical at 1, 2 and 3
+// threads (the pool's tiles may run on any thread).
+TEST(Determinism, CnnStepIsBitIdenticalAtAnyThreadCount) {
+  ThreadsGuard guard;
+  const Tensor x = random_x(64, 16 * 16 * 3, 23).reshape(Shape{64, 16, 16, 3});
+  const Tensor y = random_ids(64, 10, 24);
+  const StepCapture one = cnn_step(1, x, y);
+  ASSERT_EQ(one.grads.size(), 6u);
+  for (int threads : {2, 3}) {
+    const StepCapture other = cnn_step(threads, x, y);
+    EXPECT_EQ(std::memcmp(&one.loss, &other.loss, sizeof(float)), 0) << threads << " threads";
+    for (const auto& [name, g] : one.grads) {
+      const std::vector<float>& o = other.grads.at(name);
+      ASSERT_EQ(g.size(), o.size()) << name;
+      EXPECT_EQ(std::memcmp(g.data(), o.data(), g.size() * sizeof(float)), 0) << name << " at " << threads << " threads";
+    }
+  }
+}
+
+namespace {
+
 Sequential accumulation_model(const std::string& loss, const OptimizerSpec& opt) {
   nn::clear_session();
   manual_seed(31);

@@ -13,6 +13,8 @@ namespace tensorgrad::kernels {
 namespace {
 // Rows of the {rows, C} view handed to one task.
 constexpr size_t kRowTile = 256;
+// At most this many row slices, each with its own partial sums.
+constexpr size_t kMaxSlices = 16;
 
 int64_t channels(const TensorRef& x) { return x.shape.rank() == 0 ? 1 : x.shape[-1]; }
 
@@ -20,8 +22,10 @@ int64_t channels(const TensorRef& x) { return x.shape.rank() == 0 ? 1 : x.shape[
 // zeroed `width` doubles, then adds the slices into `total` (width doubles).
 template <class F>
 void reduce_rows(const KernelContext& ctx, int64_t rows, int64_t width, double* total, F&& f) {
-  const size_t threads = size_t(pool_threads(ctx.pool));
-  const size_t slices = std::max<size_t>(1, std::min(threads, size_t(rows) / kRowTile));
+  // The slices depend on the rows only, not the threads: the sums are the
+  // same at any thread count, and a slice a descheduled worker holds is a
+  // small part of the work (ComputePool).
+  const size_t slices = std::max<size_t>(1, std::min(kMaxSlices, size_t(rows) / kRowTile));
   thread_local std::vector<double> partial;  // the caller's; slice s owns [s*width, (s+1)*width)
   partial.assign(slices * size_t(width), 0.0);
   double* parts = partial.data();  // named in the task, `partial` would be each worker's own

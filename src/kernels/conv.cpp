@@ -176,8 +176,13 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
   const float* px = x.f();
   const float* pg = g.f();
-  // One accumulator per slice of the batch, summed at the end.
-  const int64_t slices = std::min<int64_t>(B, pool_threads(ctx.pool));
+  // One accumulator per slice of the batch, summed at the end in order. The
+  // slices depend on the shapes only, not the threads, so the gradient is
+  // the same at any thread count, and a slice a descheduled worker holds is
+  // a small part of the work (ComputePool): up to 16, fewer when their
+  // accumulators would pass 4M floats.
+  constexpr int64_t kMaxSlices = 16, kPartialFloats = int64_t(1) << 22;
+  const int64_t slices = std::min({B, kMaxSlices, std::max<int64_t>(1, kPartialFloats / std::max<int64_t>(1, K * F))});
   if (slices == 0) {
     std::fill(dkernel.f(), dkernel.f() + dkernel.numel(), 0.0f);
     return;
