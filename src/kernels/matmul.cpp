@@ -156,10 +156,12 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   // OpenBLAS's results depend on the rows of the call, so its blocks are a
   // fixed kBlasRows whatever the threads (as fast as larger ones from 64
   // rows: 76 against 72 GFLOP/s for {64 | 392, 500} over k = 500).
-  // libxsmm's blocks are at least 4 however few the threads (its results do
-  // not depend on the rows of a call), so a block a descheduled worker holds
-  // is at most a quarter of the product (ComputePool).
-  const int64_t parts = std::max<int64_t>(4, pool_threads(pool));
+  // On a pool, libxsmm's blocks are at least 4 however few the threads (its
+  // results do not depend on the rows of a call), so a block a descheduled
+  // worker holds is at most a quarter of the product (ComputePool); on one
+  // thread, one block (the fewest calls).
+  const int64_t threads = pool_threads(pool);
+  const int64_t parts = threads > 1 ? std::max<int64_t>(4, threads) : 1;
   const int64_t rows = blas ? kBlasRows
                             : std::min(kRowBlock, std::max<int64_t>(16, ((m + parts - 1) / parts + 15) / 16 * 16));
   const size_t blocks = size_t((m + rows - 1) / rows);
