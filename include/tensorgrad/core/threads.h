@@ -3,11 +3,13 @@
 
 namespace tensorgrad {
 
-/// Sets the number of compute threads every pool uses: tensorgrad's kernels
-/// and the BLAS library's. Applies from the next run of a graph. Default: the
-/// number of cores. Throws ValueError when n < 1 or n > 1024. Idle pool
-/// threads wait in the kernel, not spinning, so they leave the cores to other
-/// work between steps.
+/// Sets the number of compute threads tensorgrad's kernels run on (the BLAS
+/// library stays on one thread inside each of them). Applies from the next
+/// run of a graph. Default: the number of cores. Throws ValueError when
+/// n < 1 or n > 1024. The threads are oneTBB's workers: started on first
+/// use, they spin briefly after a step, then sleep, so they leave the cores
+/// to other work between steps; a step never waits for a worker the system
+/// has not scheduled (the caller takes its share of the work).
 void set_num_threads(int n);
 /// The current thread count.
 int num_threads();
