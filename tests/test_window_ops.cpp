@@ -365,6 +365,73 @@ TEST(WindowOpsMaxPoolTies, MatchesReferenceOnManyTies) {
   }
 }
 
+// ReLU then max-pool (the CNN's conv, ReLU, pool): Relu's gradient rule hands
+// the mask to the pool's backward (kMaskNonPositive) instead of running
+// ReluBackward. dx must equal the reference routing over relu(x), masked by
+// relu(x) > 0, and the schedule must hold no ReluBackward; when the ReLU's
+// output also feeds something else (`also_summed`), its gradient is a sum and
+// the unfused path runs.
+std::vector<float> relu_pool_grad(const std::vector<float>& xv, const Shape& xs, const Window2D& w,
+                                  const std::vector<float>& gw, const std::vector<float>& g2, bool also_summed,
+                                  bool* fused) {
+  Tensor xt = Tensor::from_vector(xv, xs);
+  Graph g;
+  Value x = g.parameter(xt, "x", true);
+  Value r = g.relu(x);
+  Value y = g.windowed(OpKind::MaxPool2D, r, w);
+  Tensor gt = Tensor::from_vector(gw, g.shape(y));
+  Value gin = g.input("g", gt.shape());
+  Value loss = g.sum(g.mul(y, gin));
+  Tensor g2t = Tensor::from_vector(g2, xs);
+  Value g2in;
+  if (also_summed) {
+    g2in = g.input("g2", xs);
+    loss = g.add(loss, g.sum(g.mul(r, g2in)));
+  }
+  Value dx = g.gradients(loss, std::vector<Value>{x}).at(0);
+  int relu_backward = 0, masked_pool = 0;
+  for (int32_t id : plan_memory(g, std::vector<Value>{dx}).schedule) {
+    const Node& n = g.node(Value{id});
+    relu_backward += n.op == OpKind::ReluBackward;
+    masked_pool += n.op == OpKind::MaxPool2DBackward && (n.attrs.flags & kMaskNonPositive);
+  }
+  *fused = relu_backward == 0 && masked_pool == 1;
+  Executable exe(std::move(g), {dx});
+  exe.bind(gin, gt);
+  if (also_summed) exe.bind(g2in, g2t);
+  exe.run();
+  return exe.output(dx).to_vector();
+}
+
+TEST(WindowOpsMaxPoolTies, ReluThenPoolMasksInThePoolBackward) {
+  const std::vector<PoolCase> cases = {
+      {"2x2 s2, C 8 (tiled)", {2, 6, 8, 8}, window(2, 2, 2, 2)},
+      {"2x2 s2, C 3 (scalar)", {2, 6, 8, 3}, window(2, 2, 2, 2)},
+      {"3x3 s1 pad 1, C 8", {1, 5, 5, 8}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"2x2 s2, threaded", {16, 32, 32, 8}, window(2, 2, 2, 2)},
+  };
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<int> val(-2, 2), gv(-4, 4);
+  for (const PoolCase& pc : cases)
+    for (bool also_summed : {false, true}) {
+      SCOPED_TRACE(pc.name + (also_summed ? ", ReLU output also summed" : ""));
+      std::vector<float> xv(size_t(pc.x.numel())), rv(xv.size()), g2(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) {
+        xv[i] = float(val(rng));  // ties, zeros and all-negative windows
+        rv[i] = std::max(xv[i], 0.0f);
+        g2[i] = float(gv(rng));
+      }
+      const Shape ys{pc.x[0], pc.w.out_h(pc.x[1]), pc.w.out_w(pc.x[2]), pc.x[3]};
+      std::vector<float> gw(size_t(ys.numel()));
+      for (float& v : gw) v = float(gv(rng));
+      std::vector<float> want = first_max_routing(rv, pc.x, pc.w, gw);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = rv[i] > 0.0f ? want[i] + (also_summed ? g2[i] : 0.0f) : 0.0f;
+      bool fused = false;
+      EXPECT_EQ(relu_pool_grad(xv, pc.x, pc.w, gw, g2, also_summed, &fused), want);
+      EXPECT_EQ(fused, !also_summed);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Col2Im is the adjoint of Im2Col: <im2col(x), c> == <x, col2im(c)>.
 

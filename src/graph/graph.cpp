@@ -45,6 +45,12 @@ Value Graph::state(const Tensor& tensor, const std::string& name) {
   return v;
 }
 
+std::optional<Builder::Producer> Graph::producer(Value v) const {
+  const Node& n = node(v);
+  if (n.role != NodeRole::Op) return std::nullopt;
+  return Producer{n.op, n.attrs, n.n_inputs > 0 ? n.inputs[0] : Value{}, n.n_inputs > 1 ? n.inputs[1] : Value{}};
+}
+
 Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) {
   if (inputs.size() > size_t(Node::kMaxInputs)) throw Error("too many inputs for one op");
   Shape shapes[Node::kMaxInputs];

@@ -124,7 +124,7 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::SliceBackward, [](const KernelCall& k) { slice_backward(k.at, k.in[0], k.out); }},
     {OpKind::GatherBackward, [](const KernelCall& k) { gather_backward(k.in[0], k.in[1], k.out); }},
     {OpKind::MaxPool2DBackward,
-     [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
+     [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, (k.at.flags & kMaskNonPositive) != 0, k.ctx); }},
     {OpKind::AvgPool2DBackward, [](const KernelCall& k) { avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx); }},
     {OpKind::Conv2DBackwardInput,
      [](const KernelCall& k) { conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},

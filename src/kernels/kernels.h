@@ -164,8 +164,10 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
 void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& out,
                            const KernelContext& ctx);
 void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
+/// dx: g routed to each window's first maximum; with mask_non_positive
+/// (kMaskNonPositive) also zero where x <= 0.
 void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
-                         const KernelContext& ctx);
+                         bool mask_non_positive, const KernelContext& ctx);
 void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
 void broadcast_to(const TensorRef& x, const TensorRef& out);

@@ -192,7 +192,7 @@ bool tiles_exactly(const Window2D& win, const Geometry& g) {
 }
 
 void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const float* px, const float* pg, float* pd,
-                               const KernelContext& ctx) {
+                               bool mask, const KernelContext& ctx) {
   const int64_t C = g.c;
   const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
   parallel_for(ctx.pool, size_t(g.b * g.ho), 8, [=](size_t rb, size_t re) {
@@ -209,6 +209,7 @@ void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const flo
               best = v > best ? v : best;
             }
           v8f pending = load8(grad + c);
+          if (mask) pending = best > zero ? pending : zero;
           for (int64_t ky = 0; ky < win.kh; ++ky)
             for (int64_t kx = 0; kx < win.kw; ++kx) {
               const int64_t at = tap(ky, kx) + c;
@@ -222,12 +223,14 @@ void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const flo
   });
 }
 
-void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx,
+// mask: x is a ReLU's output and dx is what that ReLU's backward would pass
+// on, so a window whose maximum is not positive sends nothing (kMaskNonPositive).
+void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx, bool mask,
                          const KernelContext& ctx) {
   const Geometry g = geometry(win, x.shape);
   const float *px = x.f(), *pg = gr.f();
   float* pd = dx.f();
-  if (tiles_exactly(win, g)) return max_pool2d_backward_tiled(win, g, px, pg, pd, ctx);
+  if (tiles_exactly(win, g)) return max_pool2d_backward_tiled(win, g, px, pg, pd, mask, ctx);
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
   const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
   for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
@@ -241,8 +244,9 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
           const v8f v = load8(px + tap(ky, kx) + c);
           best = v > best ? v : best;
         }
-      v8f pending = load8(grad + c);
       const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
+      v8f pending = load8(grad + c);
+      if (mask) pending = best > zero ? pending : zero;
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const int64_t at = tap(ky, kx) + c;
@@ -255,7 +259,7 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
       float best = px[tap(t.ky0, t.kx0) + c];
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) best = std::max(best, px[tap(ky, kx) + c]);
-      float pending = grad[c];
+      float pending = mask && !(best > 0.0f) ? 0.0f : grad[c];
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const int64_t at = tap(ky, kx) + c;

@@ -360,9 +360,20 @@ constexpr auto kOps = std::to_array<OpDef>({
     // y = s x: dx = s g
     {OpKind::Scale, {"scale", 1, 1, false}, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.scale(d.g, d.at.scale); }},
-    // y = max(x, 0): dx = g [y > 0]
+    // y = max(x, 0): dx = g [y > 0]; handed a max-pool's backward of y (conv,
+    // ReLU, pool), the pool's backward masks instead (kMaskNonPositive) and
+    // the unmasked one is left unscheduled: one pass fewer over y.
     {OpKind::Relu, {"relu", 1, 1, false}, float_elementwise,
-     [](const GradientCall& d) { d.dx[0] = d.back(OpKind::ReluBackward, {d.y, d.g}); }},
+     [](const GradientCall& d) {
+       const auto p = d.b.producer(d.g);
+       if (p && p->op == OpKind::MaxPool2DBackward && p->input0 == d.y && !(p->attrs.flags & kMaskNonPositive)) {
+         OpAttrs at = p->attrs;
+         at.flags |= kMaskNonPositive;
+         d.dx[0] = d.b.apply(OpKind::MaxPool2DBackward, {d.y, p->input1}, at);
+         return;
+       }
+       d.dx[0] = d.back(OpKind::ReluBackward, {d.y, d.g});
+     }},
     // y = 1 / (1 + e^-x): dx = g y (1 - y)
     {OpKind::Sigmoid, {"sigmoid", 1, 1, false}, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SigmoidBackward, {d.y, d.g}); }},

@@ -61,6 +61,8 @@ class Graph final : public Builder {
   Value parameter(const Tensor& tensor, const char* name, bool trainable) override;
   Shape shape(Value v) const override { return node(v).shape; }
   DType dtype(Value v) const override { return node(v).dtype; }
+  /// Throws IndexError for a handle that is not in this graph.
+  std::optional<Producer> producer(Value v) const override;
 
   /// Throws IndexError for a handle that is not in this graph.
   const Node& node(Value v) const;

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 
 #include "tensorgrad/core/tensor.h"
@@ -32,6 +33,18 @@ class Builder {
   /// Shape and dtype of a value; throw IndexError for a handle this builder did not make.
   virtual Shape shape(Value v) const = 0;
   virtual DType dtype(Value v) const = 0;
+
+  /// What made a value, for a gradient rule that fuses with the value it is
+  /// handed: its op, attributes and first two inputs.
+  struct Producer {
+    OpKind op;
+    OpAttrs attrs;
+    Value input0, input1;
+  };
+  /// The op that made `v` when this builder records ops (the lazy graph);
+  /// nullopt for a leaf, and always for the eager API, which keeps no record
+  /// (its rules then take the unfused path).
+  virtual std::optional<Producer> producer(Value) const { return std::nullopt; }
 
   Value apply(OpKind op, std::initializer_list<Value> inputs, const OpAttrs& attrs = {}) {
     return apply(op, std::span<const Value>(inputs.begin(), inputs.size()), attrs);

@@ -77,7 +77,8 @@ enum class OpKind : uint8_t {
   GeluBackward, SiluBackward, EluBackward, LeakyReluBackward, SoftplusBackward,  // (x, g)
   SliceBackward,        // g -> zeros of attrs.shape with g placed at the slice
   GatherBackward,       // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
-  MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch)
+  MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch);
+                        //   flags kMaskNonPositive: also zero where x <= 0 (x a ReLU's output)
   AvgPool2DBackward,    // g -> dx of attrs.shape
   Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel) -> dx of attrs.shape {B,H,W,C}
   Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
@@ -158,6 +159,13 @@ enum OptimizerFlag : uint32_t {
   kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
 };
 
+/// MaxPool2DBackward's mode (OpAttrs::flags): the gradient a ReLU's backward
+/// would pass on, when x is that ReLU's output (dx also zero where x <= 0).
+/// Relu's gradient rule asks for it when it is handed a max-pool's backward
+/// of its own output (conv, ReLU, pool), which saves the pass of ReluBackward
+/// over the activation.
+inline constexpr uint32_t kMaskNonPositive = 1u << 0;
+
 /// The learning-rate schedule OptimizerTick computes (its attrs.flags), and
 /// what its two schedule inputs hold: `steps` (int64) and `values` (float32),
 /// the fields of keras.optimizers.schedules' class of the same name
@@ -191,7 +199,8 @@ struct OpAttrs {
                                           // Huber delta, BinaryAccuracy threshold, clip threshold
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
-  uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits
+  uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
+                                          // MaxPool2DBackward: kMaskNonPositive
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
