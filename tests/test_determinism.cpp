@@ -244,6 +244,49 @@ TEST(Determinism, CnnStepIsBitIdenticalAtAnyThreadCount) {
 
 namespace {
 
+// Conv2D with activation "relu" (ReLU inside the convolution, kReluOutput),
+// or the same convolution then an Activation layer, then a max-pool.
+StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor& y) {
+  nn::clear_session();
+  manual_seed(79);
+  Sequential m(Shape{16, 16, 3});
+  if (relu_in_conv) {
+    m.add(nn::Conv2D(8, 3, "same", "relu"));
+  } else {
+    m.add(nn::Conv2D(8, 3, "same"));
+    m.add(nn::ActivationLayer("relu"));
+  }
+  m.add(nn::MaxPooling2D());
+  m.add(nn::Flatten());
+  m.add(Dense(10, "softmax"));
+  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+  OptimizerContext& ctx = m.optimizer_context(32);
+  StepCapture cap;
+  ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
+    for (const NamedGradient& g : gs) cap.grads[g.name] = g.grad.to_vector();
+  });
+  cap.loss = ctx.step(x, y).loss;
+  return cap;
+}
+
+}  // namespace
+
+// The ReLU inside the convolution computes what the separate layer does, to
+// the bit: the same loss and gradients.
+TEST(Determinism, ReluInsideTheConvolutionEqualsTheActivationLayer) {
+  const Tensor x = random_x(32, 16 * 16 * 3, 25).reshape(Shape{32, 16, 16, 3});
+  const Tensor y = random_ids(32, 10, 26);
+  const StepCapture fused = conv_relu_pool_step(true, x, y), apart = conv_relu_pool_step(false, x, y);
+  ASSERT_EQ(fused.grads.size(), 4u);
+  EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0);
+  for (const auto& [name, g] : fused.grads) {
+    ASSERT_TRUE(apart.grads.count(name)) << name;
+    EXPECT_EQ(g, apart.grads.at(name)) << name;
+  }
+}
+
+namespace {
+
 Sequential accumulation_model(const std::string& loss, const OptimizerSpec& opt) {
   nn::clear_session();
   manual_seed(31);

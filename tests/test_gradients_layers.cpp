@@ -420,6 +420,47 @@ TEST(LayerOpGradConv2D, WithBias) {
                                                {"conv2d", "bias must be {5}", "{4}"}));
 }
 
+// The ReLU-output form, max(conv(x, K) [+ bias], 0) in the kernel (a Conv2D
+// layer with activation "relu"), against the separate Relu whose parts are
+// checked by finite differences above: the value and every operand's
+// gradient bit-equal. (Finite differences of the fused op itself would step
+// outputs across ReLU's kink: h = 1e-2 moves many of them across zero.)
+TEST(LayerOpGradConv2D, WithReluOutput) {
+  const int64_t f = 3;
+  for (bool with_bias : {false, true})
+    for (const WindowCase& k : kIm2ColCases) {
+      SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w) + (with_bias ? " bias" : ""));
+      std::mt19937 rng(1261);
+      Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], f}, rng, -0.5f, 0.5f),
+             tb = uniform({f}, rng, -0.5f, 0.5f);
+      std::vector<std::vector<float>> results[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Graph g;
+        std::vector<Value> in{g.parameter(tx, "x", true), g.parameter(tk, "K", true)};
+        if (with_bias) in.push_back(g.parameter(tb, "bias", true));
+        OpAttrs at;
+        at.window = k.w;
+        at.flags = fused ? kReluOutput : 0;
+        Value y = g.apply(OpKind::Conv2D, in, at);
+        if (!fused) y = g.relu(y);
+        std::mt19937 wrng(1262);  // the same projection for both
+        Tensor tw = uniform(g.shape(y), wrng, -1.0f, 1.0f);
+        const Value w = g.input("w", tw.shape());
+        std::vector<Value> outputs = g.gradients(g.sum(g.mul(y, w)), in);
+        outputs.push_back(y);
+        Executable exe(std::move(g), outputs);
+        exe.bind(w, tw);
+        exe.run();
+        for (Value v : outputs) results[fused].push_back(exe.output(v).to_vector());
+      }
+      ASSERT_EQ(results[0].size(), results[1].size());
+      for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+      const std::vector<float>& y = results[1].back();
+      EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; })) << "no output was cut";
+      EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; })) << "every output was cut";
+    }
+}
+
 TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
   const int64_t f = 2;
   for (size_t i : {size_t(0), size_t(3), size_t(7)}) {

@@ -81,7 +81,7 @@ const float* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t h
 }  // namespace
 
 void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx, const float* bias) {
+            const KernelContext& ctx, const float* bias, bool relu) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
@@ -106,6 +106,8 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
         if (bias)
           for (int64_t p = 0; p < Wo; ++p)
             for (int64_t f = 0; f < F; ++f) row[p * F + f] += bias[f];
+        if (relu)
+          for (int64_t i = 0; i < Wo * F; ++i) row[i] = row[i] > 0.0f ? row[i] : 0.0f;
       }
     }
   });

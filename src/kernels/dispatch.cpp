@@ -88,7 +88,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MaxPool2D, run_pool2d},
     {OpKind::AvgPool2D, run_pool2d},
     {OpKind::Conv2D, [](const KernelCall& k) {
-       conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx, k.in.size() == 3 ? k.in[2].f() : nullptr);
+       conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx, k.in.size() == 3 ? k.in[2].f() : nullptr,
+              (k.at.flags & kReluOutput) != 0);
      }},
     {OpKind::BatchNormStats, [](const KernelCall& k) { batch_norm_stats(k.in[0], k.out, k.ctx); }},
     {OpKind::BatchNorm,

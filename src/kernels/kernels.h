@@ -140,9 +140,10 @@ void to_index(const TensorRef& x, const TensorRef& y);
 void im2col(const Window2D& w, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx);
 void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx);
 // conv.cpp: direct convolution over channels-last images, kernel {kh, kw, C, F}.
-// With a bias {F} (null: none), each output row gets it while in cache.
+// With a bias {F} (null: none), each output row gets it while in cache, and
+// with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.
 void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx, const float* bias = nullptr);
+            const KernelContext& ctx, const float* bias = nullptr, bool relu = false);
 void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
                            const KernelContext& ctx);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,

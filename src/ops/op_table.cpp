@@ -22,6 +22,20 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 
 // ---- Gradient rules shared by several ops ----
 
+// The gradient through y = max(x, 0) (Relu, and Conv2D with kReluOutput): g
+// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool), the
+// pool's backward masks instead (kMaskNonPositive) and the unmasked one is
+// left unscheduled: one pass fewer over y.
+Value relu_gradient(Builder& b, Value y, Value g) {
+  const auto p = b.producer(g);
+  if (p && p->op == OpKind::MaxPool2DBackward && p->input0 == y && !(p->attrs.flags & kMaskNonPositive)) {
+    OpAttrs at = p->attrs;
+    at.flags |= kMaskNonPositive;
+    return b.apply(OpKind::MaxPool2DBackward, {y, p->input1}, at);
+  }
+  return b.apply(OpKind::ReluBackward, {y, g});
+}
+
 // Backward, metric and optimizer ops: nothing differentiates through them
 // today, so reaching one in a backward walk is a bug in the caller.
 void no_gradient(const GradientCall& d) {
@@ -360,20 +374,9 @@ constexpr auto kOps = std::to_array<OpDef>({
     // y = s x: dx = s g
     {OpKind::Scale, {"scale", 1, 1, false}, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.scale(d.g, d.at.scale); }},
-    // y = max(x, 0): dx = g [y > 0]; handed a max-pool's backward of y (conv,
-    // ReLU, pool), the pool's backward masks instead (kMaskNonPositive) and
-    // the unmasked one is left unscheduled: one pass fewer over y.
+    // y = max(x, 0): dx = g [y > 0]
     {OpKind::Relu, {"relu", 1, 1, false}, float_elementwise,
-     [](const GradientCall& d) {
-       const auto p = d.b.producer(d.g);
-       if (p && p->op == OpKind::MaxPool2DBackward && p->input0 == d.y && !(p->attrs.flags & kMaskNonPositive)) {
-         OpAttrs at = p->attrs;
-         at.flags |= kMaskNonPositive;
-         d.dx[0] = d.b.apply(OpKind::MaxPool2DBackward, {d.y, p->input1}, at);
-         return;
-       }
-       d.dx[0] = d.back(OpKind::ReluBackward, {d.y, d.g});
-     }},
+     [](const GradientCall& d) { d.dx[0] = relu_gradient(d.b, d.y, d.g); }},
     // y = 1 / (1 + e^-x): dx = g y (1 - y)
     {OpKind::Sigmoid, {"sigmoid", 1, 1, false}, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SigmoidBackward, {d.y, d.g}); }},
@@ -574,14 +577,16 @@ constexpr auto kOps = std::to_array<OpDef>({
      }},
     // y = conv(x, k): dx = conv^T(g, k), dk = filter gradient(x, g). Each of the
     // three ops is linear in both arguments, so the rules close over the three.
+    // with kReluOutput, y = max(conv, 0): g masked by y > 0 first
     {OpKind::Conv2D, {"conv2d", 2, 3, false}, windowed,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       if (d.need(0))
-         d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.g, d.x[1]}, with_shape(d.at, b.shape(d.x[0])));
-       if (d.need(1))
-         d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], d.g}, with_shape(d.at, b.shape(d.x[1])));
-       if (d.need(2)) d.dx[2] = b.sum_to(d.g, b.shape(d.x[2]));  // the bias: g summed over batch and pixels
+       const Value g = d.at.flags & kReluOutput ? relu_gradient(b, d.y, d.g) : d.g;
+       OpAttrs at = d.at;
+       at.flags = 0;
+       if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {g, d.x[1]}, with_shape(at, b.shape(d.x[0])));
+       if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], g}, with_shape(at, b.shape(d.x[1])));
+       if (d.need(2)) d.dx[2] = b.sum_to(g, b.shape(d.x[2]));  // the bias: g summed over batch and pixels
      }},
     // mean = sum(x) / N, var = sum((x - mean)^2) / N:
     // dx = g_mean / N + 2 g_var (x - mean) / N

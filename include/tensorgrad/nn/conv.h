@@ -45,7 +45,11 @@ class Conv2D : public Layer {
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
          const std::string& padding, std::array<int64_t, 2> dilation_rate, const std::string& activation,
          bool use_bias);
-  Value convolve(Builder& b, Value x4) const;  // x4 {B, H, W, C} -> {B, Ho, Wo, filters}
+  // x4 {B, H, W, C} -> {B, Ho, Wo, filters}; a ReLU activation is done
+  // inside the convolution's pass (kReluOutput).
+  Value convolve(Builder& b, Value x4) const;
+  // The layer's activation on convolve's output (ReLU: already done).
+  Value activate(Builder& b, Value y) const;
 
   int64_t filters_;
   std::array<int64_t, 2> kernel_size_, strides_, dilation_;

@@ -51,7 +51,8 @@ enum class OpKind : uint8_t {
   Col2Im,               // the adjoint of Im2Col: {B*Ho*Wo, kh*kw*C} -> attrs.shape {B,H,W,C}, summing overlaps
   MaxPool2D, AvgPool2D, // x{B,H,W,C} -> {B,Ho,Wo,C}; attrs.window (padding excluded from averages)
   Conv2D,               // (x{B,H,W,C}, kernel{kh,kw,C,F} [, bias{F}]) -> {B,Ho,Wo,F}; attrs.window (zero
-                        //   padding); the bias is added to every output pixel while its row is in cache
+                        //   padding); the bias is added to every output pixel while its row is in cache;
+                        //   flags kReluOutput: then ReLU, in the same pass
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
                         //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx)
@@ -165,6 +166,10 @@ enum OptimizerFlag : uint32_t {
 /// of its own output (conv, ReLU, pool), which saves the pass of ReluBackward
 /// over the activation.
 inline constexpr uint32_t kMaskNonPositive = 1u << 0;
+/// Conv2D's mode (OpAttrs::flags): the output passed through ReLU, applied
+/// to each output row while it is in cache (a Conv2D layer with activation
+/// "relu"); its gradient is ReLU's, then the convolution's.
+inline constexpr uint32_t kReluOutput = 1u << 0;
 
 /// The learning-rate schedule OptimizerTick computes (its attrs.flags), and
 /// what its two schedule inputs hold: `steps` (int64) and `values` (float32),
@@ -200,7 +205,7 @@ struct OpAttrs {
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward: kMaskNonPositive
+                                          // MaxPool2DBackward: kMaskNonPositive; Conv2D: kReluOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
