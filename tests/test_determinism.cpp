@@ -196,6 +196,18 @@ TEST(Determinism, OneAndTwoThreadsAgree) {
 
 namespace {
 
+// One optimizer step of a compiled model on (x, y) at batch size `batch`:
+// its loss, and its gradients copied out by a hook.
+StepCapture capture_step(Sequential& m, int64_t batch, const Tensor& x, const Tensor& y) {
+  OptimizerContext& ctx = m.optimizer_context(batch);
+  StepCapture cap;
+  ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
+    for (const NamedGradient& g : gs) cap.grads[g.name] = g.grad.to_vector();
+  });
+  cap.loss = ctx.step(x, y).loss;
+  return cap;
+}
+
 // One training step of a small CNN with batch normalization (the kernels
 // whose work is split into slices with their own partial sums: the conv
 // filter gradient and the batch-norm statistics) at `threads` threads.
@@ -211,13 +223,7 @@ StepCapture cnn_step(int threads, const Tensor& x, const Tensor& y) {
   m.add(nn::Flatten());
   m.add(Dense(10, "softmax"));
   m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
-  OptimizerContext& ctx = m.optimizer_context(64);
-  StepCapture cap;
-  ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
-    for (const NamedGradient& g : gs) cap.grads[g.name] = g.grad.to_vector();
-  });
-  cap.loss = ctx.step(x, y).loss;
-  return cap;
+  return capture_step(m, 64, x, y);
 }
 
 }  // namespace
@@ -260,13 +266,7 @@ StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor
   m.add(nn::Flatten());
   m.add(Dense(10, "softmax"));
   m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
-  OptimizerContext& ctx = m.optimizer_context(32);
-  StepCapture cap;
-  ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
-    for (const NamedGradient& g : gs) cap.grads[g.name] = g.grad.to_vector();
-  });
-  cap.loss = ctx.step(x, y).loss;
-  return cap;
+  return capture_step(m, 32, x, y);
 }
 
 }  // namespace
