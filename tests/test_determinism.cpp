@@ -198,7 +198,7 @@ namespace {
 
 // One optimizer step of a compiled model on (x, y) at batch size `batch`:
 // its loss, and its gradients copied out by a hook.
-StepCapture capture_step(Sequential& m, int64_t batch, const Tensor& x, const Tensor& y) {
+StepCapture capture_step(nn::Model& m, int64_t batch, const Tensor& x, const Tensor& y) {
   OptimizerContext& ctx = m.optimizer_context(batch);
   StepCapture cap;
   ctx.add_gradient_hook([&](std::span<NamedGradient> gs) {
@@ -252,7 +252,15 @@ namespace {
 
 // Conv2D with activation "relu" (ReLU inside the convolution, kReluOutput),
 // or the same convolution then an Activation layer, then a max-pool.
+// Sets the process-wide Relu folding for one scope (set_relu_folding).
+struct ReluFolding {
+  bool saved = relu_folding();
+  explicit ReluFolding(bool on) { set_relu_folding(on); }
+  ~ReluFolding() { set_relu_folding(saved); }
+};
+
 StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor& y) {
+  const ReluFolding folding(false);  // the separate layer's Relu stays a node of its own
   nn::clear_session();
   manual_seed(79);
   Sequential m(Shape{16, 16, 3});
@@ -272,7 +280,8 @@ StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor
 }  // namespace
 
 // The ReLU inside the convolution computes what the separate layer does, to
-// the bit: the same loss and gradients.
+// the bit: the same loss and gradients (Relu folding off, so the separate
+// layer's Relu runs as written).
 TEST(Determinism, ReluInsideTheConvolutionEqualsTheActivationLayer) {
   const Tensor x = random_x(32, 16 * 16 * 3, 25).reshape(Shape{32, 16, 16, 3});
   const Tensor y = random_ids(32, 10, 26);
@@ -282,6 +291,42 @@ TEST(Determinism, ReluInsideTheConvolutionEqualsTheActivationLayer) {
   for (const auto& [name, g] : fused.grads) {
     ASSERT_TRUE(apart.grads.count(name)) << name;
     EXPECT_EQ(g, apart.grads.at(name)) << name;
+  }
+}
+
+namespace {
+
+// One step of a residual block as the resnet workload builds it (conv-BN-ReLU,
+// conv-BN, add the block's input, ReLU; global average pooling; dense), with
+// the graph's Relu folding on or off.
+StepCapture residual_step(bool fold, const Tensor& x, const Tensor& y) {
+  const ReluFolding folding(fold);
+  nn::clear_session();
+  manual_seed(80);
+  const nn::SymbolicTensor in = nn::Input({10, 10, 8});
+  auto conv_bn = [](const nn::SymbolicTensor& t) {
+    return nn::BatchNormalization()(nn::Conv2D(8, {3, 3}, {1, 1}, "same", {1, 1}, "linear", false)(t));
+  };
+  const nn::SymbolicTensor h = conv_bn(nn::ActivationLayer("relu")(conv_bn(in)));
+  const nn::SymbolicTensor out = nn::ActivationLayer("relu")(nn::Add()({h, in}));
+  nn::Model m(in, Dense(10, "softmax")(nn::GlobalAveragePooling2D()(out)));
+  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+  return capture_step(m, 32, x, y);
+}
+
+}  // namespace
+
+// The ReLUs folded into the batch norm and the residual add (kReluOutput)
+// give the loss and gradients of the graph as written, to the bit.
+TEST(Determinism, ReluFoldedIntoBatchNormAndAddEqualsTheGraphAsWritten) {
+  const Tensor x = random_x(32, 10 * 10 * 8, 27).reshape(Shape{32, 10, 10, 8});
+  const Tensor y = random_ids(32, 10, 28);
+  const StepCapture folded = residual_step(true, x, y), written = residual_step(false, x, y);
+  ASSERT_EQ(folded.grads.size(), 8u);
+  EXPECT_EQ(std::memcmp(&folded.loss, &written.loss, sizeof(float)), 0);
+  for (const auto& [name, g] : folded.grads) {
+    ASSERT_TRUE(written.grads.count(name)) << name;
+    EXPECT_EQ(g, written.grads.at(name)) << name;
   }
 }
 

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "tensorgrad/backend/executable.h"
+#include "tensorgrad/core/threads.h"
 #include "tensorgrad/graph/graph.h"
 
 using namespace tensorgrad;
@@ -74,6 +75,7 @@ Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {
 }
 
 using test_support::window;
+using test_support::ReluFoldingGuard;
 using test_support::window_str;
 
 // One gradient check: build the graph through `g` with param()/data(), then
@@ -426,6 +428,7 @@ TEST(LayerOpGradConv2D, WithBias) {
 // gradient bit-equal. (Finite differences of the fused op itself would step
 // outputs across ReLU's kink: h = 1e-2 moves many of them across zero.)
 TEST(LayerOpGradConv2D, WithReluOutput) {
+  const ReluFoldingGuard guard;
   const int64_t f = 3;
   for (bool with_bias : {false, true})
     for (const WindowCase& k : kIm2ColCases) {
@@ -435,6 +438,7 @@ TEST(LayerOpGradConv2D, WithReluOutput) {
              tb = uniform({f}, rng, -0.5f, 0.5f);
       std::vector<std::vector<float>> results[2];
       for (int fused = 0; fused < 2; ++fused) {
+        set_relu_folding(fused == 1);  // unfused: the Relu stays a node of its own
         Graph g;
         std::vector<Value> in{g.parameter(tx, "x", true), g.parameter(tk, "K", true)};
         if (with_bias) in.push_back(g.parameter(tb, "bias", true));
@@ -486,6 +490,149 @@ TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
       EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2DBackwardFilter, {x, g}, at))), "");
     }
   }
+}
+
+// The filter gradient against a direct sum in double, on shapes the
+// finite-difference cases above are too small for: more than 64 channels
+// (the batch-reduce GEMM's row blocks), batches over several slices,
+// rows wider than 64 pixels, strides along the height only (the
+// transposed-image form) and along the width (the patch-matrix form), and
+// at 1 and 2 threads (the result must not depend on them).
+TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
+  const std::vector<WindowCase> cases = {
+      {"3x3_same_70ch", {20, 5, 6, 70}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"3x3_same_16ch", {9, 8, 8, 16}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"1x1", {3, 4, 5, 7}, window(1, 1, 1, 1)},
+      {"3x3_sh2_pads", {2, 7, 6, 3}, window(3, 3, 2, 1, 1, 1, 1, 0, 1, 2)},
+      {"3x3_s2", {3, 7, 8, 5}, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
+      {"2x3_dilation2", {2, 6, 9, 4}, window(2, 3, 1, 1, 2, 2, 1, 0, 0, 2)},
+      {"1x3_wide", {2, 1, 75, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},
+  };
+  const int64_t f = 17;
+  for (const WindowCase& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    const int64_t B = k.x[0], H = k.x[1], W = k.x[2], C = k.x[3];
+    const int64_t Ho = k.w.out_h(H), Wo = k.w.out_w(W);
+    std::mt19937 rng(1275);
+    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tg = uniform({B, Ho, Wo, f}, rng, -1.0f, 1.0f);
+    std::vector<double> expected(size_t(k.w.kh * k.w.kw * C * f), 0.0);
+    const float *px = tx.data<float>(), *pg = tg.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t oy = 0; oy < Ho; ++oy)
+        for (int64_t ox = 0; ox < Wo; ++ox)
+          for (int64_t ky = 0; ky < k.w.kh; ++ky)
+            for (int64_t kx = 0; kx < k.w.kw; ++kx) {
+              const int64_t iy = oy * k.w.sh + ky * k.w.dh - k.w.pad_top, ix = ox * k.w.sw + kx * k.w.dw - k.w.pad_left;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int64_t c = 0; c < C; ++c)
+                for (int64_t j = 0; j < f; ++j)
+                  expected[size_t(((ky * k.w.kw + kx) * C + c) * f + j)] +=
+                      double(px[((b * H + iy) * W + ix) * C + c]) * pg[((b * Ho + oy) * Wo + ox) * f + j];
+            }
+    std::vector<std::vector<float>> got;
+    const int saved_threads = num_threads();
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Graph g;
+      const Value x = g.input("x", k.x), gy = g.input("g", tg.shape());
+      OpAttrs at;
+      at.window = k.w;
+      at.shape = Shape{k.w.kh, k.w.kw, C, f};
+      const Value dk = g.apply(OpKind::Conv2DBackwardFilter, {x, gy}, at);
+      Executable exe(std::move(g), {dk});
+      exe.bind(x, tx);
+      exe.bind(gy, tg);
+      exe.run();
+      got.push_back(exe.output(dk).to_vector());
+    }
+    set_num_threads(saved_threads);
+    ASSERT_EQ(got[0].size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_NEAR(got[0][i], expected[i], 1e-4 * (1.0 + std::abs(expected[i]))) << "element " << i;
+    EXPECT_EQ(got[0], got[1]) << "the gradient depends on the thread count";
+  }
+}
+
+// A Relu applied to a BatchNorm, Add or Conv2D output folds into that op
+// (kReluOutput, Graph::apply): against the graph as written
+// (set_relu_folding(false)), whose parts are checked by finite differences
+// elsewhere in this file, the value and every operand's gradient bit-equal;
+// the folded schedule runs no Relu; a second consumer of the op's own
+// output keeps it (both forms run), and the gradients then agree up to the
+// order of their sums.
+TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
+  const ReluFoldingGuard guard;
+  const std::vector<std::string> kinds = {"batch_norm_train", "batch_norm_given_stats", "add", "add_broadcast",
+                                          "conv2d"};
+  for (const std::string& kind : kinds)
+    for (bool second_consumer : {false, true}) {
+      SCOPED_TRACE(kind + (second_consumer ? " with a second consumer" : ""));
+      std::mt19937 rng(1290);
+      const Shape xs{3, 4, 5, 6};
+      const Tensor tx = uniform(xs, rng, -1.5f, 1.5f), tx2 = uniform(xs, rng, -1.0f, 1.0f),
+                   tc = uniform({6}, rng, -1.0f, 1.0f), tgamma = uniform({6}, rng, 0.5f, 1.5f),
+                   tbeta = uniform({6}, rng, -0.5f, 0.5f), tk = uniform({3, 3, 6, 6}, rng, -0.3f, 0.3f);
+      Tensor tstats = uniform({2, 6}, rng, 0.2f, 1.0f);
+      std::vector<std::vector<float>> results[2];
+      int relus[2] = {0, 0};
+      for (int fold = 0; fold < 2; ++fold) {
+        set_relu_folding(fold == 1);
+        Graph g;
+        std::vector<Value> params{g.parameter(tx, "x", true)};
+        Value pre;
+        if (kind == "batch_norm_train" || kind == "batch_norm_given_stats") {
+          const bool train = kind == "batch_norm_train";
+          params.push_back(g.parameter(tgamma, "gamma", true));
+          params.push_back(g.parameter(tbeta, "beta", true));
+          OpAttrs at;
+          at.scale = 1e-3f;
+          at.length = train ? 1 : 0;
+          Value stats = train ? g.apply(OpKind::BatchNormStats, {params[0]}) : g.parameter(tstats, "stats", true);
+          if (!train) params.push_back(stats);
+          pre = g.apply(OpKind::BatchNorm, {params[0], stats, params[1], params[2]}, at);
+        } else if (kind == "conv2d") {
+          params.push_back(g.parameter(tk, "K", true));
+          OpAttrs at;
+          at.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+          pre = g.apply(OpKind::Conv2D, {params[0], params[1]}, at);
+        } else {
+          params.push_back(kind == "add" ? g.parameter(tx2, "x2", true) : g.parameter(tc, "c", true));
+          pre = g.add(params[0], params[1]);
+        }
+        const Value y = g.relu(pre);
+        std::mt19937 wrng(1291);
+        const Tensor tw = uniform(g.shape(y), wrng, -1.0f, 1.0f);
+        const Value w = g.input("w", tw.shape());
+        Value loss = g.sum(g.mul(y, w));
+        if (second_consumer) loss = g.add(loss, g.sum(g.mul(pre, pre)));
+        std::vector<Value> outputs = g.gradients(loss, params);
+        outputs.push_back(y);
+        for (int32_t id : plan_memory(g, outputs).schedule) relus[fold] += g.nodes()[size_t(id)].op == OpKind::Relu;
+        Executable exe(std::move(g), outputs);
+        exe.bind(w, tw);
+        exe.run();
+        for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+      }
+      EXPECT_EQ(relus[0], 1) << "the graph as written runs its Relu";
+      EXPECT_EQ(relus[1], 0) << "the folded graph runs no Relu";
+      ASSERT_EQ(results[0].size(), results[1].size());
+      for (size_t i = 0; i < results[0].size(); ++i) {
+        if (!second_consumer) {
+          EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+          continue;
+        }
+        // Two consumers: the folded graph runs the op's backward once per
+        // form and adds the two gradients, the graph as written once on
+        // their sum; equal up to the order of the additions.
+        ASSERT_EQ(results[1][i].size(), results[0][i].size());
+        for (size_t j = 0; j < results[0][i].size(); ++j)
+          ASSERT_NEAR(results[1][i][j], results[0][i][j], 1e-4 * (1.0 + std::abs(results[0][i][j])))
+              << "output " << i << " element " << j;
+      }
+      const std::vector<float>& y = results[1].back();
+      EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; })) << "no output was cut";
+      EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; })) << "every output was cut";
+    }
 }
 
 // Fused batch normalization, against finite differences: with the batch's

@@ -1,9 +1,18 @@
 #include "tensorgrad/graph/graph.h"
 
+#include <atomic>
+
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/gradients.h"
 
 namespace tensorgrad {
+
+namespace {
+std::atomic<bool> fold_relu{true};
+}  // namespace
+
+void set_relu_folding(bool enabled) { fold_relu.store(enabled); }
+bool relu_folding() { return fold_relu.load(); }
 
 const Node& Graph::node(Value v) const {
   if (v.id < 0 || size_t(v.id) >= nodes_.size())
@@ -53,6 +62,15 @@ std::optional<Builder::Producer> Graph::producer(Value v) const {
 
 Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) {
   if (inputs.size() > size_t(Node::kMaxInputs)) throw Error("too many inputs for one op");
+  if (op == OpKind::Relu && inputs.size() == 1 && relu_folding()) {
+    const Node& p = node(inputs[0]);
+    if (p.role == NodeRole::Op && takes_relu_output(p.op) && !(p.attrs.flags & kReluOutput)) {
+      OpAttrs folded = p.attrs;
+      folded.flags |= kReluOutput;
+      const std::array<Value, Node::kMaxInputs> p_inputs = p.inputs;  // p moves when nodes_ grows
+      return apply(p.op, std::span<const Value>(p_inputs.data(), size_t(p.n_inputs)), folded);
+    }
+  }
   Shape shapes[Node::kMaxInputs];
   DType dtypes[Node::kMaxInputs];
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -39,9 +39,10 @@ void reduce_rows(const KernelContext& ctx, int64_t rows, int64_t width, double* 
 }
 
 // out[r, c] = x[r, c] a[c] + g[r, c] k[c] + b[c] over all rows, on the pool
-// (g may be null: the term is dropped).
+// (g may be null: the term is dropped), then max(out, 0) with relu (as the
+// Relu kernel computes it).
 void affine_rows(const KernelContext& ctx, const float* x, const float* g, const float* a, const float* k,
-                 const float* b, float* out, int64_t rows, int64_t C) {
+                 const float* b, float* out, int64_t rows, int64_t C, bool relu = false) {
   parallel_for(ctx.pool, size_t(rows), kRowTile, [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = x + int64_t(r) * C;
@@ -49,6 +50,11 @@ void affine_rows(const KernelContext& ctx, const float* x, const float* g, const
       if (g) {
         const float* gr = g + int64_t(r) * C;
         for (int64_t c = 0; c < C; ++c) o[c] = xr[c] * a[c] + gr[c] * k[c] + b[c];
+      } else if (relu) {
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = xr[c] * a[c] + b[c];
+          o[c] = v > 0.0f ? v : 0.0f;
+        }
       } else {
         for (int64_t c = 0; c < C; ++c) o[c] = xr[c] * a[c] + b[c];
       }
@@ -97,7 +103,7 @@ void batch_norm(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, c
     a[size_t(c)] = gamma.f()[c] * inv[size_t(c)];
     b[size_t(c)] = beta.f()[c] - stats.f()[c] * a[size_t(c)];
   }
-  affine_rows(ctx, x.f(), nullptr, a.data(), nullptr, b.data(), y.f(), rows, C);
+  affine_rows(ctx, x.f(), nullptr, a.data(), nullptr, b.data(), y.f(), rows, C, (at.flags & kReluOutput) != 0);
 }
 
 void batch_norm_param_grad(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, const TensorRef& g,

@@ -5,8 +5,9 @@
 // Against im2col and one large GEMM (the previous design) this never writes
 // the kh*kw-times larger patch matrix, which does not fit in cache for a
 // batch of 28x28 images; the patch matrix is still used per image (in
-// cache) where a batch-reduce form has no unit stride (the filter gradient,
-// and the input gradient of strided convolutions).
+// cache) where a batch-reduce form has no unit stride (the filter gradient
+// of convolutions strided along the width, the input gradient of strided
+// ones).
 #include <libxsmm.h>
 
 #include <algorithm>
@@ -27,8 +28,17 @@ struct BatchReduceGemm {
   libxsmm_smmfunction_reducebatch_addr full = nullptr, tail = nullptr;
   int64_t m_full = 0, m_tail = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
 
-  BatchReduceGemm(int64_t m, int64_t n_, int64_t k_, int64_t lda_, int64_t ldb_, int64_t ldc_)
-      : m_full(std::min(m, kPixelBlock)), m_tail(m % kPixelBlock), n(n_), k(k_), lda(lda_), ldb(ldb_), ldc(ldc_) {
+  float beta = 0.0f;  // 1: the sum is added to C (accumulation over calls)
+
+  BatchReduceGemm(int64_t m, int64_t n_, int64_t k_, int64_t lda_, int64_t ldb_, int64_t ldc_, float beta_ = 0.0f)
+      : m_full(std::min(m, kPixelBlock)),
+        m_tail(m % kPixelBlock),
+        n(n_),
+        k(k_),
+        lda(lda_),
+        ldb(ldb_),
+        ldc(ldc_),
+        beta(beta_) {
     init_xsmm();
     full = dispatch(m_full);
     if (m > kPixelBlock && m_tail) tail = dispatch(m_tail);
@@ -36,7 +46,7 @@ struct BatchReduceGemm {
   // libxsmm is column-major: row-major C = A B is column-major C^T = B^T A^T,
   // so its first operand is B.
   libxsmm_smmfunction_reducebatch_addr dispatch(int64_t m) const {
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     const int flags = 0;
     const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
     return libxsmm_smmdispatch_reducebatch_addr(libxsmm_blasint(n), libxsmm_blasint(m), libxsmm_blasint(k), &xlda,
@@ -61,7 +71,7 @@ struct BatchReduceGemm {
         f(bb.data(), ab.data(), c + r0 * ldc, &n_taps);
       } else {  // no JIT kernel for the shape: the same sum with one GEMM per tap
         for (int64_t i = 0; i < count; ++i)
-          gemm(rows, n, k, ab[size_t(i)], lda, false, bb[size_t(i)], ldb, c + r0 * ldc, ldc, i ? 1.0f : 0.0f);
+          gemm(rows, n, k, ab[size_t(i)], lda, false, bb[size_t(i)], ldb, c + r0 * ldc, ldc, i ? 1.0f : beta);
       }
     }
   }
@@ -192,20 +202,62 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   thread_local std::vector<float> partial;  // the caller's; each worker writes its own slice
   partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
-  parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-    thread_local std::vector<float> cols;
-    cols.resize(size_t(Ho * Wo * K));
-    for (size_t s = s0; s < s1; ++s) {
-      float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
-      const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
-      for (int64_t b = first; b < last; ++b) {
-        const TensorRef image{const_cast<float*>(px) + b * H * W * C, Shape{1, H, W, C}};
-        const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
-        im2col(win, image, col_ref, KernelContext{});
-        gemm(K, F, Ho * Wo, cols.data(), K, true, pg + b * Ho * Wo * F, F, acc, F, b == first ? 0.0f : 1.0f);
+  if (win.sw == 1) {
+    // Unit stride along a row: per image and tap, dK_tap{C, F} += sum over
+    // output rows oy of X{C, Wo} g_oy{Wo, F}, one batch-reduce GEMM over the
+    // rows, where X is the tap's window of the image transposed to channels
+    // first (row c of X is Wo consecutive pixels of channel c). Against
+    // im2col and a transposed GEMM this writes no kh*kw-times larger patch
+    // matrix and packs nothing: the transposed image is the size of the
+    // image.
+    const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right, plane = hp * wp;
+    const BatchReduceGemm gemm_taps(C, F, Wo, plane, F, F, 1.0f);
+    parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
+      thread_local std::vector<float> planes;
+      thread_local std::vector<const float*> a, b_rows;
+      planes.resize(size_t(C * plane));
+      a.resize(size_t(Ho));
+      b_rows.resize(size_t(Ho));
+      for (size_t s = s0; s < s1; ++s) {
+        float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
+        std::fill(acc, acc + K * F, 0.0f);
+        const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
+        for (int64_t b = first; b < last; ++b) {
+          std::fill(planes.begin(), planes.end(), 0.0f);
+          const float* img = px + b * H * W * C;
+          for (int64_t y = 0; y < H; ++y)
+            for (int64_t x0 = 0; x0 < W; ++x0) {
+              const float* pixel = img + (y * W + x0) * C;
+              float* dst = planes.data() + (y + win.pad_top) * wp + x0 + win.pad_left;
+              for (int64_t c = 0; c < C; ++c) dst[c * plane] = pixel[c];
+            }
+          const float* gb = pg + b * Ho * Wo * F;
+          for (int64_t oy = 0; oy < Ho; ++oy) b_rows[size_t(oy)] = gb + oy * Wo * F;
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              for (int64_t oy = 0; oy < Ho; ++oy)
+                a[size_t(oy)] = planes.data() + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
+              gemm_taps.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
+            }
+        }
       }
-    }
-  });
+    });
+  } else {
+    parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
+      thread_local std::vector<float> cols;
+      cols.resize(size_t(Ho * Wo * K));
+      for (size_t s = s0; s < s1; ++s) {
+        float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
+        const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
+        for (int64_t b = first; b < last; ++b) {
+          const TensorRef image{const_cast<float*>(px) + b * H * W * C, Shape{1, H, W, C}};
+          const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
+          im2col(win, image, col_ref, KernelContext{});
+          gemm(K, F, Ho * Wo, cols.data(), K, true, pg + b * Ho * Wo * F, F, acc, F, b == first ? 0.0f : 1.0f);
+        }
+      }
+    });
+  }
   float* out = dkernel.f();
   for (int64_t s = 1; s < slices; ++s) {
     const float* p = partial.data() + (s - 1) * K * F;

@@ -46,7 +46,10 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MatMul, [](const KernelCall& k) {
        matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr);
      }},
-    {OpKind::Add, run_binary},
+    {OpKind::Add, [](const KernelCall& k) {
+       if (k.at.flags & kReluOutput) return add_relu(k.in[0], k.in[1], k.out, k.ctx);
+       binary(k.op, k.in[0], k.in[1], k.out, k.ctx);
+     }},
     {OpKind::Sub, run_binary},
     {OpKind::Mul, run_binary},
     {OpKind::Maximum, run_binary},

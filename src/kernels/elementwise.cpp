@@ -94,6 +94,13 @@ void binary_strided(const TensorRef& a, const TensorRef& b, const TensorRef& out
 }
 }  // namespace
 
+void add_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
+  binary_strided(a, b, out, ctx, [](float x, float y) {
+    const float v = x + y;
+    return v > 0.0f ? v : 0.0f;
+  });
+}
+
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
   switch (op) {
     case OpKind::Add: return binary_strided(a, b, out, ctx, [](float x, float y) { return x + y; });

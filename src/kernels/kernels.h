@@ -171,6 +171,9 @@ void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef&
                          bool mask_non_positive, const KernelContext& ctx);
 void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
+// Add with kReluOutput: max(a + b, 0), broadcasting as binary's Add, with
+// the Relu kernel's max.
+void add_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
 void broadcast_to(const TensorRef& x, const TensorRef& out);
 void sum_to(const TensorRef& x, const TensorRef& out, const KernelContext& ctx);
 void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out);

@@ -22,7 +22,7 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 
 // ---- Gradient rules shared by several ops ----
 
-// The gradient through y = max(x, 0) (Relu, and Conv2D with kReluOutput): g
+// The gradient through y = max(x, 0) (Relu, and the ops with kReluOutput): g
 // where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool), the
 // pool's backward masks instead (kMaskNonPositive) and the unmasked one is
 // left unscheduled: one pass fewer over y.
@@ -344,11 +344,13 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(2)) d.dx[2] = b.sum_to(d.g, b.shape(d.x[2]));  // the bias: g summed over the rows
      }},
 
-    // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes
+    // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes;
+    // with kReluOutput, y = max(a + b, 0): g masked by y > 0 first
     {OpKind::Add, {"add", 2, 2, false}, broadcast_binary,
      [](const GradientCall& d) {
-       if (d.need(0)) d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0]));
-       if (d.need(1)) d.dx[1] = d.b.sum_to(d.g, d.b.shape(d.x[1]));
+       const Value g = d.at.flags & kReluOutput ? relu_gradient(d.b, d.y, d.g) : d.g;
+       if (d.need(0)) d.dx[0] = d.b.sum_to(g, d.b.shape(d.x[0]));
+       if (d.need(1)) d.dx[1] = d.b.sum_to(g, d.b.shape(d.x[1]));
      }},
     // y = a - b: da = sum_to(g), db = -sum_to(g)
     {OpKind::Sub, {"sub", 2, 2, false}, broadcast_binary,
@@ -611,14 +613,17 @@ constexpr auto kOps = std::to_array<OpDef>({
     // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward; with given
     // statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.
     // With the batch's own statistics (attrs.length 1) their gradient is inside dx.
+    // With kReluOutput, y = max(that, 0): g masked by y > 0 first.
     {OpKind::BatchNorm, {"batch_norm", 4, 4, false}, batch_norm_family,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       const OpAttrs& at = d.at;
+       OpAttrs at = d.at;
+       at.flags = 0;
+       const Value g = d.at.flags & kReluOutput ? relu_gradient(b, d.y, d.g) : d.g;
        std::span<const Value> x = d.x;
-       Value sums = b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], d.g}, at);
+       Value sums = b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g}, at);
        const int64_t c = b.shape(x[2])[0];
-       if (d.need(0)) d.dx[0] = b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], d.g, sums}, at);
+       if (d.need(0)) d.dx[0] = b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums}, at);
        if (d.need(2)) d.dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
        if (d.need(3)) d.dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
        if (d.need(1) && at.length != 1) {

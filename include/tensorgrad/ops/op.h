@@ -21,7 +21,7 @@ enum class OpKind : uint8_t {
   MatMul,               // (A{M,K}, B{K,N} [, bias{N}]) -> {M,N} (the bias added to every row), or batched
                         //   (A{B,M,K}, B{B,K,N}) -> {B,M,N} (equal B, no bias);
                         //   attrs.trans_a/trans_b transpose the last two axes of the operands
-  Add, Sub, Mul,        // NumPy broadcasting
+  Add, Sub, Mul,        // NumPy broadcasting; Add with flags kReluOutput: then ReLU, in the same pass
   Maximum, Minimum,     // NumPy broadcasting as Add; a where a >= b (a <= b) else b; a NaN in either gives NaN
   GreaterEqual,         // (a, b) broadcast as Add -> 1 where a >= b, else 0 (the mask of Maximum/Minimum gradients)
   Scale,                // x * attrs.scale
@@ -55,7 +55,8 @@ enum class OpKind : uint8_t {
                         //   flags kReluOutput: then ReLU, in the same pass
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
-                        //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx)
+                        //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx);
+                        //   flags kReluOutput: then ReLU, in the same pass
   Div,                  // a / b, NumPy broadcasting as Add
   Exp, Log, Sqrt,       // e^x, natural log, square root (NaN below 0, as std::log / std::sqrt)
   Pow,                  // x^attrs.scale (std::pow: NaN for x < 0 with a non-integer exponent)
@@ -166,10 +167,18 @@ enum OptimizerFlag : uint32_t {
 /// of its own output (conv, ReLU, pool), which saves the pass of ReluBackward
 /// over the activation.
 inline constexpr uint32_t kMaskNonPositive = 1u << 0;
-/// Conv2D's mode (OpAttrs::flags): the output passed through ReLU, applied
-/// to each output row while it is in cache (a Conv2D layer with activation
-/// "relu"); its gradient is ReLU's, then the convolution's.
+/// The mode of Conv2D, BatchNorm and Add (OpAttrs::flags): the output passed
+/// through ReLU in the op's own pass, while each row is in cache; the
+/// gradient is ReLU's (g where the output > 0), then the op's. A Conv2D
+/// layer with activation "relu" asks for it, and the lazy graph folds a Relu
+/// applied to one of these ops' outputs into it (Graph::apply,
+/// set_relu_folding): conv-BN-ReLU and residual add-ReLU take one pass over
+/// the activation fewer.
 inline constexpr uint32_t kReluOutput = 1u << 0;
+/// Whether `op` takes kReluOutput (Conv2D, BatchNorm, Add).
+constexpr bool takes_relu_output(OpKind op) {
+  return op == OpKind::Conv2D || op == OpKind::BatchNorm || op == OpKind::Add;
+}
 
 /// The learning-rate schedule OptimizerTick computes (its attrs.flags), and
 /// what its two schedule inputs hold: `steps` (int64) and `values` (float32),
@@ -205,7 +214,7 @@ struct OpAttrs {
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward: kMaskNonPositive; Conv2D: kReluOutput
+                                          // MaxPool2DBackward: kMaskNonPositive; Conv2D, BatchNorm, Add: kReluOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
