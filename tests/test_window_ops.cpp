@@ -238,6 +238,10 @@ TEST(WindowOpsPool, MaxAndAverageMatchNaive) {
       {"3x3 dilation 2", {1, 6, 6, 1}, window(3, 3, 1, 1, 2, 2, 1, 1, 1, 1)},
       // Above the executable's 1e6-flop threshold: runs on the thread pool.
       {"3x3 s1 pad 1, threaded", {16, 64, 64, 16}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      // Windows tiling the image, C a multiple of 8: max pooling's tiled form.
+      {"2x2 s2, C 8 (tiled)", {2, 4, 6, 8}, window(2, 2, 2, 2)},
+      {"3x3 s3, C 16 (tiled)", {2, 6, 9, 16}, window(3, 3, 3, 3)},
+      {"2x2 s2, C 8 (tiled), threaded", {16, 32, 32, 8}, window(2, 2, 2, 2)},
   };
   for (const PoolCase& pc : cases) {
     SCOPED_TRACE(pc.name + " " + pc.x.str());
@@ -351,6 +355,9 @@ TEST(WindowOpsMaxPoolTies, MatchesReferenceOnManyTies) {
       {"2x2 s1", {1, 4, 5, 2}, window(2, 2, 1, 1)},
       {"3x3 d2 pad 2", {1, 6, 6, 1}, window(3, 3, 1, 1, 2, 2, 2, 2, 2, 2)},
       {"3x3 s1 pad 1, threaded", {8, 64, 64, 8}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"2x2 s2, C 8 (tiled)", {2, 4, 6, 8}, window(2, 2, 2, 2)},
+      {"3x3 s3, C 16 (tiled)", {2, 6, 9, 16}, window(3, 3, 3, 3)},
+      {"2x2 s2, C 16 (tiled), threaded", {16, 32, 32, 16}, window(2, 2, 2, 2)},
   };
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> val(0, 2), gv(-4, 4);

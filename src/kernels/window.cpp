@@ -173,9 +173,52 @@ void pool2d_impl(const Window2D& win, const TensorRef& x, const TensorRef& y, co
   });
 }
 
+// Windows that tile the image exactly (stride = size, no padding, no
+// dilation, sizes dividing the image; MaxPooling2D's default) with C a
+// multiple of 8: every input pixel is in one window, so a task takes whole
+// output rows and reads its kh input rows straight through, with none of
+// the general loop's bounds per pixel.
+bool tiles_exactly(const Window2D& win, const Geometry& g) {
+  return win.sh == win.kh && win.sw == win.kw && win.dh == 1 && win.dw == 1 && win.pad_top == 0 &&
+         win.pad_left == 0 && win.pad_bottom == 0 && win.pad_right == 0 && g.h == g.ho * win.kh &&
+         g.w == g.wo * win.kw && g.c % 8 == 0;
+}
+
+// The tiled max-pool: the same taps in the same (ky, kx) order and the same
+// comparison as pool2d_impl, so the same bits (a NaN tap is skipped there too).
+template <int64_t KH, int64_t KW>  // the window's size when known at compile time (2x2), else 0: win's
+void max_pool2d_tiled(const Window2D& win, const Geometry& g, const float* px, float* py, const KernelContext& ctx) {
+  const int64_t C = g.c, kh = KH ? KH : win.kh, kw = KW ? KW : win.kw;
+  const float inf = std::numeric_limits<float>::infinity();
+  const v8f lowest = {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf};
+  parallel_for(ctx.pool, size_t(g.b * g.ho), 8, [=](size_t rb, size_t re) {
+    for (size_t r = rb; r < re; ++r) {
+      const int64_t b = int64_t(r) / g.ho, oy = int64_t(r) % g.ho;
+      const float* in = px + (b * g.h + oy * kh) * g.w * C;
+      float* out = py + int64_t(r) * g.wo * C;
+      for (int64_t ox = 0; ox < g.wo; ++ox)
+        for (int64_t c = 0; c < C; c += 8) {
+          v8f acc = lowest;
+          for (int64_t ky = 0; ky < kh; ++ky)
+            for (int64_t kx = 0; kx < kw; ++kx) {
+              const v8f v = load8(in + (ky * g.w + ox * kw + kx) * C + c);
+              acc = v > acc ? v : acc;
+            }
+          store8(out + ox * C + c, acc);
+        }
+    }
+  });
+}
+
 void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  if (op == OpKind::MaxPool2D) pool2d_impl<true>(win, x, y, ctx);
-  else pool2d_impl<false>(win, x, y, ctx);
+  if (op == OpKind::MaxPool2D) {
+    const Geometry g = geometry(win, x.shape);
+    if (tiles_exactly(win, g))
+      return win.kh == 2 && win.kw == 2 ? max_pool2d_tiled<2, 2>(win, g, x.f(), y.f(), ctx)
+                                        : max_pool2d_tiled<0, 0>(win, g, x.f(), y.f(), ctx);
+    return pool2d_impl<true>(win, x, y, ctx);
+  }
+  pool2d_impl<false>(win, x, y, ctx);
 }
 
 // Each window's gradient goes to its first maximum in (ky, kx) order, as
@@ -185,33 +228,28 @@ void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef&
 // dilation, sizes dividing the image; MaxPooling2D's default): every input
 // pixel belongs to one window, so each dx element is written once, without
 // clearing dx first or adding into it.
-bool tiles_exactly(const Window2D& win, const Geometry& g) {
-  return win.sh == win.kh && win.sw == win.kw && win.dh == 1 && win.dw == 1 && win.pad_top == 0 &&
-         win.pad_left == 0 && win.pad_bottom == 0 && win.pad_right == 0 && g.h == g.ho * win.kh &&
-         g.w == g.wo * win.kw && g.c % 8 == 0;
-}
-
+template <int64_t KH, int64_t KW>  // the window's size when known at compile time (2x2), else 0: win's
 void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const float* px, const float* pg, float* pd,
                                bool mask, const KernelContext& ctx) {
-  const int64_t C = g.c;
+  const int64_t C = g.c, kh = KH ? KH : win.kh, kw = KW ? KW : win.kw;
   const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
   parallel_for(ctx.pool, size_t(g.b * g.ho), 8, [=](size_t rb, size_t re) {
     for (size_t r = rb; r < re; ++r) {
       const int64_t b = int64_t(r) / g.ho, oy = int64_t(r) % g.ho;
       for (int64_t ox = 0; ox < g.wo; ++ox) {
         const float* grad = pg + ((b * g.ho + oy) * g.wo + ox) * C;
-        auto tap = [&](int64_t ky, int64_t kx) { return ((b * g.h + oy * win.kh + ky) * g.w + ox * win.kw + kx) * C; };
+        auto tap = [&](int64_t ky, int64_t kx) { return ((b * g.h + oy * kh + ky) * g.w + ox * kw + kx) * C; };
         for (int64_t c = 0; c < C; c += 8) {
           v8f best = load8(px + tap(0, 0) + c);
-          for (int64_t ky = 0; ky < win.kh; ++ky)
-            for (int64_t kx = 0; kx < win.kw; ++kx) {
+          for (int64_t ky = 0; ky < kh; ++ky)
+            for (int64_t kx = 0; kx < kw; ++kx) {
               const v8f v = load8(px + tap(ky, kx) + c);
               best = v > best ? v : best;
             }
           v8f pending = load8(grad + c);
           if (mask) pending = best > zero ? pending : zero;
-          for (int64_t ky = 0; ky < win.kh; ++ky)
-            for (int64_t kx = 0; kx < win.kw; ++kx) {
+          for (int64_t ky = 0; ky < kh; ++ky)
+            for (int64_t kx = 0; kx < kw; ++kx) {
               const int64_t at = tap(ky, kx) + c;
               const auto hit = load8(px + at) == best;
               store8(pd + at, hit ? pending : zero);
@@ -230,7 +268,9 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
   const Geometry g = geometry(win, x.shape);
   const float *px = x.f(), *pg = gr.f();
   float* pd = dx.f();
-  if (tiles_exactly(win, g)) return max_pool2d_backward_tiled(win, g, px, pg, pd, mask, ctx);
+  if (tiles_exactly(win, g))
+    return win.kh == 2 && win.kw == 2 ? max_pool2d_backward_tiled<2, 2>(win, g, px, pg, pd, mask, ctx)
+                                      : max_pool2d_backward_tiled<0, 0>(win, g, px, pg, pd, mask, ctx);
   std::memset(pd, 0, size_t(dx.numel()) * sizeof(float));
   const int64_t C = g.c, C8 = C % 8 == 0 ? C : 0;
   for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
