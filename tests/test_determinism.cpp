@@ -208,6 +208,16 @@ StepCapture capture_step(nn::Model& m, int64_t batch, const Tensor& x, const Ten
   return cap;
 }
 
+// The same loss and the same `n_grads` gradients, to the bit.
+void expect_bit_equal_steps(const StepCapture& a, const StepCapture& b, size_t n_grads) {
+  ASSERT_EQ(a.grads.size(), n_grads);
+  EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(float)), 0);
+  for (const auto& [name, g] : a.grads) {
+    ASSERT_TRUE(b.grads.count(name)) << name;
+    EXPECT_EQ(g, b.grads.at(name)) << name;
+  }
+}
+
 // One training step of a small CNN with batch normalization (the kernels
 // whose work is split into slices with their own partial sums: the conv
 // filter gradient and the batch-norm statistics) at `threads` threads.
@@ -285,13 +295,7 @@ StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor
 TEST(Determinism, ReluInsideTheConvolutionEqualsTheActivationLayer) {
   const Tensor x = random_x(32, 16 * 16 * 3, 25).reshape(Shape{32, 16, 16, 3});
   const Tensor y = random_ids(32, 10, 26);
-  const StepCapture fused = conv_relu_pool_step(true, x, y), apart = conv_relu_pool_step(false, x, y);
-  ASSERT_EQ(fused.grads.size(), 4u);
-  EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0);
-  for (const auto& [name, g] : fused.grads) {
-    ASSERT_TRUE(apart.grads.count(name)) << name;
-    EXPECT_EQ(g, apart.grads.at(name)) << name;
-  }
+  expect_bit_equal_steps(conv_relu_pool_step(true, x, y), conv_relu_pool_step(false, x, y), 4);
 }
 
 namespace {
@@ -321,13 +325,7 @@ StepCapture residual_step(bool fold, const Tensor& x, const Tensor& y) {
 TEST(Determinism, ReluFoldedIntoBatchNormAndAddEqualsTheGraphAsWritten) {
   const Tensor x = random_x(32, 10 * 10 * 8, 27).reshape(Shape{32, 10, 10, 8});
   const Tensor y = random_ids(32, 10, 28);
-  const StepCapture folded = residual_step(true, x, y), written = residual_step(false, x, y);
-  ASSERT_EQ(folded.grads.size(), 8u);
-  EXPECT_EQ(std::memcmp(&folded.loss, &written.loss, sizeof(float)), 0);
-  for (const auto& [name, g] : folded.grads) {
-    ASSERT_TRUE(written.grads.count(name)) << name;
-    EXPECT_EQ(g, written.grads.at(name)) << name;
-  }
+  expect_bit_equal_steps(residual_step(true, x, y), residual_step(false, x, y), 8);
 }
 
 namespace {
