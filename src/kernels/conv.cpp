@@ -212,13 +212,14 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
     // image.
     const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right, plane = hp * wp;
     constexpr int64_t kFewChannels = 8;
-    const BatchReduceGemm gemm_taps(C < kFewChannels ? 1 : C, F, Wo, plane, F, F, 1.0f),
-        gemm_windows(C < kFewChannels ? K : 1, F, Wo, Ho * Wo, F, F, 1.0f);
+    const bool few = C < kFewChannels;
+    // Rows of the A operands: the taps' windows (few channels), else channels of the transposed image.
+    const BatchReduceGemm gemm_rows(few ? K : C, F, Wo, few ? Ho * Wo : plane, F, F, 1.0f);
     parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
       thread_local std::vector<float> planes, window_rows;
       thread_local std::vector<const float*> a, b_rows;
       planes.resize(size_t(C * plane));
-      if (C < kFewChannels) window_rows.resize(size_t(K * Ho * Wo));
+      if (few) window_rows.resize(size_t(K * Ho * Wo));
       a.resize(size_t(Ho));
       b_rows.resize(size_t(Ho));
       for (size_t s = s0; s < s1; ++s) {
@@ -236,7 +237,7 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
             }
           const float* gb = pg + b * Ho * Wo * F;
           for (int64_t oy = 0; oy < Ho; ++oy) b_rows[size_t(oy)] = gb + oy * Wo * F;
-          if (C < kFewChannels) {
+          if (few) {
             // Few channels: a GEMM of C rows is mostly overhead, so the taps'
             // windows are copied out as the rows of one matrix {K, Ho*Wo}
             // (the patch matrix transposed, small here) and one batch-reduce
@@ -250,14 +251,14 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
                                 size_t(Wo) * sizeof(float));
                 }
             for (int64_t oy = 0; oy < Ho; ++oy) a[size_t(oy)] = window_rows.data() + oy * Wo;
-            gemm_windows.run(K, a.data(), b_rows.data(), Ho, acc, Ho * Wo);
+            gemm_rows.run(K, a.data(), b_rows.data(), Ho, acc, Ho * Wo);
             continue;
           }
           for (int64_t ky = 0; ky < win.kh; ++ky)
             for (int64_t kx = 0; kx < win.kw; ++kx) {
               for (int64_t oy = 0; oy < Ho; ++oy)
                 a[size_t(oy)] = planes.data() + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
-              gemm_taps.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
+              gemm_rows.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
             }
         }
       }
