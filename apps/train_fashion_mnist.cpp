@@ -177,6 +177,12 @@ int main(int argc, char** argv) {
                  "modules, DataLoader, AdamW, a hand-written loop)")
       ->check(CLI::IsMember({"graph", "eager"}))
       ->capture_default_str();
+  std::string dtype_policy = "float32";
+  app.add_option("--dtype-policy", dtype_policy,
+                 "float32, or mixed_bfloat16 (Keras' policy: bfloat16 matmuls and convolutions on CPUs with "
+                 "AVX512-BF16, float32 weights and optimizer state; float32 elsewhere, said once)")
+      ->check(CLI::IsMember({"float32", "mixed_bfloat16"}))
+      ->capture_default_str();
   app.add_option("--model", model_name, "mlp, cnn or resnet")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet"}))
       ->capture_default_str();
@@ -236,7 +242,7 @@ int main(int argc, char** argv) {
     if (threads > 0) tg::set_num_threads(threads);
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
-      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f)
+      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32")
         throw tg::ValueError("--api eager takes --epochs, --batch-size, --lr, --validation-split, --threads, --seed, "
                              "--data and --verbose only");
       tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/true);
@@ -274,7 +280,8 @@ int main(int argc, char** argv) {
       }
       return tg::nn::Model(std::move(seq));
     }();
-    model.compile(tg::OptimizerSpec::adamw(learning_rate), "sparse_categorical_crossentropy", {"accuracy"});
+    model.compile(tg::OptimizerSpec::adamw(learning_rate), "sparse_categorical_crossentropy", {"accuracy"},
+                  dtype_policy == "mixed_bfloat16" ? tg::DTypePolicy::kMixedBFloat16 : tg::DTypePolicy::kFloat32);
     std::printf("%s", model.summary().c_str());
 
     tg::nn::FitOptions fit;

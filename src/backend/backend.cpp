@@ -25,6 +25,27 @@ std::shared_ptr<const Backend> backend(Device device) {
   throw StateError("backend: unknown device");
 }
 
+std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy) {
+  switch (policy) {
+    case DTypePolicy::kFloat32: return backend(device);
+    case DTypePolicy::kMixedBFloat16:
+      if (device != Device::CPU)
+        throw ValueError(std::string("compile: the mixed_bfloat16 policy is built for the CPU only; ") +
+                         device_name(device) + " has no bfloat16 kernels yet. Compile for Device::CPU, or with "
+                         "DTypePolicy::kFloat32");
+      return cpu_backend(policy);
+  }
+  throw ValueError("backend: unknown dtype policy");
+}
+
+const char* dtype_policy_name(DTypePolicy policy) {
+  switch (policy) {
+    case DTypePolicy::kFloat32: return "float32";
+    case DTypePolicy::kMixedBFloat16: return "mixed_bfloat16";
+  }
+  return "unknown";
+}
+
 bool built_with_cuda() { return cuda::built(); }
 
 }  // namespace tensorgrad

@@ -29,6 +29,10 @@ struct TensorRef {
 /// What a run hands every kernel.
 struct KernelContext {
   ComputePool* pool = nullptr;  // null: run on the calling thread only
+  // The mixed_bfloat16 policy on a CPU with AVX512-BF16: MatMul, the product
+  // form of AccumulateGrad and the convolutions round their inputs to
+  // bfloat16 and accumulate in float32 (kernels/bfloat16.h).
+  bool bf16 = false;
 };
 
 /// Below this much work (op_flops, summed over a graph or for one eager op)

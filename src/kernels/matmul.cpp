@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/bfloat16.h"
 #include "kernels/kernels.h"
 
 #if defined(__AVX__)
@@ -117,12 +118,54 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
 }
 
 namespace {
+// The rows of C per libxsmm call, from m alone: libxsmm's AVX-512 kernels
+// round differently for different row counts (a {64, 784} product over
+// k = 10 in blocks of 16 rows against one call of 64: 294 of 50,176
+// elements differ, Zen 5 EPYC), so a split that followed the threads would
+// make results depend on them. Up to 64 rows, one call; above, blocks of a
+// multiple of 16 rows, at least 4 (so that a block a descheduled worker
+// holds is at most a quarter of the product: ComputePool), at most kRowBlock.
+int64_t xsmm_block_rows(int64_t m) {
+  if (m <= 64) return m;
+  return std::min(kRowBlock, ((m + 3) / 4 + 15) / 16 * 16);
+}
+
+// The mixed_bfloat16 form of matmul_2d: op(B) rounded to bfloat16 and packed
+// once (libxsmm's VNNI pairs), each block's rows of op(A) rounded by the
+// worker that runs it, libxsmm's AVX512-BF16 kernel accumulating in float32.
+// False, with nothing written, when libxsmm has no kernel for the shape.
+bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t ldb,
+                    float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta, const float* bias) {
+  const int64_t kp = even_k(k), rows = xsmm_block_rows(m), first_rows = std::min(rows, m);
+  const libxsmm_bsmmfunction full = bf16_gemm_kernel(first_rows, n, kp, kp, n, beta);
+  const libxsmm_bsmmfunction tail = m > rows && m % rows ? bf16_gemm_kernel(m % rows, n, kp, kp, n, beta) : full;
+  if (!full || !tail) return false;
+  thread_local std::vector<bf16> packed_b;  // the caller's; the workers only read it
+  packed_b.resize(size_t(kp * n));
+  pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, packed_b.data());
+  const bf16* pb = packed_b.data();
+  const size_t blocks = size_t((m + rows - 1) / rows);
+  parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {
+    thread_local std::vector<bf16> packed_a;
+    packed_a.resize(size_t(first_rows * kp));
+    for (size_t bi = b0; bi < b1; ++bi) {
+      const int64_t i0 = int64_t(bi) * rows, i1 = std::min(m, i0 + rows);
+      if (bias)
+        for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
+      pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a.data());
+      (i1 - i0 == first_rows ? full : tail)(pb, packed_a.data(), c_data + i0 * n);
+    }
+  });
+  return true;
+}
+
 // C{m,n} = beta C + op(A) op(B) for one pair of row-major matrices, A
 // {a_rows, lda} and B {b_rows, b_cols} (k the inner size), beta 0 or 1, in
-// blocks of rows of C run on `pool` (null: the calling thread).
+// blocks of rows of C run on `pool` (null: the calling thread); with bf16,
+// on bfloat16 operands (matmul_2d_bf16) where libxsmm has the kernel.
 void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
                int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta,
-               const float* bias) {
+               const float* bias, bool bf16) {
   if (m == 0 || n == 0) return;
   // With a bias, each block's rows of C start as the bias and the GEMM adds.
   auto set_bias_rows = [=](int64_t i0, int64_t i1) {
@@ -134,6 +177,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
     return;
   }
   if (bias) beta = 1.0f;
+  if (bf16 && matmul_2d_bf16(at, a_data, lda, b_data, b_cols, c_data, m, n, k, pool, beta, bias)) return;
   // A transposed B is turned around once (it is the small operand of every
   // backward product), so every block runs libxsmm's B-not-transposed kernel.
   const bool flip_b = at.trans_b && b_rows * b_cols <= (int64_t(1) << 20);
@@ -156,14 +200,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   // OpenBLAS's results depend on the rows of the call, so its blocks are a
   // fixed kBlasRows whatever the threads (as fast as larger ones from 64
   // rows: 76 against 72 GFLOP/s for {64 | 392, 500} over k = 500).
-  // On a pool, libxsmm's blocks are at least 4 however few the threads (its
-  // results do not depend on the rows of a call), so a block a descheduled
-  // worker holds is at most a quarter of the product (ComputePool); on one
-  // thread, one block (the fewest calls).
-  const int64_t threads = pool_threads(pool);
-  const int64_t parts = threads > 1 ? std::max<int64_t>(4, threads) : 1;
-  const int64_t rows = blas ? kBlasRows
-                            : std::min(kRowBlock, std::max<int64_t>(16, ((m + parts - 1) / parts + 15) / 16 * 16));
+  const int64_t rows = blas ? kBlasRows : xsmm_block_rows(m);
   const size_t blocks = size_t((m + rows - 1) / rows);
   parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {
     for (size_t bi = b0; bi < b1; ++bi) gemm(int64_t(bi) * rows, std::min(m, int64_t(bi + 1) * rows));
@@ -183,11 +220,12 @@ void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const Ten
   const int64_t m = c.shape[r - 2], n = c.shape[r - 1];
   const int64_t a_rows = a.shape[r - 2], lda = a.shape[r - 1], b_rows = b.shape[r - 2], b_cols = b.shape[r - 1];
   const int64_t k = at.trans_a ? a_rows : lda;
-  if (r == 2) return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias);
+  if (r == 2)
+    return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias, ctx.bf16);
   const int64_t batch = c.shape[0];
   auto one = [&](int64_t i, ComputePool* pool) {
     matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
-              k, pool, beta, nullptr);
+              k, pool, beta, nullptr, ctx.bf16);
   };
   const int64_t threads = pool_threads(ctx.pool);
   if (threads > 1 && batch >= threads) {

@@ -304,9 +304,9 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
-                    Device device) {
+                    CompileTarget target) {
   check_live("compile()");
-  compile(optimizer, loss, metrics, tensorgrad::backend(device));
+  compile(optimizer, loss, metrics, tensorgrad::backend(target.device, target.policy));
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
@@ -318,9 +318,9 @@ void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std:
 
 void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
                     const std::vector<float>& loss_weights, const std::vector<std::vector<std::string>>& metrics,
-                    Device device) {
+                    CompileTarget target) {
   check_live("compile()");
-  compile(optimizer, losses, loss_weights, metrics, tensorgrad::backend(device));
+  compile(optimizer, losses, loss_weights, metrics, tensorgrad::backend(target.device, target.policy));
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
@@ -340,9 +340,9 @@ void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& los
 
 void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                     const std::map<std::string, float>& loss_weights,
-                    const std::map<std::string, std::vector<std::string>>& metrics, Device device) {
+                    const std::map<std::string, std::vector<std::string>>& metrics, CompileTarget target) {
   check_live("compile()");
-  std::shared_ptr<const Backend> on = tensorgrad::backend(device);
+  std::shared_ptr<const Backend> on = tensorgrad::backend(target.device, target.policy);
   const std::vector<std::string>& names = graph_->output_names;
   auto check_names = [&](const auto& map, const char* what) {
     for (const auto& [k, v] : map)

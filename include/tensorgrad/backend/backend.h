@@ -20,6 +20,21 @@ struct TensorRef;
 class Executable;
 struct BatchRule;
 
+/// A model's compute precision, after Keras' dtype policies: kFloat32
+/// computes everything in float32; kMixedBFloat16 (Keras' "mixed_bfloat16")
+/// keeps weights, optimizer state and every other op in float32 while
+/// MatMul (Dense layers, their gradients) and the convolutions (Conv2D, its
+/// input and filter gradients) round their inputs to bfloat16 and
+/// accumulate in float32, on CPUs with AVX512-BF16 (detected at run time;
+/// elsewhere they stay float32, which the log says once). The recurrent
+/// layers' fused kernels stay float32 under both.
+enum class DTypePolicy { kFloat32, kMixedBFloat16 };
+/// Keras' name of the policy: "float32", "mixed_bfloat16".
+const char* dtype_policy_name(DTypePolicy policy);
+/// Whether kMixedBFloat16 computes in bfloat16 on this machine (libxsmm
+/// generates AVX512-BF16 code for this CPU).
+bool bfloat16_supported();
+
 /// Runs one backend's kernels, holding what its kernels need besides their
 /// tensors (the CPU's: the thread pool, or none for small work). Made by
 /// Backend::make_launcher for one executable, or for one eager op.
@@ -54,6 +69,9 @@ class Backend {
   /// a graph, or one op's): the CPU runs work under kernels::kParallelFlops
   /// on the calling thread.
   virtual std::unique_ptr<KernelLauncher> make_launcher(double flops) const = 0;
+  /// The precision its kernels compute in (DTypePolicy); kFloat32 unless a
+  /// backend says otherwise.
+  virtual DTypePolicy dtype_policy() const { return DTypePolicy::kFloat32; }
 
   /// Throws StateError naming the first op of `graph` (its name, node and
   /// layer name) that this backend has no kernel for: a model is refused at
@@ -69,6 +87,16 @@ const std::shared_ptr<const Backend>& cpu_backend();
 /// no CUDA device or driver is present, or (with a device) the CUDA backend
 /// is a stub whose kernels are not built yet.
 std::shared_ptr<const Backend> backend(Device device);
+/// The CPU backend under `policy`: cpu_backend() for kFloat32; for
+/// kMixedBFloat16 one named "cpu (mixed_bfloat16)" whose MatMul and
+/// convolution kernels take bfloat16 inputs where bfloat16_supported(), and
+/// compute in float32 where not (logged once, at the first call with that
+/// policy: a warning without AVX512-BF16, an info line with it).
+const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy);
+/// backend(device) under `policy`. Throws ValueError for kMixedBFloat16 on
+/// Device::CUDA (not built: the CUDA backend has no kernels yet), and as
+/// backend(device) otherwise.
+std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy);
 /// Whether this build contains the CUDA backend target (TENSORGRAD_CUDA).
 bool built_with_cuda();
 

@@ -157,6 +157,16 @@ struct GeneratorFitOptions {
 
 class FunctionalGraph;
 
+/// Where a model's graphs run and in what precision: compile's last
+/// argument. A Device or a DTypePolicy converts to it.
+struct CompileTarget {
+  Device device = Device::CPU;
+  DTypePolicy policy = DTypePolicy::kFloat32;
+  CompileTarget() = default;
+  CompileTarget(Device d, DTypePolicy p = DTypePolicy::kFloat32) : device(d), policy(p) {}  // NOLINT: converts
+  CompileTarget(DTypePolicy p) : policy(p) {}                                                // NOLINT: converts
+};
+
 /// A model (keras.Model): inputs, named outputs, and the layers between.
 /// Functional: `Model(inputs, outputs)` over symbolic tensors; Sequential
 /// derives from it. A Model called on a symbolic tensor is a layer sharing
@@ -196,13 +206,19 @@ class Model {
   /// made by another activation (sigmoid, relu, ...). A failed compile
   /// leaves the model as it was.
   ///
-  /// `device` selects the backend every graph of the model runs on (the
-  /// CPU by default; backend(Device)): compile throws StateError when the
+  /// `target` selects the backend every graph of the model runs on, and
+  /// the precision (the CPU in float32 by default; backend(Device,
+  /// DTypePolicy)); a Device or a DTypePolicy converts to it, so
+  /// `compile(opt, loss, {"accuracy"}, DTypePolicy::kMixedBFloat16)` is
+  /// Keras' mixed_bfloat16 policy (bfloat16 matmuls and convolutions where
+  /// the CPU has AVX512-BF16, float32 weights and optimizer state; float32
+  /// elsewhere, logged once). compile throws StateError when the
   /// device has no backend here ("no CUDA device ...") or its backend has no
   /// kernel for an op the model's training or evaluation graph needs (naming
-  /// the op; no silent fallback to the CPU). Every overload takes it last.
+  /// the op; no silent fallback to the CPU), ValueError for mixed_bfloat16 on
+  /// CUDA. Every overload takes it last.
   void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics = {},
-               Device device = Device::CPU);
+               CompileTarget target = {});
   /// The same on a backend object (a custom backend; backend(Device) gives
   /// the built-in ones). Throws ValueError for a null backend.
   void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
@@ -212,7 +228,7 @@ class Model {
   /// Throws ValueError when a list's length is not the number of outputs.
   void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
                const std::vector<float>& loss_weights = {},
-               const std::vector<std::vector<std::string>>& metrics = {}, Device device = Device::CPU);
+               const std::vector<std::vector<std::string>>& metrics = {}, CompileTarget target = {});
   /// The same on a backend object (ValueError for a null one).
   void compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses, const std::vector<float>& loss_weights,
                const std::vector<std::vector<std::string>>& metrics, std::shared_ptr<const Backend> backend);
@@ -221,12 +237,14 @@ class Model {
   /// outputs). Missing loss weights are 1.
   void compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                const std::map<std::string, float>& loss_weights = {},
-               const std::map<std::string, std::vector<std::string>>& metrics = {}, Device device = Device::CPU);
+               const std::map<std::string, std::vector<std::string>>& metrics = {}, CompileTarget target = {});
   bool compiled() const { return compiled_; }
   /// The backend the model's graphs run on (compile's device; the CPU
   /// before the first compile).
   const std::shared_ptr<const Backend>& backend() const { return backend_; }
   Device device() const { return backend_->device(); }
+  /// The precision compile() chose (kFloat32 before the first compile).
+  DTypePolicy dtype_policy() const { return backend_->dtype_policy(); }
   /// What compile() was given (meaningful once compiled).
   const OptimizerSpec& optimizer() const { return optimizer_; }
   /// The first output's loss kind (the loss of a one-output model).

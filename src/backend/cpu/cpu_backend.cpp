@@ -1,8 +1,10 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
 #include "backend/thread_pool.h"
+#include "kernels/bfloat16.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/backend/backend.h"
+#include "tensorgrad/core/logging.h"
 
 namespace tensorgrad {
 
@@ -10,7 +12,7 @@ namespace {
 
 class CpuLauncher final : public KernelLauncher {
  public:
-  explicit CpuLauncher(bool single_thread) : single_thread_(single_thread) {}
+  CpuLauncher(bool single_thread, bool bf16) : single_thread_(single_thread) { ctx_.bf16 = bf16; }
   void begin_run() override {
     pool_ = single_thread_ ? nullptr : compute_pool();
     ctx_.pool = pool_.get();
@@ -32,20 +34,51 @@ class CpuLauncher final : public KernelLauncher {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(DTypePolicy policy) : policy_(policy) {}
   Device device() const override { return Device::CPU; }
-  std::string name() const override { return "cpu"; }
+  std::string name() const override {
+    return policy_ == DTypePolicy::kFloat32 ? "cpu" : std::string("cpu (") + dtype_policy_name(policy_) + ")";
+  }
   bool has_kernel(OpKind op) const override { return size_t(op) < size_t(OpKind::Count); }
   std::shared_ptr<Storage> allocate(size_t bytes) const override { return CpuStorage::allocate(bytes); }
   std::unique_ptr<KernelLauncher> make_launcher(double flops) const override {
-    return std::make_unique<CpuLauncher>(flops < kernels::kParallelFlops);
+    const bool bf16 = policy_ == DTypePolicy::kMixedBFloat16 && kernels::cpu_has_bf16();
+    return std::make_unique<CpuLauncher>(flops < kernels::kParallelFlops, bf16);
   }
+  DTypePolicy dtype_policy() const override { return policy_; }
+
+ private:
+  DTypePolicy policy_;
 };
 
 }  // namespace
 
+bool bfloat16_supported() { return kernels::cpu_has_bf16(); }
+
 const std::shared_ptr<const Backend>& cpu_backend() {
-  static const std::shared_ptr<const Backend>* b = new std::shared_ptr<const Backend>(std::make_shared<CpuBackend>());
+  static const std::shared_ptr<const Backend>* b =
+      new std::shared_ptr<const Backend>(std::make_shared<CpuBackend>(DTypePolicy::kFloat32));
   return *b;
+}
+
+const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy) {
+  switch (policy) {
+    case DTypePolicy::kFloat32: return cpu_backend();
+    case DTypePolicy::kMixedBFloat16: {
+      static const std::shared_ptr<const Backend>* b = [] {
+        if (kernels::cpu_has_bf16())
+          log_message(LogLevel::Info,
+                      "mixed_bfloat16: matmuls and convolutions take bfloat16 inputs (AVX512-BF16), accumulate in "
+                      "float32; weights and optimizer state stay float32");
+        else
+          log_message(LogLevel::Warning,
+                      "mixed_bfloat16: this CPU has no AVX512-BF16; matmuls and convolutions compute in float32");
+        return new std::shared_ptr<const Backend>(std::make_shared<CpuBackend>(DTypePolicy::kMixedBFloat16));
+      }();
+      return *b;
+    }
+  }
+  return cpu_backend();
 }
 
 }  // namespace tensorgrad

@@ -1,0 +1,87 @@
+#include "kernels/bfloat16.h"
+
+#include <algorithm>
+
+#include "kernels/kernels.h"
+
+namespace tensorgrad::kernels {
+
+bool cpu_has_bf16() {
+  static const bool has = [] {
+    init_xsmm();
+    return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512_CPX;
+  }();
+  return has;
+}
+
+namespace {
+// Transposing packs go in square tiles so that both the strided reads and
+// the writes stay in cache.
+constexpr int64_t kTile = 32;
+}  // namespace
+
+void pack_rows_bf16(const float* a, int64_t lda, bool trans, int64_t row0, int64_t rows, int64_t k, int64_t kp,
+                    bf16* dst) {
+  if (!trans) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* src = a + (row0 + i) * lda;
+      bf16* out = dst + i * kp;
+      for (int64_t p = 0; p < k; ++p) out[p] = to_bf16(src[p]);
+      if (kp > k) out[k] = 0;
+    }
+    return;
+  }
+  // op(A) row i is column row0 + i of A{k, m}.
+  for (int64_t p0 = 0; p0 < k; p0 += kTile)
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const int64_t p1 = std::min(k, p0 + kTile), i1 = std::min(rows, i0 + kTile);
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* src = a + p * lda + row0;
+        for (int64_t i = i0; i < i1; ++i) dst[i * kp + p] = to_bf16(src[i]);
+      }
+    }
+  if (kp > k)
+    for (int64_t i = 0; i < rows; ++i) dst[i * kp + k] = 0;
+}
+
+void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, bf16* dst) {
+  const int64_t kp = even_k(k);
+  if (!trans) {
+    for (int64_t q = 0; q < kp / 2; ++q) {
+      const float* r0 = b + 2 * q * ldb;
+      const float* r1 = 2 * q + 1 < k ? r0 + ldb : nullptr;
+      bf16* out = dst + q * 2 * n;
+      for (int64_t j = 0; j < n; ++j) {
+        out[2 * j] = to_bf16(r0[j]);
+        out[2 * j + 1] = r1 ? to_bf16(r1[j]) : bf16(0);
+      }
+    }
+    return;
+  }
+  // op(B)[p][j] = B[j][p]: row j of B gives the pairs of column j.
+  for (int64_t j0 = 0; j0 < n; j0 += kTile)
+    for (int64_t q0 = 0; q0 < kp / 2; q0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile), q1 = std::min(kp / 2, q0 + kTile);
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* src = b + j * ldb;
+        for (int64_t q = q0; q < q1; ++q) {
+          bf16* out = dst + q * 2 * n + 2 * j;
+          out[0] = to_bf16(src[2 * q]);
+          out[1] = 2 * q + 1 < k ? to_bf16(src[2 * q + 1]) : bf16(0);
+        }
+      }
+    }
+}
+
+libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t lda, int64_t ldc, float beta) {
+  init_xsmm();
+  // Column-major, as libxsmm: C^T{n, m} = B^T{n, kp} A^T{kp, m}, so the
+  // packed B is its first (VNNI) operand.
+  const float alpha = 1.0f;
+  const int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
+  const libxsmm_blasint xlda = libxsmm_blasint(n), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
+  return libxsmm_bsmmdispatch(libxsmm_blasint(n), libxsmm_blasint(m), libxsmm_blasint(kp), &xlda, &xldb, &xldc,
+                              &alpha, &beta, &flags, nullptr);
+}
+
+}  // namespace tensorgrad::kernels

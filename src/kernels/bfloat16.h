@@ -1,0 +1,54 @@
+#pragma once
+// bfloat16 operands for the mixed_bfloat16 policy (DTypePolicy, Keras'
+// policy of that name): float32 values rounded to bfloat16, laid out as
+// libxsmm's AVX512-BF16 GEMMs read them, products accumulated in float32.
+// Only the kernels of MatMul, the product form of AccumulateGrad and the
+// three convolution ops use these, and only when KernelContext::bf16 is set.
+#include <libxsmm.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tensorgrad::kernels {
+
+using bf16 = libxsmm_bfloat16;
+
+/// Whether libxsmm generates AVX512-BF16 code on this CPU (its target is
+/// Cooper Lake or later; AMD Zen 4 and 5 count). Decided once per process.
+bool cpu_has_bf16();
+
+/// Round to nearest even, as the CPU's vcvtneps2bf16; a NaN stays a NaN
+/// (quiet), an infinity an infinity.
+inline bf16 to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);
+  return bf16((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float from_bf16(bf16 b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+/// k rounded up to even: the inner size of a bf16 product, whose operands
+/// pair consecutive k (the pad is zero in both).
+inline int64_t even_k(int64_t k) { return (k + 1) & ~int64_t(1); }
+
+/// dst{rows, kp} (bfloat16, row-major) = rows [row0, row0 + rows) of op(A),
+/// op(A){m, k} being A{m, k} (row stride lda) or, with trans, A{k, m}
+/// transposed; columns k..kp-1 zero.
+void pack_rows_bf16(const float* a, int64_t lda, bool trans, int64_t row0, int64_t rows, int64_t k, int64_t kp,
+                    bf16* dst);
+/// dst{kp/2, n, 2} (libxsmm's VNNI layout: rows 2q and 2q+1 of op(B)
+/// interleaved) from op(B){k, n}, op(B) being B{k, n} (row stride ldb) or,
+/// with trans, B{n, k} transposed; the pad row (odd k) zero.
+void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, bf16* dst);
+
+/// libxsmm's kernel for row-major C{m, n} = beta C + A{m, kp} B{kp, n}, A
+/// bfloat16 rows (row stride lda), B packed by pack_vnni_bf16 (row stride
+/// n of its pairs), C float32 (row stride ldc); beta 0 or 1. Called as
+/// f(b_packed, a, c). Null when libxsmm has none for the shape.
+libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t lda, int64_t ldc, float beta);
+
+}  // namespace tensorgrad::kernels

@@ -1,0 +1,227 @@
+// The mixed_bfloat16 policy (DTypePolicy::kMixedBFloat16): MatMul and the
+// convolutions round their inputs to bfloat16 and accumulate in float32 on
+// CPUs with AVX512-BF16, and compute in float32 elsewhere. Checked against
+// sums in double of the bfloat16-rounded inputs (so a kernel that kept
+// float32 inputs, or dropped the rounding of one operand, fails) and, on a
+// machine without AVX512-BF16, against the float32 kernels bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/backend/executable.h"
+#include "test_support.h"
+
+using namespace tensorgrad;
+using test_support::uniform;
+
+namespace {
+
+// Round to nearest even, as vcvtneps2bf16 (finite inputs only here).
+float bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Runs one op on `inputs` under `policy` at `threads` threads.
+std::vector<float> run_op(OpKind op, const std::vector<Tensor>& inputs, const OpAttrs& at, DTypePolicy policy,
+                          int threads) {
+  const int saved = num_threads();
+  set_num_threads(threads);
+  Graph g;
+  std::vector<Value> in;
+  for (size_t i = 0; i < inputs.size(); ++i) in.push_back(g.input("in" + std::to_string(i), inputs[i].shape()));
+  const Value y = g.apply(op, in, at);
+  Executable exe(std::move(g), {y}, BatchRule{}, cpu_backend(policy));
+  for (size_t i = 0; i < inputs.size(); ++i) exe.bind(in[i], inputs[i]);
+  exe.run();
+  std::vector<float> out = exe.output(y).to_vector();
+  set_num_threads(saved);
+  return out;
+}
+
+// The float32 accumulation's error bound for a sum of k products of
+// magnitude up to `scale`, with room for the order of the sums.
+double tolerance(int64_t k, double scale) { return 4e-7 * double(k) * scale + 1e-6; }
+
+struct MatMulCase {
+  const char* name;
+  int64_t m, k, n;
+  bool trans_a, trans_b, bias;
+  int64_t batch;  // 0: two-dimensional
+};
+
+const std::vector<MatMulCase> kMatMulCases = {
+    {"square", 64, 64, 64, false, false, false, 0},
+    {"dense_784_500", 300, 784, 120, false, false, true, 0},
+    {"odd_k", 37, 51, 29, false, false, false, 0},
+    {"weight_gradient_trans_a", 90, 301, 40, true, false, false, 0},
+    {"input_gradient_trans_b", 200, 70, 95, false, true, false, 0},
+    {"both_transposed_odd", 33, 17, 9, true, true, false, 0},
+    {"narrow_output", 500, 64, 2, false, false, true, 0},
+    {"batched", 20, 30, 18, false, true, false, 3},
+};
+
+std::vector<double> matmul_reference(const MatMulCase& c, const std::vector<float>& a, const std::vector<float>& b,
+                                     const std::vector<float>& bias, bool round, double* scale) {
+  const int64_t entries = c.batch ? c.batch : 1;
+  std::vector<double> out(size_t(entries * c.m * c.n));
+  *scale = 0.0;
+  auto r = [&](float v) { return double(round ? bf16_round(v) : v); };
+  for (int64_t e = 0; e < entries; ++e)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = c.bias ? bias[size_t(j)] : 0.0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const float av = c.trans_a ? a[size_t(e * c.k * c.m + p * c.m + i)] : a[size_t(e * c.m * c.k + i * c.k + p)];
+          const float bv = c.trans_b ? b[size_t(e * c.n * c.k + j * c.k + p)] : b[size_t(e * c.k * c.n + p * c.n + j)];
+          s += r(av) * r(bv);
+          *scale = std::max(*scale, std::abs(double(av) * bv));
+        }
+        out[size_t((e * c.m + i) * c.n + j)] = s;
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST(BFloat16, PolicyNamesAndBackend) {
+  EXPECT_STREQ(dtype_policy_name(DTypePolicy::kFloat32), "float32");
+  EXPECT_STREQ(dtype_policy_name(DTypePolicy::kMixedBFloat16), "mixed_bfloat16");
+  EXPECT_EQ(cpu_backend(DTypePolicy::kFloat32), cpu_backend());
+  EXPECT_EQ(cpu_backend(DTypePolicy::kMixedBFloat16)->dtype_policy(), DTypePolicy::kMixedBFloat16);
+  EXPECT_EQ(cpu_backend(DTypePolicy::kMixedBFloat16)->name(), "cpu (mixed_bfloat16)");
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [] { backend(Device::CUDA, DTypePolicy::kMixedBFloat16); }, {"mixed_bfloat16", "CPU only", "Device::CPU"}));
+}
+
+// Every MatMul form (transposes, odd inner sizes padded to pairs, bias,
+// batched entries, one and two threads) equals the double sum of the
+// bfloat16-rounded operands up to float32 accumulation, and differs from the
+// unrounded product by more than that (so the rounding really happens).
+TEST(BFloat16, MatMulRoundsInputsAndAccumulatesInFloat32) {
+  if (!bfloat16_supported()) GTEST_SKIP() << "this CPU has no AVX512-BF16; the policy computes in float32 here";
+  for (const MatMulCase& c : kMatMulCases) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(91);
+    const int64_t entries = c.batch ? c.batch : 1;
+    Shape sa = c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, sb = c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n};
+    if (c.batch) sa = Shape{c.batch, sa[0], sa[1]}, sb = Shape{c.batch, sb[0], sb[1]};
+    const Tensor a = uniform(sa, rng, -1.0f, 1.0f), b = uniform(sb, rng, -1.0f, 1.0f);
+    const Tensor bias = uniform({c.n}, rng, -1.0f, 1.0f);
+    OpAttrs at;
+    at.trans_a = c.trans_a;
+    at.trans_b = c.trans_b;
+    std::vector<Tensor> inputs = {a, b};
+    if (c.bias) inputs.push_back(bias);
+    double scale = 0.0;
+    const std::vector<double> rounded =
+        matmul_reference(c, a.to_vector(), b.to_vector(), bias.to_vector(), true, &scale);
+    const std::vector<double> exact = matmul_reference(c, a.to_vector(), b.to_vector(), bias.to_vector(), false, &scale);
+    const double tol = tolerance(c.k, scale);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE("threads " + std::to_string(threads));
+      const std::vector<float> got = run_op(OpKind::MatMul, inputs, at, DTypePolicy::kMixedBFloat16, threads);
+      ASSERT_EQ(got.size(), size_t(entries * c.m * c.n));
+      double off_exact = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], rounded[i], tol) << "element " << i;
+        off_exact = std::max(off_exact, std::abs(got[i] - exact[i]));
+      }
+      EXPECT_GT(off_exact, 10 * tol) << "the product equals the float32 one: the inputs were not rounded";
+    }
+  }
+}
+
+// The weight gradient accumulated in place (AccumulateGrad's product form,
+// acc += A^T B, which gradient accumulation over micro-batches uses) takes
+// the same bfloat16 path and adds to what the accumulator held.
+TEST(BFloat16, AccumulatedProductAddsTheRoundedProduct) {
+  if (!bfloat16_supported()) GTEST_SKIP() << "this CPU has no AVX512-BF16; the policy computes in float32 here";
+  std::mt19937 rng(7);
+  const int64_t m = 48, k = 130, n = 33;
+  const Tensor acc = uniform({m, n}, rng, -1.0f, 1.0f), a = uniform({k, m}, rng, -1.0f, 1.0f),
+               b = uniform({k, n}, rng, -1.0f, 1.0f);
+  OpAttrs at;
+  at.trans_a = true;
+  const std::vector<float> va = a.to_vector(), vb = b.to_vector(), vacc = acc.to_vector();
+  Graph g;
+  const Value va_in = g.input("a", a.shape()), vb_in = g.input("b", b.shape());
+  const Value y = g.apply(OpKind::AccumulateGrad, {g.state(acc, "acc"), va_in, vb_in}, at);
+  Executable exe(std::move(g), {y}, BatchRule{}, cpu_backend(DTypePolicy::kMixedBFloat16));
+  exe.bind(va_in, a);
+  exe.bind(vb_in, b);
+  exe.run();
+  const std::vector<float> got = acc.to_vector();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += double(bf16_round(va[size_t(p * m + i)])) * bf16_round(vb[size_t(p * n + j)]);
+      ASSERT_NEAR(got[size_t(i * n + j)], vacc[size_t(i * n + j)] + s, tolerance(k, 1.0)) << i << "," << j;
+    }
+}
+
+// Without AVX512-BF16 the policy is float32: the same bits as the float32 backend.
+TEST(BFloat16, WithoutAvx512Bf16ThePolicyComputesInFloat32) {
+  if (bfloat16_supported()) GTEST_SKIP() << "this CPU has AVX512-BF16 (the rounding tests cover it)";
+  for (const MatMulCase& c : kMatMulCases) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(5);
+    Shape sa = c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, sb = c.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n};
+    if (c.batch) sa = Shape{c.batch, sa[0], sa[1]}, sb = Shape{c.batch, sb[0], sb[1]};
+    OpAttrs at;
+    at.trans_a = c.trans_a;
+    at.trans_b = c.trans_b;
+    const std::vector<Tensor> inputs = {uniform(sa, rng, -1.0f, 1.0f), uniform(sb, rng, -1.0f, 1.0f)};
+    EXPECT_EQ(run_op(OpKind::MatMul, inputs, at, DTypePolicy::kMixedBFloat16, 2),
+              run_op(OpKind::MatMul, inputs, at, DTypePolicy::kFloat32, 2));
+  }
+}
+
+// A model compiled with the policy trains: weights and optimizer state stay
+// float32, the loss falls as the float32 model's does (within bfloat16's
+// rounding), and its weights differ from the float32 run's only where the
+// CPU computes in bfloat16 (bit-equal where it cannot).
+TEST(BFloat16, MixedPolicyModelTrainsWithFloat32Weights) {
+  std::mt19937 rng(3);
+  const Tensor x = uniform({256, 12}, rng, -1.0f, 1.0f);
+  std::vector<int32_t> ids(256);
+  const std::vector<float> vx = x.to_vector();
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (vx[i * 12] + vx[i * 12 + 1] > 0.0f ? 1 : 0) + (vx[i * 12 + 2] > 0.5f ? 1 : 0);
+  const Tensor y = Tensor::from_vector(ids, Shape{256});
+  auto train = [&](DTypePolicy policy, std::vector<double>* losses) {
+    manual_seed(11);
+    nn::Sequential m(Shape{12});
+    m.add(nn::Dense(64, "relu"));
+    m.add(nn::Dense(3, "softmax"));
+    m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"}, policy);
+    EXPECT_EQ(m.dtype_policy(), policy);
+    nn::FitOptions f;
+    f.epochs = 8;
+    f.batch_size = 64;
+    f.verbose = 0;
+    *losses = m.fit(x, y, f)["loss"];
+    std::vector<float> w;
+    for (const nn::Weight& wt : m.weights()) {
+      EXPECT_EQ(wt.value.dtype(), DType::Float32) << wt.name;
+      const std::vector<float> v = wt.value.to_vector();
+      w.insert(w.end(), v.begin(), v.end());
+    }
+    return w;
+  };
+  std::vector<double> loss32, loss16;
+  const std::vector<float> w32 = train(DTypePolicy::kFloat32, &loss32), w16 = train(DTypePolicy::kMixedBFloat16, &loss16);
+  ASSERT_EQ(loss16.size(), 8u);
+  EXPECT_LT(loss16.back(), 0.6 * loss16.front());
+  EXPECT_NEAR(loss16.back(), loss32.back(), 0.05 * loss32.back());
+  if (bfloat16_supported())
+    EXPECT_NE(w16, w32) << "the mixed policy trained in float32 on a CPU with AVX512-BF16";
+  else
+    EXPECT_EQ(w16, w32);
+}
