@@ -225,3 +225,120 @@ TEST(BFloat16, MixedPolicyModelTrainsWithFloat32Weights) {
   else
     EXPECT_EQ(w16, w32);
 }
+
+namespace {
+
+struct ConvCase {
+  const char* name;
+  Shape x;  // {B, H, W, C}
+  Window2D w;
+  int64_t filters;
+};
+
+// Direct sums in double of the forward convolution (with a bias), its input
+// gradient and its filter gradient, on the inputs rounded to bfloat16 or not.
+struct ConvReference {
+  std::vector<double> y, dx, dk;
+};
+ConvReference conv_reference(const ConvCase& c, const std::vector<float>& x, const std::vector<float>& k,
+                             const std::vector<float>& bias, const std::vector<float>& g, bool round) {
+  const int64_t B = c.x[0], H = c.x[1], W = c.x[2], C = c.x[3], F = c.filters;
+  const int64_t Ho = c.w.out_h(H), Wo = c.w.out_w(W);
+  auto r = [&](float v) { return double(round ? bf16_round(v) : v); };
+  ConvReference out{std::vector<double>(size_t(B * Ho * Wo * F)), std::vector<double>(x.size()),
+                    std::vector<double>(k.size())};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox) {
+        double* yrow = out.y.data() + ((b * Ho + oy) * Wo + ox) * F;
+        for (int64_t f = 0; f < F; ++f) yrow[f] = bias[size_t(f)];
+        for (int64_t ky = 0; ky < c.w.kh; ++ky)
+          for (int64_t kx = 0; kx < c.w.kw; ++kx) {
+            const int64_t iy = oy * c.w.sh + ky * c.w.dh - c.w.pad_top, ix = ox * c.w.sw + kx * c.w.dw - c.w.pad_left;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            for (int64_t ch = 0; ch < C; ++ch) {
+              const size_t xi = size_t(((b * H + iy) * W + ix) * C + ch);
+              for (int64_t f = 0; f < F; ++f) {
+                const size_t ki = size_t(((ky * c.w.kw + kx) * C + ch) * F + f);
+                const double gv = r(g[size_t(((b * Ho + oy) * Wo + ox) * F + f)]);
+                yrow[f] += r(x[xi]) * r(k[ki]);
+                out.dx[xi] += gv * r(k[ki]);
+                out.dk[ki] += r(x[xi]) * gv;
+              }
+            }
+          }
+      }
+  return out;
+}
+
+const std::vector<ConvCase> kConvCases = {
+    {"one_channel_same", {2, 7, 9, 1}, test_support::window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), 8},
+    {"odd_channels_filters_and_width", {2, 6, 7, 3}, test_support::window(3, 3, 1, 1), 5},
+    {"sixteen_channels_same", {3, 8, 8, 16}, test_support::window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), 16},
+    {"dilation_and_pads", {2, 9, 10, 10}, test_support::window(2, 3, 1, 1, 2, 2, 1, 0, 0, 2), 7},
+    {"row_of_75_pixels", {1, 3, 75, 2}, test_support::window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1), 4},
+    {"strided", {2, 9, 9, 6}, test_support::window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1), 8},
+};
+
+}  // namespace
+
+// Conv2D, its input gradient and its filter gradient under the policy equal
+// the double sums of the bfloat16-rounded operands up to float32
+// accumulation, and differ from the unrounded sums by more than that: odd
+// channel, filter and width counts (padded to pairs), few channels, long
+// rows, dilation, one and two threads. The width-strided backward ops stay
+// float32 (the same bits as the float32 backend).
+TEST(BFloat16, ConvolutionsRoundInputsAndAccumulateInFloat32) {
+  if (!bfloat16_supported()) GTEST_SKIP() << "this CPU has no AVX512-BF16; the policy computes in float32 here";
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(std::string(c.name) + " " + c.x.str() + " " + test_support::window_str(c.w));
+    const int64_t B = c.x[0], C = c.x[3], F = c.filters, Ho = c.w.out_h(c.x[1]), Wo = c.w.out_w(c.x[2]);
+    std::mt19937 rng(17);
+    const Shape ks{c.w.kh, c.w.kw, C, F};
+    const Tensor x = uniform(c.x, rng, -1.0f, 1.0f), k = uniform(ks, rng, -1.0f, 1.0f),
+                 bias = uniform({F}, rng, -1.0f, 1.0f), g = uniform({B, Ho, Wo, F}, rng, -1.0f, 1.0f);
+    const ConvReference rounded = conv_reference(c, x.to_vector(), k.to_vector(), bias.to_vector(), g.to_vector(), true);
+    const ConvReference exact = conv_reference(c, x.to_vector(), k.to_vector(), bias.to_vector(), g.to_vector(), false);
+    OpAttrs fwd, bwd_in, bwd_k;
+    fwd.window = bwd_in.window = bwd_k.window = c.w;
+    bwd_in.shape = c.x;
+    bwd_k.shape = ks;
+    const bool strided = c.w.sw != 1 || c.w.sh != 1;
+    struct Check {
+      const char* what;
+      OpKind op;
+      std::vector<Tensor> in;
+      const OpAttrs* at;
+      const std::vector<double>* want;
+      const std::vector<double>* unrounded;
+      int64_t terms;
+      bool float32;  // computed in float32 under the policy
+    };
+    const std::vector<Check> checks = {
+        {"forward", OpKind::Conv2D, {x, k, bias}, &fwd, &rounded.y, &exact.y, c.w.kh * c.w.kw * C + 1, false},
+        {"input gradient", OpKind::Conv2DBackwardInput, {g, k}, &bwd_in, &rounded.dx, &exact.dx, c.w.kh * c.w.kw * F,
+         strided},
+        {"filter gradient", OpKind::Conv2DBackwardFilter, {x, g}, &bwd_k, &rounded.dk, &exact.dk, B * Ho * Wo,
+         c.w.sw != 1},
+    };
+    for (const Check& ch : checks) {
+      SCOPED_TRACE(ch.what);
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        const std::vector<float> got = run_op(ch.op, ch.in, *ch.at, DTypePolicy::kMixedBFloat16, threads);
+        ASSERT_EQ(got.size(), ch.want->size());
+        if (ch.float32) {
+          EXPECT_EQ(got, run_op(ch.op, ch.in, *ch.at, DTypePolicy::kFloat32, threads));
+          continue;
+        }
+        const double tol = tolerance(ch.terms, 1.0);
+        double off_exact = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], (*ch.want)[i], tol) << "element " << i;
+          off_exact = std::max(off_exact, std::abs(got[i] - (*ch.unrounded)[i]));
+        }
+        EXPECT_GT(off_exact, 10 * tol) << "equals the float32 result: the inputs were not rounded";
+      }
+    }
+  }
+}

@@ -12,8 +12,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/bfloat16.h"
 #include "kernels/kernels.h"
 
 namespace tensorgrad::kernels {
@@ -22,10 +24,36 @@ namespace {
 // Output pixels per batch-reduce call: bounds the JIT kernel's size.
 constexpr int64_t kPixelBlock = 64;
 
+// libxsmm's batch-reduce kernels for float32 operands, and for bfloat16 ones
+// (the mixed_bfloat16 policy: the first libxsmm operand, our B_i, in VNNI
+// pairs along k; float32 accumulation).
+template <class T>
+struct BrgemmKernel;
+template <>
+struct BrgemmKernel<float> {
+  using Fn = libxsmm_smmfunction_reducebatch_addr;
+  static Fn dispatch(libxsmm_blasint m, libxsmm_blasint n, libxsmm_blasint k, const libxsmm_blasint* lda,
+                     const libxsmm_blasint* ldb, const libxsmm_blasint* ldc, const float* alpha, const float* beta) {
+    const int flags = 0;
+    return libxsmm_smmdispatch_reducebatch_addr(m, n, k, lda, ldb, ldc, alpha, beta, &flags, nullptr);
+  }
+};
+template <>
+struct BrgemmKernel<bf16> {
+  using Fn = libxsmm_bsmmfunction_reducebatch_addr;
+  static Fn dispatch(libxsmm_blasint m, libxsmm_blasint n, libxsmm_blasint k, const libxsmm_blasint* lda,
+                     const libxsmm_blasint* ldb, const libxsmm_blasint* ldc, const float* alpha, const float* beta) {
+    const int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
+    return libxsmm_bsmmdispatch_reducebatch_addr(m, n, k, lda, ldb, ldc, alpha, beta, &flags, nullptr);
+  }
+};
+
 // Row-major C{m,n} = sum_i A_i{m,k} B_i{k,n} (lda: A's row stride, which is
-// the pixel stride times the channels), dispatched once per shape.
+// the pixel stride times the channels), C float32, A and B float32 or (T =
+// bf16) bfloat16 with B_i packed by pack_vnni_bf16; dispatched once per shape.
+template <class T>
 struct BatchReduceGemm {
-  libxsmm_smmfunction_reducebatch_addr full = nullptr, tail = nullptr;
+  typename BrgemmKernel<T>::Fn full = nullptr, tail = nullptr;
   int64_t m_full = 0, m_tail = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
 
   float beta = 0.0f;  // 1: the sum is added to C (accumulation over calls)
@@ -43,20 +71,22 @@ struct BatchReduceGemm {
     full = dispatch(m_full);
     if (m > kPixelBlock && m_tail) tail = dispatch(m_tail);
   }
+  // Whether libxsmm has kernels for every block (float32 runs without them,
+  // one GEMM per tap; bfloat16 has no such fallback).
+  bool complete(int64_t m) const { return full && (m <= kPixelBlock || !m_tail || tail); }
   // libxsmm is column-major: row-major C = A B is column-major C^T = B^T A^T,
   // so its first operand is B.
-  libxsmm_smmfunction_reducebatch_addr dispatch(int64_t m) const {
+  typename BrgemmKernel<T>::Fn dispatch(int64_t m) const {
     const float alpha = 1.0f;
-    const int flags = 0;
     const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
-    return libxsmm_smmdispatch_reducebatch_addr(libxsmm_blasint(n), libxsmm_blasint(m), libxsmm_blasint(k), &xlda,
-                                                &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+    return BrgemmKernel<T>::dispatch(libxsmm_blasint(n), libxsmm_blasint(m), libxsmm_blasint(k), &xlda, &xldb, &xldc,
+                                     &alpha, &beta);
   }
   // C{m, n} = sum_i A_i B_i where A_i's row r is at a[i] + r * pixel_step.
   // The kernel advances the pointer arrays it is given (libxsmm 1.17), so
   // each block gets fresh copies.
-  void run(int64_t m, const float* const* a, const float* const* b, int64_t count, float* c, int64_t pixel_step) const {
-    thread_local std::vector<const float*> ab, bb;
+  void run(int64_t m, const T* const* a, const T* const* b, int64_t count, float* c, int64_t pixel_step) const {
+    thread_local std::vector<const T*> ab, bb;
     ab.resize(size_t(count));
     bb.resize(size_t(count));
     for (int64_t r0 = 0; r0 < m; r0 += kPixelBlock) {
@@ -65,11 +95,11 @@ struct BatchReduceGemm {
         ab[size_t(i)] = a[i] + r0 * pixel_step;
         bb[size_t(i)] = b[i];
       }
-      libxsmm_smmfunction_reducebatch_addr f = rows == m_full ? full : tail;
+      const auto f = rows == m_full ? full : tail;
       if (f) {
         const unsigned long long n_taps = (unsigned long long)count;
         f(bb.data(), ab.data(), c + r0 * ldc, &n_taps);
-      } else {  // no JIT kernel for the shape: the same sum with one GEMM per tap
+      } else if constexpr (std::is_same_v<T, float>) {  // no JIT kernel: the same sum, one GEMM per tap
         for (int64_t i = 0; i < count; ++i)
           gemm(rows, n, k, ab[size_t(i)], lda, false, bb[size_t(i)], ldb, c + r0 * ldc, ldc, i ? 1.0f : beta);
       }
@@ -77,42 +107,56 @@ struct BatchReduceGemm {
   }
 };
 
-// Copies image {h, w, c} into the middle of a zeroed {hp, wp, c} buffer at
-// (top, left), or returns the image itself when there is nothing to pad.
-const float* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t hp, int64_t wp, int64_t top,
-                    int64_t left, std::vector<float>& buffer) {
-  if (hp == h && wp == w) return img;
-  if (buffer.size() < size_t(hp * wp * c)) buffer.resize(size_t(hp * wp * c));
-  std::fill(buffer.begin(), buffer.begin() + hp * wp * c, 0.0f);
-  for (int64_t y = 0; y < h; ++y)
-    std::memcpy(buffer.data() + ((y + top) * wp + left) * c, img + y * w * c, size_t(w * c) * sizeof(float));
+// Image {h, w, c} in the middle of a zeroed {hp, wp, cp} buffer at (top,
+// left), channels c..cp-1 zero: as float32 (cp = c; the image itself when
+// there is nothing to pad) or rounded to bfloat16.
+template <class T>
+const T* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t hp, int64_t wp, int64_t top, int64_t left,
+                int64_t cp, std::vector<T>& buffer) {
+  if constexpr (std::is_same_v<T, float>)
+    if (hp == h && wp == w) return img;
+  if (buffer.size() < size_t(hp * wp * cp)) buffer.resize(size_t(hp * wp * cp));
+  std::fill(buffer.begin(), buffer.begin() + hp * wp * cp, T(0));
+  for (int64_t y = 0; y < h; ++y) {
+    T* dst = buffer.data() + ((y + top) * wp + left) * cp;
+    const float* src = img + y * w * c;
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(dst, src, size_t(w * c) * sizeof(float));
+    } else {
+      for (int64_t x = 0; x < w; ++x)
+        for (int64_t ch = 0; ch < c; ++ch) dst[x * cp + ch] = to_bf16(src[x * c + ch]);
+    }
+  }
   return buffer.data();
 }
-}  // namespace
 
-void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx, const float* bias, bool relu) {
+// The forward pass over the images, each output row one batch-reduce GEMM
+// over the taps: `taps_data` holds the kernel's {cp, F} slice of each tap
+// (float32, cp = C; or bfloat16 in VNNI pairs of channels, cp = C rounded
+// up to even).
+template <class T>
+void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, int64_t cp,
+                 const BatchReduceGemm<T>& gemm_rows, const TensorRef& y, const KernelContext& ctx, const float* bias,
+                 bool relu) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
-  const BatchReduceGemm gemm_rows(Wo, F, C, win.sw * C, F, F);
   const float* px = x.f();
-  const float* pk = kernel.f();
   float* py = y.f();
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> buffer;
-    thread_local std::vector<const float*> a, w;
+    thread_local std::vector<T> buffer;
+    thread_local std::vector<const T*> a, w;
     a.resize(size_t(taps));
     w.resize(size_t(taps));
-    for (int64_t t = 0; t < taps; ++t) w[size_t(t)] = pk + t * C * F;
+    for (int64_t t = 0; t < taps; ++t) w[size_t(t)] = taps_data + t * cp * F;
     for (size_t b = b0; b < b1; ++b) {
-      const float* img = padded(px + int64_t(b) * H * W * C, H, W, C, hp, wp, win.pad_top, win.pad_left, buffer);
+      const T* img = padded<T>(px + int64_t(b) * H * W * C, H, W, C, hp, wp, win.pad_top, win.pad_left, cp, buffer);
       for (int64_t oy = 0; oy < Ho; ++oy) {
         for (int64_t ky = 0; ky < win.kh; ++ky)
           for (int64_t kx = 0; kx < win.kw; ++kx)
-            a[size_t(ky * win.kw + kx)] = img + ((oy * win.sh + ky * win.dh) * wp + kx * win.dw) * C;
+            a[size_t(ky * win.kw + kx)] = img + ((oy * win.sh + ky * win.dh) * wp + kx * win.dw) * cp;
         float* row = py + ((int64_t(b) * Ho + oy) * Wo) * F;
-        gemm_rows.run(Wo, a.data(), w.data(), taps, row, win.sw * C);
+        gemm_rows.run(Wo, a.data(), w.data(), taps, row, win.sw * cp);
         if (bias)
           for (int64_t p = 0; p < Wo; ++p)
             for (int64_t f = 0; f < F; ++f) row[p * F + f] += bias[f];
@@ -123,6 +167,154 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
   });
 }
 
+// The input gradient of a unit-stride convolution: dx[iy, ix] = sum over
+// taps of g[iy + pad_top - ky*dh, ix + pad_left - kx*dw] kernel[ky, kx]^T,
+// the forward form over g padded by the kernel's reach. `taps_t` holds each
+// tap's slice transposed, {fp, C} (float32, fp = F; or bfloat16 in VNNI
+// pairs of filters, fp = F rounded up to even).
+template <class T>
+void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t, int64_t fp,
+                       const BatchReduceGemm<T>& gemm_rows, const TensorRef& dx, const KernelContext& ctx) {
+  const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
+  const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
+  const int64_t hq = std::max(H + win.pad_top + reach_h, reach_h + Ho);
+  const int64_t wq = std::max(W + win.pad_left + reach_w, reach_w + Wo);
+  const float* pg = g.f();
+  float* pdx = dx.f();
+  parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
+    thread_local std::vector<T> buffer;
+    thread_local std::vector<const T*> a, w;
+    a.resize(size_t(taps));
+    w.resize(size_t(taps));
+    for (size_t b = b0; b < b1; ++b) {
+      const T* gp = padded<T>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, hq, wq, reach_h, reach_w, fp, buffer);
+      for (int64_t iy = 0; iy < H; ++iy) {
+        int64_t n = 0;
+        for (int64_t ky = 0; ky < win.kh; ++ky)
+          for (int64_t kx = 0; kx < win.kw; ++kx) {
+            const int64_t r = iy + win.pad_top + reach_h - ky * win.dh, s = win.pad_left + reach_w - kx * win.dw;
+            a[size_t(n)] = gp + (r * wq + s) * fp;
+            w[size_t(n)] = taps_t + (ky * win.kw + kx) * fp * C;
+            ++n;
+          }
+        gemm_rows.run(W, a.data(), w.data(), taps, pdx + ((int64_t(b) * H + iy) * W) * C, fp);
+      }
+    }
+  });
+}
+
+// Below this many channels the unit-stride filter gradient copies the taps'
+// windows out as rows (see filter_gradient_rows).
+constexpr int64_t kFewChannels = 8;
+
+// The filter gradient of a width-unit-stride convolution into dK (slice 0)
+// and the partial sums `parts` (slices 1..): per image and tap, dK_tap{C, F}
+// += sum over output rows oy of X{C, wo} g_oy{wo, F}, one batch-reduce GEMM
+// over the rows, where X is the tap's window of the image transposed to
+// channels first (row c of X is wo consecutive pixels of channel c). Against
+// im2col and a transposed GEMM this writes no kh*kw-times larger patch
+// matrix: the transposed image is the size of the image. For bfloat16 the
+// inner size wo is Wo rounded up to even: g's rows are packed in VNNI pairs
+// of pixels with a zero pad, and the planes carry a zero column past each
+// row, so the pad pixel reads a zero. False, with nothing written, when
+// libxsmm has no bfloat16 kernel for the shape.
+template <class T>
+bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorRef& g, float* dkernel, float* parts,
+                          int64_t slices, const KernelContext& ctx) {
+  const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  const int64_t wo = kBf16 ? even_k(Wo) : Wo;
+  const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right + (kBf16 ? 1 : 0);
+  const int64_t plane = hp * wp;
+  const bool few = C < kFewChannels;
+  const float* px = x.f();
+  const float* pg = g.f();
+  // Rows of the A operands: the taps' windows (few channels), else channels of the transposed image.
+  const BatchReduceGemm<T> gemm_rows(few ? K : C, F, wo, few ? Ho * wo : plane, F, F, 1.0f);
+  if (kBf16 && !gemm_rows.complete(few ? K : C)) return false;
+  parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
+    thread_local std::vector<T> planes, window_rows, g_pairs;
+    thread_local std::vector<const T*> a, b_rows;
+    planes.resize(size_t(C * plane));
+    if (few) window_rows.resize(size_t(K * Ho * wo));
+    if constexpr (kBf16) g_pairs.resize(size_t(Ho * wo * F));
+    a.resize(size_t(Ho));
+    b_rows.resize(size_t(Ho));
+    for (size_t s = s0; s < s1; ++s) {
+      float* acc = s == 0 ? dkernel : parts + (int64_t(s) - 1) * K * F;
+      std::fill(acc, acc + K * F, 0.0f);
+      const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
+      for (int64_t b = first; b < last; ++b) {
+        std::fill(planes.begin(), planes.end(), T(0));
+        const float* img = px + b * H * W * C;
+        for (int64_t y = 0; y < H; ++y)
+          for (int64_t x0 = 0; x0 < W; ++x0) {
+            const float* pixel = img + (y * W + x0) * C;
+            T* dst = planes.data() + (y + win.pad_top) * wp + x0 + win.pad_left;
+            for (int64_t c = 0; c < C; ++c) {
+              if constexpr (kBf16) dst[c * plane] = to_bf16(pixel[c]);
+              else dst[c * plane] = pixel[c];
+            }
+          }
+        const float* gb = pg + b * Ho * Wo * F;
+        for (int64_t oy = 0; oy < Ho; ++oy) {
+          if constexpr (kBf16) {
+            pack_vnni_bf16(gb + oy * Wo * F, F, false, Wo, F, g_pairs.data() + oy * wo * F);
+            b_rows[size_t(oy)] = g_pairs.data() + oy * wo * F;
+          } else {
+            b_rows[size_t(oy)] = gb + oy * Wo * F;
+          }
+        }
+        if (few) {
+          // Few channels: a GEMM of C rows is mostly overhead, so the taps'
+          // windows are copied out as the rows of one matrix {K, Ho*wo}
+          // (the patch matrix transposed, small here) and one batch-reduce
+          // GEMM over the output rows gives all of dK.
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx)
+              for (int64_t c = 0; c < C; ++c) {
+                T* row = window_rows.data() + ((ky * win.kw + kx) * C + c) * Ho * wo;
+                for (int64_t oy = 0; oy < Ho; ++oy)
+                  std::memcpy(row + oy * wo, planes.data() + c * plane + (oy * win.sh + ky * win.dh) * wp + kx * win.dw,
+                              size_t(wo) * sizeof(T));
+              }
+          for (int64_t oy = 0; oy < Ho; ++oy) a[size_t(oy)] = window_rows.data() + oy * wo;
+          gemm_rows.run(K, a.data(), b_rows.data(), Ho, acc, Ho * wo);
+          continue;
+        }
+        for (int64_t ky = 0; ky < win.kh; ++ky)
+          for (int64_t kx = 0; kx < win.kw; ++kx) {
+            for (int64_t oy = 0; oy < Ho; ++oy)
+              a[size_t(oy)] = planes.data() + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
+            gemm_rows.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
+          }
+      }
+    }
+  });
+  return true;
+}
+}  // namespace
+
+void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+            const KernelContext& ctx, const float* bias, bool relu) {
+  const int64_t C = x.shape[3], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
+  if (ctx.bf16) {
+    const int64_t cp = even_k(C);
+    const BatchReduceGemm<bf16> gemm_rows(Wo, F, cp, win.sw * cp, F, F);
+    if (gemm_rows.complete(Wo)) {
+      thread_local std::vector<bf16> packed;  // the caller's; the workers only read it
+      packed.resize(size_t(taps * cp * F));
+      for (int64_t t = 0; t < taps; ++t)
+        pack_vnni_bf16(kernel.f() + t * C * F, F, false, C, F, packed.data() + t * cp * F);
+      return conv2d_rows<bf16>(win, x, packed.data(), cp, gemm_rows, y, ctx, bias, relu);
+    }
+  }
+  const BatchReduceGemm<float> gemm_rows(Wo, F, C, win.sw * C, F, F);
+  conv2d_rows<float>(win, x, kernel.f(), C, gemm_rows, y, ctx, bias, relu);
+}
+
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
                            const KernelContext& ctx) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
@@ -131,41 +323,26 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
   const float* pk = kernel.f();
   float* pdx = dx.f();
   if (win.sh == 1 && win.sw == 1) {
-    // dx[iy, ix] = sum over taps of g[iy + pad_top - ky*dh, ix + pad_left - kx*dw] kernel[ky, kx]^T: the
-    // forward form over g padded by the kernel's reach, with each tap's slice transposed.
-    const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
-    const int64_t hq = std::max(H + win.pad_top + reach_h, reach_h + Ho);
-    const int64_t wq = std::max(W + win.pad_left + reach_w, reach_w + Wo);
+    if (ctx.bf16) {
+      const int64_t fp = even_k(F);
+      const BatchReduceGemm<bf16> gemm_rows(W, C, fp, fp, C, C);
+      if (gemm_rows.complete(W)) {
+        thread_local std::vector<bf16> packed;  // the caller's; the workers only read it
+        packed.resize(size_t(taps * fp * C));
+        for (int64_t t = 0; t < taps; ++t) pack_vnni_bf16(pk + t * C * F, F, true, F, C, packed.data() + t * fp * C);
+        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx);
+      }
+    }
     thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
     kernel_t.resize(size_t(taps * C * F));
     for (int64_t t = 0; t < taps; ++t)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
-    const float* pkt = kernel_t.data();
-    const BatchReduceGemm gemm_rows(W, C, F, F, C, C);
-    parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-      thread_local std::vector<float> buffer;
-      thread_local std::vector<const float*> a, w;
-      a.resize(size_t(taps));
-      w.resize(size_t(taps));
-      for (size_t b = b0; b < b1; ++b) {
-        const float* gp = padded(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, hq, wq, reach_h, reach_w, buffer);
-        for (int64_t iy = 0; iy < H; ++iy) {
-          int64_t n = 0;
-          for (int64_t ky = 0; ky < win.kh; ++ky)
-            for (int64_t kx = 0; kx < win.kw; ++kx) {
-              const int64_t r = iy + win.pad_top + reach_h - ky * win.dh, s = win.pad_left + reach_w - kx * win.dw;
-              a[size_t(n)] = gp + (r * wq + s) * F;
-              w[size_t(n)] = pkt + (ky * win.kw + kx) * F * C;
-              ++n;
-            }
-          gemm_rows.run(W, a.data(), w.data(), taps, pdx + ((int64_t(b) * H + iy) * W) * C, F);
-        }
-      }
-    });
-    return;
+    const BatchReduceGemm<float> gemm_rows(W, C, F, F, C, C);
+    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx);
   }
-  // Strided: per image, the patch-matrix gradient g{Ho*Wo, F} kernel^T, then col2im.
+  // Strided: per image, the patch-matrix gradient g{Ho*Wo, F} kernel^T, then
+  // col2im (float32 under both policies).
   const int64_t K = taps * C;
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
     thread_local std::vector<float> kernel_t, cols;
@@ -203,67 +380,11 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
   if (win.sw == 1) {
-    // Unit stride along a row: per image and tap, dK_tap{C, F} += sum over
-    // output rows oy of X{C, Wo} g_oy{Wo, F}, one batch-reduce GEMM over the
-    // rows, where X is the tap's window of the image transposed to channels
-    // first (row c of X is Wo consecutive pixels of channel c). Against
-    // im2col and a transposed GEMM this writes no kh*kw-times larger patch
-    // matrix and packs nothing: the transposed image is the size of the
-    // image.
-    const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right, plane = hp * wp;
-    constexpr int64_t kFewChannels = 8;
-    const bool few = C < kFewChannels;
-    // Rows of the A operands: the taps' windows (few channels), else channels of the transposed image.
-    const BatchReduceGemm gemm_rows(few ? K : C, F, Wo, few ? Ho * Wo : plane, F, F, 1.0f);
-    parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-      thread_local std::vector<float> planes, window_rows;
-      thread_local std::vector<const float*> a, b_rows;
-      planes.resize(size_t(C * plane));
-      if (few) window_rows.resize(size_t(K * Ho * Wo));
-      a.resize(size_t(Ho));
-      b_rows.resize(size_t(Ho));
-      for (size_t s = s0; s < s1; ++s) {
-        float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
-        std::fill(acc, acc + K * F, 0.0f);
-        const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
-        for (int64_t b = first; b < last; ++b) {
-          std::fill(planes.begin(), planes.end(), 0.0f);
-          const float* img = px + b * H * W * C;
-          for (int64_t y = 0; y < H; ++y)
-            for (int64_t x0 = 0; x0 < W; ++x0) {
-              const float* pixel = img + (y * W + x0) * C;
-              float* dst = planes.data() + (y + win.pad_top) * wp + x0 + win.pad_left;
-              for (int64_t c = 0; c < C; ++c) dst[c * plane] = pixel[c];
-            }
-          const float* gb = pg + b * Ho * Wo * F;
-          for (int64_t oy = 0; oy < Ho; ++oy) b_rows[size_t(oy)] = gb + oy * Wo * F;
-          if (few) {
-            // Few channels: a GEMM of C rows is mostly overhead, so the taps'
-            // windows are copied out as the rows of one matrix {K, Ho*Wo}
-            // (the patch matrix transposed, small here) and one batch-reduce
-            // GEMM over the output rows gives all of dK.
-            for (int64_t ky = 0; ky < win.kh; ++ky)
-              for (int64_t kx = 0; kx < win.kw; ++kx)
-                for (int64_t c = 0; c < C; ++c) {
-                  float* row = window_rows.data() + ((ky * win.kw + kx) * C + c) * Ho * Wo;
-                  for (int64_t oy = 0; oy < Ho; ++oy)
-                    std::memcpy(row + oy * Wo, planes.data() + c * plane + (oy * win.sh + ky * win.dh) * wp + kx * win.dw,
-                                size_t(Wo) * sizeof(float));
-                }
-            for (int64_t oy = 0; oy < Ho; ++oy) a[size_t(oy)] = window_rows.data() + oy * Wo;
-            gemm_rows.run(K, a.data(), b_rows.data(), Ho, acc, Ho * Wo);
-            continue;
-          }
-          for (int64_t ky = 0; ky < win.kh; ++ky)
-            for (int64_t kx = 0; kx < win.kw; ++kx) {
-              for (int64_t oy = 0; oy < Ho; ++oy)
-                a[size_t(oy)] = planes.data() + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
-              gemm_rows.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
-            }
-        }
-      }
-    });
+    if (!ctx.bf16 || !filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx))
+      filter_gradient_rows<float>(win, x, g, dkernel.f(), parts, slices, ctx);
   } else {
+    // Strided along the width: im2col per image and a transposed GEMM
+    // (float32 under both policies).
     parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
       thread_local std::vector<float> cols;
       cols.resize(size_t(Ho * Wo * K));
