@@ -35,6 +35,14 @@ inline float from_bf16(bf16 b) {
 /// pair consecutive k (the pad is zero in both).
 inline int64_t even_k(int64_t k) { return (k + 1) & ~int64_t(1); }
 
+/// Whether a GEMM of C{m, n} over k gains from bfloat16 operands: rounding
+/// and packing cost about (m k + k n) element passes against 2 m n k flops,
+/// and below 16 along any side they cost more than the kernel saves (the
+/// CNN example's 784-to-10 Dense and its 8-channel filter gradients ran 4x
+/// and 1.8x slower in bfloat16). Decided from the shape alone, so a run's
+/// results never depend on the threads.
+inline bool bf16_pays(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 16; }
+
 /// dst{rows, kp} (bfloat16, row-major) = rows [row0, row0 + rows) of op(A),
 /// op(A){m, k} being A{m, k} (row stride lda) or, with trans, A{k, m}
 /// transposed; columns k..kp-1 zero.

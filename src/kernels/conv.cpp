@@ -380,7 +380,9 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
   if (win.sw == 1) {
-    if (!ctx.bf16 || !filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx))
+    // Per tap a GEMM of {C, F} over the row's pixels (few channels: {K, F}).
+    const bool in_bf16 = ctx.bf16 && bf16_pays(C < kFewChannels ? K : C, F, Wo);
+    if (!in_bf16 || !filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx))
       filter_gradient_rows<float>(win, x, g, dkernel.f(), parts, slices, ctx);
   } else {
     // Strided along the width: im2col per image and a transposed GEMM

@@ -177,7 +177,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
     return;
   }
   if (bias) beta = 1.0f;
-  if (bf16 && matmul_2d_bf16(at, a_data, lda, b_data, b_cols, c_data, m, n, k, pool, beta, bias)) return;
+  if (bf16 && bf16_pays(m, n, k) && matmul_2d_bf16(at, a_data, lda, b_data, b_cols, c_data, m, n, k, pool, beta, bias)) return;
   // A transposed B is turned around once (it is the small operand of every
   // backward product), so every block runs libxsmm's B-not-transposed kernel.
   const bool flip_b = at.trans_b && b_rows * b_cols <= (int64_t(1) << 20);
