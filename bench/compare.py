@@ -46,6 +46,8 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "mlp (fit)": (0.75, "s/epoch"),
     "mlp (step loop)": (0.75, "s/epoch"),
     "cnn (fit)": (2.4, "s/epoch"),
+    # issue 15: the mixed_bfloat16 policy (beside PyTorch's float32 epoch; PyTorch's peer has no bfloat16 run)
+    "mlp (fit, mixed_bfloat16)": (None, "s/epoch"), "cnn (fit, mixed_bfloat16)": (None, "s/epoch"),
     "resnet (fit)": (None, "s/epoch"),
     "rlstep": (20.0, "us/step"),
     "trainer step": (20.0, "us/step"),
@@ -56,7 +58,8 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "lstm step": (None, "us/step"), "lstm inference": (None, "us/batch"),
     "gru step": (None, "us/step"), "gru inference": (None, "us/batch"),
 }
-ROWS = ["mlp (fit)", "mlp (step loop)", "cnn (fit)", "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
+ROWS = ["mlp (fit)", "mlp (fit, mixed_bfloat16)", "mlp (step loop)", "cnn (fit)", "cnn (fit, mixed_bfloat16)",
+        "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
         "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference"]
 WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru"]
 # The workloads each peer has: the shared peers' (../shared/bench), and the
@@ -268,7 +271,7 @@ def build_dlib(peers, build):
 def tensorgrad_run(exe, workload, threads, reps):
     """Returns {row: value} from one tensorgrad_bench process."""
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
-    filt = {"mlp": "^mlp_(fit|steps)/", "cnn": "^cnn_fit/", "resnet": "^resnet_fit/",
+    filt = {"mlp": "^mlp_(fit|fit_bf16|steps)/", "cnn": "^cnn_fit(_bf16)?/", "resnet": "^resnet_fit/",
             "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/",
             "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/"}[workload]
     env = {"TG_THREADS": str(threads)}
@@ -280,7 +283,8 @@ def tensorgrad_run(exe, workload, threads, reps):
     except ValueError:
         raise RuntimeError("tensorgrad_bench printed no JSON: " + out.strip()[-500:])
     counters = {"mlp_fit": ("mlp (fit)", "s_per_epoch"), "mlp_steps": ("mlp (step loop)", "s_per_epoch"),
-                "cnn_fit": ("cnn (fit)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
+                "mlp_fit_bf16": ("mlp (fit, mixed_bfloat16)", "s_per_epoch"),
+                "cnn_fit": ("cnn (fit)", "s_per_epoch"), "cnn_fit_bf16": ("cnn (fit, mixed_bfloat16)", "s_per_epoch"), "resnet_fit": ("resnet (fit)", "s_per_epoch"),
                 "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image"),
                 "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step"),
                 "lstm_step": ("lstm step", "us_per_step"), "lstm_infer": ("lstm inference", "us_per_batch"),
@@ -327,8 +331,11 @@ def peer_run(peer, exe, workload, threads):
         cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
             ["--epochs", "2"] if workload in ("mlp", "cnn") else ["--epochs", "1"] if workload == "resnet" else [])
         res = last_json_line(run(cmd))
-    if workload in ("mlp", "cnn", "resnet"):
-        return {workload + " (fit)": res["s_per_epoch_median"]}
+    if workload in ("mlp", "cnn"):  # the float32 epoch stands beside both of tensorgrad's policies
+        return {workload + " (fit)": res["s_per_epoch_median"],
+                workload + " (fit, mixed_bfloat16)": res["s_per_epoch_median"]}
+    if workload == "resnet":
+        return {"resnet (fit)": res["s_per_epoch_median"]}
     if workload in ("lstm", "gru"):
         return {workload + " step": res["us_per_step_median"], workload + " inference": res["us_per_inference_batch_median"]}
     if workload == "rlstep":  # the peers' step (nn.Sequential, optim.Adam, eager) stands against tensorgrad's three rows

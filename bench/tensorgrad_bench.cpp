@@ -125,12 +125,12 @@ const MnistLike& mnist_like() {
   return data;
 }
 
-tg::nn::Sequential make_mlp(bool compile) {
+tg::nn::Sequential make_mlp(bool compile, tg::DTypePolicy policy = tg::DTypePolicy::kFloat32) {
   tg::nn::clear_session();
   tg::nn::Sequential model(tg::Shape{kFeatures});
   model.add(tg::nn::Dense(500, "relu"));
   model.add(tg::nn::Dense(kClasses, "softmax"));
-  if (compile) model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+  if (compile) model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy", {}, policy);
   return model;
 }
 
@@ -157,11 +157,15 @@ void time_fit_epochs(benchmark::State& state, tg::nn::Model& model, const tg::Te
   state.counters["s_per_epoch"] = median(times);
 }
 
+// The fit epochs under the float32 policy, or (mlp_fit_bf16, cnn_fit_bf16)
+// under mixed_bfloat16: state.range(0) is the DTypePolicy.
+tg::DTypePolicy policy_of(const benchmark::State& state) { return tg::DTypePolicy(state.range(0)); }
+
 void BM_mlp_fit(benchmark::State& state) {
   try {
     const MnistLike& d = mnist_like();
     tg::manual_seed(0);
-    tg::nn::Sequential model = make_mlp(true);
+    tg::nn::Sequential model = make_mlp(true, policy_of(state));
     time_fit_epochs(state, model, d.x, d.y);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -180,7 +184,7 @@ void BM_cnn_fit(benchmark::State& state) {
     model.add(tg::nn::MaxPooling2D());
     model.add(tg::nn::Flatten());
     model.add(tg::nn::Dense(kClasses, "softmax"));
-    model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+    model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy", {}, policy_of(state));
     time_fit_epochs(state, model, d.x.reshape(tg::Shape{kRows, 28, 28, 1}), d.y);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -459,13 +463,20 @@ int main(int argc, char** argv) {
   }
   benchmark::AddCustomContext("tensorgrad_threads", std::to_string(tg::num_threads()));
 
-  benchmark::RegisterBenchmark("mlp_fit", BM_mlp_fit)
+  const int64_t f32 = int64_t(tg::DTypePolicy::kFloat32), bf16 = int64_t(tg::DTypePolicy::kMixedBFloat16);
+  benchmark::RegisterBenchmark("mlp_fit", BM_mlp_fit)->Arg(f32)
+      ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("mlp_fit_bf16", BM_mlp_fit)->Arg(bf16)
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("mlp_steps", BM_mlp_steps)
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("cnn_fit", BM_cnn_fit)
+  benchmark::RegisterBenchmark("cnn_fit", BM_cnn_fit)->Arg(f32)
+      ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("cnn_fit_bf16", BM_cnn_fit)->Arg(bf16)
       ->Iterations(1)->Repetitions(mlp_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("resnet_fit", BM_resnet_fit)
