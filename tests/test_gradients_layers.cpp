@@ -553,7 +553,7 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
   }
 }
 
-// A Relu applied to a BatchNorm, Add or Conv2D output folds into that op
+// A Relu applied to a MatMul, BatchNorm, Add or Conv2D output folds into that op
 // (kReluOutput, Graph::apply): against the graph as written
 // (set_relu_folding(false)), whose parts are checked by finite differences
 // elsewhere in this file, the value and every operand's gradient bit-equal;
@@ -563,7 +563,7 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
 TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
   const ReluFoldingGuard guard;
   const std::vector<std::string> kinds = {"batch_norm_train", "batch_norm_given_stats", "add", "add_broadcast",
-                                          "conv2d"};
+                                          "conv2d", "matmul_bias", "matmul_batched_transposed"};
   for (const std::string& kind : kinds)
     for (bool second_consumer : {false, true}) {
       SCOPED_TRACE(kind + (second_consumer ? " with a second consumer" : ""));
@@ -571,7 +571,9 @@ TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
       const Shape xs{3, 4, 5, 6};
       const Tensor tx = uniform(xs, rng, -1.5f, 1.5f), tx2 = uniform(xs, rng, -1.0f, 1.0f),
                    tc = uniform({6}, rng, -1.0f, 1.0f), tgamma = uniform({6}, rng, 0.5f, 1.5f),
-                   tbeta = uniform({6}, rng, -0.5f, 0.5f), tk = uniform({3, 3, 6, 6}, rng, -0.3f, 0.3f);
+                   tbeta = uniform({6}, rng, -0.5f, 0.5f), tk = uniform({3, 3, 6, 6}, rng, -0.3f, 0.3f),
+                   tw2 = uniform({30, 7}, rng, -0.4f, 0.4f), tb2 = uniform({7}, rng, -0.5f, 0.5f),
+                   tw3 = uniform({3, 5, 6}, rng, -0.5f, 0.5f);
       Tensor tstats = uniform({2, 6}, rng, 0.2f, 1.0f);
       std::vector<std::vector<float>> results[2];
       int relus[2] = {0, 0};
@@ -590,6 +592,13 @@ TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
           Value stats = train ? g.apply(OpKind::BatchNormStats, {params[0]}) : g.parameter(tstats, "stats", true);
           if (!train) params.push_back(stats);
           pre = g.apply(OpKind::BatchNorm, {params[0], stats, params[1], params[2]}, at);
+        } else if (kind == "matmul_bias") {  // a Dense layer's {12, 30} x {30, 7} + bias
+          params.push_back(g.parameter(tw2, "W", true));
+          params.push_back(g.parameter(tb2, "b", true));
+          pre = g.matmul(g.reshape(params[0], Shape{12, 30}), params[1], params[2]);
+        } else if (kind == "matmul_batched_transposed") {  // {3, 20, 6} x {3, 5, 6}^T
+          params.push_back(g.parameter(tw3, "W", true));
+          pre = g.matmul(g.reshape(params[0], Shape{3, 20, 6}), params[1], false, true);
         } else if (kind == "conv2d") {
           params.push_back(g.parameter(tk, "K", true));
           OpAttrs at;

@@ -65,6 +65,22 @@ TEST(Usage, CrossEntropyAfterSigmoidIsRefused) {
   EXPECT_FALSE(m.compiled());
 }
 
+// A ReLU folded into the op before it (a Dense's MatMul, a Conv2D) still
+// ends the output: refused like a Relu op, never taken as logits.
+TEST(Usage, CrossEntropyAfterAFoldedReluIsRefused) {
+  Sequential dense({4});
+  dense.add(Dense(3, "relu"));
+  std::string msg = message_of<ValueError>([&] { dense.compile(OptimizerSpec::adam(), "categorical_crossentropy"); });
+  EXPECT_NE(msg.find("ends in relu"), std::string::npos) << msg;
+  EXPECT_FALSE(dense.compiled());
+  Sequential conv({6, 6, 1});
+  conv.add(nn::Conv2D(2, 3, "valid", "relu"));
+  conv.add(nn::Flatten());
+  msg = message_of<ValueError>([&] { conv.compile(OptimizerSpec::adam(), "sparse_categorical_crossentropy"); });
+  EXPECT_NE(msg.find("ends in relu"), std::string::npos) << msg;
+  EXPECT_FALSE(conv.compiled());
+}
+
 TEST(Usage, AddAfterCompileAsksForANewCompile) {
   Sequential m({4});
   m.add(Dense(3, "softmax"));

@@ -44,7 +44,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
        for (int64_t i = 0; i < k.out.numel(); ++i) k.out.f()[i] = k.at.scale;
      }},
     {OpKind::MatMul, [](const KernelCall& k) {
-       matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr);
+       matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr,
+              (k.at.flags & kReluOutput) != 0);
      }},
     {OpKind::Add, [](const KernelCall& k) {
        if (k.at.flags & kReluOutput) return add_relu(k.in[0], k.in[1], k.out, k.ctx);

@@ -116,9 +116,11 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
 // Kernel groups, one file each.
 /// C = beta C + op(A) op(B) (MatMul's product; beta 1 for AccumulateGrad's
 /// product form), beta 0 or 1; with a bias {N} (rank 2, beta 0), C =
-/// op(A) op(B) + bias on every row, the GEMM adding into rows set to it.
+/// op(A) op(B) + bias on every row, the GEMM adding into rows set to it;
+/// with relu (MatMul's kReluOutput), then max(C, 0), block by block while
+/// the rows are in cache.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
-            float beta = 0.0f, const float* bias = nullptr);
+            float beta = 0.0f, const float* bias = nullptr, bool relu = false);
 /// Inverted dropout of x into y: element i kept (and scaled by 1 / (1 - rate))
 /// when hash_uniform(hash_random(at.seed, counter), i) >= rate, so the mask is
 /// a pure function of (key, counter, index), whatever the threads.

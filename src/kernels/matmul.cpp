@@ -35,14 +35,33 @@ constexpr int64_t kBlasRows = 64;
 // call for narrow outputs). libxsmm is column-major: row-major C = op(A) B is
 // column-major C^T = B^T op(A)^T, so the operands swap. Null when libxsmm has
 // no kernel for the shape.
+// The last few kernels each thread asked for are kept beside it: libxsmm's
+// dispatch (hashing the descriptor, a registry lookup) takes about 22 ns,
+// a third of a one-row layer's whole product, and a small model asks for
+// the same handful of shapes on every run.
 libxsmm_smmfunction xsmm_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, int64_t lda, int64_t ldb, int64_t ldc,
                                 float beta = 0.0f) {
+  struct Entry {
+    int64_t m = -1, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    bool trans_a = false;
+    float beta = 0.0f;
+    libxsmm_smmfunction f = nullptr;
+  };
+  constexpr size_t kEntries = 8;
+  thread_local Entry cache[kEntries];
+  thread_local size_t next = 0;
+  for (const Entry& e : cache)
+    if (e.m == m && e.n == n && e.k == k && e.lda == lda && e.ldb == ldb && e.ldc == ldc && e.trans_a == trans_a &&
+        e.beta == beta)
+      return e.f;
   init_xsmm();
   const float alpha = 1.0f;
   const int flags = trans_a ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
   const libxsmm_blasint xm = libxsmm_blasint(n), xn = libxsmm_blasint(m), xk = libxsmm_blasint(k);
   const libxsmm_blasint xlda = libxsmm_blasint(ldb), xldb = libxsmm_blasint(lda), xldc = libxsmm_blasint(ldc);
-  return libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+  const libxsmm_smmfunction f = libxsmm_smmdispatch(xm, xn, xk, &xlda, &xldb, &xldc, &alpha, &beta, &flags, nullptr);
+  cache[next++ % kEntries] = Entry{m, n, k, lda, ldb, ldc, trans_a, beta, f};
+  return f;
 }
 
 // Whether OpenBLAS runs C{m,n} = op(A) B rather than libxsmm. libxsmm's JIT
@@ -134,8 +153,10 @@ int64_t xsmm_block_rows(int64_t m) {
 // once (libxsmm's VNNI pairs), each block's rows of op(A) rounded by the
 // worker that runs it, libxsmm's AVX512-BF16 kernel accumulating in float32.
 // False, with nothing written, when libxsmm has no kernel for the shape.
+template <class Finish>
 bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t ldb,
-                    float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta, const float* bias) {
+                    float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta, const float* bias,
+                    const Finish& finish_rows) {
   const int64_t kp = even_k(k), rows = xsmm_block_rows(m), first_rows = std::min(rows, m);
   const libxsmm_bsmmfunction full = bf16_gemm_kernel(first_rows, n, kp, kp, n, beta);
   const libxsmm_bsmmfunction tail = m > rows && m % rows ? bf16_gemm_kernel(m % rows, n, kp, kp, n, beta) : full;
@@ -154,6 +175,7 @@ bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const f
         for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
       pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a.data());
       (i1 - i0 == first_rows ? full : tail)(pb, packed_a.data(), c_data + i0 * n);
+      finish_rows(i0, i1);
     }
   });
   return true;
@@ -162,22 +184,31 @@ bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const f
 // C{m,n} = beta C + op(A) op(B) for one pair of row-major matrices, A
 // {a_rows, lda} and B {b_rows, b_cols} (k the inner size), beta 0 or 1, in
 // blocks of rows of C run on `pool` (null: the calling thread); with bf16,
-// on bfloat16 operands (matmul_2d_bf16) where libxsmm has the kernel.
+// on bfloat16 operands (matmul_2d_bf16) where libxsmm has the kernel; with
+// relu, each block's rows then max(C, 0).
 void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t b_rows,
                int64_t b_cols, float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta,
-               const float* bias, bool bf16) {
+               const float* bias, bool bf16, bool relu) {
   if (m == 0 || n == 0) return;
   // With a bias, each block's rows of C start as the bias and the GEMM adds.
   auto set_bias_rows = [=](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
   };
+  auto finish_rows = [=](int64_t i0, int64_t i1) {
+    if (!relu) return;
+    float* p = c_data + i0 * n;
+    for (int64_t i = 0; i < (i1 - i0) * n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  };
   if (k == 0) {
     if (bias) set_bias_rows(0, m);
     else if (beta == 0.0f) std::fill(c_data, c_data + m * n, 0.0f);
+    finish_rows(0, m);
     return;
   }
   if (bias) beta = 1.0f;
-  if (bf16 && bf16_pays(m, n, k) && matmul_2d_bf16(at, a_data, lda, b_data, b_cols, c_data, m, n, k, pool, beta, bias)) return;
+  if (bf16 && bf16_pays(m, n, k) &&
+      matmul_2d_bf16(at, a_data, lda, b_data, b_cols, c_data, m, n, k, pool, beta, bias, finish_rows))
+    return;
   // A transposed B is turned around once (it is the small operand of every
   // backward product), so every block runs libxsmm's B-not-transposed kernel.
   const bool flip_b = at.trans_b && b_rows * b_cols <= (int64_t(1) << 20);
@@ -192,10 +223,12 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
     if (!blas)
       if (libxsmm_smmfunction f = xsmm_kernel(i1 - i0, n, k, at.trans_a, lda, ldb, n, beta)) {
         f(pb, pa, pc);
+        finish_rows(i0, i1);
         return;
       }
     cblas_sgemm(CblasRowMajor, at.trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 int(i1 - i0), int(n), int(k), 1.0f, pa, int(lda), pb, int(ldb), beta, pc, int(n));
+    finish_rows(i0, i1);
   };
   // OpenBLAS's results depend on the rows of the call, so its blocks are a
   // fixed kBlasRows whatever the threads (as fast as larger ones from 64
@@ -215,17 +248,17 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
 // single-threaded (see core/threads.cpp): one pool, ours, owns every thread,
 // so BLAS threads and kernel threads never spin against each other on the same cores.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
-            float beta, const float* bias) {
+            float beta, const float* bias, bool relu) {
   const int r = c.shape.rank();
   const int64_t m = c.shape[r - 2], n = c.shape[r - 1];
   const int64_t a_rows = a.shape[r - 2], lda = a.shape[r - 1], b_rows = b.shape[r - 2], b_cols = b.shape[r - 1];
   const int64_t k = at.trans_a ? a_rows : lda;
   if (r == 2)
-    return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias, ctx.bf16);
+    return matmul_2d(at, a.f(), lda, b.f(), b_rows, b_cols, c.f(), m, n, k, ctx.pool, beta, bias, ctx.bf16, relu);
   const int64_t batch = c.shape[0];
   auto one = [&](int64_t i, ComputePool* pool) {
     matmul_2d(at, a.f() + i * a_rows * lda, lda, b.f() + i * b_rows * b_cols, b_rows, b_cols, c.f() + i * m * n, m, n,
-              k, pool, beta, nullptr, ctx.bf16);
+              k, pool, beta, nullptr, ctx.bf16, relu);
   };
   const int64_t threads = pool_threads(ctx.pool);
   if (threads > 1 && batch >= threads) {

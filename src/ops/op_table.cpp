@@ -303,7 +303,8 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::Fill, {"fill", 0, 0, false}, attrs_shape, zero_gradient},    // a constant has no inputs
 
     // C = op(A) op(B): dA = g op(B)^T, dB = op(A)^T g, each transposed back when its operand was
-    // (batched: the same per batch entry, the transposes being of the last two axes)
+    // (batched: the same per batch entry, the transposes being of the last two axes);
+    // with kReluOutput, C = max(op(A) op(B) [+ bias], 0): g masked by C > 0 first
     {OpKind::MatMul, {"matmul", 2, 3, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "A");
@@ -339,9 +340,10 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](const GradientCall& d) {
        Builder& b = d.b;
        const bool ta = d.at.trans_a, tb = d.at.trans_b;
-       if (d.need(0)) d.dx[0] = ta ? b.matmul(d.x[1], d.g, tb, true) : b.matmul(d.g, d.x[1], false, !tb);
-       if (d.need(1)) d.dx[1] = tb ? b.matmul(d.g, d.x[0], true, ta) : b.matmul(d.x[0], d.g, !ta, false);
-       if (d.need(2)) d.dx[2] = b.sum_to(d.g, b.shape(d.x[2]));  // the bias: g summed over the rows
+       const Value g = d.at.flags & kReluOutput ? relu_gradient(b, d.y, d.g) : d.g;
+       if (d.need(0)) d.dx[0] = ta ? b.matmul(d.x[1], g, tb, true) : b.matmul(g, d.x[1], false, !tb);
+       if (d.need(1)) d.dx[1] = tb ? b.matmul(g, d.x[0], true, ta) : b.matmul(d.x[0], g, !ta, false);
+       if (d.need(2)) d.dx[2] = b.sum_to(g, b.shape(d.x[2]));  // the bias: g summed over the rows
      }},
 
     // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes;

@@ -509,9 +509,11 @@ Value cross_entropy_logits(const Graph& g, Value out, const std::string& output,
                      ") instead of ending in the " + folded_name +
                      ", and cross-entropy on probabilities is not supported: end the output in the " + folded_name +
                      " (it is folded into the loss) or give logits");
+  // A ReLU folded into the op before it (kReluOutput) ends the output as a Relu op would.
+  const bool folded_relu = n.role == NodeRole::Op && takes_relu_output(n.op) && (n.attrs.flags & kReluOutput);
   if (n.role == NodeRole::Op && (is_activation(n.op) || n.op == OpKind::Softmax || n.op == OpKind::Sigmoid ||
-                                 crossed_dropout)) {
-    const char* act = crossed_dropout ? "dropout" : op_info(n.op).name;
+                                 crossed_dropout || folded_relu)) {
+    const char* act = crossed_dropout ? "dropout" : folded_relu ? "relu" : op_info(n.op).name;
     throw ValueError(loss.name + " on output '" + output + "' needs a final " + folded_name +
                      " (folded into the loss) or a linear output (taken as logits); it ends in " + act +
                      ". Use activation \"" + folded_name + "\", or \"mse\" for other outputs");
@@ -674,7 +676,8 @@ namespace {
 // reads it.
 Value accumulate_gradient(Graph& g, Value acc, Value grad) {
   const Node& n = g.node(grad);
-  if (n.role == NodeRole::Op && n.op == OpKind::MatMul && n.n_inputs == 2 && n.shape.rank() == 2) {
+  if (n.role == NodeRole::Op && n.op == OpKind::MatMul && n.n_inputs == 2 && n.shape.rank() == 2 &&
+      !(n.attrs.flags & kReluOutput)) {
     const Value a = n.inputs[0], b = n.inputs[1];
     const OpAttrs at = n.attrs;  // a copy: apply may move the nodes
     return g.apply(OpKind::AccumulateGrad, {acc, a, b}, at);

@@ -14,9 +14,9 @@
 namespace tensorgrad {
 
 /// Whether graphs fold a Relu into the op that makes its input when that op
-/// applies ReLU in its own pass (kReluOutput: Conv2D, BatchNorm, Add): on by
+/// applies ReLU in its own pass (kReluOutput: MatMul, Conv2D, BatchNorm, Add): on by
 /// default. The folded graph computes the same values and gradients, to the
-/// bit, with one pass over the activation fewer forward (conv-BN-ReLU,
+/// bit, with one pass over the activation fewer forward (Dense-ReLU, conv-BN-ReLU,
 /// residual add-ReLU). Folding leaves the op's unfolded output in the graph
 /// for its other consumers (when it has any, both forms run). Off builds
 /// the graph as written: to compare against, or to see every op in a
@@ -55,7 +55,7 @@ class Graph final : public Builder {
   /// (optimizer moments, accumulators). Never differentiated.
   Value state(const Tensor& tensor, const std::string& name);
 
-  /// Appends the op (a Relu of a Conv2D, BatchNorm or Add output: that op
+  /// Appends the op (a Relu of a MatMul, Conv2D, BatchNorm or Add output: that op
   /// with kReluOutput instead, unless set_relu_folding(false)). Throws as the
   /// op's shape rule (ShapeError, TypeError).
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;

@@ -167,17 +167,17 @@ enum OptimizerFlag : uint32_t {
 /// of its own output (conv, ReLU, pool), which saves the pass of ReluBackward
 /// over the activation.
 inline constexpr uint32_t kMaskNonPositive = 1u << 0;
-/// The mode of Conv2D, BatchNorm and Add (OpAttrs::flags): the output passed
+/// The mode of MatMul, Conv2D, BatchNorm and Add (OpAttrs::flags): the output passed
 /// through ReLU in the op's own pass, while each row is in cache; the
 /// gradient is ReLU's (g where the output > 0), then the op's. A Conv2D
 /// layer with activation "relu" asks for it, and the lazy graph folds a Relu
 /// applied to one of these ops' outputs into it (Graph::apply,
-/// set_relu_folding): conv-BN-ReLU and residual add-ReLU take one pass over
-/// the activation fewer.
+/// set_relu_folding): Dense-ReLU, conv-BN-ReLU and residual add-ReLU take
+/// one pass over the activation (and one kernel launch) fewer.
 inline constexpr uint32_t kReluOutput = 1u << 0;
-/// Whether `op` takes kReluOutput (Conv2D, BatchNorm, Add).
+/// Whether `op` takes kReluOutput (MatMul, Conv2D, BatchNorm, Add).
 constexpr bool takes_relu_output(OpKind op) {
-  return op == OpKind::Conv2D || op == OpKind::BatchNorm || op == OpKind::Add;
+  return op == OpKind::MatMul || op == OpKind::Conv2D || op == OpKind::BatchNorm || op == OpKind::Add;
 }
 
 /// The learning-rate schedule OptimizerTick computes (its attrs.flags), and
@@ -214,7 +214,7 @@ struct OpAttrs {
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward: kMaskNonPositive; Conv2D, BatchNorm, Add: kReluOutput
+                                          // MaxPool2DBackward: kMaskNonPositive; MatMul, Conv2D, BatchNorm, Add: kReluOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
