@@ -2,6 +2,7 @@
 #include <libxsmm.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/bfloat16.h"
@@ -149,6 +150,87 @@ int64_t xsmm_block_rows(int64_t m) {
   return std::min(kRowBlock, ((m + 3) / 4 + 15) / 16 * 16);
 }
 
+// A one-row product c{n} = init + a{k} B{k, n} (init: bias when given, else
+// c when beta is 1, else 0), then max(c, 0) with relu: the one-row predict
+// of an agent acting (issue 15). libxsmm's kernel for one row sums k in
+// order, a chain of k dependent FMAs per vector of columns, so the 64-wide
+// layer of the small RL model spends its time on FMA latency; here k is
+// split into kParts interleaved partial sums (added pairwise at the end),
+// enough independent FMAs to fill both FMA ports. The sum's order differs
+// from the batched kernels', so a row predicted alone may differ from the
+// same row in a batch in the last bits (as in PyTorch, whose kernels also
+// follow the batch size); it depends on nothing else (one thread, fixed
+// order). False, with nothing written, on a CPU build without FMA vectors.
+constexpr int64_t kParts = 4;
+
+#if defined(__AVX512F__)
+using RowVector = __m512;
+constexpr int64_t kLanes = 16;
+inline RowVector load_lanes(const float* p) { return _mm512_loadu_ps(p); }
+inline void store_lanes(float* p, RowVector v) { _mm512_storeu_ps(p, v); }
+inline RowVector fma_lanes(float a, RowVector b, RowVector c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c); }
+inline RowVector add_lanes(RowVector a, RowVector b) { return _mm512_add_ps(a, b); }
+// The masked form: GCC 12 warns that _mm512_max_ps's undefined pass-through is uninitialised.
+inline RowVector relu_lanes(RowVector a) { return _mm512_maskz_max_ps(__mmask16(0xFFFF), a, _mm512_set1_ps(0.0f)); }
+inline RowVector zero_lanes() { return _mm512_set1_ps(0.0f); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using RowVector = __m256;
+constexpr int64_t kLanes = 8;
+inline RowVector load_lanes(const float* p) { return _mm256_loadu_ps(p); }
+inline void store_lanes(float* p, RowVector v) { _mm256_storeu_ps(p, v); }
+inline RowVector fma_lanes(float a, RowVector b, RowVector c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c); }
+inline RowVector add_lanes(RowVector a, RowVector b) { return _mm256_add_ps(a, b); }
+inline RowVector relu_lanes(RowVector a) { return _mm256_max_ps(a, _mm256_set1_ps(0.0f)); }
+inline RowVector zero_lanes() { return _mm256_set1_ps(0.0f); }
+#endif
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// Columns [j, j + W * kLanes) of the one-row product.
+template <int W>
+void one_row_columns(const float* a, const float* b, int64_t ldb, float* c, int64_t j, int64_t k, const float* init,
+                     bool relu) {
+  RowVector acc[kParts][W];
+  for (auto& part : acc)
+    for (RowVector& v : part) v = zero_lanes();
+  int64_t i = 0;
+  for (; i + kParts <= k; i += kParts)
+    for (int64_t p = 0; p < kParts; ++p)
+      for (int w = 0; w < W; ++w)
+        acc[p][w] = fma_lanes(a[i + p], load_lanes(b + (i + p) * ldb + j + w * kLanes), acc[p][w]);
+  for (; i < k; ++i)
+    for (int w = 0; w < W; ++w) acc[0][w] = fma_lanes(a[i], load_lanes(b + i * ldb + j + w * kLanes), acc[0][w]);
+  for (int w = 0; w < W; ++w) {
+    RowVector sum = add_lanes(add_lanes(acc[0][w], acc[1][w]), add_lanes(acc[2][w], acc[3][w]));
+    if (init) sum = add_lanes(load_lanes(init + j + w * kLanes), sum);
+    store_lanes(c + j + w * kLanes, relu ? relu_lanes(sum) : sum);
+  }
+}
+#endif
+
+bool one_row_product(const float* a, const float* b, int64_t ldb, float* c, int64_t n, int64_t k, float beta,
+                     const float* bias, bool relu) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  const float* init = bias ? bias : beta != 0.0f ? c : nullptr;
+  int64_t j = 0;
+  for (; j + 2 * kLanes <= n; j += 2 * kLanes) one_row_columns<2>(a, b, ldb, c, j, k, init, relu);
+  for (; j + kLanes <= n; j += kLanes) one_row_columns<1>(a, b, ldb, c, j, k, init, relu);
+  for (; j < n; ++j) {  // the last n % kLanes columns, one at a time
+    float acc[kParts] = {};
+    int64_t i = 0;
+    for (; i + kParts <= k; i += kParts)
+      for (int64_t p = 0; p < kParts; ++p) acc[p] = std::fma(a[i + p], b[(i + p) * ldb + j], acc[p]);
+    for (; i < k; ++i) acc[0] = std::fma(a[i], b[i * ldb + j], acc[0]);
+    float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    if (init) sum = init[j] + sum;
+    c[j] = relu && !(sum > 0.0f) ? 0.0f : sum;
+  }
+  return true;
+#else
+  (void)a, (void)b, (void)ldb, (void)c, (void)n, (void)k, (void)beta, (void)bias, (void)relu;
+  return false;
+#endif
+}
+
 // The mixed_bfloat16 form of matmul_2d: op(B) rounded to bfloat16 and packed
 // once (libxsmm's VNNI pairs), each block's rows of op(A) rounded by the
 // worker that runs it, libxsmm's AVX512-BF16 kernel accumulating in float32.
@@ -215,6 +297,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   const float* pb = flip_b ? transposed(b_data, b_rows, b_cols) : b_data;
   const bool trans_b = at.trans_b && !flip_b;
   const int64_t ldb = flip_b ? n : b_cols;
+  if (m == 1 && !at.trans_a && !trans_b && one_row_product(a_data, pb, ldb, c_data, n, k, beta, bias, relu)) return;
   const bool blas = trans_b || prefer_openblas(m, n, k, at.trans_a);
   auto gemm = [&](int64_t i0, int64_t i1) {
     if (bias) set_bias_rows(i0, i1);
