@@ -684,6 +684,44 @@ TEST(LayerOpGradBatchNorm, StatisticsOp) {
   EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNormStats, {x}))), "");
 }
 
+// The statistics kernel's values: mean and (biased) variance per channel
+// against two-pass sums in double, for channel counts on and off its
+// sixteen-channel vector blocks, over enough rows for several row slices,
+// with a mean far from zero (where E[x^2] - mean^2 loses digits in float);
+// the same bits at 1 and 2 threads.
+TEST(LayerOpGradBatchNorm, StatisticsEqualDoubleSumsForAnyChannelCount) {
+  std::mt19937 rng(1310);
+  for (int64_t C : {1, 15, 16, 20, 32, 37}) {
+    SCOPED_TRACE("channels " + std::to_string(C));
+    const int64_t rows = 5000;
+    const Tensor x = uniform({rows, C}, rng, 2.0f, 4.0f);
+    const std::vector<float> vx = x.to_vector();
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2}) {
+      const int saved = num_threads();
+      set_num_threads(threads);
+      Graph g;
+      const Value in = g.input("x", x.shape());
+      const Value stats = g.apply(OpKind::BatchNormStats, {in});
+      Executable exe(std::move(g), {stats}, BatchRule{}, cpu_backend());
+      exe.bind(in, x);
+      exe.run();
+      got.push_back(exe.output(stats).to_vector());
+      set_num_threads(saved);
+    }
+    EXPECT_EQ(got[0], got[1]) << "the statistics differ between 1 and 2 threads";
+    for (int64_t c = 0; c < C; ++c) {
+      double mean = 0.0, var = 0.0;
+      for (int64_t r = 0; r < rows; ++r) mean += vx[size_t(r * C + c)];
+      mean /= double(rows);
+      for (int64_t r = 0; r < rows; ++r) var += (vx[size_t(r * C + c)] - mean) * (vx[size_t(r * C + c)] - mean);
+      var /= double(rows);
+      EXPECT_NEAR(got[0][size_t(c)], mean, 1e-6 * mean) << "mean of channel " << c;
+      EXPECT_NEAR(got[0][size_t(C + c)], var, 1e-5 * var) << "variance of channel " << c;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Pooling.
 

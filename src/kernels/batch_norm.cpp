@@ -4,6 +4,7 @@
 // normalization composed of element-wise ops took about ten passes forward
 // and twenty backward. Sums are accumulated in double per slice of rows.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -36,6 +37,55 @@ void reduce_rows(const KernelContext& ctx, int64_t rows, int64_t width, double* 
   for (int64_t j = 0; j < width; ++j) total[j] = 0.0;
   for (size_t s = 0; s < slices; ++s)
     for (int64_t j = 0; j < width; ++j) total[j] += partial[s * size_t(width) + size_t(j)];
+}
+
+// The statistics' two per-channel sums over rows [r0, r1) of x {rows, C}
+// into s[0, 2C) (s[c] += x, s[C + c] += x^2, the square in double), in
+// double and in row order: sixteen channels at a time with their 32 sums
+// in registers (GCC vector extensions), where a loop over c inside the loop
+// over rows loads and stores every sum once a row. The same operations in
+// the same order, so the same bits; the resnet epoch's batch_norm_stats
+// went from 1.10 to 0.79 s (TG_PROFILE), about memory's rate for its one
+// stream. batch_norm_param_grad, written the same way, was no faster (its
+// two streams already at memory's rate) and keeps the plain loop. The last
+// C % 16 channels take the scalar loop.
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v16f __attribute__((vector_size(64)));
+
+inline v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline v8d low_half(v16f v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8d); }
+inline v8d high_half(v16f v) {
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+}
+
+void stats_sums(const float* px, int64_t r0, int64_t r1, int64_t C, double* s) {
+  int64_t c0 = 0;
+  for (; c0 + 16 <= C; c0 += 16) {
+    v8d sum[2], square[2];  // channels c0..c0+7 and c0+8..c0+15
+    std::memcpy(sum, s + c0, sizeof sum);
+    std::memcpy(square, s + C + c0, sizeof square);
+    for (int64_t r = r0; r < r1; ++r) {
+      const v16f x = load16(px + r * C + c0);
+      const v8d x0 = low_half(x), x1 = high_half(x);
+      sum[0] += x0;
+      sum[1] += x1;
+      square[0] += x0 * x0;
+      square[1] += x1 * x1;
+    }
+    std::memcpy(s + c0, sum, sizeof sum);
+    std::memcpy(s + C + c0, square, sizeof square);
+  }
+  for (int64_t r = r0; r < r1 && c0 < C; ++r) {
+    const float* xr = px + r * C;
+    for (int64_t c = c0; c < C; ++c) {
+      s[c] += xr[c];
+      s[C + c] += double(xr[c]) * xr[c];
+    }
+  }
 }
 
 // out[r, c] = x[r, c] a[c] + g[r, c] k[c] + b[c] over all rows, on the pool
@@ -74,15 +124,8 @@ void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelCo
   const float* px = x.f();
   thread_local std::vector<double> total;
   total.resize(size_t(2 * C));
-  reduce_rows(ctx, rows, 2 * C, total.data(), [&](int64_t r0, int64_t r1, double* s) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = px + r * C;
-      for (int64_t c = 0; c < C; ++c) {
-        s[c] += xr[c];
-        s[C + c] += double(xr[c]) * xr[c];
-      }
-    }
-  });
+  reduce_rows(ctx, rows, 2 * C, total.data(),
+              [&](int64_t r0, int64_t r1, double* s) { stats_sums(px, r0, r1, C, s); });
   float* out = stats.f();
   for (int64_t c = 0; c < C; ++c) {
     const double mean = rows ? total[size_t(c)] / double(rows) : 0.0;
