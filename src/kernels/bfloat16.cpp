@@ -27,7 +27,7 @@ void pack_rows_bf16(const float* a, int64_t lda, bool trans, int64_t row0, int64
       const float* src = a + (row0 + i) * lda;
       bf16* out = dst + i * kp;
       for (int64_t p = 0; p < k; ++p) out[p] = to_bf16(src[p]);
-      if (kp > k) out[k] = 0;
+      std::fill(out + k, out + kp, bf16(0));
     }
     return;
   }
@@ -40,17 +40,20 @@ void pack_rows_bf16(const float* a, int64_t lda, bool trans, int64_t row0, int64
         for (int64_t i = i0; i < i1; ++i) dst[i * kp + p] = to_bf16(src[i]);
       }
     }
-  if (kp > k)
-    for (int64_t i = 0; i < rows; ++i) dst[i * kp + k] = 0;
+  for (int64_t i = 0; i < rows; ++i) std::fill(dst + i * kp + k, dst + (i + 1) * kp, bf16(0));
 }
 
 void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, bf16* dst) {
-  const int64_t kp = even_k(k);
+  pack_vnni_bf16(b, ldb, trans, k, n, even_k(k), n, dst);
+}
+
+void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t kp, int64_t np, bf16* dst) {
+  if (kp > even_k(k) || np > n) std::fill(dst, dst + kp * np, bf16(0));
   if (!trans) {
-    for (int64_t q = 0; q < kp / 2; ++q) {
+    for (int64_t q = 0; q < even_k(k) / 2; ++q) {
       const float* r0 = b + 2 * q * ldb;
       const float* r1 = 2 * q + 1 < k ? r0 + ldb : nullptr;
-      bf16* out = dst + q * 2 * n;
+      bf16* out = dst + q * 2 * np;
       for (int64_t j = 0; j < n; ++j) {
         out[2 * j] = to_bf16(r0[j]);
         out[2 * j + 1] = r1 ? to_bf16(r1[j]) : bf16(0);
@@ -60,12 +63,12 @@ void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t 
   }
   // op(B)[p][j] = B[j][p]: row j of B gives the pairs of column j.
   for (int64_t j0 = 0; j0 < n; j0 += kTile)
-    for (int64_t q0 = 0; q0 < kp / 2; q0 += kTile) {
-      const int64_t j1 = std::min(n, j0 + kTile), q1 = std::min(kp / 2, q0 + kTile);
+    for (int64_t q0 = 0; q0 < even_k(k) / 2; q0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile), q1 = std::min(even_k(k) / 2, q0 + kTile);
       for (int64_t j = j0; j < j1; ++j) {
         const float* src = b + j * ldb;
         for (int64_t q = q0; q < q1; ++q) {
-          bf16* out = dst + q * 2 * n + 2 * j;
+          bf16* out = dst + q * 2 * np + 2 * j;
           out[0] = to_bf16(src[2 * q]);
           out[1] = 2 * q + 1 < k ? to_bf16(src[2 * q + 1]) : bf16(0);
         }

@@ -52,11 +52,33 @@ void pack_rows_bf16(const float* a, int64_t lda, bool trans, int64_t row0, int64
 /// interleaved) from op(B){k, n}, op(B) being B{k, n} (row stride ldb) or,
 /// with trans, B{n, k} transposed; the pad row (odd k) zero.
 void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, bf16* dst);
+/// The same into dst{kp/2, np, 2}: kp >= even_k(k) and np >= n, the pairs
+/// past k and the columns past n zero (AMX tiles read whole 32-pair,
+/// 16-column blocks).
+void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t kp, int64_t np, bf16* dst);
 
 /// libxsmm's kernel for row-major C{m, n} = beta C + A{m, kp} B{kp, n}, A
 /// bfloat16 rows (row stride lda), B packed by pack_vnni_bf16 (row stride
 /// n of its pairs), C float32 (row stride ldc); beta 0 or 1. Called as
 /// f(b_packed, a, c). Null when libxsmm has none for the shape.
 libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t lda, int64_t ldc, float beta);
+
+/// Whether this CPU has AMX-BF16 tiles (Sapphire Rapids and later) and the
+/// kernel grants this process their state (Linux's ARCH_REQ_XCOMP_PERM,
+/// since 5.16). Decided once per process. The bfloat16 MatMul then runs on
+/// them: Intel's AVX512-BF16 dot product issues at half the rate of its
+/// float32 FMAs' pair, so on these CPUs libxsmm's AVX512-BF16 kernels were
+/// slower than float32 (the MLP epoch 0.62 s against 0.45 s).
+bool cpu_has_amx_bf16();
+/// The rounding up that amx_gemm_bf16's operands are padded to: k and the
+/// rows and columns of C to multiples of 32.
+inline int64_t amx_round(int64_t v) { return (v + 31) & ~int64_t(31); }
+/// C{m, n} (row stride ldc) = (accumulate ? C : 0) + A B on AMX tiles, in
+/// blocks of 32 x 32 of C (four 16 x 16 float32 tiles) over k in steps of
+/// 32: A{amx_round(m), kp} bfloat16 rows (row stride kp, a multiple of 32;
+/// the rows past m and the columns past k zero), B packed by pack_vnni_bf16
+/// into {kp/2, np, 2} (np = amx_round(n)). Only where cpu_has_amx_bf16().
+void amx_gemm_bf16(const bf16* a, const bf16* b, int64_t np, float* c, int64_t ldc, int64_t m, int64_t n, int64_t kp,
+                   bool accumulate);
 
 }  // namespace tensorgrad::kernels

@@ -239,7 +239,30 @@ template <class Finish>
 bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const float* b_data, int64_t ldb,
                     float* c_data, int64_t m, int64_t n, int64_t k, ComputePool* pool, float beta, const float* bias,
                     const Finish& finish_rows) {
-  const int64_t kp = even_k(k), rows = xsmm_block_rows(m), first_rows = std::min(rows, m);
+  const int64_t rows = xsmm_block_rows(m), first_rows = std::min(rows, m);
+  if (cpu_has_amx_bf16()) {
+    // The same blocks of rows on AMX tiles, every operand padded to 32s.
+    const int64_t kp = amx_round(k), np = amx_round(n);
+    thread_local std::vector<bf16> packed_b;  // the caller's; the workers only read it
+    packed_b.resize(size_t(kp * np));
+    pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, kp, np, packed_b.data());
+    const bf16* pb = packed_b.data();
+    parallel_for(pool, size_t((m + rows - 1) / rows), 1, [&](size_t b0, size_t b1) {
+      thread_local std::vector<bf16> packed_a;
+      packed_a.resize(size_t(amx_round(first_rows) * kp));
+      for (size_t bi = b0; bi < b1; ++bi) {
+        const int64_t i0 = int64_t(bi) * rows, i1 = std::min(m, i0 + rows);
+        if (bias)
+          for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
+        pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a.data());
+        std::fill(packed_a.begin() + (i1 - i0) * kp, packed_a.begin() + amx_round(i1 - i0) * kp, bf16(0));
+        amx_gemm_bf16(packed_a.data(), pb, np, c_data + i0 * n, n, i1 - i0, n, kp, beta != 0.0f);
+        finish_rows(i0, i1);
+      }
+    });
+    return true;
+  }
+  const int64_t kp = even_k(k);
   const libxsmm_bsmmfunction full = bf16_gemm_kernel(first_rows, n, kp, kp, n, beta);
   const libxsmm_bsmmfunction tail = m > rows && m % rows ? bf16_gemm_kernel(m % rows, n, kp, kp, n, beta) : full;
   if (!full || !tail) return false;

@@ -1,5 +1,7 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
+#include <string>
+
 #include "backend/thread_pool.h"
 #include "kernels/bfloat16.h"
 #include "kernels/kernels.h"
@@ -68,8 +70,10 @@ const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy) {
       static const std::shared_ptr<const Backend>* b = [] {
         if (kernels::cpu_has_bf16())
           log_message(LogLevel::Info,
-                      "mixed_bfloat16: matmuls and convolutions take bfloat16 inputs (AVX512-BF16), accumulate in "
-                      "float32; weights and optimizer state stay float32");
+                      std::string("mixed_bfloat16: matmuls and convolutions take bfloat16 inputs (") +
+                          (kernels::cpu_has_amx_bf16() ? "matmuls on AMX tiles, convolutions AVX512-BF16"
+                                                       : "AVX512-BF16") +
+                          "), accumulate in float32; weights and optimizer state stay float32");
         else
           log_message(LogLevel::Warning,
                       "mixed_bfloat16: this CPU has no AVX512-BF16; matmuls and convolutions compute in float32");
