@@ -70,6 +70,14 @@ libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t 
 /// float32 FMAs' pair, so on these CPUs libxsmm's AVX512-BF16 kernels were
 /// slower than float32 (the MLP epoch 0.62 s against 0.45 s).
 bool cpu_has_amx_bf16();
+/// Whether the convolutions compute in bfloat16 under the policy: where
+/// the CPU has AVX512-BF16 and no AMX. On Intel's CPUs with AMX (the
+/// convolutions' per-tap products, K = channels, are too thin for its
+/// 32-deep tiles) the AVX512-BF16 kernels ran slower than float32 (the CNN
+/// epoch 1.35 s against 1.05 s on a Sapphire Rapids VM), so they stay
+/// float32 there; on AMD's Zen 4 and 5, whose bfloat16 dot products run at
+/// the full rate, they were faster.
+inline bool bf16_convolutions() { return cpu_has_bf16() && !cpu_has_amx_bf16(); }
 /// The rounding up that amx_gemm_bf16's operands are padded to: k and the
 /// rows and columns of C to multiples of 32.
 inline int64_t amx_round(int64_t v) { return (v + 31) & ~int64_t(31); }

@@ -300,7 +300,7 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
 void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
             const KernelContext& ctx, const float* bias, bool relu) {
   const int64_t C = x.shape[3], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
-  if (ctx.bf16) {
+  if (ctx.bf16 && bf16_convolutions()) {
     const int64_t cp = even_k(C);
     const BatchReduceGemm<bf16> gemm_rows(Wo, F, cp, win.sw * cp, F, F);
     if (gemm_rows.complete(Wo)) {
@@ -323,7 +323,7 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
   const float* pk = kernel.f();
   float* pdx = dx.f();
   if (win.sh == 1 && win.sw == 1) {
-    if (ctx.bf16) {
+    if (ctx.bf16 && bf16_convolutions()) {
       const int64_t fp = even_k(F);
       const BatchReduceGemm<bf16> gemm_rows(W, C, fp, fp, C, C);
       if (gemm_rows.complete(W)) {
@@ -381,7 +381,7 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
   if (win.sw == 1) {
     // Per tap a GEMM of {C, F} over the row's pixels (few channels: {K, F}).
-    const bool in_bf16 = ctx.bf16 && bf16_pays(C < kFewChannels ? K : C, F, Wo);
+    const bool in_bf16 = ctx.bf16 && bf16_convolutions() && bf16_pays(C < kFewChannels ? K : C, F, Wo);
     if (!in_bf16 || !filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx))
       filter_gradient_rows<float>(win, x, g, dkernel.f(), parts, slices, ctx);
   } else {

@@ -26,14 +26,20 @@ struct BatchRule;
 /// MatMul (Dense layers, their gradients) and the convolutions (Conv2D, its
 /// input and filter gradients) round their inputs to bfloat16 and
 /// accumulate in float32, on CPUs with AVX512-BF16 (detected at run time;
-/// elsewhere they stay float32, which the log says once). The recurrent
-/// layers' fused kernels stay float32 under both.
+/// elsewhere they stay float32, which the log says once). On CPUs with AMX
+/// (Intel's Sapphire Rapids and later) MatMul runs on AMX tiles and the
+/// convolutions stay float32, which is faster there (BENCHMARKS.md). The
+/// recurrent layers' fused kernels stay float32 under both.
 enum class DTypePolicy { kFloat32, kMixedBFloat16 };
 /// Keras' name of the policy: "float32", "mixed_bfloat16".
 const char* dtype_policy_name(DTypePolicy policy);
 /// Whether kMixedBFloat16 computes in bfloat16 on this machine (libxsmm
 /// generates AVX512-BF16 code for this CPU).
 bool bfloat16_supported();
+/// Whether kMixedBFloat16's convolutions compute in bfloat16 here:
+/// bfloat16_supported() on a CPU without AMX (with AMX they stay float32;
+/// MatMul then runs on the tiles).
+bool bfloat16_convolutions_supported();
 
 /// Runs one backend's kernels, holding what its kernels need besides their
 /// tensors (the CPU's: the thread pool, or none for small work). Made by
@@ -89,8 +95,9 @@ const std::shared_ptr<const Backend>& cpu_backend();
 std::shared_ptr<const Backend> backend(Device device);
 /// The CPU backend under `policy`: cpu_backend() for kFloat32; for
 /// kMixedBFloat16 one named "cpu (mixed_bfloat16)" whose MatMul and
-/// convolution kernels take bfloat16 inputs where bfloat16_supported(), and
-/// compute in float32 where not (logged once, at the first call with that
+/// convolution kernels take bfloat16 inputs where bfloat16_supported()
+/// (the convolutions where bfloat16_convolutions_supported()), and compute
+/// in float32 where not (logged once, at the first call with that
 /// policy: a warning without AVX512-BF16, an info line with it).
 const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy);
 /// backend(device) under `policy`. Throws ValueError for kMixedBFloat16 on

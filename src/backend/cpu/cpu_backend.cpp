@@ -1,7 +1,5 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
-#include <string>
-
 #include "backend/thread_pool.h"
 #include "kernels/bfloat16.h"
 #include "kernels/kernels.h"
@@ -56,6 +54,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 bool bfloat16_supported() { return kernels::cpu_has_bf16(); }
+bool bfloat16_convolutions_supported() { return kernels::bf16_convolutions(); }
 
 const std::shared_ptr<const Backend>& cpu_backend() {
   static const std::shared_ptr<const Backend>* b =
@@ -68,12 +67,15 @@ const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy) {
     case DTypePolicy::kFloat32: return cpu_backend();
     case DTypePolicy::kMixedBFloat16: {
       static const std::shared_ptr<const Backend>* b = [] {
-        if (kernels::cpu_has_bf16())
+        if (kernels::cpu_has_amx_bf16())
           log_message(LogLevel::Info,
-                      std::string("mixed_bfloat16: matmuls and convolutions take bfloat16 inputs (") +
-                          (kernels::cpu_has_amx_bf16() ? "matmuls on AMX tiles, convolutions AVX512-BF16"
-                                                       : "AVX512-BF16") +
-                          "), accumulate in float32; weights and optimizer state stay float32");
+                      "mixed_bfloat16: matmuls take bfloat16 inputs on AMX tiles and accumulate in float32; "
+                      "convolutions stay float32 (faster than AVX512-BF16 on this CPU); weights and optimizer state "
+                      "stay float32");
+        else if (kernels::cpu_has_bf16())
+          log_message(LogLevel::Info,
+                      "mixed_bfloat16: matmuls and convolutions take bfloat16 inputs (AVX512-BF16), accumulate in "
+                      "float32; weights and optimizer state stay float32");
         else
           log_message(LogLevel::Warning,
                       "mixed_bfloat16: this CPU has no AVX512-BF16; matmuls and convolutions compute in float32");
