@@ -65,7 +65,10 @@ libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t 
 
 /// Whether this CPU has AMX-BF16 tiles (Sapphire Rapids and later) and the
 /// kernel grants this process their state (Linux's ARCH_REQ_XCOMP_PERM,
-/// since 5.16). Decided once per process. The bfloat16 MatMul then runs on
+/// since 5.16), asked at the first call: only the mixed_bfloat16 policy and
+/// bfloat16_convolutions_supported() call it, so a float32 program never
+/// takes on the larger signal frames that the tile state brings. Decided
+/// once per process. The bfloat16 MatMul then runs on
 /// them: Intel's AVX512-BF16 dot product issues at half the rate of its
 /// float32 FMAs' pair, so on these CPUs libxsmm's AVX512-BF16 kernels were
 /// slower than float32 (the MLP epoch 0.62 s against 0.45 s).

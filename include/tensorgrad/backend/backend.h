@@ -38,7 +38,8 @@ const char* dtype_policy_name(DTypePolicy policy);
 bool bfloat16_supported();
 /// Whether kMixedBFloat16's convolutions compute in bfloat16 here:
 /// bfloat16_supported() on a CPU without AMX (with AMX they stay float32;
-/// MatMul then runs on the tiles).
+/// MatMul then runs on the tiles). On a CPU with AMX the first call asks
+/// Linux for the tile state (arch_prctl), as the policy's first product does.
 bool bfloat16_convolutions_supported();
 
 /// Runs one backend's kernels, holding what its kernels need besides their
