@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/bfloat16.h"
@@ -243,20 +244,24 @@ bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const f
   if (cpu_has_amx_bf16()) {
     // The same blocks of rows on AMX tiles, every operand padded to 32s.
     const int64_t kp = amx_round(k), np = amx_round(n);
+    // Rows of 64-byte lines: a tile row that straddles two lines loads at half the rate.
+    auto line_aligned = [](std::vector<bf16>& v, size_t count) {
+      v.resize(count + 32);
+      return reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+    };
     thread_local std::vector<bf16> packed_b;  // the caller's; the workers only read it
-    packed_b.resize(size_t(kp * np));
-    pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, kp, np, packed_b.data());
-    const bf16* pb = packed_b.data();
+    bf16* const pb = line_aligned(packed_b, size_t(kp * np));
+    pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, kp, np, pb);
     parallel_for(pool, size_t((m + rows - 1) / rows), 1, [&](size_t b0, size_t b1) {
       thread_local std::vector<bf16> packed_a;
-      packed_a.resize(size_t(amx_round(first_rows) * kp));
+      bf16* const pa = line_aligned(packed_a, size_t(amx_round(first_rows) * kp));
       for (size_t bi = b0; bi < b1; ++bi) {
         const int64_t i0 = int64_t(bi) * rows, i1 = std::min(m, i0 + rows);
         if (bias)
           for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
-        pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a.data());
-        std::fill(packed_a.begin() + (i1 - i0) * kp, packed_a.begin() + amx_round(i1 - i0) * kp, bf16(0));
-        amx_gemm_bf16(packed_a.data(), pb, np, c_data + i0 * n, n, i1 - i0, n, kp, beta != 0.0f);
+        pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, pa);
+        std::fill(pa + (i1 - i0) * kp, pa + amx_round(i1 - i0) * kp, bf16(0));
+        amx_gemm_bf16(pa, pb, np, c_data + i0 * n, n, i1 - i0, n, kp, beta != 0.0f);
         finish_rows(i0, i1);
       }
     });
