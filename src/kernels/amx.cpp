@@ -30,17 +30,16 @@ struct alignas(64) TileConfig {
 
 // Tiles 0-3: the four 16 x 16 float32 blocks of C (row half, column half);
 // 4-5: the two row halves of A (16 rows, 32 bfloat16 of k); 6-7: the two
-// column halves of B (16 pairs of k, 16 columns of pairs).
+// column halves of B (16 pairs of k, 16 columns of pairs). Loaded at every
+// call and released after it: another library in the process (oneDNN, say)
+// may configure the same thread's tiles its own way between our calls.
 __attribute__((target("amx-tile"))) void configure_tiles() {
-  thread_local bool configured = false;
-  if (configured) return;
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.colsb[t] = 64;
     config.rows[t] = 16;
   }
   _tile_loadconfig(&config);
-  configured = true;
 }
 }  // namespace
 
@@ -101,6 +100,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_bf16(const bf16* a, c
       if (!inside)
         for (int64_t i = 0; i < rows; ++i) std::copy(edge + i * 32, edge + i * 32 + cols, c + (i0 + i) * ldc + j0);
     }
+  _tile_release();
 }
 
 }  // namespace tensorgrad::kernels
