@@ -5,6 +5,7 @@
 // float32 inputs, or dropped the rounding of one operand, fails) and, on a
 // machine without AVX512-BF16, against the float32 kernels bit for bit.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
@@ -172,6 +173,33 @@ TEST(BFloat16, AccumulatedProductAddsTheRoundedProduct) {
       for (int64_t p = 0; p < k; ++p) s += double(bf16_round(va[size_t(p * m + i)])) * bf16_round(vb[size_t(p * n + j)]);
       ASSERT_NEAR(got[size_t(i * n + j)], vacc[size_t(i * n + j)] + s, tolerance(k, 1.0)) << i << "," << j;
     }
+}
+
+// Another library in the process (oneDNN, say) may configure this thread's
+// AMX tiles its own way, or release them, between two of the policy's
+// products: each product loads its own configuration, so the results stay
+// the same (a configuration kept per thread raised SIGILL after a release).
+namespace {
+struct alignas(64) OtherTileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {32, 32, 32, 32, 32, 32, 32, 32};
+  uint8_t rows[16] = {8, 8, 8, 8, 8, 8, 8, 8};
+};
+// Static: GCC 12's _tile_loadconfig declares only 8 bytes of its operand read.
+constexpr OtherTileConfig kOtherTileConfig{};
+__attribute__((target("amx-tile"))) void configure_other_tiles() { _tile_loadconfig(&kOtherTileConfig); }
+__attribute__((target("amx-tile"))) void release_tiles() { _tile_release(); }
+}  // namespace
+
+TEST(BFloat16, MatMulOnAmxAfterAnotherLibraryConfiguresTheTiles) {
+  if (!bfloat16_supported() || bfloat16_convolutions_supported()) GTEST_SKIP() << "this CPU has no AMX tiles";
+  std::mt19937 rng(23);
+  const std::vector<Tensor> inputs = {uniform({64, 96}, rng, -1.0f, 1.0f), uniform({96, 48}, rng, -1.0f, 1.0f)};
+  const std::vector<float> want = run_op(OpKind::MatMul, inputs, OpAttrs{}, DTypePolicy::kMixedBFloat16, 1);
+  configure_other_tiles();
+  EXPECT_EQ(run_op(OpKind::MatMul, inputs, OpAttrs{}, DTypePolicy::kMixedBFloat16, 1), want);
+  release_tiles();
+  EXPECT_EQ(run_op(OpKind::MatMul, inputs, OpAttrs{}, DTypePolicy::kMixedBFloat16, 1), want);
 }
 
 // Without AVX512-BF16 the policy is float32: the same bits as the float32 backend.

@@ -19,28 +19,27 @@ namespace {
 constexpr long kArchReqXcompPerm = 0x1023;
 constexpr long kXfeatureXtileData = 18;
 
-// The 64-byte operand of ldtilecfg, palette 1: every tile 16 rows of 64 bytes.
+// The 64-byte operand of ldtilecfg, palette 1. Tiles 0-3: the four 16 x 16
+// float32 blocks of C (row half, column half); 4-5: the two row halves of A
+// (16 rows, 32 bfloat16 of k); 6-7: the two column halves of B (16 pairs of
+// k, 16 columns of pairs): every tile 16 rows of 64 bytes.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
   uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
+// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
+// reads only the first 8 bytes of its operand, so the stores that fill a
+// local configuration may be dropped as dead (seen: a local one left the
+// tiles unconfigured, and the next tile instruction raised SIGILL).
+constexpr TileConfig kTileConfig{};
 
-// Tiles 0-3: the four 16 x 16 float32 blocks of C (row half, column half);
-// 4-5: the two row halves of A (16 rows, 32 bfloat16 of k); 6-7: the two
-// column halves of B (16 pairs of k, 16 columns of pairs). Loaded at every
-// call and released after it: another library in the process (oneDNN, say)
-// may configure the same thread's tiles its own way between our calls.
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.colsb[t] = 64;
-    config.rows[t] = 16;
-  }
-  _tile_loadconfig(&config);
-}
+// Loaded at every call and released after it: another library in the
+// process (oneDNN, say) may configure the same thread's tiles its own way
+// between our calls.
+__attribute__((target("amx-tile"))) void configure_tiles() { _tile_loadconfig(&kTileConfig); }
 }  // namespace
 
 bool cpu_has_amx_bf16() {
