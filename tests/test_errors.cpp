@@ -470,6 +470,34 @@ TEST(Errors, InputOfTheWrongRankIsShapeError) {
   EXPECT_EQ(img.predict(Tensor::zeros(Shape{10, 2, 2, 1})).shape(), (Shape{10, 2}));
 }
 
+// One sample without its batch dimension is named as such (it used to read
+// as "x must be {5, 5}": the 5 features taken for 5 rows).
+TEST(Errors, OneSampleWithoutABatchDimensionIsNamed) {
+  Sequential m({5});
+  m.add(Dense(2));
+  m.compile(OptimizerSpec::sgd(), "mse");
+  Tensor out = Tensor::empty(Shape{1, 2});
+  for (const auto& call : std::vector<std::function<void()>>{[&] { m.predict(Tensor::zeros(Shape{5})); },
+                                                             [&] { m.predict(Tensor::zeros(Shape{5}), out); }})
+    EXPECT_TRUE(throws<ShapeError>(call, {"one sample, {5}", "no batch dimension", "pass it as {1, 5}"}));
+  Sequential img({2, 2, 1});
+  img.add(nn::Flatten());
+  img.add(Dense(2));
+  img.compile(OptimizerSpec::sgd(), "mse");
+  EXPECT_TRUE(throws<ShapeError>([&] { img.predict(Tensor::zeros(Shape{2, 2, 1})); }, {"one sample, {2, 2, 1}", "{1, 2, 2, 1}"}));
+  // {1, k} on a {1, k} model is one row of its flattened form, not a sample without a batch.
+  Sequential row({1, 3});
+  row.add(nn::Flatten());
+  row.add(Dense(2));
+  row.compile(OptimizerSpec::sgd(), "mse");
+  EXPECT_EQ(row.predict(Tensor::zeros(Shape{1, 3})).shape(), (Shape{1, 2}));
+  nn::TrainerOptions o;
+  o.batch_size = 1;
+  nn::Trainer tr(m, o);
+  EXPECT_TRUE(throws<ShapeError>([&] { tr.step(Tensor::zeros(Shape{2, 5}), Tensor::zeros(Shape{2, 2})); },
+                                 {"exactly 1 row (the batch size)", "got 2"}));
+}
+
 TEST(Errors, EvaluateNamesBothRowCounts) {
   Sequential m({4});
   m.add(Dense(2));

@@ -318,7 +318,8 @@ void check_rows(const Tensor& t, int64_t rows, const char* what) {
   if (!t.defined()) throw ValueError(std::string(what) + " is an undefined tensor");
   if (t.shape().rank() == 0) throw ShapeError(std::string(what) + " must have a batch dimension; got a scalar");
   if (rows >= 0 && t.shape()[0] != rows)
-    throw ShapeError(std::string(what) + " must have exactly " + std::to_string(rows) + " rows (the batch size); got " +
+    throw ShapeError(std::string(what) + " must have exactly " + std::to_string(rows) + (rows == 1 ? " row" : " rows") +
+                     " (the batch size); got " +
                      std::to_string(t.shape()[0]) + ". Pass batches of exactly that size or build for another batch size");
 }
 }  // namespace
@@ -329,6 +330,10 @@ Tensor check_input_shape(const Tensor& x, const Shape& input_shape, int64_t rows
   if (x.shape() == full) return x;
   const bool flattened = x.shape().rank() == 2 && x.shape()[1] == input_shape.numel();
   if (flattened) return x.reshape(full);
+  if (x.shape() == input_shape)  // one sample without its batch dimension
+    throw ShapeError(std::string(what) + " has the shape of one sample, " + input_shape.str() +
+                     ", with no batch dimension; pass it as " + input_shape.with_batch(1).str() +
+                     " (x.reshape(" + input_shape.with_batch(1).str() + ")), or stack samples along a first dimension");
   std::string message = std::string(what) + " must be " + full.str() +
                         " ({rows, input_shape...} for the model's input_shape " + input_shape.str() + ")";
   if (input_shape.rank() > 1) message += " or its flattened form " + Shape{x.shape()[0], input_shape.numel()}.str();
