@@ -42,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kElements = 4096 * 4096;  // the child's kernel: 64 MB of float32
 constexpr int kKills = 20;
+constexpr int kMaxKills = 3 * kKills;  // when kills keep landing after the writes (see below)
 
 /// Starts gguf_writer_child writing `target` from version `first` on.
 pid_t spawn_child(const std::string& target, uint64_t first) {
@@ -146,25 +147,31 @@ TEST(AtomicWrite, SigkillNeverLeavesATornFile) {
 
   // Each kill: wait until the child is inside a write (its temporary file
   // exists). Three kills of every four then sleep a delay drawn with a fixed
-  // seed from [0, 0.5 x the shortest write] and land inside the write; the
-  // fourth waits for the write's rename and kills at once, in the gap or at
-  // the start of the next write, so that later versions land. (Delays
-  // against the write's length alone flaked on a loaded machine, where one
-  // write may take several times another.)
+  // seed from [0, limit], limit first 0.5 x the shortest write, and land
+  // inside the write; the fourth waits for the write's rename and kills at
+  // once, in the gap or at the start of the next write, so that later
+  // versions land. A kill meant for the inside of a write that found it
+  // done halves the limit (writes got faster than the timed ones: a CI run
+  // timed 180 ms while the machine was busy, and 7 of 15 such kills came
+  // late), and the kills go on, up to 3 x kKills, until half of kKills have
+  // landed inside a write, so the test does not hang on the disk's speed.
   std::mt19937 rng(1234);
-  std::uniform_real_distribution<double> short_delay_ms(0.0, 0.5 * write_ms);
-  int with_temp = 0;
+  double limit_ms = 0.5 * write_ms;
+  int with_temp = 0, kills = 0;
   uint64_t last_version = 0;
   std::vector<uint64_t> versions;
-  for (int kill_no = 1; kill_no <= kKills; ++kill_no) {
+  for (int kill_no = 1; kill_no <= kMaxKills && (kill_no <= kKills || with_temp < kKills / 2); ++kill_no) {
     SCOPED_TRACE("kill " + std::to_string(kill_no));
+    kills = kill_no;
     failure = wait_until(temp_exists, "temporary file of a write");
     ASSERT_EQ(failure, "");
-    if (kill_no % 4 == 0) {
+    const bool inside = kill_no % 4 != 0;
+    if (!inside) {
       failure = wait_until([&] { return !temp_exists(); }, "rename of a write");
       ASSERT_EQ(failure, "");
     } else {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(short_delay_ms(rng)));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(std::uniform_real_distribution<double>(0.0, limit_ms)(rng)));
     }
     ASSERT_EQ(::kill(scratch.child, SIGKILL), 0) << std::strerror(errno);
     int status = 0;
@@ -206,15 +213,17 @@ TEST(AtomicWrite, SigkillNeverLeavesATornFile) {
     const std::vector<fs::path> temps = leftovers(scratch.path, name);
     EXPECT_LE(temps.size(), 1u) << "more than one temporary file after one kill";
     if (!temps.empty()) ++with_temp;
+    else if (inside) limit_ms *= 0.5;
     for (const fs::path& p : temps) fs::remove(p);
 
-    if (kill_no < kKills) scratch.child = spawn_child(target.string(), version + 1);
+    const bool more = kill_no + 1 <= kMaxKills && (kill_no + 1 <= kKills || with_temp < kKills / 2);
+    if (more) scratch.child = spawn_child(target.string(), version + 1);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   std::string trail;
   for (uint64_t v : versions) trail += std::to_string(v) + " ";
   std::printf("[          ] a write took %.0f ms; %d kills, %d left a temporary file; versions after each kill: "
-              "%s(%.1f s)\n", write_ms, kKills, with_temp, trail.c_str(), seconds);
+              "%s(%.1f s)\n", write_ms, kills, with_temp, trail.c_str(), seconds);
   EXPECT_GE(with_temp, kKills / 2) << "too few kills landed inside a write to test anything: tune the delays";
   EXPECT_GT(last_version, 1u) << "no kill let a later version land";
   EXPECT_LT(seconds, 60.0);
