@@ -159,9 +159,9 @@ int64_t xsmm_block_rows(int64_t m) {
 // split into kParts interleaved partial sums (added pairwise at the end),
 // enough independent FMAs to fill both FMA ports. The sum's order differs
 // from the batched kernels', so a row predicted alone may differ from the
-// same row in a batch in the last bits (as in PyTorch, whose kernels also
-// follow the batch size); it depends on nothing else (one thread, fixed
-// order). False, with nothing written, on a CPU build without FMA vectors.
+// same row in a batch by rounding, a few ulps of the sum of the terms'
+// magnitudes (as in PyTorch, whose kernels also follow the batch size); it
+// depends on nothing else (one thread, fixed order). False, with nothing written, on a CPU build without FMA vectors.
 constexpr int64_t kParts = 4;
 
 #if defined(__AVX512F__)
