@@ -68,7 +68,10 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_bf16(const bf16* a, c
       if (accumulate) {
         if (!inside) {
           std::fill(edge, edge + 32 * 32, 0.0f);
-          for (int64_t i = 0; i < rows; ++i) std::copy(c + (i0 + i) * ldc + j0, c + (i0 + i) * ldc + j0 + cols, edge + i * 32);
+          for (int64_t i = 0; i < rows; ++i) {
+            const float* c_row = c + (i0 + i) * ldc + j0;
+            std::copy(c_row, c_row + cols, edge + i * 32);
+          }
         }
         _tile_loadd(0, block, stride);
         _tile_loadd(1, block + 16, stride);

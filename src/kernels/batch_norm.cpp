@@ -57,7 +57,9 @@ inline v16f load16(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline v8d low_half(v16f v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8d); }
+inline v8d low_half(v16f v) {
+  return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
+}
 inline v8d high_half(v16f v) {
   return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
 }

@@ -82,9 +82,13 @@ void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t 
 }
 
 void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t n, int64_t kp, int64_t np, bf16* dst) {
-  if (kp > even_k(k) || np > n) std::fill(dst, dst + kp * np, bf16(0));
+  // Only the padding is zeroed: the pairs' columns past n, and the pair rows past k.
+  const int64_t pairs = even_k(k) / 2;
+  if (np > n)
+    for (int64_t q = 0; q < pairs; ++q) std::fill(dst + q * 2 * np + 2 * n, dst + (q + 1) * 2 * np, bf16(0));
+  std::fill(dst + pairs * 2 * np, dst + kp * np, bf16(0));
   if (!trans) {
-    for (int64_t q = 0; q < even_k(k) / 2; ++q) {
+    for (int64_t q = 0; q < pairs; ++q) {
       const float* r0 = b + 2 * q * ldb;
       const float* r1 = 2 * q + 1 < k ? r0 + ldb : nullptr;
       interleave_rows(r0, r1, n, dst + q * 2 * np);
@@ -93,8 +97,8 @@ void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t 
   }
   // op(B)[p][j] = B[j][p]: row j of B gives the pairs of column j.
   for (int64_t j0 = 0; j0 < n; j0 += kTile)
-    for (int64_t q0 = 0; q0 < even_k(k) / 2; q0 += kTile) {
-      const int64_t j1 = std::min(n, j0 + kTile), q1 = std::min(even_k(k) / 2, q0 + kTile);
+    for (int64_t q0 = 0; q0 < pairs; q0 += kTile) {
+      const int64_t j1 = std::min(n, j0 + kTile), q1 = std::min(pairs, q0 + kTile);
       for (int64_t j = j0; j < j1; ++j) {
         const float* src = b + j * ldb;
         for (int64_t q = q0; q < q1; ++q) {

@@ -161,8 +161,9 @@ int64_t xsmm_block_rows(int64_t m) {
 // from the batched kernels', so a row predicted alone may differ from the
 // same row in a batch by rounding, a few ulps of the sum of the terms'
 // magnitudes (as in PyTorch, whose kernels also follow the batch size); it
-// depends on nothing else (one thread, fixed order). False, with nothing written, on a CPU build without FMA vectors.
-constexpr int64_t kParts = 4;
+// depends on nothing else (one thread, fixed order). False, with nothing
+// written, on a CPU build without FMA vectors.
+constexpr int64_t kParts = 4;  // the sums below add exactly four, pairwise
 
 #if defined(__AVX512F__)
 using RowVector = __m512;
@@ -201,6 +202,7 @@ void one_row_columns(const float* a, const float* b, int64_t ldb, float* c, int6
   for (; i < k; ++i)
     for (int w = 0; w < W; ++w) acc[0][w] = fma_lanes(a[i], load_lanes(b + i * ldb + j + w * kLanes), acc[0][w]);
   for (int w = 0; w < W; ++w) {
+    static_assert(kParts == 4);
     RowVector sum = add_lanes(add_lanes(acc[0][w], acc[1][w]), add_lanes(acc[2][w], acc[3][w]));
     if (init) sum = add_lanes(load_lanes(init + j + w * kLanes), sum);
     store_lanes(c + j + w * kLanes, relu ? relu_lanes(sum) : sum);
