@@ -75,6 +75,7 @@ Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {
 }
 
 using test_support::window;
+using test_support::AddFoldingGuard;
 using test_support::ReluFoldingGuard;
 using test_support::window_str;
 
@@ -720,6 +721,211 @@ TEST(LayerOpGradBatchNorm, StatisticsEqualDoubleSumsForAnyChannelCount) {
       EXPECT_NEAR(got[0][size_t(C + c)], var, 1e-5 * var) << "variance of channel " << c;
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Add folding (set_add_folding): a residual add into the BatchNorm before it,
+// a sum of gradients into Conv2DBackwardInput; and the ReLU folded into a
+// BatchNorm masking its own backward ops.
+
+// The new op forms against finite differences: BatchNorm with a residual
+// (and the batch's statistics), Conv2DBackwardInput with an addend.
+TEST(LayerOpGradAddFolding, FoldedFormsAgainstFiniteDifferences) {
+  {
+    GradCheck c(1320);
+    const Shape xs{3, 2, 2, 5};
+    Value x = c.param(uniform(xs, c.rng, -2.0f, 2.0f), "x");
+    Value gamma = c.param(uniform({5}, c.rng, 0.5f, 1.5f), "gamma");
+    Value beta = c.param(uniform({5}, c.rng, -0.5f, 0.5f), "beta");
+    Value residual = c.param(uniform(xs, c.rng, -1.0f, 1.0f), "residual");
+    OpAttrs at;
+    at.scale = 1e-3f;
+    at.length = 1;
+    Value stats = c.g.apply(OpKind::BatchNormStats, {x});
+    EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta, residual}, at))), "");
+  }
+  for (const Window2D& w : {window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)}) {
+    SCOPED_TRACE(window_str(w));
+    GradCheck c(1321);
+    const Shape xs{2, 5, 5, 3};
+    const Shape gs{2, w.out_h(5), w.out_w(5), 4};
+    Value g = c.param(uniform(gs, c.rng, -1.0f, 1.0f), "g");
+    Value kern = c.param(uniform({3, 3, 3, 4}, c.rng, -0.5f, 0.5f), "K");
+    Value addend = c.param(uniform(xs, c.rng, -1.0f, 1.0f), "addend");
+    OpAttrs at;
+    at.window = w;
+    at.shape = xs;
+    EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2DBackwardInput, {g, kern, addend}, at))), "");
+  }
+}
+
+// Two ResNet blocks (He et al. 2016): one with an identity shortcut, one
+// with a strided 1x1 conv-BN projection (so both terms of its Add are batch
+// norms, and the strided input gradient takes the addend), built with the
+// folds and as written: the loss, the output and every parameter's gradient
+// bit-equal (the folds add the same two floats, and the masks recompute the
+// forward's bits), at 1 and 2 threads. The folded schedule runs no Add and
+// no Relu, and one ReluBackward per block (the residual ReLU's gradient,
+// which the shortcut takes too), where the graph as written runs three.
+TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
+  const ReluFoldingGuard relu_guard;
+  const AddFoldingGuard add_guard;
+  const int saved_threads = num_threads();
+  std::mt19937 rng(1330);
+  const int64_t C = 8, F = 16;
+  const Shape xs{4, 6, 6, C};
+  const Tensor tx = uniform(xs, rng, -1.0f, 1.0f);
+  std::vector<Tensor> kernels{uniform({3, 3, C, C}, rng, -0.3f, 0.3f), uniform({3, 3, C, C}, rng, -0.3f, 0.3f),
+                              uniform({3, 3, C, F}, rng, -0.3f, 0.3f), uniform({3, 3, F, F}, rng, -0.3f, 0.3f),
+                              uniform({1, 1, C, F}, rng, -0.5f, 0.5f)};
+  std::vector<Tensor> gammas, betas;
+  for (int64_t ch : {C, C, F, F, F}) {
+    gammas.push_back(uniform({ch}, rng, 0.5f, 1.5f));
+    betas.push_back(uniform({ch}, rng, -0.5f, 0.5f));
+  }
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<std::vector<float>> results[2];
+    int counts[2][3] = {};  // Add, Relu, ReluBackward in the schedule
+    for (int fold = 0; fold < 2; ++fold) {
+      SCOPED_TRACE(std::string(fold ? "folded" : "as written") + ", threads " + std::to_string(threads));
+      set_relu_folding(fold == 1);
+      set_add_folding(fold == 1);
+      Graph g;
+      std::vector<Value> params{g.parameter(tx, "x", true)};
+      auto conv_bn = [&](Value in, size_t i, int64_t stride) {
+        const Value k = g.parameter(kernels[i], ("K" + std::to_string(i)).c_str(), true);
+        const Value gamma = g.parameter(gammas[i], ("gamma" + std::to_string(i)).c_str(), true);
+        const Value beta = g.parameter(betas[i], ("beta" + std::to_string(i)).c_str(), true);
+        params.insert(params.end(), {k, gamma, beta});
+        OpAttrs at;
+        const int64_t size = kernels[i].shape()[0], pad = size / 2;
+        at.window = window(size, size, stride, stride, 1, 1, pad, pad, pad, pad);
+        const Value c = g.apply(OpKind::Conv2D, {in, k}, at);
+        OpAttrs bn;
+        bn.scale = 1e-3f;
+        bn.length = 1;
+        return g.apply(OpKind::BatchNorm, {c, g.apply(OpKind::BatchNormStats, {c}), gamma, beta}, bn);
+      };
+      const Value x = params[0];
+      const Value h1 = g.relu(g.add(conv_bn(g.relu(conv_bn(x, 0, 1)), 1, 1), x));
+      const Value h2 = g.relu(g.add(conv_bn(g.relu(conv_bn(h1, 2, 2)), 3, 1), conv_bn(h1, 4, 2)));
+      std::mt19937 wrng(1331);
+      const Tensor tw = uniform(g.shape(h2), wrng, -1.0f, 1.0f);
+      const Value w = g.input("w", tw.shape());
+      const Value loss = g.sum(g.mul(h2, w));
+      std::vector<Value> outputs = g.gradients(loss, params);
+      outputs.push_back(h2);
+      outputs.push_back(loss);
+      for (int32_t id : plan_memory(g, outputs).schedule) {
+        const OpKind op = g.nodes()[size_t(id)].op;
+        counts[fold][0] += op == OpKind::Add;
+        counts[fold][1] += op == OpKind::Relu;
+        counts[fold][2] += op == OpKind::ReluBackward;
+      }
+      Executable exe(std::move(g), outputs);
+      exe.bind(w, tw);
+      exe.run();
+      for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+    }
+    EXPECT_EQ(counts[0][0], 4) << "as written: two residual adds, two sums of the block inputs' gradients";
+    EXPECT_EQ(counts[0][1], 4);
+    EXPECT_EQ(counts[0][2], 4);
+    EXPECT_EQ(counts[1][0], 0) << "every Add folded";
+    EXPECT_EQ(counts[1][1], 0) << "every Relu folded";
+    EXPECT_EQ(counts[1][2], 2) << "one ReluBackward per block, the residual ReLU's";
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+    const std::vector<float>& y = results[1][results[1].size() - 2];
+    EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v == 0.0f; })) << "no output was cut";
+    EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](float v) { return v > 0.0f; })) << "every output was cut";
+  }
+  set_num_threads(saved_threads);
+}
+
+// A batch norm whose output has a consumer besides the residual Add keeps
+// its unfolded node (both forms run): the values agree to the bit, the
+// gradients up to the order of their sums.
+TEST(LayerOpGradAddFolding, SecondConsumerKeepsTheUnfoldedOutput) {
+  const AddFoldingGuard guard;
+  std::mt19937 rng(1340);
+  const Shape xs{5, 3, 3, 6};
+  const Tensor tx = uniform(xs, rng, -1.5f, 1.5f), ts = uniform(xs, rng, -1.0f, 1.0f),
+               tgamma = uniform({6}, rng, 0.5f, 1.5f), tbeta = uniform({6}, rng, -0.5f, 0.5f);
+  std::vector<std::vector<float>> results[2];
+  int bn_nodes[2] = {0, 0};
+  for (int fold = 0; fold < 2; ++fold) {
+    set_add_folding(fold == 1);
+    Graph g;
+    std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tgamma, "gamma", true),
+                              g.parameter(tbeta, "beta", true), g.parameter(ts, "s", true)};
+    OpAttrs at;
+    at.scale = 1e-3f;
+    at.length = 1;
+    const Value bn =
+        g.apply(OpKind::BatchNorm, {params[0], g.apply(OpKind::BatchNormStats, {params[0]}), params[1], params[2]}, at);
+    const Value y = g.add(bn, params[3]);
+    const Value loss = g.add(g.sum(g.mul(y, y)), g.sum(g.mul(bn, bn)));
+    std::vector<Value> outputs = g.gradients(loss, params);
+    outputs.push_back(y);
+    for (int32_t id : plan_memory(g, outputs).schedule) bn_nodes[fold] += g.nodes()[size_t(id)].op == OpKind::BatchNorm;
+    Executable exe(std::move(g), outputs);
+    exe.run();
+    for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+  }
+  EXPECT_EQ(bn_nodes[0], 1);
+  EXPECT_EQ(bn_nodes[1], 2) << "the folded form and the output the second consumer reads";
+  EXPECT_EQ(results[1].back(), results[0].back()) << "the output";
+  for (size_t i = 0; i + 1 < results[0].size(); ++i) {
+    ASSERT_EQ(results[1][i].size(), results[0][i].size());
+    for (size_t j = 0; j < results[0][i].size(); ++j)
+      ASSERT_NEAR(results[1][i][j], results[0][i][j], 1e-4 * (1.0 + std::abs(results[0][i][j])))
+          << "gradient " << i << " element " << j;
+  }
+}
+
+// What does not fold: a broadcast Add (a bias), and an Add of a BatchNorm
+// output that already ends in a ReLU. The new inputs' shapes are checked, and the masked backward ops say which
+// inputs kReluOutput needs.
+TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
+  const AddFoldingGuard guard;
+  set_add_folding(true);
+  Graph g;
+  const Value x = g.input("x", {2, 3, 6}), c = g.input("c", {6}), gamma = g.input("gamma", {6}),
+              beta = g.input("beta", {6}), stats = g.input("stats", {2, 6});
+  OpAttrs at;
+  at.scale = 1e-3f;
+  const Value bn = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
+  EXPECT_EQ(g.node(g.add(bn, c)).op, OpKind::Add) << "a broadcast add stays an Add";
+  OpAttrs relu = at;
+  relu.flags = kReluOutput;
+  const Value bn_relu = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, relu);
+  EXPECT_EQ(g.node(g.add(bn_relu, x)).op, OpKind::Add) << "add after the ReLU stays an Add";
+  const Value folded = g.add(x, bn);
+  EXPECT_EQ(g.node(folded).op, OpKind::BatchNorm);
+  EXPECT_EQ(g.node(folded).n_inputs, 5);
+  EXPECT_EQ(g.node(folded).inputs[4], x) << "the other term is the residual";
+
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::BatchNorm, {x, stats, gamma, beta, g.input("r", {2, 6})}, at); },
+      {"batch_norm", "residual must be the input's shape {2, 3, 6}", "{2, 6}"}));
+  const Value gy = g.input("g", {2, 3, 6});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::BatchNormParamGrad, {x, stats, gy}, relu); },
+                                               {"batch_norm_param_grad", "takes 5 inputs with kReluOutput; got 3"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::BatchNormParamGrad, {x, stats, gy, gamma, c}, at); },
+      {"batch_norm_param_grad", "takes 3 inputs without kReluOutput; got 5"}));
+  const Value sums = g.apply(OpKind::BatchNormParamGrad, {x, stats, gy}, at);
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::BatchNormBackward, {x, stats, gamma, gy, sums, g.input("b3", {3})}, relu); },
+      {"batch_norm_backward", "gamma and beta must be {6}", "{3}"}));
+
+  OpAttrs conv;
+  conv.window = window(1, 1, 1, 1);
+  conv.shape = Shape{2, 3, 6, 4};
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::Conv2DBackwardInput, {g.input("gy2", {2, 3, 6, 5}), g.input("k2", {1, 1, 4, 5}), x}, conv); },
+      {"conv2d_backward_input", "the added term must be the result's shape {2, 3, 6, 4}", "{2, 3, 6}"}));
 }
 
 // ---------------------------------------------------------------------------

@@ -63,6 +63,13 @@ struct ReluFoldingGuard {
   ~ReluFoldingGuard() { tensorgrad::set_relu_folding(saved); }
 };
 
+// Restores the process-wide Add folding (tensorgrad::set_add_folding) a
+// test turns off to build a graph as written.
+struct AddFoldingGuard {
+  bool saved = tensorgrad::add_folding();
+  ~AddFoldingGuard() { tensorgrad::set_add_folding(saved); }
+};
+
 /// A Window2D from its sizes, strides, dilations and pads (top, left, bottom, right).
 inline tensorgrad::Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1,
                                    int64_t top = 0, int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {

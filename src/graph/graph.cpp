@@ -9,10 +9,35 @@ namespace tensorgrad {
 
 namespace {
 std::atomic<bool> fold_relu{true};
+std::atomic<bool> fold_add{true};
 }  // namespace
 
 void set_relu_folding(bool enabled) { fold_relu.store(enabled); }
 bool relu_folding() { return fold_relu.load(); }
+void set_add_folding(bool enabled) { fold_add.store(enabled); }
+bool add_folding() { return fold_add.load(); }
+
+std::optional<Value> Graph::fold_add_into_producer(Value a, Value b) {
+  if (node(a).shape != node(b).shape || node(a).dtype != DType::Float32 || node(b).dtype != DType::Float32)
+    return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const Value into = side == 0 ? a : b, other = side == 0 ? b : a;
+    const Node& p = node(into);
+    if (p.role != NodeRole::Op || p.attrs.flags != 0) continue;
+    // A batch norm's output plus a residual: BatchNorm's fifth input.
+    // Conv2DBackwardInput's output plus another gradient: its third input.
+    const bool folds = (p.op == OpKind::BatchNorm && p.n_inputs == 4) ||
+                       (p.op == OpKind::Conv2DBackwardInput && p.n_inputs == 2);
+    if (!folds) continue;
+    std::array<Value, Node::kMaxInputs> inputs = p.inputs;  // p moves when nodes_ grows
+    const int n = p.n_inputs;
+    const OpKind op = p.op;
+    const OpAttrs attrs = p.attrs;
+    inputs[size_t(n)] = other;
+    return apply(op, std::span<const Value>(inputs.data(), size_t(n + 1)), attrs);
+  }
+  return std::nullopt;
+}
 
 const Node& Graph::node(Value v) const {
   if (v.id < 0 || size_t(v.id) >= nodes_.size())
@@ -71,6 +96,8 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
       return apply(p.op, std::span<const Value>(p_inputs.data(), size_t(p.n_inputs)), folded);
     }
   }
+  if (op == OpKind::Add && inputs.size() == 2 && attrs.flags == 0 && add_folding())
+    if (auto folded = fold_add_into_producer(inputs[0], inputs[1])) return *folded;
   Shape shapes[Node::kMaxInputs];
   DType dtypes[Node::kMaxInputs];
   for (size_t i = 0; i < inputs.size(); ++i) {

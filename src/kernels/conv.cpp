@@ -167,6 +167,12 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
   });
 }
 
+// y += a over n floats: the Add that set_add_folding folded in, on a row
+// still in cache (y + a, the same bits as the Add kernel's sum).
+void add_in_place(float* y, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a[i];
+}
+
 // The input gradient of a unit-stride convolution: dx[iy, ix] = sum over
 // taps of g[iy + pad_top - ky*dh, ix + pad_left - kx*dw] kernel[ky, kx]^T,
 // the forward form over g padded by the kernel's reach. `taps_t` holds each
@@ -174,7 +180,8 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
 // pairs of filters, fp = F rounded up to even).
 template <class T>
 void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t, int64_t fp,
-                       const BatchReduceGemm<T>& gemm_rows, const TensorRef& dx, const KernelContext& ctx) {
+                       const BatchReduceGemm<T>& gemm_rows, const TensorRef& dx, const KernelContext& ctx,
+                       const float* addend) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
   const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
@@ -198,7 +205,9 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
             w[size_t(n)] = taps_t + (ky * win.kw + kx) * fp * C;
             ++n;
           }
-        gemm_rows.run(W, a.data(), w.data(), taps, pdx + ((int64_t(b) * H + iy) * W) * C, fp);
+        float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
+        gemm_rows.run(W, a.data(), w.data(), taps, row, fp);
+        if (addend) add_in_place(row, addend + ((int64_t(b) * H + iy) * W) * C, W * C);
       }
     }
   });
@@ -316,7 +325,7 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
 }
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx) {
+                           const KernelContext& ctx, const float* addend) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
   const float* pg = g.f();
@@ -330,7 +339,7 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
         thread_local std::vector<bf16> packed;  // the caller's; the workers only read it
         packed.resize(size_t(taps * fp * C));
         for (int64_t t = 0; t < taps; ++t) pack_vnni_bf16(pk + t * C * F, F, true, F, C, packed.data() + t * fp * C);
-        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx);
+        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx, addend);
       }
     }
     thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
@@ -339,7 +348,7 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
       for (int64_t c = 0; c < C; ++c)
         for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
     const BatchReduceGemm<float> gemm_rows(W, C, F, F, C, C);
-    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx);
+    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend);
   }
   // Strided: per image, the patch-matrix gradient g{Ho*Wo, F} kernel^T, then
   // col2im (float32 under both policies).
@@ -355,6 +364,7 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
       const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
       const TensorRef image{pdx + int64_t(b) * H * W * C, Shape{1, H, W, C}};
       col2im(win, col_ref, image, KernelContext{});
+      if (addend) add_in_place(image.f(), addend + int64_t(b) * H * W * C, H * W * C);
     }
   });
 }

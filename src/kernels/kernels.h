@@ -150,16 +150,18 @@ void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const 
 // with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.
 void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
             const KernelContext& ctx, const float* bias = nullptr, bool relu = false);
+// addend (null: none): added to dx, as OpKind::Conv2DBackwardInput's third input.
 void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx);
+                           const KernelContext& ctx, const float* addend = nullptr);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx);
 // batch_norm.cpp: batch normalization over every axis but the last.
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx);
-void batch_norm(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, const TensorRef& gamma,
-                const TensorRef& beta, const TensorRef& y, const KernelContext& ctx);
-void batch_norm_param_grad(const OpAttrs& at, const TensorRef& x, const TensorRef& stats, const TensorRef& g,
-                           const TensorRef& sums, const KernelContext& ctx);
+// in: x, stats, gamma, beta [, residual] (the op's inputs, as at OpKind::BatchNorm).
+void batch_norm(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y, const KernelContext& ctx);
+// in: x, stats, g [, gamma, beta] (as at OpKind::BatchNormParamGrad).
+void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& sums,
+                           const KernelContext& ctx);
 void batch_norm_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx,
                          const KernelContext& ctx);
 // recurrent.cpp: fused LSTM and GRU over a sequence (layouts there and at the ops).

@@ -159,24 +159,42 @@ OpSignature conv2d_backward(OpKind op, Shapes s, DTypes, const OpAttrs& a) {
                        "x" + std::to_string(w.kw) + " window");
   const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
   if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
+  if (s.size() == 3 && s[2] != a.shape)
+    shape_fail(op, "the added term must be the result's shape " + a.shape.str() + "; got " + s[2].str());
   return {a.shape};
 }
 
-// BatchNorm (x, stats, gamma, beta), BatchNormParamGrad (x, stats, g) and
-// BatchNormBackward (x, stats, gamma, g, param_grad).
+// BatchNorm (x, stats, gamma, beta [, residual]), BatchNormParamGrad (x,
+// stats, g [, gamma, beta]) and BatchNormBackward (x, stats, gamma, g,
+// param_grad [, beta]); the optional gamma and beta of the two backward ops
+// come exactly with kReluOutput (they recompute the forward's mask).
 OpSignature batch_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
   const Shape& x = s[0];
   if (x.rank() < 1) shape_fail(op, "input must have a channel axis; got a scalar");
   const Shape channels{x[-1]};
+  const bool relu = (a.flags & kReluOutput) != 0;
   if (s[1] != Shape{2, x[-1]}) shape_fail(op, "stats must be " + Shape{2, x[-1]}.str() + "; got " + s[1].str());
   if (op != OpKind::BatchNormParamGrad && s[2] != channels)
     shape_fail(op, "gamma must be " + channels.str() + "; got " + s[2].str());
   if (op == OpKind::BatchNorm && s[3] != channels) shape_fail(op, "beta must be " + channels.str() + "; got " + s[3].str());
+  if (op == OpKind::BatchNorm && s.size() == 5 && s[4] != x)
+    shape_fail(op, "residual must be the input's shape " + x.str() + "; got " + s[4].str());
   const Shape& g = op == OpKind::BatchNormParamGrad ? s[2] : op == OpKind::BatchNormBackward ? s[3] : x;
   if (g != x) shape_fail(op, "gradient " + g.str() + " and input " + x.str() + " differ");
   if (op == OpKind::BatchNormBackward && s[4] != s[1])
     shape_fail(op, "parameter gradients must be " + s[1].str() + "; got " + s[4].str());
+  // The backward ops' forward parameters for the ReLU mask.
+  const size_t forward_params = op == OpKind::BatchNormParamGrad ? 3 : op == OpKind::BatchNormBackward ? 5 : 0;
+  if (forward_params) {
+    const size_t want = forward_params + (relu ? (op == OpKind::BatchNormParamGrad ? 2 : 1) : 0);
+    if (s.size() != want)
+      shape_fail(op, std::string("takes ") + std::to_string(want) + " inputs " +
+                         (relu ? "with" : "without") + " kReluOutput; got " + std::to_string(s.size()));
+    for (size_t i = forward_params; i < s.size(); ++i)
+      if (s[i] != channels)
+        shape_fail(op, "gamma and beta must be " + channels.str() + "; got " + s[i].str());
+  }
   if (!(a.scale > 0.0f)) throw ValueError(std::string(op_info(op).name) + ": epsilon (attrs.scale) must be > 0");
   if (op == OpKind::BatchNormParamGrad) return {s[1]};
   return {x};
@@ -611,23 +629,34 @@ constexpr auto kOps = std::to_array<OpDef>({
        Value centered = b.sub(d.x[0], mean);
        d.dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
      }},
-    // y = xhat gamma + beta, xhat = (x - mean) inv, inv = (var + eps)^-1/2:
-    // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward; with given
-    // statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.
+    // y = xhat gamma + beta [+ residual], xhat = (x - mean) inv, inv = (var + eps)^-1/2:
+    // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward, dresidual = g;
+    // with given statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.
     // With the batch's own statistics (attrs.length 1) their gradient is inside dx.
-    // With kReluOutput, y = max(that, 0): g masked by y > 0 first.
-    {OpKind::BatchNorm, {"batch_norm", 4, 4, false}, batch_norm_family,
+    // With kReluOutput, y = max(that, 0): g masked by y > 0 first; without a
+    // residual the two backward ops mask g themselves (kReluOutput, gamma and
+    // beta as inputs: y > 0 exactly where the recomputed x a + b > 0), so
+    // the masked gradient is never written out.
+    {OpKind::BatchNorm, {"batch_norm", 4, 5, false}, batch_norm_family,
      [](const GradientCall& d) {
        Builder& b = d.b;
        OpAttrs at = d.at;
        at.flags = 0;
-       const Value g = d.at.flags & kReluOutput ? relu_gradient(b, d.y, d.g) : d.g;
+       const bool residual = d.x.size() == 5;
+       const bool mask_inside = (d.at.flags & kReluOutput) && !residual;
+       const Value g = (d.at.flags & kReluOutput) && residual ? relu_gradient(b, d.y, d.g) : d.g;
        std::span<const Value> x = d.x;
-       Value sums = b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g}, at);
+       OpAttrs masked = at;
+       if (mask_inside) masked.flags = kReluOutput;
+       Value sums = mask_inside ? b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g, x[2], x[3]}, masked)
+                                : b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g}, at);
        const int64_t c = b.shape(x[2])[0];
-       if (d.need(0)) d.dx[0] = b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums}, at);
+       if (d.need(0))
+         d.dx[0] = mask_inside ? b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums, x[3]}, masked)
+                               : b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums}, at);
        if (d.need(2)) d.dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
        if (d.need(3)) d.dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
+       if (residual && d.need(4)) d.dx[4] = g;
        if (d.need(1) && at.length != 1) {
          Value var = b.reshape(b.slice(x[1], 0, 1, 1), Shape{c});
          Value inv = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, at.scale))});
@@ -753,12 +782,14 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](OpKind, Shapes s, DTypes, const OpAttrs&) -> OpSignature { return {s[0]}; }, no_gradient},
     {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 1, false}, attrs_shape, no_gradient},
     // y = conv^T(gy, k): dgy = conv(g, k), dk = filter gradient(g, gy)
-    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 2, false}, conv2d_backward,
+    // with a third input, y = conv^T(gy, k) + addend: daddend = g
+    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 3, false}, conv2d_backward,
      [](const GradientCall& d) {
        Builder& b = d.b;
        if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2D, {d.g, d.x[1]}, d.at);
        if (d.need(1))
          d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.g, d.x[0]}, with_shape(d.at, b.shape(d.x[1])));
+       if (d.x.size() == 3 && d.need(2)) d.dx[2] = d.g;
      }},
     // y = filter gradient(x, gy): dx = conv^T(gy, g), dgy = conv(x, g)
     {OpKind::Conv2DBackwardFilter, {"conv2d_backward_filter", 2, 2, false}, conv2d_backward,
@@ -768,8 +799,8 @@ constexpr auto kOps = std::to_array<OpDef>({
          d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.x[1], d.g}, with_shape(d.at, b.shape(d.x[0])));
        if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2D, {d.x[0], d.g}, d.at);
      }},
-    {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 3, false}, batch_norm_family, no_gradient},
-    {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 5, false}, batch_norm_family, no_gradient},
+    {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 5, false}, batch_norm_family, no_gradient},
+    {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 6, false}, batch_norm_family, no_gradient},
     {OpKind::ClampBackward, {"clamp_backward", 2, 2, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        check_clamp_bounds(op, a);

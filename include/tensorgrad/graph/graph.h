@@ -24,6 +24,19 @@ namespace tensorgrad {
 void set_relu_folding(bool enabled);
 bool relu_folding();
 
+/// Whether graphs fold an Add of two same-shaped float tensors into the op
+/// that makes one of them, where that op can add in its own pass: on by
+/// default. A BatchNorm's output plus a residual becomes the BatchNorm's
+/// fifth input (a ResNet block's y = relu(BN(conv) + shortcut) then takes one
+/// pass, not three: BN, Add, ReLU), and a Conv2DBackwardInput's output plus
+/// another gradient of the same tensor becomes its third input (the sum of
+/// gradients of a value that feeds a convolution and a shortcut). The values
+/// and gradients are the same to the bit (a + b is b + a in IEEE
+/// arithmetic). Off builds the graph as written (as set_relu_folding).
+/// Process-wide; read when an Add is applied.
+void set_add_folding(bool enabled);
+bool add_folding();
+
 /// What a node is. Inputs are bound per run; parameters and state are
 /// persistent tensors bound once (their memory outlives the graph's runs).
 enum class NodeRole : uint8_t { Op, Input, Parameter, State };
@@ -56,8 +69,10 @@ class Graph final : public Builder {
   Value state(const Tensor& tensor, const std::string& name);
 
   /// Appends the op (a Relu of a MatMul, Conv2D, BatchNorm or Add output: that op
-  /// with kReluOutput instead, unless set_relu_folding(false)). Throws as the
-  /// op's shape rule (ShapeError, TypeError).
+  /// with kReluOutput instead, unless set_relu_folding(false); an Add of a
+  /// BatchNorm's or Conv2DBackwardInput's output: that op with the other term
+  /// as its last input, unless set_add_folding(false)). Throws as the op's
+  /// shape rule (ShapeError, TypeError).
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
   using Builder::apply;
   /// Binds the persistent int64 {1} counter this graph's dropout draws from
@@ -99,6 +114,9 @@ class Graph final : public Builder {
  private:
   Value add_leaf(NodeRole role, const std::string& name, const Shape& shape, DType dtype, const Tensor& bound,
                  bool trainable);
+  // a + b as the producer of a or b with the other as its last input
+  // (set_add_folding), or nothing when neither producer takes one.
+  std::optional<Value> fold_add_into_producer(Value a, Value b);
   std::vector<Node> nodes_;
   std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
   Tensor rng_counter_;

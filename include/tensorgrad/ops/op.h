@@ -54,9 +54,11 @@ enum class OpKind : uint8_t {
                         //   padding); the bias is added to every output pixel while its row is in cache;
                         //   flags kReluOutput: then ReLU, in the same pass
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
-  BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C}) -> (x - mean) / sqrt(var + eps) gamma + beta;
-                        //   eps = attrs.scale; attrs.length 1: stats are x's own (their gradient folds into dx);
-                        //   flags kReluOutput: then ReLU, in the same pass
+  BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C} [, residual{..., C}]) ->
+                        //   (x - mean) / sqrt(var + eps) gamma + beta [+ residual]; eps = attrs.scale; attrs.length
+                        //   1: stats are x's own (their gradient folds into dx); flags kReluOutput: then ReLU, in
+                        //   the same pass. The residual is a ResNet block's shortcut, folded in from an Add
+                        //   (Graph::apply, set_add_folding)
   Div,                  // a / b, NumPy broadcasting as Add
   Exp, Log, Sqrt,       // e^x, natural log, square root (NaN below 0, as std::log / std::sqrt)
   Pow,                  // x^attrs.scale (std::pow: NaN for x < 0 with a non-integer exponent)
@@ -82,10 +84,15 @@ enum class OpKind : uint8_t {
   MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch);
                         //   flags kMaskNonPositive: also zero where x <= 0 (x a ReLU's output)
   AvgPool2DBackward,    // g -> dx of attrs.shape
-  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel) -> dx of attrs.shape {B,H,W,C}
+  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}]) -> dx of attrs.shape {B,H,W,C} [+ addend]:
+                        //   the addend is another gradient of the same input, folded in from an Add
+                        //   (Graph::apply, set_add_folding) and added per image while it is in cache
   Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
-  BatchNormParamGrad,   // (x, stats, g) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma and beta
-  BatchNormBackward,    // (x, stats, gamma, g, param_grad) -> dx; attributes as BatchNorm's
+  BatchNormParamGrad,   // (x, stats, g [, gamma, beta]) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma
+                        //   and beta; flags kReluOutput (with gamma and beta): g counts only where the forward's
+                        //   x a + b > 0, the gradient of a ReLU folded into the BatchNorm, without its own pass
+  BatchNormBackward,    // (x, stats, gamma, g, param_grad [, beta]) -> dx; attributes as BatchNorm's; flags
+                        //   kReluOutput (with beta): g masked as BatchNormParamGrad's
   ClampBackward,        // (x, g) -> g where clamp_min <= x <= clamp_max, else 0 (PyTorch's rule); attributes as Clamp's
   MaxAxisBackward,      // (x, g) -> dx: g to the first maximal element of each slice along attrs.axis (a NaN
                         //   counts as maximal), 0 elsewhere; g has MaxAxis's output shape (attrs.keepdim)
