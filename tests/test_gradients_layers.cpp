@@ -723,6 +723,70 @@ TEST(LayerOpGradBatchNorm, StatisticsEqualDoubleSumsForAnyChannelCount) {
   }
 }
 
+// The parameter-gradient sums (gamma's sum(g xhat), beta's sum(g)) against
+// sums in double, for channel counts on and off the kernel's sixteen-channel
+// vector blocks, plain and with the folded ReLU's mask (kReluOutput): the
+// mask must be exactly the forward's y > 0, read here from the BatchNorm
+// op's own output. The same bits at 1 and 2 threads.
+TEST(LayerOpGradBatchNorm, ParamGradEqualsDoubleSumsForAnyChannelCount) {
+  std::mt19937 rng(1315);
+  const int saved_threads = num_threads();
+  for (int64_t C : {3, 16, 20, 32, 37})
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE("channels " + std::to_string(C) + (relu ? ", ReLU mask" : ""));
+      const int64_t rows = 3000;
+      const Tensor x = uniform({rows, C}, rng, -2.0f, 2.0f), gy = uniform({rows, C}, rng, -1.0f, 1.0f);
+      std::vector<float> sv = uniform({2, C}, rng, -0.3f, 0.3f).to_vector();
+      for (int64_t c = C; c < 2 * C; ++c) sv[size_t(c)] += 1.0f;  // variances in [0.7, 1.3]
+      const Tensor stats = Tensor::from_vector(sv, {2, C}), gamma = uniform({C}, rng, 0.5f, 1.5f),
+                   beta = uniform({C}, rng, -0.5f, 0.5f);
+      std::vector<std::vector<float>> got;
+      std::vector<float> y;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Graph g;
+        const Value vx = g.input("x", x.shape()), vg = g.input("g", gy.shape()), vs = g.input("stats", stats.shape()),
+                    vgamma = g.input("gamma", gamma.shape()), vbeta = g.input("beta", beta.shape());
+        OpAttrs at;
+        at.scale = 1e-3f;
+        OpAttrs masked = at;
+        masked.flags = kReluOutput;
+        const Value fwd = g.apply(OpKind::BatchNorm, {vx, vs, vgamma, vbeta}, masked);
+        const Value sums = relu ? g.apply(OpKind::BatchNormParamGrad, {vx, vs, vg, vgamma, vbeta}, masked)
+                                : g.apply(OpKind::BatchNormParamGrad, {vx, vs, vg}, at);
+        Executable exe(std::move(g), {fwd, sums});
+        exe.bind(vx, x);
+        exe.bind(vg, gy);
+        exe.bind(vs, stats);
+        exe.bind(vgamma, gamma);
+        exe.bind(vbeta, beta);
+        exe.run();
+        got.push_back(exe.output(sums).to_vector());
+        y = exe.output(fwd).to_vector();
+      }
+      set_num_threads(saved_threads);
+      EXPECT_EQ(got[0], got[1]) << "the sums depend on the thread count";
+      const std::vector<float> vx = x.to_vector(), vg = gy.to_vector();
+      int64_t cut = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        double sum_gx = 0.0, sum_g = 0.0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t i = size_t(r * C + c);
+          if (relu && !(y[i] > 0.0f)) {
+            ++cut;
+            continue;
+          }
+          sum_gx += double(vg[i]) * (double(vx[i]) - sv[size_t(c)]);
+          sum_g += vg[i];
+        }
+        sum_gx /= std::sqrt(double(sv[size_t(C + c)]) + 1e-3);
+        EXPECT_NEAR(got[0][size_t(c)], sum_gx, 1e-4 * (1.0 + std::abs(sum_gx))) << "sum(g xhat) of channel " << c;
+        EXPECT_NEAR(got[0][size_t(C + c)], sum_g, 1e-4 * (1.0 + std::abs(sum_g))) << "sum(g) of channel " << c;
+      }
+      if (relu) EXPECT_GT(cut, rows * C / 10) << "the mask cut too little to be tested";
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Add folding (set_add_folding): a residual add into the BatchNorm before it,
 // a sum of gradients into Conv2DBackwardInput; and the ReLU folded into a
