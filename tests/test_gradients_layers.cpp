@@ -509,9 +509,9 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
       {"2x3_dilation2", {2, 6, 9, 4}, window(2, 3, 1, 1, 2, 2, 1, 0, 0, 2)},
       {"1x3_wide", {2, 1, 75, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},
   };
-  const int64_t f = 17;
+  for (const int64_t f : {17, 16})  // 16: the sixteen-wide kernel (rows16)
   for (const WindowCase& k : cases) {
-    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
+    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w) + " filters " + std::to_string(f));
     const int64_t B = k.x[0], H = k.x[1], W = k.x[2], C = k.x[3];
     const int64_t Ho = k.w.out_h(H), Wo = k.w.out_w(W);
     std::mt19937 rng(1275);
@@ -551,6 +551,74 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
     for (size_t i = 0; i < expected.size(); ++i)
       ASSERT_NEAR(got[0][i], expected[i], 1e-4 * (1.0 + std::abs(expected[i]))) << "element " << i;
     EXPECT_EQ(got[0], got[1]) << "the gradient depends on the thread count";
+  }
+}
+
+// The convolution and its input gradient against direct sums in double
+// where the product is sixteen wide (16 filters forward, 16 channels for
+// the input gradient: the rows16 kernel on AVX2), over row lengths that
+// leave every remainder of its six-row blocks, one input channel (the
+// stem), and at 1 and 2 threads (the same bits).
+TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
+  struct Case {
+    Shape x;
+    int64_t f;
+    Window2D w;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 13, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)}, {{2, 4, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {{1, 2, 5, 16}, 16, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},  {{3, 5, 5, 1}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {{2, 4, 4, 16}, 8, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 3, 11, 16}, 16, window(2, 2, 1, 1, 2, 2, 1, 1, 0, 0)},
+  };
+  const int saved_threads = num_threads();
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w));
+    const int64_t B = k.x[0], H = k.x[1], W = k.x[2], C = k.x[3], F = k.f;
+    const int64_t Ho = k.w.out_h(H), Wo = k.w.out_w(W);
+    std::mt19937 rng(1276);
+    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, C, F}, rng, -0.5f, 0.5f),
+                 tg = uniform({B, Ho, Wo, F}, rng, -1.0f, 1.0f);
+    const float *px = tx.data<float>(), *pk = tk.data<float>(), *pg = tg.data<float>();
+    std::vector<double> y(size_t(B * Ho * Wo * F), 0.0), dx(size_t(tx.numel()), 0.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t oy = 0; oy < Ho; ++oy)
+        for (int64_t ox = 0; ox < Wo; ++ox)
+          for (int64_t ky = 0; ky < k.w.kh; ++ky)
+            for (int64_t kx = 0; kx < k.w.kw; ++kx) {
+              const int64_t iy = oy * k.w.sh + ky * k.w.dh - k.w.pad_top, ix = ox * k.w.sw + kx * k.w.dw - k.w.pad_left;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int64_t c = 0; c < C; ++c)
+                for (int64_t j = 0; j < F; ++j) {
+                  const double kv = pk[((ky * k.w.kw + kx) * C + c) * F + j];
+                  y[size_t(((b * Ho + oy) * Wo + ox) * F + j)] += double(px[((b * H + iy) * W + ix) * C + c]) * kv;
+                  dx[size_t(((b * H + iy) * W + ix) * C + c)] += double(pg[((b * Ho + oy) * Wo + ox) * F + j]) * kv;
+                }
+            }
+    std::vector<std::vector<float>> got_y, got_dx;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Graph g;
+      const Value x = g.input("x", k.x), kern = g.input("K", tk.shape()), gy = g.input("g", tg.shape());
+      OpAttrs at;
+      at.window = k.w;
+      const Value out = g.apply(OpKind::Conv2D, {x, kern}, at);
+      at.shape = k.x;
+      const Value din = g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, at);
+      Executable exe(std::move(g), {out, din});
+      exe.bind(x, tx);
+      exe.bind(kern, tk);
+      exe.bind(gy, tg);
+      exe.run();
+      got_y.push_back(exe.output(out).to_vector());
+      got_dx.push_back(exe.output(din).to_vector());
+    }
+    set_num_threads(saved_threads);
+    ASSERT_EQ(got_y[0].size(), y.size());
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(got_y[0][i], y[i], 1e-5 * (1.0 + std::abs(y[i]))) << "y " << i;
+    ASSERT_EQ(got_dx[0].size(), dx.size());
+    for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(got_dx[0][i], dx[i], 1e-5 * (1.0 + std::abs(dx[i]))) << "dx " << i;
+    EXPECT_EQ(got_y[0], got_y[1]) << "the convolution depends on the thread count";
+    EXPECT_EQ(got_dx[0], got_dx[1]) << "the input gradient depends on the thread count";
   }
 }
 
