@@ -521,6 +521,39 @@ TEST_P(AllocationFree, MultiInputMultiOutputTrainerStepAndOneRowPredict) {
   EXPECT_NEAR(sum, 1.0f, 1e-5f);  // the second output's probabilities were written
 }
 
+// A residual CNN (the resnet workload's shape, small): convolutions with 16
+// filters and channels (the sixteen-wide product kernel), batch norms with
+// the ReLU folded in (their backward kernels mask the gradient themselves),
+// a residual Add folded into the batch norm before it, and the block
+// input's two gradients summed inside the convolution's input gradient.
+TEST_P(AllocationFree, ResidualCnnStepAndPredict) {
+  tg::manual_seed(6);
+  tg::nn::clear_session();
+  const tg::nn::SymbolicTensor image = tg::nn::Input({8, 8, 3});
+  auto conv_bn = [](const tg::nn::SymbolicTensor& x) {
+    return tg::nn::BatchNormalization()(tg::nn::Conv2D(16, {3, 3}, {1, 1}, "same", {1, 1}, "linear", false)(x));
+  };
+  const tg::nn::SymbolicTensor stem = tg::nn::ActivationLayer("relu")(conv_bn(image));
+  const tg::nn::SymbolicTensor block = conv_bn(tg::nn::ActivationLayer("relu")(conv_bn(stem)));
+  const tg::nn::SymbolicTensor out = tg::nn::ActivationLayer("relu")(tg::nn::Add()({block, stem}));
+  tg::nn::Model model(image, tg::nn::Dense(4, "softmax")(tg::nn::GlobalAveragePooling2D()(out)));
+  model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
+  auto& ctx = model.optimizer_context(16);
+  const tg::Tensor x = random_tensor({16, 8, 8, 3});
+  tg::Tensor y = tg::Tensor::zeros({16}, tg::DType::Int32);
+  for (int i = 0; i < 16; ++i) y.data<int32_t>()[i] = i % 4;
+  const float first = ctx.step(x, y).loss;
+  for (int i = 0; i < 3; ++i) ctx.step(x, y);
+  EXPECT_EQ(allocations_in(20, [&] { ctx.step(x, y); }), 0);
+  EXPECT_LT(ctx.step(x, y).loss, first) << "the steps trained";
+  tg::Tensor probs = tg::Tensor::empty({16, 4});
+  model.predict(x, probs);
+  EXPECT_EQ(allocations_in(20, [&] { model.predict(x, probs); }), 0);
+  float row = 0;
+  for (int c = 0; c < 4; ++c) row += probs.data<float>()[c];
+  EXPECT_NEAR(row, 1.0f, 1e-5f);
+}
+
 // The eager step (issue 12): after warm-up, a step of ag::nn modules and
 // ag::optim::Adam takes every tensor's storage from the caching allocator
 // (no miss), its handles and recorded ops from the per-thread pools, and
