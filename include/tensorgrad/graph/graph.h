@@ -28,7 +28,7 @@ bool relu_folding();
 /// that makes one of them, where that op can add in its own pass: on by
 /// default. A BatchNorm's output plus a residual becomes the BatchNorm's
 /// fifth input (a ResNet block's y = relu(BN(conv) + shortcut) then takes one
-/// pass, not three: BN, Add, ReLU), and a Conv2DBackwardInput's output plus
+/// pass, not two: BN, then the Add with its ReLU), and a Conv2DBackwardInput's output plus
 /// another gradient of the same tensor becomes its third input (the sum of
 /// gradients of a value that feeds a convolution and a shortcut). The values
 /// and gradients are the same to the bit (a + b is b + a in IEEE
