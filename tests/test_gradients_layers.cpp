@@ -975,49 +975,110 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
   set_num_threads(saved_threads);
 }
 
-// A batch norm whose output has a consumer besides the residual Add keeps
-// its unfolded node (both forms run): the values agree to the bit, the
+// A batch norm whose output another op reads: read before the Add, the Add
+// does not fold (bit-equal to the graph as written, one BatchNorm runs);
+// read only after it, both forms run, the values agree to the bit and the
 // gradients up to the order of their sums.
-TEST(LayerOpGradAddFolding, SecondConsumerKeepsTheUnfoldedOutput) {
+TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
   const AddFoldingGuard guard;
   std::mt19937 rng(1340);
   const Shape xs{5, 3, 3, 6};
   const Tensor tx = uniform(xs, rng, -1.5f, 1.5f), ts = uniform(xs, rng, -1.0f, 1.0f),
                tgamma = uniform({6}, rng, 0.5f, 1.5f), tbeta = uniform({6}, rng, -0.5f, 0.5f);
-  std::vector<std::vector<float>> results[2];
-  int bn_nodes[2] = {0, 0};
-  for (int fold = 0; fold < 2; ++fold) {
-    set_add_folding(fold == 1);
-    Graph g;
-    std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tgamma, "gamma", true),
-                              g.parameter(tbeta, "beta", true), g.parameter(ts, "s", true)};
-    OpAttrs at;
-    at.scale = 1e-3f;
-    at.length = 1;
-    const Value bn =
-        g.apply(OpKind::BatchNorm, {params[0], g.apply(OpKind::BatchNormStats, {params[0]}), params[1], params[2]}, at);
-    const Value y = g.add(bn, params[3]);
-    const Value loss = g.add(g.sum(g.mul(y, y)), g.sum(g.mul(bn, bn)));
-    std::vector<Value> outputs = g.gradients(loss, params);
-    outputs.push_back(y);
-    for (int32_t id : plan_memory(g, outputs).schedule) bn_nodes[fold] += g.nodes()[size_t(id)].op == OpKind::BatchNorm;
-    Executable exe(std::move(g), outputs);
-    exe.run();
-    for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
-  }
-  EXPECT_EQ(bn_nodes[0], 1);
-  EXPECT_EQ(bn_nodes[1], 2) << "the folded form and the output the second consumer reads";
-  EXPECT_EQ(results[1].back(), results[0].back()) << "the output";
-  for (size_t i = 0; i + 1 < results[0].size(); ++i) {
-    ASSERT_EQ(results[1][i].size(), results[0][i].size());
-    for (size_t j = 0; j < results[0][i].size(); ++j)
-      ASSERT_NEAR(results[1][i][j], results[0][i][j], 1e-4 * (1.0 + std::abs(results[0][i][j])))
-          << "gradient " << i << " element " << j;
+  for (bool read_before : {true, false}) {
+    SCOPED_TRACE(read_before ? "read before the Add" : "read after the Add");
+    std::vector<std::vector<float>> results[2];
+    int bn_nodes[2] = {0, 0};
+    for (int fold = 0; fold < 2; ++fold) {
+      set_add_folding(fold == 1);
+      Graph g;
+      std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tgamma, "gamma", true),
+                                g.parameter(tbeta, "beta", true), g.parameter(ts, "s", true)};
+      OpAttrs at;
+      at.scale = 1e-3f;
+      at.length = 1;
+      const Value bn = g.apply(OpKind::BatchNorm,
+                               {params[0], g.apply(OpKind::BatchNormStats, {params[0]}), params[1], params[2]}, at);
+      Value square;
+      if (read_before) square = g.sum(g.mul(bn, bn));
+      const Value y = g.add(bn, params[3]);
+      if (!read_before) square = g.sum(g.mul(bn, bn));
+      const Value loss = g.add(g.sum(g.mul(y, y)), square);
+      std::vector<Value> outputs = g.gradients(loss, params);
+      outputs.push_back(y);
+      for (int32_t id : plan_memory(g, outputs).schedule)
+        bn_nodes[fold] += g.nodes()[size_t(id)].op == OpKind::BatchNorm;
+      Executable exe(std::move(g), outputs);
+      exe.run();
+      for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+    }
+    EXPECT_EQ(bn_nodes[0], 1);
+    EXPECT_EQ(bn_nodes[1], read_before ? 1 : 2) << "read after: the folded form and the output read after it";
+    EXPECT_EQ(results[1].back(), results[0].back()) << "the output";
+    for (size_t i = 0; i + 1 < results[0].size(); ++i) {
+      if (read_before) {
+        EXPECT_EQ(results[1][i], results[0][i]) << "gradient " << i;
+        continue;
+      }
+      ASSERT_EQ(results[1][i].size(), results[0][i].size());
+      for (size_t j = 0; j < results[0][i].size(); ++j)
+        ASSERT_NEAR(results[1][i][j], results[0][i][j], 1e-4 * (1.0 + std::abs(results[0][i][j])))
+            << "gradient " << i << " element " << j;
+    }
   }
 }
 
-// What does not fold: a broadcast Add (a bias), and an Add of a BatchNorm
-// output that already ends in a ReLU. The new inputs' shapes are checked, and the masked backward ops say which
+// A residual block without batch norm followed by another convolution
+// (y = x + conv2(relu(conv1(x))), z = conv3(y)): the Add of x's gradients
+// folds into conv1's input gradient, never into conv3's, whose output
+// conv2's backward also reads (folding there would run conv3's input
+// gradient twice). Three input gradients run in both graphs, and the
+// results are bit-equal.
+TEST(LayerOpGradAddFolding, NeverIntoAnOutputAnotherOpReads) {
+  const ReluFoldingGuard relu_guard;
+  const AddFoldingGuard add_guard;
+  std::mt19937 rng(1345);
+  const Shape xs{2, 5, 5, 8};
+  const Tensor tx = uniform(xs, rng, -1.0f, 1.0f), tk1 = uniform({3, 3, 8, 8}, rng, -0.3f, 0.3f),
+               tk2 = uniform({3, 3, 8, 8}, rng, -0.3f, 0.3f), tk3 = uniform({3, 3, 8, 4}, rng, -0.3f, 0.3f);
+  std::vector<std::vector<float>> results[2];
+  int cbi[2] = {0, 0}, adds[2] = {0, 0};
+  for (int fold = 0; fold < 2; ++fold) {
+    set_relu_folding(fold == 1);
+    set_add_folding(fold == 1);
+    Graph g;
+    const std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tk1, "K1", true),
+                                    g.parameter(tk2, "K2", true), g.parameter(tk3, "K3", true)};
+    OpAttrs at;
+    at.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    const Value h = g.relu(g.apply(OpKind::Conv2D, {params[0], params[1]}, at));
+    const Value y = g.add(params[0], g.apply(OpKind::Conv2D, {h, params[2]}, at));
+    const Value z = g.apply(OpKind::Conv2D, {y, params[3]}, at);
+    std::mt19937 wrng(1346);
+    const Tensor tw = uniform(g.shape(z), wrng, -1.0f, 1.0f);
+    const Value w = g.input("w", tw.shape());
+    std::vector<Value> outputs = g.gradients(g.sum(g.mul(z, w)), params);
+    outputs.push_back(z);
+    for (int32_t id : plan_memory(g, outputs).schedule) {
+      cbi[fold] += g.nodes()[size_t(id)].op == OpKind::Conv2DBackwardInput;
+      adds[fold] += g.nodes()[size_t(id)].op == OpKind::Add;
+    }
+    Executable exe(std::move(g), outputs);
+    exe.bind(w, tw);
+    exe.run();
+    for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+  }
+  EXPECT_EQ(cbi[0], 3);
+  EXPECT_EQ(cbi[1], 3) << "no input gradient runs twice";
+  EXPECT_EQ(adds[0], 2) << "as written: the residual add and the sum of x's gradients";
+  EXPECT_EQ(adds[1], 1) << "folded: the sum of x's gradients, into conv1's input gradient";
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+}
+
+// What does not fold: a broadcast Add (a bias), an Add of a BatchNorm
+// output that already ends in a ReLU, and one of an output another op
+// already reads. The new inputs' shapes are checked, and the masked backward ops say which
 // inputs kReluOutput needs.
 TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
   const AddFoldingGuard guard;
@@ -1033,7 +1094,9 @@ TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
   relu.flags = kReluOutput;
   const Value bn_relu = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, relu);
   EXPECT_EQ(g.node(g.add(bn_relu, x)).op, OpKind::Add) << "add after the ReLU stays an Add";
-  const Value folded = g.add(x, bn);
+  EXPECT_EQ(g.node(g.add(x, bn)).op, OpKind::Add) << "an output another op reads already stays as it is";
+  const Value fresh = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
+  const Value folded = g.add(x, fresh);
   EXPECT_EQ(g.node(folded).op, OpKind::BatchNorm);
   EXPECT_EQ(g.node(folded).n_inputs, 5);
   EXPECT_EQ(g.node(folded).inputs[4], x) << "the other term is the residual";
@@ -1058,6 +1121,13 @@ TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
   EXPECT_TRUE(test_support::throws<ShapeError>(
       [&] { g.apply(OpKind::Conv2DBackwardInput, {g.input("gy2", {2, 3, 6, 5}), g.input("k2", {1, 1, 4, 5}), x}, conv); },
       {"conv2d_backward_input", "the added term must be the result's shape {2, 3, 6, 4}", "{2, 3, 6}"}));
+  EXPECT_TRUE(test_support::throws<TypeError>(
+      [&] {
+        g.apply(OpKind::Conv2DBackwardInput,
+                {g.input("gy3", {2, 3, 6, 5}), g.input("k3", {1, 1, 4, 5}), g.input("ids", {2, 3, 6, 4}, DType::Int32)},
+                conv);
+      },
+      {"conv2d_backward_input", "must be float32; got int32"}));
 }
 
 // ---------------------------------------------------------------------------

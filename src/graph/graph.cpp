@@ -23,7 +23,9 @@ std::optional<Value> Graph::fold_add_into_producer(Value a, Value b) {
   for (int side = 0; side < 2; ++side) {
     const Value into = side == 0 ? a : b, other = side == 0 ? b : a;
     const Node& p = node(into);
-    if (p.role != NodeRole::Op || p.attrs.flags != 0) continue;
+    // A producer whose output another op already reads would run twice
+    // (folded and not): only an output nothing reads yet is folded.
+    if (p.role != NodeRole::Op || p.attrs.flags != 0 || uses_[size_t(into.id)] != 0) continue;
     // A batch norm's output plus a residual: BatchNorm's fifth input.
     // Conv2DBackwardInput's output plus another gradient: its third input.
     const bool folds = (p.op == OpKind::BatchNorm && p.n_inputs == 4) ||
@@ -56,6 +58,7 @@ Value Graph::add_leaf(NodeRole role, const std::string& name, const Shape& shape
   n.bound = bound;
   n.trainable = trainable;
   nodes_.push_back(std::move(n));
+  uses_.push_back(0);
   return Value{int32_t(nodes_.size() - 1)};
 }
 
@@ -115,7 +118,9 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
   n.n_inputs = int(inputs.size());
   n.shape = sig.shape;
   n.dtype = sig.dtype;
+  for (size_t i = 0; i < inputs.size(); ++i) ++uses_[size_t(inputs[i].id)];
   nodes_.push_back(std::move(n));
+  uses_.push_back(0);
   return Value{int32_t(nodes_.size() - 1)};
 }
 

@@ -148,7 +148,8 @@ OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   return {Shape{s[0][0], ho, wo, s[0][3]}};
 }
 
-OpSignature conv2d_backward(OpKind op, Shapes s, DTypes, const OpAttrs& a) {
+OpSignature conv2d_backward(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
   const bool input = op == OpKind::Conv2DBackwardInput;
   const Shape& x = input ? a.shape : s[0];
   const Shape& kernel = input ? s[1] : a.shape;

@@ -30,10 +30,12 @@ bool relu_folding();
 /// fifth input (a ResNet block's y = relu(BN(conv) + shortcut) then takes one
 /// pass, not two: BN, then the Add with its ReLU), and a Conv2DBackwardInput's output plus
 /// another gradient of the same tensor becomes its third input (the sum of
-/// gradients of a value that feeds a convolution and a shortcut). The values
-/// and gradients are the same to the bit (a + b is b + a in IEEE
-/// arithmetic). Off builds the graph as written (as set_relu_folding).
-/// Process-wide; read when an Add is applied.
+/// gradients of a value that feeds a convolution and a shortcut). Only an
+/// output no op reads yet is folded; the values and gradients are then the
+/// same to the bit (a + b is b + a in IEEE arithmetic). When an op applied
+/// after the Add also reads the unfolded output, both forms run, and the
+/// gradients agree up to the order of their sums. Off builds the graph as
+/// written (as set_relu_folding). Process-wide; read when an Add is applied.
 void set_add_folding(bool enabled);
 bool add_folding();
 
@@ -118,6 +120,7 @@ class Graph final : public Builder {
   // (set_add_folding), or nothing when neither producer takes one.
   std::optional<Value> fold_add_into_producer(Value a, Value b);
   std::vector<Node> nodes_;
+  std::vector<int32_t> uses_;  // per node: how many op nodes read it so far
   std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
   Tensor rng_counter_;
   Value advanced_counter_;

@@ -180,7 +180,10 @@ inline constexpr uint32_t kMaskNonPositive = 1u << 0;
 /// layer with activation "relu" asks for it, and the lazy graph folds a Relu
 /// applied to one of these ops' outputs into it (Graph::apply,
 /// set_relu_folding): Dense-ReLU, conv-BN-ReLU and residual add-ReLU take
-/// one pass over the activation (and one kernel launch) fewer.
+/// one pass over the activation (and one kernel launch) fewer. On
+/// BatchNormParamGrad and BatchNormBackward (with gamma and beta as extra
+/// inputs) it is the gradient side of a BatchNorm's: g counts only where
+/// the forward's value before the ReLU is > 0, so no ReluBackward pass runs.
 inline constexpr uint32_t kReluOutput = 1u << 0;
 /// Whether `op` takes kReluOutput (MatMul, Conv2D, BatchNorm, Add).
 constexpr bool takes_relu_output(OpKind op) {
@@ -221,7 +224,8 @@ struct OpAttrs {
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward: kMaskNonPositive; MatMul, Conv2D, BatchNorm, Add: kReluOutput
+                                          // MaxPool2DBackward: kMaskNonPositive; MatMul, Conv2D, BatchNorm, Add,
+                                          // BatchNormParamGrad, BatchNormBackward: kReluOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
