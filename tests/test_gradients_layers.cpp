@@ -493,6 +493,25 @@ TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
   }
 }
 
+// Calls f(tap, in, out) for every tap of every output pixel of a
+// convolution of x {B, H, W, C} over window w whose input pixel lies inside
+// the image: tap = ky kw + kx, in = (b H + iy) W + ix and out = (b Ho + oy)
+// Wo + ox, pixel indices into x and the output (the direct sums the kernel
+// tests check against).
+template <class F>
+void for_each_tap(const Shape& x, const Window2D& w, F&& f) {
+  const int64_t B = x[0], H = x[1], W = x[2], Ho = w.out_h(H), Wo = w.out_w(W);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
+        for (int64_t ky = 0; ky < w.kh; ++ky)
+          for (int64_t kx = 0; kx < w.kw; ++kx) {
+            const int64_t iy = oy * w.sh + ky * w.dh - w.pad_top, ix = ox * w.sw + kx * w.dw - w.pad_left;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            f(ky * w.kw + kx, (b * H + iy) * W + ix, (b * Ho + oy) * Wo + ox);
+          }
+}
+
 // The filter gradient against a direct sum in double, on shapes the
 // finite-difference cases above are too small for: more than 64 channels
 // (the batch-reduce GEMM's row blocks), batches over several slices,
@@ -518,18 +537,11 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
     const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tg = uniform({B, Ho, Wo, f}, rng, -1.0f, 1.0f);
     std::vector<double> expected(size_t(k.w.kh * k.w.kw * C * f), 0.0);
     const float *px = tx.data<float>(), *pg = tg.data<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t oy = 0; oy < Ho; ++oy)
-        for (int64_t ox = 0; ox < Wo; ++ox)
-          for (int64_t ky = 0; ky < k.w.kh; ++ky)
-            for (int64_t kx = 0; kx < k.w.kw; ++kx) {
-              const int64_t iy = oy * k.w.sh + ky * k.w.dh - k.w.pad_top, ix = ox * k.w.sw + kx * k.w.dw - k.w.pad_left;
-              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-              for (int64_t c = 0; c < C; ++c)
-                for (int64_t j = 0; j < f; ++j)
-                  expected[size_t(((ky * k.w.kw + kx) * C + c) * f + j)] +=
-                      double(px[((b * H + iy) * W + ix) * C + c]) * pg[((b * Ho + oy) * Wo + ox) * f + j];
-            }
+    for_each_tap(k.x, k.w, [&](int64_t tap, int64_t in, int64_t out) {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < f; ++j)
+          expected[size_t((tap * C + c) * f + j)] += double(px[in * C + c]) * pg[out * f + j];
+    });
     std::vector<std::vector<float>> got;
     const int saved_threads = num_threads();
     for (int threads : {1, 2}) {
@@ -580,20 +592,14 @@ TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
                  tg = uniform({B, Ho, Wo, F}, rng, -1.0f, 1.0f);
     const float *px = tx.data<float>(), *pk = tk.data<float>(), *pg = tg.data<float>();
     std::vector<double> y(size_t(B * Ho * Wo * F), 0.0), dx(size_t(tx.numel()), 0.0);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t oy = 0; oy < Ho; ++oy)
-        for (int64_t ox = 0; ox < Wo; ++ox)
-          for (int64_t ky = 0; ky < k.w.kh; ++ky)
-            for (int64_t kx = 0; kx < k.w.kw; ++kx) {
-              const int64_t iy = oy * k.w.sh + ky * k.w.dh - k.w.pad_top, ix = ox * k.w.sw + kx * k.w.dw - k.w.pad_left;
-              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-              for (int64_t c = 0; c < C; ++c)
-                for (int64_t j = 0; j < F; ++j) {
-                  const double kv = pk[((ky * k.w.kw + kx) * C + c) * F + j];
-                  y[size_t(((b * Ho + oy) * Wo + ox) * F + j)] += double(px[((b * H + iy) * W + ix) * C + c]) * kv;
-                  dx[size_t(((b * H + iy) * W + ix) * C + c)] += double(pg[((b * Ho + oy) * Wo + ox) * F + j]) * kv;
-                }
-            }
+    for_each_tap(k.x, k.w, [&](int64_t tap, int64_t in, int64_t out) {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < F; ++j) {
+          const double kv = pk[(tap * C + c) * F + j];
+          y[size_t(out * F + j)] += double(px[in * C + c]) * kv;
+          dx[size_t(in * C + c)] += double(pg[out * F + j]) * kv;
+        }
+    });
     std::vector<std::vector<float>> got_y, got_dx;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
