@@ -114,6 +114,7 @@ struct BatchReduceGemm {
   int64_t m_full = 0, m_tail = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
 
   float beta = 0.0f;  // 1: the sum is added to C (accumulation over calls)
+  bool sixteen_wide = false;  // float32, 16 columns: rows16, not libxsmm
 
   BatchReduceGemm(int64_t m, int64_t n_, int64_t k_, int64_t lda_, int64_t ldb_, int64_t ldc_, float beta_ = 0.0f)
       : m_full(std::min(m, kPixelBlock)),
@@ -124,6 +125,10 @@ struct BatchReduceGemm {
         ldb(ldb_),
         ldc(ldc_),
         beta(beta_) {
+#if defined(__AVX2__) && defined(__FMA__)
+    sixteen_wide = std::is_same_v<T, float> && n == 16 && ldb == 16;
+    if (sixteen_wide) return;  // rows16 serves every block: no libxsmm kernel to look up
+#endif
     init_xsmm();
     full = dispatch(m_full);
     if (m > kPixelBlock && m_tail) tail = dispatch(m_tail);
@@ -145,7 +150,7 @@ struct BatchReduceGemm {
   void run(int64_t m, const T* const* a, const T* const* b, int64_t count, float* c, int64_t pixel_step) const {
 #if defined(__AVX2__) && defined(__FMA__)
     if constexpr (std::is_same_v<T, float>)
-      if (n == 16 && ldb == 16) return rows16(a, b, count, m, k, pixel_step, c, ldc, beta != 0.0f);
+      if (sixteen_wide) return rows16(a, b, count, m, k, pixel_step, c, ldc, beta != 0.0f);
 #endif
     thread_local std::vector<const T*> ab, bb;
     ab.resize(size_t(count));

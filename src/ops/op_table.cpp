@@ -647,14 +647,16 @@ constexpr auto kOps = std::to_array<OpDef>({
        const bool mask_inside = (d.at.flags & kReluOutput) && !residual;
        const Value g = (d.at.flags & kReluOutput) && residual ? relu_gradient(b, d.y, d.g) : d.g;
        std::span<const Value> x = d.x;
-       OpAttrs masked = at;
-       if (mask_inside) masked.flags = kReluOutput;
-       Value sums = mask_inside ? b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g, x[2], x[3]}, masked)
-                                : b.apply(OpKind::BatchNormParamGrad, {x[0], x[1], g}, at);
+       OpAttrs backward_at = at;
+       if (mask_inside) backward_at.flags = kReluOutput;
+       // With the mask inside, the backward ops also take gamma and beta (the last two, or the last one).
+       const Value param_in[5] = {x[0], x[1], g, x[2], x[3]};
+       Value sums = b.apply(OpKind::BatchNormParamGrad, std::span<const Value>(param_in, mask_inside ? 5 : 3),
+                            backward_at);
        const int64_t c = b.shape(x[2])[0];
+       const Value dx_in[6] = {x[0], x[1], x[2], g, sums, x[3]};
        if (d.need(0))
-         d.dx[0] = mask_inside ? b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums, x[3]}, masked)
-                               : b.apply(OpKind::BatchNormBackward, {x[0], x[1], x[2], g, sums}, at);
+         d.dx[0] = b.apply(OpKind::BatchNormBackward, std::span<const Value>(dx_in, mask_inside ? 6 : 5), backward_at);
        if (d.need(2)) d.dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
        if (d.need(3)) d.dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
        if (residual && d.need(4)) d.dx[4] = g;
