@@ -78,6 +78,8 @@ using test_support::window;
 using test_support::AddFoldingGuard;
 using test_support::ReluFoldingGuard;
 using test_support::window_str;
+using test_support::for_each_tap;
+using test_support::WinogradGuard;
 
 // One gradient check: build the graph through `g` with param()/data(), then
 // call check() once.
@@ -493,25 +495,6 @@ TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
   }
 }
 
-// Calls f(tap, in, out) for every tap of every output pixel of a
-// convolution of x {B, H, W, C} over window w whose input pixel lies inside
-// the image: tap = ky kw + kx, in = (b H + iy) W + ix and out = (b Ho + oy)
-// Wo + ox, pixel indices into x and the output (the direct sums the kernel
-// tests check against).
-template <class F>
-void for_each_tap(const Shape& x, const Window2D& w, F&& f) {
-  const int64_t B = x[0], H = x[1], W = x[2], Ho = w.out_h(H), Wo = w.out_w(W);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t oy = 0; oy < Ho; ++oy)
-      for (int64_t ox = 0; ox < Wo; ++ox)
-        for (int64_t ky = 0; ky < w.kh; ++ky)
-          for (int64_t kx = 0; kx < w.kw; ++kx) {
-            const int64_t iy = oy * w.sh + ky * w.dh - w.pad_top, ix = ox * w.sw + kx * w.dw - w.pad_left;
-            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-            f(ky * w.kw + kx, (b * H + iy) * W + ix, (b * Ho + oy) * Wo + ox);
-          }
-}
-
 // The filter gradient against a direct sum in double, on shapes the
 // finite-difference cases above are too small for: more than 64 channels
 // (the batch-reduce GEMM's row blocks), batches over several slices,
@@ -568,7 +551,8 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
 
 // The convolution and its input gradient against direct sums in double
 // where the product is sixteen wide (16 filters forward, 16 channels for
-// the input gradient: the rows16 kernel on AVX2), over row lengths that
+// the input gradient: the rows16 kernel on AVX2, the direct kernels with
+// Winograd's off), over row lengths that
 // leave every remainder of its six-row blocks, one input channel (the
 // stem), and at 1 and 2 threads (the same bits).
 TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
@@ -582,6 +566,8 @@ TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
       {{1, 2, 5, 16}, 16, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},  {{3, 5, 5, 1}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {{2, 4, 4, 16}, 8, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 3, 11, 16}, 16, window(2, 2, 1, 1, 2, 2, 1, 1, 0, 0)},
   };
+  const WinogradGuard guard;
+  set_winograd_convolutions(false);  // the 3x3 cases would run by Winograd (tests/test_winograd.cpp)
   const int saved_threads = num_threads();
   for (const Case& k : cases) {
     SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w));

@@ -70,6 +70,33 @@ struct AddFoldingGuard {
   ~AddFoldingGuard() { tensorgrad::set_add_folding(saved); }
 };
 
+// Restores the process-wide choice of Winograd convolutions
+// (tensorgrad::set_winograd_convolutions) a test turns off to check the
+// direct kernels.
+struct WinogradGuard {
+  bool saved = tensorgrad::winograd_convolutions();
+  ~WinogradGuard() { tensorgrad::set_winograd_convolutions(saved); }
+};
+
+// Calls f(tap, in, out) for every tap of every output pixel of a
+// convolution of x {B, H, W, C} over window w whose input pixel lies inside
+// the image: tap = ky kw + kx, in = (b H + iy) W + ix and out = (b Ho + oy)
+// Wo + ox, pixel indices into x and the output (the direct sums the kernel
+// tests check against).
+template <class F>
+void for_each_tap(const tensorgrad::Shape& x, const tensorgrad::Window2D& w, F&& f) {
+  const int64_t B = x[0], H = x[1], W = x[2], Ho = w.out_h(H), Wo = w.out_w(W);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
+        for (int64_t ky = 0; ky < w.kh; ++ky)
+          for (int64_t kx = 0; kx < w.kw; ++kx) {
+            const int64_t iy = oy * w.sh + ky * w.dh - w.pad_top, ix = ox * w.sw + kx * w.dw - w.pad_left;
+            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+            f(ky * w.kw + kx, (b * H + iy) * W + ix, (b * Ho + oy) * Wo + ox);
+          }
+}
+
 /// A Window2D from its sizes, strides, dilations and pads (top, left, bottom, right).
 inline tensorgrad::Window2D window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh = 1, int64_t dw = 1,
                                    int64_t top = 0, int64_t left = 0, int64_t bottom = 0, int64_t right = 0) {

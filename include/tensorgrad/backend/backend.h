@@ -41,6 +41,20 @@ bool bfloat16_supported();
 /// MatMul then runs on the tiles). On a CPU with AMX the first call asks
 /// Linux for the tile state (arch_prctl), as the policy's first product does.
 bool bfloat16_convolutions_supported();
+/// Whether 3x3 convolutions with unit stride, no dilation, padding 0 to 2
+/// on each side and at least 16 channels in and out run by Winograd's
+/// minimal filtering F(2x2, 3x3) (Lavin and Gray, 2016): 16 multiplications
+/// per 2x2 outputs and channel pair where the direct sum takes 36. Applies to
+/// Conv2D and its input gradient in float32 (the filter gradient and the
+/// mixed_bfloat16 policy's bfloat16 convolutions stay direct). On by
+/// default. The transforms add a few roundings, so results differ from the
+/// direct sum in the last bits (tests bound the difference by 64 float32
+/// epsilons of the sum of the terms' magnitudes); they stay the same at
+/// every thread count. Off: the direct kernels for every convolution (to
+/// compare against, as PyTorch's torch.backends flags choose algorithms).
+/// Process-wide; read at each convolution.
+void set_winograd_convolutions(bool enabled);
+bool winograd_convolutions();
 
 /// Runs one backend's kernels, holding what its kernels need besides their
 /// tensors (the CPU's: the thread pool, or none for small work). Made by

@@ -1,0 +1,160 @@
+// The 3x3 convolutions by Winograd's F(2x2, 3x3) (kernels/winograd.cpp,
+// set_winograd_convolutions): Conv2D (with and without its bias and folded
+// ReLU) and Conv2DBackwardInput (with and without the folded addend) against
+// direct sums in double, within a bound proportional to the sum of the
+// terms' magnitudes; bit-equal at 1 and 2 threads; different in some bit
+// from the direct kernels (so the Winograd path is what ran); and the shapes
+// it does not take bit-equal with the switch on and off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/backend/backend.h"
+#include "tensorgrad/backend/executable.h"
+#include "tensorgrad/core/threads.h"
+#include "tensorgrad/graph/graph.h"
+#include "test_support.h"
+
+using namespace tensorgrad;
+using test_support::for_each_tap;
+using test_support::uniform;
+using test_support::window;
+using test_support::window_str;
+using test_support::WinogradGuard;
+
+namespace {
+
+struct Case {
+  Shape x;
+  int64_t f;
+  Window2D w;
+  bool bias_relu = false;  // Conv2D with a bias and kReluOutput
+  bool addend = false;     // Conv2DBackwardInput with a third input
+};
+
+// The outputs of Conv2D and Conv2DBackwardInput for one case, with the
+// switch and thread count given.
+struct Outputs {
+  std::vector<float> y, dx;
+};
+
+Outputs run_case(const Case& k, const Tensor& tx, const Tensor& tk, const Tensor& tb, const Tensor& tg,
+                 const Tensor& ta, bool winograd, int threads) {
+  const WinogradGuard guard;
+  set_winograd_convolutions(winograd);
+  const int saved_threads = num_threads();
+  set_num_threads(threads);
+  Graph g;
+  const Value x = g.input("x", tx.shape()), kern = g.input("K", tk.shape()), gy = g.input("g", tg.shape());
+  const Value b = k.bias_relu ? g.input("b", tb.shape()) : Value{}, add = k.addend ? g.input("a", ta.shape()) : Value{};
+  OpAttrs at;
+  at.window = k.w;
+  if (k.bias_relu) at.flags = kReluOutput;
+  const Value out = k.bias_relu ? g.apply(OpKind::Conv2D, {x, kern, b}, at) : g.apply(OpKind::Conv2D, {x, kern}, at);
+  OpAttrs back;
+  back.window = k.w;
+  back.shape = k.x;
+  const Value din = k.addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add}, back)
+                             : g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, back);
+  Executable exe(std::move(g), {out, din});
+  exe.bind(x, tx);
+  exe.bind(kern, tk);
+  exe.bind(gy, tg);
+  if (k.bias_relu) exe.bind(b, tb);
+  if (k.addend) exe.bind(add, ta);
+  exe.run();
+  Outputs o{exe.output(out).to_vector(), exe.output(din).to_vector()};
+  set_num_threads(saved_threads);
+  return o;
+}
+
+// Whether got is within the bound of exact: 64 float32 epsilons of the sum
+// of the terms' magnitudes (the transforms add a few roundings of sums of up
+// to 16 terms; a wrong coefficient is off by a whole term).
+void expect_near_sums(const std::vector<float>& got, const std::vector<double>& exact,
+                      const std::vector<double>& magnitude, const char* what) {
+  ASSERT_EQ(got.size(), exact.size()) << what;
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (size_t i = 0; i < exact.size(); ++i)
+    ASSERT_NEAR(got[i], exact[i], 64 * eps * magnitude[i] + 1e-30) << what << " " << i;
+}
+
+TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
+  const std::vector<Case> cases = {
+      {{2, 8, 10, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {{1, 7, 9, 16}, 32, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true, true},  // odd sizes: clipped edge tiles
+      {{2, 6, 5, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},              // valid; channels past whole registers
+      {{1, 5, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2), false, true},  // asymmetric pads
+      {{1, 30, 33, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true},       // 255 tiles: two chunks
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w) + (k.bias_relu ? " bias relu" : "") +
+                 (k.addend ? " addend" : ""));
+    const int64_t C = k.x[3], F = k.f, Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
+    std::mt19937 rng(1377);
+    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({3, 3, C, F}, rng, -0.5f, 0.5f),
+                 tb = uniform({F}, rng, -0.5f, 0.5f), tg = uniform({k.x[0], Ho, Wo, F}, rng, -1.0f, 1.0f),
+                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const float *px = tx.data<float>(), *pk = tk.data<float>(), *pb = tb.data<float>(), *pg = tg.data<float>(),
+                *pa = ta.data<float>();
+    const size_t ny = size_t(tg.numel()), nx = size_t(tx.numel());
+    std::vector<double> y(ny, 0.0), y_mag(ny, 0.0), dx(nx, 0.0), dx_mag(nx, 0.0);
+    for_each_tap(k.x, k.w, [&](int64_t tap, int64_t in, int64_t out) {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < F; ++j) {
+          const double kv = pk[(tap * C + c) * F + j];
+          y[size_t(out * F + j)] += double(px[in * C + c]) * kv;
+          y_mag[size_t(out * F + j)] += std::abs(double(px[in * C + c]) * kv);
+          dx[size_t(in * C + c)] += double(pg[out * F + j]) * kv;
+          dx_mag[size_t(in * C + c)] += std::abs(double(pg[out * F + j]) * kv);
+        }
+    });
+    if (k.bias_relu)
+      for (size_t i = 0; i < ny; ++i) {
+        y[i] = std::max(0.0, y[i] + pb[i % size_t(F)]);
+        y_mag[i] += std::abs(double(pb[i % size_t(F)]));
+      }
+    if (k.addend)
+      for (size_t i = 0; i < nx; ++i) {
+        dx[i] += pa[i];
+        dx_mag[i] += std::abs(double(pa[i]));
+      }
+    const Outputs one = run_case(k, tx, tk, tb, tg, ta, true, 1), two = run_case(k, tx, tk, tb, tg, ta, true, 2),
+                  direct = run_case(k, tx, tk, tb, tg, ta, false, 2);
+    expect_near_sums(one.y, y, y_mag, "y");
+    expect_near_sums(one.dx, dx, dx_mag, "dx");
+    expect_near_sums(direct.y, y, y_mag, "direct y");
+    EXPECT_EQ(one.y, two.y) << "the convolution depends on the thread count";
+    EXPECT_EQ(one.dx, two.dx) << "the input gradient depends on the thread count";
+    EXPECT_NE(one.y, direct.y) << "the convolution gave the direct kernel's bits: Winograd did not run";
+    EXPECT_NE(one.dx, direct.dx) << "the input gradient gave the direct kernel's bits: Winograd did not run";
+  }
+}
+
+// Shapes outside F(2x2, 3x3)'s reach run the direct kernels with the switch
+// on: strides, dilation, pads over 2, other kernel sizes, fewer than 16
+// channels or filters.
+TEST(Winograd, OtherShapesRunDirect) {
+  const std::vector<Case> cases = {
+      {{1, 8, 8, 16}, 16, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)}, {{1, 9, 9, 16}, 16, window(3, 3, 1, 1, 2, 2, 2, 2, 2, 2)},
+      {{1, 8, 8, 16}, 16, window(3, 3, 1, 1, 1, 1, 3, 3, 3, 3)}, {{1, 8, 8, 16}, 16, window(5, 5, 1, 1, 1, 1, 2, 2, 2, 2)},
+      {{1, 8, 8, 8}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},  {{1, 8, 8, 16}, 8, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w));
+    std::mt19937 rng(1378);
+    const int64_t Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
+    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], k.f}, rng, -0.5f, 0.5f),
+                 tb = uniform({k.f}, rng, -0.5f, 0.5f), tg = uniform({k.x[0], Ho, Wo, k.f}, rng, -1.0f, 1.0f),
+                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const Outputs on = run_case(k, tx, tk, tb, tg, ta, true, 2), off = run_case(k, tx, tk, tb, tg, ta, false, 2);
+    EXPECT_EQ(on.y, off.y);
+    EXPECT_EQ(on.dx, off.dx);
+  }
+}
+
+}  // namespace
