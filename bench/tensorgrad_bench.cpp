@@ -46,6 +46,8 @@
 // Environment (Google Benchmark owns the command-line flags):
 //   TG_THREADS  compute threads, passed to tensorgrad::set_num_threads (default 2)
 //   TG_REPS     repetitions of every benchmark (default: mlp 3, others 5)
+//   TG_WINOGRAD 0: the direct convolution kernels only
+//               (tensorgrad::set_winograd_convolutions(false)), to compare
 // Example:
 //   TG_THREADS=2 build/bench/tensorgrad_bench --benchmark_filter=rlstep
 #include <benchmark/benchmark.h>
@@ -462,6 +464,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   benchmark::AddCustomContext("tensorgrad_threads", std::to_string(tg::num_threads()));
+  if (const char* w = std::getenv("TG_WINOGRAD"); w && std::string(w) == "0") tg::set_winograd_convolutions(false);
+  benchmark::AddCustomContext("tensorgrad_winograd", tg::winograd_convolutions() ? "on" : "off");
 
   const int64_t f32 = int64_t(tg::DTypePolicy::kFloat32), bf16 = int64_t(tg::DTypePolicy::kMixedBFloat16);
   benchmark::RegisterBenchmark("mlp_fit", BM_mlp_fit)->Arg(f32)
