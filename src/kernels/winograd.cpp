@@ -77,13 +77,15 @@ struct Tiling {
 };
 
 // The transforms' steps run over the channels, one register of floats at a
-// time: 16 with AVX-512 (one channel block of the resnet per step), else 8
-// (two 16-float vectors need 32 of AVX2's 16 registers for a tile's 16
-// points and spill).
+// time: 16 with AVX-512 (one channel block of the resnet per step), 8 with
+// AVX (two 16-float vectors need 32 of AVX2's 16 registers for a tile's 16
+// points and spill), else 4 (SSE).
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
-#else
+#elif defined(__AVX__)
 constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 inline Vec load_vec(const float* p) {
