@@ -1,4 +1,4 @@
-// The 3x3 convolutions by Winograd's F(2x2, 3x3) (kernels/winograd.cpp,
+// The 3x3 convolutions by Winograd's F(4x4, 3x3) and F(2x2, 3x3) (kernels/winograd.cpp,
 // set_winograd_convolutions): Conv2D (with and without its bias and folded
 // ReLU) and Conv2DBackwardInput (with and without the folded addend) against
 // direct sums in double, within a bound proportional to the sum of the
@@ -84,13 +84,21 @@ void expect_near_sums(const std::vector<float>& got, const std::vector<double>& 
 }
 
 TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
+  // F(4x4) for images of 8 or more outputs a side, F(2x2) below: each with
+  // edge tiles clipped, channels past whole registers, asymmetric pads, the
+  // bias and ReLU, the addend, and more tiles than one chunk (128).
   const std::vector<Case> cases = {
-      {{2, 8, 10, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
-      {{1, 7, 9, 16}, 32, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true, true},  // odd sizes: clipped edge tiles
-      {{2, 6, 5, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},              // valid; channels past whole registers
-      {{1, 5, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2), false, true},  // asymmetric pads
-      {{1, 30, 33, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true},       // 255 tiles: two chunks
+      {{2, 8, 10, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},               // F(4x4), clipped columns
+      {{1, 11, 9, 16}, 32, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true, true},   // F(4x4), clipped both ways
+      {{2, 10, 12, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},              // F(4x4), valid, tail channels
+      {{1, 9, 8, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2), false, true},   // F(4x4), asymmetric pads
+      {{1, 48, 50, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true},        // F(4x4), 156 tiles
+      {{1, 7, 9, 16}, 32, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1), true, true},    // F(2x2), clipped both ways
+      {{2, 6, 5, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},                // F(2x2), valid, tail channels
+      {{1, 5, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2), false, true},   // F(2x2), asymmetric pads
+      {{1, 5, 520, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},              // F(2x2), 780 tiles
   };
+
   for (const Case& k : cases) {
     SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w) + (k.bias_relu ? " bias relu" : "") +
                  (k.addend ? " addend" : ""));
