@@ -1,6 +1,7 @@
 // The 3x3 convolutions by Winograd's F(4x4, 3x3) and F(2x2, 3x3) (kernels/winograd.cpp,
 // set_winograd_convolutions): Conv2D (with and without its bias and folded
-// ReLU) and Conv2DBackwardInput (with and without the folded addend) against
+// ReLU), Conv2DBackwardInput (with and without the folded addend) and
+// Conv2DBackwardFilter against
 // direct sums in double, within a bound proportional to the sum of the
 // terms' magnitudes; bit-equal at 1 and 2 threads; different in some bit
 // from the direct kernels (so the Winograd path is what ran); and the shapes
@@ -39,7 +40,7 @@ struct Case {
 // The outputs of Conv2D and Conv2DBackwardInput for one case, with the
 // switch and thread count given.
 struct Outputs {
-  std::vector<float> y, dx;
+  std::vector<float> y, dx, dk;
 };
 
 Outputs run_case(const Case& k, const Tensor& tx, const Tensor& tk, const Tensor& tb, const Tensor& tg,
@@ -60,14 +61,18 @@ Outputs run_case(const Case& k, const Tensor& tx, const Tensor& tk, const Tensor
   back.shape = k.x;
   const Value din = k.addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add}, back)
                              : g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, back);
-  Executable exe(std::move(g), {out, din});
+  OpAttrs filt;
+  filt.window = k.w;
+  filt.shape = tk.shape();
+  const Value dkern = g.apply(OpKind::Conv2DBackwardFilter, {x, gy}, filt);
+  Executable exe(std::move(g), {out, din, dkern});
   exe.bind(x, tx);
   exe.bind(kern, tk);
   exe.bind(gy, tg);
   if (k.bias_relu) exe.bind(b, tb);
   if (k.addend) exe.bind(add, ta);
   exe.run();
-  Outputs o{exe.output(out).to_vector(), exe.output(din).to_vector()};
+  Outputs o{exe.output(out).to_vector(), exe.output(din).to_vector(), exe.output(dkern).to_vector()};
   set_num_threads(saved_threads);
   return o;
 }
@@ -97,6 +102,13 @@ TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
       {{2, 6, 5, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},                // F(2x2), valid, tail channels
       {{1, 5, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2), false, true},   // F(2x2), asymmetric pads
       {{1, 5, 520, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},              // F(2x2), 780 tiles
+      // The filter gradient by F(4x4) (16 or more outputs a side): clipped
+      // tiles, tail channels and filters, asymmetric pads, and slices of two
+      // images whose tiles (100 each) fill a chunk of 128 across them.
+      {{2, 16, 18, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {{1, 18, 19, 17}, 24, window(3, 3, 1, 1, 1, 1, 0, 0, 0, 0)},
+      {{1, 17, 16, 16}, 16, window(3, 3, 1, 1, 1, 1, 2, 0, 1, 2)},
+      {{17, 40, 40, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
   };
 
   for (const Case& k : cases) {
@@ -109,8 +121,8 @@ TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
                  ta = uniform(k.x, rng, -1.0f, 1.0f);
     const float *px = tx.data<float>(), *pk = tk.data<float>(), *pb = tb.data<float>(), *pg = tg.data<float>(),
                 *pa = ta.data<float>();
-    const size_t ny = size_t(tg.numel()), nx = size_t(tx.numel());
-    std::vector<double> y(ny, 0.0), y_mag(ny, 0.0), dx(nx, 0.0), dx_mag(nx, 0.0);
+    const size_t ny = size_t(tg.numel()), nx = size_t(tx.numel()), nk = size_t(tk.numel());
+    std::vector<double> y(ny, 0.0), y_mag(ny, 0.0), dx(nx, 0.0), dx_mag(nx, 0.0), dk(nk, 0.0), dk_mag(nk, 0.0);
     for_each_tap(k.x, k.w, [&](int64_t tap, int64_t in, int64_t out) {
       for (int64_t c = 0; c < C; ++c)
         for (int64_t j = 0; j < F; ++j) {
@@ -119,6 +131,9 @@ TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
           y_mag[size_t(out * F + j)] += std::abs(double(px[in * C + c]) * kv);
           dx[size_t(in * C + c)] += double(pg[out * F + j]) * kv;
           dx_mag[size_t(in * C + c)] += std::abs(double(pg[out * F + j]) * kv);
+          const double xg = double(px[in * C + c]) * pg[out * F + j];
+          dk[size_t((tap * C + c) * F + j)] += xg;
+          dk_mag[size_t((tap * C + c) * F + j)] += std::abs(xg);
         }
     });
     if (k.bias_relu)
@@ -135,11 +150,17 @@ TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
                   direct = run_case(k, tx, tk, tb, tg, ta, false, 2);
     expect_near_sums(one.y, y, y_mag, "y");
     expect_near_sums(one.dx, dx, dx_mag, "dx");
+    expect_near_sums(one.dk, dk, dk_mag, "dk");
     expect_near_sums(direct.y, y, y_mag, "direct y");
     EXPECT_EQ(one.y, two.y) << "the convolution depends on the thread count";
     EXPECT_EQ(one.dx, two.dx) << "the input gradient depends on the thread count";
+    EXPECT_EQ(one.dk, two.dk) << "the filter gradient depends on the thread count";
     EXPECT_NE(one.y, direct.y) << "the convolution gave the direct kernel's bits: Winograd did not run";
     EXPECT_NE(one.dx, direct.dx) << "the input gradient gave the direct kernel's bits: Winograd did not run";
+    if (Ho >= 16 && Wo >= 16)  // the filter gradient by F(4x4); smaller images keep the direct kernel
+      EXPECT_NE(one.dk, direct.dk) << "the filter gradient gave the direct kernel's bits: Winograd did not run";
+    else
+      EXPECT_EQ(one.dk, direct.dk) << "a filter gradient of under 16 outputs a side did not run direct";
   }
 }
 
@@ -162,6 +183,7 @@ TEST(Winograd, OtherShapesRunDirect) {
     const Outputs on = run_case(k, tx, tk, tb, tg, ta, true, 2), off = run_case(k, tx, tk, tb, tg, ta, false, 2);
     EXPECT_EQ(on.y, off.y);
     EXPECT_EQ(on.dx, off.dx);
+    EXPECT_EQ(on.dk, off.dk);
   }
 }
 

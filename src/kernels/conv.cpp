@@ -265,6 +265,8 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
                             const KernelContext& ctx) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
+  if (!(ctx.bf16 && bf16_convolutions()) && winograd_filter_applies(win, C, F, Ho, Wo))
+    return winograd_conv2d_backward_filter(win, x, g, dkernel, ctx);
   const float* px = x.f();
   const float* pg = g.f();
   // One accumulator per slice of the batch, summed at the end in order. The

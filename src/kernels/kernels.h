@@ -155,15 +155,21 @@ void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRe
                            const KernelContext& ctx, const float* addend = nullptr);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx);
-// winograd.cpp: the 3x3 unit-stride convolutions by F(2x2, 3x3), when
+// winograd.cpp: the 3x3 unit-stride convolutions by F(4x4, 3x3) or F(2x2, 3x3), when
 // winograd_applies (the public switch set_winograd_convolutions, and the
 // shapes it names); same arguments as the direct kernels above.
 inline constexpr int64_t kWinogradMinChannels = 16;
 bool winograd_applies(const Window2D& w, int64_t channels, int64_t filters);
+// The filter gradient by Winograd: also images of at least this many
+// outputs a side (smaller ones keep the direct kernel, as fast there).
+inline constexpr int64_t kWinogradFilterMinSide = 16;
+bool winograd_filter_applies(const Window2D& w, int64_t channels, int64_t filters, int64_t out_h, int64_t out_w);
 void winograd_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
                      const KernelContext& ctx, const float* bias, bool relu);
 void winograd_conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel,
                                     const TensorRef& dx, const KernelContext& ctx, const float* addend);
+void winograd_conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g,
+                                     const TensorRef& dkernel, const KernelContext& ctx);
 // batch_norm.cpp: batch normalization over every axis but the last.
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx);
 // in: x, stats, gamma, beta [, residual] (the op's inputs, as at OpKind::BatchNorm).

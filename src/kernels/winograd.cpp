@@ -13,12 +13,16 @@
 //
 // One routine serves the forward pass and the input gradient (the forward
 // form over the output gradient with the kernel turned by 180 degrees and
-// its channel axes swapped). The filter gradient stays direct (conv.cpp):
-// written as dk = G^T [sum over tiles (A g A^T) . (B^T d B)] G with F(2x2)
-// it was no faster on the resnet's shapes (its two transforms and two
-// padded copies cost what the fewer products save; BENCHMARKS.md).
+// its channel axes swapped). The filter gradient is the same bilinear form
+// read the other way, dk = G^T [sum over tiles (A g A^T) . (B^T d B)] G,
+// the sum over tiles an outer product per point; by F(4x4) for images of 16
+// or more outputs a side (a quarter faster than the direct kernel on the
+// resnet's 28x28 layers). Smaller images keep the direct kernel (conv.cpp):
+// there it was as fast or faster, by F(2x2) and F(4x4) alike (BENCHMARKS.md).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <immintrin.h>
 #include <cstring>
 #include <vector>
 
@@ -131,6 +135,23 @@ struct Minimal<4> {
     y[2] = sum12 + 4.0f * sum34;
     y[3] = diff12 + 8.0f * diff34 + m[5];
   }
+  // The filter gradient's: A g (4 -> 6) and G^T h (6 -> 3).
+  template <class V>
+  static void gradient(const V g[4], V a[6]) {
+    const V even = g[0] + g[2], odd = g[1] + g[3], even4 = g[0] + 4.0f * g[2], odd8 = 2.0f * g[1] + 8.0f * g[3];
+    a[0] = g[0];
+    a[1] = even + odd;
+    a[2] = even - odd;
+    a[3] = even4 + odd8;
+    a[4] = even4 - odd8;
+    a[5] = g[3];
+  }
+  static void filter(const float h[6], float k[3]) {
+    const float sum12 = h[1] + h[2], diff12 = h[1] - h[2], sum34 = h[3] + h[4], diff34 = h[3] - h[4];
+    k[0] = h[0] * 0.25f - sum12 * (1.0f / 6.0f) + sum34 * (1.0f / 24.0f);
+    k[1] = -diff12 * (1.0f / 6.0f) + diff34 * (1.0f / 12.0f);
+    k[2] = -sum12 * (1.0f / 6.0f) + sum34 * (1.0f / 6.0f) + h[5];
+  }
 };
 
 // The two-dimensional transforms over one tile and the channels [ch, ch +
@@ -164,7 +185,68 @@ struct Transforms {
     }
     for (int r = 0; r < kM; ++r) Minimal<kM>::output(u[r], y[r]);
   }
+  // out[p * out_stride] = (A g A^T)[p] of a kM x kM gradient block, g[i][j]
+  // at g + i * row + j * step.
+  static void gradient(const float* g, int64_t row, int64_t step, float* out, int64_t out_stride) {
+    V t[kAlpha][kM];
+    for (int j = 0; j < kM; ++j) {
+      V column[kM], tc[kAlpha];
+      for (int i = 0; i < kM; ++i) column[i] = Load(g + i * row + j * step);
+      Minimal<kM>::gradient(column, tc);
+      for (int i = 0; i < kAlpha; ++i) t[i][j] = tc[i];
+    }
+    for (int r = 0; r < kAlpha; ++r) {
+      V o[kAlpha];
+      Minimal<kM>::gradient(t[r], o);
+      for (int j = 0; j < kAlpha; ++j) Store(out + (r * kAlpha + j) * out_stride, o[j]);
+    }
+  }
 };
+
+// a * b + c in one rounding (the build is ISO C++, where GCC does not
+// contract a * b + c by itself).
+inline Vec fmadd(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+  return Vec(_mm512_fmadd_ps(__m512(a), __m512(b), __m512(c)));
+#elif defined(__FMA__)
+  return Vec(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+// d{c, f} += sum over t < n of v[t]{c} (x) g[t]{f} (v's rows at stride c,
+// g's at f): the filter gradient's sum over tiles for one point, each
+// element's terms added in t order, one fused multiply-add each. kRows
+// channels at a time, one register of filters each.
+template <int kRows>
+void outer_rows(const float* v, int64_t c, const float* g, int64_t f, int64_t n, float* d, int64_t c0, int64_t f0) {
+  Vec acc[kRows];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) acc[r] = load_vec(d + (c0 + r) * f + f0);
+  for (int64_t t = 0; t < n; ++t) {
+    const Vec gv = load_vec(g + t * f + f0);
+    const float* vt = v + t * c + c0;
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc[r] = fmadd(Vec{} + vt[r], gv, acc[r]);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r) store_vec(d + (c0 + r) * f + f0, acc[r]);
+}
+
+constexpr int kOuterRows = kLanes == 16 ? 16 : 8;  // accumulators, within the registers
+
+void accumulate_outer(const float* v, int64_t c, const float* g, int64_t f, int64_t n, float* d) {
+  const int64_t fv = f / kLanes * kLanes;
+  for (int64_t f0 = 0; f0 < fv; f0 += kLanes) {
+    int64_t c0 = 0;
+    for (; c0 + kOuterRows <= c; c0 += kOuterRows) outer_rows<kOuterRows>(v, c, g, f, n, d, c0, f0);
+    for (; c0 < c; ++c0) outer_rows<1>(v, c, g, f, n, d, c0, f0);
+  }
+  for (int64_t ch = 0; ch < c; ++ch)  // filters past the last whole register
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t k = fv; k < f; ++k) d[ch * f + k] = std::fma(v[t * c + ch], g[t * f + k], d[ch * f + k]);
+}
 
 // The tiles of one image: th x tw tiles of kM x kM outputs, read from a
 // zero-padded copy {kM th + 2, kM tw + 2, c} of the input with the image at
@@ -259,6 +341,24 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
   }
 }
 
+// gt[p]{chunk, f} = (A g A^T)[p] for the tiles t0 .. t0 + chunk - 1 of
+// the gradient, zero-padded to whole tiles {kM th, kM tw, f}.
+template <int kM>
+void transform_gradient(const float* padded_g, const Tiling<kM>& tl, int64_t f, int64_t t0, int64_t chunk, float* gt,
+                        int64_t stride) {
+  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
+  using Scalar = Transforms<kM, float, load1, store1>;
+  const int64_t gw = tl.tw * kM, row = gw * f, fv = f / kLanes * kLanes;
+  for (int64_t i = 0; i < chunk; ++i) {
+    const int64_t t = t0 + i;
+    float* out = gt + i * f;
+    const float* d = padded_g + ((t / tl.tw) * kM * gw + (t % tl.tw) * kM) * f;
+    int64_t ch = 0;
+    for (; ch < fv; ch += kLanes) Vector::gradient(d + ch, row, f, out + ch, stride);
+    for (; ch < f; ++ch) Scalar::gradient(d + ch, row, f, out + ch, stride);
+  }
+}
+
 // out{B, out_h, out_w, co} = the correlation of in{B, h, w, ci} (zero outside,
 // placed at (pad_top, pad_left)) with the 3x3 kernel k{3, 3, ci, co}, one
 // image per task.
@@ -302,6 +402,79 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
   });
 }
 
+// dk{3, 3, C, F} = G^T [sum over images and tiles (A g A^T) . (B^T d B)] G,
+// the sum over images in up to 16 fixed slices of the batch, each with its
+// own partial sums, added in order (the same bits at any thread count).
+template <int kM>
+void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
+                              const KernelContext& ctx) {
+  constexpr int64_t kPoints = (kM + 2) * (kM + 2), kMaxSlices = 16;
+  const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
+  const Tiling<kM> tl(Ho, Wo);
+  const int64_t tiles = tl.tiles(), hat = kPoints * C * F;
+  const int64_t slices = std::min(B, kMaxSlices);
+  float* dk = dkernel.f();
+  if (slices == 0) return std::fill(dk, dk + dkernel.numel(), 0.0f);
+  thread_local std::vector<float> partial;  // the caller's; each worker writes its own slices
+  partial.resize(size_t(slices * hat));
+  float* parts = partial.data();
+  const float* px = x.f();
+  const float* pg = g.f();
+  parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
+    thread_local std::vector<float> buffer, g_buffer, v_buffer, gt_buffer;
+    // The tiles of consecutive images fill one chunk before its products
+    // are summed: a 14x14 image has 16 tiles of 4x4, too few to pay for
+    // loading and storing the sums.
+    const int64_t v_stride = point_stride(kTileChunk, C), g_stride = point_stride(kTileChunk, F);
+    float* v = aligned64(v_buffer, size_t(kPoints * v_stride));
+    float* gt = aligned64(gt_buffer, size_t(kPoints * g_stride));
+    for (size_t s = s0; s < s1; ++s) {
+      float* acc = parts + int64_t(s) * hat;
+      std::fill(acc, acc + hat, 0.0f);
+      int64_t filled = 0;
+      const auto flush = [&] {
+        for (int64_t p = 0; p < kPoints; ++p)
+          accumulate_outer(v + p * v_stride, C, gt + p * g_stride, F, filled, acc + p * C * F);
+        filled = 0;
+      };
+      const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
+      for (int64_t b = first; b < last; ++b) {
+        const float* img = padded<float>(px + b * H * W * C, H, W, C, tl.hp, tl.wp, win.pad_top, win.pad_left, C,
+                                         buffer);
+        const float* gb = padded<float>(pg + b * Ho * Wo * F, Ho, Wo, F, tl.th * kM, tl.tw * kM, 0, 0, F, g_buffer);
+        for (int64_t t0 = 0; t0 < tiles;) {
+          const int64_t chunk = std::min(kTileChunk - filled, tiles - t0);
+          transform_input<kM>(img, tl, C, t0, chunk, v + filled * C, v_stride);
+          transform_gradient<kM>(gb, tl, F, t0, chunk, gt + filled * F, g_stride);
+          filled += chunk;
+          t0 += chunk;
+          if (filled == kTileChunk) flush();
+        }
+      }
+      if (filled) flush();
+    }
+  });
+  for (int64_t s = 1; s < slices; ++s)
+    for (int64_t i = 0; i < hat; ++i) parts[i] += parts[s * hat + i];
+  constexpr int kAlpha = kM + 2;
+  const int64_t n = C * F;
+  for (int64_t e = 0; e < n; ++e) {
+    float r[3][kAlpha];
+    for (int j = 0; j < kAlpha; ++j) {
+      float column[kAlpha], rc[3];
+      for (int i = 0; i < kAlpha; ++i) column[i] = parts[(i * kAlpha + j) * n + e];
+      Minimal<kM>::filter(column, rc);
+      for (int i = 0; i < 3; ++i) r[i][j] = rc[i];
+    }
+    for (int i = 0; i < 3; ++i) {
+      float k[3];
+      Minimal<kM>::filter(r[i], k);
+      for (int j = 0; j < 3; ++j) dk[(i * 3 + j) * n + e] = k[j];
+    }
+  }
+}
+
 // F(4x4) where the image has 8 or more outputs a side, else F(2x2).
 void correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
                const KernelContext& ctx, const float* bias, bool relu, const float* addend) {
@@ -312,11 +485,20 @@ void correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const flo
 }
 }  // namespace
 
+void winograd_conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g,
+                                     const TensorRef& dkernel, const KernelContext& ctx) {
+  winograd_filter_gradient<4>(win, x, g, dkernel, ctx);
+}
+
 bool winograd_applies(const Window2D& win, int64_t channels, int64_t filters) {
   const bool pads_small = win.pad_top >= 0 && win.pad_top <= 2 && win.pad_left >= 0 && win.pad_left <= 2 &&
                           win.pad_bottom >= 0 && win.pad_bottom <= 2 && win.pad_right >= 0 && win.pad_right <= 2;
   return win.kh == 3 && win.kw == 3 && win.sh == 1 && win.sw == 1 && win.dh == 1 && win.dw == 1 && pads_small &&
          channels >= kWinogradMinChannels && filters >= kWinogradMinChannels && winograd_convolutions();
+}
+
+bool winograd_filter_applies(const Window2D& win, int64_t channels, int64_t filters, int64_t out_h, int64_t out_w) {
+  return winograd_applies(win, channels, filters) && out_h >= kWinogradFilterMinSide && out_w >= kWinogradFilterMinSide;
 }
 
 void winograd_conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,

@@ -43,16 +43,18 @@ bool bfloat16_supported();
 bool bfloat16_convolutions_supported();
 /// Whether 3x3 convolutions with unit stride, no dilation, padding 0 to 2
 /// on each side and at least 16 channels in and out run by Winograd's
-/// minimal filtering F(2x2, 3x3) (Lavin and Gray, 2016): 16 multiplications
-/// per 2x2 outputs and channel pair where the direct sum takes 36. Applies to
-/// Conv2D and its input gradient in float32 (the filter gradient and the
-/// mixed_bfloat16 policy's bfloat16 convolutions stay direct). On by
-/// default. The transforms add a few roundings, so results differ from the
-/// direct sum in the last bits (tests bound the difference by 64 float32
-/// epsilons of the sum of the terms' magnitudes); they stay the same at
-/// every thread count. Off: the direct kernels for every convolution (to
-/// compare against, as PyTorch's torch.backends flags choose algorithms).
-/// Process-wide; read at each convolution.
+/// minimal filtering (Lavin and Gray, 2016): F(4x4, 3x3) on images of 8 or
+/// more outputs a side (36 multiplications per 4x4 outputs and channel pair
+/// where the direct sum takes 144), F(2x2, 3x3) below (16 for 36). Applies
+/// to Conv2D and its input gradient in float32, and to its filter gradient
+/// on images of 16 or more outputs a side (smaller ones keep the direct
+/// kernel, as fast there); the mixed_bfloat16 policy's bfloat16
+/// convolutions stay direct. On by default. The transforms add roundings,
+/// so results differ from the direct sum in the last bits (tests bound the
+/// difference by 64 float32 epsilons of the sum of the terms' magnitudes);
+/// they stay the same at every thread count. Off: the direct kernels for
+/// every convolution (to compare against, as PyTorch's torch.backends flags
+/// choose algorithms). Process-wide; read at each convolution.
 void set_winograd_convolutions(bool enabled);
 bool winograd_convolutions();
 
