@@ -195,15 +195,28 @@ inline const T* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_
   if constexpr (std::is_same_v<T, float>)
     if (hp == h && wp == w) return img;
   T* base = aligned64(buffer, size_t(hp * wp * cp));
-  std::fill(base, base + hp * wp * cp, T(0));
+  // Only the frame is zeroed: the image's pixels are written once.
+  const int64_t row = wp * cp;
+  std::fill(base, base + top * row, T(0));
+  std::fill(base + (top + h) * row, base + hp * row, T(0));
   for (int64_t y = 0; y < h; ++y) {
-    T* dst = base + ((y + top) * wp + left) * cp;
+    T* line = base + (y + top) * row;
+    std::fill(line, line + left * cp, T(0));
+    std::fill(line + (left + w) * cp, line + row, T(0));
+    T* dst = line + left * cp;
     const float* src = img + y * w * c;
     if constexpr (std::is_same_v<T, float>) {
-      std::memcpy(dst, src, size_t(w * c) * sizeof(float));
-    } else {
-      for (int64_t x = 0; x < w; ++x)
-        for (int64_t ch = 0; ch < c; ++ch) dst[x * cp + ch] = to_bf16(src[x * c + ch]);
+      if (cp == c) {
+        std::memcpy(dst, src, size_t(w * c) * sizeof(float));
+        continue;
+      }
+    }
+    for (int64_t x = 0; x < w; ++x) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        if constexpr (std::is_same_v<T, float>) dst[x * cp + ch] = src[x * c + ch];
+        else dst[x * cp + ch] = to_bf16(src[x * c + ch]);
+      }
+      std::fill(dst + x * cp + c, dst + (x + 1) * cp, T(0));
     }
   }
   return base;
