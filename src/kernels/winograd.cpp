@@ -203,8 +203,8 @@ struct Transforms {
   }
 };
 
-// a * b + c in one rounding (the build is ISO C++, where GCC does not
-// contract a * b + c by itself).
+// a * b + c in one rounding, spelled out: the vector steps and the scalar
+// tail (std::fma) then round alike whatever the compiler contracts.
 inline Vec fmadd(Vec a, Vec b, Vec c) {
 #if defined(__AVX512F__)
   return Vec(_mm512_fmadd_ps(__m512(a), __m512(b), __m512(c)));
@@ -374,6 +374,7 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
   transform_kernel<kM>(k, ci, co, u_buffer.data());
   const Tiling<kM> tl(out_h, out_w);
   const int64_t tiles = tl.tiles(), chunk_max = std::min(tiles, kTileChunk);
+  if (tiles == 0) return;  // an empty output (an input gradient of an image with no rows)
   const BatchReduceGemm<float> gemm_full(chunk_max, co, ci, ci, co, co);
   const BatchReduceGemm<float> gemm_last(tiles % chunk_max ? tiles % chunk_max : chunk_max, co, ci, ci, co, co);
   const float* pin = in.f();
@@ -408,12 +409,14 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
 template <int kM>
 void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                               const KernelContext& ctx) {
-  constexpr int64_t kPoints = (kM + 2) * (kM + 2), kMaxSlices = 16;
+  // Up to 16 slices, fewer when their partial sums would pass 4M floats (as
+  // the direct kernel's).
+  constexpr int64_t kPoints = (kM + 2) * (kM + 2), kMaxSlices = 16, kPartialFloats = int64_t(1) << 22;
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
   const Tiling<kM> tl(Ho, Wo);
   const int64_t tiles = tl.tiles(), hat = kPoints * C * F;
-  const int64_t slices = std::min(B, kMaxSlices);
+  const int64_t slices = std::min({B, kMaxSlices, std::max<int64_t>(1, kPartialFloats / hat)});
   float* dk = dkernel.f();
   if (slices == 0) return std::fill(dk, dk + dkernel.numel(), 0.0f);
   thread_local std::vector<float> partial;  // the caller's; each worker writes its own slices

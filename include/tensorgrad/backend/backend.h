@@ -50,9 +50,10 @@ bool bfloat16_convolutions_supported();
 /// on images of 16 or more outputs a side (smaller ones keep the direct
 /// kernel, as fast there); the mixed_bfloat16 policy's bfloat16
 /// convolutions stay direct. On by default. The transforms add roundings,
-/// so results differ from the direct sum in the last bits (tests bound the
-/// difference by 64 float32 epsilons of the sum of the terms' magnitudes);
-/// they stay the same at every thread count. Off: the direct kernels for
+/// so results differ from the direct sum in the last bits: on random data
+/// about 100 float32 epsilons of the sum of the terms' magnitudes at most,
+/// near an image's edges (the tests allow 256); they stay the same at every
+/// thread count. Off: the direct kernels for
 /// every convolution (to compare against, as PyTorch's torch.backends flags
 /// choose algorithms). Process-wide; read at each convolution.
 void set_winograd_convolutions(bool enabled);
