@@ -38,6 +38,24 @@ struct Case {
   bool addend = false;     // Conv2DBackwardInput with a third input
 };
 
+// A case's operands, uniform: the image, the kernel, the bias, the output
+// gradient and the addend.
+struct Inputs {
+  Tensor x, k, b, g, a;
+};
+
+Inputs random_inputs(const Case& c, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int64_t Ho = c.w.out_h(c.x[1]), Wo = c.w.out_w(c.x[2]), C = c.x[3];
+  Inputs in;
+  in.x = uniform(c.x, rng, -1.0f, 1.0f);
+  in.k = uniform({c.w.kh, c.w.kw, C, c.f}, rng, -0.5f, 0.5f);
+  in.b = uniform({c.f}, rng, -0.5f, 0.5f);
+  in.g = uniform({c.x[0], Ho, Wo, c.f}, rng, -1.0f, 1.0f);
+  in.a = uniform(c.x, rng, -1.0f, 1.0f);
+  return in;
+}
+
 // The outputs of Conv2D, Conv2DBackwardInput and Conv2DBackwardFilter for
 // one case, with the switch and thread count given.
 struct Outputs {
@@ -155,11 +173,9 @@ TEST(Winograd, ConvolutionAndInputGradientMatchDirectSums) {
   for (const Case& k : cases) {
     SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w) + (k.bias_relu ? " bias relu" : "") +
                  (k.addend ? " addend" : ""));
-    const int64_t C = k.x[3], F = k.f, Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
-    std::mt19937 rng(1377);
-    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({3, 3, C, F}, rng, -0.5f, 0.5f),
-                 tb = uniform({F}, rng, -0.5f, 0.5f), tg = uniform({k.x[0], Ho, Wo, F}, rng, -1.0f, 1.0f),
-                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const int64_t Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
+    const Inputs in = random_inputs(k, 1377);
+    const Tensor &tx = in.x, &tk = in.k, &tb = in.b, &tg = in.g, &ta = in.a;
     const DirectSums d = direct_sums(k, tx, tk, tb, tg, ta);
     const Outputs one = run_case(k, tx, tk, tb, tg, ta, true, 1), two = run_case(k, tx, tk, tb, tg, ta, true, 2),
                   direct = run_case(k, tx, tk, tb, tg, ta, false, 2);
@@ -190,11 +206,8 @@ TEST(Winograd, OtherShapesRunDirect) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w));
-    std::mt19937 rng(1378);
-    const int64_t Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
-    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], k.f}, rng, -0.5f, 0.5f),
-                 tb = uniform({k.f}, rng, -0.5f, 0.5f), tg = uniform({k.x[0], Ho, Wo, k.f}, rng, -1.0f, 1.0f),
-                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const Inputs in = random_inputs(k, 1378);
+    const Tensor &tx = in.x, &tk = in.k, &tb = in.b, &tg = in.g, &ta = in.a;
     const Outputs on = run_case(k, tx, tk, tb, tg, ta, true, 2), off = run_case(k, tx, tk, tb, tg, ta, false, 2);
     EXPECT_EQ(on.y, off.y);
     EXPECT_EQ(on.dx, off.dx);
@@ -216,11 +229,8 @@ TEST(Winograd, TinyAndEmptyImages) {
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w));
-    const int64_t C = k.x[3], F = k.f, Ho = k.w.out_h(k.x[1]), Wo = k.w.out_w(k.x[2]);
-    std::mt19937 rng(1379);
-    const Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({3, 3, C, F}, rng, -0.5f, 0.5f),
-                 tb = uniform({F}, rng, -0.5f, 0.5f), tg = uniform({k.x[0], Ho, Wo, F}, rng, -1.0f, 1.0f),
-                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const Inputs in = random_inputs(k, 1379);
+    const Tensor &tx = in.x, &tk = in.k, &tb = in.b, &tg = in.g, &ta = in.a;
     const DirectSums d = direct_sums(k, tx, tk, tb, tg, ta);
     const Outputs one = run_case(k, tx, tk, tb, tg, ta, true, 1), two = run_case(k, tx, tk, tb, tg, ta, true, 2);
     expect_near_sums(one.y, d.y, d.y_mag, "y");
