@@ -92,8 +92,8 @@ inline void rows16_block(const float* const* a, const float* const* b, int64_t c
   }
 }
 
-inline void rows16(const float* const* a, const float* const* b, int64_t count, int64_t m, int64_t k, int64_t lda, float* c,
-            int64_t ldc, bool accumulate) {
+inline void rows16(const float* const* a, const float* const* b, int64_t count, int64_t m, int64_t k, int64_t lda,
+                   float* c, int64_t ldc, bool accumulate) {
   int64_t r = 0;
   for (; r + 6 <= m; r += 6) rows16_block<6>(a, b, count, k, lda, r, c, ldc, accumulate);
   switch (m - r) {

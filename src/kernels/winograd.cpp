@@ -280,22 +280,38 @@ void transform_kernel(const float* k, int64_t ci, int64_t co, float* u) {
   }
 }
 
+// out[p]{chunk, c} = a tile's 2D transform at point p, for the tiles t0 ..
+// t0 + chunk - 1 of src {rows, width, c}, whose tiles start every kM
+// pixels in a grid tiles_wide across: B^T d B of the padded input, or with
+// kGradient A g A^T of the (padded) output gradient.
+template <int kM, bool kGradient>
+void transform_tiles(const float* src, int64_t tiles_wide, int64_t width, int64_t c, int64_t t0, int64_t chunk,
+                     float* out, int64_t stride) {
+  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
+  using Scalar = Transforms<kM, float, load1, store1>;
+  const int64_t row = width * c, cv = c / kLanes * kLanes;
+  for (int64_t i = 0; i < chunk; ++i) {
+    const int64_t t = t0 + i;
+    float* o = out + i * c;
+    const float* d = src + ((t / tiles_wide) * kM * width + (t % tiles_wide) * kM) * c;
+    int64_t ch = 0;
+    for (; ch < cv; ch += kLanes) {
+      if constexpr (kGradient) Vector::gradient(d + ch, row, c, o + ch, stride);
+      else Vector::input(d + ch, row, c, o + ch, stride);
+    }
+    for (; ch < c; ++ch) {
+      if constexpr (kGradient) Scalar::gradient(d + ch, row, c, o + ch, stride);
+      else Scalar::input(d + ch, row, c, o + ch, stride);
+    }
+  }
+}
+
 // v[p]{chunk, c} = (B^T d B)[p] for the tiles t0 .. t0 + chunk - 1 of the
 // padded image.
 template <int kM>
 void transform_input(const float* padded_img, const Tiling<kM>& tl, int64_t c, int64_t t0, int64_t chunk, float* v,
                      int64_t stride) {
-  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
-  using Scalar = Transforms<kM, float, load1, store1>;
-  const int64_t row = tl.wp * c, cv = c / kLanes * kLanes;
-  for (int64_t i = 0; i < chunk; ++i) {
-    const int64_t t = t0 + i;
-    float* out = v + i * c;
-    const float* d = padded_img + ((t / tl.tw) * kM * tl.wp + (t % tl.tw) * kM) * c;
-    int64_t ch = 0;
-    for (; ch < cv; ch += kLanes) Vector::input(d + ch, row, c, out + ch, stride);
-    for (; ch < c; ++ch) Scalar::input(d + ch, row, c, out + ch, stride);
-  }
+  transform_tiles<kM, false>(padded_img, tl.tw, tl.wp, c, t0, chunk, v, stride);
 }
 
 // y's kM x kM blocks of the tiles t0 .. t0 + chunk - 1 (clipped at y's
@@ -346,17 +362,7 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
 template <int kM>
 void transform_gradient(const float* padded_g, const Tiling<kM>& tl, int64_t f, int64_t t0, int64_t chunk, float* gt,
                         int64_t stride) {
-  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
-  using Scalar = Transforms<kM, float, load1, store1>;
-  const int64_t gw = tl.tw * kM, row = gw * f, fv = f / kLanes * kLanes;
-  for (int64_t i = 0; i < chunk; ++i) {
-    const int64_t t = t0 + i;
-    float* out = gt + i * f;
-    const float* d = padded_g + ((t / tl.tw) * kM * gw + (t % tl.tw) * kM) * f;
-    int64_t ch = 0;
-    for (; ch < fv; ch += kLanes) Vector::gradient(d + ch, row, f, out + ch, stride);
-    for (; ch < f; ++ch) Scalar::gradient(d + ch, row, f, out + ch, stride);
-  }
+  transform_tiles<kM, true>(padded_g, tl.tw, tl.tw * kM, f, t0, chunk, gt, stride);
 }
 
 // out{B, out_h, out_w, co} = the correlation of in{B, h, w, ci} (zero outside,

@@ -53,9 +53,9 @@ bool bfloat16_convolutions_supported();
 /// so results differ from the direct sum in the last bits: on random data
 /// about 100 float32 epsilons of the sum of the terms' magnitudes at most,
 /// near an image's edges (the tests allow 256); they stay the same at every
-/// thread count. Off: the direct kernels for
-/// every convolution (to compare against, as PyTorch's torch.backends flags
-/// choose algorithms). Process-wide; read at each convolution.
+/// thread count. Off: the direct kernels for every convolution (to compare
+/// against, as PyTorch's torch.backends flags choose algorithms).
+/// Process-wide; read at each convolution. Neither function throws.
 void set_winograd_convolutions(bool enabled);
 bool winograd_convolutions();
 
