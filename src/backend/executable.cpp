@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
 
 #include "core/host_copy.h"
 #include "kernels/kernels.h"
@@ -17,13 +20,20 @@ namespace {
 // TG_PROFILE=1 in the environment: time every kernel and print the totals per
 // op at exit (a developer's tool; off by default, one branch per node), with
 // the products' floating-point operations and the bytes each kernel reads
-// and writes, for the roofline (bench/roofline.py).
+// and writes, for the roofline (bench/roofline.py). TG_PROFILE=shapes also
+// splits each op by its input and output shapes (which layer costs what).
 struct OpProfile {
   bool enabled = std::getenv("TG_PROFILE") != nullptr;
+  bool by_shape = enabled && std::strcmp(std::getenv("TG_PROFILE"), "shapes") == 0;
   double seconds[size_t(OpKind::Count)] = {};
   int64_t calls[size_t(OpKind::Count)] = {};
   double flops[size_t(OpKind::Count)] = {};
   double bytes[size_t(OpKind::Count)] = {};
+  struct Split {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Split> shapes;
   int64_t runs = 0;
   ~OpProfile() {
     if (!enabled) return;
@@ -34,6 +44,8 @@ struct OpProfile {
       if (calls[i])
         std::fprintf(stderr, "  %-32s %8.3f s %5.1f%% %10lld calls %12.3f GFLOP %12.3f GB\n", op_info(OpKind(i)).name,
                      seconds[i], 100.0 * seconds[i] / total, (long long)calls[i], flops[i] * 1e-9, bytes[i] * 1e-9);
+    for (const auto& [key, split] : shapes)
+      std::fprintf(stderr, "  %-80s %8.3f s %10lld calls\n", key.c_str(), split.seconds, (long long)split.calls);
   }
 };
 OpProfile g_profile;
@@ -315,7 +327,16 @@ void Executable::run(size_t first_node, size_t last_node) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
-    g_profile.seconds[size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    g_profile.seconds[size_t(n.op)] += seconds;
+    if (g_profile.by_shape) {
+      std::string key = op_info(n.op).name;
+      for (int k = 0; k < n.n_inputs; ++k) key.append(" ").append(nodes[size_t(n.inputs[size_t(k)].id)].shape.str());
+      key.append(" -> ").append(n.shape.str());
+      OpProfile::Split& split = g_profile.shapes[key];
+      split.seconds += seconds;
+      ++split.calls;
+    }
     ++g_profile.calls[size_t(n.op)];
     g_profile.flops[size_t(n.op)] += profile_flops(graph_, n);
     g_profile.bytes[size_t(n.op)] += profile_bytes(graph_, n);
