@@ -161,8 +161,8 @@ void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorR
 inline constexpr int64_t kWinogradMinChannels = 16;
 bool winograd_applies(const Window2D& w, int64_t channels, int64_t filters);
 // The filter gradient by Winograd: also images of at least this many
-// outputs a side (smaller ones keep the direct kernel, as fast there).
-inline constexpr int64_t kWinogradFilterMinSide = 16;
+// outputs a side (F(4x4) only; smaller ones keep the direct kernel).
+inline constexpr int64_t kWinogradFilterMinSide = 8;
 bool winograd_filter_applies(const Window2D& w, int64_t channels, int64_t filters, int64_t out_h, int64_t out_w);
 void winograd_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
                      const KernelContext& ctx, const float* bias, bool relu);

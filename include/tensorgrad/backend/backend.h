@@ -47,8 +47,8 @@ bool bfloat16_convolutions_supported();
 /// more outputs a side (36 multiplications per 4x4 outputs and channel pair
 /// where the direct sum takes 144), F(2x2, 3x3) below (16 for 36). Applies
 /// to Conv2D and its input gradient in float32, and to its filter gradient
-/// on images of 16 or more outputs a side (smaller ones keep the direct
-/// kernel, as fast there); the mixed_bfloat16 policy's bfloat16
+/// by F(4x4, 3x3) on images of 8 or more outputs a side (smaller ones keep
+/// the direct kernel); the mixed_bfloat16 policy's bfloat16
 /// convolutions stay direct. On by default. The transforms add roundings,
 /// so results differ from the direct sum in the last bits: on random data
 /// about 100 float32 epsilons of the sum of the terms' magnitudes at most,
