@@ -167,16 +167,18 @@ struct Minimal<4> {
 };
 
 // The two-dimensional transforms over one tile and the channels [ch, ch +
-// n) (n = kLanes on Vec, 1 on float), the points at a stride.
-template <int kM, class V, V (*Load)(const float*), void (*Store)(float*, V)>
+// n) (n = kLanes on V = Vec, 1 on V = float), the points at a stride. The
+// tile's values come from get(i, j): a load, or zero outside the image.
+template <int kM, class V, void (*Store)(float*, V)>
 struct Transforms {
   static constexpr int kAlpha = kM + 2;
-  // out[p * out_stride] = (B^T d B)[p], d[i][j] at d + i * row + j * step.
-  static void input(const float* d, int64_t row, int64_t step, float* out, int64_t out_stride) {
+  // out[p * out_stride] = (B^T d B)[p], d[i][j] = get(i, j).
+  template <class Get>
+  static void input(Get get, float* out, int64_t out_stride) {
     V t[kAlpha][kAlpha];
     for (int j = 0; j < kAlpha; ++j) {
       V column[kAlpha], tc[kAlpha];
-      for (int i = 0; i < kAlpha; ++i) column[i] = Load(d + i * row + j * step);
+      for (int i = 0; i < kAlpha; ++i) column[i] = get(i, j);
       Minimal<kM>::input(column, tc);
       for (int i = 0; i < kAlpha; ++i) t[i][j] = tc[i];
     }
@@ -186,24 +188,26 @@ struct Transforms {
       for (int j = 0; j < kAlpha; ++j) Store(out + (r * kAlpha + j) * out_stride, o[j]);
     }
   }
-  // y[r][s] = (A^T m A)[r][s], m[p] at m + p * stride.
-  static void output(const float* m, int64_t stride, V y[kM][kM]) {
+  // y[r][s] = (A^T m A)[r][s], m[p] = get(p / kAlpha, p % kAlpha).
+  template <class Get>
+  static void output(Get get, V y[kM][kM]) {
     V u[kM][kAlpha];
     for (int j = 0; j < kAlpha; ++j) {
       V column[kAlpha], uc[kM];
-      for (int i = 0; i < kAlpha; ++i) column[i] = Load(m + (i * kAlpha + j) * stride);
+      for (int i = 0; i < kAlpha; ++i) column[i] = get(i, j);
       Minimal<kM>::output(column, uc);
       for (int r = 0; r < kM; ++r) u[r][j] = uc[r];
     }
     for (int r = 0; r < kM; ++r) Minimal<kM>::output(u[r], y[r]);
   }
   // out[p * out_stride] = (A g A^T)[p] of a kM x kM gradient block, g[i][j]
-  // at g + i * row + j * step.
-  static void gradient(const float* g, int64_t row, int64_t step, float* out, int64_t out_stride) {
+  // = get(i, j).
+  template <class Get>
+  static void gradient(Get get, float* out, int64_t out_stride) {
     V t[kAlpha][kM];
     for (int j = 0; j < kM; ++j) {
       V column[kM], tc[kAlpha];
-      for (int i = 0; i < kM; ++i) column[i] = Load(g + i * row + j * step);
+      for (int i = 0; i < kM; ++i) column[i] = get(i, j);
       Minimal<kM>::gradient(column, tc);
       for (int i = 0; i < kAlpha; ++i) t[i][j] = tc[i];
     }
@@ -260,14 +264,11 @@ void accumulate_outer(const float* v, int64_t c, const float* g, int64_t f, int6
       for (int64_t k = fv; k < f; ++k) d[ch * f + k] = std::fma(v[t * c + ch], g[t * f + k], d[ch * f + k]);
 }
 
-// The tiles of one image: th x tw tiles of kM x kM outputs, read from a
-// zero-padded copy {kM th + 2, kM tw + 2, c} of the input with the image at
-// (pad_top, pad_left).
+// The tiles of one image: th x tw tiles of kM x kM outputs.
 template <int kM>
 struct Tiling {
-  int64_t th = 0, tw = 0, hp = 0, wp = 0;
-  Tiling(int64_t out_h, int64_t out_w)
-      : th((out_h + kM - 1) / kM), tw((out_w + kM - 1) / kM), hp(th * kM + 2), wp(tw * kM + 2) {}
+  int64_t th = 0, tw = 0;
+  Tiling(int64_t out_h, int64_t out_w) : th((out_h + kM - 1) / kM), tw((out_w + kM - 1) / kM) {}
   int64_t tiles() const { return th * tw; }
 };
 
@@ -293,37 +294,45 @@ void transform_kernel(const float* k, int64_t ci, int64_t co, float* u) {
 }
 
 // out[p]{chunk, c} = a tile's 2D transform at point p, for the tiles t0 ..
-// t0 + chunk - 1 of src {rows, width, c}, whose tiles start every kM
-// pixels in a grid tiles_wide across: B^T d B of the padded input, or with
-// kGradient A g A^T of the (padded) output gradient.
+// t0 + chunk - 1 of the image src {h, w, c}: B^T d B of the input's
+// (kM + 2)-wide windows, or with kGradient A g A^T of the output gradient's
+// kM-wide blocks. Tile t's window starts at (kM (t / tiles_wide) - top,
+// kM (t % tiles_wide) - left); the pixels outside the image are zero (the
+// padding, and whole tiles past the gradient's edge), read as zeros rather
+// than from a padded copy of the image.
 template <int kM, bool kGradient>
-void transform_tiles(const float* src, int64_t tiles_wide, int64_t width, int64_t c, int64_t t0, int64_t chunk,
-                     float* out, int64_t stride) {
-  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
-  using Scalar = Transforms<kM, float, load1, store1>;
-  const int64_t row = width * c, cv = c / kLanes * kLanes;
+void transform_tiles(const float* src, int64_t h, int64_t w, int64_t c, int64_t top, int64_t left,
+                     int64_t tiles_wide, int64_t t0, int64_t chunk, float* out, int64_t stride) {
+  using Vector = Transforms<kM, Vec, store_vec>;
+  using Scalar = Transforms<kM, float, store1>;
+  constexpr int kSide = kGradient ? kM : kM + 2;
+  const int64_t row = w * c, cv = c / kLanes * kLanes;
   for (int64_t i = 0; i < chunk; ++i) {
-    const int64_t t = t0 + i;
+    const int64_t t = t0 + i, oy = (t / tiles_wide) * kM - top, ox = (t % tiles_wide) * kM - left;
     float* o = out + i * c;
-    const float* d = src + ((t / tiles_wide) * kM * width + (t % tiles_wide) * kM) * c;
+    const int64_t i0 = std::max<int64_t>(0, -oy), i1 = std::min<int64_t>(kSide, h - oy);
+    const int64_t j0 = std::max<int64_t>(0, -ox), j1 = std::min<int64_t>(kSide, w - ox);
+    const bool inside = i0 == 0 && j0 == 0 && i1 == kSide && j1 == kSide;
+    const auto run = [&](auto transforms, auto load, int64_t ch) {
+      // The offset is formed only for pixels inside the image.
+      const auto at = [&](int a, int b) { return src + (oy + a) * row + (ox + b) * c + ch; };
+      const auto loaded = [&](int a, int b) { return load(at(a, b)); };
+      const auto clipped = [&](int a, int b) {
+        return a >= i0 && a < i1 && b >= j0 && b < j1 ? load(at(a, b)) : decltype(load(src)){};
+      };
+      if constexpr (kGradient) {
+        if (inside) transforms.gradient(loaded, o + ch, stride);
+        else transforms.gradient(clipped, o + ch, stride);
+      } else {
+        if (inside) transforms.input(loaded, o + ch, stride);
+        else transforms.input(clipped, o + ch, stride);
+      }
+    };
     int64_t ch = 0;
-    for (; ch < cv; ch += kLanes) {
-      if constexpr (kGradient) Vector::gradient(d + ch, row, c, o + ch, stride);
-      else Vector::input(d + ch, row, c, o + ch, stride);
-    }
-    for (; ch < c; ++ch) {
-      if constexpr (kGradient) Scalar::gradient(d + ch, row, c, o + ch, stride);
-      else Scalar::input(d + ch, row, c, o + ch, stride);
-    }
+    // Lambdas, not the functions' addresses, so that the loads inline.
+    for (; ch < cv; ch += kLanes) run(Vector{}, [](const float* p) { return load_vec(p); }, ch);
+    for (; ch < c; ++ch) run(Scalar{}, [](const float* p) { return *p; }, ch);
   }
-}
-
-// v[p]{chunk, c} = (B^T d B)[p] for the tiles t0 .. t0 + chunk - 1 of the
-// padded image.
-template <int kM>
-void transform_input(const float* padded_img, const Tiling<kM>& tl, int64_t c, int64_t t0, int64_t chunk, float* v,
-                     int64_t stride) {
-  transform_tiles<kM, false>(padded_img, tl.tw, tl.wp, c, t0, chunk, v, stride);
 }
 
 // y's kM x kM blocks of the tiles t0 .. t0 + chunk - 1 (clipped at y's
@@ -347,8 +356,9 @@ void write_block(T (&block)[kM][kM], int64_t rows, int64_t cols, int64_t ch, int
 template <int kM>
 void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int64_t f, int64_t t0, int64_t chunk,
                       int64_t out_h, int64_t out_w, float* y, const float* bias, bool relu, const float* addend) {
-  using Vector = Transforms<kM, Vec, load_vec, store_vec>;
-  using Scalar = Transforms<kM, float, load1, store1>;
+  using Vector = Transforms<kM, Vec, store_vec>;
+  using Scalar = Transforms<kM, float, store1>;
+  constexpr int kAlpha = kM + 2;
   const int64_t fv = f / kLanes * kLanes;
   for (int64_t i = 0; i < chunk; ++i) {
     const int64_t t = t0 + i, oy = (t / tl.tw) * kM, ox = (t % tl.tw) * kM;
@@ -358,23 +368,17 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
     int64_t ch = 0;
     for (; ch < fv; ch += kLanes) {
       Vec block[kM][kM];
-      Vector::output(m + i * f + ch, stride, block);
+      const float* mi = m + i * f + ch;
+      Vector::output([&](int a, int b) { return load_vec(mi + (a * kAlpha + b) * stride); }, block);
       write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, load_vec, store_vec);
     }
     for (; ch < f; ++ch) {
       float block[kM][kM];
-      Scalar::output(m + i * f + ch, stride, block);
+      const float* mi = m + i * f + ch;
+      Scalar::output([&](int a, int b) { return load1(mi + (a * kAlpha + b) * stride); }, block);
       write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, load1, store1);
     }
   }
-}
-
-// gt[p]{chunk, f} = (A g A^T)[p] for the tiles t0 .. t0 + chunk - 1 of
-// the gradient, zero-padded to whole tiles {kM th, kM tw, f}.
-template <int kM>
-void transform_gradient(const float* padded_g, const Tiling<kM>& tl, int64_t f, int64_t t0, int64_t chunk, float* gt,
-                        int64_t stride) {
-  transform_tiles<kM, true>(padded_g, tl.tw, tl.tw * kM, f, t0, chunk, gt, stride);
 }
 
 // out{B, out_h, out_w, co} = the correlation of in{B, h, w, ci} (zero outside,
@@ -398,18 +402,17 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
   const float* pin = in.f();
   float* pout = out.f();
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> buffer, v_buffer, m_buffer;
+    thread_local std::vector<float> v_buffer, m_buffer;
     float* v = aligned64(v_buffer, size_t(kPoints * point_stride(chunk_max, ci)));
     float* m = aligned64(m_buffer, size_t(kPoints * point_stride(chunk_max, co)));
     for (size_t b = b0; b < b1; ++b) {
-      const float* img = padded<float>(pin + int64_t(b) * h * w * ci, h, w, ci, tl.hp, tl.wp, pad_top, pad_left, ci,
-                                       buffer);
+      const float* img = pin + int64_t(b) * h * w * ci;
       float* y = pout + int64_t(b) * out_h * out_w * co;
       const float* add = addend ? addend + int64_t(b) * out_h * out_w * co : nullptr;
       for (int64_t t0 = 0; t0 < tiles; t0 += kTileChunk) {
         const int64_t chunk = std::min(kTileChunk, tiles - t0);
         const int64_t v_stride = point_stride(chunk, ci), m_stride = point_stride(chunk, co);
-        transform_input<kM>(img, tl, ci, t0, chunk, v, v_stride);
+        transform_tiles<kM, false>(img, h, w, ci, pad_top, pad_left, tl.tw, t0, chunk, v, v_stride);
         for (int64_t p = 0; p < kPoints; ++p) {
           const float* a = v + p * v_stride;
           const float* kp = u + p * ci * co;
@@ -443,7 +446,7 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
   const float* px = x.f();
   const float* pg = g.f();
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-    thread_local std::vector<float> buffer, g_buffer, v_buffer, gt_buffer;
+    thread_local std::vector<float> v_buffer, gt_buffer;
     // The tiles of consecutive images fill one chunk before its products
     // are summed: a 14x14 image has 16 tiles of 4x4, too few to pay for
     // loading and storing the sums.
@@ -461,13 +464,13 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
       };
       const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
       for (int64_t b = first; b < last; ++b) {
-        const float* img = padded<float>(px + b * H * W * C, H, W, C, tl.hp, tl.wp, win.pad_top, win.pad_left, C,
-                                         buffer);
-        const float* gb = padded<float>(pg + b * Ho * Wo * F, Ho, Wo, F, tl.th * kM, tl.tw * kM, 0, 0, F, g_buffer);
+        const float* img = px + b * H * W * C;
+        const float* gb = pg + b * Ho * Wo * F;
         for (int64_t t0 = 0; t0 < tiles;) {
           const int64_t chunk = std::min(kTileChunk - filled, tiles - t0);
-          transform_input<kM>(img, tl, C, t0, chunk, v + filled * C, v_stride);
-          transform_gradient<kM>(gb, tl, F, t0, chunk, gt + filled * F, g_stride);
+          transform_tiles<kM, false>(img, H, W, C, win.pad_top, win.pad_left, tl.tw, t0, chunk, v + filled * C,
+                                     v_stride);
+          transform_tiles<kM, true>(gb, Ho, Wo, F, 0, 0, tl.tw, t0, chunk, gt + filled * F, g_stride);
           filled += chunk;
           t0 += chunk;
           if (filled == kTileChunk) flush();
