@@ -614,6 +614,68 @@ TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
   }
 }
 
+// The input gradient of strided convolutions (by the strides' phases)
+// against direct sums in double: the resnet's 3x3 and 1x1 stride-2 shapes
+// with the folded addend, phases wider than the GEMM's 64-pixel block,
+// strides unequal and larger than the kernel (pixels and whole rows no tap
+// reaches, which must come out zero plus the addend), dilation with
+// asymmetric pads, fewer columns than the stride; at 1 and 2 threads (the
+// same bits).
+TEST(LayerOpGradConv2D, StridedInputGradientMatchesDirectSums) {
+  struct Case {
+    Shape x;
+    int64_t f;
+    Window2D w;
+    bool addend;
+  };
+  const std::vector<Case> cases = {
+      {{2, 28, 28, 16}, 32, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1), true},
+      {{2, 28, 28, 16}, 32, window(1, 1, 2, 2), true},
+      {{1, 7, 150, 3}, 5, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1), false},
+      {{2, 7, 11, 4}, 6, window(2, 2, 3, 3), true},
+      {{2, 8, 11, 2}, 3, window(2, 3, 2, 3, 2, 1, 1, 0, 0, 2), false},
+      {{1, 3, 3, 2}, 2, window(1, 1, 4, 4), true},
+  };
+  const int saved_threads = num_threads();
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.x.str() + " -> " + std::to_string(k.f) + " " + window_str(k.w) + (k.addend ? " addend" : ""));
+    const int64_t B = k.x[0], H = k.x[1], W = k.x[2], C = k.x[3], F = k.f;
+    const int64_t Ho = k.w.out_h(H), Wo = k.w.out_w(W);
+    std::mt19937 rng(1277);
+    const Tensor tk = uniform({k.w.kh, k.w.kw, C, F}, rng, -0.5f, 0.5f), tg = uniform({B, Ho, Wo, F}, rng, -1.0f, 1.0f),
+                 ta = uniform(k.x, rng, -1.0f, 1.0f);
+    const float *pk = tk.data<float>(), *pg = tg.data<float>(), *pa = ta.data<float>();
+    std::vector<double> dx(size_t(k.x.numel()), 0.0);
+    for_each_tap(k.x, k.w, [&](int64_t tap, int64_t in, int64_t out) {
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t j = 0; j < F; ++j) dx[size_t(in * C + c)] += double(pg[out * F + j]) * pk[(tap * C + c) * F + j];
+    });
+    if (k.addend)
+      for (size_t i = 0; i < dx.size(); ++i) dx[i] += pa[i];
+    std::vector<std::vector<float>> got;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Graph g;
+      const Value kern = g.input("K", tk.shape()), gy = g.input("g", tg.shape()), add = g.input("a", k.x);
+      OpAttrs at;
+      at.window = k.w;
+      at.shape = k.x;
+      const Value din = k.addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add}, at)
+                                 : g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, at);
+      Executable exe(std::move(g), {din});
+      exe.bind(kern, tk);
+      exe.bind(gy, tg);
+      if (k.addend) exe.bind(add, ta);
+      exe.run();
+      got.push_back(exe.output(din).to_vector());
+    }
+    set_num_threads(saved_threads);
+    ASSERT_EQ(got[0].size(), dx.size());
+    for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(got[0][i], dx[i], 1e-5 * (1.0 + std::abs(dx[i]))) << "dx " << i;
+    EXPECT_EQ(got[0], got[1]) << "the input gradient depends on the thread count";
+  }
+}
+
 // A Relu applied to a MatMul, BatchNorm, Add or Conv2D output folds into that op
 // (kReluOutput, Graph::apply): against the graph as written
 // (set_relu_folding(false)), whose parts are checked by finite differences

@@ -103,6 +103,83 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
   });
 }
 
+// x - x mod d rounded toward minus infinity, divided by d (d > 0).
+inline int64_t floor_div(int64_t x, int64_t d) { return (x >= 0 ? x : x - d + 1) / d; }
+
+// The input gradient of a strided convolution, by the strides' phases: dx
+// pixel (iy, ix) takes tap (ky, kx) where iy + pad_top - ky dh = sh oy and
+// ix + pad_left - kx dw = sw ox, so the pixels of a row whose columns agree
+// mod sw take the same taps at consecutive ox: one batch-reduce GEMM over
+// those taps per row and phase, written every sw pixels. The same products
+// as the forward form at unit stride, no patch matrix nor col2im (which
+// zeroed the image and scattered the patch matrix's sums back into it).
+// taps_t holds each tap's slice transposed, {F, C}.
+void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* taps_t, const TensorRef& dx,
+                         const KernelContext& ctx, const float* addend) {
+  const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
+  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
+  const int64_t phases = std::min(win.sw, W);
+  // Per column phase r: its pixels (r, r + sw, ...), its taps kx and their
+  // first ox (which may fall left of g; g is padded to cover every phase).
+  struct Phase {
+    int64_t pixels = 0;
+    std::vector<int64_t> kx, first_ox;
+  };
+  std::vector<Phase> column(static_cast<size_t>(phases));
+  int64_t left = 0, right = 0;
+  for (int64_t r = 0; r < phases; ++r) {
+    Phase& ph = column[size_t(r)];
+    ph.pixels = (W - r + win.sw - 1) / win.sw;
+    for (int64_t kx = 0; kx < win.kw; ++kx) {
+      const int64_t at = r + win.pad_left - kx * win.dw;
+      if (at - floor_div(at, win.sw) * win.sw != 0) continue;
+      const int64_t ox = at / win.sw;
+      if (ox + ph.pixels <= 0 || ox >= Wo) continue;  // every pixel of the phase outside g
+      ph.kx.push_back(kx);
+      ph.first_ox.push_back(ox);
+      left = std::max(left, -ox);
+      right = std::max(right, ox + ph.pixels - Wo);
+    }
+  }
+  const int64_t wq = Wo + left + right;
+  std::vector<BatchReduceGemm<float>> gemms;
+  gemms.reserve(size_t(phases));
+  for (int64_t r = 0; r < phases; ++r) gemms.emplace_back(column[size_t(r)].pixels, C, F, F, C, win.sw * C);
+  const float* pg = g.f();
+  float* pdx = dx.f();
+  parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
+    thread_local std::vector<float> buffer;
+    thread_local std::vector<const float*> a, w;
+    a.resize(size_t(win.kh * win.kw));
+    w.resize(size_t(win.kh * win.kw));
+    for (size_t b = b0; b < b1; ++b) {
+      const float* gp = padded<float>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, Ho, wq, 0, left, F, buffer);
+      for (int64_t iy = 0; iy < H; ++iy) {
+        float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
+        for (int64_t r = 0; r < phases; ++r) {
+          const Phase& ph = column[size_t(r)];
+          int64_t n = 0;
+          for (int64_t ky = 0; ky < win.kh; ++ky) {
+            const int64_t at = iy + win.pad_top - ky * win.dh;
+            if (at < 0 || at % win.sh != 0 || at / win.sh >= Ho) continue;
+            for (size_t t = 0; t < ph.kx.size(); ++t) {
+              a[size_t(n)] = gp + ((at / win.sh) * wq + ph.first_ox[t] + left) * F;
+              w[size_t(n)] = taps_t + (ky * win.kw + ph.kx[t]) * F * C;
+              ++n;
+            }
+          }
+          if (n > 0) {
+            gemms[size_t(r)].run(ph.pixels, a.data(), w.data(), n, row + r * C, F);
+          } else {
+            for (int64_t j = 0; j < ph.pixels; ++j) std::fill_n(row + (r + j * win.sw) * C, C, 0.0f);
+          }
+        }
+        if (addend) add_in_place(row, addend + ((int64_t(b) * H + iy) * W) * C, W * C);
+      }
+    }
+  });
+}
+
 // Below this many channels the unit-stride filter gradient copies the taps'
 // windows out as rows (see filter_gradient_rows).
 constexpr int64_t kFewChannels = 8;
@@ -217,11 +294,8 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
                            const KernelContext& ctx, const float* addend) {
-  const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
-  const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
-  const float* pg = g.f();
+  const int64_t W = dx.shape[2], C = dx.shape[3], F = g.shape[3], taps = win.kh * win.kw;
   const float* pk = kernel.f();
-  float* pdx = dx.f();
   if (win.sh == 1 && win.sw == 1) {
     if (ctx.bf16 && bf16_convolutions()) {
       const int64_t fp = even_k(F);
@@ -234,31 +308,18 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
       }
     }
     if (winograd_applies(win, C, F)) return winograd_conv2d_backward_input(win, g, kernel, dx, ctx, addend);
-    thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
-    kernel_t.resize(size_t(taps * C * F));
-    for (int64_t t = 0; t < taps; ++t)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
+  }
+  thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
+  kernel_t.resize(size_t(taps * C * F));
+  for (int64_t t = 0; t < taps; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
+  if (win.sh == 1 && win.sw == 1) {
     const BatchReduceGemm<float> gemm_rows(W, C, F, F, C, C);
     return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend);
   }
-  // Strided: per image, the patch-matrix gradient g{Ho*Wo, F} kernel^T, then
-  // col2im (float32 under both policies).
-  const int64_t K = taps * C;
-  parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> kernel_t, cols;
-    kernel_t.resize(size_t(K * F));
-    for (int64_t r = 0; r < K; ++r)
-      for (int64_t f = 0; f < F; ++f) kernel_t[size_t(f * K + r)] = pk[r * F + f];
-    cols.resize(size_t(Ho * Wo * K));
-    for (size_t b = b0; b < b1; ++b) {
-      gemm(Ho * Wo, K, F, pg + int64_t(b) * Ho * Wo * F, F, false, kernel_t.data(), K, cols.data(), K, 0.0f);
-      const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
-      const TensorRef image{pdx + int64_t(b) * H * W * C, Shape{1, H, W, C}};
-      col2im(win, col_ref, image, KernelContext{});
-      if (addend) add_in_place(image.f(), addend + int64_t(b) * H * W * C, H * W * C);
-    }
-  });
+  // Strided: float32 under both policies.
+  conv2d_input_phases(win, g, kernel_t.data(), dx, ctx, addend);
 }
 
 void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
