@@ -499,8 +499,10 @@ TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
 // finite-difference cases above are too small for: more than 64 channels
 // (the batch-reduce GEMM's row blocks), batches over several slices,
 // rows wider than 64 pixels, strides along the height only (the
-// transposed-image form) and along the width (the patch-matrix form), and
-// at 1 and 2 threads (the result must not depend on them).
+// transposed-image form) and along the width (the patch-matrix form: taps
+// every second or third column, dilated, fewer columns than the stride, few
+// channels, the resnet's stride-2 shapes), and at 1 and 2 threads (the
+// result must not depend on them).
 TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
   const std::vector<WindowCase> cases = {
       {"3x3_same_70ch", {20, 5, 6, 70}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
@@ -510,6 +512,11 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
       {"3x3_s2", {3, 7, 8, 5}, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
       {"2x3_dilation2", {2, 6, 9, 4}, window(2, 3, 1, 1, 2, 2, 1, 0, 0, 2)},
       {"1x3_wide", {2, 1, 75, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},
+      {"3x3_s2_same_resnet", {2, 28, 28, 16}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
+      {"1x1_s2_resnet", {2, 28, 28, 16}, window(1, 1, 2, 2)},
+      {"2x3_s1x3_dilation2", {2, 5, 13, 9}, window(2, 3, 1, 3, 1, 2, 1, 1, 0, 2)},
+      {"3x3_s2_few_channels", {3, 6, 9, 3}, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
+      {"1x1_s4_narrow", {2, 3, 3, 9}, window(1, 1, 4, 4)},
   };
   for (const int64_t f : {17, 16})  // 16: the sixteen-wide kernel (rows16)
   for (const WindowCase& k : cases) {
