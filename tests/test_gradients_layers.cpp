@@ -949,7 +949,104 @@ TEST(LayerOpGradAddFolding, FoldedFormsAgainstFiniteDifferences) {
     at.window = w;
     at.shape = xs;
     EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::Conv2DBackwardInput, {g, kern, addend}, at))), "");
+    // Masked by a ReLU's output (kMaskNonPositive), with and without the addend.
+    for (bool with_addend : {true, false}) {
+      GradCheck m(1322);
+      const Value mg = m.param(uniform(gs, m.rng, -1.0f, 1.0f), "g");
+      const Value mk = m.param(uniform({3, 3, 3, 4}, m.rng, -0.5f, 0.5f), "K");
+      const Value relu_out = m.data(uniform(xs, m.rng, -1.0f, 1.0f), "relu_out");
+      at.flags = kMaskNonPositive;
+      const Value dx = with_addend ? m.g.apply(OpKind::Conv2DBackwardInput,
+                                               {mg, mk, m.param(uniform(xs, m.rng, -1.0f, 1.0f), "addend"), relu_out}, at)
+                                   : m.g.apply(OpKind::Conv2DBackwardInput, {mg, mk, relu_out}, at);
+      EXPECT_EQ(m.check(m.project(dx)), "") << (with_addend ? "masked, addend" : "masked");
+      at.flags = 0;
+    }
   }
+}
+
+// A ReLU's backward folded into the convolution's input gradient that makes
+// its gradient (kMaskNonPositive, the ReLU's output as the last input): bit-
+// equal to ReluBackward after the unmasked op, on every kernel path (Winograd,
+// direct, strided by phases, bfloat16's where the CPU has it), with and
+// without the addend; a relu(x) -> conv graph's gradient then runs no
+// ReluBackward; and the op refuses a fourth input without the flag, and the
+// flag without the mask.
+TEST(LayerOpGradConv2D, MaskedInputGradientEqualsReluBackward) {
+  struct Case {
+    Shape x;
+    int64_t f;
+    Window2D w;
+  };
+  const std::vector<Case> cases = {
+      {{2, 9, 10, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},  // Winograd where on
+      {{2, 6, 7, 5}, 3, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},     // direct, unit stride
+      {{2, 8, 8, 4}, 6, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},     // strided, by phases
+  };
+  const WinogradGuard guard;
+  for (bool winograd : {true, false})
+    for (bool bf16 : {false, true})
+      for (const Case& k : cases)
+        for (bool addend : {false, true}) {
+          SCOPED_TRACE(k.x.str() + " " + window_str(k.w) + (winograd ? " winograd" : "") + (bf16 ? " bf16" : "") +
+                       (addend ? " addend" : ""));
+          set_winograd_convolutions(winograd);
+          std::mt19937 rng(1278);
+          const Shape gs{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), k.f};
+          const Tensor tg = uniform(gs, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], k.f}, rng, -0.5f, 0.5f),
+                       ta = uniform(k.x, rng, -1.0f, 1.0f), ty = uniform(k.x, rng, -1.0f, 1.0f);
+          Graph g;
+          const Value gy = g.input("g", gs), kern = g.input("K", tk.shape()), add = g.input("a", k.x),
+                      y = g.input("y", k.x);
+          OpAttrs at;
+          at.window = k.w;
+          at.shape = k.x;
+          const Value plain = addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add}, at)
+                                     : g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, at);
+          const Value reference = g.apply(OpKind::ReluBackward, {y, plain});
+          at.flags = kMaskNonPositive;
+          const Value masked = addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add, y}, at)
+                                      : g.apply(OpKind::Conv2DBackwardInput, {gy, kern, y}, at);
+          Executable exe(std::move(g), {reference, masked}, BatchRule{},
+                         cpu_backend(bf16 ? DTypePolicy::kMixedBFloat16 : DTypePolicy::kFloat32));
+          exe.bind(gy, tg);
+          exe.bind(kern, tk);
+          exe.bind(y, ty);
+          if (addend) exe.bind(add, ta);
+          exe.run();
+          const std::vector<float> want = exe.output(reference).to_vector(), got = exe.output(masked).to_vector();
+          EXPECT_EQ(got, want);
+          EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v == 0.0f; })) << "nothing was masked";
+          EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; })) << "everything was masked";
+        }
+
+  std::mt19937 rng(1279);
+  Graph g;
+  const Value x = g.parameter(uniform({2, 6, 6, 4}, rng, -1.0f, 1.0f), "x", true);
+  const Value kern = g.parameter(uniform({3, 3, 4, 5}, rng, -0.5f, 0.5f), "K", true);
+  OpAttrs at;
+  at.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+  const Value loss = g.sum(g.apply(OpKind::Conv2D, {g.relu(x), kern}, at));
+  const std::vector<Value> grads = g.gradients(loss, std::vector<Value>{x});
+  int relu_backward = 0, masked = 0;
+  for (int32_t id : plan_memory(g, grads).schedule) {
+    const Node& n = g.nodes()[size_t(id)];
+    relu_backward += n.op == OpKind::ReluBackward;
+    masked += n.op == OpKind::Conv2DBackwardInput && (n.attrs.flags & kMaskNonPositive);
+  }
+  EXPECT_EQ(relu_backward, 0);
+  EXPECT_EQ(masked, 1);
+
+  const Value gy = g.input("gy", {2, 6, 6, 5}), r = g.input("r", {2, 6, 6, 4});
+  at.shape = Shape{2, 6, 6, 4};
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::Conv2DBackwardInput, {gy, kern, r, r}, at); },
+                                               {"conv2d_backward_input", "needs the kMaskNonPositive flag"}));
+  at.flags = kMaskNonPositive;
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::Conv2DBackwardInput, {gy, kern}, at); },
+                                               {"conv2d_backward_input", "as the last input"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::Conv2DBackwardInput, {gy, kern, g.input("small", {2, 6, 6, 3})}, at); },
+      {"conv2d_backward_input", "the ReLU output that masks dx must be the result's shape {2, 6, 6, 4}", "{2, 6, 6, 3}"}));
 }
 
 // Two ResNet blocks (He et al. 2016): one with an identity shortcut, one
@@ -958,8 +1055,11 @@ TEST(LayerOpGradAddFolding, FoldedFormsAgainstFiniteDifferences) {
 // folds and as written: the loss, the output and every parameter's gradient
 // bit-equal (the folds add the same two floats, and the masks recompute the
 // forward's bits), at 1 and 2 threads. The folded schedule runs no Add and
-// no Relu, and one ReluBackward per block (the residual ReLU's gradient,
-// which the shortcut takes too), where the graph as written runs three.
+// no Relu, and one ReluBackward (the last block's output's, whose gradient
+// no convolution makes; the first block's is masked in the convolution's
+// input gradient that sums its two gradients), where the graph as written
+// runs two (both blocks' outputs'; their inner ReLUs' gradients are masked
+// in the convolutions' input gradients there too).
 TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
   const ReluFoldingGuard relu_guard;
   const AddFoldingGuard add_guard;
@@ -1023,10 +1123,10 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
     }
     EXPECT_EQ(counts[0][0], 4) << "as written: two residual adds, two sums of the block inputs' gradients";
     EXPECT_EQ(counts[0][1], 4);
-    EXPECT_EQ(counts[0][2], 4);
+    EXPECT_EQ(counts[0][2], 2);
     EXPECT_EQ(counts[1][0], 0) << "every Add folded";
     EXPECT_EQ(counts[1][1], 0) << "every Relu folded";
-    EXPECT_EQ(counts[1][2], 2) << "one ReluBackward per block, the residual ReLU's";
+    EXPECT_EQ(counts[1][2], 1) << "one ReluBackward, the last block's output's";
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
     const std::vector<float>& y = results[1][results[1].size() - 2];

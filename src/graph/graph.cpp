@@ -85,7 +85,8 @@ Value Graph::state(const Tensor& tensor, const std::string& name) {
 std::optional<Builder::Producer> Graph::producer(Value v) const {
   const Node& n = node(v);
   if (n.role != NodeRole::Op) return std::nullopt;
-  return Producer{n.op, n.attrs, n.n_inputs > 0 ? n.inputs[0] : Value{}, n.n_inputs > 1 ? n.inputs[1] : Value{}};
+  return Producer{n.op, n.attrs, n.n_inputs > 0 ? n.inputs[0] : Value{}, n.n_inputs > 1 ? n.inputs[1] : Value{},
+                  n.n_inputs > 2 ? n.inputs[2] : Value{}, n.n_inputs};
 }
 
 Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) {

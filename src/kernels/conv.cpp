@@ -57,10 +57,15 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
   });
 }
 
-// y += a over n floats: the Add that set_add_folding folded in, on a row
-// still in cache (y + a, the same bits as the Add kernel's sum).
-void add_in_place(float* y, const float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a[i];
+// The input gradient's row of n floats, while it is in cache: + addend (the
+// Add that set_add_folding folded in), then zero where mask <= 0 (the
+// ReluBackward folded in, kMaskNonPositive); either may be null. The same
+// bits as the Add and ReluBackward kernels.
+void finish_row(float* dx, const float* addend, const float* mask, int64_t n) {
+  if (addend)
+    for (int64_t i = 0; i < n; ++i) dx[i] += addend[i];
+  if (mask)
+    for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] > 0.0f ? dx[i] : 0.0f;
 }
 
 // The input gradient of a unit-stride convolution: dx[iy, ix] = sum over
@@ -71,7 +76,7 @@ void add_in_place(float* y, const float* a, int64_t n) {
 template <class T>
 void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t, int64_t fp,
                        const BatchReduceGemm<T>& gemm_rows, const TensorRef& dx, const KernelContext& ctx,
-                       const float* addend) {
+                       const float* addend, const float* mask) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
   const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
@@ -97,7 +102,8 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
           }
         float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
         gemm_rows.run(W, a.data(), w.data(), taps, row, fp);
-        if (addend) add_in_place(row, addend + ((int64_t(b) * H + iy) * W) * C, W * C);
+        const int64_t at = ((int64_t(b) * H + iy) * W) * C;
+        finish_row(row, addend ? addend + at : nullptr, mask ? mask + at : nullptr, W * C);
       }
     }
   });
@@ -115,7 +121,7 @@ inline int64_t floor_div(int64_t x, int64_t d) { return (x >= 0 ? x : x - d + 1)
 // zeroed the image and scattered the patch matrix's sums back into it).
 // taps_t holds each tap's slice transposed, {F, C}.
 void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* taps_t, const TensorRef& dx,
-                         const KernelContext& ctx, const float* addend) {
+                         const KernelContext& ctx, const float* addend, const float* mask) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
   const int64_t phases = std::min(win.sw, W);
@@ -174,7 +180,8 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
             for (int64_t j = 0; j < ph.pixels; ++j) std::fill_n(row + (r + j * win.sw) * C, C, 0.0f);
           }
         }
-        if (addend) add_in_place(row, addend + ((int64_t(b) * H + iy) * W) * C, W * C);
+        const int64_t at = ((int64_t(b) * H + iy) * W) * C;
+        finish_row(row, addend ? addend + at : nullptr, mask ? mask + at : nullptr, W * C);
       }
     }
   });
@@ -293,7 +300,7 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
 }
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx, const float* addend) {
+                           const KernelContext& ctx, const float* addend, const float* mask) {
   const int64_t W = dx.shape[2], C = dx.shape[3], F = g.shape[3], taps = win.kh * win.kw;
   const float* pk = kernel.f();
   if (win.sh == 1 && win.sw == 1) {
@@ -304,10 +311,10 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
         thread_local std::vector<bf16> packed;  // the caller's; the workers only read it
         packed.resize(size_t(taps * fp * C));
         for (int64_t t = 0; t < taps; ++t) pack_vnni_bf16(pk + t * C * F, F, true, F, C, packed.data() + t * fp * C);
-        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx, addend);
+        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx, addend, mask);
       }
     }
-    if (winograd_applies(win, C, F)) return winograd_conv2d_backward_input(win, g, kernel, dx, ctx, addend);
+    if (winograd_applies(win, C, F)) return winograd_conv2d_backward_input(win, g, kernel, dx, ctx, addend, mask);
   }
   thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
   kernel_t.resize(size_t(taps * C * F));
@@ -316,10 +323,10 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
       for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
   if (win.sh == 1 && win.sw == 1) {
     const BatchReduceGemm<float> gemm_rows(W, C, F, F, C, C);
-    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend);
+    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend, mask);
   }
   // Strided: float32 under both policies.
-  conv2d_input_phases(win, g, kernel_t.data(), dx, ctx, addend);
+  conv2d_input_phases(win, g, kernel_t.data(), dx, ctx, addend, mask);
 }
 
 void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,

@@ -132,7 +132,12 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
      [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, (k.at.flags & kMaskNonPositive) != 0, k.ctx); }},
     {OpKind::AvgPool2DBackward, [](const KernelCall& k) { avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx); }},
     {OpKind::Conv2DBackwardInput,
-     [](const KernelCall& k) { conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx, k.in.size() > 2 ? k.in[2].f() : nullptr); }},
+     [](const KernelCall& k) {
+       const bool masked = (k.at.flags & kMaskNonPositive) != 0;
+       const size_t addends = k.in.size() - 2 - (masked ? 1 : 0);
+       conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx, addends ? k.in[2].f() : nullptr,
+                             masked ? k.in.back().f() : nullptr);
+     }},
     {OpKind::Conv2DBackwardFilter,
      [](const KernelCall& k) { conv2d_backward_filter(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::BatchNormParamGrad,

@@ -150,9 +150,10 @@ void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const 
 // with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.
 void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
             const KernelContext& ctx, const float* bias = nullptr, bool relu = false);
-// addend (null: none): added to dx, as OpKind::Conv2DBackwardInput's third input.
+// addend (null: none): added to dx, as OpKind::Conv2DBackwardInput's third
+// input; mask (null: none): then dx zero where mask <= 0 (kMaskNonPositive).
 void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx, const float* addend = nullptr);
+                           const KernelContext& ctx, const float* addend = nullptr, const float* mask = nullptr);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx);
 // winograd.cpp: the 3x3 unit-stride convolutions by F(4x4, 3x3) or F(2x2, 3x3), when
@@ -167,7 +168,8 @@ bool winograd_filter_applies(const Window2D& w, int64_t channels, int64_t filter
 void winograd_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
                      const KernelContext& ctx, const float* bias, bool relu);
 void winograd_conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel,
-                                    const TensorRef& dx, const KernelContext& ctx, const float* addend);
+                                    const TensorRef& dx, const KernelContext& ctx, const float* addend,
+                                    const float* mask);
 void winograd_conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g,
                                      const TensorRef& dkernel, const KernelContext& ctx);
 // batch_norm.cpp: batch normalization over every axis but the last.

@@ -336,11 +336,11 @@ void transform_tiles(const float* src, int64_t h, int64_t w, int64_t c, int64_t 
 }
 
 // y's kM x kM blocks of the tiles t0 .. t0 + chunk - 1 (clipped at y's
-// edge) = A^T m[p] A, then + bias, relu, + addend (each optional; the order
-// of the direct kernels).
+// edge) = A^T m[p] A, then + bias, relu, + addend, zero where mask <= 0
+// (each optional; the order of the direct kernels).
 template <int kM, class T>
 void write_block(T (&block)[kM][kM], int64_t rows, int64_t cols, int64_t ch, int64_t f, int64_t out_w, float* y,
-                 const float* bias, bool relu, const float* addend, T (*load)(const float*),
+                 const float* bias, bool relu, const float* addend, const float* mask, T (*load)(const float*),
                  void (*store)(float*, T)) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t s = 0; s < cols; ++s) {
@@ -349,13 +349,15 @@ void write_block(T (&block)[kM][kM], int64_t rows, int64_t cols, int64_t ch, int
       if (bias) value += load(bias + ch);
       if (relu) value = value > T{} ? value : T{};
       if (addend) value += load(addend + (dst - y));
+      if (mask) value = load(mask + (dst - y)) > T{} ? value : T{};
       store(dst, value);
     }
 }
 
 template <int kM>
 void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int64_t f, int64_t t0, int64_t chunk,
-                      int64_t out_h, int64_t out_w, float* y, const float* bias, bool relu, const float* addend) {
+                      int64_t out_h, int64_t out_w, float* y, const float* bias, bool relu, const float* addend,
+                      const float* mask) {
   using Vector = Transforms<kM, Vec, store_vec>;
   using Scalar = Transforms<kM, float, store1>;
   constexpr int kAlpha = kM + 2;
@@ -365,18 +367,19 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
     const int64_t rows = std::min<int64_t>(kM, out_h - oy), cols = std::min<int64_t>(kM, out_w - ox);
     float* corner = y + (oy * out_w + ox) * f;
     const float* add = addend ? addend + (oy * out_w + ox) * f : nullptr;
+    const float* keep = mask ? mask + (oy * out_w + ox) * f : nullptr;
     int64_t ch = 0;
     for (; ch < fv; ch += kLanes) {
       Vec block[kM][kM];
       const float* mi = m + i * f + ch;
       Vector::output([&](int a, int b) { return load_vec(mi + (a * kAlpha + b) * stride); }, block);
-      write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, load_vec, store_vec);
+      write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, keep, load_vec, store_vec);
     }
     for (; ch < f; ++ch) {
       float block[kM][kM];
       const float* mi = m + i * f + ch;
       Scalar::output([&](int a, int b) { return load1(mi + (a * kAlpha + b) * stride); }, block);
-      write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, load1, store1);
+      write_block<kM>(block, rows, cols, ch, f, out_w, corner, bias, relu, add, keep, load1, store1);
     }
   }
 }
@@ -386,7 +389,8 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
 // image per task.
 template <int kM>
 void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
-                        const KernelContext& ctx, const float* bias, bool relu, const float* addend) {
+                        const KernelContext& ctx, const float* bias, bool relu, const float* addend,
+                        const float* mask) {
   constexpr int64_t kPoints = (kM + 2) * (kM + 2);
   const int64_t B = in.shape[0], h = in.shape[1], w = in.shape[2], ci = in.shape[3];
   const int64_t out_h = out.shape[1], out_w = out.shape[2], co = out.shape[3];
@@ -409,6 +413,7 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
       const float* img = pin + int64_t(b) * h * w * ci;
       float* y = pout + int64_t(b) * out_h * out_w * co;
       const float* add = addend ? addend + int64_t(b) * out_h * out_w * co : nullptr;
+      const float* keep = mask ? mask + int64_t(b) * out_h * out_w * co : nullptr;
       for (int64_t t0 = 0; t0 < tiles; t0 += kTileChunk) {
         const int64_t chunk = std::min(kTileChunk, tiles - t0);
         const int64_t v_stride = point_stride(chunk, ci), m_stride = point_stride(chunk, co);
@@ -418,7 +423,7 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
           const float* kp = u + p * ci * co;
           (chunk == chunk_max ? gemm_full : gemm_last).run(chunk, &a, &kp, 1, m + p * m_stride, ci);
         }
-        transform_output<kM>(m, m_stride, tl, co, t0, chunk, out_h, out_w, y, bias, relu, add);
+        transform_output<kM>(m, m_stride, tl, co, t0, chunk, out_h, out_w, y, bias, relu, add, keep);
       }
     }
   });
@@ -501,11 +506,11 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
 
 // F(4x4) where the image has 8 or more outputs a side, else F(2x2).
 void correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
-               const KernelContext& ctx, const float* bias, bool relu, const float* addend) {
+               const KernelContext& ctx, const float* bias, bool relu, const float* addend, const float* mask) {
   if (out.shape[1] >= 8 && out.shape[2] >= 8)
-    winograd_correlate<4>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend);
+    winograd_correlate<4>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask);
   else
-    winograd_correlate<2>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend);
+    winograd_correlate<2>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask);
 }
 }  // namespace
 
@@ -527,11 +532,12 @@ bool winograd_filter_applies(const Window2D& win, int64_t channels, int64_t filt
 
 void winograd_conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
                      const KernelContext& ctx, const float* bias, bool relu) {
-  correlate(x, win.pad_top, win.pad_left, kernel.f(), y, ctx, bias, relu, nullptr);
+  correlate(x, win.pad_top, win.pad_left, kernel.f(), y, ctx, bias, relu, nullptr, nullptr);
 }
 
 void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel,
-                                    const TensorRef& dx, const KernelContext& ctx, const float* addend) {
+                                    const TensorRef& dx, const KernelContext& ctx, const float* addend,
+                                    const float* mask) {
   const int64_t C = dx.shape[3], F = g.shape[3];
   thread_local std::vector<float> turned;  // the caller's; the workers never read it
   turned.resize(size_t(9 * F * C));
@@ -539,7 +545,7 @@ void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, con
   for (int64_t t = 0; t < 9; ++t)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t f = 0; f < F; ++f) turned[size_t(((8 - t) * F + f) * C + c)] = pk[(t * C + c) * F + f];
-  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend);
+  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend, mask);
 }
 
 }  // namespace tensorgrad::kernels

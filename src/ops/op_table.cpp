@@ -23,15 +23,21 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 // ---- Gradient rules shared by several ops ----
 
 // The gradient through y = max(x, 0) (Relu, and the ops with kReluOutput): g
-// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool), the
-// pool's backward masks instead (kMaskNonPositive) and the unmasked one is
-// left unscheduled: one pass fewer over y.
+// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool) or a
+// convolution's input gradient (ReLU, conv), that op masks instead
+// (kMaskNonPositive; the convolution takes y as an extra last input) and
+// the unmasked one is left unscheduled: one pass fewer over y.
 Value relu_gradient(Builder& b, Value y, Value g) {
   const auto p = b.producer(g);
-  if (p && p->op == OpKind::MaxPool2DBackward && p->input0 == y && !(p->attrs.flags & kMaskNonPositive)) {
+  if (p && !(p->attrs.flags & kMaskNonPositive)) {
     OpAttrs at = p->attrs;
     at.flags |= kMaskNonPositive;
-    return b.apply(OpKind::MaxPool2DBackward, {y, p->input1}, at);
+    if (p->op == OpKind::MaxPool2DBackward && p->input0 == y)
+      return b.apply(OpKind::MaxPool2DBackward, {y, p->input1}, at);
+    if (p->op == OpKind::Conv2DBackwardInput && b.dtype(y) == DType::Float32) {
+      if (p->n_inputs == 2) return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, y}, at);
+      return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, p->input2, y}, at);
+    }
   }
   return b.apply(OpKind::ReluBackward, {y, g});
 }
@@ -160,8 +166,18 @@ OpSignature conv2d_backward(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
                        "x" + std::to_string(w.kw) + " window");
   const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
   if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
-  if (s.size() == 3 && s[2] != a.shape)
-    shape_fail(op, "the added term must be the result's shape " + a.shape.str() + "; got " + s[2].str());
+  // Conv2DBackwardInput's extra inputs: the addend, then with kMaskNonPositive the ReLU output y.
+  const bool masked = input && (a.flags & kMaskNonPositive);
+  if (input && s.size() == 4 && !masked)
+    shape_fail(op, "a fourth input (the ReLU output that masks dx) needs the kMaskNonPositive flag");
+  if (masked && s.size() < 3)
+    shape_fail(op, "the kMaskNonPositive flag needs the ReLU output that masks dx as the last input");
+  for (size_t i = 2; i < s.size(); ++i) {
+    if (s[i] == a.shape) continue;
+    std::string message = masked && i + 1 == s.size() ? "the ReLU output that masks dx" : "the added term";
+    message.append(" must be the result's shape ").append(a.shape.str()).append("; got ").append(s[i].str());
+    shape_fail(op, message);
+  }
   return {a.shape};
 }
 
@@ -786,13 +802,19 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 1, false}, attrs_shape, no_gradient},
     // y = conv^T(gy, k): dgy = conv(g, k), dk = filter gradient(g, gy)
     // with a third input, y = conv^T(gy, k) + addend: daddend = g
-    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 3, false}, conv2d_backward,
+    // with kMaskNonPositive, y = that where r > 0 (r the last input): g
+    // masked by r > 0 first; r's gradient is zero (a mask)
+    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 4, false}, conv2d_backward,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2D, {d.g, d.x[1]}, d.at);
+       const bool masked = (d.at.flags & kMaskNonPositive) != 0;
+       const Value g = masked ? b.apply(OpKind::ReluBackward, {d.x.back(), d.g}) : d.g;
+       OpAttrs at = d.at;
+       at.flags = 0;
+       if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2D, {g, d.x[1]}, at);
        if (d.need(1))
-         d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.g, d.x[0]}, with_shape(d.at, b.shape(d.x[1])));
-       if (d.x.size() == 3 && d.need(2)) d.dx[2] = d.g;
+         d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {g, d.x[0]}, with_shape(at, b.shape(d.x[1])));
+       if (d.x.size() == (masked ? 4u : 3u) && d.need(2)) d.dx[2] = g;
      }},
     // y = filter gradient(x, gy): dx = conv^T(gy, g), dgy = conv(x, g)
     {OpKind::Conv2DBackwardFilter, {"conv2d_backward_filter", 2, 2, false}, conv2d_backward,
