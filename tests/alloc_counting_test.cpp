@@ -522,21 +522,27 @@ TEST_P(AllocationFree, MultiInputMultiOutputTrainerStepAndOneRowPredict) {
 }
 
 // A residual CNN (the resnet workload's shape, small): convolutions with 16
-// filters and channels (the sixteen-wide product kernel), batch norms with
-// the ReLU folded in (their backward kernels mask the gradient themselves),
-// a residual Add folded into the batch norm before it, and the block
-// input's two gradients summed inside the convolution's input gradient.
+// filters and channels (the sixteen-wide product kernel, or Winograd's),
+// batch norms with the ReLU folded in (their backward kernels mask the
+// gradient themselves), a residual Add folded into the batch norm before
+// it, the block input's two gradients summed inside the convolution's
+// input gradient, and a strided block with a 1x1 projection (the strided
+// input gradient by phases, with the folded addend and the block input's
+// ReLU mask).
 TEST_P(AllocationFree, ResidualCnnStepAndPredict) {
   tg::manual_seed(6);
   tg::nn::clear_session();
   const tg::nn::SymbolicTensor image = tg::nn::Input({8, 8, 3});
-  auto conv_bn = [](const tg::nn::SymbolicTensor& x) {
-    return tg::nn::BatchNormalization()(tg::nn::Conv2D(16, {3, 3}, {1, 1}, "same", {1, 1}, "linear", false)(x));
+  auto conv_bn = [](const tg::nn::SymbolicTensor& x, int64_t size = 3, int64_t stride = 1) {
+    return tg::nn::BatchNormalization()(
+        tg::nn::Conv2D(16, {size, size}, {stride, stride}, "same", {1, 1}, "linear", false)(x));
   };
-  const tg::nn::SymbolicTensor stem = tg::nn::ActivationLayer("relu")(conv_bn(image));
-  const tg::nn::SymbolicTensor block = conv_bn(tg::nn::ActivationLayer("relu")(conv_bn(stem)));
-  const tg::nn::SymbolicTensor out = tg::nn::ActivationLayer("relu")(tg::nn::Add()({block, stem}));
-  tg::nn::Model model(image, tg::nn::Dense(4, "softmax")(tg::nn::GlobalAveragePooling2D()(out)));
+  const auto relu = [](const tg::nn::SymbolicTensor& x) { return tg::nn::ActivationLayer("relu")(x); };
+  const tg::nn::SymbolicTensor stem = relu(conv_bn(image));
+  const tg::nn::SymbolicTensor block = conv_bn(relu(conv_bn(stem)));
+  const tg::nn::SymbolicTensor out = relu(tg::nn::Add()({block, stem}));
+  const tg::nn::SymbolicTensor down = relu(tg::nn::Add()({conv_bn(relu(conv_bn(out, 3, 2))), conv_bn(out, 1, 2)}));
+  tg::nn::Model model(image, tg::nn::Dense(4, "softmax")(tg::nn::GlobalAveragePooling2D()(down)));
   model.compile(tg::OptimizerSpec::adamw(1e-3f), "sparse_categorical_crossentropy");
   auto& ctx = model.optimizer_context(16);
   const tg::Tensor x = random_tensor({16, 8, 8, 3});

@@ -1,7 +1,8 @@
 #pragma once
 // The batch-reduce GEMM that the convolution kernels (conv.cpp,
 // winograd.cpp) run their products through, and the zero-padded image copy
-// they read. Internal to the kernels.
+// the direct kernels read (winograd.cpp reads zeros outside the image
+// instead). Internal to the kernels.
 #include <immintrin.h>
 #include <libxsmm.h>
 

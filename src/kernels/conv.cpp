@@ -109,7 +109,7 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
   });
 }
 
-// x - x mod d rounded toward minus infinity, divided by d (d > 0).
+// x / d rounded toward minus infinity (d > 0).
 inline int64_t floor_div(int64_t x, int64_t d) { return (x >= 0 ? x : x - d + 1) / d; }
 
 // The input gradient of a strided convolution, by the strides' phases: dx
@@ -125,32 +125,39 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
   const int64_t phases = std::min(win.sw, W);
-  // Per column phase r: its pixels (r, r + sw, ...), its taps kx and their
-  // first ox (which may fall left of g; g is padded to cover every phase).
-  struct Phase {
-    int64_t pixels = 0;
-    std::vector<int64_t> kx, first_ox;
-  };
-  std::vector<Phase> column(static_cast<size_t>(phases));
+  // Per column phase r: its pixels (r, r + sw, ...), and its taps kx with
+  // their first ox (which may fall left of g; g is padded to cover every
+  // phase), at [r kw, r kw + taps[r]). The caller's, kept between calls so
+  // that a training step allocates nothing.
+  thread_local std::vector<int64_t> pixels, taps, tap_kx, tap_ox;
+  thread_local std::vector<BatchReduceGemm<float>> gemms;
+  pixels.assign(size_t(phases), 0);
+  taps.assign(size_t(phases), 0);
+  tap_kx.resize(size_t(phases * win.kw));
+  tap_ox.resize(size_t(phases * win.kw));
+  gemms.clear();
   int64_t left = 0, right = 0;
   for (int64_t r = 0; r < phases; ++r) {
-    Phase& ph = column[size_t(r)];
-    ph.pixels = (W - r + win.sw - 1) / win.sw;
+    const size_t p = size_t(r);
+    pixels[p] = (W - r + win.sw - 1) / win.sw;
     for (int64_t kx = 0; kx < win.kw; ++kx) {
       const int64_t at = r + win.pad_left - kx * win.dw;
       if (at - floor_div(at, win.sw) * win.sw != 0) continue;
       const int64_t ox = at / win.sw;
-      if (ox + ph.pixels <= 0 || ox >= Wo) continue;  // every pixel of the phase outside g
-      ph.kx.push_back(kx);
-      ph.first_ox.push_back(ox);
+      if (ox + pixels[p] <= 0 || ox >= Wo) continue;  // every pixel of the phase outside g
+      tap_kx[size_t(r * win.kw + taps[p])] = kx;
+      tap_ox[size_t(r * win.kw + taps[p])] = ox;
+      ++taps[p];
       left = std::max(left, -ox);
-      right = std::max(right, ox + ph.pixels - Wo);
+      right = std::max(right, ox + pixels[p] - Wo);
     }
+    gemms.emplace_back(pixels[p], C, F, F, C, win.sw * C);
   }
   const int64_t wq = Wo + left + right;
-  std::vector<BatchReduceGemm<float>> gemms;
-  gemms.reserve(size_t(phases));
-  for (int64_t r = 0; r < phases; ++r) gemms.emplace_back(column[size_t(r)].pixels, C, F, F, C, win.sw * C);
+  // Named in the task, the thread_locals would be each worker's own.
+  const int64_t *phase_pixels = pixels.data(), *phase_taps = taps.data(), *kx_of = tap_kx.data(),
+                *ox_of = tap_ox.data();
+  const BatchReduceGemm<float>* phase_gemm = gemms.data();
   const float* pg = g.f();
   float* pdx = dx.f();
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
@@ -163,21 +170,21 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
       for (int64_t iy = 0; iy < H; ++iy) {
         float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
         for (int64_t r = 0; r < phases; ++r) {
-          const Phase& ph = column[size_t(r)];
           int64_t n = 0;
           for (int64_t ky = 0; ky < win.kh; ++ky) {
             const int64_t at = iy + win.pad_top - ky * win.dh;
             if (at < 0 || at % win.sh != 0 || at / win.sh >= Ho) continue;
-            for (size_t t = 0; t < ph.kx.size(); ++t) {
-              a[size_t(n)] = gp + ((at / win.sh) * wq + ph.first_ox[t] + left) * F;
-              w[size_t(n)] = taps_t + (ky * win.kw + ph.kx[t]) * F * C;
+            for (int64_t t = r * win.kw; t < r * win.kw + phase_taps[r]; ++t) {
+              a[size_t(n)] = gp + ((at / win.sh) * wq + ox_of[t] + left) * F;
+              w[size_t(n)] = taps_t + (ky * win.kw + kx_of[t]) * F * C;
               ++n;
             }
           }
+          const int64_t m = phase_pixels[r];
           if (n > 0) {
-            gemms[size_t(r)].run(ph.pixels, a.data(), w.data(), n, row + r * C, F);
+            phase_gemm[r].run(m, a.data(), w.data(), n, row + r * C, F);
           } else {
-            for (int64_t j = 0; j < ph.pixels; ++j) std::fill_n(row + (r + j * win.sw) * C, C, 0.0f);
+            for (int64_t j = 0; j < m; ++j) std::fill_n(row + (r + j * win.sw) * C, C, 0.0f);
           }
         }
         const int64_t at = ((int64_t(b) * H + iy) * W) * C;
