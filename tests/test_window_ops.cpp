@@ -40,6 +40,7 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng, float lo = -1.0f, flo
 
 using test_support::window;
 using test_support::window_str;
+using test_support::uniform;
 
 // TensorFlow's padding rules for one spatial axis, written from the TF docs.
 struct AxisPad {
@@ -437,6 +438,72 @@ TEST(WindowOpsMaxPoolTies, ReluThenPoolMasksInThePoolBackward) {
       EXPECT_EQ(relu_pool_grad(xv, pc.x, pc.w, gw, g2, also_summed, &fused), want);
       EXPECT_EQ(fused, !also_summed);
     }
+}
+
+// ReLU then average pooling (a ResNet's last block, then global average
+// pooling): Relu's gradient rule hands the mask to the pool's backward
+// (kMaskNonPositive, the ReLU's output as its second input). dx must equal
+// ReluBackward after the unmasked kernel, bit for bit, on global, strided
+// and overlapping padded windows, at 1 and 2 threads; the schedule must
+// hold no ReluBackward; the op refuses the mask without the flag and the
+// flag without the mask.
+TEST(WindowOpsAvgPool, ReluThenPoolMasksInThePoolBackward) {
+  const std::vector<PoolCase> cases = {
+      {"global 7x7, C 32", {3, 7, 7, 32}, window(7, 7, 7, 7)},
+      {"2x2 s2, C 3", {2, 6, 8, 3}, window(2, 2, 2, 2)},
+      {"3x3 s1 pad 1, C 8", {2, 5, 5, 8}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+  };
+  std::mt19937 rng(7);
+  const int saved_threads = num_threads();
+  for (const PoolCase& pc : cases)
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(pc.name + ", threads " + std::to_string(threads));
+      set_num_threads(threads);
+      const Tensor xt = uniform(pc.x, rng, -1.0f, 1.0f);
+      const Shape ys{pc.x[0], pc.w.out_h(pc.x[1]), pc.w.out_w(pc.x[2]), pc.x[3]};
+      const Tensor gt = uniform(ys, rng, -1.0f, 1.0f);
+      // The fused graph: the gradient of sum(avg_pool(relu(x)) * g).
+      Graph g;
+      const Value x = g.parameter(xt, "x", true), gin = g.input("g", ys);
+      const Value r = g.relu(x);
+      const Value dx = g.gradients(g.sum(g.mul(g.windowed(OpKind::AvgPool2D, r, pc.w), gin)), std::vector<Value>{x})[0];
+      int relu_backward = 0, masked_pool = 0;
+      for (int32_t id : plan_memory(g, std::vector<Value>{dx}).schedule) {
+        const Node& n = g.node(Value{id});
+        relu_backward += n.op == OpKind::ReluBackward;
+        masked_pool += n.op == OpKind::AvgPool2DBackward && (n.attrs.flags & kMaskNonPositive);
+      }
+      EXPECT_EQ(relu_backward, 0);
+      EXPECT_EQ(masked_pool, 1);
+      // The reference: the unmasked kernel, then ReluBackward.
+      OpAttrs at;
+      at.window = pc.w;
+      at.shape = pc.x;
+      const Value plain = g.apply(OpKind::AvgPool2DBackward, {gin}, at);
+      const Value reference = g.apply(OpKind::ReluBackward, {r, plain});
+      Executable exe(std::move(g), {dx, reference});
+      exe.bind(gin, gt);
+      exe.run();
+      const std::vector<float> got = exe.output(dx).to_vector();
+      EXPECT_EQ(got, exe.output(reference).to_vector());
+      EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v == 0.0f; })) << "nothing was masked";
+      EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; })) << "everything was masked";
+    }
+  set_num_threads(saved_threads);
+
+  Graph g;
+  const Value gin = g.input("g", {2, 1, 1, 4}), y = g.input("y", {2, 3, 3, 4});
+  OpAttrs at;
+  at.window = window(3, 3, 3, 3);
+  at.shape = Shape{2, 3, 3, 4};
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::AvgPool2DBackward, {gin, y}, at); },
+                                               {"avg_pool2d_backward", "needs the kMaskNonPositive flag"}));
+  at.flags = kMaskNonPositive;
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::AvgPool2DBackward, {gin}, at); },
+                                               {"avg_pool2d_backward", "as the second input"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::AvgPool2DBackward, {gin, g.input("small", {2, 3, 3, 2})}, at); },
+      {"avg_pool2d_backward", "must be the result's shape {2, 3, 3, 4}", "{2, 3, 3, 2}"}));
 }
 
 // ---------------------------------------------------------------------------

@@ -130,7 +130,10 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::GatherBackward, [](const KernelCall& k) { gather_backward(k.in[0], k.in[1], k.out); }},
     {OpKind::MaxPool2DBackward,
      [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, (k.at.flags & kMaskNonPositive) != 0, k.ctx); }},
-    {OpKind::AvgPool2DBackward, [](const KernelCall& k) { avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx); }},
+    {OpKind::AvgPool2DBackward,
+     [](const KernelCall& k) {
+       avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx, (k.at.flags & kMaskNonPositive) ? k.in[1].f() : nullptr);
+     }},
     {OpKind::Conv2DBackwardInput,
      [](const KernelCall& k) {
        const bool masked = (k.at.flags & kMaskNonPositive) != 0;

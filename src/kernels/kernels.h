@@ -194,7 +194,9 @@ void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y
 /// (kMaskNonPositive) also zero where x <= 0.
 void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
                          bool mask_non_positive, const KernelContext& ctx);
-void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
+// mask (null: none): dx zero where mask <= 0 (kMaskNonPositive).
+void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx,
+                         const float* mask = nullptr);
 void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
 // Add with kReluOutput: max(a + b, 0), broadcasting as binary's Add, with
 // the Relu kernel's max.

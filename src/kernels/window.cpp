@@ -121,9 +121,10 @@ inline int64_t end_tap(int64_t i0, int64_t d, int64_t k, int64_t n) {
 }
 
 // Runs f(b, oy, ox, taps) for every output pixel, one image per task,
-// after begin_image(b).
-template <class F, class Begin>
-void for_each_output(const Geometry& g, const Window2D& win, const KernelContext& ctx, F f, Begin begin_image) {
+// between begin_image(b) and end_image(b).
+template <class F, class Begin, class End>
+void for_each_output(const Geometry& g, const Window2D& win, const KernelContext& ctx, F f, Begin begin_image,
+                     End end_image) {
   parallel_for(ctx.pool, size_t(g.b), 1, [&](size_t bb, size_t be) {
     for (size_t b = bb; b < be; ++b) {
       begin_image(int64_t(b));
@@ -136,12 +137,13 @@ void for_each_output(const Geometry& g, const Window2D& win, const KernelContext
             Taps{iy0, ix0, ky0, ky1, first_tap(ix0, win.dw), end_tap(ix0, win.dw, win.kw, g.w)});
         }
       }
+      end_image(int64_t(b));
     }
   });
 }
 template <class F>
 void for_each_output(const Geometry& g, const Window2D& win, const KernelContext& ctx, F f) {
-  for_each_output(g, win, ctx, f, [](int64_t) {});
+  for_each_output(g, win, ctx, f, [](int64_t) {}, [](int64_t) {});
 }
 
 // The backward kernels' begin_image: the image's gradient zeroed in its own
@@ -325,10 +327,12 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
           }
         }
     }
-  }, zero_image(g, pd));
+  }, zero_image(g, pd), [](int64_t) {});
 }
 
-void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorRef& dx, const KernelContext& ctx) {
+// mask: as ReluBackward's after this kernel, on the image still in cache.
+void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorRef& dx, const KernelContext& ctx,
+                         const float* mask) {
   const Geometry g = geometry(win, dx.shape);
   const float* pg = gr.f();
   float* pd = dx.f();
@@ -343,7 +347,11 @@ void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorR
         float* d = pd + ((b * g.h + t.iy0 + ky * win.dh) * g.w + t.ix0 + kx * win.dw) * C;
         for (int64_t c = 0; c < C; ++c) d[c] += grad[c] * inv;
       }
-  }, zero_image(g, pd));
+  }, zero_image(g, pd), [=](int64_t b) {
+    if (!mask) return;
+    const int64_t n = g.h * g.w * g.c;
+    for (int64_t i = b * n; i < (b + 1) * n; ++i) pd[i] = mask[i] > 0.0f ? pd[i] : 0.0f;
+  });
 }
 
 }  // namespace tensorgrad::kernels

@@ -23,10 +23,11 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 // ---- Gradient rules shared by several ops ----
 
 // The gradient through y = max(x, 0) (Relu, and the ops with kReluOutput): g
-// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool) or a
-// convolution's input gradient (ReLU, conv), that op masks instead
-// (kMaskNonPositive; the convolution takes y as an extra last input) and
-// the unmasked one is left unscheduled: one pass fewer over y.
+// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool), an
+// average pool's backward or a convolution's input gradient (ReLU, pool or
+// conv), that op masks instead (kMaskNonPositive; the last two take y as
+// an extra last input) and the unmasked one is left unscheduled: one pass
+// fewer over y.
 Value relu_gradient(Builder& b, Value y, Value g) {
   const auto p = b.producer(g);
   if (p && !(p->attrs.flags & kMaskNonPositive)) {
@@ -34,6 +35,7 @@ Value relu_gradient(Builder& b, Value y, Value g) {
     at.flags |= kMaskNonPositive;
     if (p->op == OpKind::MaxPool2DBackward && p->input0 == y)
       return b.apply(OpKind::MaxPool2DBackward, {y, p->input1}, at);
+    if (p->op == OpKind::AvgPool2DBackward) return b.apply(OpKind::AvgPool2DBackward, {p->input0, y}, at);
     if (p->op == OpKind::Conv2DBackwardInput && b.dtype(y) == DType::Float32) {
       if (p->n_inputs == 2) return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, y}, at);
       return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, p->input2, y}, at);
@@ -799,7 +801,23 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::GatherBackward, {"gather_backward", 2, 2, false}, attrs_shape, no_gradient},
     {OpKind::MaxPool2DBackward, {"max_pool2d_backward", 2, 2, false},
      [](OpKind, Shapes s, DTypes, const OpAttrs&) -> OpSignature { return {s[0]}; }, no_gradient},
-    {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 1, false}, attrs_shape, no_gradient},
+    {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
+       const bool masked = (a.flags & kMaskNonPositive) != 0;
+       if (masked != (s.size() == 2))
+         shape_fail(op, masked ? "the kMaskNonPositive flag needs the ReLU output that masks dx as the second input"
+                               : "a second input (the ReLU output that masks dx) needs the kMaskNonPositive flag");
+       if (masked) {
+         expect_float(op, t, 1, "mask");
+         if (s[1] != a.shape) {
+           std::string message = "the ReLU output that masks dx must be the result's shape ";
+           message.append(a.shape.str()).append("; got ").append(s[1].str());
+           shape_fail(op, message);
+         }
+       }
+       return {a.shape};
+     },
+     no_gradient},
     // y = conv^T(gy, k): dgy = conv(g, k), dk = filter gradient(g, gy)
     // with a third input, y = conv^T(gy, k) + addend: daddend = g
     // with kMaskNonPositive, y = that where r > 0 (r the last input): g

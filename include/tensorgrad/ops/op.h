@@ -83,7 +83,8 @@ enum class OpKind : uint8_t {
   GatherBackward,       // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
   MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch);
                         //   flags kMaskNonPositive: also zero where x <= 0 (x a ReLU's output)
-  AvgPool2DBackward,    // g -> dx of attrs.shape
+  AvgPool2DBackward,    // (g [, y]) -> dx of attrs.shape; flags kMaskNonPositive (with y{B,H,W,C}): then zero where
+                        //   y <= 0 (y a ReLU's output, the ReLU's backward folded in)
   Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}] [, y{B,H,W,C}]) -> dx of attrs.shape
                         //   {B,H,W,C} [+ addend]: the addend is another gradient of the same input, folded in
                         //   from an Add (Graph::apply, set_add_folding) and added per image while it is in
@@ -170,14 +171,15 @@ enum OptimizerFlag : uint32_t {
   kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
 };
 
-/// MaxPool2DBackward's and Conv2DBackwardInput's mode (OpAttrs::flags): the
-/// gradient a ReLU's backward would pass on, when x (the pool's input; the
-/// convolution's extra last input) is that ReLU's output (dx also zero
-/// where x <= 0). Relu's gradient rule asks for it when it is handed a
-/// max-pool's backward of its own output (conv, ReLU, pool) or a
-/// convolution's input gradient (ReLU, conv; a ResNet block's output, its
-/// gradient the next block's convolution's plus its shortcut's), which
-/// saves the pass of ReluBackward over the activation.
+/// The mode of MaxPool2DBackward, AvgPool2DBackward and Conv2DBackwardInput
+/// (OpAttrs::flags): the gradient a ReLU's backward would pass on, when x
+/// (the max-pool's input; the others' extra last input) is that ReLU's
+/// output (dx also zero where x <= 0). Relu's gradient rule asks for it
+/// when it is handed one of these ops' results as the gradient of its own
+/// output (conv, ReLU, pool; ReLU, conv, as a ResNet block's output, whose
+/// gradient is the next block's convolution's plus its shortcut's; ReLU,
+/// global average pooling), which saves the pass of ReluBackward over the
+/// activation.
 inline constexpr uint32_t kMaskNonPositive = 1u << 0;
 /// The mode of MatMul, Conv2D, BatchNorm and Add (OpAttrs::flags): the output passed
 /// through ReLU in the op's own pass, while each row is in cache; the
@@ -229,7 +231,8 @@ struct OpAttrs {
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward, Conv2DBackwardInput: kMaskNonPositive;
+                                          // MaxPool2DBackward, AvgPool2DBackward, Conv2DBackwardInput:
+                                          // kMaskNonPositive;
                                           // MatMul, Conv2D, BatchNorm, Add,
                                           // BatchNormParamGrad, BatchNormBackward: kReluOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
