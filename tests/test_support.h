@@ -70,6 +70,13 @@ struct AddFoldingGuard {
   ~AddFoldingGuard() { tensorgrad::set_add_folding(saved); }
 };
 
+// Restores the process-wide BatchNormStats folding
+// (tensorgrad::set_batch_stats_folding) a test turns off.
+struct BatchStatsFoldingGuard {
+  bool saved = tensorgrad::batch_stats_folding();
+  ~BatchStatsFoldingGuard() { tensorgrad::set_batch_stats_folding(saved); }
+};
+
 // Restores the process-wide choice of Winograd convolutions
 // (tensorgrad::set_winograd_convolutions) a test turns off to check the
 // direct kernels.

@@ -69,6 +69,11 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
     dtypes[i] = inputs[i].dtype();
     refs[i] = {inputs[i].raw(), shapes[i], dtypes[i]};
   }
+  // Both need memory a graph's plan lays out beside the convolution's output.
+  if (op == OpKind::AttachedBatchStats || (op == OpKind::Conv2D && (attrs.flags & kBatchStatsOutput)))
+    throw ValueError(std::string(op_info(op).name) +
+                     ": a convolution's attached batch statistics exist only in a lazy graph (Graph folds "
+                     "BatchNormStats into the Conv2D); in the eager API apply BatchNormStats to its output");
   const OpSignature sig = infer_signature(op, {shapes, inputs.size()}, {dtypes, inputs.size()}, attrs);
   const OpInfo& info = op_info(op);
   if (out.defined()) {

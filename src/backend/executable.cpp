@@ -190,7 +190,7 @@ void Executable::build() {
     if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_->data()) + plan_.offset[i];
     else if (nodes[i].bound.defined()) data_[i] = nodes[i].bound.raw();
   }
-  for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];
+  bind_views();
   for (int32_t i : plan_.schedule) {
     const Node& n = nodes[size_t(i)];
     if (op_info(n.op).in_place) data_[size_t(i)] = data_[size_t(n.inputs[0].id)];
@@ -209,6 +209,14 @@ void Executable::build() {
     shapes_.push_back(n.shape);
     attrs_.push_back(n.attrs);
     if (rows_ == 0 && n.role == NodeRole::Input && n.shape.rank() > 0) rows_ = n.shape[0];
+  }
+}
+
+void Executable::bind_views() {
+  for (int32_t v : plan_.views) {
+    const Node& n = graph_.nodes()[size_t(v)];
+    char* input = static_cast<char*>(data_[size_t(n.inputs[0].id)]);
+    data_[size_t(v)] = input ? input + view_offset(graph_, n) : nullptr;
   }
 }
 
@@ -310,7 +318,7 @@ void Executable::run(size_t first_node, size_t last_node) {
     explicit RunScope(KernelLauncher& l) : launcher(l) { launcher.begin_run(); }
     ~RunScope() { launcher.end_run(); }
   } scope(*launcher_);
-  for (int32_t v : plan_.views) data_[size_t(v)] = data_[size_t(nodes[size_t(v)].inputs[0].id)];  // inputs may be rebound
+  bind_views();  // inputs may be rebound
   for (const Step& step : steps_) {
     if (size_t(step.node) < first_node) continue;
     if (size_t(step.node) >= last_node) break;

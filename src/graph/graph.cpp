@@ -10,7 +10,11 @@ namespace tensorgrad {
 namespace {
 std::atomic<bool> fold_relu{true};
 std::atomic<bool> fold_add{true};
+std::atomic<bool> fold_batch_stats{true};
 }  // namespace
+
+void set_batch_stats_folding(bool enabled) { fold_batch_stats.store(enabled); }
+bool batch_stats_folding() { return fold_batch_stats.load(); }
 
 void set_relu_folding(bool enabled) { fold_relu.store(enabled); }
 bool relu_folding() { return fold_relu.load(); }
@@ -96,12 +100,30 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
     if (p.role == NodeRole::Op && takes_relu_output(p.op) && !(p.attrs.flags & kReluOutput)) {
       OpAttrs folded = p.attrs;
       folded.flags |= kReluOutput;
+      folded.flags &= ~kBatchStatsOutput;  // the statistics of p's output stay p's
       const std::array<Value, Node::kMaxInputs> p_inputs = p.inputs;  // p moves when nodes_ grows
       return apply(p.op, std::span<const Value>(p_inputs.data(), size_t(p.n_inputs)), folded);
     }
   }
   if (op == OpKind::Add && inputs.size() == 2 && attrs.flags == 0 && add_folding())
     if (auto folded = fold_add_into_producer(inputs[0], inputs[1])) return *folded;
+  if (op == OpKind::BatchNormStats && inputs.size() == 1 && batch_stats_folding()) {
+    // Marking the Conv2D changes none of its output's bits, so ops that
+    // already read it are unaffected.
+    const Node& p = node(inputs[0]);
+    if (p.role == NodeRole::Op && p.op == OpKind::Conv2D && p.dtype == DType::Float32 && p.shape.rank() == 4) {
+      nodes_[size_t(inputs[0].id)].attrs.flags |= kBatchStatsOutput;
+      return apply(OpKind::AttachedBatchStats, inputs, attrs);
+    }
+  }
+  if (op == OpKind::AttachedBatchStats && inputs.size() == 1) {
+    const Node& p = node(inputs[0]);
+    if (p.role != NodeRole::Op || p.op != OpKind::Conv2D || !(p.attrs.flags & kBatchStatsOutput))
+      throw ValueError(std::string("attached_batch_stats: the input must be the output of a Conv2D with the "
+                                   "kBatchStatsOutput flag; got ") +
+                       (p.role == NodeRole::Op ? op_info(p.op).name : "a leaf") +
+                       ". Apply BatchNormStats, which the graph folds into a Conv2D that makes its input");
+  }
   Shape shapes[Node::kMaxInputs];
   DType dtypes[Node::kMaxInputs];
   for (size_t i = 0; i < inputs.size(); ++i) {

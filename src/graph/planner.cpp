@@ -35,6 +35,16 @@ class SlotAllocator {
 };
 }  // namespace
 
+size_t side_output_bytes(const Node& n) {
+  if (n.role != NodeRole::Op || n.op != OpKind::Conv2D || !(n.attrs.flags & kBatchStatsOutput)) return 0;
+  return size_t(batch_stats_side_floats(n.shape[-1])) * sizeof(float);
+}
+
+int64_t view_offset(const Graph& graph, const Node& view) {
+  if (view.op != OpKind::AttachedBatchStats) return 0;
+  return -int64_t(side_output_bytes(graph.node(view.inputs[0])));
+}
+
 MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
   const auto& nodes = graph.nodes();
   const size_t n = nodes.size();
@@ -71,17 +81,22 @@ MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
     if (!needed[i] || nodes[i].role != NodeRole::Op) continue;
     const OpInfo& info = op_info(nodes[i].op);
     if (info.view) {
-      plan.offset[i] = plan.offset[size_t(root[i])];  // -1 when the root is a leaf
+      const int64_t input = plan.offset[size_t(nodes[i].inputs[0].id)];  // -1 when the root is a leaf
+      plan.offset[i] = input < 0 ? -1 : input + view_offset(graph, nodes[i]);
       plan.views.push_back(int32_t(i));
       continue;
     }
     plan.schedule.push_back(int32_t(i));
     if (!info.in_place) {
-      plan.offset[i] = int64_t(slots.allocate(aligned(nodes[i].shape.numel() * dtype_size(nodes[i].dtype))));
+      // The slot holds the side output first, then the output.
+      const size_t side = side_output_bytes(nodes[i]);
+      plan.offset[i] = int64_t(slots.allocate(side + aligned(nodes[i].shape.numel() * dtype_size(nodes[i].dtype))) +
+                               side);
       if (last_use[i] == -1) frees_after[i].push_back(int32_t(i));  // computed but unused: free at once
       else if (last_use[i] != kForever) frees_after[size_t(last_use[i])].push_back(int32_t(i));
     }
-    for (int32_t f : frees_after[i]) slots.release(size_t(plan.offset[size_t(f)]));
+    for (int32_t f : frees_after[i])
+      slots.release(size_t(plan.offset[size_t(f)]) - side_output_bytes(nodes[size_t(f)]));
   }
   plan.arena_bytes = slots.high_water();
   return plan;

@@ -6,6 +6,7 @@
 // Folded in: a ReLU after the map (forward in the same pass; backward as a
 // mask the two backward kernels recompute from x, so the masked gradient is
 // never written) and a residual added before it (a ResNet block's shortcut).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
@@ -239,22 +240,52 @@ void param_grad_sums(const float* px, const float* pg, const float* mean, const 
     }
   }
 }
+
+// stats {2, C} = [mean; biased variance] from the sums over `rows` rows.
+void stats_from_sums(const double* total, int64_t rows, int64_t C, float* out) {
+  for (int64_t c = 0; c < C; ++c) {
+    const double mean = rows ? total[c] / double(rows) : 0.0;
+    const double var = rows ? total[C + c] / double(rows) - mean * mean : 0.0;
+    out[c] = float(mean);
+    out[C + c] = float(std::max(var, 0.0));  // rounding can leave -1e-17 for a constant channel
+  }
+}
 }  // namespace
+
+void image_stats_sums(const float* image, int64_t rows, int64_t C, double* sums) {
+  std::fill(sums, sums + 2 * C, 0.0);
+  stats_sums(image, 0, rows, C, sums);
+}
+
+void stats_from_image_sums(const double* sums, int64_t images, int64_t rows, int64_t C, float* stats) {
+  thread_local std::vector<double> total;
+  total.assign(size_t(2 * C), 0.0);
+  for (int64_t i = 0; i < images; ++i)
+    for (int64_t j = 0; j < 2 * C; ++j) total[size_t(j)] += sums[i * 2 * C + j];
+  stats_from_sums(total.data(), rows, C, stats);
+}
 
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx) {
   const int64_t C = channels(x), rows = x.numel() / std::max<int64_t>(C, 1);
   const float* px = x.f();
+  if (x.shape.rank() >= 3) {
+    // Image by image, as a Conv2D with kBatchStatsOutput sums its output: the same bits.
+    const int64_t images = x.shape[0], image_rows = images ? rows / images : 0;
+    thread_local std::vector<double> sums;  // the caller's; image i owns [2Ci, 2C(i+1))
+    sums.resize(size_t(images * 2 * C));
+    double* ps = sums.data();
+    parallel_for(ctx.pool, size_t(images), 1, [&](size_t i0, size_t i1) {
+      for (size_t i = i0; i < i1; ++i)
+        image_stats_sums(px + int64_t(i) * image_rows * C, image_rows, C, ps + int64_t(i) * 2 * C);
+    });
+    stats_from_image_sums(ps, images, rows, C, stats.f());
+    return;
+  }
   thread_local std::vector<double> total;
   total.resize(size_t(2 * C));
   reduce_rows(ctx, rows, 2 * C, total.data(),
               [&](int64_t r0, int64_t r1, double* s) { stats_sums(px, r0, r1, C, s); });
-  float* out = stats.f();
-  for (int64_t c = 0; c < C; ++c) {
-    const double mean = rows ? total[size_t(c)] / double(rows) : 0.0;
-    const double var = rows ? total[size_t(C + c)] / double(rows) - mean * mean : 0.0;
-    out[c] = float(mean);
-    out[C + c] = float(std::max(var, 0.0));  // rounding can leave -1e-17 for a constant channel
-  }
+  stats_from_sums(total.data(), rows, C, stats.f());
 }
 
 // in: x, stats, gamma, beta [, residual]. y = x a + b [+ residual], then

@@ -27,7 +27,7 @@ namespace {
 template <class T>
 void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, int64_t cp,
                  const BatchReduceGemm<T>& gemm_rows, const TensorRef& y, const KernelContext& ctx, const float* bias,
-                 bool relu) {
+                 bool relu, double* image_sums) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
@@ -53,6 +53,8 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
         if (relu)
           for (int64_t i = 0; i < Wo * F; ++i) row[i] = row[i] > 0.0f ? row[i] : 0.0f;
       }
+      if (image_sums)
+        image_stats_sums(py + int64_t(b) * Ho * Wo * F, Ho * Wo, F, image_sums + int64_t(b) * 2 * F);
     }
   });
 }
@@ -287,8 +289,10 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
 }
 }  // namespace
 
-void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx, const float* bias, bool relu) {
+namespace {
+// conv2d's paths; image_sums (null: none) as winograd_conv2d's.
+void conv2d_any(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+                const KernelContext& ctx, const float* bias, bool relu, double* image_sums) {
   const int64_t C = x.shape[3], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   if (ctx.bf16 && bf16_convolutions()) {
     const int64_t cp = even_k(C);
@@ -298,12 +302,23 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
       packed.resize(size_t(taps * cp * F));
       for (int64_t t = 0; t < taps; ++t)
         pack_vnni_bf16(kernel.f() + t * C * F, F, false, C, F, packed.data() + t * cp * F);
-      return conv2d_rows<bf16>(win, x, packed.data(), cp, gemm_rows, y, ctx, bias, relu);
+      return conv2d_rows<bf16>(win, x, packed.data(), cp, gemm_rows, y, ctx, bias, relu, image_sums);
     }
   }
-  if (winograd_applies(win, C, F)) return winograd_conv2d(win, x, kernel, y, ctx, bias, relu);
+  if (winograd_applies(win, C, F)) return winograd_conv2d(win, x, kernel, y, ctx, bias, relu, image_sums);
   const BatchReduceGemm<float> gemm_rows(Wo, F, C, win.sw * C, F, F);
-  conv2d_rows<float>(win, x, kernel.f(), C, gemm_rows, y, ctx, bias, relu);
+  conv2d_rows<float>(win, x, kernel.f(), C, gemm_rows, y, ctx, bias, relu, image_sums);
+}
+}  // namespace
+
+void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+            const KernelContext& ctx, const float* bias, bool relu, float* stats) {
+  if (!stats) return conv2d_any(win, x, kernel, y, ctx, bias, relu, nullptr);
+  const int64_t B = y.shape[0], pixels = y.shape[1] * y.shape[2], F = y.shape[3];
+  thread_local std::vector<double> image_sums;  // the caller's; image b's at 2 F b
+  image_sums.assign(size_t(B * 2 * F), 0.0);
+  conv2d_any(win, x, kernel, y, ctx, bias, relu, image_sums.data());
+  stats_from_image_sums(image_sums.data(), B, B * pixels, F, stats);
 }
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,

@@ -92,10 +92,13 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MaxPool2D, run_pool2d},
     {OpKind::AvgPool2D, run_pool2d},
     {OpKind::Conv2D, [](const KernelCall& k) {
+       // kBatchStatsOutput: the statistics go just before the output (the plan left room there)
+       float* stats = k.at.flags & kBatchStatsOutput ? k.out.f() - batch_stats_side_floats(k.out.shape[-1]) : nullptr;
        conv2d(k.at.window, k.in[0], k.in[1], k.out, k.ctx, k.in.size() == 3 ? k.in[2].f() : nullptr,
-              (k.at.flags & kReluOutput) != 0);
+              (k.at.flags & kReluOutput) != 0, stats);
      }},
     {OpKind::BatchNormStats, [](const KernelCall& k) { batch_norm_stats(k.in[0], k.out, k.ctx); }},
+    {OpKind::AttachedBatchStats, run_nothing},
     {OpKind::BatchNorm,
      [](const KernelCall& k) { batch_norm(k.at, k.in, k.out, k.ctx); }},
     {OpKind::Div, run_binary},

@@ -148,8 +148,10 @@ void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const 
 // conv.cpp: direct convolution over channels-last images, kernel {kh, kw, C, F}.
 // With a bias {F} (null: none), each output row gets it while in cache, and
 // with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.
+// With stats (null: none; kBatchStatsOutput), also y's batch statistics
+// {2, F} there, each image's sums taken while its output is in cache.
 void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-            const KernelContext& ctx, const float* bias = nullptr, bool relu = false);
+            const KernelContext& ctx, const float* bias = nullptr, bool relu = false, float* stats = nullptr);
 // addend (null: none): added to dx, as OpKind::Conv2DBackwardInput's third
 // input; mask (null: none): then dx zero where mask <= 0 (kMaskNonPositive).
 void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
@@ -165,15 +167,25 @@ bool winograd_applies(const Window2D& w, int64_t channels, int64_t filters);
 // outputs a side (F(4x4) only; smaller ones keep the direct kernel).
 inline constexpr int64_t kWinogradFilterMinSide = 8;
 bool winograd_filter_applies(const Window2D& w, int64_t channels, int64_t filters, int64_t out_h, int64_t out_w);
+// image_sums (null: none): each image's image_stats_sums of y, image b's at image_sums + 2 F b.
 void winograd_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-                     const KernelContext& ctx, const float* bias, bool relu);
+                     const KernelContext& ctx, const float* bias, bool relu, double* image_sums);
 void winograd_conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel,
                                     const TensorRef& dx, const KernelContext& ctx, const float* addend,
                                     const float* mask);
 void winograd_conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g,
                                      const TensorRef& dkernel, const KernelContext& ctx);
 // batch_norm.cpp: batch normalization over every axis but the last.
+// x of rank 3 or more: summed image by image (axis 0), the images' sums then
+// added in order, as a Conv2D with kBatchStatsOutput sums its output (the
+// same bits); rank 2: in fixed slices of rows.
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx);
+// One image's batch-statistics sums: sums[c] = the sum of image{rows, C}'s
+// column c, sums[C + c] that of its squares, in double (zeroed first).
+void image_stats_sums(const float* image, int64_t rows, int64_t C, double* sums);
+// stats {2, C} = [mean; biased variance] over `rows` rows in all, from
+// `images` images' image_stats_sums, stored one after another.
+void stats_from_image_sums(const double* sums, int64_t images, int64_t rows, int64_t C, float* stats);
 // in: x, stats, gamma, beta [, residual] (the op's inputs, as at OpKind::BatchNorm).
 void batch_norm(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y, const KernelContext& ctx);
 // in: x, stats, g [, gamma, beta] (as at OpKind::BatchNormParamGrad).

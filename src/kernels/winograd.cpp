@@ -390,7 +390,7 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
 template <int kM>
 void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
                         const KernelContext& ctx, const float* bias, bool relu, const float* addend,
-                        const float* mask) {
+                        const float* mask, double* image_sums) {
   constexpr int64_t kPoints = (kM + 2) * (kM + 2);
   const int64_t B = in.shape[0], h = in.shape[1], w = in.shape[2], ci = in.shape[3];
   const int64_t out_h = out.shape[1], out_w = out.shape[2], co = out.shape[3];
@@ -425,6 +425,7 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
         }
         transform_output<kM>(m, m_stride, tl, co, t0, chunk, out_h, out_w, y, bias, relu, add, keep);
       }
+      if (image_sums) image_stats_sums(y, out_h * out_w, co, image_sums + int64_t(b) * 2 * co);
     }
   });
 }
@@ -506,11 +507,12 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
 
 // F(4x4) where the image has 8 or more outputs a side, else F(2x2).
 void correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
-               const KernelContext& ctx, const float* bias, bool relu, const float* addend, const float* mask) {
+               const KernelContext& ctx, const float* bias, bool relu, const float* addend, const float* mask,
+               double* image_sums) {
   if (out.shape[1] >= 8 && out.shape[2] >= 8)
-    winograd_correlate<4>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask);
+    winograd_correlate<4>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask, image_sums);
   else
-    winograd_correlate<2>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask);
+    winograd_correlate<2>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask, image_sums);
 }
 }  // namespace
 
@@ -531,8 +533,8 @@ bool winograd_filter_applies(const Window2D& win, int64_t channels, int64_t filt
 }
 
 void winograd_conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-                     const KernelContext& ctx, const float* bias, bool relu) {
-  correlate(x, win.pad_top, win.pad_left, kernel.f(), y, ctx, bias, relu, nullptr, nullptr);
+                     const KernelContext& ctx, const float* bias, bool relu, double* image_sums) {
+  correlate(x, win.pad_top, win.pad_left, kernel.f(), y, ctx, bias, relu, nullptr, nullptr, image_sums);
 }
 
 void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel,
@@ -545,7 +547,7 @@ void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, con
   for (int64_t t = 0; t < 9; ++t)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t f = 0; f < F; ++f) turned[size_t(((8 - t) * F + f) * C + c)] = pk[(t * C + c) * F + f];
-  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend, mask);
+  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend, mask, nullptr);
 }
 
 }  // namespace tensorgrad::kernels

@@ -219,6 +219,27 @@ OpSignature batch_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   return {x};
 }
 
+// BatchNormStats and AttachedBatchStats: x{batch, ..., C} -> {2, C}.
+OpSignature batch_stats(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
+  expect_float(op, t, 0, "input");
+  if (s[0].rank() < 2) shape_fail(op, "input must be {batch, ..., channels}; got " + s[0].str());
+  return {Shape{2, s[0][-1]}};
+}
+
+// mean = sum(x) / N, var = sum((x - mean)^2) / N:
+// dx = g_mean / N + 2 g_var (x - mean) / N
+void batch_stats_gradient(const GradientCall& d) {
+  Builder& b = d.b;
+  const Shape xs = b.shape(d.x[0]);
+  const int64_t c = xs[-1];
+  const float inv_n = float(c) / float(xs.numel());
+  Value g_mean = b.reshape(b.slice(d.g, 0, 0, 1), Shape{c});
+  Value g_var = b.reshape(b.slice(d.g, 0, 1, 1), Shape{c});
+  Value mean = b.reshape(b.slice(d.y, 0, 0, 1), Shape{c});
+  Value centered = b.sub(d.x[0], mean);
+  d.dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
+}
+
 // LstmSequence (xw{B,T,4H}, U{H,4H}) -> {B,T,6H} and GruSequence (xw{B,T,3H},
 // U{H,3H}, rb{3H}) -> {B,T,5H}; their backward ops (y, U, g) -> {B,T,4H}.
 // The gates per unit (4 or 3) and the values a step keeps (6 or 5) name the op.
@@ -629,25 +650,9 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], g}, with_shape(at, b.shape(d.x[1])));
        if (d.need(2)) d.dx[2] = b.sum_to(g, b.shape(d.x[2]));  // the bias: g summed over batch and pixels
      }},
-    // mean = sum(x) / N, var = sum((x - mean)^2) / N:
-    // dx = g_mean / N + 2 g_var (x - mean) / N
-    {OpKind::BatchNormStats, {"batch_norm_stats", 1, 1, false},
-     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
-       expect_float(op, t, 0, "input");
-       if (s[0].rank() < 2) shape_fail(op, "input must be {batch, ..., channels}; got " + s[0].str());
-       return {Shape{2, s[0][-1]}};
-     },
-     [](const GradientCall& d) {
-       Builder& b = d.b;
-       const Shape xs = b.shape(d.x[0]);
-       const int64_t c = xs[-1];
-       const float inv_n = float(c) / float(xs.numel());
-       Value g_mean = b.reshape(b.slice(d.g, 0, 0, 1), Shape{c});
-       Value g_var = b.reshape(b.slice(d.g, 0, 1, 1), Shape{c});
-       Value mean = b.reshape(b.slice(d.y, 0, 0, 1), Shape{c});
-       Value centered = b.sub(d.x[0], mean);
-       d.dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
-     }},
+    {OpKind::BatchNormStats, {"batch_norm_stats", 1, 1, false}, batch_stats, batch_stats_gradient},
+    // The statistics a Conv2D wrote beside its output: BatchNormStats's rules.
+    {OpKind::AttachedBatchStats, {"attached_batch_stats", 1, 1, false, true}, batch_stats, batch_stats_gradient},
     // y = xhat gamma + beta [+ residual], xhat = (x - mean) inv, inv = (var + eps)^-1/2:
     // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward, dresidual = g;
     // with given statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.

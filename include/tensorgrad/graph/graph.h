@@ -39,6 +39,18 @@ bool relu_folding();
 void set_add_folding(bool enabled);
 bool add_folding();
 
+/// Whether graphs fold a BatchNormStats of a Conv2D's float output into the
+/// Conv2D (kBatchStatsOutput): on by default. The convolution then sums each
+/// image's output while it is in cache, and the statistics come from an
+/// AttachedBatchStats view of what it wrote, not from a pass of their own
+/// over the activation (conv-BN: one read of the activation fewer). The
+/// values and gradients are the same to the bit (BatchNormStats sums a
+/// rank-4 input image by image, as the convolution does). Off builds the
+/// graph as written (as set_relu_folding). Process-wide; read when a
+/// BatchNormStats is applied.
+void set_batch_stats_folding(bool enabled);
+bool batch_stats_folding();
+
 /// What a node is. Inputs are bound per run; parameters and state are
 /// persistent tensors bound once (their memory outlives the graph's runs).
 enum class NodeRole : uint8_t { Op, Input, Parameter, State };
@@ -73,8 +85,11 @@ class Graph final : public Builder {
   /// Appends the op (a Relu of a MatMul, Conv2D, BatchNorm or Add output: that op
   /// with kReluOutput instead, unless set_relu_folding(false); an Add of a
   /// BatchNorm's or Conv2DBackwardInput's output: that op with the other term
-  /// as its last input, unless set_add_folding(false)). Throws as the op's
-  /// shape rule (ShapeError, TypeError).
+  /// as its last input, unless set_add_folding(false); a BatchNormStats of a
+  /// Conv2D's output: that Conv2D marked kBatchStatsOutput and an
+  /// AttachedBatchStats of it, unless set_batch_stats_folding(false)). Throws
+  /// as the op's shape rule (ShapeError, TypeError), and ValueError for an
+  /// AttachedBatchStats whose input is not a Conv2D with kBatchStatsOutput.
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
   using Builder::apply;
   /// Binds the persistent int64 {1} counter this graph's dropout draws from
@@ -125,6 +140,15 @@ class Graph final : public Builder {
   Tensor rng_counter_;
   Value advanced_counter_;
 };
+
+/// The bytes an op node's kernel writes just before its output, which its
+/// memory slot holds too: a Conv2D's kBatchStatsOutput statistics
+/// (batch_stats_side_floats floats); 0 for every other node.
+size_t side_output_bytes(const Node& n);
+/// Where a view node's memory starts, in bytes from its input's: 0 (Reshape),
+/// or -side_output_bytes of the input (AttachedBatchStats: the side output
+/// just before it).
+int64_t view_offset(const Graph& graph, const Node& view);
 
 /// Where every node's memory goes when a graph runs.
 struct MemoryPlan {

@@ -54,6 +54,10 @@ enum class OpKind : uint8_t {
                         //   padding); the bias is added to every output pixel while its row is in cache;
                         //   flags kReluOutput: then ReLU, in the same pass
   BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
+  AttachedBatchStats,   // (y{B,Ho,Wo,F}) -> {2, F}: BatchNormStats of y, which y's Conv2D (flags kBatchStatsOutput)
+                        //   wrote beside y, image by image while each was in cache; a view of that memory, no
+                        //   kernel. Made by the lazy graph only, when it folds a BatchNormStats into the Conv2D
+                        //   (Graph::apply, set_batch_stats_folding); the same bits as BatchNormStats
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C} [, residual{..., C}]) ->
                         //   (x - mean) / sqrt(var + eps) gamma + beta [+ residual]; eps = attrs.scale; attrs.length
                         //   1: stats are x's own (their gradient folds into dx); flags kReluOutput: then ReLU, in
@@ -192,6 +196,19 @@ inline constexpr uint32_t kMaskNonPositive = 1u << 0;
 /// inputs) it is the gradient side of a BatchNorm's: g counts only where
 /// the forward's value before the ReLU is > 0, so no ReluBackward pass runs.
 inline constexpr uint32_t kReluOutput = 1u << 0;
+/// The mode of Conv2D (OpAttrs::flags): it also writes its output's batch
+/// statistics (BatchNormStats's {2, F}: mean and biased variance per
+/// filter) beside the output, in the batch_stats_side_floats(F) floats
+/// just before it, summed per image while the image's output is in cache
+/// (one pass over the activation fewer than BatchNormStats after it).
+/// AttachedBatchStats reads them. Only a lazy graph sets it (it plans the
+/// memory before the output); the eager API refuses it with a ValueError.
+inline constexpr uint32_t kBatchStatsOutput = 1u << 1;
+/// The floats a Conv2D with kBatchStatsOutput writes just before its output
+/// of `filters` channels: the {2, filters} statistics, padded to a multiple
+/// of 64 bytes so that the output keeps its alignment. They lie before the
+/// output so that their place does not move when a plan runs fewer rows.
+constexpr int64_t batch_stats_side_floats(int64_t filters) { return (2 * filters + 15) / 16 * 16; }
 /// Whether `op` takes kReluOutput (MatMul, Conv2D, BatchNorm, Add).
 constexpr bool takes_relu_output(OpKind op) {
   return op == OpKind::MatMul || op == OpKind::Conv2D || op == OpKind::BatchNorm || op == OpKind::Add;
@@ -234,7 +251,8 @@ struct OpAttrs {
                                           // MaxPool2DBackward, AvgPool2DBackward, Conv2DBackwardInput:
                                           // kMaskNonPositive;
                                           // MatMul, Conv2D, BatchNorm, Add,
-                                          // BatchNormParamGrad, BatchNormBackward: kReluOutput
+                                          // BatchNormParamGrad, BatchNormBackward: kReluOutput;
+                                          // Conv2D: kBatchStatsOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
