@@ -226,6 +226,204 @@ TEST(BatchStatsFolding, SecondReaderAndAReluAfterwards) {
   EXPECT_EQ(g.node(g.apply(OpKind::BatchNormStats, {pooled})).op, OpKind::BatchNormStats);
 }
 
+// The parameter gradient's sums: x -> conv1 -> BN1 [ReLU] -> conv2 [-> BN2
+// + x, ReLU -> conv3] -> BN -> loss. BN1's gradient is conv2's input
+// gradient (with BN1's ReLU, the sums mask it: kBatchNormParamGradMasked);
+// in the residual form BN2's is conv3's input gradient masked by the block's
+// ReLU (kMaskNonPositive). conv2 runs by Winograd, the direct kernel or by
+// stride phases.
+struct ParamGradCase {
+  const char* name;
+  int64_t channels, kernel2, stride2;
+  bool relu1, residual;
+};
+
+struct ParamGradGraph {
+  Graph g;
+  std::vector<Value> outputs;
+  Value x, w;
+  std::vector<Value> input_gradients;  // the Conv2DBackwardInput nodes that make a BatchNormParamGrad's g
+};
+
+ParamGradGraph build_param_grad(const ParamGradCase& c, int64_t batch, std::vector<Tensor>& data, std::mt19937& rng) {
+  ParamGradGraph r;
+  Graph& g = r.g;
+  const int64_t side = 8, C = c.channels;
+  const Value x = r.x = g.input("x", Shape{batch, side, side, C});
+  std::vector<Value> params;
+  size_t next = 0;
+  auto tensor = [&](const Shape& shape, float lo, float hi) {
+    if (next == data.size()) data.push_back(uniform(shape, rng, lo, hi));
+    return data[next++];
+  };
+  auto conv_bn = [&](Value in, int64_t kernel, int64_t stride, uint32_t bn_flags, Value residual) {
+    const int64_t cin = g.shape(in)[3];
+    const Value k = g.parameter(tensor({kernel, kernel, cin, C}, -0.4f, 0.4f), "k", true);
+    const Value gamma = g.parameter(tensor({C}, 0.5f, 1.5f), "gamma", true);
+    const Value beta = g.parameter(tensor({C}, -0.5f, 0.5f), "beta", true);
+    params.insert(params.end(), {k, gamma, beta});
+    OpAttrs at;
+    const int64_t pad = kernel / 2;
+    at.window = test_support::window(kernel, kernel, stride, stride, 1, 1, pad, pad, pad, pad);
+    const Value conv = g.apply(OpKind::Conv2D, {in, k}, at);
+    OpAttrs bn;
+    bn.scale = 1e-3f;
+    bn.length = 1;
+    bn.flags = bn_flags;
+    const Value stats = g.apply(OpKind::BatchNormStats, {conv});
+    return residual.valid() ? g.apply(OpKind::BatchNorm, {conv, stats, gamma, beta, residual}, bn)
+                            : g.apply(OpKind::BatchNorm, {conv, stats, gamma, beta}, bn);
+  };
+  const Value h1 = conv_bn(x, 3, 1, c.relu1 ? kReluOutput : 0u, Value{});
+  Value out;
+  if (c.residual) {
+    const Value h2 = conv_bn(h1, c.kernel2, c.stride2, kReluOutput, x);
+    out = conv_bn(h2, 3, 1, 0u, Value{});
+  } else {
+    out = conv_bn(h1, c.kernel2, c.stride2, 0u, Value{});
+  }
+  const Value w = r.w = g.input("w", g.shape(out));
+  const Value loss = g.sum(g.mul(g.mul(out, out), w));
+  r.outputs = {out, loss};
+  for (Value d : g.gradients(loss, params)) r.outputs.push_back(d);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op == OpKind::BatchNormParamGrad || n.op == OpKind::AttachedBatchNormParamGrad) {
+      const Value grad = n.op == OpKind::BatchNormParamGrad ? n.inputs[2] : n.inputs[0];
+      if (g.node(grad).op == OpKind::Conv2DBackwardInput) r.input_gradients.push_back(grad);
+    }
+  }
+  return r;
+}
+
+// The same for the parameter gradient's sums, in a residual block.
+TEST(BatchStatsFolding, ParamGradFewerRowsThanPlanned) {
+  const test_support::BatchStatsFoldingGuard guard;
+  std::mt19937 rng(1460);
+  const ParamGradCase c{"residual block", 16, 3, 1, true, true};
+  std::vector<Tensor> data;
+  const Tensor tx = uniform({4, 8, 8, 16}, rng, -1.0f, 1.0f), tw = uniform({4, 8, 8, 16}, rng, -1.0f, 1.0f);
+  std::vector<std::vector<float>> results[2];
+  for (int fold = 0; fold < 2; ++fold) {
+    set_batch_stats_folding(fold == 1);
+    ParamGradGraph at_max = build_param_grad(c, 6, data, rng), probe = build_param_grad(c, 2, data, rng);
+    BatchRule rule = make_batch_rule(at_max.g, 6, probe.g, 2);
+    const std::vector<Value> outputs = at_max.outputs;
+    const Value x = at_max.x, w = at_max.w;
+    Executable exe(std::move(at_max.g), outputs, std::move(rule), cpu_backend());
+    exe.set_rows(4);
+    exe.bind(x, tx);
+    exe.bind(w, tw);
+    exe.run();
+    for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+}
+
+TEST(BatchStatsFolding, ParamGradFoldedEqualsTheGraphAsWritten) {
+  const test_support::BatchStatsFoldingGuard guard;
+  const int saved_threads = num_threads();
+  const std::vector<ParamGradCase> param_cases = {
+      {"winograd, masked", 16, 3, 1, true, false},      {"winograd, unmasked", 16, 3, 1, false, false},
+      {"direct, few channels, masked", 4, 3, 1, true, false}, {"stride phases, masked", 16, 3, 2, true, false},
+      {"1x1 stride phases", 16, 1, 2, false, false},    {"residual block", 16, 3, 1, true, true}};
+  for (const ParamGradCase& c : param_cases) {
+    std::mt19937 rng(1440);
+    std::vector<Tensor> data;
+    const int64_t batch = 3;
+    const Tensor tx = uniform({batch, 8, 8, c.channels}, rng, -1.0f, 1.0f);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      std::vector<std::vector<float>> results[2];
+      for (int fold = 0; fold < 2; ++fold) {
+        SCOPED_TRACE(std::string(c.name) + (fold ? ", folded" : ", as written") + ", threads " +
+                     std::to_string(threads));
+        set_batch_stats_folding(fold == 1);
+        ParamGradGraph r = build_param_grad(c, batch, data, rng);
+        int param_grads = 0, attached = 0;
+        for (int32_t id : plan_memory(r.g, r.outputs).schedule)
+          param_grads += r.g.nodes()[size_t(id)].op == OpKind::BatchNormParamGrad;
+        for (const Node& n : r.g.nodes()) attached += n.op == OpKind::AttachedBatchNormParamGrad;
+        const int fed_by_convolutions = c.residual ? 2 : 1;
+        EXPECT_EQ(int(r.input_gradients.size()), fed_by_convolutions);
+        EXPECT_EQ(attached, fold ? fed_by_convolutions : 0);
+        EXPECT_EQ(param_grads, (c.residual ? 3 : 2) - (fold ? fed_by_convolutions : 0));
+        for (Value v : r.input_gradients) {
+          const uint32_t flags = r.g.node(v).attrs.flags;
+          EXPECT_EQ((flags & kBatchNormParamGradOutput) != 0, fold == 1);
+          if (fold) EXPECT_EQ((flags & kBatchNormParamGradMasked) != 0, r.g.node(v).n_inputs == 6 && c.relu1);
+        }
+        std::mt19937 wrng(1441);
+        const Tensor tw = uniform(r.g.shape(r.w), wrng, -1.0f, 1.0f);
+        Executable exe(std::move(r.g), r.outputs);
+        exe.bind(r.x, tx);
+        exe.bind(r.w, tw);
+        exe.run();
+        for (Value v : r.outputs) results[fold].push_back(exe.output(v).to_vector());
+      }
+      ASSERT_EQ(results[0].size(), results[1].size());
+      for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+// The parameter gradient's sums of a rank-4 input image by image (the
+// order an input gradient's images give): against sums in double, plain
+// and masked by the forward's x a + b > 0; the same bits at 1 and 2 threads.
+TEST(BatchStatsFolding, ImageByImageParamGradEqualsDoubleSums) {
+  const int saved_threads = num_threads();
+  std::mt19937 rng(1450);
+  for (int64_t C : {3, 16, 32}) {
+    for (bool masked : {false, true}) {
+      SCOPED_TRACE("channels " + std::to_string(C) + (masked ? ", masked" : ""));
+      const Shape xs{5, 4, 6, C};
+      const Tensor x = uniform(xs, rng, -1.0f, 3.0f), gr = uniform(xs, rng, -1.0f, 1.0f);
+      const Tensor stats = uniform({2, C}, rng, 0.5f, 1.5f), gamma = uniform({C}, rng, 0.5f, 1.5f),
+                   beta = uniform({C}, rng, -1.0f, 0.0f);
+      std::vector<std::vector<float>> got;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Graph g;
+        const Value in = g.input("x", xs), gv = g.input("g", xs), sv = g.input("s", Shape{2, C});
+        const Value gav = g.input("gamma", Shape{C}), bev = g.input("beta", Shape{C});
+        OpAttrs at;
+        at.scale = 1e-3f;
+        at.flags = masked ? kReluOutput : 0u;
+        const Value sums = masked ? g.apply(OpKind::BatchNormParamGrad, {in, sv, gv, gav, bev}, at)
+                                  : g.apply(OpKind::BatchNormParamGrad, {in, sv, gv}, at);
+        Executable exe(std::move(g), {sums});
+        exe.bind(in, x);
+        exe.bind(gv, gr);
+        exe.bind(sv, stats);
+        exe.bind(gav, gamma);
+        exe.bind(bev, beta);
+        exe.run();
+        got.push_back(exe.output(sums).to_vector());
+      }
+      EXPECT_EQ(got[0], got[1]) << "the sums differ between 1 and 2 threads";
+      const std::vector<float> vx = x.to_vector(), vg = gr.to_vector(), vs = stats.to_vector(),
+                               vga = gamma.to_vector(), vb = beta.to_vector();
+      const int64_t rows = xs.numel() / C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float inv = 1.0f / std::sqrt(vs[size_t(C + c)] + 1e-3f);
+        const float a = vga[size_t(c)] * inv, b = vb[size_t(c)] - vs[size_t(c)] * a;
+        double gx = 0.0, sg = 0.0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float xv = vx[size_t(r * C + c)];
+          const double gv = masked && !(std::fma(xv, a, b) > 0.0f) ? 0.0 : vg[size_t(r * C + c)];
+          gx += gv * (double(xv) - vs[size_t(c)]);
+          sg += gv;
+        }
+        EXPECT_NEAR(got[0][size_t(c)], gx * inv, 1e-5 * (1.0 + std::fabs(gx * inv))) << "gamma's, channel " << c;
+        EXPECT_NEAR(got[0][size_t(C + c)], sg, 1e-5 * (1.0 + std::fabs(sg))) << "beta's, channel " << c;
+      }
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
 TEST(BatchStatsFolding, FormsOnlyAGraphRuns) {
   Graph g;
   const Value x = g.input("x", Shape{2, 4, 4, 3});
@@ -250,6 +448,25 @@ TEST(BatchStatsFolding, FormsOnlyAGraphRuns) {
                                                {"conv2d", "only in a lazy graph", "apply BatchNormStats"}));
   EXPECT_TRUE(test_support::throws<ValueError>([&] { b.apply(OpKind::AttachedBatchStats, {ex}); },
                                                {"attached_batch_stats", "only in a lazy graph"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { b.apply(OpKind::AttachedBatchNormParamGrad, {ex}); },
+                                               {"attached_batch_norm_param_grad", "only in a lazy graph"}));
+  OpAttrs back = at;
+  back.flags = kBatchNormParamGradOutput;
+  back.shape = Shape{2, 4, 4, 3};
+  const Value eg = b.input(ag::Tensor(uniform({2, 4, 4, 4}, rng, -1.0f, 1.0f)));
+  const Value stats = b.input(ag::Tensor(uniform({2, 3}, rng, 0.5f, 1.0f)));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { b.apply(OpKind::Conv2DBackwardInput, {eg, ek, ex, stats}, back); },
+                                               {"conv2d_backward_input", "only in a lazy graph"}));
+  // In a graph: the input gradient's shape rule names the batch norm's inputs it lacks or gets wrong.
+  const Value gg = g.input("gy", Shape{2, 4, 4, 4}), gk = g.input("k", Shape{3, 3, 3, 4});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::Conv2DBackwardInput, {gg, gk}, back); },
+                                               {"conv2d_backward_input", "kBatchNormParamGradOutput", "x and stats"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::Conv2DBackwardInput, {gg, gk, x, g.input("bad", Shape{2, 4})}, back); },
+      {"the batch norm's input 1 must be {2, 3}", "got {2, 4}"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { g.apply(OpKind::AttachedBatchNormParamGrad, {x}); },
+                                               {"attached_batch_norm_param_grad", "Conv2DBackwardInput",
+                                                "kBatchNormParamGradOutput", "Apply BatchNormParamGrad"}));
 }
 
 }  // namespace
