@@ -572,6 +572,9 @@ TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
       {{2, 3, 13, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)}, {{2, 4, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {{1, 2, 5, 16}, 16, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},  {{3, 5, 5, 1}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {{2, 4, 4, 16}, 8, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 3, 11, 16}, 16, window(2, 2, 1, 1, 2, 2, 1, 1, 0, 0)},
+      // one channel (conv2d_one_channel): pixel blocks of 8 and a partial one, a register of filters and a
+      // scalar tail, strides, dilation and asymmetric pads
+      {{1, 6, 17, 1}, 3, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 9, 19, 1}, 20, window(3, 3, 2, 2, 2, 1, 2, 1, 1, 0)},
   };
   const WinogradGuard guard;
   set_winograd_convolutions(false);  // the 3x3 cases would run by Winograd (tests/test_winograd.cpp)

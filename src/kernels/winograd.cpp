@@ -28,6 +28,7 @@
 
 #include "kernels/batch_reduce_gemm.h"
 #include "kernels/kernels.h"
+#include "kernels/lanes.h"
 #include "tensorgrad/backend/backend.h"
 
 namespace tensorgrad {
@@ -51,35 +52,9 @@ constexpr int64_t kTileChunk = 128;   // tiles per chunk (32 and 64 measured no 
 int64_t point_stride(int64_t chunk, int64_t n) { return chunk * n + 16; }
 
 // The transforms' steps run over the channels, one register of floats at a
-// time: 16 with AVX-512 (one channel block of the resnet per step), 8 with
-// AVX (two 16-float vectors need 32 of AVX2's 16 registers for a tile's
-// points and spill), else 4 (SSE).
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-#elif defined(__AVX__)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 4;
-#endif
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-inline Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store_vec(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
-// *p in every lane, as one load: GCC keeps Vec{} + *p as an add (it must
-// turn -0 into +0) and a register shuffle, which shares AVX-512's second
-// multiply-add port (the filter gradient's products ran at half speed).
-inline Vec broadcast_vec(const float* p) {
-#if defined(__AVX512F__)
-  return Vec(_mm512_set1_ps(*p));
-#elif defined(__AVX__)
-  return Vec(_mm256_broadcast_ss(p));
-#else
-  return Vec(_mm_set1_ps(*p));
-#endif
-}
+// time (lanes.h): 16 with AVX-512 (one channel block of the resnet per
+// step), 8 with AVX (two 16-float vectors need 32 of AVX2's 16 registers for
+// a tile's points and spill), else 4 (SSE).
 inline float load1(const float* p) { return *p; }
 inline void store1(float* p, float v) { *p = v; }
 
