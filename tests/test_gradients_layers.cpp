@@ -517,6 +517,9 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
       {"2x3_s1x3_dilation2", {2, 5, 13, 9}, window(2, 3, 1, 3, 1, 2, 1, 1, 0, 2)},
       {"3x3_s2_few_channels", {3, 6, 9, 3}, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
       {"1x1_s4_narrow", {2, 3, 3, 9}, window(1, 1, 4, 4)},
+      // one channel (filter_gradient_one_channel): several slices of the batch, strides, dilation, pads
+      {"3x3_same_one_channel", {20, 9, 11, 1}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"3x2_s2x1_dilation_one_channel", {3, 9, 10, 1}, window(3, 2, 2, 1, 1, 2, 1, 0, 1, 2)},
   };
   for (const int64_t f : {17, 16})  // 16: the sixteen-wide kernel (rows16)
   for (const WindowCase& k : cases) {
