@@ -517,7 +517,8 @@ TEST(LayerOpGradConv2D, FilterGradientMatchesDirectSum) {
       {"2x3_s1x3_dilation2", {2, 5, 13, 9}, window(2, 3, 1, 3, 1, 2, 1, 1, 0, 2)},
       {"3x3_s2_few_channels", {3, 6, 9, 3}, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
       {"1x1_s4_narrow", {2, 3, 3, 9}, window(1, 1, 4, 4)},
-      // one channel (filter_gradient_one_channel): several slices of the batch, strides, dilation, pads
+      // one channel (filter_gradient_one_channel at 16 filters; 17 take the other kernels): several slices
+      // of the batch, strides, dilation, pads
       {"3x3_same_one_channel", {20, 9, 11, 1}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {"3x2_s2x1_dilation_one_channel", {3, 9, 10, 1}, window(3, 2, 2, 1, 1, 2, 1, 0, 1, 2)},
   };
@@ -575,9 +576,9 @@ TEST(LayerOpGradConv2D, SixteenWideProductsMatchDirectSums) {
       {{2, 3, 13, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)}, {{2, 4, 6, 16}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {{1, 2, 5, 16}, 16, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},  {{3, 5, 5, 1}, 16, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
       {{2, 4, 4, 16}, 8, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 3, 11, 16}, 16, window(2, 2, 1, 1, 2, 2, 1, 1, 0, 0)},
-      // one channel (conv2d_one_channel): pixel blocks of 8 and a partial one, a register of filters and a
-      // scalar tail, strides, dilation and asymmetric pads
-      {{1, 6, 17, 1}, 3, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 9, 19, 1}, 20, window(3, 3, 2, 2, 2, 1, 2, 1, 1, 0)},
+      // one channel: whole registers of filters (conv2d_one_channel; pixel blocks of 8 and a partial one,
+      // strides, dilation and asymmetric pads), and fewer filters than a register (the batch-reduce products)
+      {{1, 6, 17, 1}, 3, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},   {{2, 9, 19, 1}, 32, window(3, 3, 2, 2, 2, 1, 2, 1, 1, 0)},
   };
   const WinogradGuard guard;
   set_winograd_convolutions(false);  // the 3x3 cases would run by Winograd (tests/test_winograd.cpp)

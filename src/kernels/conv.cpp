@@ -60,6 +60,15 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
   });
 }
 
+// Whether the one-channel kernels below take a convolution: one channel,
+// whole registers of filters (with fewer filters than a register, as the
+// 8 of the CNN workload's stem on AVX-512, the batch-reduce products are
+// faster) and at most kOneChannelMaxTaps taps.
+constexpr int64_t kOneChannelMaxTaps = 25;
+bool one_channel_kernel_applies(const Window2D& win, int64_t channels, int64_t filters) {
+  return channels == 1 && filters % kLanes == 0 && win.kh * win.kw <= kOneChannelMaxTaps;
+}
+
 // The forward pass over one-channel images (a network's first layer on grey
 // images): each output pixel's filters are the sum over the taps of a
 // broadcast input value times the tap's row of filters, a register of
@@ -67,13 +76,13 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
 // on each other's multiply-add latency. libxsmm's batch-reduce products over
 // the taps of one channel (K = 1) ran at about 40 GFLOP/s here; a first
 // form of this kernel with one pixel's sum at a time was slower still.
+// F a multiple of kLanes (one_channel_kernel_applies).
 void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k, const TensorRef& y,
                         const KernelContext& ctx, const float* bias, bool relu, const ImageSums* image_sums) {
   constexpr int64_t kPixels = 8;
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3];
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
-  const int64_t fv = F / kLanes * kLanes;
   const float* px = x.f();
   float* py = y.f();
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
@@ -85,7 +94,7 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
         float* row = out + oy * Wo * F;
         for (int64_t ox0 = 0; ox0 < Wo; ox0 += kPixels) {
           const int64_t n = std::min(kPixels, Wo - ox0);
-          for (int64_t f0 = 0; f0 < fv; f0 += kLanes) {
+          for (int64_t f0 = 0; f0 < F; f0 += kLanes) {
             Vec acc[kPixels];
             for (int64_t j = 0; j < kPixels; ++j) acc[j] = Vec{};
             for (int64_t ky = 0; ky < win.kh; ++ky) {
@@ -107,16 +116,6 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
               store_vec(row + (ox0 + j) * F + f0, v);
             }
           }
-          for (int64_t f = fv; f < F; ++f)
-            for (int64_t j = 0; j < n; ++j) {
-              float sum = 0.0f;
-              for (int64_t ky = 0; ky < win.kh; ++ky)
-                for (int64_t kx = 0; kx < win.kw; ++kx)
-                  sum = std::fma(img[(oy * win.sh + ky * win.dh) * wp + (ox0 + j) * win.sw + kx * win.dw],
-                                 k[(ky * win.kw + kx) * F + f], sum);
-              if (bias) sum += bias[f];
-              row[(ox0 + j) * F + f] = relu && !(sum > 0.0f) ? 0.0f : sum;
-            }
         }
       }
       if (image_sums) take_image_sums(*image_sums, int64_t(b), out, Ho * Wo, F);
@@ -272,13 +271,12 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
 // broadcast input value, into one register a tap, so that the taps' sums
 // do not wait on each other. libxsmm's products over the pixels of a row
 // (K = 1 per tap) ran at about 40 GFLOP/s here.
-constexpr int64_t kOneChannelMaxTaps = 25;
+// F a multiple of kLanes and at most kOneChannelMaxTaps taps (one_channel_kernel_applies).
 void filter_gradient_one_channel(const Window2D& win, const TensorRef& x, const TensorRef& g, float* dkernel,
                                  float* parts, int64_t slices, const KernelContext& ctx) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
-  const int64_t fv = F / kLanes * kLanes;
   const float* px = x.f();
   const float* pg = g.f();
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
@@ -305,23 +303,10 @@ void filter_gradient_one_channel(const Window2D& win, const TensorRef& x, const 
         }
         for (int64_t t = 0; t < n; ++t) store_vec(acc_out + t * F + f0, acc[t]);
       };
-      for (int64_t f0 = 0; f0 < fv; f0 += kLanes) {
+      for (int64_t f0 = 0; f0 < F; f0 += kLanes) {
         if (taps == 9) run(std::integral_constant<int64_t, 9>{}, f0);
         else run(std::integral_constant<int64_t, 0>{}, f0);
       }
-      for (int64_t f = fv; f < F; ++f)
-        for (int64_t t = 0; t < taps; ++t) {
-          const int64_t ky = t / win.kw, kx = t % win.kw;
-          float sum = 0.0f;
-          for (int64_t b = first; b < last; ++b) {
-            const float* img = padded<float>(px + b * H * W, H, W, 1, hp, wp, win.pad_top, win.pad_left, 1, buffer);
-            for (int64_t oy = 0; oy < Ho; ++oy)
-              for (int64_t ox = 0; ox < Wo; ++ox)
-                sum = std::fma(img[(oy * win.sh + ky * win.dh) * wp + ox * win.sw + kx * win.dw],
-                               pg[((b * Ho + oy) * Wo + ox) * F + f], sum);
-          }
-          acc_out[t * F + f] = sum;
-        }
     }
   });
 }
@@ -436,7 +421,8 @@ void conv2d_any(const Window2D& win, const TensorRef& x, const TensorRef& kernel
     }
   }
   if (winograd_applies(win, C, F)) return winograd_conv2d(win, x, kernel, y, ctx, bias, relu, image_sums);
-  if (C == 1) return conv2d_one_channel(win, x, kernel.f(), y, ctx, bias, relu, image_sums);
+  if (one_channel_kernel_applies(win, C, F))
+    return conv2d_one_channel(win, x, kernel.f(), y, ctx, bias, relu, image_sums);
   const BatchReduceGemm<float> gemm_rows(Wo, F, C, win.sw * C, F, F);
   conv2d_rows<float>(win, x, kernel.f(), C, gemm_rows, y, ctx, bias, relu, image_sums);
 }
@@ -506,7 +492,7 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   thread_local std::vector<float> partial;  // the caller's; each worker writes its own slice
   partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
-  if (C == 1 && win.kh * win.kw <= kOneChannelMaxTaps) {
+  if (one_channel_kernel_applies(win, C, F)) {
     // float32 under both policies
     filter_gradient_one_channel(win, x, g, dkernel.f(), parts, slices, ctx);
   } else if (win.sw == 1) {
