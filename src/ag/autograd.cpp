@@ -70,13 +70,10 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
     refs[i] = {inputs[i].raw(), shapes[i], dtypes[i]};
   }
   // Both need memory a graph's plan lays out beside the convolution's output.
-  if (op == OpKind::AttachedBatchStats || (op == OpKind::Conv2D && (attrs.flags & kBatchStatsOutput)) ||
-      op == OpKind::AttachedBatchNormParamGrad ||
-      (op == OpKind::Conv2DBackwardInput && (attrs.flags & kBatchNormParamGradOutput)))
+  if (op == OpKind::AttachedBatchStats || (op == OpKind::Conv2D && (attrs.flags & kBatchStatsOutput)))
     throw ValueError(std::string(op_info(op).name) +
-                     ": a convolution's attached batch-norm sums exist only in a lazy graph (Graph folds "
-                     "BatchNormStats and BatchNormParamGrad into the convolution); in the eager API apply "
-                     "BatchNormStats or BatchNormParamGrad to its result");
+                     ": a convolution's attached batch statistics exist only in a lazy graph (Graph folds "
+                     "BatchNormStats into the Conv2D); in the eager API apply BatchNormStats to its output");
   const OpSignature sig = infer_signature(op, {shapes, inputs.size()}, {dtypes, inputs.size()}, attrs);
   const OpInfo& info = op_info(op);
   if (out.defined()) {

@@ -45,27 +45,6 @@ std::optional<Value> Graph::fold_add_into_producer(Value a, Value b) {
   return std::nullopt;
 }
 
-std::optional<Value> Graph::fold_param_grad_into_producer(std::span<const Value> inputs, const OpAttrs& attrs) {
-  // inputs: x, stats, g [, gamma, beta]; g's producer takes x, stats [, gamma, beta] after its own inputs.
-  const Value g = inputs[2];
-  const Node& p = node(g);
-  const size_t extra = inputs.size() - 1;
-  if (p.role != NodeRole::Op || p.op != OpKind::Conv2DBackwardInput || p.dtype != DType::Float32 ||
-      (p.attrs.flags & kBatchNormParamGradOutput) || size_t(p.n_inputs) + extra > size_t(Node::kMaxInputs) ||
-      node(inputs[0]).shape != p.shape || node(inputs[0]).dtype != DType::Float32)
-    return std::nullopt;
-  // Marking it changes none of dx's bits, so ops that already read dx are unaffected.
-  Node& q = nodes_[size_t(g.id)];
-  for (size_t i = 0; i < extra; ++i) {
-    const Value in = inputs[i == 0 ? 0 : i == 1 ? 1 : i + 1];  // x, stats, gamma, beta
-    q.inputs[size_t(q.n_inputs++)] = in;
-    ++uses_[size_t(in.id)];
-  }
-  q.attrs.flags |= kBatchNormParamGradOutput | (extra == 4 ? kBatchNormParamGradMasked : 0u);
-  q.attrs.scale = attrs.scale;
-  return apply(OpKind::AttachedBatchNormParamGrad, {g}, OpAttrs{});
-}
-
 const Node& Graph::node(Value v) const {
   if (v.id < 0 || size_t(v.id) >= nodes_.size())
     throw IndexError("value " + std::to_string(v.id) + " is not a node of this graph (" +
@@ -137,21 +116,13 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
       return apply(OpKind::AttachedBatchStats, inputs, attrs);
     }
   }
-  if (op == OpKind::BatchNormParamGrad && (inputs.size() == 3 || inputs.size() == 5) && batch_stats_folding())
-    if (auto folded = fold_param_grad_into_producer(inputs, attrs)) return *folded;
-  if ((op == OpKind::AttachedBatchStats || op == OpKind::AttachedBatchNormParamGrad) && inputs.size() == 1) {
+  if (op == OpKind::AttachedBatchStats && inputs.size() == 1) {
     const Node& p = node(inputs[0]);
-    const bool stats = op == OpKind::AttachedBatchStats;
-    const bool marked = p.role == NodeRole::Op && (stats ? p.op == OpKind::Conv2D && (p.attrs.flags & kBatchStatsOutput)
-                                                         : p.op == OpKind::Conv2DBackwardInput &&
-                                                               (p.attrs.flags & kBatchNormParamGradOutput));
-    if (!marked)
-      throw ValueError(std::string(op_info(op).name) + ": the input must be the output of a " +
-                       (stats ? "Conv2D with the kBatchStatsOutput" : "Conv2DBackwardInput with the "
-                                                                      "kBatchNormParamGradOutput") +
-                       " flag; got " + (p.role == NodeRole::Op ? op_info(p.op).name : "a leaf") + ". Apply " +
-                       (stats ? "BatchNormStats" : "BatchNormParamGrad") +
-                       ", which the graph folds into the convolution that makes its input");
+    if (p.role != NodeRole::Op || p.op != OpKind::Conv2D || !(p.attrs.flags & kBatchStatsOutput))
+      throw ValueError(std::string("attached_batch_stats: the input must be the output of a Conv2D with the "
+                                   "kBatchStatsOutput flag; got ") +
+                       (p.role == NodeRole::Op ? op_info(p.op).name : "a leaf") +
+                       ". Apply BatchNormStats, which the graph folds into a Conv2D that makes its input");
   }
   Shape shapes[Node::kMaxInputs];
   DType dtypes[Node::kMaxInputs];

@@ -36,14 +36,12 @@ class SlotAllocator {
 }  // namespace
 
 size_t side_output_bytes(const Node& n) {
-  if (n.role != NodeRole::Op) return 0;
-  const bool side = (n.op == OpKind::Conv2D && (n.attrs.flags & kBatchStatsOutput)) ||
-                    (n.op == OpKind::Conv2DBackwardInput && (n.attrs.flags & kBatchNormParamGradOutput));
-  return side ? size_t(batch_stats_side_floats(n.shape[-1])) * sizeof(float) : 0;
+  if (n.role != NodeRole::Op || n.op != OpKind::Conv2D || !(n.attrs.flags & kBatchStatsOutput)) return 0;
+  return size_t(batch_stats_side_floats(n.shape[-1])) * sizeof(float);
 }
 
 int64_t view_offset(const Graph& graph, const Node& view) {
-  if (view.op != OpKind::AttachedBatchStats && view.op != OpKind::AttachedBatchNormParamGrad) return 0;
+  if (view.op != OpKind::AttachedBatchStats) return 0;
   return -int64_t(side_output_bytes(graph.node(view.inputs[0])));
 }
 

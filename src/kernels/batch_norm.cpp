@@ -250,90 +250,37 @@ void stats_from_sums(const double* total, int64_t rows, int64_t C, float* out) {
     out[C + c] = float(std::max(var, 0.0));  // rounding can leave -1e-17 for a constant channel
   }
 }
-
-// batch_norm_param_grad's {2, C} from the sums [sum(g (x - mean)); sum(g)].
-void param_grad_from_sums(const double* total, const float* stats, float eps, int64_t C, float* out) {
-  thread_local std::vector<float> inv;
-  inverse_std(stats, C, eps, inv);
-  for (int64_t c = 0; c < C; ++c) {
-    out[c] = float(total[c] * inv[size_t(c)]);  // sum(g xhat): gamma's gradient
-    out[C + c] = float(total[C + c]);           // sum(g): beta's gradient
-  }
-}
 }  // namespace
 
-void take_image_sums(const ImageSums& s, int64_t image, const float* out, int64_t rows, int64_t C) {
-  double* sums = s.sums + image * 2 * C;
+void image_stats_sums(const float* image, int64_t rows, int64_t C, double* sums) {
   std::fill(sums, sums + 2 * C, 0.0);
-  if (!s.x) return stats_sums(out, 0, rows, C, sums);
-  with_relu(s.a != nullptr, [&](auto masked) {
-    param_grad_sums<decltype(masked)::value>(s.x + image * rows * C, out, s.mean, s.a, s.b, 0, rows, C, sums);
-  });
+  stats_sums(image, 0, rows, C, sums);
 }
 
-void prefetch_image_sums(const ImageSums& s, int64_t image, int64_t rows, int64_t C, int64_t part, int64_t parts) {
-  if (!s.x) return;
-  const int64_t lines = (rows * C * int64_t(sizeof(float)) + 63) / 64;
-  const char* base = reinterpret_cast<const char*>(s.x + image * rows * C);
-  for (int64_t l = part * lines / parts; l < (part + 1) * lines / parts; ++l) _mm_prefetch(base + 64 * l, _MM_HINT_T1);
-}
-
-namespace {
-// The images' sums added in image order into the caller's 2C doubles.
-const double* sum_images(const ImageSums& s, int64_t images, int64_t C) {
+void stats_from_image_sums(const double* sums, int64_t images, int64_t rows, int64_t C, float* stats) {
   thread_local std::vector<double> total;
   total.assign(size_t(2 * C), 0.0);
   for (int64_t i = 0; i < images; ++i)
-    for (int64_t j = 0; j < 2 * C; ++j) total[size_t(j)] += s.sums[i * 2 * C + j];
-  return total.data();
-}
-
-// Runs take_image_sums over the images of x{images, ..., C} (the output
-// whose sums they are) in parallel.
-void take_all_image_sums(const ImageSums& s, const TensorRef& out, const KernelContext& ctx) {
-  const int64_t C = channels(out), images = out.shape[0], rows = images ? out.numel() / C / images : 0;
-  const float* po = out.f();
-  parallel_for(ctx.pool, size_t(images), 1, [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) take_image_sums(s, int64_t(i), po + int64_t(i) * rows * C, rows, C);
-  });
-}
-}  // namespace
-
-ImageSums stats_image_sums(int64_t images, int64_t C) {
-  thread_local std::vector<double> sums;
-  sums.resize(size_t(images * 2 * C));
-  return ImageSums{sums.data()};
-}
-
-void finish_stats(const ImageSums& s, int64_t images, int64_t rows, int64_t C, float* stats) {
-  stats_from_sums(sum_images(s, images, C), rows, C, stats);
-}
-
-ImageSums param_grad_image_sums(const OpAttrs& at, std::span<const TensorRef> in) {
-  const TensorRef &x = in[0], &stats = in[1];
-  const int64_t C = channels(x);
-  thread_local std::vector<double> sums;
-  thread_local std::vector<float> a, b;
-  sums.resize(size_t(x.shape[0] * 2 * C));
-  const bool relu = (at.flags & kReluOutput) != 0;
-  if (relu) affine_coefficients(at, stats.f(), in[2].f(), in[3].f(), C, a, b);
-  return ImageSums{sums.data(), x.f(), stats.f(), relu ? a.data() : nullptr, relu ? b.data() : nullptr};
-}
-
-void finish_param_grad(const ImageSums& s, const OpAttrs& at, std::span<const TensorRef> in, float* out) {
-  const int64_t C = channels(in[0]);
-  param_grad_from_sums(sum_images(s, in[0].shape[0], C), in[1].f(), at.scale, C, out);
+    for (int64_t j = 0; j < 2 * C; ++j) total[size_t(j)] += sums[i * 2 * C + j];
+  stats_from_sums(total.data(), rows, C, stats);
 }
 
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx) {
   const int64_t C = channels(x), rows = x.numel() / std::max<int64_t>(C, 1);
+  const float* px = x.f();
   if (x.shape.rank() >= 3) {
     // Image by image, as a Conv2D with kBatchStatsOutput sums its output: the same bits.
-    const ImageSums s = stats_image_sums(x.shape[0], C);
-    take_all_image_sums(s, x, ctx);
-    return finish_stats(s, x.shape[0], rows, C, stats.f());
+    const int64_t images = x.shape[0], image_rows = images ? rows / images : 0;
+    thread_local std::vector<double> sums;  // the caller's; image i owns [2Ci, 2C(i+1))
+    sums.resize(size_t(images * 2 * C));
+    double* ps = sums.data();
+    parallel_for(ctx.pool, size_t(images), 1, [&](size_t i0, size_t i1) {
+      for (size_t i = i0; i < i1; ++i)
+        image_stats_sums(px + int64_t(i) * image_rows * C, image_rows, C, ps + int64_t(i) * 2 * C);
+    });
+    stats_from_image_sums(ps, images, rows, C, stats.f());
+    return;
   }
-  const float* px = x.f();
   thread_local std::vector<double> total;
   total.resize(size_t(2 * C));
   reduce_rows(ctx, rows, 2 * C, total.data(),
@@ -385,14 +332,6 @@ void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, con
                            const KernelContext& ctx) {
   const TensorRef &x = in[0], &stats = in[1], &g = in[2];
   const int64_t C = channels(x), rows = x.numel() / std::max<int64_t>(C, 1);
-  if (x.shape.rank() >= 3) {
-    // Image by image, as a Conv2DBackwardInput with kBatchNormParamGradOutput: the same bits.
-    const TensorRef without_g[4] = {x, stats, in.size() > 3 ? in[3] : x, in.size() > 4 ? in[4] : x};
-    const std::span<const TensorRef> bn_in(without_g, in.size() - 1);
-    const ImageSums s = param_grad_image_sums(at, bn_in);
-    take_all_image_sums(s, g, ctx);
-    return finish_param_grad(s, at, bn_in, sums.f());
-  }
   const float* px = x.f();
   const float* pg = g.f();
   const float* mean = stats.f();
@@ -407,7 +346,13 @@ void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, con
       param_grad_sums<decltype(masked)::value>(px, pg, mean, pa, pb, r0, r1, C, s);
     });
   });
-  param_grad_from_sums(total.data(), stats.f(), at.scale, C, sums.f());
+  thread_local std::vector<float> inv;
+  inverse_std(stats.f(), C, at.scale, inv);
+  float* out = sums.f();
+  for (int64_t c = 0; c < C; ++c) {
+    out[c] = float(total[size_t(c)] * inv[size_t(c)]);  // sum(g xhat): gamma's gradient
+    out[C + c] = float(total[size_t(C + c)]);            // sum(g): beta's gradient
+  }
 }
 
 // in: x, stats, gamma, g, sums (batch_norm_param_grad's) [, beta with

@@ -29,7 +29,7 @@ namespace {
 template <class T>
 void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, int64_t cp,
                  const BatchReduceGemm<T>& gemm_rows, const TensorRef& y, const KernelContext& ctx, const float* bias,
-                 bool relu, const ImageSums* image_sums) {
+                 bool relu, double* image_sums) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
@@ -55,7 +55,8 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
         if (relu)
           for (int64_t i = 0; i < Wo * F; ++i) row[i] = row[i] > 0.0f ? row[i] : 0.0f;
       }
-      if (image_sums) take_image_sums(*image_sums, int64_t(b), py + int64_t(b) * Ho * Wo * F, Ho * Wo, F);
+      if (image_sums)
+        image_stats_sums(py + int64_t(b) * Ho * Wo * F, Ho * Wo, F, image_sums + int64_t(b) * 2 * F);
     }
   });
 }
@@ -78,7 +79,7 @@ bool one_channel_kernel_applies(const Window2D& win, int64_t channels, int64_t f
 // form of this kernel with one pixel's sum at a time was slower still.
 // F a multiple of kLanes (one_channel_kernel_applies).
 void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k, const TensorRef& y,
-                        const KernelContext& ctx, const float* bias, bool relu, const ImageSums* image_sums) {
+                        const KernelContext& ctx, const float* bias, bool relu, double* image_sums) {
   constexpr int64_t kPixels = 8;
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2];
   const int64_t Ho = y.shape[1], Wo = y.shape[2], F = y.shape[3];
@@ -118,7 +119,7 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
           }
         }
       }
-      if (image_sums) take_image_sums(*image_sums, int64_t(b), out, Ho * Wo, F);
+      if (image_sums) image_stats_sums(out, Ho * Wo, F, image_sums + int64_t(b) * 2 * F);
     }
   });
 }
@@ -142,7 +143,7 @@ void finish_row(float* dx, const float* addend, const float* mask, int64_t n) {
 template <class T>
 void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t, int64_t fp,
                        const BatchReduceGemm<T>& gemm_rows, const TensorRef& dx, const KernelContext& ctx,
-                       const float* addend, const float* mask, const ImageSums* image_sums) {
+                       const float* addend, const float* mask) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], taps = win.kh * win.kw;
   const int64_t reach_h = (win.kh - 1) * win.dh, reach_w = (win.kw - 1) * win.dw;
@@ -158,7 +159,6 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
     for (size_t b = b0; b < b1; ++b) {
       const T* gp = padded<T>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, hq, wq, reach_h, reach_w, fp, buffer);
       for (int64_t iy = 0; iy < H; ++iy) {
-        if (image_sums) prefetch_image_sums(*image_sums, int64_t(b), H * W, C, iy, H);
         int64_t n = 0;
         for (int64_t ky = 0; ky < win.kh; ++ky)
           for (int64_t kx = 0; kx < win.kw; ++kx) {
@@ -172,7 +172,6 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
         const int64_t at = ((int64_t(b) * H + iy) * W) * C;
         finish_row(row, addend ? addend + at : nullptr, mask ? mask + at : nullptr, W * C);
       }
-      if (image_sums) take_image_sums(*image_sums, int64_t(b), pdx + int64_t(b) * H * W * C, H * W, C);
     }
   });
 }
@@ -189,8 +188,7 @@ inline int64_t floor_div(int64_t x, int64_t d) { return (x >= 0 ? x : x - d + 1)
 // zeroed the image and scattered the patch matrix's sums back into it).
 // taps_t holds each tap's slice transposed, {F, C}.
 void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* taps_t, const TensorRef& dx,
-                         const KernelContext& ctx, const float* addend, const float* mask,
-                         const ImageSums* image_sums) {
+                         const KernelContext& ctx, const float* addend, const float* mask) {
   const int64_t B = dx.shape[0], H = dx.shape[1], W = dx.shape[2], C = dx.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3];
   const int64_t phases = std::min(win.sw, W);
@@ -237,7 +235,6 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
     for (size_t b = b0; b < b1; ++b) {
       const float* gp = padded<float>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, Ho, wq, 0, left, F, buffer);
       for (int64_t iy = 0; iy < H; ++iy) {
-        if (image_sums) prefetch_image_sums(*image_sums, int64_t(b), H * W, C, iy, H);
         float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
         for (int64_t r = 0; r < phases; ++r) {
           int64_t n = 0;
@@ -260,7 +257,6 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
         const int64_t at = ((int64_t(b) * H + iy) * W) * C;
         finish_row(row, addend ? addend + at : nullptr, mask ? mask + at : nullptr, W * C);
       }
-      if (image_sums) take_image_sums(*image_sums, int64_t(b), pdx + int64_t(b) * H * W * C, H * W, C);
     }
   });
 }
@@ -407,7 +403,7 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
 namespace {
 // conv2d's paths; image_sums (null: none) as winograd_conv2d's.
 void conv2d_any(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-                const KernelContext& ctx, const float* bias, bool relu, const ImageSums* image_sums) {
+                const KernelContext& ctx, const float* bias, bool relu, double* image_sums) {
   const int64_t C = x.shape[3], Wo = y.shape[2], F = y.shape[3], taps = win.kh * win.kw;
   if (ctx.bf16 && bf16_convolutions()) {
     const int64_t cp = even_k(C);
@@ -432,15 +428,14 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
             const KernelContext& ctx, const float* bias, bool relu, float* stats) {
   if (!stats) return conv2d_any(win, x, kernel, y, ctx, bias, relu, nullptr);
   const int64_t B = y.shape[0], pixels = y.shape[1] * y.shape[2], F = y.shape[3];
-  const ImageSums image_sums = stats_image_sums(B, F);
-  std::fill_n(image_sums.sums, B * 2 * F, 0.0);  // an empty image's sums stay 0
-  conv2d_any(win, x, kernel, y, ctx, bias, relu, &image_sums);
-  finish_stats(image_sums, B, B * pixels, F, stats);
+  thread_local std::vector<double> image_sums;  // the caller's; image b's at 2 F b
+  image_sums.assign(size_t(B * 2 * F), 0.0);
+  conv2d_any(win, x, kernel, y, ctx, bias, relu, image_sums.data());
+  stats_from_image_sums(image_sums.data(), B, B * pixels, F, stats);
 }
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx, const float* addend, const float* mask,
-                           const ImageSums* image_sums) {
+                           const KernelContext& ctx, const float* addend, const float* mask) {
   const int64_t W = dx.shape[2], C = dx.shape[3], F = g.shape[3], taps = win.kh * win.kw;
   const float* pk = kernel.f();
   if (win.sh == 1 && win.sw == 1) {
@@ -451,11 +446,10 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
         thread_local std::vector<bf16> packed;  // the caller's; the workers only read it
         packed.resize(size_t(taps * fp * C));
         for (int64_t t = 0; t < taps; ++t) pack_vnni_bf16(pk + t * C * F, F, true, F, C, packed.data() + t * fp * C);
-        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx, addend, mask, image_sums);
+        return conv2d_input_rows<bf16>(win, g, packed.data(), fp, gemm_rows, dx, ctx, addend, mask);
       }
     }
-    if (winograd_applies(win, C, F))
-      return winograd_conv2d_backward_input(win, g, kernel, dx, ctx, addend, mask, image_sums);
+    if (winograd_applies(win, C, F)) return winograd_conv2d_backward_input(win, g, kernel, dx, ctx, addend, mask);
   }
   thread_local std::vector<float> kernel_t;  // the caller's; the workers only read it
   kernel_t.resize(size_t(taps * C * F));
@@ -464,10 +458,10 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
       for (int64_t f = 0; f < F; ++f) kernel_t[size_t((t * F + f) * C + c)] = pk[(t * C + c) * F + f];
   if (win.sh == 1 && win.sw == 1) {
     const BatchReduceGemm<float> gemm_rows(W, C, F, F, C, C);
-    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend, mask, image_sums);
+    return conv2d_input_rows<float>(win, g, kernel_t.data(), F, gemm_rows, dx, ctx, addend, mask);
   }
   // Strided: float32 under both policies.
-  conv2d_input_phases(win, g, kernel_t.data(), dx, ctx, addend, mask, image_sums);
+  conv2d_input_phases(win, g, kernel_t.data(), dx, ctx, addend, mask);
 }
 
 void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,

@@ -139,28 +139,15 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
      }},
     {OpKind::Conv2DBackwardInput,
      [](const KernelCall& k) {
-       const size_t conv_inputs = k.in.size() - batch_norm_param_grad_inputs(k.at.flags);
        const bool masked = (k.at.flags & kMaskNonPositive) != 0;
-       const size_t addends = conv_inputs - 2 - (masked ? 1 : 0);
-       const float* addend = addends ? k.in[2].f() : nullptr;
-       const float* mask = masked ? k.in[conv_inputs - 1].f() : nullptr;
-       if (conv_inputs == k.in.size())
-         return conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx, addend, mask);
-       // kBatchNormParamGradOutput: BatchNormParamGrad of dx into the memory the plan left before dx
-       OpAttrs bn;
-       bn.scale = k.at.scale;
-       bn.flags = k.at.flags & kBatchNormParamGradMasked ? kReluOutput : 0u;
-       const std::span<const TensorRef> bn_in = k.in.subspan(conv_inputs);
-       const ImageSums sums = param_grad_image_sums(bn, bn_in);
-       std::fill_n(sums.sums, k.out.shape[0] * 2 * k.out.shape[-1], 0.0);  // an empty image's sums stay 0
-       conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx, addend, mask, &sums);
-       finish_param_grad(sums, bn, bn_in, k.out.f() - batch_stats_side_floats(k.out.shape[-1]));
+       const size_t addends = k.in.size() - 2 - (masked ? 1 : 0);
+       conv2d_backward_input(k.at.window, k.in[0], k.in[1], k.out, k.ctx, addends ? k.in[2].f() : nullptr,
+                             masked ? k.in.back().f() : nullptr);
      }},
     {OpKind::Conv2DBackwardFilter,
      [](const KernelCall& k) { conv2d_backward_filter(k.at.window, k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::BatchNormParamGrad,
      [](const KernelCall& k) { batch_norm_param_grad(k.at, k.in, k.out, k.ctx); }},
-    {OpKind::AttachedBatchNormParamGrad, run_nothing},
     {OpKind::BatchNormBackward, [](const KernelCall& k) { batch_norm_backward(k.at, k.in, k.out, k.ctx); }},
     {OpKind::ClampBackward, run_activation_backward},
     {OpKind::MaxAxisBackward,

@@ -145,20 +145,6 @@ void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& 
 void to_index(const TensorRef& x, const TensorRef& y);
 void im2col(const Window2D& w, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx);
 void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx);
-// Sums a convolution takes of each image of its output while the image is
-// in cache, for the batch norm that reads that output (folded in): the
-// batch norm's statistics (x null), or, the output being the batch norm's
-// gradient g, its parameter gradient's sums, with its input x, its mean
-// and, for its folded ReLU's mask, a and b (null: no mask). The batch-norm
-// kernels (batch_norm.cpp, below) sum a rank-4 input image by image the same
-// way: the same bits.
-struct ImageSums {
-  double* sums = nullptr;  // image i's 2C doubles at sums + 2 C i
-  const float* x = nullptr;
-  const float* mean = nullptr;
-  const float* a = nullptr;
-  const float* b = nullptr;
-};
 // conv.cpp: direct convolution over channels-last images, kernel {kh, kw, C, F}.
 // With a bias {F} (null: none), each output row gets it while in cache, and
 // with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.
@@ -167,11 +153,9 @@ struct ImageSums {
 void conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
             const KernelContext& ctx, const float* bias = nullptr, bool relu = false, float* stats = nullptr);
 // addend (null: none): added to dx, as OpKind::Conv2DBackwardInput's third
-// input; mask (null: none): then dx zero where mask <= 0 (kMaskNonPositive);
-// image_sums (null: none): then take_image_sums of each image of dx.
+// input; mask (null: none): then dx zero where mask <= 0 (kMaskNonPositive).
 void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
-                           const KernelContext& ctx, const float* addend = nullptr, const float* mask = nullptr,
-                           const ImageSums* image_sums = nullptr);
+                           const KernelContext& ctx, const float* addend = nullptr, const float* mask = nullptr);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx);
 // winograd.cpp: the 3x3 unit-stride convolutions by F(4x4, 3x3) or F(2x2, 3x3), when
@@ -183,12 +167,12 @@ bool winograd_applies(const Window2D& w, int64_t channels, int64_t filters);
 // outputs a side (F(4x4) only; smaller ones keep the direct kernel).
 inline constexpr int64_t kWinogradFilterMinSide = 8;
 bool winograd_filter_applies(const Window2D& w, int64_t channels, int64_t filters, int64_t out_h, int64_t out_w);
-// image_sums (null: none): take_image_sums of each image of the result.
+// image_sums (null: none): each image's image_stats_sums of y, image b's at image_sums + 2 F b.
 void winograd_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-                     const KernelContext& ctx, const float* bias, bool relu, const ImageSums* image_sums);
+                     const KernelContext& ctx, const float* bias, bool relu, double* image_sums);
 void winograd_conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel,
                                     const TensorRef& dx, const KernelContext& ctx, const float* addend,
-                                    const float* mask, const ImageSums* image_sums);
+                                    const float* mask);
 void winograd_conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g,
                                      const TensorRef& dkernel, const KernelContext& ctx);
 // batch_norm.cpp: batch normalization over every axis but the last.
@@ -196,22 +180,12 @@ void winograd_conv2d_backward_filter(const Window2D& w, const TensorRef& x, cons
 // added in order, as a Conv2D with kBatchStatsOutput sums its output (the
 // same bits); rank 2: in fixed slices of rows.
 void batch_norm_stats(const TensorRef& x, const TensorRef& stats, const KernelContext& ctx);
-// Image i's sums of out{rows, C}, image i of the convolution's output.
-void take_image_sums(const ImageSums& s, int64_t image, const float* out, int64_t rows, int64_t C);
-// Asks for part `part` of `parts` of image i of the batch norm's input x
-// into L2 (when the sums read one), so that take_image_sums finds it there:
-// a convolution spreads the parts over its work on the image (the
-// prefetches of a whole image at once stall on the line fill buffers).
-void prefetch_image_sums(const ImageSums& s, int64_t image, int64_t rows, int64_t C, int64_t part, int64_t parts);
-// batch_norm_stats by images: the caller's buffers for `images` images, then
-// stats {2, C} over `rows` rows in all from their sums.
-ImageSums stats_image_sums(int64_t images, int64_t C);
-void finish_stats(const ImageSums& s, int64_t images, int64_t rows, int64_t C, float* stats);
-// batch_norm_param_grad by images: `in` is its inputs without g (x, stats
-// [, gamma, beta]), `at` its attributes (eps, kReluOutput); the caller's
-// buffers, then its {2, C} result from the images' sums.
-ImageSums param_grad_image_sums(const OpAttrs& at, std::span<const TensorRef> in);
-void finish_param_grad(const ImageSums& s, const OpAttrs& at, std::span<const TensorRef> in, float* out);
+// One image's batch-statistics sums: sums[c] = the sum of image{rows, C}'s
+// column c, sums[C + c] that of its squares, in double (zeroed first).
+void image_stats_sums(const float* image, int64_t rows, int64_t C, double* sums);
+// stats {2, C} = [mean; biased variance] over `rows` rows in all, from
+// `images` images' image_stats_sums, stored one after another.
+void stats_from_image_sums(const double* sums, int64_t images, int64_t rows, int64_t C, float* stats);
 // in: x, stats, gamma, beta [, residual] (the op's inputs, as at OpKind::BatchNorm).
 void batch_norm(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y, const KernelContext& ctx);
 // in: x, stats, g [, gamma, beta] (as at OpKind::BatchNormParamGrad).

@@ -365,7 +365,7 @@ void transform_output(const float* m, int64_t stride, const Tiling<kM>& tl, int6
 template <int kM>
 void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
                         const KernelContext& ctx, const float* bias, bool relu, const float* addend,
-                        const float* mask, const ImageSums* image_sums) {
+                        const float* mask, double* image_sums) {
   constexpr int64_t kPoints = (kM + 2) * (kM + 2);
   const int64_t B = in.shape[0], h = in.shape[1], w = in.shape[2], ci = in.shape[3];
   const int64_t out_h = out.shape[1], out_w = out.shape[2], co = out.shape[3];
@@ -393,18 +393,14 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
         const int64_t chunk = std::min(kTileChunk, tiles - t0);
         const int64_t v_stride = point_stride(chunk, ci), m_stride = point_stride(chunk, co);
         transform_tiles<kM, false>(img, h, w, ci, pad_top, pad_left, tl.tw, t0, chunk, v, v_stride);
-        const int64_t chunks = (tiles + kTileChunk - 1) / kTileChunk, chunk_index = t0 / kTileChunk;
         for (int64_t p = 0; p < kPoints; ++p) {
-          if (image_sums)
-            prefetch_image_sums(*image_sums, int64_t(b), out_h * out_w, co, chunk_index * kPoints + p,
-                                chunks * kPoints);
           const float* a = v + p * v_stride;
           const float* kp = u + p * ci * co;
           (chunk == chunk_max ? gemm_full : gemm_last).run(chunk, &a, &kp, 1, m + p * m_stride, ci);
         }
         transform_output<kM>(m, m_stride, tl, co, t0, chunk, out_h, out_w, y, bias, relu, add, keep);
       }
-      if (image_sums) take_image_sums(*image_sums, int64_t(b), y, out_h * out_w, co);
+      if (image_sums) image_stats_sums(y, out_h * out_w, co, image_sums + int64_t(b) * 2 * co);
     }
   });
 }
@@ -487,7 +483,7 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
 // F(4x4) where the image has 8 or more outputs a side, else F(2x2).
 void correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, const float* k, const TensorRef& out,
                const KernelContext& ctx, const float* bias, bool relu, const float* addend, const float* mask,
-               const ImageSums* image_sums) {
+               double* image_sums) {
   if (out.shape[1] >= 8 && out.shape[2] >= 8)
     winograd_correlate<4>(in, pad_top, pad_left, k, out, ctx, bias, relu, addend, mask, image_sums);
   else
@@ -512,13 +508,13 @@ bool winograd_filter_applies(const Window2D& win, int64_t channels, int64_t filt
 }
 
 void winograd_conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
-                     const KernelContext& ctx, const float* bias, bool relu, const ImageSums* image_sums) {
+                     const KernelContext& ctx, const float* bias, bool relu, double* image_sums) {
   correlate(x, win.pad_top, win.pad_left, kernel.f(), y, ctx, bias, relu, nullptr, nullptr, image_sums);
 }
 
 void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel,
                                     const TensorRef& dx, const KernelContext& ctx, const float* addend,
-                                    const float* mask, const ImageSums* image_sums) {
+                                    const float* mask) {
   const int64_t C = dx.shape[3], F = g.shape[3];
   thread_local std::vector<float> turned;  // the caller's; the workers never read it
   turned.resize(size_t(9 * F * C));
@@ -526,7 +522,7 @@ void winograd_conv2d_backward_input(const Window2D& win, const TensorRef& g, con
   for (int64_t t = 0; t < 9; ++t)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t f = 0; f < F; ++f) turned[size_t(((8 - t) * F + f) * C + c)] = pk[(t * C + c) * F + f];
-  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend, mask, image_sums);
+  correlate(g, 2 - win.pad_top, 2 - win.pad_left, turned.data(), dx, ctx, nullptr, false, addend, mask, nullptr);
 }
 
 }  // namespace tensorgrad::kernels

@@ -30,8 +30,7 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 // fewer over y.
 Value relu_gradient(Builder& b, Value y, Value g) {
   const auto p = b.producer(g);
-  // (not into an input gradient that also writes a batch norm's sums: those are of its unmasked result)
-  if (p && !(p->attrs.flags & (kMaskNonPositive | kBatchNormParamGradOutput))) {
+  if (p && !(p->attrs.flags & kMaskNonPositive)) {
     OpAttrs at = p->attrs;
     at.flags |= kMaskNonPositive;
     if (p->op == OpKind::MaxPool2DBackward && p->input0 == y)
@@ -169,30 +168,16 @@ OpSignature conv2d_backward(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
                        "x" + std::to_string(w.kw) + " window");
   const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
   if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
-  // Conv2DBackwardInput's extra inputs: the addend, then with kMaskNonPositive the ReLU output y, then
-  // with kBatchNormParamGradOutput the batch norm's x, stats [, gamma, beta].
-  const size_t param_grad = input ? batch_norm_param_grad_inputs(a.flags) : 0;
-  if (s.size() < 2 + param_grad)
-    shape_fail(op, "the kBatchNormParamGradOutput flag needs the batch norm's x and stats (and gamma and beta "
-                   "with kBatchNormParamGradMasked) as the last inputs; got " + std::to_string(s.size()) + " inputs");
-  const size_t conv_inputs = s.size() - param_grad;
+  // Conv2DBackwardInput's extra inputs: the addend, then with kMaskNonPositive the ReLU output y.
   const bool masked = input && (a.flags & kMaskNonPositive);
-  if (input && conv_inputs == 4 && !masked)
+  if (input && s.size() == 4 && !masked)
     shape_fail(op, "a fourth input (the ReLU output that masks dx) needs the kMaskNonPositive flag");
-  if (masked && conv_inputs < 3)
+  if (masked && s.size() < 3)
     shape_fail(op, "the kMaskNonPositive flag needs the ReLU output that masks dx as the last input");
   for (size_t i = 2; i < s.size(); ++i) {
-    const size_t k = i - conv_inputs;  // the batch norm's inputs: x, stats, gamma, beta
-    const int64_t c = a.shape.rank() ? a.shape[-1] : 0;
-    const Shape want = i < conv_inputs || k == 0 ? a.shape : k == 1 ? Shape{2, c} : Shape{c};
-    if (s[i] == want) continue;
-    std::string message = i >= conv_inputs                        ? "the batch norm's input " + std::to_string(k)
-                          : masked && i + 1 == conv_inputs ? std::string("the ReLU output that masks dx")
-                                                           : std::string("the added term");
-    message.append(i < conv_inputs ? " must be the result's shape " : " must be ")
-        .append(want.str())
-        .append("; got ")
-        .append(s[i].str());
+    if (s[i] == a.shape) continue;
+    std::string message = masked && i + 1 == s.size() ? "the ReLU output that masks dx" : "the added term";
+    message.append(" must be the result's shape ").append(a.shape.str()).append("; got ").append(s[i].str());
     shape_fail(op, message);
   }
   return {a.shape};
@@ -842,20 +827,17 @@ constexpr auto kOps = std::to_array<OpDef>({
     // with a third input, y = conv^T(gy, k) + addend: daddend = g
     // with kMaskNonPositive, y = that where r > 0 (r the last input): g
     // masked by r > 0 first; r's gradient is zero (a mask)
-    // (the batch norm's inputs of kBatchNormParamGradOutput only feed the side output: no gradient)
-    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 6, false}, conv2d_backward,
+    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 4, false}, conv2d_backward,
      [](const GradientCall& d) {
        Builder& b = d.b;
        const bool masked = (d.at.flags & kMaskNonPositive) != 0;
-       const size_t conv_inputs = d.x.size() - batch_norm_param_grad_inputs(d.at.flags);
-       const Value g = masked ? b.apply(OpKind::ReluBackward, {d.x[conv_inputs - 1], d.g}) : d.g;
+       const Value g = masked ? b.apply(OpKind::ReluBackward, {d.x.back(), d.g}) : d.g;
        OpAttrs at = d.at;
        at.flags = 0;
-       at.scale = 0.0f;
        if (d.need(0)) d.dx[0] = b.apply(OpKind::Conv2D, {g, d.x[1]}, at);
        if (d.need(1))
          d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {g, d.x[0]}, with_shape(at, b.shape(d.x[1])));
-       if (conv_inputs == (masked ? 4u : 3u) && d.need(2)) d.dx[2] = g;
+       if (d.x.size() == (masked ? 4u : 3u) && d.need(2)) d.dx[2] = g;
      }},
     // y = filter gradient(x, gy): dx = conv^T(gy, g), dgy = conv(x, g)
     {OpKind::Conv2DBackwardFilter, {"conv2d_backward_filter", 2, 2, false}, conv2d_backward,
@@ -866,13 +848,6 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2D, {d.x[0], d.g}, d.at);
      }},
     {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 5, false}, batch_norm_family, no_gradient},
-    {OpKind::AttachedBatchNormParamGrad, {"attached_batch_norm_param_grad", 1, 1, false, true},
-     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
-       expect_float(op, t, 0, "input");
-       if (s[0].rank() != 4) shape_fail(op, "input must be {batch, height, width, channels}; got " + s[0].str());
-       return {Shape{2, s[0][-1]}};
-     },
-     no_gradient},
     {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 6, false}, batch_norm_family, no_gradient},
     {OpKind::ClampBackward, {"clamp_backward", 2, 2, false},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {

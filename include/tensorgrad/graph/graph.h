@@ -39,19 +39,15 @@ bool relu_folding();
 void set_add_folding(bool enabled);
 bool add_folding();
 
-/// Whether graphs fold a batch norm's per-channel sums into the convolution
-/// that makes the tensor they sum: on by default. A BatchNormStats of a
-/// Conv2D's float output marks the Conv2D (kBatchStatsOutput) and becomes
-/// an AttachedBatchStats of it; a BatchNormParamGrad whose gradient a
-/// Conv2DBackwardInput makes marks that op (kBatchNormParamGradOutput, the
-/// batch norm's inputs appended to its own, when they fit in
-/// Node::kMaxInputs) and becomes an AttachedBatchNormParamGrad of it. The
-/// convolution then sums each image of its result while it is in cache, in
-/// place of a pass of their own over the activation (conv-BN: one read
-/// fewer forward, one backward). The values and gradients are the same to
-/// the bit (the batch-norm kernels sum a rank-4 input image by image, as
-/// the convolutions do). Off builds the graph as written (as
-/// set_relu_folding). Process-wide; read when the batch-norm op is applied.
+/// Whether graphs fold a BatchNormStats of a Conv2D's float output into the
+/// Conv2D (kBatchStatsOutput): on by default. The convolution then sums each
+/// image's output while it is in cache, and the statistics come from an
+/// AttachedBatchStats view of what it wrote, not from a pass of their own
+/// over the activation (conv-BN: one read of the activation fewer). The
+/// values and gradients are the same to the bit (BatchNormStats sums a
+/// rank-4 input image by image, as the convolution does). Off builds the
+/// graph as written (as set_relu_folding). Process-wide; read when a
+/// BatchNormStats is applied.
 void set_batch_stats_folding(bool enabled);
 bool batch_stats_folding();
 
@@ -90,11 +86,10 @@ class Graph final : public Builder {
   /// with kReluOutput instead, unless set_relu_folding(false); an Add of a
   /// BatchNorm's or Conv2DBackwardInput's output: that op with the other term
   /// as its last input, unless set_add_folding(false); a BatchNormStats of a
-  /// Conv2D's output or a BatchNormParamGrad of a Conv2DBackwardInput's:
-  /// that op marked and an attached view of it, unless
-  /// set_batch_stats_folding(false)). Throws as the op's shape rule
-  /// (ShapeError, TypeError), and ValueError for an AttachedBatchStats or
-  /// AttachedBatchNormParamGrad whose input is not an op marked for it.
+  /// Conv2D's output: that Conv2D marked kBatchStatsOutput and an
+  /// AttachedBatchStats of it, unless set_batch_stats_folding(false)). Throws
+  /// as the op's shape rule (ShapeError, TypeError), and ValueError for an
+  /// AttachedBatchStats whose input is not a Conv2D with kBatchStatsOutput.
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
   using Builder::apply;
   /// Binds the persistent int64 {1} counter this graph's dropout draws from
@@ -139,10 +134,6 @@ class Graph final : public Builder {
   // a + b as the producer of a or b with the other as its last input
   // (set_add_folding), or nothing when neither producer takes one.
   std::optional<Value> fold_add_into_producer(Value a, Value b);
-  // A BatchNormParamGrad (inputs, attrs) as an AttachedBatchNormParamGrad of
-  // the Conv2DBackwardInput that makes its g, marked and given the batch
-  // norm's inputs (set_batch_stats_folding), or nothing when g has another producer.
-  std::optional<Value> fold_param_grad_into_producer(std::span<const Value> inputs, const OpAttrs& attrs);
   std::vector<Node> nodes_;
   std::vector<int32_t> uses_;  // per node: how many op nodes read it so far
   std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
@@ -151,13 +142,12 @@ class Graph final : public Builder {
 };
 
 /// The bytes an op node's kernel writes just before its output, which its
-/// memory slot holds too: a Conv2D's kBatchStatsOutput statistics, a
-/// Conv2DBackwardInput's kBatchNormParamGradOutput sums
+/// memory slot holds too: a Conv2D's kBatchStatsOutput statistics
 /// (batch_stats_side_floats floats); 0 for every other node.
 size_t side_output_bytes(const Node& n);
 /// Where a view node's memory starts, in bytes from its input's: 0 (Reshape),
-/// or -side_output_bytes of the input (AttachedBatchStats,
-/// AttachedBatchNormParamGrad: the side output just before it).
+/// or -side_output_bytes of the input (AttachedBatchStats: the side output
+/// just before it).
 int64_t view_offset(const Graph& graph, const Node& view);
 
 /// Where every node's memory goes when a graph runs.

@@ -89,23 +89,15 @@ enum class OpKind : uint8_t {
                         //   flags kMaskNonPositive: also zero where x <= 0 (x a ReLU's output)
   AvgPool2DBackward,    // (g [, y]) -> dx of attrs.shape; flags kMaskNonPositive (with y{B,H,W,C}): then zero where
                         //   y <= 0 (y a ReLU's output, the ReLU's backward folded in)
-  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}] [, y{B,H,W,C}] [, x, stats [, gamma, beta]])
-                        //   -> dx of attrs.shape {B,H,W,C} [+ addend]: the addend is another gradient of the same
-                        //   input, folded in from an Add (Graph::apply, set_add_folding) and added per image
-                        //   while it is in cache; flags kMaskNonPositive (with y): then zero where y <= 0 (y a
-                        //   ReLU's output, the ReLU's backward folded in); flags kBatchNormParamGradOutput
-                        //   (with x, stats [, gamma, beta], eps in attrs.scale): also BatchNormParamGrad(x,
-                        //   stats, dx [, gamma, beta]) beside dx (kBatchNormParamGradMasked: with gamma and
-                        //   beta, its kReluOutput)
+  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}] [, y{B,H,W,C}]) -> dx of attrs.shape
+                        //   {B,H,W,C} [+ addend]: the addend is another gradient of the same input, folded in
+                        //   from an Add (Graph::apply, set_add_folding) and added per image while it is in
+                        //   cache; flags kMaskNonPositive (with y, the last input): then zero where y <= 0
+                        //   (y a ReLU's output, the ReLU's backward folded in)
   Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
   BatchNormParamGrad,   // (x, stats, g [, gamma, beta]) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma
                         //   and beta; flags kReluOutput (with gamma and beta): g counts only where the forward's
                         //   x a + b > 0, the gradient of a ReLU folded into the BatchNorm, without its own pass
-  AttachedBatchNormParamGrad,  // (g{B,H,W,C}) -> {2, C}: BatchNormParamGrad's result, which g's
-                        //   Conv2DBackwardInput (flags kBatchNormParamGradOutput) wrote beside g, image by image
-                        //   while each was in cache; a view of that memory, no kernel. Made by the lazy graph
-                        //   only, when it folds a BatchNormParamGrad into the op that makes its g
-                        //   (set_batch_stats_folding); the same bits as BatchNormParamGrad
   BatchNormBackward,    // (x, stats, gamma, g, param_grad [, beta]) -> dx; attributes as BatchNorm's; flags
                         //   kReluOutput (with beta): g masked as BatchNormParamGrad's
   ClampBackward,        // (x, g) -> g where clamp_min <= x <= clamp_max, else 0 (PyTorch's rule); attributes as Clamp's
@@ -217,22 +209,6 @@ inline constexpr uint32_t kBatchStatsOutput = 1u << 1;
 /// of 64 bytes so that the output keeps its alignment. They lie before the
 /// output so that their place does not move when a plan runs fewer rows.
 constexpr int64_t batch_stats_side_floats(int64_t filters) { return (2 * filters + 15) / 16 * 16; }
-/// The mode of Conv2DBackwardInput (OpAttrs::flags): it also writes
-/// BatchNormParamGrad of its result dx beside dx, as a Conv2D's
-/// kBatchStatsOutput (batch_stats_side_floats(C) floats before dx), each
-/// image's sums taken while its dx is in cache; the batch norm's input x
-/// and statistics follow the op's other inputs, and its epsilon is in
-/// attrs.scale. AttachedBatchNormParamGrad reads them. Only a lazy graph
-/// sets it; the eager API refuses it with a ValueError.
-inline constexpr uint32_t kBatchNormParamGradOutput = 1u << 2;
-/// With kBatchNormParamGradOutput: the batch norm's ReLU is folded in
-/// (BatchNormParamGrad's kReluOutput), and gamma and beta follow x and stats.
-inline constexpr uint32_t kBatchNormParamGradMasked = 1u << 3;
-/// How many of a Conv2DBackwardInput's last inputs are the batch norm's
-/// (x, stats [, gamma, beta]) for these flags: 0, 2 or 4.
-constexpr size_t batch_norm_param_grad_inputs(uint32_t flags) {
-  return !(flags & kBatchNormParamGradOutput) ? 0 : (flags & kBatchNormParamGradMasked) ? 4 : 2;
-}
 /// Whether `op` takes kReluOutput (MatMul, Conv2D, BatchNorm, Add).
 constexpr bool takes_relu_output(OpKind op) {
   return op == OpKind::MatMul || op == OpKind::Conv2D || op == OpKind::BatchNorm || op == OpKind::Add;
@@ -276,8 +252,7 @@ struct OpAttrs {
                                           // kMaskNonPositive;
                                           // MatMul, Conv2D, BatchNorm, Add,
                                           // BatchNormParamGrad, BatchNormBackward: kReluOutput;
-                                          // Conv2D: kBatchStatsOutput; Conv2DBackwardInput:
-                                          // kBatchNormParamGradOutput, kBatchNormParamGradMasked
+                                          // Conv2D: kBatchStatsOutput
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
