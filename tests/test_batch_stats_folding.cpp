@@ -115,58 +115,15 @@ TEST(BatchStatsFolding, FoldedEqualsTheGraphAsWrittenOnEveryConvolutionPath) {
         for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[1][i], results[0][i]) << "output " << i;
         // The folded statistics against two-pass sums in double over the convolution's output.
         const std::vector<float>& stats = results[1][0];
-        const std::vector<float>& conv = results[1].back();
-        ASSERT_EQ(stats.size(), size_t(2 * c.filters));
-        const int64_t rows = int64_t(conv.size()) / c.filters;
+        const std::vector<double> want = test_support::two_pass_stats(results[1].back(), c.filters);
+        ASSERT_EQ(stats.size(), want.size());
         for (int64_t f = 0; f < c.filters; ++f) {
-          double mean = 0.0, var = 0.0;
-          for (int64_t i = 0; i < rows; ++i) mean += conv[size_t(i * c.filters + f)];
-          mean /= double(rows);
-          for (int64_t i = 0; i < rows; ++i)
-            var += (conv[size_t(i * c.filters + f)] - mean) * (conv[size_t(i * c.filters + f)] - mean);
-          var /= double(rows);
-          EXPECT_NEAR(stats[size_t(f)], mean, 1e-6 + 1e-6 * std::fabs(mean)) << "mean of filter " << f;
-          EXPECT_NEAR(stats[size_t(c.filters + f)], var, 1e-6 + 1e-5 * var) << "variance of filter " << f;
+          EXPECT_NEAR(stats[size_t(f)], want[size_t(f)], 1e-6 + 1e-6 * std::fabs(want[size_t(f)])) << "mean " << f;
+          EXPECT_NEAR(stats[size_t(c.filters + f)], want[size_t(c.filters + f)],
+                      1e-6 + 1e-5 * want[size_t(c.filters + f)])
+              << "variance " << f;
         }
       }
-  }
-  set_num_threads(saved_threads);
-}
-
-// BatchNormStats of a rank-4 input sums image by image (the order a
-// convolution's output gives): the mean and biased variance against two-pass
-// sums in double, for channel counts on and off the sixteen-channel blocks,
-// with a mean far from zero; the same bits at 1 and 2 threads.
-TEST(BatchStatsFolding, ImageByImageStatisticsEqualDoubleSums) {
-  const int saved_threads = num_threads();
-  std::mt19937 rng(1410);
-  for (int64_t C : {1, 16, 20, 32}) {
-    SCOPED_TRACE("channels " + std::to_string(C));
-    const Shape xs{7, 5, 6, C};
-    const Tensor x = uniform(xs, rng, 2.0f, 4.0f);
-    const std::vector<float> vx = x.to_vector();
-    std::vector<std::vector<float>> got;
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      Graph g;
-      const Value in = g.input("x", xs);
-      const Value stats = g.apply(OpKind::BatchNormStats, {in});
-      Executable exe(std::move(g), {stats});
-      exe.bind(in, x);
-      exe.run();
-      got.push_back(exe.output(stats).to_vector());
-    }
-    EXPECT_EQ(got[0], got[1]) << "the statistics differ between 1 and 2 threads";
-    const int64_t rows = xs.numel() / C;
-    for (int64_t c = 0; c < C; ++c) {
-      double mean = 0.0, var = 0.0;
-      for (int64_t r = 0; r < rows; ++r) mean += vx[size_t(r * C + c)];
-      mean /= double(rows);
-      for (int64_t r = 0; r < rows; ++r) var += (vx[size_t(r * C + c)] - mean) * (vx[size_t(r * C + c)] - mean);
-      var /= double(rows);
-      EXPECT_NEAR(got[0][size_t(c)], mean, 1e-6 * mean) << "mean of channel " << c;
-      EXPECT_NEAR(got[0][size_t(C + c)], var, 1e-5 * var) << "variance of channel " << c;
-    }
   }
   set_num_threads(saved_threads);
 }

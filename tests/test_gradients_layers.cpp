@@ -823,15 +823,16 @@ TEST(LayerOpGradBatchNorm, StatisticsOp) {
 
 // The statistics kernel's values: mean and (biased) variance per channel
 // against two-pass sums in double, for channel counts on and off its
-// sixteen-channel vector blocks, over enough rows for several row slices,
-// with a mean far from zero (where E[x^2] - mean^2 loses digits in float);
-// the same bits at 1 and 2 threads.
+// sixteen-channel vector blocks, over enough rows for several row slices
+// (rank 2) and image by image (rank 4, the order a convolution that folds
+// them in takes), with a mean far from zero (where E[x^2] - mean^2 loses
+// digits in float); the same bits at 1 and 2 threads.
 TEST(LayerOpGradBatchNorm, StatisticsEqualDoubleSumsForAnyChannelCount) {
   std::mt19937 rng(1310);
-  for (int64_t C : {1, 15, 16, 20, 32, 37}) {
-    SCOPED_TRACE("channels " + std::to_string(C));
-    const int64_t rows = 5000;
-    const Tensor x = uniform({rows, C}, rng, 2.0f, 4.0f);
+  for (int64_t C : {1, 15, 16, 20, 32, 37})
+  for (bool images : {false, true}) {
+    SCOPED_TRACE("channels " + std::to_string(C) + (images ? ", images" : ""));
+    const Tensor x = uniform(images ? Shape{7, 5, 6, C} : Shape{5000, C}, rng, 2.0f, 4.0f);
     const std::vector<float> vx = x.to_vector();
     std::vector<std::vector<float>> got;
     for (int threads : {1, 2}) {
@@ -847,14 +848,10 @@ TEST(LayerOpGradBatchNorm, StatisticsEqualDoubleSumsForAnyChannelCount) {
       set_num_threads(saved);
     }
     EXPECT_EQ(got[0], got[1]) << "the statistics differ between 1 and 2 threads";
+    const std::vector<double> want = test_support::two_pass_stats(vx, C);
     for (int64_t c = 0; c < C; ++c) {
-      double mean = 0.0, var = 0.0;
-      for (int64_t r = 0; r < rows; ++r) mean += vx[size_t(r * C + c)];
-      mean /= double(rows);
-      for (int64_t r = 0; r < rows; ++r) var += (vx[size_t(r * C + c)] - mean) * (vx[size_t(r * C + c)] - mean);
-      var /= double(rows);
-      EXPECT_NEAR(got[0][size_t(c)], mean, 1e-6 * mean) << "mean of channel " << c;
-      EXPECT_NEAR(got[0][size_t(C + c)], var, 1e-5 * var) << "variance of channel " << c;
+      EXPECT_NEAR(got[0][size_t(c)], want[size_t(c)], 1e-6 * want[size_t(c)]) << "mean of channel " << c;
+      EXPECT_NEAR(got[0][size_t(C + c)], want[size_t(C + c)], 1e-5 * want[size_t(C + c)]) << "variance of channel " << c;
     }
   }
 }

@@ -32,6 +32,23 @@ inline tensorgrad::Tensor away_from_zero(const tensorgrad::Shape& s, std::mt1993
   return tensorgrad::Tensor::from_vector(v, s);
 }
 
+/// Per channel of values{rows, C} (channels last): the mean and the biased
+/// variance by two passes in double, {mean_0, ..., mean_C-1, var_0, ...}:
+/// the reference for the batch-statistics kernels.
+inline std::vector<double> two_pass_stats(const std::vector<float>& values, int64_t C) {
+  const int64_t rows = int64_t(values.size()) / C;
+  std::vector<double> out(size_t(2 * C), 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t r = 0; r < rows; ++r) mean += values[size_t(r * C + c)];
+    mean /= double(rows);
+    for (int64_t r = 0; r < rows; ++r) var += (values[size_t(r * C + c)] - mean) * (values[size_t(r * C + c)] - mean);
+    out[size_t(c)] = mean;
+    out[size_t(C + c)] = var / double(rows);
+  }
+  return out;
+}
+
 /// Runs f; succeeds when it throws exactly the tensorgrad::Error subclass E
 /// and the message contains every one of `words`.
 template <class E>
