@@ -213,10 +213,11 @@ void Executable::build() {
 }
 
 void Executable::bind_views() {
-  for (int32_t v : plan_.views) {
-    const Node& n = graph_.nodes()[size_t(v)];
-    char* input = static_cast<char*>(data_[size_t(n.inputs[0].id)]);
-    data_[size_t(v)] = input ? input + view_offset(graph_, n) : nullptr;
+  const auto& nodes = graph_.nodes();
+  for (size_t k = 0; k < plan_.views.size(); ++k) {
+    const size_t v = size_t(plan_.views[k]);
+    char* input = static_cast<char*>(data_[size_t(nodes[v].inputs[0].id)]);
+    data_[v] = input ? input + plan_.view_offsets[k] : nullptr;
   }
 }
 

@@ -33,17 +33,21 @@ class SlotAllocator {
   std::vector<std::pair<size_t, size_t>> used_;  // (offset, size), sorted by offset
   size_t high_ = 0;
 };
-}  // namespace
 
+// The bytes an op node's kernel writes just before its output, which its
+// memory slot holds too: a Conv2D's kBatchStatsOutput statistics
+// (batch_stats_side_floats floats); 0 for every other node.
 size_t side_output_bytes(const Node& n) {
   if (n.role != NodeRole::Op || n.op != OpKind::Conv2D || !(n.attrs.flags & kBatchStatsOutput)) return 0;
   return size_t(batch_stats_side_floats(n.shape[-1])) * sizeof(float);
 }
 
+// Where a view node's memory starts, in bytes from its input's.
 int64_t view_offset(const Graph& graph, const Node& view) {
   if (view.op != OpKind::AttachedBatchStats) return 0;
   return -int64_t(side_output_bytes(graph.node(view.inputs[0])));
 }
+}  // namespace
 
 MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
   const auto& nodes = graph.nodes();
@@ -82,8 +86,9 @@ MemoryPlan plan_memory(const Graph& graph, std::span<const Value> outputs) {
     const OpInfo& info = op_info(nodes[i].op);
     if (info.view) {
       const int64_t input = plan.offset[size_t(nodes[i].inputs[0].id)];  // -1 when the root is a leaf
-      plan.offset[i] = input < 0 ? -1 : input + view_offset(graph, nodes[i]);
       plan.views.push_back(int32_t(i));
+      plan.view_offsets.push_back(view_offset(graph, nodes[i]));
+      plan.offset[i] = input < 0 ? -1 : input + plan.view_offsets.back();
       continue;
     }
     plan.schedule.push_back(int32_t(i));

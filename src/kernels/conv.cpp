@@ -103,7 +103,7 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
               for (int64_t kx = 0; kx < win.kw; ++kx) {
                 const Vec w = load_vec(k + (ky * win.kw + kx) * F + f0);
                 const float* at = line + kx * win.dw;
-                if (n == kPixels) {
+                if (n == kPixels) {  // a constant count: unrolled, the sums in registers
                   for (int64_t j = 0; j < kPixels; ++j) acc[j] += broadcast_vec(at + j * win.sw) * w;
                 } else {
                   for (int64_t j = 0; j < n; ++j) acc[j] += broadcast_vec(at + j * win.sw) * w;
@@ -275,13 +275,13 @@ void filter_gradient_one_channel(const Window2D& win, const TensorRef& x, const 
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
   const float* px = x.f();
   const float* pg = g.f();
+  int64_t offset[kOneChannelMaxTaps];  // tap t's input value, from the window's corner
+  for (int64_t t = 0; t < taps; ++t) offset[t] = (t / win.kw) * win.dh * wp + (t % win.kw) * win.dw;
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
     thread_local std::vector<float> buffer;
     for (size_t s = s0; s < s1; ++s) {
       float* acc_out = s == 0 ? dkernel : parts + (int64_t(s) - 1) * taps * F;
       const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
-      int64_t offset[kOneChannelMaxTaps];  // tap t's input value, from the window's corner
-      for (int64_t t = 0; t < taps; ++t) offset[t] = (t / win.kw) * win.dh * wp + (t % win.kw) * win.dw;
       // With the tap count a constant (3x3) the sums stay in registers.
       auto run = [&](auto taps_c, int64_t f0) {
         constexpr int64_t kTaps = decltype(taps_c)::value;

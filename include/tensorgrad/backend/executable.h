@@ -103,7 +103,7 @@ class Executable {
 
  private:
   void build();  // checks, plans, allocates and lays out the steps
-  void bind_views();  // points every view node at its input's memory (view_offset)
+  void bind_views();  // points every view node at its input's memory (MemoryPlan::view_offsets)
 
   Graph graph_;
   std::vector<Value> outputs_;

@@ -141,20 +141,13 @@ class Graph final : public Builder {
   Value advanced_counter_;
 };
 
-/// The bytes an op node's kernel writes just before its output, which its
-/// memory slot holds too: a Conv2D's kBatchStatsOutput statistics
-/// (batch_stats_side_floats floats); 0 for every other node.
-size_t side_output_bytes(const Node& n);
-/// Where a view node's memory starts, in bytes from its input's: 0 (Reshape),
-/// or -side_output_bytes of the input (AttachedBatchStats: the side output
-/// just before it).
-int64_t view_offset(const Graph& graph, const Node& view);
-
 /// Where every node's memory goes when a graph runs.
 struct MemoryPlan {
   std::vector<int64_t> offset;    // byte offset in the arena; -1 when not in the arena
   std::vector<int32_t> schedule;  // nodes to run, in order (dead nodes pruned)
   std::vector<int32_t> views;     // view nodes (Reshape): no kernel, their input's memory
+  std::vector<int64_t> view_offsets;  // per view: where it starts, in bytes from its input's memory (0; or
+                                      // AttachedBatchStats: the statistics a Conv2D writes just before its output)
   size_t arena_bytes = 0;
 };
 
