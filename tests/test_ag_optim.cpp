@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -288,19 +289,57 @@ TEST(AgOptimClip, GradNormOverAllParameters) {
   a.set_grad(ag::tensor({3.0f, 4.0f}, Shape{2}));
   b.set_grad(ag::tensor({12.0f}, Shape{1}));
   // Total norm sqrt(9 + 16 + 144) = 13; coefficient 6.5 / (13 + 1e-6).
-  const float total = optim::clip_grad_norm_({a, b, c}, 6.5);
-  EXPECT_FLOAT_EQ(total, 13.0f);
+  const double total = optim::clip_grad_norm_({a, b, c}, 6.5);
+  EXPECT_NEAR(total, 13.0, 1e-6);
   const double coef = 6.5 / (13.0 + 1e-6);
   EXPECT_FLOAT_EQ(a.grad().to_vector()[0], float(3.0 * coef));
   EXPECT_FLOAT_EQ(a.grad().to_vector()[1], float(4.0 * coef));
   EXPECT_FLOAT_EQ(b.grad().to_vector()[0], float(12.0 * coef));
   EXPECT_FALSE(c.grad().defined());
   // Below the threshold: unchanged.
-  const float again = optim::clip_grad_norm_({a, b}, 100.0);
-  EXPECT_NEAR(again, 6.5f, 1e-5f);
+  const double again = optim::clip_grad_norm_({a, b}, 100.0);
+  EXPECT_NEAR(again, 6.5, 1e-5);
   EXPECT_FLOAT_EQ(b.grad().to_vector()[0], float(12.0 * coef));
-  EXPECT_EQ(optim::clip_grad_norm_({c}, 1.0), 0.0f);
+  EXPECT_EQ(optim::clip_grad_norm_({c}, 1.0), 0.0);
   EXPECT_TRUE(throws<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 1.0); }, {"norm_type", "only", "2"}));
+}
+
+// Gradients whose squares overflow float32 (1e20^2 = 1e40) clip right: a
+// hundred entries of 1e20 have norm 1e21, and at max norm 1 each becomes
+// 0.1 (their squares were summed into a float32 and the norm came out inf).
+TEST(AgOptimClip, LargeFiniteGradientsKeepTheirNorm) {
+  ag::Tensor a = ag::zeros(Shape{60}, {.requires_grad = true}), b = ag::zeros(Shape{40}, {.requires_grad = true});
+  a.set_grad(ag::tensor(std::vector<float>(60, 1e20f), Shape{60}));
+  b.set_grad(ag::tensor(std::vector<float>(40, -1e20f), Shape{40}));
+  const double total = optim::clip_grad_norm_({a, b}, 1.0);
+  EXPECT_NEAR(total / 1e21, 1.0, 1e-6);
+  for (float g : a.grad().to_vector()) EXPECT_NEAR(g, 0.1f, 1e-7f);
+  for (float g : b.grad().to_vector()) EXPECT_NEAR(g, -0.1f, 1e-7f);
+  // Near float32's largest: the norm (3e39) is past float32 and still returned.
+  ag::Tensor c = ag::zeros(Shape{100}, {.requires_grad = true});
+  c.set_grad(ag::tensor(std::vector<float>(100, 3e38f), Shape{100}));
+  EXPECT_NEAR(optim::clip_grad_norm_({c}, 3e38) / 3e39, 1.0, 1e-6);
+  for (float g : c.grad().to_vector()) EXPECT_NEAR(g / 3e37f, 1.0f, 1e-5f);
+}
+
+// A non-finite total norm: PyTorch's result by default (coefficient 0 for
+// inf: finite gradients 0, the infinite one NaN; NaN for NaN), or with
+// error_if_nonfinite a ValueError that leaves the gradients alone.
+TEST(AgOptimClip, NonFiniteNormFollowsPyTorch) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  ag::Tensor a = ag::zeros(Shape{2}, {.requires_grad = true});
+  a.set_grad(ag::tensor({3.0f, inf}, Shape{2}));
+  EXPECT_TRUE(throws<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 2.0, true); },
+                                 {"clip_grad_norm_: the total norm of order 2 of the gradients is inf",
+                                  "error_if_nonfinite = false"}));
+  EXPECT_EQ(a.grad().to_vector()[0], 3.0f);
+  EXPECT_TRUE(std::isinf(optim::clip_grad_norm_({a}, 1.0)));
+  EXPECT_EQ(a.grad().to_vector()[0], 0.0f);
+  EXPECT_TRUE(std::isnan(a.grad().to_vector()[1]));
+  a.set_grad(ag::tensor({3.0f, nan}, Shape{2}));
+  EXPECT_TRUE(throws<ValueError>([&] { optim::clip_grad_norm_({a}, 1.0, 2.0, true); }, {"is nan"}));
+  EXPECT_TRUE(std::isnan(optim::clip_grad_norm_({a}, 1.0)));
+  for (float g : a.grad().to_vector()) EXPECT_TRUE(std::isnan(g));
 }
 
 TEST(AgOptimClip, GradValue) {

@@ -434,6 +434,53 @@ TEST(Optimizers, ClipOpsOnHandNumbers) {
   EXPECT_TRUE(std::isnan(inf[1]));
   for (uint32_t flags : {0u, uint32_t(kClipNormEps)})
     for (float v : clip(OpKind::ClipNorm, 1.0f, flags, {3, NAN})) EXPECT_TRUE(std::isnan(v));
+  // The model API's rule (TensorFlow's clip_by_global_norm): a non-finite
+  // norm makes every gradient NaN.
+  for (uint32_t flags : {uint32_t(kNonFiniteNormToNaN), uint32_t(kClipNormEps | kNonFiniteNormToNaN)})
+    for (const std::vector<float>& g : {std::vector<float>{3, INFINITY}, std::vector<float>{3, NAN}})
+      for (float v : clip(OpKind::ClipNorm, 1.0f, flags, g)) EXPECT_TRUE(std::isnan(v));
+  // Squares past float32's range: {3e20, -4e20} has norm 5e20.
+  const std::vector<float> big = clip(OpKind::ClipNorm, 1.0f, 0, {3e20f, -4e20f});
+  EXPECT_FLOAT_EQ(big[0], 0.6f);
+  EXPECT_FLOAT_EQ(big[1], -0.8f);
+}
+
+// With clipnorm or global_clipnorm in fit, a weight of 1e10 whose gradient
+// is 2e20 moves by the clipped step (its squared norm, 4e40, overflowed
+// float32 to inf, the scale became 0 and the update was lost); a gradient
+// that is inf makes the weight NaN (TensorFlow's rule), which TerminateOnNaN
+// then sees, and the rule is logged.
+TEST(Optimizers, ClippingKeepsLargeFiniteGradientsAndMarksInfiniteOnes) {
+  std::vector<std::string> logged;
+  for (bool global : {false, true}) {
+    SCOPED_TRACE(global ? "global_clipnorm" : "clipnorm");
+    OptimizerSpec spec = OptimizerSpec::sgd(1e6f);
+    (global ? spec.global_clipnorm : spec.clipnorm) = 1.0f;
+    Sequential m({1});
+    m.add(Dense(1, "linear", false));
+    m.compile(spec, "mse");
+    m.weights()[0].value.data<float>()[0] = 1e10f;
+    // y = w x = 1e15 against 0: dL/dw = 2 y x = 2e20, clipped to 1; w -= 1e6.
+    nn::FitOptions o;
+    o.verbose = 0;
+    o.batch_size = 1;
+    m.fit(Tensor::from_vector(std::vector<float>{1e5f}, {1, 1}), Tensor::zeros({1, 1}), o);
+    EXPECT_FLOAT_EQ(m.weights()[0].value.data<float>()[0], 1e10f - 1e6f);
+
+    set_log_handler([&](LogLevel, const std::string& s) { logged.push_back(s); });
+    m.weights()[0].value.data<float>()[0] = 1e30f;  // y = 1e35: the squared error overflows, the gradient is inf
+    m.fit(Tensor::from_vector(std::vector<float>{1e5f}, {1, 1}), Tensor::zeros({1, 1}), o);
+    set_log_handler(nullptr);
+    EXPECT_TRUE(std::isnan(m.weights()[0].value.data<float>()[0]));
+  }
+  // Logged once per process: here, when this test runs in a process of its
+  // own (as CTest runs it); never twice.
+  size_t said = 0;
+  for (const std::string& s : logged)
+    said += s.find("gradient clipping: the gradient norm is inf; the gradients are set to NaN") != std::string::npos;
+  EXPECT_LE(said, 1u);
+  if (::testing::GTEST_FLAG(filter) == "Optimizers.ClippingKeepsLargeFiniteGradientsAndMarksInfiniteOnes")
+    EXPECT_EQ(said, 1u);
 }
 
 // A hook that throws cancels the update and drops the period's (clipped)

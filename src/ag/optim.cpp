@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ag/autograd.h"
+#include "ops/norm_pair.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/op.h"
 
@@ -568,25 +569,31 @@ double LambdaLR::lr_at(size_t g, int64_t epoch) const { return base_lrs()[g] * l
 
 // ---------------------------------------------------------------- clipping
 
-float clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   if (norm_type != 2.0)
     throw ValueError("clip_grad_norm_: only norm_type 2 is built; got " + num(norm_type));
   if (!(max_norm >= 0.0)) throw ValueError("clip_grad_norm_: max_norm must be >= 0; got " + num(max_norm));
   std::vector<tensorgrad::Tensor> grads;
   for (const Tensor& p : params)
     if (p.defined() && p.grad().defined()) grads.push_back(p.grad().data());
-  if (grads.empty()) return 0.0f;
-  double total = 0.0;
-  for (const tensorgrad::Tensor& g : grads) {
-    const tensorgrad::Tensor sq = detail::run_op(OpKind::SquaredNorm, OpAttrs{}, {&g, 1});
-    total += double(sq.item());
+  if (grads.empty()) return 0.0;
+  // One SquaredNorm pair over every gradient, each one's squares added in double.
+  tensorgrad::Tensor squared = detail::run_op(OpKind::SquaredNorm, OpAttrs{}, {&grads[0], 1});
+  for (size_t i = 1; i < grads.size(); ++i) {
+    const tensorgrad::Tensor in[2] = {grads[i], squared};
+    squared = detail::run_op(OpKind::SquaredNorm, OpAttrs{}, in);
   }
-  const tensorgrad::Tensor squared = tensorgrad::Tensor::full(Shape{}, float(total));
+  const std::vector<float> pair = squared.to_vector();
+  const double total = norm_of_norm_pair(pair.data());
+  if (error_if_nonfinite && !std::isfinite(total))
+    throw ValueError("clip_grad_norm_: the total norm of order 2 of the gradients is " + num(total) +
+                     ", so they cannot be clipped; to scale them by the non-finite norm anyway (PyTorch's result), "
+                     "pass error_if_nonfinite = false");
   OpAttrs at;
   at.scale = float(max_norm);
   at.flags = kClipNormEps;
   for (const tensorgrad::Tensor& g : grads) run_in_place(OpKind::ClipNorm, at, {g, squared});
-  return float(std::sqrt(double(float(total))));
+  return total;
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {

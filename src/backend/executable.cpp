@@ -1,5 +1,6 @@
 #include "tensorgrad/backend/executable.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -50,31 +51,22 @@ struct OpProfile {
 };
 OpProfile g_profile;
 
-double node_flops(const Graph& g, const Node& n) {
-  Shape in[Node::kMaxInputs];
-  for (int k = 0; k < n.n_inputs; ++k) in[k] = g.node(n.inputs[size_t(k)]).shape;
-  return kernels::op_flops(n.op, n.attrs, {in, size_t(n.n_inputs)}, n.shape);
+// n's input shapes, in `in`.
+std::span<const Shape> input_shapes(const Graph& g, const Node& n, std::array<Shape, Node::kMaxInputs>& in) {
+  for (int k = 0; k < n.n_inputs; ++k) in[size_t(k)] = g.node(n.inputs[size_t(k)]).shape;
+  return {in.data(), size_t(n.n_inputs)};
 }
 
-// The multiply-adds of a product-like kernel, twice (0 for the others,
-// whose cost is their bytes): MatMul, AccumulateGrad's product form and the
-// recurrent sequences as kernels::op_flops (the dispatch's count), and a
-// convolution and its two backward kernels as 2 (outputs of the forward)
-// kh kw C, which op_flops counts as their outputs only.
+double node_flops(const Graph& g, const Node& n) {
+  std::array<Shape, Node::kMaxInputs> in;
+  return kernels::op_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
+}
+
+// The profile's flops: the product-like kernels' (kernels::product_flops,
+// the count the threading decision uses); the other ops' cost is their bytes.
 double profile_flops(const Graph& g, const Node& n) {
-  auto shape = [&](int k) -> const Shape& { return g.node(n.inputs[size_t(k)]).shape; };
-  const OpKind op = n.op;
-  if (op == OpKind::MatMul || op == OpKind::LstmSequence || op == OpKind::GruSequence ||
-      op == OpKind::LstmSequenceBackward || op == OpKind::GruSequenceBackward)
-    return node_flops(g, n);
-  if (op == OpKind::AccumulateGrad && n.n_inputs == 3) {
-    const Shape product[2] = {shape(1), shape(2)};
-    return kernels::op_flops(OpKind::MatMul, n.attrs, product, n.shape);
-  }
-  if (op == OpKind::Conv2D) return 2.0 * double(n.shape.numel()) * double(shape(1).numel() / shape(1)[3]);
-  if (op == OpKind::Conv2DBackwardInput) return 2.0 * double(shape(0).numel()) * double(shape(1).numel() / shape(1)[3]);
-  if (op == OpKind::Conv2DBackwardFilter) return 2.0 * double(shape(1).numel()) * double(n.shape.numel() / n.shape[3]);
-  return 0.0;  // the other ops, element-wise or reductions: their bytes are their cost
+  std::array<Shape, Node::kMaxInputs> in;
+  return kernels::product_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
 }
 
 double profile_bytes(const Graph& g, const Node& n) {

@@ -43,6 +43,13 @@ ComputePool::ComputePool(int threads) : threads_(threads) {
 
 ComputePool::~ComputePool() = default;
 
+int ComputePool::current_slot() {
+  const int slot = tbb::this_task_arena::current_thread_index();
+  return slot < 0 ? 0 : slot;  // tbb::task_arena::not_initialized outside an arena
+}
+
+int ComputePool::slots_here() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
+
 void ComputePool::parallelize(size_t n, size_t tile, void (*fn)(void*, size_t, size_t), void* ctx) {
   const size_t tiles = (n + tile - 1) / tile;
   // simple_partitioner with grain 1 splits down to single tiles, so the

@@ -31,6 +31,13 @@ class ComputePool {
   /// of [0, n), on the calling thread and the workers, and returns when all
   /// have run. fn must not throw. Allocates nothing after the first calls.
   void parallelize(size_t n, size_t tile, void (*fn)(void*, size_t, size_t), void* ctx);
+  /// The calling thread's slot while it runs one of parallelize's tiles:
+  /// 0 .. threads() - 1, never the same for two threads running tiles of
+  /// one pool at once; 0 on a thread outside every pool (the inline path).
+  static int current_slot();
+  /// The slots current_slot() may return on the calling thread when a
+  /// kernel runs there without a pool (it may sit in another oneTBB arena).
+  static int slots_here();
 
  private:
   struct Arena;

@@ -2,7 +2,6 @@
 // the mixed_bfloat16 policy on CPUs that have them. Compiled for any x86-64
 // target: the tile instructions sit in functions marked for AMX, which run
 // only after cpu_has_amx_bf16() said yes.
-#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/bfloat16.h"
+#include "kernels/cpu_features.h"
 
 namespace tensorgrad::kernels {
 
@@ -43,13 +43,9 @@ __attribute__((target("amx-tile"))) void configure_tiles() { _tile_loadconfig(&k
 }  // namespace
 
 bool cpu_has_amx_bf16() {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
-    return amx_bf16 && amx_tile && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
-  }();
-  return has;
+  if (cpu_path() != CpuPath::kAmx) return false;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  return granted;
 }
 
 __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_bf16(const bf16* a, const bf16* b, int64_t np, float* c,

@@ -138,7 +138,7 @@ void inverse_std(const float* stats, int64_t C, float eps, std::vector<float>& i
 
 // The gradient a folded ReLU passes on: g where the forward's value before
 // the ReLU (x a + b) is > 0, else 0, as ReluBackward gives it from y.
-inline float relu_masked(float x, float g, float a, float b) { return affine(x, a, b) > 0.0f ? g : 0.0f; }
+inline float relu_masked(float x, float g, float a, float b) { return relu_pass(affine(x, a, b), g); }
 
 // Runs body(std::true_type) when `relu`, else body(std::false_type): the
 // row loops are compiled once with the mask and once without.
@@ -178,7 +178,7 @@ void param_grad_sums(const float* px, const float* pg, const float* mean, const 
       // g kept where the forward's x a + b > 0; +0.0 elsewhere, as relu_masked's 0.0f
       __mmask16 keep = 0xFFFF;
       if constexpr (kMasked)
-        keep = _mm512_cmp_ps_mask(_mm512_fmadd_ps(_mm512_loadu_ps(xr), va, vb), _mm512_setzero_ps(), _CMP_GT_OQ);
+        keep = _mm512_cmp_ps_mask(_mm512_fmadd_ps(_mm512_loadu_ps(xr), va, vb), _mm512_setzero_ps(), _CMP_NLE_UQ);
       const __m512d g_lo = _mm512_maskz_cvtps_pd(__mmask8(keep), _mm256_loadu_ps(gr)),
                     g_hi = _mm512_maskz_cvtps_pd(__mmask8(keep >> 8), _mm256_loadu_ps(gr + 8));
       const __m512d d_lo = widen(_mm256_sub_ps(_mm256_loadu_ps(xr), m_lo)),
@@ -214,7 +214,7 @@ void param_grad_sums(const float* px, const float* pg, const float* mean, const 
         __m256 g = _mm256_loadu_ps(pg + r * C + c0 + 8 * h);
         // +0.0 where masked, as relu_masked's 0.0f
         if constexpr (kMasked)
-          g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_fmadd_ps(x, va[h], vb[h]), _mm256_setzero_ps(), _CMP_GT_OQ));
+          g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_fmadd_ps(x, va[h], vb[h]), _mm256_setzero_ps(), _CMP_NLE_UQ));
         const __m256 d = _mm256_sub_ps(x, m[h]);
         const __m256d g_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g)), g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
         const __m256d d_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(d)), d_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(d, 1));
@@ -309,7 +309,7 @@ void batch_norm(const OpAttrs& at, std::span<const TensorRef> in, const TensorRe
         if (relu) {
           for (int64_t c = 0; c < C; ++c) {
             const float v = affine(xr[c], pa[c], pb[c]) + sr[c];
-            o[c] = v > 0.0f ? v : 0.0f;
+            o[c] = relu_value(v);
           }
         } else {
           for (int64_t c = 0; c < C; ++c) o[c] = affine(xr[c], pa[c], pb[c]) + sr[c];
@@ -317,7 +317,7 @@ void batch_norm(const OpAttrs& at, std::span<const TensorRef> in, const TensorRe
       } else if (relu) {
         for (int64_t c = 0; c < C; ++c) {
           const float v = affine(xr[c], pa[c], pb[c]);
-          o[c] = v > 0.0f ? v : 0.0f;
+          o[c] = relu_value(v);
         }
       } else {
         for (int64_t c = 0; c < C; ++c) o[c] = affine(xr[c], pa[c], pb[c]);

@@ -176,26 +176,16 @@ struct BatchReduceGemm {
   }
 };
 
-// The first n elements of `buffer` from a 64-byte boundary (one cache line,
-// one AVX-512 register), growing it as needed: vector stores that straddle
-// two lines cost twice.
-template <class T>
-inline T* aligned64(std::vector<T>& buffer, size_t n) {
-  const size_t slack = 64 / sizeof(T);
-  if (buffer.size() < n + slack) buffer.resize(n + slack);
-  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
-  return buffer.data() + ((64 - address % 64) % 64) / sizeof(T);
-}
-
 // Image {h, w, c} in the middle of a zeroed {hp, wp, cp} buffer at (top,
 // left), channels c..cp-1 zero: as float32 (cp = c; the image itself when
-// there is nothing to pad) or rounded to bfloat16.
+// there is nothing to pad) or rounded to bfloat16. base: hp wp cp elements
+// (a SlotBuffers slot), 64-byte aligned: vector stores that straddle two
+// cache lines cost twice.
 template <class T>
 inline const T* padded(const float* img, int64_t h, int64_t w, int64_t c, int64_t hp, int64_t wp, int64_t top,
-                       int64_t left, int64_t cp, std::vector<T>& buffer) {
+                       int64_t left, int64_t cp, T* base) {
   if constexpr (std::is_same_v<T, float>)
     if (hp == h && wp == w) return img;
-  T* base = aligned64(buffer, size_t(hp * wp * cp));
   // Only the frame is zeroed: the image's pixels are written once.
   const int64_t row = wp * cp;
   std::fill(base, base + top * row, T(0));

@@ -4,17 +4,12 @@
 
 #include <algorithm>
 
+#include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
 
 namespace tensorgrad::kernels {
 
-bool cpu_has_bf16() {
-  static const bool has = [] {
-    init_xsmm();
-    return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512_CPX;
-  }();
-  return has;
-}
+bool cpu_has_bf16() { return int(cpu_path()) >= int(CpuPath::kAvx512Bf16); }
 
 namespace {
 // Transposing packs go in square tiles so that both the strided reads and

@@ -14,7 +14,8 @@ namespace tensorgrad::kernels {
 using bf16 = libxsmm_bfloat16;
 
 /// Whether libxsmm generates AVX512-BF16 code on this CPU (its target is
-/// Cooper Lake or later; AMD Zen 4 and 5 count). Decided once per process.
+/// Cooper Lake or later; AMD Zen 4 and 5 count) and TENSORGRAD_CPU does not
+/// ask for less (cpu_path()). Decided once per process.
 bool cpu_has_bf16();
 
 /// Round to nearest even, as the CPU's vcvtneps2bf16; a NaN stays a NaN
@@ -63,7 +64,8 @@ void pack_vnni_bf16(const float* b, int64_t ldb, bool trans, int64_t k, int64_t 
 /// f(b_packed, a, c). Null when libxsmm has none for the shape.
 libxsmm_bsmmfunction bf16_gemm_kernel(int64_t m, int64_t n, int64_t kp, int64_t lda, int64_t ldc, float beta);
 
-/// Whether this CPU has AMX-BF16 tiles (Sapphire Rapids and later) and the
+/// Whether this CPU has AMX-BF16 tiles (Sapphire Rapids and later),
+/// TENSORGRAD_CPU does not ask for less (cpu_path()), and the
 /// kernel grants this process their state (Linux's ARCH_REQ_XCOMP_PERM,
 /// since 5.16), asked at the first call: only the mixed_bfloat16 policy and
 /// bfloat16_convolutions_supported() call it, so a float32 program never

@@ -35,12 +35,17 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
   const float* px = x.f();
   float* py = y.f();
+  thread_local SlotBuffers<T> images_tl;  // the caller's: a padded image per worker slot
+  thread_local SlotBuffers<const T*> tap_rows_tl;  // and the taps' rows
+  thread_local std::vector<const T*> w;  // the caller's; the workers only read it
+  const auto images = images_tl.prepare(ctx.pool, size_t(hp * wp * cp));
+  const auto tap_rows = tap_rows_tl.prepare(ctx.pool, size_t(taps));
+  w.resize(size_t(taps));
+  for (int64_t t = 0; t < taps; ++t) w[size_t(t)] = taps_data + t * cp * F;
+  const T* const* const tap_weights = w.data();  // named in the task, `w` would be the worker's own
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<T> buffer;
-    thread_local std::vector<const T*> a, w;
-    a.resize(size_t(taps));
-    w.resize(size_t(taps));
-    for (int64_t t = 0; t < taps; ++t) w[size_t(t)] = taps_data + t * cp * F;
+    T* const buffer = images.mine();
+    const T** const a = tap_rows.mine();
     for (size_t b = b0; b < b1; ++b) {
       const T* img = padded<T>(px + int64_t(b) * H * W * C, H, W, C, hp, wp, win.pad_top, win.pad_left, cp, buffer);
       for (int64_t oy = 0; oy < Ho; ++oy) {
@@ -48,12 +53,12 @@ void conv2d_rows(const Window2D& win, const TensorRef& x, const T* taps_data, in
           for (int64_t kx = 0; kx < win.kw; ++kx)
             a[size_t(ky * win.kw + kx)] = img + ((oy * win.sh + ky * win.dh) * wp + kx * win.dw) * cp;
         float* row = py + ((int64_t(b) * Ho + oy) * Wo) * F;
-        gemm_rows.run(Wo, a.data(), w.data(), taps, row, win.sw * cp);
+        gemm_rows.run(Wo, a, tap_weights, taps, row, win.sw * cp);
         if (bias)
           for (int64_t p = 0; p < Wo; ++p)
             for (int64_t f = 0; f < F; ++f) row[p * F + f] += bias[f];
         if (relu)
-          for (int64_t i = 0; i < Wo * F; ++i) row[i] = row[i] > 0.0f ? row[i] : 0.0f;
+          for (int64_t i = 0; i < Wo * F; ++i) row[i] = relu_value(row[i]);
       }
       if (image_sums)
         image_stats_sums(py + int64_t(b) * Ho * Wo * F, Ho * Wo, F, image_sums + int64_t(b) * 2 * F);
@@ -86,8 +91,10 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
   const int64_t hp = H + win.pad_top + win.pad_bottom, wp = W + win.pad_left + win.pad_right;
   const float* px = x.f();
   float* py = y.f();
+  thread_local SlotBuffers<float> images_tl;  // the caller's: a padded image per worker slot
+  const auto images = images_tl.prepare(ctx.pool, size_t(hp * wp));
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> buffer;
+    float* const buffer = images.mine();
     for (size_t b = b0; b < b1; ++b) {
       const float* img = padded<float>(px + int64_t(b) * H * W, H, W, 1, hp, wp, win.pad_top, win.pad_left, 1, buffer);
       float* out = py + int64_t(b) * Ho * Wo * F;
@@ -113,7 +120,7 @@ void conv2d_one_channel(const Window2D& win, const TensorRef& x, const float* k,
             for (int64_t j = 0; j < n; ++j) {
               Vec v = acc[j];
               if (bias) v += load_vec(bias + f0);  // after the sum, as the other kernels add it
-              if (relu) v = v > Vec{} ? v : Vec{};
+              if (relu) v = v <= Vec{} ? Vec{} : v;  // NaN kept, as relu_value
               store_vec(row + (ox0 + j) * F + f0, v);
             }
           }
@@ -132,7 +139,7 @@ void finish_row(float* dx, const float* addend, const float* mask, int64_t n) {
   if (addend)
     for (int64_t i = 0; i < n; ++i) dx[i] += addend[i];
   if (mask)
-    for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] > 0.0f ? dx[i] : 0.0f;
+    for (int64_t i = 0; i < n; ++i) dx[i] = relu_pass(mask[i], dx[i]);
 }
 
 // The input gradient of a unit-stride convolution: dx[iy, ix] = sum over
@@ -151,11 +158,15 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
   const int64_t wq = std::max(W + win.pad_left + reach_w, reach_w + Wo);
   const float* pg = g.f();
   float* pdx = dx.f();
+  thread_local SlotBuffers<T> images_tl;  // the caller's: a padded gradient image per worker slot
+  thread_local SlotBuffers<const T*> tap_rows_tl, tap_weights_tl;  // and the taps' rows and weights
+  const auto images = images_tl.prepare(ctx.pool, size_t(hq * wq * fp));
+  const auto tap_rows = tap_rows_tl.prepare(ctx.pool, size_t(taps));
+  const auto tap_weights = tap_weights_tl.prepare(ctx.pool, size_t(taps));
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<T> buffer;
-    thread_local std::vector<const T*> a, w;
-    a.resize(size_t(taps));
-    w.resize(size_t(taps));
+    T* const buffer = images.mine();
+    const T** const a = tap_rows.mine();
+    const T** const w = tap_weights.mine();
     for (size_t b = b0; b < b1; ++b) {
       const T* gp = padded<T>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, hq, wq, reach_h, reach_w, fp, buffer);
       for (int64_t iy = 0; iy < H; ++iy) {
@@ -168,7 +179,7 @@ void conv2d_input_rows(const Window2D& win, const TensorRef& g, const T* taps_t,
             ++n;
           }
         float* row = pdx + ((int64_t(b) * H + iy) * W) * C;
-        gemm_rows.run(W, a.data(), w.data(), taps, row, fp);
+        gemm_rows.run(W, a, w, taps, row, fp);
         const int64_t at = ((int64_t(b) * H + iy) * W) * C;
         finish_row(row, addend ? addend + at : nullptr, mask ? mask + at : nullptr, W * C);
       }
@@ -227,11 +238,15 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
   const BatchReduceGemm<float>* phase_gemm = gemms.data();
   const float* pg = g.f();
   float* pdx = dx.f();
+  thread_local SlotBuffers<float> images_tl;  // a padded gradient image per worker slot
+  thread_local SlotBuffers<const float*> tap_rows_tl, tap_weights_tl;  // and the taps' rows and weights
+  const auto images = images_tl.prepare(ctx.pool, size_t(Ho * wq * F));
+  const auto tap_rows = tap_rows_tl.prepare(ctx.pool, size_t(win.kh * win.kw));
+  const auto tap_weights = tap_weights_tl.prepare(ctx.pool, size_t(win.kh * win.kw));
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> buffer;
-    thread_local std::vector<const float*> a, w;
-    a.resize(size_t(win.kh * win.kw));
-    w.resize(size_t(win.kh * win.kw));
+    float* const buffer = images.mine();
+    const float** const a = tap_rows.mine();
+    const float** const w = tap_weights.mine();
     for (size_t b = b0; b < b1; ++b) {
       const float* gp = padded<float>(pg + int64_t(b) * Ho * Wo * F, Ho, Wo, F, Ho, wq, 0, left, F, buffer);
       for (int64_t iy = 0; iy < H; ++iy) {
@@ -249,7 +264,7 @@ void conv2d_input_phases(const Window2D& win, const TensorRef& g, const float* t
           }
           const int64_t m = phase_pixels[r];
           if (n > 0) {
-            phase_gemm[r].run(m, a.data(), w.data(), n, row + r * C, F);
+            phase_gemm[r].run(m, a, w, n, row + r * C, F);
           } else {
             for (int64_t j = 0; j < m; ++j) std::fill_n(row + (r + j * win.sw) * C, C, 0.0f);
           }
@@ -277,8 +292,10 @@ void filter_gradient_one_channel(const Window2D& win, const TensorRef& x, const 
   const float* pg = g.f();
   int64_t offset[kOneChannelMaxTaps];  // tap t's input value, from the window's corner
   for (int64_t t = 0; t < taps; ++t) offset[t] = (t / win.kw) * win.dh * wp + (t % win.kw) * win.dw;
+  thread_local SlotBuffers<float> images_tl;  // the caller's: a padded image per worker slot
+  const auto images = images_tl.prepare(ctx.pool, size_t(hp * wp));
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-    thread_local std::vector<float> buffer;
+    float* const buffer = images.mine();
     for (size_t s = s0; s < s1; ++s) {
       float* acc_out = s == 0 ? dkernel : parts + (int64_t(s) - 1) * taps * F;
       const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
@@ -337,25 +354,32 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
   // Rows of the A operands: the taps' windows (few channels), else channels of the transposed image.
   const BatchReduceGemm<T> gemm_rows(few ? K : C, F, wo, few ? Ho * wo : plane, F, F, 1.0f);
   if (kBf16 && !gemm_rows.complete(few ? K : C)) return false;
+  // The caller's: per worker slot the image's planes, the taps' windows (few
+  // channels), g's rows in pairs (bfloat16) and the rows' pointers.
+  thread_local SlotBuffers<T> plane_slots_tl, window_slots_tl, pair_slots_tl;
+  thread_local SlotBuffers<const T*> a_slots_tl, b_slots_tl;
+  const auto plane_slots = plane_slots_tl.prepare(ctx.pool, size_t(C * plane));
+  const auto window_slots = window_slots_tl.prepare(ctx.pool, size_t(few ? K * Ho * wo : 0));
+  const auto pair_slots = pair_slots_tl.prepare(ctx.pool, size_t(kBf16 ? Ho * wo * F : 0));
+  const auto a_slots = a_slots_tl.prepare(ctx.pool, size_t(Ho));
+  const auto b_slots = b_slots_tl.prepare(ctx.pool, size_t(Ho));
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-    thread_local std::vector<T> planes, window_rows, g_pairs;
-    thread_local std::vector<const T*> a, b_rows;
-    planes.resize(size_t(C * plane));
-    if (few) window_rows.resize(size_t(K * Ho * wo));
-    if constexpr (kBf16) g_pairs.resize(size_t(Ho * wo * F));
-    a.resize(size_t(Ho));
-    b_rows.resize(size_t(Ho));
+    T* const planes = plane_slots.mine();
+    T* const window_rows = few ? window_slots.mine() : nullptr;
+    T* const g_pairs = kBf16 ? pair_slots.mine() : nullptr;
+    const T** const a = a_slots.mine();
+    const T** const b_rows = b_slots.mine();
     for (size_t s = s0; s < s1; ++s) {
       float* acc = s == 0 ? dkernel : parts + (int64_t(s) - 1) * K * F;
       std::fill(acc, acc + K * F, 0.0f);
       const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
       for (int64_t b = first; b < last; ++b) {
-        std::fill(planes.begin(), planes.end(), T(0));
+        std::fill(planes, planes + C * plane, T(0));
         const float* img = px + b * H * W * C;
         for (int64_t y = 0; y < H; ++y)
           for (int64_t x0 = 0; x0 < W; ++x0) {
             const float* pixel = img + (y * W + x0) * C;
-            T* dst = planes.data() + (y + win.pad_top) * wp + x0 + win.pad_left;
+            T* dst = planes + (y + win.pad_top) * wp + x0 + win.pad_left;
             for (int64_t c = 0; c < C; ++c) {
               if constexpr (kBf16) dst[c * plane] = to_bf16(pixel[c]);
               else dst[c * plane] = pixel[c];
@@ -364,8 +388,8 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
         const float* gb = pg + b * Ho * Wo * F;
         for (int64_t oy = 0; oy < Ho; ++oy) {
           if constexpr (kBf16) {
-            pack_vnni_bf16(gb + oy * Wo * F, F, false, Wo, F, g_pairs.data() + oy * wo * F);
-            b_rows[size_t(oy)] = g_pairs.data() + oy * wo * F;
+            pack_vnni_bf16(gb + oy * Wo * F, F, false, Wo, F, g_pairs + oy * wo * F);
+            b_rows[size_t(oy)] = g_pairs + oy * wo * F;
           } else {
             b_rows[size_t(oy)] = gb + oy * Wo * F;
           }
@@ -378,20 +402,20 @@ bool filter_gradient_rows(const Window2D& win, const TensorRef& x, const TensorR
           for (int64_t ky = 0; ky < win.kh; ++ky)
             for (int64_t kx = 0; kx < win.kw; ++kx)
               for (int64_t c = 0; c < C; ++c) {
-                T* row = window_rows.data() + ((ky * win.kw + kx) * C + c) * Ho * wo;
+                T* row = window_rows + ((ky * win.kw + kx) * C + c) * Ho * wo;
                 for (int64_t oy = 0; oy < Ho; ++oy)
-                  std::memcpy(row + oy * wo, planes.data() + c * plane + (oy * win.sh + ky * win.dh) * wp + kx * win.dw,
+                  std::memcpy(row + oy * wo, planes + c * plane + (oy * win.sh + ky * win.dh) * wp + kx * win.dw,
                               size_t(wo) * sizeof(T));
               }
-          for (int64_t oy = 0; oy < Ho; ++oy) a[size_t(oy)] = window_rows.data() + oy * wo;
-          gemm_rows.run(K, a.data(), b_rows.data(), Ho, acc, Ho * wo);
+          for (int64_t oy = 0; oy < Ho; ++oy) a[size_t(oy)] = window_rows + oy * wo;
+          gemm_rows.run(K, a, b_rows, Ho, acc, Ho * wo);
           continue;
         }
         for (int64_t ky = 0; ky < win.kh; ++ky)
           for (int64_t kx = 0; kx < win.kw; ++kx) {
             for (int64_t oy = 0; oy < Ho; ++oy)
-              a[size_t(oy)] = planes.data() + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
-            gemm_rows.run(C, a.data(), b_rows.data(), Ho, acc + (ky * win.kw + kx) * C * F, plane);
+              a[size_t(oy)] = planes + (oy * win.sh + ky * win.dh) * wp + kx * win.dw;
+            gemm_rows.run(C, a, b_rows, Ho, acc + (ky * win.kw + kx) * C * F, plane);
           }
       }
     }
@@ -468,8 +492,6 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
                             const KernelContext& ctx) {
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
-  if (!(ctx.bf16 && bf16_convolutions()) && winograd_filter_applies(win, C, F, Ho, Wo))
-    return winograd_conv2d_backward_filter(win, x, g, dkernel, ctx);
   const float* px = x.f();
   const float* pg = g.f();
   // One accumulator per slice of the batch, summed at the end in order. The
@@ -486,28 +508,39 @@ void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const Tenso
   thread_local std::vector<float> partial;  // the caller's; each worker writes its own slice
   partial.resize(size_t(std::max<int64_t>(slices - 1, 0) * K * F));
   float* parts = partial.data();  // named in the task, `partial` would be each worker's own
-  if (one_channel_kernel_applies(win, C, F)) {
+  // Under mixed_bfloat16 the bfloat16 rows run where they pay and libxsmm
+  // has their kernel; every other case takes the float32 backend's path
+  // (Winograd included), so the policy's float32 fallback gives the float32
+  // backend's bits.
+  const bool one_channel = one_channel_kernel_applies(win, C, F);
+  const bool in_bf16 = ctx.bf16 && bf16_convolutions() && win.sw == 1 && !one_channel &&
+                       bf16_pays(C < kFewChannels ? K : C, F, Wo) &&
+                       filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx);
+  if (!in_bf16 && winograd_filter_applies(win, C, F, Ho, Wo))
+    return winograd_conv2d_backward_filter(win, x, g, dkernel, ctx);
+  if (in_bf16) {
+    // the bfloat16 rows are done
+  } else if (one_channel) {
     // float32 under both policies
     filter_gradient_one_channel(win, x, g, dkernel.f(), parts, slices, ctx);
   } else if (win.sw == 1) {
     // Per tap a GEMM of {C, F} over the row's pixels (few channels: {K, F}).
-    const bool in_bf16 = ctx.bf16 && bf16_convolutions() && bf16_pays(C < kFewChannels ? K : C, F, Wo);
-    if (!in_bf16 || !filter_gradient_rows<bf16>(win, x, g, dkernel.f(), parts, slices, ctx))
-      filter_gradient_rows<float>(win, x, g, dkernel.f(), parts, slices, ctx);
+    filter_gradient_rows<float>(win, x, g, dkernel.f(), parts, slices, ctx);
   } else {
     // Strided along the width: im2col per image and a transposed GEMM
     // (float32 under both policies).
+    thread_local SlotBuffers<float> col_slots_tl;  // the caller's: a patch matrix per worker slot
+    const auto col_slots = col_slots_tl.prepare(ctx.pool, size_t(Ho * Wo * K));
     parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-      thread_local std::vector<float> cols;
-      cols.resize(size_t(Ho * Wo * K));
+      float* const cols = col_slots.mine();
       for (size_t s = s0; s < s1; ++s) {
         float* acc = s == 0 ? dkernel.f() : parts + (int64_t(s) - 1) * K * F;
         const int64_t first = B * int64_t(s) / slices, last = B * (int64_t(s) + 1) / slices;
         for (int64_t b = first; b < last; ++b) {
           const TensorRef image{const_cast<float*>(px) + b * H * W * C, Shape{1, H, W, C}};
-          const TensorRef col_ref{cols.data(), Shape{Ho * Wo, K}};
+          const TensorRef col_ref{cols, Shape{Ho * Wo, K}};
           im2col(win, image, col_ref, KernelContext{});
-          gemm(K, F, Ho * Wo, cols.data(), K, true, pg + b * Ho * Wo * F, F, acc, F, b == first ? 0.0f : 1.0f);
+          gemm(K, F, Ho * Wo, cols, K, true, pg + b * Ho * Wo * F, F, acc, F, b == first ? 0.0f : 1.0f);
         }
       }
     });

@@ -166,7 +166,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::RmspropUpdate, run_optimizer},
     {OpKind::AdagradUpdate, run_optimizer},
     {OpKind::ClipValue, [](const KernelCall& k) { clip_value(k.at, k.in[0], k.ctx); }},
-    {OpKind::SquaredNorm, [](const KernelCall& k) { squared_norm(k.in[0], k.out); }},
+    {OpKind::SquaredNorm,
+     [](const KernelCall& k) { squared_norm(k.in[0], k.in.size() == 2 ? k.in[1].f() : nullptr, k.out); }},
     {OpKind::ClipNorm, [](const KernelCall& k) { clip_norm(k.at, k.in[0], k.in[1], k.ctx); }},
     {OpKind::MovingAverage, run_optimizer},
     {OpKind::AdvanceCounter, [](const KernelCall& k) { ++*static_cast<int64_t*>(k.in[0].data); }},
@@ -182,14 +183,29 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
   kKernels[size_t(op)].run(KernelCall{op, at, in, out, ctx});
 }
 
-double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+  if (op == OpKind::MatMul) {
+    const Shape& a = in[0];
+    return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+  }
+  if (op == OpKind::AccumulateGrad && in.size() == 3) {  // the product form (acc, A, B): MatMul's count
+    const Shape product[2] = {in[1], in[2]};
+    return product_flops(OpKind::MatMul, at, product, out);
+  }
   // The recurrent sequences: a {B, H} x U{H, gates*H} product a step, B*T steps' rows in all.
   if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
       op == OpKind::GruSequenceBackward)
-    return 2.0 * double(out[0]) * double(out[1]) * double(in[1].numel()) + double(out.numel());
-  if (op != OpKind::MatMul) return double(out.numel());
-  const Shape& a = in[0];
-  return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+    return 2.0 * double(out[0]) * double(out[1]) * double(in[1].numel());
+  // A convolution and its gradients: 2 (the forward's outputs) kh kw C.
+  if (op == OpKind::Conv2D) return 2.0 * double(out.numel()) * double(in[1].numel() / in[1][3]);
+  if (op == OpKind::Conv2DBackwardInput) return 2.0 * double(in[0].numel()) * double(in[1].numel() / in[1][3]);
+  if (op == OpKind::Conv2DBackwardFilter) return 2.0 * double(in[1].numel()) * double(out.numel() / out[3]);
+  return 0.0;  // element-wise ops and reductions: their bytes are their cost
+}
+
+double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+  const double products = product_flops(op, at, in, out);
+  return products > 0.0 ? products : double(out.numel());
 }
 
 void unhandled_op(OpKind op, const char* function) {

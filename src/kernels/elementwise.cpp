@@ -96,8 +96,7 @@ void binary_strided(const TensorRef& a, const TensorRef& b, const TensorRef& out
 
 void add_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
   binary_strided(a, b, out, ctx, [](float x, float y) {
-    const float v = x + y;
-    return v > 0.0f ? v : 0.0f;
+    return relu_value(x + y);
   });
 }
 
@@ -255,7 +254,7 @@ void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y,
       const float s = at.scale;
       return map1(ctx, px, py, n, [=](float v) { return v * s; });
     }
-    case OpKind::Relu: return map1(ctx, px, py, n, [](float v) { return v > 0.0f ? v : 0.0f; });
+    case OpKind::Relu: return map1(ctx, px, py, n, relu_value);
     // exp, log, tanh, erfc through SLEEF where built (kernels/vector_math.h)
     case OpKind::Sigmoid: return map_tiles(ctx, px, py, n, sigmoid_n);
     case OpKind::Tanh: return map_tiles(ctx, px, py, n, tanh_n);
@@ -428,8 +427,7 @@ void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const Ten
   float* pd = dx.f();
   const int64_t n = y.numel();
   switch (op) {
-    case OpKind::ReluBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return yv > 0.0f ? gv :
-    0.0f; });
+    case OpKind::ReluBackward: return map2(ctx, py, pg, pd, n, relu_pass);
     case OpKind::SigmoidBackward:
       return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * yv * (1.0f - yv); });
     case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv *

@@ -6,6 +6,7 @@
 // internal error for an op its function was not written for).
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 #include <span>
 #include <thread>
 
@@ -38,8 +39,14 @@ struct KernelContext {
 /// Below this much work (op_flops, summed over a graph or for one eager op)
 /// threads cost more than they save, so the work runs on the calling thread.
 inline constexpr double kParallelFlops = 1e6;
-/// The work of one op application, in flops: 2 M N K for a matmul (per
-/// batch entry when batched), one per output element for everything else.
+/// The multiply-adds of a product-like op, twice: 2 M N K for a matmul
+/// (per batch entry when batched) and AccumulateGrad's product form, the
+/// recurrent sequences' per-step products, and 2 (the forward's outputs)
+/// kh kw C for a convolution and each of its gradients; 0 for other ops.
+double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
+/// The work of one op application, in flops, as the threading decision and
+/// the profile count it: product_flops where it is not 0, else one per
+/// output element.
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
 
 /// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
@@ -67,6 +74,49 @@ void parallel_for(ComputePool* pool, size_t n, size_t tile, F&& f) {
       const_cast<void*>(static_cast<const void*>(&f)));
 }
 
+/// One parallel_for's view of a SlotBuffers: an automatic variable, so that
+/// a task that names it reaches the caller's buffers (a task naming the
+/// caller's thread_local would reach the worker's own instance).
+template <class T>
+class SlotView {
+ public:
+  explicit SlotView(std::vector<std::vector<T>>* slots) : slots_(slots) {}
+  /// The running thread's buffer: prepare's n elements, 64-byte aligned.
+  T* mine() const {
+    std::vector<T>& v = (*slots_)[size_t(ComputePool::current_slot())];
+    const auto address = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + ((64 - address % 64) % 64) / sizeof(T);
+  }
+
+ private:
+  std::vector<std::vector<T>>* slots_;
+};
+
+/// Scratch for the tiles of a parallel_for: one buffer per slot of the pool
+/// (ComputePool::current_slot), grown by prepare() on the calling thread
+/// before the tiles run, so that no worker ever allocates. Kept by the
+/// caller (a thread_local of the kernel). A thread_local buffer of the
+/// worker's own grew the first time that worker happened to take a tile of
+/// the kernel, which under oneTBB's dynamic scheduling could be any step:
+/// steps were not allocation-free.
+template <class T>
+class SlotBuffers {
+ public:
+  /// Every slot of `pool` (null: the calling thread's only) holds at least
+  /// n elements from a 64-byte boundary; the view the tasks read them by.
+  SlotView<T> prepare(ComputePool* pool, size_t n) {
+    const size_t slots = size_t(std::max(pool ? pool->threads() : 1, ComputePool::slots_here()));
+    if (slots_.size() < slots) slots_.resize(slots);
+    for (std::vector<T>& v : slots_)
+      if (v.size() < n + kSlack) v.resize(n + kSlack);
+    return SlotView<T>(&slots_);
+  }
+
+ private:
+  static constexpr size_t kSlack = 64 / sizeof(T) + 1;
+  std::vector<std::vector<T>> slots_;
+};
+
 /// The threads a pool may run (1 for none).
 inline int64_t pool_threads(const ComputePool* pool) { return pool ? pool->threads() : 1; }
 
@@ -86,6 +136,15 @@ inline Around around(const Shape& s, int axis) {
 /// v clamped to [lo, hi], written so that NaN stays NaN (as torch.clamp and
 /// Keras' ops.clip): Clamp and ClipValue.
 inline float clamp_value(float v, float lo, float hi) { return v > hi ? hi : v < lo ? lo : v; }
+/// max(v, 0) with NaN kept (torch.relu and Keras' relu give NaN for NaN;
+/// the comparison is false for it); -0 gives +0. Every ReLU, fused or not.
+inline float relu_value(float v) { return v <= 0.0f ? 0.0f : v; }
+/// ReLU's gradient given its output y: zero where y <= 0, g elsewhere, a NaN
+/// y included (PyTorch's threshold_backward). Every ReLU mask, fused or not.
+inline float relu_pass(float y, float g) { return y <= 0.0f ? 0.0f : g; }
+/// max(acc, v) where a NaN wins and the first NaN seen stays (torch.max,
+/// PyTorch's and Keras' max pooling): the max pools' running maximum.
+inline float nan_max(float acc, float v) { return v > acc || v != v ? v : acc; }
 
 /// The index of the first maximum of p[0], p[stride], ... p[(n-1) stride]
 /// (n >= 1); a NaN counts as maximal, so the first NaN wins (torch.max).
@@ -234,8 +293,9 @@ void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& 
 void top_k_accuracy(const OpAttrs& at, const TensorRef& scores, const TensorRef& labels, const TensorRef& out);
 void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
 // Gradient clipping (optimizer.cpp), in place on a gradient: ClipValue and
-// ClipNorm; SquaredNorm writes sum(x^2), accumulated in double, to out {}.
-void squared_norm(const TensorRef& x, const TensorRef& out);
+// ClipNorm; SquaredNorm writes sum(x^2) plus running's (null: none),
+// accumulated in double, to out {2} as a norm pair (ops/norm_pair.h).
+void squared_norm(const TensorRef& x, const float* running, const TensorRef& out);
 void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx);
 void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx);
 

@@ -172,8 +172,10 @@ inline RowVector load_lanes(const float* p) { return _mm512_loadu_ps(p); }
 inline void store_lanes(float* p, RowVector v) { _mm512_storeu_ps(p, v); }
 inline RowVector fma_lanes(float a, RowVector b, RowVector c) { return _mm512_fmadd_ps(_mm512_set1_ps(a), b, c); }
 inline RowVector add_lanes(RowVector a, RowVector b) { return _mm512_add_ps(a, b); }
-// The masked form: GCC 12 warns that _mm512_max_ps's undefined pass-through is uninitialised.
-inline RowVector relu_lanes(RowVector a) { return _mm512_maskz_max_ps(__mmask16(0xFFFF), a, _mm512_set1_ps(0.0f)); }
+// relu_value's lanes: a kept where !(a <= 0), NaN included (maxps would return the 0).
+inline RowVector relu_lanes(RowVector a) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NLE_UQ), a);
+}
 inline RowVector zero_lanes() { return _mm512_set1_ps(0.0f); }
 #elif defined(__AVX2__) && defined(__FMA__)
 using RowVector = __m256;
@@ -182,7 +184,7 @@ inline RowVector load_lanes(const float* p) { return _mm256_loadu_ps(p); }
 inline void store_lanes(float* p, RowVector v) { _mm256_storeu_ps(p, v); }
 inline RowVector fma_lanes(float a, RowVector b, RowVector c) { return _mm256_fmadd_ps(_mm256_set1_ps(a), b, c); }
 inline RowVector add_lanes(RowVector a, RowVector b) { return _mm256_add_ps(a, b); }
-inline RowVector relu_lanes(RowVector a) { return _mm256_max_ps(a, _mm256_set1_ps(0.0f)); }
+inline RowVector relu_lanes(RowVector a) { return _mm256_and_ps(a, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NLE_UQ)); }
 inline RowVector zero_lanes() { return _mm256_set1_ps(0.0f); }
 #endif
 
@@ -225,7 +227,7 @@ bool one_row_product(const float* a, const float* b, int64_t ldb, float* c, int6
     for (; i < k; ++i) acc[0] = std::fma(a[i], b[i * ldb + j], acc[0]);
     float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     if (init) sum = init[j] + sum;
-    c[j] = relu && !(sum > 0.0f) ? 0.0f : sum;
+    c[j] = relu ? relu_value(sum) : sum;
   }
   return true;
 #else
@@ -254,9 +256,10 @@ bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const f
     thread_local std::vector<bf16> packed_b;  // the caller's; the workers only read it
     bf16* const pb = line_aligned(packed_b, size_t(kp * np));
     pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, kp, np, pb);
+    thread_local SlotBuffers<bf16> a_slots_tl;  // the caller's: A's packed rows per worker slot
+    const auto a_slots = a_slots_tl.prepare(pool, size_t(amx_round(first_rows) * kp));
     parallel_for(pool, size_t((m + rows - 1) / rows), 1, [&](size_t b0, size_t b1) {
-      thread_local std::vector<bf16> packed_a;
-      bf16* const pa = line_aligned(packed_a, size_t(amx_round(first_rows) * kp));
+      bf16* const pa = a_slots.mine();
       for (size_t bi = b0; bi < b1; ++bi) {
         const int64_t i0 = int64_t(bi) * rows, i1 = std::min(m, i0 + rows);
         if (bias)
@@ -278,15 +281,16 @@ bool matmul_2d_bf16(const OpAttrs& at, const float* a_data, int64_t lda, const f
   pack_vnni_bf16(b_data, ldb, at.trans_b, k, n, packed_b.data());
   const bf16* pb = packed_b.data();
   const size_t blocks = size_t((m + rows - 1) / rows);
+  thread_local SlotBuffers<bf16> a_slots_tl;  // the caller's: A's packed rows per worker slot
+  const auto a_slots = a_slots_tl.prepare(pool, size_t(first_rows * kp));
   parallel_for(pool, blocks, 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<bf16> packed_a;
-    packed_a.resize(size_t(first_rows * kp));
+    bf16* const packed_a = a_slots.mine();
     for (size_t bi = b0; bi < b1; ++bi) {
       const int64_t i0 = int64_t(bi) * rows, i1 = std::min(m, i0 + rows);
       if (bias)
         for (int64_t i = i0; i < i1; ++i) std::copy(bias, bias + n, c_data + i * n);
-      pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a.data());
-      (i1 - i0 == first_rows ? full : tail)(pb, packed_a.data(), c_data + i0 * n);
+      pack_rows_bf16(a_data, lda, at.trans_a, i0, i1 - i0, k, kp, packed_a);
+      (i1 - i0 == first_rows ? full : tail)(pb, packed_a, c_data + i0 * n);
       finish_rows(i0, i1);
     }
   });
@@ -309,7 +313,7 @@ void matmul_2d(const OpAttrs& at, const float* a_data, int64_t lda, const float*
   auto finish_rows = [=](int64_t i0, int64_t i1) {
     if (!relu) return;
     float* p = c_data + i0 * n;
-    for (int64_t i = 0; i < (i1 - i0) * n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+    for (int64_t i = 0; i < (i1 - i0) * n; ++i) p[i] = relu_value(p[i]);
   };
   if (k == 0) {
     if (bias) set_bias_rows(0, m);

@@ -28,11 +28,16 @@
 // Each is a plain loop over restrict pointers, the modes as template
 // parameters, so that it vectorises; parallel_for splits the elements.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "ops/norm_pair.h"
+#include "tensorgrad/core/logging.h"
 
 #if defined(__SSE__)
 #include <immintrin.h>
@@ -348,7 +353,7 @@ void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, cons
   unhandled_op(op, "kernels::optimizer");
 }
 
-void squared_norm(const TensorRef& x, const TensorRef& out) {
+void squared_norm(const TensorRef& x, const float* running, const TensorRef& out) {
   // Four partial sums in double: exact enough for any gradient, and a chain
   // the CPU can overlap.
   const float* p = x.f();
@@ -358,7 +363,10 @@ void squared_norm(const TensorRef& x, const TensorRef& out) {
   for (; i + 4 <= n; i += 4)
     for (size_t k = 0; k < 4; ++k) s[k] += double(p[i + k]) * double(p[i + k]);
   for (; i < n; ++i) s[0] += double(p[i]) * double(p[i]);
-  out.f()[0] = float((s[0] + s[1]) + (s[2] + s[3]));
+  // Finite float32 squares (at most 1.2e77) cannot overflow a double sum.
+  double total = (s[0] + s[1]) + (s[2] + s[3]);
+  if (running) total += squares_of_norm_pair(running);
+  norm_pair_from_squares(total, out.f());
 }
 
 void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx) {
@@ -371,9 +379,18 @@ void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx)
 }
 
 void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx) {
-  const double c = at.scale, norm = std::sqrt(double(squared_norm.f()[0]));
+  const double c = at.scale, norm = norm_of_norm_pair(squared_norm.f());
   double coef;
-  if (at.flags & kClipNormEps) {
+  if ((at.flags & kNonFiniteNormToNaN) && !std::isfinite(norm)) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true))
+      log_message(LogLevel::Warning, std::string("gradient clipping: the gradient norm is ") +
+                                         (std::isnan(norm) ? "NaN" : "inf") +
+                                         "; the gradients are set to NaN (TensorFlow's rule for clip_by_global_norm), "
+                                         "so that the weights and the loss show it (TerminateOnNaN stops there). "
+                                         "Logged once per process");
+    coef = std::numeric_limits<double>::quiet_NaN();
+  } else if (at.flags & kClipNormEps) {
     coef = c / (norm + 1e-6);     // torch.nn.utils.clip_grad_norm_
     coef = coef > 1.0 ? 1.0 : coef;  // NaN stays NaN
   } else {

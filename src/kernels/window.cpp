@@ -171,7 +171,7 @@ void pool2d_impl(const Window2D& win, const TensorRef& x, const TensorRef& y, co
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const v8f v = load8(tap(ky, kx) + c);
-          if constexpr (kMax) acc = v > acc ? v : acc;
+          if constexpr (kMax) acc = (v > acc) | (v != v) ? v : acc;  // as nan_max
           else acc += v;
         }
       store8(out + c, acc);
@@ -179,7 +179,7 @@ void pool2d_impl(const Window2D& win, const TensorRef& x, const TensorRef& y, co
     for (int64_t c = C8; c < C; ++c) {
       float acc = init;
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
-        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) acc = kMax ? std::max(acc, tap(ky, kx)[c]) : acc + tap(ky, kx)[c];
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) acc = kMax ? nan_max(acc, tap(ky, kx)[c]) : acc + tap(ky, kx)[c];
       out[c] = acc;
     }
     if constexpr (!kMax) {  // padding is not counted, as Keras' "same" average pooling
@@ -204,7 +204,7 @@ bool tiles_exactly(const Window2D& win, const Geometry& g) {
 }
 
 // The tiled max-pool: the same taps in the same (ky, kx) order and the same
-// comparison as pool2d_impl, so the same bits (a NaN tap is skipped there too).
+// comparison as pool2d_impl, so the same bits (the first NaN tap wins there too).
 template <int64_t KH, int64_t KW>  // the window's size when known at compile time (2x2), else 0: win's
 void max_pool2d_tiled(const Window2D& win, const Geometry& g, const float* px, float* py, const KernelContext& ctx) {
   const int64_t C = g.c, kh = KH ? KH : win.kh, kw = KW ? KW : win.kw;
@@ -221,7 +221,7 @@ void max_pool2d_tiled(const Window2D& win, const Geometry& g, const float* px, f
           for (int64_t ky = 0; ky < kh; ++ky)
             for (int64_t kx = 0; kx < kw; ++kx) {
               const v8f v = load8(in + (ky * g.w + ox * kw + kx) * C + c);
-              acc = v > acc ? v : acc;
+              acc = (v > acc) | (v != v) ? v : acc;  // as nan_max
             }
           store8(out + ox * C + c, acc);
         }
@@ -263,14 +263,15 @@ void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const flo
           for (int64_t ky = 0; ky < kh; ++ky)
             for (int64_t kx = 0; kx < kw; ++kx) {
               const v8f v = load8(px + tap(ky, kx) + c);
-              best = v > best ? v : best;
+              best = (v > best) | (v != v) ? v : best;  // as nan_max
             }
           v8f pending = load8(grad + c);
-          if (mask) pending = best > zero ? pending : zero;
+          if (mask) pending = best <= zero ? zero : pending;  // as relu_pass
           for (int64_t ky = 0; ky < kh; ++ky)
             for (int64_t kx = 0; kx < kw; ++kx) {
               const int64_t at = tap(ky, kx) + c;
-              const auto hit = load8(px + at) == best;
+              const v8f v = load8(px + at);
+              const auto hit = (v == best) | ((v != v) & (best != best));  // a NaN maximum routes to the first NaN
               store8(pd + at, hit ? pending : zero);
               pending = hit ? zero : pending;
             }
@@ -300,15 +301,16 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const v8f v = load8(px + tap(ky, kx) + c);
-          best = v > best ? v : best;
+          best = (v > best) | (v != v) ? v : best;  // as nan_max
         }
       const v8f zero = {0, 0, 0, 0, 0, 0, 0, 0};
       v8f pending = load8(grad + c);
-      if (mask) pending = best > zero ? pending : zero;
+      if (mask) pending = best <= zero ? zero : pending;  // as relu_pass
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const int64_t at = tap(ky, kx) + c;
-          const auto hit = load8(px + at) == best;
+          const v8f v = load8(px + at);
+          const auto hit = (v == best) | ((v != v) & (best != best));  // a NaN maximum routes to the first NaN
           store8(pd + at, load8(pd + at) + (hit ? pending : zero));
           pending = hit ? zero : pending;
         }
@@ -316,12 +318,12 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
     for (int64_t c = C8; c < C; ++c) {
       float best = px[tap(t.ky0, t.kx0) + c];
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
-        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) best = std::max(best, px[tap(ky, kx) + c]);
-      float pending = mask && !(best > 0.0f) ? 0.0f : grad[c];
+        for (int64_t kx = t.kx0; kx < t.kx1; ++kx) best = nan_max(best, px[tap(ky, kx) + c]);
+      float pending = mask ? relu_pass(best, grad[c]) : grad[c];
       for (int64_t ky = t.ky0; ky < t.ky1; ++ky)
         for (int64_t kx = t.kx0; kx < t.kx1; ++kx) {
           const int64_t at = tap(ky, kx) + c;
-          if (px[at] == best) {
+          if (px[at] == best || (px[at] != px[at] && best != best)) {  // a NaN maximum: the first NaN
             pd[at] += pending;
             pending = 0.0f;
           }
@@ -350,7 +352,7 @@ void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorR
   }, zero_image(g, pd), [=](int64_t b) {
     if (!mask) return;
     const int64_t n = g.h * g.w * g.c;
-    for (int64_t i = b * n; i < (b + 1) * n; ++i) pd[i] = mask[i] > 0.0f ? pd[i] : 0.0f;
+    for (int64_t i = b * n; i < (b + 1) * n; ++i) pd[i] = relu_pass(mask[i], pd[i]);
   });
 }
 

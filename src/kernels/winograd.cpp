@@ -322,9 +322,9 @@ void write_block(T (&block)[kM][kM], int64_t rows, int64_t cols, int64_t ch, int
       float* dst = y + (r * out_w + s) * f + ch;
       T value = block[r][s];
       if (bias) value += load(bias + ch);
-      if (relu) value = value > T{} ? value : T{};
+      if (relu) value = value <= T{} ? T{} : value;  // NaN kept, as relu_value
       if (addend) value += load(addend + (dst - y));
-      if (mask) value = load(mask + (dst - y)) > T{} ? value : T{};
+      if (mask) value = load(mask + (dst - y)) <= T{} ? T{} : value;  // as relu_pass
       store(dst, value);
     }
 }
@@ -380,10 +380,12 @@ void winograd_correlate(const TensorRef& in, int64_t pad_top, int64_t pad_left, 
   const BatchReduceGemm<float> gemm_last(tiles % chunk_max ? tiles % chunk_max : chunk_max, co, ci, ci, co, co);
   const float* pin = in.f();
   float* pout = out.f();
+  thread_local SlotBuffers<float> v_slots_tl, m_slots_tl;  // the caller's: per worker slot a chunk's V and M
+  const auto v_slots = v_slots_tl.prepare(ctx.pool, size_t(kPoints * point_stride(chunk_max, ci)));
+  const auto m_slots = m_slots_tl.prepare(ctx.pool, size_t(kPoints * point_stride(chunk_max, co)));
   parallel_for(ctx.pool, size_t(B), 1, [&](size_t b0, size_t b1) {
-    thread_local std::vector<float> v_buffer, m_buffer;
-    float* v = aligned64(v_buffer, size_t(kPoints * point_stride(chunk_max, ci)));
-    float* m = aligned64(m_buffer, size_t(kPoints * point_stride(chunk_max, co)));
+    float* const v = v_slots.mine();
+    float* const m = m_slots.mine();
     for (size_t b = b0; b < b1; ++b) {
       const float* img = pin + int64_t(b) * h * w * ci;
       float* y = pout + int64_t(b) * out_h * out_w * co;
@@ -426,14 +428,16 @@ void winograd_filter_gradient(const Window2D& win, const TensorRef& x, const Ten
   float* parts = partial.data();
   const float* px = x.f();
   const float* pg = g.f();
+  // The tiles of consecutive images fill one chunk before its products are
+  // summed: a 14x14 image has 16 tiles of 4x4, too few to pay for loading
+  // and storing the sums.
+  const int64_t v_stride = point_stride(kTileChunk, C), g_stride = point_stride(kTileChunk, F);
+  thread_local SlotBuffers<float> v_slots_tl, gt_slots_tl;  // the caller's: per worker slot a chunk's V and G^T
+  const auto v_slots = v_slots_tl.prepare(ctx.pool, size_t(kPoints * v_stride));
+  const auto gt_slots = gt_slots_tl.prepare(ctx.pool, size_t(kPoints * g_stride));
   parallel_for(ctx.pool, size_t(slices), 1, [&](size_t s0, size_t s1) {
-    thread_local std::vector<float> v_buffer, gt_buffer;
-    // The tiles of consecutive images fill one chunk before its products
-    // are summed: a 14x14 image has 16 tiles of 4x4, too few to pay for
-    // loading and storing the sums.
-    const int64_t v_stride = point_stride(kTileChunk, C), g_stride = point_stride(kTileChunk, F);
-    float* v = aligned64(v_buffer, size_t(kPoints * v_stride));
-    float* gt = aligned64(gt_buffer, size_t(kPoints * g_stride));
+    float* const v = v_slots.mine();
+    float* const gt = gt_slots.mine();
     for (size_t s = s0; s < s1; ++s) {
       float* acc = parts + int64_t(s) * hat;
       std::fill(acc, acc + hat, 0.0f);

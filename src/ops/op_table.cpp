@@ -929,17 +929,21 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::SquaredNorm, {"squared_norm", 1, 1, false},
-     [](OpKind op, Shapes, DTypes t, const OpAttrs&) -> OpSignature {
+    {OpKind::SquaredNorm, {"squared_norm", 1, 2, false},
+     [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "x");
-       return {Shape{}};
+       if (s.size() == 2) {
+         expect_float(op, t, 1, "the running squared norm");
+         if (s[1] != Shape{2}) shape_fail(op, "the running squared norm must be {2} (SquaredNorm's); got " + s[1].str());
+       }
+       return {Shape{2}};
      },
      no_gradient},
     {OpKind::ClipNorm, {"clip_norm", 2, 2, true},
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "the gradient");
        expect_float(op, t, 1, "the squared norm");
-       if (s[1].numel() != 1) shape_fail(op, "the squared norm must be a scalar; got " + s[1].str());
+       if (s[1] != Shape{2}) shape_fail(op, "the squared norm must be {2} (SquaredNorm's); got " + s[1].str());
        return {s[0]};
      },
      no_gradient},

@@ -766,18 +766,18 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
         if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipValue, {accumulators[i]}, at);
     } else if (spec.clipnorm > 0.0f) {
       at.scale = spec.clipnorm;
+      at.flags = kNonFiniteNormToNaN;
       for (size_t i = 0; i < params.size(); ++i)
         if (sources[i].valid())
           sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], g.apply(OpKind::SquaredNorm, {accumulators[i]})}, at);
     } else {
-      Value total;
+      Value total;  // SquaredNorm's pair, each gradient's squares added in double
       for (size_t i = 0; i < params.size(); ++i)
-        if (sources[i].valid()) {
-          const Value sq = g.apply(OpKind::SquaredNorm, {accumulators[i]});
-          total = total.valid() ? g.add(total, sq) : sq;
-        }
+        if (sources[i].valid())
+          total = total.valid() ? g.apply(OpKind::SquaredNorm, {accumulators[i], total})
+                                : g.apply(OpKind::SquaredNorm, {accumulators[i]});
       at.scale = spec.global_clipnorm;
-      at.flags = kClipNormEps;
+      at.flags = kClipNormEps | kNonFiniteNormToNaN;
       for (size_t i = 0; i < params.size(); ++i)
         if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], total}, at);
     }

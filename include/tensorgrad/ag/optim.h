@@ -289,10 +289,17 @@ class LambdaLR : public LRScheduler {
 /// Scales the defined gradients of `params` in place so that their total
 /// 2-norm (over all of them together) is at most max_norm, with PyTorch's
 /// coefficient min(1, max_norm / (total + 1e-6)); returns the total norm
-/// before clipping (0 when no gradient is defined). Runs SquaredNorm per
-/// gradient and ClipNorm (kClipNormEps) on each. ValueError for a norm_type
-/// other than 2 (the only one built) or a negative max_norm.
-float clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+/// before clipping, in double (0 when no gradient is defined). The squares
+/// are summed in double, so gradients as large as float32 holds give their
+/// true norm (a hundred gradients of 1e20: 1e21). A non-finite total (an
+/// inf or NaN gradient) is PyTorch's result by default: the coefficient is
+/// 0 for inf (finite gradients become 0, infinite ones NaN) and NaN for
+/// NaN; with error_if_nonfinite it throws ValueError instead, changing
+/// nothing (torch.nn.utils.clip_grad_norm_'s option of that name).
+/// ValueError for a norm_type other than 2 (the only one built) or a
+/// negative max_norm.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
 /// Clamps every defined gradient of `params` to [-clip_value, clip_value] in
 /// place (ClipValue). ValueError for a negative clip_value.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);

@@ -29,13 +29,26 @@ struct BatchRule;
 /// elsewhere they stay float32, which the log says once). On CPUs with AMX
 /// (Intel's Sapphire Rapids and later) MatMul runs on AMX tiles and the
 /// convolutions stay float32, which is faster there (BENCHMARKS.md). The
-/// recurrent layers' fused kernels stay float32 under both.
+/// recurrent layers' fused kernels stay float32 under both. Where the
+/// policy computes an op in float32 (no AVX512-BF16, AMX's convolutions,
+/// strided input gradients, products under 16 along a side) it takes the
+/// float32 policy's own kernel, Winograd's included: the same bits as
+/// kFloat32, at any thread count.
 enum class DTypePolicy { kFloat32, kMixedBFloat16 };
 /// Keras' name of the policy: "float32", "mixed_bfloat16".
 const char* dtype_policy_name(DTypePolicy policy);
 /// Whether kMixedBFloat16 computes in bfloat16 on this machine (libxsmm
-/// generates AVX512-BF16 code for this CPU).
+/// generates AVX512-BF16 code for this CPU and TENSORGRAD_CPU allows it).
 bool bfloat16_supported();
+/// The CPU kernel path chosen at run time: "avx2", "avx512" (libxsmm's
+/// generated code of that width), "avx512bf16" (also mixed_bfloat16's
+/// bfloat16 products) or "amx" (also its MatMul on AMX tiles). The best
+/// this CPU has, or the environment variable TENSORGRAD_CPU's value, which
+/// forces a lesser path (for testing each path on one machine); it also sets
+/// libxsmm's target (as LIBXSMM_TARGET would). Read once per process.
+/// Throws ValueError when TENSORGRAD_CPU names no path or one above this
+/// CPU's; so does the first computation on the CPU backend.
+const char* cpu_kernel_path();
 /// Whether kMixedBFloat16's convolutions compute in bfloat16 here:
 /// bfloat16_supported() on a CPU without AMX (with AMX they stay float32;
 /// MatMul then runs on the tiles). On a CPU with AMX the first call asks

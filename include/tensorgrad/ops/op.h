@@ -129,9 +129,12 @@ enum class OpKind : uint8_t {
   AdagradUpdate,   // (param, grad, sum of squares, hyper): Adagrad; kEpsInsideSqrt as RmspropUpdate
   // gradient clipping, in place on a persistent gradient accumulator
   ClipValue,       // (grad): clamp every element to [-attrs.scale, attrs.scale] (clipvalue; NaN stays NaN)
-  SquaredNorm,     // (x) -> scalar {}: the sum of x's squares, accumulated in double
-  ClipNorm,        // (grad, squared norm {}): grad *= c / max(norm, c) (Keras' clip_by_norm, clipnorm), or with
-                   //   kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_); c = attrs.scale
+  SquaredNorm,     // (x [, running {2}]) -> {2}: the sum of x's squares (plus running's), accumulated in double
+                   //   and kept as the pair (s, e), the sum being s 4^e, so that no finite sum overflows
+  ClipNorm,        // (grad, squared norm {2} as SquaredNorm's): grad *= c / max(norm, c) (Keras' clip_by_norm,
+                   //   clipnorm), or with kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_);
+                   //   c = attrs.scale; with kNonFiniteNormToNaN an inf or NaN norm makes grad NaN (TensorFlow's
+                   //   clip_by_global_norm), logged once per process
   MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
   AdvanceCounter,  // (counter int64{1}): counter += 1, in place: a graph's random stream, once per run
   // updates of one persistent tensor from another (target networks, snapshots), in place on the first input
@@ -173,6 +176,7 @@ enum OptimizerFlag : uint32_t {
   kCentered = 1u << 3,       // RMSprop: a mean-gradient input; the variance estimate is v - mean^2
   kEpsInsideSqrt = 1u << 4,  // RMSprop, Adagrad: divide by sqrt(v + eps) (Keras), not sqrt(v) + eps (PyTorch)
   kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
+  kNonFiniteNormToNaN = 1u << 6,  // ClipNorm: an inf or NaN norm sets the gradient to NaN (TensorFlow's rule)
 };
 
 /// The mode of MaxPool2DBackward, AvgPool2DBackward and Conv2DBackwardInput

@@ -191,7 +191,12 @@ struct OptimizerSpec {
   /// per-tensor clip_by_norm). global_clipnorm: every gradient scaled by
   /// min(1, c / (||all gradients|| + 1e-6)) (PyTorch's clip_grad_norm_ with
   /// max_norm c; Keras' global_clipnorm without the 1e-6). clipvalue: each
-  /// element clamped to [-c, c] (PyTorch's clip_grad_value_).
+  /// element clamped to [-c, c] (PyTorch's clip_grad_value_). Norms are
+  /// summed in double, so gradients as large as float32 holds clip right;
+  /// a norm that is inf or NaN (an inf or NaN gradient) sets the gradients
+  /// it scales to NaN, as TensorFlow's clip_by_global_norm documents, so the
+  /// divergence reaches the weights and the loss (TerminateOnNaN), and is
+  /// logged once per process.
   float clipnorm = 0.0f, global_clipnorm = 0.0f, clipvalue = 0.0f;
 
   /// AdamW (PyTorch and ggml defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8)

@@ -2,6 +2,7 @@
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
 #include "backend/thread_pool.h"
 #include "kernels/bfloat16.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/backend/backend.h"
 #include "tensorgrad/core/logging.h"
@@ -42,6 +43,7 @@ class CpuBackend final : public Backend {
   bool has_kernel(OpKind op) const override { return size_t(op) < size_t(OpKind::Count); }
   std::shared_ptr<Storage> allocate(size_t bytes) const override { return CpuStorage::allocate(bytes); }
   std::unique_ptr<KernelLauncher> make_launcher(double flops) const override {
+    kernels::cpu_path();  // a wrong TENSORGRAD_CPU throws here, on the caller's thread, before any kernel
     const bool bf16 = policy_ == DTypePolicy::kMixedBFloat16 && kernels::cpu_has_bf16();
     return std::make_unique<CpuLauncher>(flops < kernels::kParallelFlops, bf16);
   }
@@ -54,6 +56,7 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 bool bfloat16_supported() { return kernels::cpu_has_bf16(); }
+const char* cpu_kernel_path() { return kernels::cpu_path_name(kernels::cpu_path()); }
 bool bfloat16_convolutions_supported() { return kernels::bf16_convolutions(); }
 
 const std::shared_ptr<const Backend>& cpu_backend() {
