@@ -709,6 +709,15 @@ TEST(Trainer, UpdateTargetRefusesATargetThatDoesNotMatch) {
   Trainer tr2(m2, batch(16));
   nn::Model other = tr2.snapshot();
   EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr1.update_target(other); }), {"same weights"}));
+  // The same refusal at every tau: tau = 0 returned before the check.
+  for (float tau : {0.0f, 0.5f, 1.0f}) {
+    SCOPED_TRACE(tau);
+    nn::Model fresh = tr2.snapshot();  // a target the trainer has not seen
+    const std::string message = message_of<ValueError>([&] { tr1.update_target(fresh, tau); });
+    EXPECT_TRUE(has_words(message, {"update_target: the target must have the same weights as the trainer",
+                                    "Make it with snapshot()"}))
+        << message;
+  }
   // The seed refuses a model from $model() ("live snapshot"): moot in C++,
   // where model() and snapshot() both return an independent Sequential with
   // the same weights, so either is a valid target.

@@ -184,6 +184,90 @@ TEST(Usage, MovedFromModelIsReleased) {
   EXPECT_EQ(b.predict(random_rows(2, 4, 11)).shape(), (Shape{2, 3}));
 }
 
+// A moved-to model keeps every observable property, by move construction
+// and by move assignment over a live model; the moved-from one is released,
+// with an identity of its own, and still answers backend(). (The move once
+// copied its fields one by one and forgot stop_training.)
+TEST(Usage, AMovedToModelKeepsEveryProperty) {
+  auto make = [](float lr) {
+    manual_seed(9);
+    Sequential m({4});
+    m.add(Dense(3, "relu"));
+    m.add(Dense(2));
+    m.compile(OptimizerSpec::adam(lr), "mse", {"mae"});
+    m.set_gradient_bucket_bytes(4096);
+    m.fit(random_rows(8, 4, 3), random_rows(8, 2, 4), quiet());
+    m.set_stop_training(true);
+    m.set_initial_epoch(3);
+    return m;
+  };
+  struct Observed {
+    std::string name;
+    bool compiled, stop_training;
+    uint64_t structure_id;
+    float lr;
+    std::vector<std::string> losses;
+    std::vector<float> loss_weights;
+    size_t bucket_bytes, plans, arena;
+    std::string backend;
+    std::vector<std::vector<float>> weights;
+    std::vector<float> prediction;
+  };
+  const Tensor x = random_rows(5, 4, 7), y = random_rows(5, 2, 8);
+  auto observe = [&](nn::Model& m) {
+    std::vector<float> prediction = m.predict(x).to_vector();  // first: it may make a plan
+    Observed o{m.name(), m.compiled(), m.stop_training(), m.structure_id(), m.optimizer().learning_rate, {}, m.loss_weights(),
+               m.gradient_bucket_bytes(), m.plan_count(), m.arena_bytes(), m.backend()->name(), {}, {}};
+    for (const Loss& l : m.losses()) o.losses.push_back(l.name);
+    for (const nn::Weight& w : m.weights()) o.weights.push_back(w.value.to_vector());
+    o.prediction = std::move(prediction);
+    return o;
+  };
+  auto expect_same = [](const Observed& a, const Observed& b) {
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.compiled, b.compiled);
+    EXPECT_EQ(a.stop_training, b.stop_training);
+    EXPECT_EQ(a.structure_id, b.structure_id);
+    EXPECT_EQ(a.lr, b.lr);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.loss_weights, b.loss_weights);
+    EXPECT_EQ(a.bucket_bytes, b.bucket_bytes);
+    EXPECT_EQ(a.plans, b.plans);
+    EXPECT_EQ(a.arena, b.arena);
+    EXPECT_EQ(a.backend, b.backend);
+    EXPECT_EQ(a.weights, b.weights);
+    EXPECT_EQ(a.prediction, b.prediction);
+  };
+  auto expect_released = [](nn::Model& from, uint64_t moved_id, const std::string& backend) {
+    EXPECT_TRUE(from.released());
+    EXPECT_NE(from.structure_id(), moved_id);
+    EXPECT_EQ(from.backend()->name(), backend);
+    EXPECT_NE(message_of<StateError>([&] { from.predict(Tensor::zeros({1, 4})); }).find("freed"), std::string::npos);
+  };
+  for (bool assign : {false, true}) {
+    SCOPED_TRACE(assign ? "move assignment" : "move construction");
+    Sequential a = make(0.01f);
+    const Observed before = observe(a);
+    Sequential b = make(0.5f);
+    if (assign) b = std::move(a);
+    Sequential constructed = assign ? make(0.1f) : std::move(a);
+    Sequential& moved = assign ? b : constructed;
+    expect_same(observe(moved), before);
+    EXPECT_EQ(moved.take_initial_epoch(), std::optional<int>(3));
+    // The training state came along: one more step continues Adam's moments
+    // exactly as the unmoved model would have.
+    Sequential reference = make(0.01f);
+    (void)reference.take_initial_epoch();
+    moved.set_stop_training(false);
+    reference.set_stop_training(false);
+    moved.fit(x, y, quiet());
+    reference.fit(x, y, quiet());
+    for (size_t i = 0; i < reference.weights().size(); ++i)
+      EXPECT_EQ(moved.weights()[i].value.to_vector(), reference.weights()[i].value.to_vector()) << i;
+    expect_released(a, before.structure_id, before.backend);
+  }
+}
+
 TEST(Usage, UpdateTargetRefusesAMovedFromTarget) {
   manual_seed(6);
   Sequential m({4});

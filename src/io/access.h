@@ -14,9 +14,9 @@ namespace tensorgrad::io::detail {
 
 struct Access {
   static const nn::FunctionalGraph& graph(const nn::Model& m) { return *m.graph_; }
-  static const std::shared_ptr<OptimizerState>& optimizer_state(const nn::Model& m) { return m.opt_state_; }
-  static std::mt19937_64& random_stream(nn::Model& m) { return m.rng_; }
-  static const std::mt19937_64& random_stream(const nn::Model& m) { return m.rng_; }
+  static const std::shared_ptr<OptimizerState>& optimizer_state(const nn::Model& m) { return m.state_.opt_state; }
+  static std::mt19937_64& random_stream(nn::Model& m) { return m.state_.rng; }
+  static const std::mt19937_64& random_stream(const nn::Model& m) { return m.state_.rng; }
   static nn::Sequential sequential(nn::Model&& m) { return nn::Sequential(std::move(m)); }
   static const nn::Model& model(const nn::Trainer& t) { return t.model_; }
   static nn::Model& model(nn::Trainer& t) { return t.model_; }

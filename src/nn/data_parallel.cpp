@@ -113,7 +113,7 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
   std::vector<Entry> entries;
   for (Weight& w : weights) entries.push_back({"weight '" + w.name + "'", &w.value});
   Tensor micro_step = Tensor::zeros(Shape{1}, DType::Int64);
-  if (OptimizerState* s = model.opt_state_.get()) {
+  if (OptimizerState* s = model.state_.opt_state.get()) {
     entries.push_back({"optimizer hyper-parameters", &s->hyper});
     entries.push_back({"optimizer iterations", &s->step});
     entries.push_back({"dropout counter", &s->rng_counter});
@@ -142,7 +142,7 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
                     "Build and compile the same model on every rank (and restore a checkpoint on every rank, or on "
                     "none)");
   for (const Entry& e : entries) comm.broadcast(*e.tensor, 0);
-  if (OptimizerState* s = model.opt_state_.get()) s->micro_step = micro_step.data<int64_t>()[0];
+  if (OptimizerState* s = model.state_.opt_state.get()) s->micro_step = micro_step.data<int64_t>()[0];
   std::ostringstream stream;
   stream << model.random_stream();
   std::istringstream(broadcast_string(comm, stream.str())) >> model.random_stream();

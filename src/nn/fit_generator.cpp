@@ -11,7 +11,7 @@ namespace tensorgrad::nn {
 
 History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   check_live("fit()");
-  if (!compiled_) throw StateError(not_compiled_message("fit()"));
+  if (!state_.compiled) throw StateError(not_compiled_message("fit()"));
   if (!generator) throw ValueError("fit: the generator is empty; give a callable returning std::optional<Batch>");
   if (opt.validation_steps > 0 && !opt.validation_generator)
     throw ValueError("validation_steps is given without a validation_generator");
@@ -35,7 +35,7 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
 
 std::map<std::string, double> Model::evaluate(const Generator& generator, int64_t steps, int64_t batch_size) {
   check_live("evaluate()");
-  if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
+  if (!state_.compiled) throw StateError(not_compiled_message("evaluate()"));
   if (!generator) throw ValueError("evaluate: the generator is empty; give a callable returning std::optional<Batch>");
   if (steps < 0)
     throw ValueError("steps must be >= 0 (0: until the generator returns nothing); got " + std::to_string(steps));

@@ -106,8 +106,8 @@ std::vector<Tensor> rows_of(std::span<const Tensor> t, int64_t begin, int64_t en
 
 Model::Model(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
              const std::string& name)
-    : graph_(std::make_shared<FunctionalGraph>(inputs, outputs)),
-      name_(name.empty() ? unique_name("functional") : name) {
+    : graph_(std::make_shared<FunctionalGraph>(inputs, outputs)) {
+  state_.name = name.empty() ? unique_name("functional") : name;
   if (graph_->order.empty())
     throw ValueError("Model: no layer lies between the inputs and the outputs (an output is an input itself); "
                      "call layers on the inputs first");
@@ -121,66 +121,45 @@ Model::Model(const std::vector<SymbolicTensor>& inputs, const std::vector<Symbol
 Model::Model(const SymbolicTensor& input, const SymbolicTensor& output, const std::string& name)
     : Model(std::vector<SymbolicTensor>{input}, std::vector<SymbolicTensor>{output}, name) {}
 
-Model::Model(const std::string& name) : name_(name) { new_structure_id(); }
+Model::Model(const std::string& name) {
+  state_.name = name;
+  new_structure_id();
+}
 
 Model::~Model() = default;
 Model::Model(Model&& other) noexcept { *this = std::move(other); }
 
 Model& Model::operator=(Model&& other) noexcept {
   if (this == &other) return *this;
-  graph_ = std::move(other.graph_);
-  name_ = std::move(other.name_);
-  compiled_ = other.compiled_;
-  changed_after_compile_ = other.changed_after_compile_;
-  released_ = other.released_;
-  structure_id_ = other.structure_id_;
-  optimizer_ = other.optimizer_;
-  losses_ = std::move(other.losses_);
-  loss_weights_ = std::move(other.loss_weights_);
-  metrics_ = std::move(other.metrics_);
-  opt_state_ = std::move(other.opt_state_);
-  backend_ = other.backend_;  // copied: a released model still answers backend()
-  contexts_ = std::move(other.contexts_);
-  retired_contexts_ = std::move(other.retired_contexts_);
-  predict_plans_ = std::move(other.predict_plans_);
-  hooks_ = std::move(other.hooks_);
-  gradient_bucket_bytes_ = other.gradient_bucket_bytes_;
-  as_layer_ = std::move(other.as_layer_);
-  trainable_at_compile_ = std::move(other.trainable_at_compile_);
-  other.trainable_at_compile_.clear();
-  plan_pools_ = std::move(other.plan_pools_);  // plans belong to the graph they were built from
-  other.plan_pools_.clear();
-  other.hooks_ = std::make_shared<std::vector<AnyGradientHook>>();
-  rng_ = other.rng_;
-  initial_epoch_ = std::exchange(other.initial_epoch_, std::nullopt);
+  graph_ = std::exchange(other.graph_, nullptr);
   // The moved-from model is released, with an identity of its own, so that
-  // nothing cached against it (a Trainer's update_target) can reach the memory
-  // that moved away.
-  other.graph_.reset();
-  other.contexts_.clear();
-  other.compiled_ = false;
-  other.released_ = true;
+  // nothing cached against it (a Trainer's update_target) can reach the
+  // memory that moved away; it still answers backend().
+  State released;
+  released.released = true;
+  released.backend = other.state_.backend;
+  state_ = std::exchange(other.state_, std::move(released));
   other.new_structure_id();
   return *this;
 }
 
 void Model::new_structure_id() {
   static std::atomic<uint64_t> next{1};
-  structure_id_ = next++;
+  state_.structure_id = next++;
 }
 
 void Model::check_live(const char* call) const {
-  if (released_ || !graph_)
+  if (state_.released || !graph_)
     throw StateError(std::string(call) + ": this model has been freed (released); use a live model or snapshot");
 }
 
 void Model::retire_contexts(const char* why) {
-  for (auto& [key, ctx] : contexts_) {
+  for (auto& [key, ctx] : state_.contexts) {
     ctx->retire(why);
-    retired_contexts_.push_back(std::move(ctx));
+    state_.retired_contexts.push_back(std::move(ctx));
   }
-  contexts_.clear();
-  plan_pools_.clear();
+  state_.contexts.clear();
+  state_.plan_pools.clear();
 }
 
 namespace {
@@ -195,31 +174,31 @@ int64_t capacity_for(int64_t rows) {
 
 size_t Model::arena_bytes() const {
   size_t total = 0;
-  for (const auto& [key, pool] : plan_pools_) total += pool->arena_bytes();
-  for (const auto& [rows, plan] : predict_plans_) total += plan->exe->arena_bytes();
+  for (const auto& [key, pool] : state_.plan_pools) total += pool->arena_bytes();
+  for (const auto& [rows, plan] : state_.predict_plans) total += plan->exe->arena_bytes();
   return total;
 }
 
 size_t Model::plan_count() const {
-  size_t n = predict_plans_.size();
-  for (const auto& [key, pool] : plan_pools_) n += pool->count();
+  size_t n = state_.predict_plans.size();
+  for (const auto& [key, pool] : state_.plan_pools) n += pool->count();
   return n;
 }
 
 void Model::set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
                       const char* why) {
   graph_ = std::make_shared<FunctionalGraph>(inputs, outputs);
-  as_layer_.reset();
+  state_.as_layer.reset();
   new_structure_id();
   // A changed graph needs new graphs; the optimizer state stays with compile.
   retire_contexts(why);
-  predict_plans_.clear();
-  if (compiled_) changed_after_compile_ = true;
-  compiled_ = false;
+  state_.predict_plans.clear();
+  if (state_.compiled) state_.changed_after_compile = true;
+  state_.compiled = false;
 }
 
 std::string Model::not_compiled_message(const char* call) const {
-  if (changed_after_compile_)
+  if (state_.changed_after_compile)
     return std::string(call) + ": the model changed after compile() (add() was called): call compile() again";
   return std::string(call) + " before compile(): call compile(optimizer, loss) first";
 }
@@ -257,13 +236,13 @@ ModelFunction Model::model_function() const {
   return f;
 }
 
-LossKind Model::loss() const { return losses_.empty() ? LossKind::MeanSquaredError : losses_[0].kind; }
+LossKind Model::loss() const { return state_.losses.empty() ? LossKind::MeanSquaredError : state_.losses[0].kind; }
 
 std::vector<std::string> Model::metrics() const {
-  return metrics_.empty() ? std::vector<std::string>{} : metrics_[0];
+  return state_.metrics.empty() ? std::vector<std::string>{} : state_.metrics[0];
 }
 
-std::vector<std::vector<std::string>> Model::output_metrics() const { return metrics_; }
+std::vector<std::vector<std::string>> Model::output_metrics() const { return state_.metrics; }
 
 void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
                          std::vector<std::vector<std::string>> metrics, std::shared_ptr<const Backend> backend) {
@@ -282,25 +261,25 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   o.optimizer = optimizer;
   OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes, metrics)
   if (backend != cpu_backend()) probe.check_kernels(*backend);  // the CPU has every kernel
-  losses_ = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
-  loss_weights_ = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
-  metrics_ = metrics.size() == 1 ? std::vector<std::vector<std::string>>(n_out, metrics[0]) : std::move(metrics);
-  changed_after_compile_ = false;
-  backend_ = std::move(backend);
-  optimizer_ = optimizer;
-  opt_state_ = std::make_shared<OptimizerState>(optimizer);
-  trainable_at_compile_.clear();
+  state_.losses = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
+  state_.loss_weights = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
+  state_.metrics = metrics.size() == 1 ? std::vector<std::vector<std::string>>(n_out, metrics[0]) : std::move(metrics);
+  state_.changed_after_compile = false;
+  state_.backend = std::move(backend);
+  state_.optimizer = optimizer;
+  state_.opt_state = std::make_shared<OptimizerState>(optimizer);
+  state_.trainable_at_compile.clear();
   std::set<const Layer*> seen;
-  for_each_layer(*graph_, [&](Layer& l) { trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
+  for_each_layer(*graph_, [&](Layer& l) { state_.trainable_at_compile.emplace_back(&l, l.trainable); }, seen);
   // The model's own random stream, drawn once from the global seed: shuffles
   // and dropout masks no longer depend on what else uses the global generator.
   // (Loading restores both from the file, drawing nothing.)
   if (!detail::LoadingScope::active()) {
-    rng_.seed(global_generator()());
-    tensorgrad::detail::write_element(opt_state_->rng_counter, 0, int64_t(rng_()));
+    state_.rng.seed(global_generator()());
+    tensorgrad::detail::write_element(state_.opt_state->rng_counter, 0, int64_t(state_.rng()));
   }
   retire_contexts("compile() was called again");
-  compiled_ = true;
+  state_.compiled = true;
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
@@ -372,37 +351,37 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
 OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights,
                                            int64_t micro_batch) {
   check_live("optimizer_context()");
-  if (!compiled_) throw StateError(not_compiled_message("optimizer_context()"));
-  for (const auto& [layer, trainable] : trainable_at_compile_)
+  if (!state_.compiled) throw StateError(not_compiled_message("optimizer_context()"));
+  for (const auto& [layer, trainable] : state_.trainable_at_compile)
     if (layer->trainable != trainable)
       throw StateError("layer '" + layer->name() + "' was made trainable = " + (layer->trainable ? "true" : "false") +
                        " after compile(); call compile() again for it to take effect (as Keras)");
   if (micro_batch == batch_size) micro_batch = 0;  // one context for both spellings
   auto key = std::make_tuple(batch_size, nbatch_logical, int(weights), micro_batch);
-  auto& slot = contexts_[key];
+  auto& slot = state_.contexts[key];
   if (!slot) {
     OptimizerContextOptions o;
     o.batch_size = batch_size;
     o.nbatch_logical = nbatch_logical;
     o.micro_batch = micro_batch;
-    o.losses = losses_;
-    o.loss_weights = loss_weights_;
-    o.metrics = metrics_;
+    o.losses = state_.losses;
+    o.loss_weights = state_.loss_weights;
+    o.metrics = state_.metrics;
     o.weights = weights;
-    o.optimizer = optimizer_;
-    o.model_hooks = hooks_;
-    o.backend = backend_;
-    o.gradient_bucket_bytes = gradient_bucket_bytes_;
+    o.optimizer = state_.optimizer;
+    o.model_hooks = state_.hooks;
+    o.backend = state_.backend;
+    o.gradient_bucket_bytes = state_.gradient_bucket_bytes;
     o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
     const int64_t micro = micro_batch > 0 ? micro_batch : batch_size;
     const int64_t period = nbatch_logical > 0 && micro > 0 ? nbatch_logical / micro : 1;
-    std::shared_ptr<OptimizerPlans>& pool = plan_pools_[{period, int(weights)}];
+    std::shared_ptr<OptimizerPlans>& pool = state_.plan_pools[{period, int(weights)}];
     if (!pool) pool = std::make_shared<OptimizerPlans>();
     o.plans = pool;
     try {
-      slot = std::make_unique<OptimizerContext>(model_function(), o, opt_state_);
+      slot = std::make_unique<OptimizerContext>(model_function(), o, state_.opt_state);
     } catch (...) {
-      contexts_.erase(key);
+      state_.contexts.erase(key);
       throw;
     }
   }
@@ -466,10 +445,10 @@ std::map<std::string, double> Model::metric_logs(double loss_sum, std::span<cons
   for (size_t i = 0; i < n_out; ++i) {
     const std::string prefix = n_out == 1 ? "" : graph_->output_names[i] + "_";
     if (n_out > 1) logs[prefix + "loss"] = rows ? output_loss_sums[i] / n : 0.0;
-    for (const std::string& m : metrics_[i]) {
+    for (const std::string& m : state_.metrics[i]) {
       const double mean = rows && k < metric_sums.size() ? metric_sums[k] / n : 0.0;
       ++k;
-      logs[prefix + m] = metric_from_name(m, losses_[i].kind) == MetricKind::RootMeanSquaredError ? std::sqrt(mean) : mean;
+      logs[prefix + m] = metric_from_name(m, state_.losses[i].kind) == MetricKind::RootMeanSquaredError ? std::sqrt(mean) : mean;
     }
   }
   return logs;
@@ -486,7 +465,7 @@ History Model::fit(const std::map<std::string, Tensor>& x, const std::map<std::s
 
 History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, const FitOptions& opt) {
   check_live("fit()");
-  if (!compiled_) throw StateError(not_compiled_message("fit()"));
+  if (!state_.compiled) throw StateError(not_compiled_message("fit()"));
   if (opt.verbose < 0 || opt.verbose > 2)
     throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
                      std::to_string(opt.verbose));
@@ -603,7 +582,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
                      std::to_string(n_train) + " training rows: no whole logical batch fits");
 
   TensorSource train(rows_of(x, 0, n_train), rows_of(y, 0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{},
-                     bs, opt.shuffle ? &rng_ : nullptr, "batch", shard);
+                     bs, opt.shuffle ? &state_.rng : nullptr, "batch", shard);
   std::optional<TensorSource> validation;
   if (!xv.empty()) validation.emplace(xv, yv, wv, bs, nullptr, "validation batch", shard);
   LoopOptions loop;
@@ -627,11 +606,11 @@ StepResult Model::test_on_batch(const Batch& batch, int64_t batch_size) { return
 // checks each tensor's shape, dtype and values against exactly `rows` rows.
 StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_logical, bool train) {
   check_live(train ? "train_on_batch()" : "test_on_batch()");
-  if (!compiled_) throw StateError(not_compiled_message(train ? "train_on_batch()" : "test_on_batch()"));
+  if (!state_.compiled) throw StateError(not_compiled_message(train ? "train_on_batch()" : "test_on_batch()"));
   if (batch_size < 0 || nbatch_logical < 0)
     throw ValueError("batch_size and nbatch_logical must be >= 0 (0: the batch's rows, no accumulation); got " +
                      std::to_string(batch_size) + " and " + std::to_string(nbatch_logical));
-  if (b.x.empty() && b.y.empty() && opt_state_ && opt_state_->communicator) {
+  if (b.x.empty() && b.y.empty() && state_.opt_state && state_.opt_state->communicator) {
     // Data-parallel: this rank has no rows for this batch (its share of a
     // short global batch, or its generator ended first).
     if (!train) return StepResult{};
@@ -692,7 +671,7 @@ std::map<std::string, double> Model::evaluate(const std::map<std::string, Tensor
 std::map<std::string, double> Model::evaluate(std::span<const Tensor> x_in, std::span<const Tensor> y,
                                               int64_t batch_size, const Tensor& sample_weight) {
   check_live("evaluate()");
-  if (!compiled_) throw StateError(not_compiled_message("evaluate()"));
+  if (!state_.compiled) throw StateError(not_compiled_message("evaluate()"));
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   const std::vector<Tensor> x = check_inputs(x_in, -1, "evaluate");
   const int64_t n = x[0].shape()[0];
@@ -722,13 +701,13 @@ Model::PredictPlan& Model::predict_plan(int64_t rows) {
   constexpr size_t kMaxPlans = 8;
   const int64_t cap = capacity_for(rows);
   for (int64_t key : {cap, -rows}) {
-    auto it = predict_plans_.find(key);
-    if (it != predict_plans_.end() && (it->second->exe->max_rows() >= rows || it->second->exe->rows() == rows)) {
+    auto it = state_.predict_plans.find(key);
+    if (it != state_.predict_plans.end() && (it->second->exe->max_rows() >= rows || it->second->exe->rows() == rows)) {
       if (it->second->exe->rows() != rows) it->second->exe->set_rows(rows);
       return *it->second;
     }
   }
-  if (predict_plans_.size() >= kMaxPlans) predict_plans_.clear();
+  if (state_.predict_plans.size() >= kMaxPlans) state_.predict_plans.clear();
   const ModelFunction f = model_function();
   auto build = [&](int64_t planned, PredictPlan& plan, Graph& g) {
     for (const InputSpec& in : f.inputs) {
@@ -759,13 +738,13 @@ Model::PredictPlan& Model::predict_plan(int64_t rows) {
     key = -rows;
     planned = rows;
   }
-  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule), backend_);
+  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule), state_.backend);
   plan->inputs = f.inputs;
   for (const InputSpec& in : plan->inputs)  // token ids converted into the rows of these
     plan->staging.push_back(in.dtype == DType::Int32 ? Tensor::empty(in.shape.with_batch(planned), DType::Int32)
                                                      : Tensor{});
   if (plan->exe->rows() != rows) plan->exe->set_rows(rows);
-  auto& slot = predict_plans_[key];
+  auto& slot = state_.predict_plans[key];
   slot = std::move(plan);
   return *slot;
 }
@@ -833,31 +812,31 @@ void Model::predict(std::span<const Tensor> x, std::span<Tensor> out) {
 
 void Model::set_communicator(std::shared_ptr<dist::Communicator> comm) {
   check_live("set_communicator()");
-  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("set_communicator()"));
-  opt_state_->communicator = std::move(comm);
+  if (!state_.compiled || !state_.opt_state) throw StateError(not_compiled_message("set_communicator()"));
+  state_.opt_state->communicator = std::move(comm);
 }
 
 std::shared_ptr<dist::Communicator> Model::communicator() const {
-  return opt_state_ ? opt_state_->communicator : nullptr;
+  return state_.opt_state ? state_.opt_state->communicator : nullptr;
 }
 
 void Model::add_gradient_hook(GradientHook hook) {
   check_live("add_gradient_hook()");
   if (!hook) throw ValueError("add_gradient_hook: empty hook");
-  hooks_->emplace_back(std::in_place_type<GradientHook>, std::move(hook));
+  state_.hooks->emplace_back(std::in_place_type<GradientHook>, std::move(hook));
 }
 
 void Model::add_gradient_bucket_hook(GradientBucketHook hook) {
   check_live("add_gradient_bucket_hook()");
   if (!hook) throw ValueError("add_gradient_bucket_hook: empty hook");
-  hooks_->emplace_back(std::in_place_type<GradientBucketHook>, std::move(hook));
+  state_.hooks->emplace_back(std::in_place_type<GradientBucketHook>, std::move(hook));
 }
 
 void Model::set_gradient_bucket_bytes(size_t bytes) {
   check_live("set_gradient_bucket_bytes()");
   check_gradient_bucket_bytes(bytes, "Model::set_gradient_bucket_bytes: the bucket size in bytes");
-  gradient_bucket_bytes_ = bytes;
-  for (auto& [key, ctx] : contexts_)
+  state_.gradient_bucket_bytes = bytes;
+  for (auto& [key, ctx] : state_.contexts)
     if (ctx) ctx->set_gradient_bucket_bytes(bytes);
 }
 
@@ -882,46 +861,46 @@ void Model::calibrate_bn(std::span<const Tensor> x_in) {
   std::vector<Value> in;
   for (const InputSpec& s : f.inputs) in.push_back(g.input(s.name, s.shape.with_batch(rows), s.dtype));
   const std::vector<Value> out = graph_->forward(g, in, CallOptions{false, true});
-  Executable exe(std::move(g), out, BatchRule{}, backend_);
+  Executable exe(std::move(g), out, BatchRule{}, state_.backend);
   for (size_t i = 0; i < x.size(); ++i) exe.bind(in[i], x[i].rows(0, rows));
   exe.run();
 }
 
 Model Model::clone() const {
   check_live("clone()");
-  Model copy(name_);
+  Model copy(state_.name);
   copy.graph_ = graph_->clone();
-  copy.backend_ = backend_;
-  if (compiled_) {
-    copy.optimizer_ = optimizer_;
-    copy.losses_ = losses_;
-    copy.loss_weights_ = loss_weights_;
-    copy.metrics_ = metrics_;
+  copy.state_.backend = state_.backend;
+  if (state_.compiled) {
+    copy.state_.optimizer = state_.optimizer;
+    copy.state_.losses = state_.losses;
+    copy.state_.loss_weights = state_.loss_weights;
+    copy.state_.metrics = state_.metrics;
 
     std::set<const Layer*> seen;
-    for_each_layer(*copy.graph_, [&](Layer& l) { copy.trainable_at_compile_.emplace_back(&l, l.trainable); }, seen);
-    copy.opt_state_ = std::make_shared<OptimizerState>(optimizer_);
-    copy.opt_state_->rng_counter.copy_from(opt_state_->rng_counter);
-    copy.rng_ = rng_;
-    copy.compiled_ = true;
+    for_each_layer(*copy.graph_, [&](Layer& l) { copy.state_.trainable_at_compile.emplace_back(&l, l.trainable); }, seen);
+    copy.state_.opt_state = std::make_shared<OptimizerState>(state_.optimizer);
+    copy.state_.opt_state->rng_counter.copy_from(state_.opt_state->rng_counter);
+    copy.state_.rng = state_.rng;
+    copy.state_.compiled = true;
   }
-  *copy.hooks_ = *hooks_;
-  copy.gradient_bucket_bytes_ = gradient_bucket_bytes_;
+  *copy.state_.hooks = *state_.hooks;
+  copy.state_.gradient_bucket_bytes = state_.gradient_bucket_bytes;
   return copy;
 }
 
 void Model::free() {
-  if (released_) return;
+  if (state_.released) return;
   retire_contexts("the model was freed");
   // Retired contexts hold no graph or state any more: the weights go now.
-  predict_plans_.clear();
+  state_.predict_plans.clear();
   graph_.reset();
-  as_layer_.reset();
-  trainable_at_compile_.clear();
-  opt_state_.reset();
-  hooks_->clear();
-  compiled_ = false;
-  released_ = true;
+  state_.as_layer.reset();
+  state_.trainable_at_compile.clear();
+  state_.opt_state.reset();
+  state_.hooks->clear();
+  state_.compiled = false;
+  state_.released = true;
   new_structure_id();
 }
 
@@ -960,21 +939,21 @@ void Model::set_weights(const std::vector<Tensor>& values) {
 void Model::set_initial_epoch(int epoch) {
   if (epoch < 0)
     throw ValueError("set_initial_epoch: the epoch must be >= 0 (epochs count from 0); got " + std::to_string(epoch));
-  initial_epoch_ = epoch;
+  state_.initial_epoch = epoch;
 }
 
 double Model::learning_rate() const {
   check_live("learning_rate()");
-  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("learning_rate()"));
-  return opt_state_->learning_rate();
+  if (!state_.compiled || !state_.opt_state) throw StateError(not_compiled_message("learning_rate()"));
+  return state_.opt_state->learning_rate();
 }
 
 void Model::set_learning_rate(double lr) {
   check_live("set_learning_rate()");
-  if (!compiled_ || !opt_state_) throw StateError(not_compiled_message("set_learning_rate()"));
+  if (!state_.compiled || !state_.opt_state) throw StateError(not_compiled_message("set_learning_rate()"));
   if (!(lr > 0.0) || !std::isfinite(lr) || !std::isfinite(float(lr)) || !(float(lr) > 0.0f))
     throw ValueError("learning rate must be a positive finite float32; got " + std::to_string(lr));
-  opt_state_->set_learning_rate(float(lr));
+  state_.opt_state->set_learning_rate(float(lr));
 }
 
 std::vector<std::shared_ptr<Layer>> Model::layers() const {
@@ -1016,22 +995,22 @@ SymbolicTensor Model::operator()(const SymbolicTensor& x) const { return (*this)
 SymbolicTensor Model::operator()(const std::vector<SymbolicTensor>& inputs) const {
   check_live("calling a model");
   if (graph_->outputs.size() != 1)
-    throw ValueError("model '" + name_ + "' has " + std::to_string(graph_->outputs.size()) +
+    throw ValueError("model '" + state_.name + "' has " + std::to_string(graph_->outputs.size()) +
                      " outputs; call_outputs(inputs) gives one symbolic tensor per output");
   return call_outputs(inputs)[0];
 }
 
 std::vector<SymbolicTensor> Model::call_outputs(const std::vector<SymbolicTensor>& inputs) const {
   check_live("calling a model");
-  if (!as_layer_) as_layer_ = std::make_shared<ModelLayer>(graph_, name_, type());
-  const SymbolicTensor first = (*as_layer_)(inputs);  // checks the inputs and records the call
+  if (!state_.as_layer) state_.as_layer = std::make_shared<ModelLayer>(graph_, state_.name, type());
+  const SymbolicTensor first = (*state_.as_layer)(inputs);  // checks the inputs and records the call
   const size_t n = graph_->outputs.size();
   if (n == 1) return {first};
   // The call was made here a moment ago and nothing else holds it yet.
   auto call = std::const_pointer_cast<LayerCall>(first.call());
   for (size_t k = 0; k < n; ++k) {
     if (k > 0) call->more_shapes.push_back(graph_->outputs[k].shape());
-    call->output_names.push_back(name_ + "/" + graph_->output_names[k]);
+    call->output_names.push_back(state_.name + "/" + graph_->output_names[k]);
   }
   std::vector<SymbolicTensor> out;
   for (size_t k = 0; k < n; ++k) out.emplace_back(first.call(), int(k));
@@ -1043,7 +1022,7 @@ std::string Model::summary() const {
   const bool functional = std::string(type()) != "Sequential";
   std::ostringstream s;
   char line[256];
-  s << "Model: \"" << name_ << "\"\n";
+  s << "Model: \"" << state_.name << "\"\n";
   if (functional)
     std::snprintf(line, sizeof line, "%-40s %-22s %-10s %s\n", "Layer (type)", "Output shape", "Param #", "Connected to");
   else

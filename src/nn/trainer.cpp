@@ -200,7 +200,6 @@ void Trainer::update_target(Model& target, float tau) {
     if (&target == target_) target_update_.reset();  // let go of its weights now
     throw StateError("update_target: the target has been freed; pass a live snapshot (Trainer::snapshot())");
   }
-  if (tau == 0.0f) return;  // tau = 0 keeps the target as it is, statistics included (as the seed)
   if (&target != target_ || target.structure_id() != target_structure_ || !target_update_) {
     const std::vector<Weight> mine = model_.weights(), theirs = target.weights();
     auto mismatch = [&](const std::string& why) {
@@ -230,6 +229,9 @@ void Trainer::update_target(Model& target, float tau) {
     target_ = &target;
     target_structure_ = target.structure_id();
   }
+  // After the check, so that a wrong target fails at every tau: tau = 0
+  // keeps the target as it is, statistics included.
+  if (tau == 0.0f) return;
   TargetUpdate& u = *target_update_;
   if (tau != u.last_tau) {  // a host value into the persistent tau: one copy, only when it changes
     tensorgrad::detail::write_element(u.tau, 0, tau);

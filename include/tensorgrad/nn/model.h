@@ -238,20 +238,20 @@ class Model {
   void compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                const std::map<std::string, float>& loss_weights = {},
                const std::map<std::string, std::vector<std::string>>& metrics = {}, CompileTarget target = {});
-  bool compiled() const { return compiled_; }
+  bool compiled() const { return state_.compiled; }
   /// The backend the model's graphs run on (compile's device; the CPU
   /// before the first compile).
-  const std::shared_ptr<const Backend>& backend() const { return backend_; }
-  Device device() const { return backend_->device(); }
+  const std::shared_ptr<const Backend>& backend() const { return state_.backend; }
+  Device device() const { return state_.backend->device(); }
   /// The precision compile() chose (kFloat32 before the first compile).
-  DTypePolicy dtype_policy() const { return backend_->dtype_policy(); }
+  DTypePolicy dtype_policy() const { return state_.backend->dtype_policy(); }
   /// What compile() was given (meaningful once compiled).
-  const OptimizerSpec& optimizer() const { return optimizer_; }
+  const OptimizerSpec& optimizer() const { return state_.optimizer; }
   /// The first output's loss kind (the loss of a one-output model).
   LossKind loss() const;
   /// Every output's loss, loss weight and metrics, in output order.
-  const std::vector<Loss>& losses() const { return losses_; }
-  const std::vector<float>& loss_weights() const { return loss_weights_; }
+  const std::vector<Loss>& losses() const { return state_.losses; }
+  const std::vector<float>& loss_weights() const { return state_.loss_weights; }
   /// The metrics of the first output (of a one-output model).
   std::vector<std::string> metrics() const;
   /// The metrics of every output, in output order.
@@ -267,8 +267,8 @@ class Model {
   void set_learning_rate(double lr);
   /// Keras' model.stop_training: a callback sets it to end fit after the
   /// current hook (see Callback). fit clears it when it starts.
-  bool stop_training() const { return stop_training_; }
-  void set_stop_training(bool stop) { stop_training_ = stop; }
+  bool stop_training() const { return state_.stop_training; }
+  void set_stop_training(bool stop) { state_.stop_training = stop; }
   /// Moves the first epoch of the fit in progress (Keras 3's
   /// model._initial_epoch): a callback calls it in on_train_begin
   /// (io::BackupAndRestore, after restoring a backup), and fit then runs
@@ -278,7 +278,7 @@ class Model {
   /// negative epoch.
   void set_initial_epoch(int epoch);
   /// The epoch set_initial_epoch gave, if any, clearing it (the loop's read).
-  std::optional<int> take_initial_epoch() { return std::exchange(initial_epoch_, std::nullopt); }
+  std::optional<int> take_initial_epoch() { return std::exchange(state_.initial_epoch, std::nullopt); }
   /// Copies of every weight's values, in weights() order, non-trainable ones
   /// (batch-norm statistics) included (Keras' get_weights); set_weights
   /// copies them back, throwing ValueError for the wrong count and
@@ -287,7 +287,7 @@ class Model {
   void set_weights(const std::vector<Tensor>& values);
   /// Changes whenever the graph or its weights' memory changes (add,
   /// clone, free): lets holders of cached weight pointers notice.
-  uint64_t structure_id() const { return structure_id_; }
+  uint64_t structure_id() const { return state_.structure_id; }
 
   /// Trains on x {rows, input_shape...} (or {rows, features}) and y (as each
   /// output's loss takes it; see OptimizerContext::step) for `epochs` epochs.
@@ -341,7 +341,7 @@ class Model {
   /// The model's random stream: fit's shuffles (TensorSource) draw from it.
   /// Seeded at compile from the global seed (manual_seed), so a seeded run
   /// repeats.
-  std::mt19937_64& random_stream() { return rng_; }
+  std::mt19937_64& random_stream() { return state_.rng; }
 
   /// Loss (and metrics, if compiled with them) over (x, y), in batches of
   /// batch_size, with optional per-row sample_weight ({rows} or {rows, 1}) as
@@ -433,7 +433,7 @@ class Model {
   /// a Trainer made from the model. Throws ValueError unless bytes is a
   /// positive multiple of 4 (whole float32 elements), StateError after free().
   void set_gradient_bucket_bytes(size_t bytes);
-  size_t gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
+  size_t gradient_bucket_bytes() const { return state_.gradient_bucket_bytes; }
 
   /// Bytes of every arena the model holds now (training, evaluation and
   /// prediction plans), and the number of those plans: bounded however many
@@ -460,7 +460,7 @@ class Model {
   /// Idempotent; afterwards every method throws StateError. The destructor
   /// releases everything anyway.
   virtual void free();
-  bool released() const { return released_; }
+  bool released() const { return state_.released; }
   /// "Functional", or "Sequential" (Keras' class names, for summary()).
   virtual const char* type() const { return "Functional"; }
 
@@ -471,7 +471,7 @@ class Model {
   std::vector<std::shared_ptr<Layer>> layers() const;
   /// The layer named `name`; throws ValueError listing the layer names.
   std::shared_ptr<Layer> get_layer(const std::string& name) const;
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return state_.name; }
   /// Inputs and outputs as symbolic tensors (to build new models over this
   /// one's graph: feature extraction, as Keras' model.inputs/outputs).
   const std::vector<SymbolicTensor>& inputs() const;
@@ -528,28 +528,33 @@ class Model {
   friend struct io::detail::Access;  // saving and loading the training state
   friend void broadcast_training_state(Model& model, dist::Communicator& comm);  // data-parallel start
 
-  std::string name_;
-  bool compiled_ = false;
-  bool changed_after_compile_ = false;
-  bool released_ = false;
-  uint64_t structure_id_ = 0;
-  OptimizerSpec optimizer_;
-  std::vector<Loss> losses_;
-  std::vector<float> loss_weights_;
-  std::vector<std::vector<std::string>> metrics_;  // per output, as compile() was given them
-  std::shared_ptr<OptimizerState> opt_state_;
-  std::shared_ptr<const Backend> backend_ = cpu_backend();
-  std::map<std::tuple<int64_t, int64_t, int, int64_t>, std::unique_ptr<OptimizerContext>> contexts_;
-  std::vector<std::unique_ptr<OptimizerContext>> retired_contexts_;  // handed out earlier, now refusing to run
-  std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans_;  // by capacity
-  std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools_;  // by (period, loss weights)
-  std::shared_ptr<std::vector<AnyGradientHook>> hooks_ = std::make_shared<std::vector<AnyGradientHook>>();
-  size_t gradient_bucket_bytes_ = kDefaultGradientBucketBytes;
-  mutable std::shared_ptr<Layer> as_layer_;
-  std::vector<std::pair<const Layer*, bool>> trainable_at_compile_;  // what the optimizer was compiled for  // this model called as a layer: one object, so calls share it
-  bool stop_training_ = false;
-  std::optional<int> initial_epoch_;  // set_initial_epoch, for the fit in progress
-  std::mt19937_64 rng_;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
+  // Everything the model holds but its graph, in one member that the move
+  // hands on as a whole: a field added here cannot be left behind.
+  struct State {
+    std::string name;
+    bool compiled = false;
+    bool changed_after_compile = false;
+    bool released = false;
+    uint64_t structure_id = 0;
+    OptimizerSpec optimizer;
+    std::vector<Loss> losses;
+    std::vector<float> loss_weights;
+    std::vector<std::vector<std::string>> metrics;  // per output, as compile() was given them
+    std::shared_ptr<OptimizerState> opt_state;
+    std::shared_ptr<const Backend> backend = cpu_backend();
+    std::map<std::tuple<int64_t, int64_t, int, int64_t>, std::unique_ptr<OptimizerContext>> contexts;
+    std::vector<std::unique_ptr<OptimizerContext>> retired_contexts;  // handed out earlier, now refusing to run
+    std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans;  // by capacity
+    std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlans>> plan_pools;  // by (period, loss weights)
+    std::shared_ptr<std::vector<AnyGradientHook>> hooks = std::make_shared<std::vector<AnyGradientHook>>();
+    size_t gradient_bucket_bytes = kDefaultGradientBucketBytes;
+    mutable std::shared_ptr<Layer> as_layer;  // this model called as a layer: one object, so calls share it
+    std::vector<std::pair<const Layer*, bool>> trainable_at_compile;  // what the optimizer was compiled for
+    bool stop_training = false;
+    std::optional<int> initial_epoch;  // set_initial_epoch, for the fit in progress
+    std::mt19937_64 rng;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
+  };
+  State state_;
 };
 
 }  // namespace tensorgrad::nn

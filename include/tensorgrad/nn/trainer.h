@@ -98,7 +98,7 @@ class Trainer {
   /// theta' <- tau * theta + (1 - tau) * theta' for every weight of `target`
   /// (Polyak averaging; batch-norm moving statistics are copied whole, never
   /// averaged; tau = 0 leaves the target as it is). Throws ValueError when tau is outside [0, 1] or the target's
-  /// weights differ by name or shape, StateError for a released target.
+  /// weights differ by name or shape (checked at every tau, 0 included), StateError for a released target.
   /// Runs as a graph of one op per weight (PolyakUpdate, or Assign for the
   /// copied statistics) with tau in a persistent tensor, built at the first
   /// call with a target and run again for the same target: it allocates
