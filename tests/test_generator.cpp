@@ -433,3 +433,45 @@ TEST(Generator, AnIncompletePeriodIsAppliedAtTheEpochsEnd) {
   EXPECT_NEAR(got[1].data<float>()[0], w[2], 1e-5);
   EXPECT_FALSE(m.optimizer_context(4, 8).apply_pending_update());  // nothing pending after fit
 }
+
+// A validation generator that ends before validation_steps is warned of, once
+// per fit (as a short training epoch is), naming it the validation generator.
+TEST(Generator, AShortValidationEpochWarnsOncePerFit) {
+  const Data d;
+  Sequential m = linear_model();
+  Finite f{d, 4}, v{d, 6};  // validation: two batches, then nothing (and a restart)
+  GeneratorFitOptions o = quiet(3, 0);
+  o.batch_size = 6;
+  o.validation_generator = v.generator();
+  o.validation_steps = 5;
+  History h;
+  const std::vector<std::string> w = capture_warnings([&] { h = m.fit(f.generator(), o); });
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("epoch 1: the validation generator returned nothing after 2 of 5 requested batches", 0), 0u)
+      << w[0];
+  EXPECT_EQ(h["val_loss"].size(), 3u);
+}
+
+// Nothing is decided by the words of a label: a training generator labelled
+// "validation batch" is still "the generator", and an in-memory source
+// labelled "generator batch" is still "the batch source".
+TEST(Generator, LabelsDecideNothing) {
+  const Data d;
+  Generator failing = []() -> std::optional<Batch> { throw std::runtime_error("boom"); };
+  GeneratorSource s(failing, 4, 0, "validation batch");
+  const std::vector<std::string> w = capture_warnings([&] {
+    s.start_epoch(0, 0);
+    EXPECT_THROW(s.next(), std::runtime_error);
+  });
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("the generator threw at batch 1 of epoch 1", 0), 0u) << w[0];
+
+  Sequential m = linear_model();
+  TensorSource t({d.x}, {d.y}, Tensor(), 6, nullptr, "generator batch");
+  LoopOptions lo;
+  lo.steps_per_epoch = 5;
+  lo.verbose = 0;
+  const std::vector<std::string> w2 = capture_warnings([&] { fit_loop(m, t, nullptr, lo); });
+  ASSERT_EQ(w2.size(), 1u);
+  EXPECT_NE(w2[0].find("the batch source returned nothing after 2 of 5"), std::string::npos) << w2[0];
+}

@@ -220,15 +220,23 @@ class GeneratorSource::Feed {
   bool busy_ = false, stopping_ = false;
 };
 
-GeneratorSource::GeneratorSource(const Generator& generator, int64_t batch_size, int prefetch, std::string label)
-    : batch_size_(batch_size), label_(std::move(label)) {
+GeneratorSource::GeneratorSource(const Generator& generator, int64_t batch_size, int prefetch, std::string label,
+                                 SourceRole role)
+    : batch_size_(batch_size), label_(std::move(label)), role_(role) {
   if (!generator) throw ValueError("the generator is empty; give a callable returning std::optional<Batch>");
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
   if (prefetch < 0)
     throw ValueError("prefetch must be >= 0 batches (0: call the generator on this thread); got " +
                      std::to_string(prefetch));
-  const bool validation = label_.rfind("validation", 0) == 0;
-  feed_ = std::make_unique<Feed>(generator, prefetch, validation ? "the validation generator" : "the generator");
+  feed_ = std::make_unique<Feed>(generator, prefetch, "the " + noun());
+}
+
+std::string GeneratorSource::noun() const {
+  switch (role_) {
+    case SourceRole::kTraining: return "generator";
+    case SourceRole::kValidation: return "validation generator";
+  }
+  throw ValueError("GeneratorSource: unknown SourceRole " + std::to_string(int(role_)));
 }
 
 GeneratorSource::~GeneratorSource() = default;

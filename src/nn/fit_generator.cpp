@@ -19,7 +19,7 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   // the generator's first call (made at the first epoch's start).
   GeneratorSource train(generator, opt.batch_size, opt.prefetch, "generator batch");
   std::optional<GeneratorSource> validation;
-  if (opt.validation_generator) validation.emplace(opt.validation_generator, opt.batch_size, 0, "validation batch");
+  if (opt.validation_generator) validation.emplace(opt.validation_generator, opt.batch_size, 0, "validation batch", SourceRole::kValidation);
   if (opt.nbatch_logical > 0) optimizer_context(opt.batch_size, opt.nbatch_logical);  // checks the multiple
   LoopOptions loop;
   loop.epochs = opt.epochs;

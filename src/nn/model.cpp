@@ -388,7 +388,8 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
   return *slot;
 }
 
-std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows, const char* call) const {
+std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows, const char* call,
+                                        bool validation) const {
   const FunctionalGraph& g = *graph_;
   if (x.size() != g.inputs.size())
     throw ShapeError(std::string(call) + ": the model has " + std::to_string(g.inputs.size()) + " input(s) (" +
@@ -396,7 +397,7 @@ std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows,
   const ModelFunction f = model_function();
   std::vector<Tensor> out;
   for (size_t i = 0; i < x.size(); ++i) {
-    const std::string prefix = std::string(call).rfind("validation", 0) == 0 ? "validation " : "";
+    const std::string prefix = validation ? "validation " : "";
     const std::string what = prefix + (x.size() == 1 ? std::string("x") : "x '" + f.inputs[i].name + "'");
     out.push_back(f.inputs[i].check(x[i], rows, what));
     if (i > 0 && out[i].shape()[0] != out[0].shape()[0])
@@ -506,8 +507,9 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     if (opt.validation_data && (n_in != 1 || n_out != 1))
       throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
                        " and " + std::to_string(n_out) + ". Use validation_x and validation_y (or validation_split)");
-    xv = opt.validation_data ? check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data")
-                             : check_inputs(opt.validation_x, -1, "validation_x");
+    xv = opt.validation_data
+             ? check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data", true)
+             : check_inputs(opt.validation_x, -1, "validation_x", true);
     yv = opt.validation_data ? std::vector<Tensor>{opt.validation_data->second} : opt.validation_y;
     if (yv.size() != n_out)
       throw ShapeError("validation_y: the model has " + std::to_string(n_out) + " output(s) (" +

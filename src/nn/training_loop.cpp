@@ -105,10 +105,6 @@ std::string batch_name(const BatchSource& source, int64_t number, int epoch) {
          (epoch >= 0 ? " of epoch " + std::to_string(epoch + 1) : std::string()) + ": ";
 }
 
-std::string source_noun(const BatchSource& source) {
-  return source.label().find("generator") != std::string::npos ? "generator" : "batch source";
-}
-
 // Logs the divergence warning the first time an epoch's loss is not finite.
 void warn_if_diverged(const Logs& logs, int epoch, bool& warned) {
   auto it = logs.find("loss");
@@ -172,7 +168,7 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
   return logs;
 }
 
-Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dist::Communicator* comm) {
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dist::Communicator* comm, bool* warned) {
   if (steps < 0) throw ValueError("test_epoch: steps must be >= 0; got " + std::to_string(steps));
   EpochLogs logs(model);
   source.start_epoch(epoch, steps);
@@ -184,6 +180,15 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dis
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
     }
+  }
+  if (steps > 0 && logs.batches() < steps && !(warned && *warned)) {
+    if (warned) *warned = true;
+    log_message(LogLevel::Warning,
+                (epoch >= 0 ? "epoch " + std::to_string(epoch + 1) + ": " : std::string()) + "the " + source.noun() +
+                    " returned nothing after " + std::to_string(logs.batches()) + " of " + std::to_string(steps) +
+                    " requested batches; the means cover those only" +
+                    (warned ? " (said once per fit). If the source can end on its own, leave validation_steps at 0"
+                            : ". If the source can end on its own, leave steps at 0"));
   }
   return comm ? logs.reduced(*comm).logs() : logs.logs();
 }
@@ -230,7 +235,7 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     comm->broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&first, 1)), 0);
     first_epoch = int(first);
   }
-  bool diverged = false;
+  bool diverged = false, validation_short_warned = false;
   for (int epoch = first_epoch; epoch < opt.epochs && !any_rank_stops(model, comm); ++epoch) {
     Logs logs;
     callbacks.on_epoch_begin(epoch, logs);
@@ -240,7 +245,7 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     if (run.batches() == 0) {
       if (!model.stop_training())
         log_message(LogLevel::Warning,
-                    "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing at its first call; trained " + std::to_string(epoch - first_epoch) +
+                    "epoch " + std::to_string(epoch + 1) + ": the " + train.noun() + " returned nothing at its first call; trained " + std::to_string(epoch - first_epoch) +
                         " of " + std::to_string(opt.epochs - first_epoch) +
                         " epochs. If the source is finite and now exhausted, lower epochs; if it was meant to "
                         "restart, reset its state before returning nothing");
@@ -248,7 +253,7 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     }
     if (opt.steps_per_epoch > 0 && run.batches() < opt.steps_per_epoch && !model.stop_training())
       log_message(LogLevel::Warning,
-                  "epoch " + std::to_string(epoch + 1) + ": the " + source_noun(train) + " returned nothing after " +
+                  "epoch " + std::to_string(epoch + 1) + ": the " + train.noun() + " returned nothing after " +
                       std::to_string(run.batches()) + " of " + std::to_string(opt.steps_per_epoch) +
                       " requested batches. The epoch is short; if the source can end on its own, leave "
                       "steps_per_epoch at 0 and let nothing close the epoch");
@@ -258,7 +263,7 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
       Logs test_logs;
       callbacks.on_test_begin(test_logs);
       check_live_after(model, "on_test_begin");
-      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch, comm);
+      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch, comm, &validation_short_warned);
       callbacks.on_test_end(test_logs);
       check_live_after(model, "on_test_end");
       for (auto& [k, v] : test_logs) logs["val_" + k] = v;

@@ -47,8 +47,11 @@ class BatchSource {
   /// The most rows a batch has: the graphs are planned for it.
   virtual int64_t batch_size() const = 0;
   /// What messages call a batch of this source: "batch", "generator batch",
-  /// "validation batch".
+  /// "validation batch". Only a name: nothing is decided by its words.
   virtual const std::string& label() const = 0;
+  /// What warnings call the source as a whole ("the generator returned
+  /// nothing"): "batch source" unless a source says what it is.
+  virtual std::string noun() const { return "batch source"; }
   /// Ends work in the background (GeneratorSource's producer); next() is not
   /// called afterwards. Idempotent.
   virtual void stop() {}
@@ -112,6 +115,10 @@ class TensorSource final : public BatchSource {
   bool started_ = false;
 };
 
+/// What a source feeds: training batches, or validation batches (which
+/// warnings then name as such).
+enum class SourceRole { kTraining, kValidation };
+
 /// Batches from a Generator with the seed's contract (see Generator). With
 /// prefetch > 0 the generator runs on a producer thread at most `prefetch`
 /// batches ahead; it is never called past an epoch's end (a nullopt, or
@@ -129,11 +136,11 @@ class GeneratorSource final : public BatchSource {
   /// The generator is called in place, not copied (its state advances as
   /// the caller's): it must outlive the source. batch_size: the most rows a
   /// batch may have (checked by train_on_batch). `label` names its batches
-  /// in messages ("generator batch 3 of epoch 1"; a label starting with
-  /// "validation" makes the warnings say "the validation generator"). Throws
-  /// ValueError for an empty generator, batch_size < 1 or a negative prefetch.
+  /// in messages ("generator batch 3 of epoch 1"); `role` kValidation makes
+  /// the warnings say "the validation generator". Throws ValueError for an
+  /// empty generator, batch_size < 1 or a negative prefetch.
   GeneratorSource(const Generator& generator, int64_t batch_size, int prefetch = 2,
-                  std::string label = "generator batch");
+                  std::string label = "generator batch", SourceRole role = SourceRole::kTraining);
   ~GeneratorSource() override;
   GeneratorSource(const GeneratorSource&) = delete;
   GeneratorSource& operator=(const GeneratorSource&) = delete;
@@ -143,6 +150,8 @@ class GeneratorSource final : public BatchSource {
   int64_t batches_per_epoch() const override { return 0; }
   int64_t batch_size() const override { return batch_size_; }
   const std::string& label() const override { return label_; }
+  /// "generator", or "validation generator" (SourceRole::kValidation).
+  std::string noun() const override;
   void stop() override;
 
  private:
@@ -150,6 +159,7 @@ class GeneratorSource final : public BatchSource {
   std::unique_ptr<Feed> feed_;
   int64_t batch_size_;
   std::string label_;
+  SourceRole role_;
   std::optional<Batch> current_;
   bool started_ = false, stopped_ = false;
 };
@@ -247,9 +257,12 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
 /// Model::test_on_batch, nothing trained: the loss and metric means, NaN
 /// when the source gave nothing. `epoch` names the epoch in messages (-1:
 /// none). With `comm`, each rank passes over its own source (its shard) and
-/// the means are over every rank's rows (one collective at the end).
+/// the means are over every rank's rows (one collective at the end). A
+/// source that ends before `steps` batches is logged as a warning (Keras:
+/// "your input ran out of data"), unless `warned` points to true; it is then
+/// set, so that a fit warns once (as the training side's short epochs).
 Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1,
-                dist::Communicator* comm = nullptr);
+                dist::Communicator* comm = nullptr, bool* warned = nullptr);
 
 /// Options of fit_loop (Keras' and the seed's names; see GeneratorFitOptions).
 struct LoopOptions {
