@@ -1086,6 +1086,69 @@ TEST(Trainer, DropoutMasksDifferBetweenStepsAndSeedReproduces) {
   EXPECT_NE(losses_after_seed(22), a);
 }
 
+// eval() is in inference mode by default; EvalOptions::training runs the
+// step's forward pass (dropout, batch statistics) and changes nothing: the
+// weights, the moving statistics, the optimizer and the dropout stream are as
+// before, so the next step reports the same loss (same masks) and training
+// goes on exactly as in a trainer never evaluated in training mode.
+TEST(Trainer, EvalInTrainingModeIsTheStepsForwardAndChangesNothing) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  const Data d = make_regression();
+  const EvalOptions training{.training = true};
+  for (float rate : {0.0f, 0.5f}) {  // batch statistics alone, then with dropout
+    SCOPED_TRACE(rate);
+    const Sequential m = build_bn(1, rate);  // Dense(8) -> BatchNormalization -> relu -> [Dropout] -> Dense(3)
+    auto make = [&] {
+      manual_seed(5);  // the trainer's dropout stream
+      return Trainer(m, batch(16));
+    };
+    Trainer tr = make();
+    const Tensor x = b16(d.x, 0), y = b16(d.y, 0);
+    const auto before = weight_values(tr.model());  // moving statistics included
+    const float inference = tr.eval(x, y);
+    EXPECT_NEAR(inference, tr.snapshot().evaluate(x, y, 16).at("loss"), 1e-6);  // the default: inference
+    const float forward = tr.eval(x, y, {}, training);
+    EXPECT_NE(forward, inference);
+    EXPECT_EQ(tr.eval(x, y, {}, training), forward);  // the dropout stream did not move
+    EXPECT_EQ(tr.eval(x, y), inference);
+    EXPECT_EQ(weight_values(tr.model()), before);
+    EXPECT_EQ(tr.n_steps(), 0);
+    EXPECT_EQ(tr.step(x, y), forward);  // the training graph's forward on the same weights and masks
+    Trainer reference = make();
+    EXPECT_EQ(reference.step(x, y), forward);
+    for (int i = 1; i < 4; ++i) {
+      tr.eval(b16(d.x, i), b16(d.y, i), {}, training);
+      EXPECT_EQ(tr.step(b16(d.x, i), b16(d.y, i)), reference.step(b16(d.x, i), b16(d.y, i))) << i;
+    }
+    EXPECT_EQ(weight_values(tr.model()), weight_values(reference.model()));
+  }
+}
+
+// Training-mode eval by hand: an identity Dense, then Dropout(0.5), MSE
+// against zeros on rows of ones: each kept element is 2 (scaled by 1 / (1 -
+// rate)), each dropped one 0, so the loss is 4 * (kept elements) / 64; in
+// inference mode it is 1.
+TEST(Trainer, EvalInTrainingModeDropsAndScalesByHand) {
+  manual_seed(3);
+  nn::clear_session();
+  Sequential m({4});
+  m.add(Dense(4, "linear", false));
+  m.add(Dropout(0.5f));
+  m.compile(OptimizerSpec::sgd(0.1f), "mse");
+  std::vector<float> identity(16, 0.0f);
+  for (int i = 0; i < 4; ++i) identity[size_t(i * 5)] = 1.0f;
+  m.set_weights({Tensor::from_vector(identity, Shape{4, 4})});
+  Trainer tr(m, batch(16));
+  const Tensor x = Tensor::full(Shape{16, 4}, 1.0f), y = Tensor::zeros(Shape{16, 4});
+  EXPECT_EQ(tr.eval(x, y), 1.0f);
+  const float loss = tr.eval(x, y, {}, EvalOptions{.training = true});
+  const float kept = loss * 64.0f / 4.0f;
+  EXPECT_EQ(kept, std::round(kept)) << loss;
+  EXPECT_GT(kept, 10.0f) << loss;  // about half of 64 (the chance of 10 or fewer is below 1e-6)
+  EXPECT_LT(kept, 54.0f) << loss;
+}
+
 // A thread count set after construction applies from the next step (the
 // pool's workers start: counted in /proc/self/task), and the step still
 // computes what it computes on one thread.

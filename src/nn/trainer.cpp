@@ -157,15 +157,17 @@ void Trainer::join_step() {
   }
 }
 
-float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+float Trainer::eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight, const EvalOptions& options) {
   return eval(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
-              sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
+              sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>(),
+              options);
 }
 
-float Trainer::eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight) {
+float Trainer::eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight,
+                    const EvalOptions& options) {
   check_live("eval");
   for (const Tensor& w : sample_weight) check_weights_allowed(w);
-  return ctx_->evaluate(x, y, sample_weight).loss;
+  return ctx_->evaluate(x, y, sample_weight, options).loss;
 }
 
 Tensor Trainer::predict(const Tensor& x, int64_t batch_size) {

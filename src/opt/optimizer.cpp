@@ -409,6 +409,10 @@ struct OptimizerPlan {
   // become row-sums, ready for the reduction). Valid with accumulation or
   // when built for data-parallel training.
   Value accumulation_scale;
+  // Evaluation graphs: each persistent tensor the graph writes in place (the
+  // training forward's moving averages and dropout counter) with a copy of
+  // it, so that a run can put it back (an evaluation changes nothing).
+  std::vector<std::pair<Tensor, Tensor>> kept_state;
 };
 
 namespace {
@@ -830,10 +834,10 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
     }
 }
 
-std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train, OptimizerPlan* plan) {
+std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind kind, OptimizerPlan* plan) {
   g.set_rng_counter(state_->rng_counter);  // one dropout stream per model: every context continues it
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
-  const std::vector<Value> outs = model_.forward(g, plan->x, train);
+  const std::vector<Value> outs = model_.forward(g, plan->x, kind != GraphKind::kEvaluation);
   std::vector<Value> results;
   plan->out.resize(heads_.size());
   for (size_t i = 0; i < heads_.size(); ++i) {
@@ -916,23 +920,23 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, bool train
     }
     results.push_back(plan->total);
   }
-  if (train) build_update(g, plan, results);
+  if (kind == GraphKind::kTraining) build_update(g, plan, results);
   return results;
 }
 
-std::shared_ptr<OptimizerPlan> OptimizerContext::build(bool train) {
+std::shared_ptr<OptimizerPlan> OptimizerContext::build(GraphKind kind) {
   // Planned for the capacity and run at any batch up to it, when the graph
   // scales with its batch (learnt from a second construction at capacity - 1);
   // otherwise planned for exactly this context's batch.
   const int64_t b = options_.batch_size, cap = options_.capacity;
   auto plan = std::make_shared<OptimizerPlan>();
   auto g = std::make_unique<Graph>();
-  std::vector<Value> results = build_graph(*g, cap, train, plan.get());
+  std::vector<Value> results = build_graph(*g, cap, kind, plan.get());
   BatchRule rule;
   if (cap >= 3) {
     Graph probe;
     OptimizerPlan unused;
-    build_graph(probe, cap - 1, train, &unused);
+    build_graph(probe, cap - 1, kind, &unused);
     try {
       rule = make_batch_rule(*g, cap, probe, cap - 1);
     } catch (const ValueError&) {
@@ -942,32 +946,54 @@ std::shared_ptr<OptimizerPlan> OptimizerContext::build(bool train) {
   if (rule.max_rows == 0 && cap != b) {  // no rule (or no probe below 3 rows): exactly this batch
     plan = std::make_shared<OptimizerPlan>();
     g = std::make_unique<Graph>();
-    results = build_graph(*g, b, train, plan.get());
+    results = build_graph(*g, b, kind, plan.get());
   }
   plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule), options_.backend);
+  if (kind != GraphKind::kTraining) {
+    const Graph& built = plan->exe->graph();
+    for (const Node& n : built.nodes()) {
+      if (n.role != NodeRole::Op || !op_info(n.op).in_place) continue;
+      const Tensor& target = built.node(n.inputs[0]).bound;
+      if (!target.defined()) continue;
+      const bool seen = std::any_of(plan->kept_state.begin(), plan->kept_state.end(),
+                                    [&](const auto& kept) { return kept.first.raw() == target.raw(); });
+      if (!seen) plan->kept_state.emplace_back(target, target.clone());
+    }
+  }
   return plan;
 }
 
 void OptimizerContext::check_kernels(const Backend& backend) {
   if (!retired_.empty()) throw StateError("check_kernels: " + retired_);
-  for (bool train : {false, true}) {
+  // The training forward's ops are a subset of the training step's.
+  for (GraphKind kind : {GraphKind::kEvaluation, GraphKind::kTraining}) {
     Graph g;
     OptimizerPlan unused;
-    build_graph(g, std::min<int64_t>(options_.batch_size, 2), train, &unused);
+    build_graph(g, std::min<int64_t>(options_.batch_size, 2), kind, &unused);
     backend.check_kernels(g);
   }
 }
 
-OptimizerPlan& OptimizerContext::acquire(bool train) {
-  std::shared_ptr<OptimizerPlan>& mine = train ? train_ : eval_;
+OptimizerPlan& OptimizerContext::acquire(GraphKind kind) {
+  std::shared_ptr<OptimizerPlan>* slot = nullptr;
+  switch (kind) {
+    case GraphKind::kEvaluation: slot = &eval_; break;
+    case GraphKind::kTrainingForward: slot = &train_forward_; break;
+    case GraphKind::kTraining: slot = &train_; break;
+  }
+  if (!slot)
+    throw ValueError("OptimizerContext: graph kind " + std::to_string(int(kind)) +
+                     " is none of evaluation (0), training forward (1) or training (2)");
+  std::shared_ptr<OptimizerPlan>& mine = *slot;
+  const bool train = kind == GraphKind::kTraining;
   if (!mine) {
     const int64_t b = options_.batch_size;
     auto runs_b = [b](const OptimizerPlan& p) { return p.exe->max_rows() >= b || p.exe->rows() == b; };
     std::shared_ptr<OptimizerPlan>* shared =
-        options_.plans ? &options_.plans->plans_[{options_.capacity, train}] : nullptr;
+        options_.plans ? &options_.plans->plans_[{options_.capacity, int(kind)}] : nullptr;
     if (shared && *shared && runs_b(**shared)) mine = *shared;
     if (!mine) {
-      mine = build(train);
+      mine = build(kind);
       if (shared && mine->exe->max_rows() > 0) *shared = mine;
     }
     if (train) {
@@ -1149,6 +1175,13 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
       r.updated = true;
     }
   } else {
+    for (auto& [state, copy] : plan.kept_state) copy.copy_from(state);
+    struct PutBack {  // even when a kernel throws
+      std::vector<std::pair<Tensor, Tensor>>& kept;
+      ~PutBack() {
+        for (auto& [state, copy] : kept) state.copy_from(copy);
+      }
+    } put_back{plan.kept_state};
     plan.exe->run();
   }
   size_t k = 0;
@@ -1175,6 +1208,7 @@ void OptimizerContext::retire(const std::string& why) {
   retired_ = why.empty() ? "retired" : why;
   train_.reset();
   eval_.reset();
+  train_forward_.reset();
   // Nothing of the model stays reachable: its layers (and weights) and the
   // optimizer moments go with the last live owner.
   model_ = ModelFunction{};
@@ -1259,7 +1293,7 @@ bool OptimizerContext::apply_pending_update() {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
   if (period_ == 1 || state_->micro_step == 0) return false;
-  acquire(true);
+  acquire(GraphKind::kTraining);
   const std::shared_ptr<OptimizerPlan> keep = train_;
   apply_update(*keep, float(options_.nbatch_logical));
   return true;
@@ -1271,7 +1305,7 @@ StepResult OptimizerContext::join_step() {
   if (!state_->communicator)
     throw StateError("join_step() is for data-parallel training: this model has no communicator (set "
                      "FitOptions::communicator or TrainerOptions::communicator)");
-  acquire(true);
+  acquire(GraphKind::kTraining);
   const std::shared_ptr<OptimizerPlan> keep = train_;
   ++n_steps_;
   StepResult r;
@@ -1323,7 +1357,7 @@ StepResult OptimizerContext::step(std::span<const Tensor> x, std::span<const Ten
                                   std::span<const Tensor> sample_weight) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  acquire(true);
+  acquire(GraphKind::kTraining);
   const std::shared_ptr<OptimizerPlan> keep = train_;  // alive even if a hook retires this context
   return run(*keep, x, y, sample_weight, true);
 }
@@ -1334,15 +1368,18 @@ StepResult OptimizerContext::step(const Tensor& x, const Tensor& y, const Tensor
 }
 
 StepResult OptimizerContext::evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
-                                      std::span<const Tensor> sample_weight) {
+                                      std::span<const Tensor> sample_weight, const EvalOptions& options) {
   if (!retired_.empty())
     throw StateError("this optimizer context is stale: " + retired_ + "; get a new one from optimizer_context()");
-  return run(acquire(false), x, y, sample_weight, false);
+  return run(acquire(options.training ? GraphKind::kTrainingForward : GraphKind::kEvaluation), x, y, sample_weight,
+             false);
 }
 
-StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight) {
+StepResult OptimizerContext::evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight,
+                                      const EvalOptions& options) {
   return evaluate(std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1),
-                  sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>());
+                  sample_weight.defined() ? std::span<const Tensor>(&sample_weight, 1) : std::span<const Tensor>(),
+                  options);
 }
 
 void OptimizerContext::add_gradient_hook(GradientHook hook) {

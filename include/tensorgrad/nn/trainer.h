@@ -78,9 +78,19 @@ class Trainer {
   /// (OptimizerContext::join_step). Throws StateError without
   /// TrainerOptions::communicator.
   void join_step();
-  /// The loss on (x, y) without a backward pass or update; same arguments.
-  float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
-  float eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {});
+  /// The loss on (x, y) without a backward pass or update; the arguments and
+  /// errors of step(). By default in inference mode, what held-out data
+  /// needs: dropout off, batch normalization with its moving statistics (as
+  /// Keras' evaluate and model(x)). With options.training, the forward pass
+  /// of step() instead (Keras' model(x, training=True): the training graph
+  /// without its backward pass and update): dropout active, with the masks
+  /// the next step() draws, and batch normalization with the batch's
+  /// statistics. Either way nothing changes: the weights, the optimizer state,
+  /// the moving statistics and the dropout stream stay as they were (see
+  /// EvalOptions), so steps go on exactly as without the call.
+  float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {}, const EvalOptions& options = {});
+  float eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {},
+             const EvalOptions& options = {});
   /// Outputs from the current weights for any number of rows, in batches of
   /// batch_size (default: the trainer's).
   Tensor predict(const Tensor& x, int64_t batch_size = 0);

@@ -460,7 +460,23 @@ class OptimizerPlans {
 
  private:
   friend class OptimizerContext;
-  std::map<std::pair<int64_t, bool>, std::shared_ptr<OptimizerPlan>> plans_;  // by (capacity, training)
+  // By (capacity, graph kind: evaluation, training forward or training step).
+  std::map<std::pair<int64_t, int>, std::shared_ptr<OptimizerPlan>> plans_;
+};
+
+/// How OptimizerContext::evaluate (and Trainer::eval) runs the model.
+struct EvalOptions {
+  /// false (the default): inference mode, what held-out data needs: dropout
+  /// off, batch normalization with its moving statistics. true: the training
+  /// step's forward pass (Keras' model(x, training=True), PyTorch's
+  /// model.train()): dropout active, batch normalization with the batch's
+  /// statistics; still nothing changes: no weight, no optimizer state, no
+  /// moving statistic, and not the dropout stream, so the masks are the ones
+  /// the next training step draws (every training-mode evaluation between
+  /// two steps draws the same masks), and a run with such evaluations trains
+  /// exactly as one without. (Keras' call updates the moving statistics;
+  /// this one leaves the model as it is.)
+  bool training = false;
 };
 
 /// Options of an optimizer context.
@@ -566,10 +582,14 @@ class OptimizerContext {
   /// Returns a result of 0 rows (loss and metric sums 0). Throws StateError
   /// for a retired context or without OptimizerState::communicator.
   StepResult join_step();
-  /// The losses and metrics without a backward pass or update.
+  /// The losses and metrics without a backward pass or update, in inference
+  /// mode unless options.training (see EvalOptions); the arguments and
+  /// errors of step(). The model is left exactly as it was. Allocates
+  /// nothing after the first call of each mode.
   StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
-                      std::span<const Tensor> sample_weight = {});
-  StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {});
+                      std::span<const Tensor> sample_weight = {}, const EvalOptions& options = {});
+  StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {},
+                      const EvalOptions& options = {});
 
   /// Checks one output's labels and weights for `rows` rows (any row count
   /// when rows < 0) with the same rules and errors as step(), without running
@@ -623,16 +643,20 @@ class OptimizerContext {
  private:
   friend struct io::detail::Access;  // checkpoints restore n_steps
   struct Head;
+  // What a graph computes: the inference forward pass and losses; the
+  // training forward pass and losses, without backward or update; or a
+  // whole training step. (The values key OptimizerPlans::plans_.)
+  enum class GraphKind { kEvaluation = 0, kTrainingForward = 1, kTraining = 2 };
   StepResult run(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y,
                  std::span<const Tensor> w, bool train);
-  std::vector<Value> build_graph(Graph& g, int64_t rows, bool train, OptimizerPlan* plan);
+  std::vector<Value> build_graph(Graph& g, int64_t rows, GraphKind kind, OptimizerPlan* plan);
   void build_update(Graph& g, OptimizerPlan* plan, std::vector<Value>& results);
-  std::shared_ptr<OptimizerPlan> build(bool train);
+  std::shared_ptr<OptimizerPlan> build(GraphKind kind);
   void apply_update(OptimizerPlan& plan, float rows);
   void reduce_over_ranks(dist::Communicator& comm, float rows, bool row_sums);
   // Whether the model trains data-parallel now (a communicator of 2 or more ranks).
   bool distributed() const;
-  OptimizerPlan& acquire(bool train);
+  OptimizerPlan& acquire(GraphKind kind);
   void stage(OptimizerPlan& plan, std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> w);
   Device device() const { return options_.backend ? options_.backend->device() : Device::CPU; }
 
@@ -642,7 +666,7 @@ class OptimizerContext {
   int64_t period_ = 1;
   int64_t n_steps_ = 0;
   std::vector<Head> heads_;  // per output: its loss and staging
-  std::shared_ptr<OptimizerPlan> train_, eval_;
+  std::shared_ptr<OptimizerPlan> train_, eval_, train_forward_;
   std::string retired_;  // non-empty once retired: why
   std::vector<AnyGradientHook> hooks_;
   GradientBuffer buffer_;  // what the hooks see: views of state_->gradients
