@@ -390,6 +390,16 @@ TEST(GGUFWriter, RefusesBadTensors) {
   expect_throw_with<ShapeError>([&] { w.add_tensor("none", none); }, {"'none'", "no elements"});
 }
 
+TEST(GGUFWriter, RefusesNulBytesInKeysAndNames) {
+  // The reader refuses them (ggml would cut the name at the NUL), so the writer does not write them.
+  GGUFWriter w;
+  expect_throw_with<ValueError>([&] { w.set_u32(std::string("a\0b", 3), 1); },
+                                {"metadata key 'a\\x00b'", "NUL byte at position 1"});
+  expect_throw_with<ValueError>([&] { w.add_tensor(std::string("dense/\0kernel", 13), float_tensor({1}, {1})); },
+                                {"tensor 'dense/\\x00kernel'", "NUL byte at position 6"});
+  EXPECT_EQ(GGUFFile::parse(w.to_bytes()).metadata().size(), 0u);  // nothing was added
+}
+
 // ---------------------------------------------------------------- tensors
 
 TEST(GGUFTensors, EveryTypeRoundTrips) {
@@ -883,6 +893,44 @@ TEST(GGUFMalformed, MissingDataSection) {
   expect_malformed(b.b, {"data section", "past the end of the file"});
   b.pad(32).num<float>(1.0f);
   EXPECT_EQ(GGUFFile::parse(b.b).read("t").item(), 1.0f);
+}
+
+// One tensor "name" {1} F32 holding 1.0, hand-built (so that the writer's own
+// checks on names cannot stop it): the tensor info starts at byte 24.
+Bytes one_tensor_named(const std::string& name) {
+  Builder b;
+  b.header(1, 0).str(name).num<uint32_t>(1).num<uint64_t>(1).num<uint32_t>(0).num<uint64_t>(0);
+  b.pad(32).num<float>(1.0f);
+  return b.b;
+}
+
+TEST(GGUFMalformed, TensorNameWithANulByte) {
+  // ggml reads names as C strings: "dense/\0kernel" would be "dense/" there.
+  const std::string name("dense/\0kernel", 13);
+  expect_malformed(one_tensor_named(name),
+                   {"tensor info 0 (at byte 24)", "'dense/\\x00kernel'", "NUL byte at byte " + std::to_string(24 + 8 + 6),
+                    "<memory>"});
+  // A NUL as the last byte too (a C writer's terminator counted in the length).
+  expect_malformed(one_tensor_named(std::string("w\0", 2)), {"'w\\x00'", "NUL byte at byte " + std::to_string(24 + 8 + 1)});
+}
+
+TEST(GGUFMalformed, TensorNameLongerThanGgmlAllows) {
+  // GGML_MAX_NAME is 64 with the terminating NUL: 63 bytes are read, 64 and 100 refused.
+  EXPECT_EQ(GGUFFile::parse(one_tensor_named(std::string(63, 'n'))).read(std::string(63, 'n')).item(), 1.0f);
+  for (size_t n : {size_t(64), size_t(100)})
+    expect_malformed(one_tensor_named(std::string(n, 'n')),
+                     {"tensor info 0 (at byte 24)", "is " + std::to_string(n) + " bytes long", "at most 63 bytes",
+                      "GGML_MAX_NAME"});
+}
+
+TEST(GGUFMalformed, MetadataKeyWithANulByte) {
+  Builder b;
+  b.header(0, 1).kv(std::string("general.na\0me", 13), ValueType::UInt32).num<uint32_t>(1);
+  expect_malformed(b.b, {"metadata pair 0 (at byte 24)", "'general.na\\x00me'", "NUL byte at byte " + std::to_string(24 + 8 + 10)});
+  // The same key without the NUL reads.
+  Builder ok;
+  ok.header(0, 1).kv("general.name", ValueType::UInt32).num<uint32_t>(1);
+  EXPECT_EQ(GGUFFile::parse(ok.b).get_u32("general.name"), 1u);
 }
 
 TEST(GGUFMalformed, EveryTruncationIsAFormatError) {

@@ -55,6 +55,29 @@ constexpr size_t kConvertChunk = size_t(1) << 18;          // elements per F16/B
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
+// A name or key in single quotes with its control and non-ASCII bytes as
+// \xNN, for messages about a name whose bytes are the problem: a NUL would
+// cut the message where a terminal or a C string reads it.
+std::string escaped(const std::string& s) {
+  std::string out = "'";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7F || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+// Where the first NUL byte of `s` is, or npos. ggml reads GGUF names and keys
+// as C strings (gguf_get_key, gguf_get_tensor_name, ggml_set_name), so a NUL
+// inside one makes ggml see a shorter, different name than the file holds.
+size_t nul_position(const std::string& s) { return s.find('\0'); }
+
 // ggml's names for its type ids, to name a type tensorgrad does not read.
 const char* ggml_type_name(uint32_t id) {
   static const char* const names[] = {
@@ -317,6 +340,10 @@ struct GGUFWriter::Impl {
     if (key.size() > kMaxKeyBytes)
       throw ValueError("GGUFWriter: metadata key '" + key.substr(0, 40) + "...' is " + std::to_string(key.size()) +
                        " bytes long" + fix);
+    if (const size_t nul = nul_position(key); nul != std::string::npos)
+      throw ValueError("GGUFWriter: metadata key " + escaped(key) + " has a NUL byte at position " +
+                       std::to_string(nul) + "; ggml reads keys as C strings and GGUF readers refuse it, so give a "
+                       "key without NUL bytes");
     if (key == kAlignmentKey)
       throw ValueError(
           "GGUFWriter: metadata key 'general.alignment' is written by the writer itself; pass the alignment to "
@@ -472,6 +499,10 @@ void GGUFWriter::add_tensor(const std::string& name, const Tensor& tensor, Tenso
     throw ValueError(where + " is " + std::to_string(name.size()) +
                      " bytes long; GGUF names are at most 63 bytes (ggml's limit of 64 counts the terminating "
                      "NUL); shorten it");
+  if (const size_t nul = nul_position(name); nul != std::string::npos)
+    throw ValueError("GGUFWriter::add_tensor: tensor " + escaped(name) + " has a NUL byte at position " +
+                     std::to_string(nul) + "; ggml reads names as C strings and GGUF readers refuse it, so give a "
+                     "name without NUL bytes");
   if (impl_->names.count(name)) throw ValueError(where + " is added twice; give each tensor a distinct name");
   if (!tensor_type_known(uint32_t(type)))
     throw ValueError(where + ": " + std::to_string(uint32_t(type)) +
@@ -651,6 +682,11 @@ void GGUFFile::Impl::parse() {
     const size_t at = c.pos();
     c.context = "metadata pair " + std::to_string(i) + " (at byte " + std::to_string(at) + ")";
     std::string key = c.string("the key");
+    if (const size_t nul = nul_position(key); nul != std::string::npos)
+      fail("metadata pair " + std::to_string(i) + " (at byte " + std::to_string(at) + "): the key " + escaped(key) +
+           " has a NUL byte at byte " + std::to_string(at + 8 + nul) +
+           "; ggml reads keys as C strings and would see " + escaped(key.substr(0, nul)) +
+           "; the file is corrupt or its writer does not follow GGUF");
     if (auto it = key_index.find(key); it != key_index.end())
       fail("duplicate metadata key " + quoted(key) + " at byte " + std::to_string(at) + " (first at byte " +
            std::to_string(key_offsets[it->second]) + ")");
@@ -686,6 +722,15 @@ void GGUFFile::Impl::parse() {
     c.context = "tensor info " + std::to_string(i) + " (at byte " + std::to_string(at) + ")";
     TensorInfo info;
     info.name = c.string("the name");
+    const std::string info_at = "tensor info " + std::to_string(i) + " (at byte " + std::to_string(at) + "): the name ";
+    if (const size_t nul = nul_position(info.name); nul != std::string::npos)
+      fail(info_at + escaped(info.name) + " has a NUL byte at byte " + std::to_string(at + 8 + nul) +
+           "; ggml reads names as C strings and would see " + escaped(info.name.substr(0, nul)) +
+           "; the file is corrupt or its writer does not follow GGUF");
+    if (info.name.size() > kMaxNameBytes)
+      fail(info_at + escaped(info.name.substr(0, 40)) + "... is " + std::to_string(info.name.size()) +
+           " bytes long; GGUF tensor names hold at most 63 bytes (ggml's GGML_MAX_NAME = 64 counts the "
+           "terminating NUL, and ggml refuses longer ones); the file's writer does not follow GGUF");
     const std::string where = "tensor " + quoted(info.name) + " (info at byte " + std::to_string(at) + ")";
     if (auto it = tensor_index.find(info.name); it != tensor_index.end())
       fail("duplicate tensor name " + quoted(info.name) + " at byte " + std::to_string(at) + " (first at byte " +

@@ -82,7 +82,8 @@ class GGUFWriter {
   /// written as a UINT32 key when not 32.
   explicit GGUFWriter(uint32_t alignment = 32);
   /// Scalars and strings. A key given twice is a ValueError; so is an empty
-  /// key, one longer than 65535 bytes, or "general.alignment" (the writer
+  /// key, one longer than 65535 bytes, one with a NUL byte (ggml reads keys
+  /// as C strings), or "general.alignment" (the writer
   /// writes that key itself from the constructor's alignment). Keys are
   /// written in the order they were set.
   void set_string(const std::string& key, const std::string& value);
@@ -102,7 +103,8 @@ class GGUFWriter {
   /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
   /// int32 one as I32, an int64 one as I64. Throws ValueError for a name
   /// longer than 63 bytes (ggml's GGML_MAX_NAME of 64 counts the
-  /// terminating NUL), an empty name, a name given twice, or an undefined
+  /// terminating NUL), a name with a NUL byte (ggml would cut it there), an
+  /// empty name, a name given twice, or an undefined
   /// tensor; TypeError for a dtype that cannot be stored as `type`;
   /// ShapeError for a tensor of more than 4 dimensions (GGUF's limit) or no
   /// elements. A scalar (shape {}) is stored with one dimension of 1 and
@@ -133,7 +135,10 @@ class GGUFFile {
  public:
   /// Opens and checks `path`. Throws IOError for a missing or unreadable
   /// file, FormatError for anything malformed: the message names what is
-  /// wrong and where (byte offset, key, tensor name).
+  /// wrong and where (byte offset, key, tensor name). Malformed includes what
+  /// ggml refuses or misreads: a tensor name longer than 63 bytes
+  /// (GGML_MAX_NAME = 64 counts the terminating NUL), and a tensor name or
+  /// metadata key with a NUL byte (ggml reads them as C strings).
   static GGUFFile open(const std::string& path);
   /// The same checks over bytes in memory (copied), for tests and fuzzing.
   static GGUFFile parse(std::span<const uint8_t> bytes);
