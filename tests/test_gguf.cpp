@@ -242,6 +242,14 @@ TEST(GGUFConvert, TypeNamesAndSizes) {
   EXPECT_STREQ(value_type_name(ValueType::UInt8), "UINT8");
 }
 
+TEST(GGUFConvert, SizeOfAnUnknownTypeIsAnError) {
+  // 2 is ggml's Q4_0: a type id, but none tensorgrad stores; 99 is no type at all.
+  for (uint32_t id : {2u, 99u})
+    expect_throw_with<ValueError>([&] { (void)tensor_type_size(TensorType(id)); },
+                                  {"tensor_type_size: " + std::to_string(id) + " is not a TensorType",
+                                   "F32 (0), F16 (1), I32 (26), I64 (27) or BF16 (30)"});
+}
+
 // ---------------------------------------------------------------- metadata
 
 TEST(GGUFMetadata, WriterTypesRoundTrip) {

@@ -280,7 +280,10 @@ size_t tensor_type_size(TensorType type) {
     case TensorType::BF16: return 2;
     case TensorType::I64: return 8;
   }
-  return 0;
+  // Reached only through a cast; a size of 0 would make every size computed from it silently 0.
+  throw ValueError("tensor_type_size: " + std::to_string(uint32_t(type)) +
+                   " is not a TensorType; expected F32 (0), F16 (1), I32 (26), I64 (27) or BF16 (30), the ggml type "
+                   "ids tensorgrad stores; pass one of the TensorType enumerators");
 }
 
 const char* value_type_name(ValueType type) {

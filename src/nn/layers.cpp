@@ -88,7 +88,10 @@ Value apply_activation(Builder& b, Activation a, Value x) {
     case Activation::LeakyRelu: return b.unary(OpKind::LeakyRelu, x, 0.2f);
     case Activation::Softplus: return b.unary(OpKind::Softplus, x);
   }
-  return x;
+  // Reached only through a cast; passing x through would train a silently linear layer.
+  throw ValueError("apply_activation: " + std::to_string(static_cast<int>(a)) +
+                   " is not an Activation; its values are 0 (Linear) to 9 (Softplus); pass one of the Activation "
+                   "enumerators (activation_from_name gives one for a Keras name)");
 }
 
 Dense::Dense(int64_t units, const std::string& activation, bool use_bias)

@@ -25,7 +25,9 @@ namespace tensorgrad::io {
 enum class TensorType : uint32_t { F32 = 0, F16 = 1, I32 = 26, I64 = 27, BF16 = 30 };
 /// "F32", "F16", "BF16", "I32", "I64".
 const char* tensor_type_name(TensorType type);
-/// Bytes per element of `type`.
+/// Bytes per element of `type` (ggml's type sizes: 4 for F32 and I32, 2 for
+/// F16 and BF16, 8 for I64). Throws ValueError for a value that is none of
+/// the enumerators (made by a cast).
 size_t tensor_type_size(TensorType type);
 
 /// Metadata value types, with gguf_type's ids.

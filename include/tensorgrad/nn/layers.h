@@ -95,7 +95,9 @@ enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, L
 /// listing these.
 Activation activation_from_name(const std::string& name);
 const char* activation_name(Activation a);
-/// Applies `a` to x (softmax along the last axis).
+/// Applies `a` to x (softmax along the last axis), as Keras' activation of
+/// that name. Throws ValueError for a value that is none of the enumerators
+/// (made by a cast).
 Value apply_activation(Builder& b, Activation a, Value x);
 
 /// A layer's configuration (Keras' get_config): the arguments that rebuild
