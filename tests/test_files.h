@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "tensorgrad/core/tensor.h"
@@ -68,6 +69,60 @@ inline ::testing::AssertionResult same_files(const std::string& a_path, const st
       return ::testing::AssertionFailure() << "tensor '" << x.name << "' differs";
   }
   return ::testing::AssertionSuccess() << a.tensors().size() << " tensors, " << a.metadata().size() << " keys";
+}
+
+/// Writes to `to` the metadata and tensors of the GGUF file `from`, in the
+/// same order and alignment, each pair first handed to `edit`, which may
+/// change its key and value or return false to drop it: a file as another
+/// writer (an older tensorgrad) would have written it. Copies the value types
+/// tensorgrad's files hold (STRING, BOOL, UINT32, INT32, UINT64, INT64,
+/// FLOAT32, FLOAT64 and arrays of UINT64, INT64, FLOAT64, STRING); another
+/// fails the test.
+inline void copy_gguf(const std::string& from, const std::string& to,
+                      const std::function<bool(std::string& key, tensorgrad::io::MetadataValue& value)>& edit) {
+  namespace io = tensorgrad::io;
+  using VT = io::ValueType;
+  const io::GGUFFile f = io::GGUFFile::open(from);
+  io::GGUFWriter w(f.alignment());
+  for (io::MetadataEntry e : f.metadata()) {
+    if (e.key == "general.alignment") continue;  // the writer writes it from its constructor
+    if (!edit(e.key, e.value)) continue;
+    const io::MetadataValue& v = e.value;
+    switch (v.type) {
+      case VT::String: w.set_string(e.key, v.strings.at(0)); break;
+      case VT::Bool: w.set_bool(e.key, v.ints.at(0) != 0); break;
+      case VT::UInt32: w.set_u32(e.key, uint32_t(v.ints.at(0))); break;
+      case VT::Int32: w.set_i32(e.key, int32_t(v.ints.at(0))); break;
+      case VT::UInt64: w.set_u64(e.key, uint64_t(v.ints.at(0))); break;
+      case VT::Int64: w.set_i64(e.key, v.ints.at(0)); break;
+      case VT::Float32: w.set_f32(e.key, float(v.floats.at(0))); break;
+      case VT::Float64: w.set_f64(e.key, v.floats.at(0)); break;
+      case VT::Array:
+        if (v.element_type == VT::UInt64) {
+          const std::vector<uint64_t> u(v.ints.begin(), v.ints.end());
+          w.set_u64_array(e.key, u);
+        } else if (v.element_type == VT::Int64) {
+          w.set_i64_array(e.key, v.ints);
+        } else if (v.element_type == VT::Float64) {
+          w.set_f64_array(e.key, v.floats);
+        } else if (v.element_type == VT::String) {
+          w.set_string_array(e.key, v.strings);
+        } else {
+          ADD_FAILURE() << "copy_gguf: '" << e.key << "' is an array of " << io::value_type_name(v.element_type)
+                        << ", which it does not copy";
+        }
+        break;
+      case VT::UInt8:
+      case VT::Int8:
+      case VT::UInt16:
+      case VT::Int16:
+        ADD_FAILURE() << "copy_gguf: '" << e.key << "' is " << io::value_type_name(v.type)
+                      << ", which it does not copy";
+        break;
+    }
+  }
+  for (const io::TensorInfo& t : f.tensors()) w.add_tensor(t.name, f.read(t.name), t.type);
+  w.write(to);
 }
 
 }  // namespace test_support

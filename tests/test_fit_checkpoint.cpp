@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -309,6 +311,133 @@ TEST(ModelCheckpointFile, OtherCallbacksOrUncompiledModelsAreRefusedAndNothingCh
   EXPECT_TRUE(throws<ValueError>([&] { io::save_checkpoint(a.model, dir / "u.gguf", -1); }, {"initial_epoch", "-1"}));
   raw.compile(OptimizerSpec::sgd(0.1f), "sparse_categorical_crossentropy");
   EXPECT_TRUE(throws<ValueError>([&] { io::load_checkpoint(raw, dir / "c.gguf"); }, {"AdamW", "SGD"}));
+}
+
+// ---- callback names in checkpoints ----
+
+namespace {
+
+// A user's callback that counts epochs, named "EpochCounter" by type()
+// (files written before Callback::type() named it by its class,
+// "CountingCallback").
+struct CountingCallback : nn::Callback {
+  double count = 0;
+  const char* type() const override { return "EpochCounter"; }
+  void on_epoch_end(int, Logs&) override { ++count; }
+  CallbackState get_state() const override { return {{{"count", count}}, {}}; }
+  void set_state(const CallbackState& s) override { count = s.values.at("count"); }
+};
+// The same without a type(): "Callback" (Keras' base class).
+struct UnnamedCounter : nn::Callback {
+  double count = 0;
+  CallbackState get_state() const override { return {{{"count", count}}, {}}; }
+  void set_state(const CallbackState& s) override { count = s.values.at("count"); }
+};
+// A user's subclass of a built-in keeps the built-in's name.
+struct PatientStopping : nn::EarlyStopping {
+  PatientStopping() : nn::EarlyStopping("val_loss", 0.0, 1000, nn::MonitorMode::Auto, std::nullopt, true) {}
+};
+
+// The callbacks of a fit_resume::Setup's checkpoint in these tests: a
+// PatientStopping that has run with the fit, the Setup's ReduceLROnPlateau,
+// and the two counters at 5 and 7.
+struct NamedCallbacks {
+  fit_resume::Setup setup;
+  std::shared_ptr<PatientStopping> patient = std::make_shared<PatientStopping>();
+  CountingCallback counter;
+  UnnamedCounter unnamed;
+  std::vector<nn::Callback*> all() { return {patient.get(), setup.reduce_lr.get(), &counter, &unnamed}; }
+};
+
+}  // namespace
+
+TEST(CallbackTypes, CheckpointsNameCallbacksByTypeNotByClass) {
+  ThreadsGuard threads;
+  TempDir dir;
+  NamedCallbacks a;
+  a.setup.model.fit(a.setup.x, a.setup.y, a.setup.options(2, {a.patient}));
+  a.counter.count = 5;
+  a.unnamed.count = 7;
+  io::save_checkpoint(a.setup.model, dir / "c.gguf", 2, a.all());
+  const io::GGUFFile f = io::GGUFFile::open(dir / "c.gguf");
+  EXPECT_EQ(f.get_string_array("tensorgrad.callbacks.types"),
+            (std::vector<std::string>{"EarlyStopping", "ReduceLROnPlateau", "EpochCounter", "Callback"}));
+  EXPECT_EQ(f.get_f64("tensorgrad.callbacks.2.EpochCounter.value.count"), 5.0);
+  EXPECT_EQ(f.get_f64("tensorgrad.callbacks.3.Callback.value.count"), 7.0);
+  EXPECT_NE(f.find("tensorgrad.callbacks.0.EarlyStopping.value.wait"), nullptr);
+  // A type() a checkpoint cannot name the callback by is refused.
+  struct Nameless : nn::Callback {
+    const char* type() const override { return ""; }
+  } nameless;
+  EXPECT_TRUE(throws<ValueError>([&] { io::save_checkpoint(a.setup.model, dir / "n.gguf", 2, {&nameless}); },
+                                 {"Nameless", "type() returned an empty name"}));
+}
+
+TEST(CallbackTypes, BuiltInCallbacksAreNamedAsKerasNamesThem) {
+  TempDir dir;
+  const std::vector<std::pair<std::shared_ptr<nn::Callback>, std::string>> built_in = {
+      {std::make_shared<nn::EarlyStopping>(), "EarlyStopping"},
+      {std::make_shared<nn::ReduceLROnPlateau>(), "ReduceLROnPlateau"},
+      {std::make_shared<nn::LearningRateScheduler>([](int, double lr) { return lr; }), "LearningRateScheduler"},
+      {std::make_shared<nn::TerminateOnNaN>(), "TerminateOnNaN"},
+      {std::make_shared<nn::CSVLogger>(dir / "log.csv"), "CSVLogger"},
+      {std::make_shared<nn::LambdaCallback>(), "LambdaCallback"},
+      {std::make_shared<nn::ProgbarLogger>(), "ProgbarLogger"},
+      {std::make_shared<nn::History>(), "History"},
+      {std::make_shared<nn::PlotHistory>(dir / "h.png"), "PlotHistory"},  // tensorgrad's own
+      {std::make_shared<io::BackupAndRestore>(dir / "backup"), "BackupAndRestore"},
+      {std::make_shared<io::ModelCheckpoint>(dir / "m.gguf"), "ModelCheckpoint"},
+  };
+  for (const auto& [callback, name] : built_in) EXPECT_STREQ(callback->type(), name.c_str());
+}
+
+TEST(CallbackTypes, CheckpointsThatNamedCallbacksByClassStillLoad) {
+  ThreadsGuard threads;
+  TempDir dir;
+  NamedCallbacks a;
+  a.setup.model.fit(a.setup.x, a.setup.y, a.setup.options(2, {a.patient}));
+  a.counter.count = 5;
+  a.unnamed.count = 7;
+  io::save_checkpoint(a.setup.model, dir / "new.gguf", 2, a.all());
+  // The file as tensorgrad wrote it before Callback::type(): each callback
+  // named by its class without namespaces (what GCC's and Clang's demangled
+  // typeid gave), in the types list and in its keys.
+  const std::vector<std::string> by_class = {"PatientStopping", "ReduceLROnPlateau", "CountingCallback",
+                                             "UnnamedCounter"};
+  test_support::copy_gguf(dir / "new.gguf", dir / "old.gguf", [&](std::string& key, io::MetadataValue& value) {
+    if (key == "tensorgrad.callbacks.types") value.strings = by_class;
+    const std::string prefix = "tensorgrad.callbacks.";
+    if (key.rfind(prefix, 0) == 0 && key != "tensorgrad.callbacks.types") {
+      const size_t index_end = key.find('.', prefix.size()), type_end = key.find('.', index_end + 1);
+      const size_t i = std::stoul(key.substr(prefix.size(), index_end - prefix.size()));
+      key = key.substr(0, index_end + 1) + by_class.at(i) + key.substr(type_end);
+    }
+    return true;
+  });
+  {
+    const io::GGUFFile old = io::GGUFFile::open(dir / "old.gguf");
+    EXPECT_EQ(old.get_string_array("tensorgrad.callbacks.types"), by_class);
+    EXPECT_EQ(old.get_f64("tensorgrad.callbacks.2.CountingCallback.value.count"), 5.0);
+    EXPECT_EQ(old.find("tensorgrad.callbacks.2.EpochCounter.value.count"), nullptr);
+  }
+
+  NamedCallbacks b;
+  Logs none;
+  b.patient->on_train_begin(none);
+  EXPECT_EQ(io::load_checkpoint(b.setup.model, dir / "old.gguf", b.all()), 2);
+  EXPECT_EQ(b.counter.count, 5.0);
+  EXPECT_EQ(b.unnamed.count, 7.0);
+  EXPECT_TRUE(same_values(b.patient->get_state(), a.patient->get_state()));
+  EXPECT_TRUE(same_values(b.setup.reduce_lr->get_state(), a.setup.reduce_lr->get_state()));
+  EXPECT_EQ(a.setup.model.weights()[0].value.to_vector(), b.setup.model.weights()[0].value.to_vector());
+
+  // A class name stands for its own class only: the counters swapped are refused.
+  NamedCallbacks c;
+  c.patient->on_train_begin(none);
+  EXPECT_TRUE(throws<ValueError>(
+      [&] { io::load_checkpoint(c.setup.model, dir / "old.gguf", {c.patient.get(), c.setup.reduce_lr.get(), &c.unnamed, &c.counter}); },
+      {"[PatientStopping, ReduceLROnPlateau, CountingCallback, UnnamedCounter]", "same order"}));
+  EXPECT_EQ(c.unnamed.count, 0.0);
 }
 
 // ---- BackupAndRestore ----

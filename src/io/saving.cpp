@@ -277,7 +277,12 @@ void check_checkpoint_optimizer(const GGUFFile& f, const nn::Model& model, const
                      " optimizer; this one's is " + mine + ". Compile the model with " + saved + " to resume");
 }
 
-std::string callback_type_name(const nn::Callback& callback) {
+namespace {
+
+// How checkpoints named a callback before Callback::type(): its class name as
+// the Itanium C++ ABI's demangler gives it (GCC, Clang), without namespaces
+// ("EarlyStopping", a user's "MyCallback"). Kept to read those files only.
+std::string class_name(const nn::Callback& callback) {
   const char* mangled = typeid(callback).name();
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
@@ -286,6 +291,17 @@ std::string callback_type_name(const nn::Callback& callback) {
   const size_t bracket = name.find('<');
   const size_t colons = name.rfind("::", bracket);
   return colons == std::string::npos ? name : name.substr(colons + 2);
+}
+
+}  // namespace
+
+std::string callback_type_name(const nn::Callback& callback) {
+  const char* type = callback.type();
+  if (!type || !*type)
+    throw ValueError("the callback of class " + class_name(callback) + "'s type() returned " +
+                     (type ? "an empty name" : std::string("null")) +
+                     "; return the name checkpoints record it by, as \"MyCallback\"");
+  return type;
 }
 
 void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callbacks) {
@@ -316,7 +332,11 @@ std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std
                                            : std::vector<std::string>{};
   std::vector<std::string> mine;
   for (const nn::Callback* c : callbacks) mine.push_back(callback_type_name(*c));
-  if (saved != mine) {
+  // A file written before Callback::type() names each callback by its class.
+  bool same = saved.size() == mine.size();
+  for (size_t i = 0; same && i < saved.size(); ++i)
+    same = saved[i] == mine[i] || saved[i] == class_name(*callbacks[i]);
+  if (!same) {
     auto list = [](const std::vector<std::string>& v) {
       std::string s;
       for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
@@ -328,7 +348,7 @@ std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std
   }
   std::vector<nn::CallbackState> states(callbacks.size());
   for (size_t i = 0; i < callbacks.size(); ++i) {
-    const std::string prefix = callback_prefix(i, mine[i]);
+    const std::string prefix = callback_prefix(i, saved[i]);
     for (const MetadataEntry& e : f.metadata())
       if (e.key.rfind(prefix + "value.", 0) == 0)
         states[i].values[e.key.substr(prefix.size() + 6)] = f.get_f64(e.key);

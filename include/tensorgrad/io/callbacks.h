@@ -69,6 +69,7 @@ class BackupAndRestore : public nn::Callback {
   /// than "epoch" (a number of batches is not built: a backup in the middle
   /// of an epoch would need the batch source's position).
   explicit BackupAndRestore(std::string backup_dir, SaveFreq save_freq = "epoch", bool delete_checkpoint = true);
+  const char* type() const override { return "BackupAndRestore"; }
   /// Restores the backup if there is one and moves fit's first epoch to the
   /// epoch after it (Model::set_initial_epoch). Throws ValueError for a
   /// stateful callback placed after this one, and as io::load_checkpoint for
@@ -117,6 +118,7 @@ class ModelCheckpoint : public nn::Callback {
                            bool save_best_only = false, bool save_weights_only = false,
                            nn::MonitorMode mode = nn::MonitorMode::Auto, SaveFreq save_freq = "epoch",
                            std::optional<double> initial_value_threshold = std::nullopt);
+  const char* type() const override { return "ModelCheckpoint"; }
   /// Re-arms the once-per-fit warning about a missing monitor (the best
   /// value carries over from one fit to the next, as Keras).
   void on_train_begin(nn::Logs& logs) override;

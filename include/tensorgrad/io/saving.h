@@ -103,18 +103,22 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path);
 /// "tensorgrad.callbacks.<i>.<Type>.value.<key>", its tensors as
 /// "callbacks/<i>/<j>" (named by position: GGUF's names stop at 63 bytes)
 /// with their names in "tensorgrad.callbacks.<i>.<Type>.tensor_names", and
-/// the types in order in "tensorgrad.callbacks.types". io::BackupAndRestore
+/// the types in order in "tensorgrad.callbacks.types"; <Type> is the
+/// callback's Callback::type(). io::BackupAndRestore
 /// writes its backups with it. The architecture (with every layer's
 /// configuration, dropout seeds included) is stored too: load_checkpoint
 /// refuses a model that differs. Throws StateError for a freed or uncompiled
-/// model; ValueError for a negative initial_epoch or a null callback;
-/// IOError when the file cannot be written (what was at `path` is kept).
+/// model; ValueError for a negative initial_epoch, a null callback or one
+/// whose type() is null or empty; IOError when the file cannot be written
+/// (what was at `path` is kept).
 WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int initial_epoch = 0,
                      const std::vector<nn::Callback*>& callbacks = {});
 /// Restores a checkpoint into a model compiled with the same architecture
 /// and optimizer, and the callbacks' states into `callbacks`, which must be
-/// callbacks of the same types in the same order as those saved (none for a
-/// Trainer's checkpoint). Call it when the callbacks' on_train_begin has run
+/// callbacks of the same types (Callback::type()) in the same order as those
+/// saved (none for a Trainer's checkpoint); a file of an earlier tensorgrad,
+/// which named each callback by its class name, loads into callbacks of
+/// those classes. Call it when the callbacks' on_train_begin has run
 /// (it resets their state). Returns the saved initial_epoch (0 for a
 /// Trainer's checkpoint). Throws StateError for a freed or uncompiled model;
 /// ValueError for mismatched weights (as load_weights), another optimizer,

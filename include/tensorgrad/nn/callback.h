@@ -61,6 +61,17 @@ class Callback {
   int world_size() const { return world_size_; }
   void set_rank(int rank, int world_size) { rank_ = rank, world_size_ = world_size; }
 
+  /// The callback's type name, which checkpoints record with its state
+  /// (io::save_checkpoint, io::BackupAndRestore) and check when they load it
+  /// into callbacks again, as Layer::type() names a layer: the same in every
+  /// build, whatever the compiler. The built-in callbacks return their Keras
+  /// class names ("EarlyStopping", "ModelCheckpoint", ...; PlotHistory,
+  /// which Keras lacks, "PlotHistory"). The default is "Callback", Keras'
+  /// base class: override it in a callback of yours that keeps state, so
+  /// that a checkpoint tells it from other callbacks and refuses to load its
+  /// state into another. Must not return null.
+  virtual const char* type() const { return "Callback"; }
+
   /// What the callback keeps between epochs (default: nothing). Taken after
   /// an on_epoch_end, it is what the next epoch starts from.
   virtual CallbackState get_state() const { return {}; }

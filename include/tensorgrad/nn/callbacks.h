@@ -39,6 +39,7 @@ class EarlyStopping : public Callback {
   EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
                 MonitorMode mode = MonitorMode::Auto, std::optional<double> baseline = std::nullopt,
                 bool restore_best_weights = false, int start_from_epoch = 0);
+  const char* type() const override { return "EarlyStopping"; }
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(Logs& logs) override;
@@ -76,6 +77,7 @@ class ReduceLROnPlateau : public Callback {
   ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 10,
                     MonitorMode mode = MonitorMode::Auto, double min_delta = 1e-4, int cooldown = 0,
                     double min_lr = 0.0);
+  const char* type() const override { return "ReduceLROnPlateau"; }
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   /// values "wait", "cooldown_counter" and "best" (±inf before a value was
@@ -103,6 +105,7 @@ class ReduceLROnPlateau : public Callback {
 class LearningRateScheduler : public Callback {
  public:
   explicit LearningRateScheduler(std::function<double(int epoch, double lr)> schedule);
+  const char* type() const override { return "LearningRateScheduler"; }
   void on_epoch_begin(int epoch, Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
@@ -114,6 +117,7 @@ class LearningRateScheduler : public Callback {
 /// (keras.callbacks.TerminateOnNaN), logging a warning that names the batch.
 class TerminateOnNaN : public Callback {
  public:
+  const char* type() const override { return "TerminateOnNaN"; }
   void on_train_batch_end(int64_t batch, Logs& logs) override;
 };
 
@@ -124,6 +128,7 @@ class TerminateOnNaN : public Callback {
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  const char* type() const override { return "CSVLogger"; }
   ~CSVLogger() override;
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -145,6 +150,7 @@ class LambdaCallback : public Callback {
   std::function<void(Logs&)> on_train_begin_fn, on_train_end_fn;
   std::function<void(int, Logs&)> on_epoch_begin_fn, on_epoch_end_fn;
   std::function<void(int64_t, Logs&)> on_train_batch_begin_fn, on_train_batch_end_fn;
+  const char* type() const override { return "LambdaCallback"; }
   void on_train_begin(Logs& logs) override;
   void on_train_end(Logs& logs) override;
   void on_epoch_begin(int epoch, Logs& logs) override;
@@ -159,6 +165,7 @@ class LambdaCallback : public Callback {
 class ProgbarLogger : public Callback {
  public:
   explicit ProgbarLogger(int verbose = 1);
+  const char* type() const override { return "ProgbarLogger"; }
   ~ProgbarLogger() override;
   /// The epoch count and steps per epoch to show (fit sets them; 0 steps:
   /// unknown, as for a generator without steps_per_epoch).
@@ -191,6 +198,7 @@ bool plot_history(const History& history, const std::string& png_path);
 class PlotHistory : public Callback {
  public:
   explicit PlotHistory(std::string png_path);
+  const char* type() const override { return "PlotHistory"; }
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   /// The curves so far, so a resumed fit draws the whole run: value

@@ -20,6 +20,7 @@ struct History : Callback {
   bool has(const std::string& key) const { return history.count(key) > 0; }
   /// Writes the training curves as a PNG (plot_history in nn/callbacks.h).
   bool plot(const std::string& png_path) const;
+  const char* type() const override { return "History"; }
 
   /// Starts a new epoch list (the values recorded so far stay, as Keras).
   void on_train_begin(Logs& logs) override;
