@@ -155,6 +155,16 @@ std::string pad(std::string s, const Piece& p) {
 }
 
 std::string format_value(const Piece& p, double value, bool integer) {
+  if (!std::isfinite(value) && p.type != 'd') {
+    // printf pads inf and nan with spaces whatever the '0' flag says, and
+    // prints a NaN's sign; Python's str.format pads them with zeros as it
+    // pads numbers and never shows a NaN's sign ("00000inf" for 08.3f).
+    std::string s = std::isnan(value) ? "nan" : value < 0 ? "-inf" : "inf";
+    if (p.type == 'F' || p.type == 'E' || p.type == 'G')
+      for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+    if (p.type == '%') s += '%';
+    return pad(s, p);
+  }
   if (p.type == 0) {
     if (integer) return pad(std::to_string(int64_t(value)), p);
     return pad(python_str(value), p);

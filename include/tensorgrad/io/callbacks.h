@@ -94,7 +94,9 @@ class BackupAndRestore : public nn::Callback {
 /// epoch's values: "{epoch}" is the 1-based epoch number, "{loss}",
 /// "{val_loss}", ... any key of the epoch's logs; each may carry a Python
 /// format spec ("{epoch:02d}", "{val_loss:.4f}": [sign][0][width][.precision]
-/// and a type d, f, e, g or %; no type: Python's str of the number). "{{"
+/// and a type d, f, F, e, E, g, G or %; no type: Python's str of the
+/// number), formatted as Python's str.format does, inf and nan included
+/// ("{loss:08.3f}" of inf is "00000inf"; a NaN never shows a sign). "{{"
 /// and "}}" are literal braces. A key not in the logs is a ValueError naming
 /// it and the keys there are.
 ///
