@@ -1,5 +1,7 @@
 // tensorgrad-inspect: prints what a GGUF file holds: its version and
-// alignment, every metadata key with its type and value, and a table of its
+// alignment, which tensorgrad wrote it and when (the provenance keys of
+// ag::save, when the file has them), every metadata key with its type and
+// value, and a table of its
 // tensors (name, type, shape in tensorgrad's order, bytes). Long strings and
 // arrays are abbreviated unless --full is given. A missing or malformed file
 // prints "tensorgrad-inspect: <reason>" to stderr and exits with status 1.
@@ -21,11 +23,10 @@ namespace {
 constexpr size_t kShortArray = 8;     // array elements shown without --full
 constexpr size_t kShortString = 80;   // string bytes shown without --full
 
-// A string in double quotes, with control and non-ASCII bytes escaped, cut
-// to kShortString bytes unless `full`.
-std::string quote(const std::string& s, bool full) {
-  const size_t n = full ? s.size() : std::min(s.size(), kShortString);
-  std::string out = "\"";
+// The first n bytes of s with control and non-ASCII bytes, quotes and
+// backslashes escaped, so that a file's bytes cannot garble the terminal.
+std::string escape(const std::string& s, size_t n) {
+  std::string out;
   for (size_t i = 0; i < n; ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
@@ -43,7 +44,13 @@ std::string quote(const std::string& s, bool full) {
       out += char(c);
     }
   }
-  out += "\"";
+  return out;
+}
+
+// A string in double quotes, escaped, cut to kShortString bytes unless `full`.
+std::string quote(const std::string& s, bool full) {
+  const size_t n = full ? s.size() : std::min(s.size(), kShortString);
+  std::string out = "\"" + escape(s, n) + "\"";
   if (n < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
 }
@@ -102,6 +109,17 @@ void inspect(const std::string& path, bool full) {
   std::printf("file:      %s\n", path.c_str());
   std::printf("version:   %u\n", f.version());
   std::printf("alignment: %u\n", f.alignment());
+  // The provenance keys of ag::save (ag/save.h); files of other writers, and
+  // older ones, have none.
+  auto string_key = [&](const char* key) -> std::string {
+    const io::MetadataValue* v = f.find(key);
+    if (!v || v->type != io::ValueType::String) return "";
+    const std::string& s = v->strings.at(0);
+    return escape(s, full ? s.size() : std::min(s.size(), kShortString));
+  };
+  if (const std::string v = string_key("tensorgrad.version"); !v.empty())
+    std::printf("software:  tensorgrad %s\n", v.c_str());
+  if (const std::string v = string_key("tensorgrad.created"); !v.empty()) std::printf("created:   %s\n", v.c_str());
 
   std::printf("\nmetadata (%zu keys):\n", f.metadata().size());
   size_t key_width = 3, type_width = 4;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,6 +20,7 @@
 #include "tensorgrad/ag/nn/modules.h"
 #include "tensorgrad/ag/save.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/version.h"
 #include "tensorgrad/io/gguf.h"
 #include "test_files.h"
 #include "test_support.h"
@@ -120,6 +122,38 @@ TEST(AgSave, MlpRoundTripIsBitIdenticalAndRebuildsWithoutAFactory) {
   EXPECT_TRUE(same_state(model->state_dict(), ag::load_state_dict(dir / "mlp.gguf")));
   // Parameters still require grad: the loaded model trains on.
   EXPECT_TRUE(loaded->parameters()[0].requires_grad());
+}
+
+TEST(AgSave, FilesRecordTheVersionAndTimeOfWritingWhichLoadIgnores) {
+  TempDir dir("tg_ag_save");
+  ag::manual_seed(12);
+  auto model = mlp();
+  const std::time_t before = std::time(nullptr);
+  ag::save(*model, dir / "m.gguf");
+  ag::save(model->state_dict(), dir / "s.gguf", ag::kOptimizerStateKind);
+  const std::time_t after = std::time(nullptr);
+  EXPECT_STREQ(tensorgrad::version(), TENSORGRAD_PROJECT_VERSION);  // CMakeLists.txt's project version
+  for (const char* name : {"m.gguf", "s.gguf"}) {
+    const io::GGUFFile f = io::GGUFFile::open(dir / name);
+    EXPECT_EQ(f.get_string("tensorgrad.version"), TENSORGRAD_PROJECT_VERSION) << name;
+    const std::string created = f.get_string("tensorgrad.created");
+    std::tm utc{};
+    const char* end = ::strptime(created.c_str(), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    ASSERT_TRUE(end && *end == '\0' && created.size() == 20) << name << ": '" << created << "' is not ISO 8601 UTC";
+    const std::time_t written = ::timegm(&utc);
+    EXPECT_GE(written, before) << created;
+    EXPECT_LE(written, after) << created;
+  }
+  // Loading reads a file with them, and one without them (as written before they were added), alike.
+  test_support::copy_gguf(dir / "m.gguf", dir / "bare.gguf", [](std::string& key, io::MetadataValue&) {
+    return key != "tensorgrad.version" && key != "tensorgrad.created";
+  });
+  EXPECT_EQ(io::GGUFFile::open(dir / "bare.gguf").find("tensorgrad.version"), nullptr);
+  for (const char* name : {"m.gguf", "bare.gguf"}) {
+    EXPECT_TRUE(same_state(model->state_dict(), ag::load(dir / name)->state_dict())) << name;
+    EXPECT_TRUE(same_state(model->state_dict(), ag::load_state_dict(dir / name))) << name;
+  }
+  EXPECT_TRUE(same_state(model->state_dict(), ag::load_state_dict(dir / "s.gguf", ag::kOptimizerStateKind)));
 }
 
 TEST(AgSave, LoadingDrawsNothingFromTheDefaultGenerator) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tensorgrad/tensorgrad.h"
+#include "test_files.h"
 
 using namespace tensorgrad;
 
@@ -58,6 +59,27 @@ TEST(Inspect, PrintsMetadataAndTensorTableAndFailsOnMalformedFiles) {
   EXPECT_NE(out2.find("cut.gguf"), std::string::npos) << out2;
   const auto [rc3, out3] = run(std::string(TENSORGRAD_INSPECT) + " " + (dir / "missing.gguf").string());
   EXPECT_EQ(rc3, 1) << out3;
+  // A file without ag::save's provenance keys has no provenance lines.
+  EXPECT_EQ(out.find("software:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("created:"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
+#endif
+}
+
+TEST(Inspect, ShowsWhichTensorgradWroteAnEagerFileAndWhen) {
+#ifndef TENSORGRAD_INSPECT
+  GTEST_SKIP() << "tensorgrad-inspect is not built (configure with TENSORGRAD_BUILD_APPS=ON)";
+#else
+  test_support::TempDir dir("tg_inspect");
+  ag::manual_seed(0);
+  ag::nn::Linear layer(3, 2);
+  ag::save(layer, dir / "linear.gguf");
+  const std::string created = io::GGUFFile::open(dir / "linear.gguf").get_string("tensorgrad.created");
+  const auto [rc, out] = run(std::string(TENSORGRAD_INSPECT) + " " + (dir / "linear.gguf"));
+  EXPECT_EQ(rc, 0) << out;
+  for (const std::string& want :
+       {std::string("software:  tensorgrad ") + TENSORGRAD_PROJECT_VERSION + "\n", "created:   " + created + "\n",
+        std::string("tensorgrad.version"), "\"" + created + "\""})
+    EXPECT_NE(out.find(want), std::string::npos) << "no \"" << want << "\" in:\n" << out;
 #endif
 }

@@ -23,6 +23,7 @@
 #include "tensorgrad/core/storage.h"
 #include "tensorgrad/core/tensor.h"
 #include "tensorgrad/core/threads.h"
+#include "tensorgrad/core/version.h"
 #include "tensorgrad/data/idx.h"
 #include "tensorgrad/dist/communicator.h"
 #include "tensorgrad/graph/graph.h"

@@ -2,6 +2,7 @@
 #include "tensorgrad/ag/save.h"
 
 #include <cstdint>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,6 +13,7 @@
 #include "io/model_config.h"
 #include "tensorgrad/ag/nn/modules.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/core/version.h"
 
 namespace tensorgrad::ag {
 
@@ -23,6 +25,11 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kMaxTensorName = 63;  // ggml's GGML_MAX_NAME (64) less the NUL
 constexpr const char* kModuleConfigKey = "tensorgrad.module_config";
 constexpr const char* kIndexKey = "tensorgrad.state_dict_index";
+// Where a file came from, for people and tools looking at it; load ignores
+// them. GGUF names no key for the writing software or the time (its
+// general.version is the model's version), hence tensorgrad's own.
+constexpr const char* kVersionKey = "tensorgrad.version";
+constexpr const char* kCreatedKey = "tensorgrad.created";
 
 // "state_dict" -> "state dict", for messages.
 std::string kind_words(const std::string& kind) {
@@ -82,6 +89,18 @@ std::shared_ptr<nn::Module> rebuild(const json& node, const std::string& where) 
 
 // ---- writing ----
 
+// Now in UTC as ISO 8601 to the second, "2025-03-01T12:34:56Z".
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  char buf[32];
+  if (now == std::time_t(-1) || !::gmtime_r(&now, &utc) ||
+      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc) == 0)
+    throw IOError("ag::save: the system clock gave no date for tensorgrad.created (time() returned " +
+                  std::to_string(static_cast<long long>(now)) + "); set the system clock and save again");
+  return buf;
+}
+
 io::TensorType stored_type(DType d) {
   switch (d) {
     case DType::Float32: return io::TensorType::F32;
@@ -97,6 +116,8 @@ io::WriteStats write_file(const nn::StateDict& dict, const std::string& path, co
   w.set_string("general.architecture", "tensorgrad");
   w.set_string("tensorgrad.file_kind", kind);
   w.set_u32("tensorgrad.format_version", kFormatVersion);
+  w.set_string(kVersionKey, tensorgrad::version());
+  w.set_string(kCreatedKey, utc_now_iso8601());
   if (architecture) w.set_string(kModuleConfigKey, architecture->dump());
   json index = json::array();
   std::vector<std::pair<std::string, tensorgrad::Tensor>> tensors;

@@ -16,6 +16,9 @@
 //   general.architecture        = "tensorgrad"
 //   tensorgrad.file_kind        = the kind (below)
 //   tensorgrad.format_version   = 1 (UINT32)
+//   tensorgrad.version          = the writing library's version() ("0.1.0")
+//   tensorgrad.created          = when the file was written, UTC, ISO 8601
+//                                 to the second ("2025-03-01T12:34:56Z")
 //   tensorgrad.module_config    = the architecture as JSON (module files only):
 //       {"type": "Sequential", "config": {...}, "children": [{"name": "0", "module": {...}}, ...]}
 //   tensorgrad.state_dict_index = JSON [{"name", "dtype", "shape"}, ...] in
@@ -24,6 +27,10 @@
 //       flattened, or not at all when empty, and rebuilt from the index)
 //   one tensor per non-empty entry, named by its key, stored as F32, I32 or
 //   I64 as the tensor's dtype is.
+// GGUF names no key for the writing software or the time of writing (its
+// general.version is the model's own version), so the two provenance keys
+// are tensorgrad's. Loading ignores them: files without them (written before
+// they were added) load as well. tensorgrad-inspect shows them.
 //
 // File kinds (tensorgrad.file_kind), next to the io layer's "model",
 // "weights" and "checkpoint" (io/saving.h), whose layouts differ:
