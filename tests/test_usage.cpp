@@ -268,6 +268,67 @@ TEST(Usage, AMovedToModelKeepsEveryProperty) {
   }
 }
 
+// The rest of what a model shows after a move, by move construction and by
+// move assignment: its metrics, learning rate, gradient hooks (they still
+// run), structure (names, summary), and what compile() recorded: a layer
+// whose trainable flag changed after compile, or a model changed by add(),
+// is refused by the moved-to model as by the original.
+TEST(Usage, AMovedToModelKeepsItsHooksMetricsAndCompileRecord) {
+  const Tensor x = random_rows(8, 4, 3), y = random_rows(8, 2, 4);
+  auto make = [&](int* hook_calls) {
+    manual_seed(9);
+    Sequential m({4});
+    m.add(Dense(3, "relu"));
+    m.add(Dense(2));
+    m.compile(OptimizerSpec::adam(0.01f), "mse", {"mae"});
+    m.set_learning_rate(0.02);
+    if (hook_calls) m.add_gradient_hook([hook_calls](std::span<NamedGradient>) { ++*hook_calls; });
+    return m;
+  };
+  // Moves `from` into a new model (construction) or over a live one (assignment).
+  auto moved = [&](bool assign, Sequential& from) {
+    if (!assign) return Sequential(std::move(from));
+    Sequential to = make(nullptr);
+    to = std::move(from);
+    return to;
+  };
+  for (bool assign : {false, true}) {
+    SCOPED_TRACE(assign ? "move assignment" : "move construction");
+    int calls = 0;
+    Sequential a = make(&calls);
+    const std::string summary = a.summary();
+    const std::vector<std::string> inputs = a.input_names(), outputs = a.output_names();
+    Sequential b = moved(assign, a);
+    EXPECT_EQ(b.metrics(), std::vector<std::string>{"mae"});
+    EXPECT_EQ(b.output_metrics(), std::vector<std::vector<std::string>>{{"mae"}});
+    EXPECT_FLOAT_EQ(float(b.learning_rate()), 0.02f);  // held in float32
+    EXPECT_EQ(b.summary(), summary);
+    EXPECT_EQ(b.input_names(), inputs);
+    EXPECT_EQ(b.output_names(), outputs);
+    EXPECT_EQ(b.dtype_policy(), DTypePolicy::kFloat32);
+    EXPECT_EQ(b.communicator(), nullptr);
+    EXPECT_EQ(b.layers()[0]->name(), b.get_layer(b.layers()[0]->name())->name());
+    EXPECT_EQ(b.evaluate(x, y, 8).count("mae"), 1u);
+    b.fit(x, y, quiet());
+    EXPECT_EQ(calls, 1);  // one batch: the hook came along and ran once
+    EXPECT_NE(message_of<StateError>([&] { a.add_gradient_hook([](std::span<NamedGradient>) {}); }).find("freed"),
+              std::string::npos);
+
+    Sequential c = make(nullptr);
+    c.layers()[0]->trainable = false;  // after compile: refused until compile() again
+    Sequential d = moved(assign, c);
+    EXPECT_TRUE(test_support::throws<StateError>([&] { d.fit(x, y, quiet()); },
+                                                 {"made trainable = false after compile()", "call compile() again"}));
+
+    Sequential e = make(nullptr);
+    e.add(Dense(2));
+    Sequential f = moved(assign, e);
+    EXPECT_FALSE(f.compiled());
+    EXPECT_TRUE(test_support::throws<StateError>([&] { f.fit(x, y, quiet()); },
+                                                 {"the model changed after compile()", "call compile() again"}));
+  }
+}
+
 TEST(Usage, UpdateTargetRefusesAMovedFromTarget) {
   manual_seed(6);
   Sequential m({4});
