@@ -44,9 +44,9 @@ inline constexpr double kParallelFlops = 1e6;
 /// recurrent sequences' per-step products, and 2 (the forward's outputs)
 /// kh kw C for a convolution and each of its gradients; 0 for other ops.
 double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
-/// The work of one op application, in flops, as the threading decision and
-/// the profile count it: product_flops where it is not 0, else one per
-/// output element.
+/// The work of one op application as the threading decision counts it:
+/// product_flops for MatMul and the recurrent sequences, one per output
+/// element for every other op (convolutions included: see dispatch.cpp).
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
 
 /// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
