@@ -349,6 +349,13 @@ struct NamedCallbacks {
   CountingCallback counter;
   UnnamedCounter unnamed;
   std::vector<nn::Callback*> all() { return {patient.get(), setup.reduce_lr.get(), &counter, &unnamed}; }
+  // Two epochs of training, the counters set, and a checkpoint of them at `path`.
+  void save(const std::string& path) {
+    setup.model.fit(setup.x, setup.y, setup.options(2, {patient}));
+    counter.count = 5;
+    unnamed.count = 7;
+    io::save_checkpoint(setup.model, path, 2, all());
+  }
 };
 
 }  // namespace
@@ -357,10 +364,7 @@ TEST(CallbackTypes, CheckpointsNameCallbacksByTypeNotByClass) {
   ThreadsGuard threads;
   TempDir dir;
   NamedCallbacks a;
-  a.setup.model.fit(a.setup.x, a.setup.y, a.setup.options(2, {a.patient}));
-  a.counter.count = 5;
-  a.unnamed.count = 7;
-  io::save_checkpoint(a.setup.model, dir / "c.gguf", 2, a.all());
+  a.save(dir / "c.gguf");
   const io::GGUFFile f = io::GGUFFile::open(dir / "c.gguf");
   EXPECT_EQ(f.get_string_array("tensorgrad.callbacks.types"),
             (std::vector<std::string>{"EarlyStopping", "ReduceLROnPlateau", "EpochCounter", "Callback"}));
@@ -397,10 +401,7 @@ TEST(CallbackTypes, CheckpointsThatNamedCallbacksByClassStillLoad) {
   ThreadsGuard threads;
   TempDir dir;
   NamedCallbacks a;
-  a.setup.model.fit(a.setup.x, a.setup.y, a.setup.options(2, {a.patient}));
-  a.counter.count = 5;
-  a.unnamed.count = 7;
-  io::save_checkpoint(a.setup.model, dir / "new.gguf", 2, a.all());
+  a.save(dir / "new.gguf");
   // The file as tensorgrad wrote it before Callback::type(): each callback
   // named by its class without namespaces (what GCC's and Clang's demangled
   // typeid gave), in the types list and in its keys.
