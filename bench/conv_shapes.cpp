@@ -4,10 +4,8 @@
 // Winograd's convolutions on and off (tensorgrad::set_winograd_convolutions):
 // best of 15 runs after 2 warm-up runs, the GFLOP/s of the three, and the
 // seconds they come to in one epoch (446 steps of 128 images, each shape as
-// many times as the network has it). The three run in one graph because a
-// graph's total work decides whether it gets the thread pool (a filter
-// gradient alone counts as its few outputs and would run on one thread);
-// TG_PROFILE=1 on the resnet_fit benchmark splits the kernels. Not Google
+// many times as the network has it). The three run in one graph, as in a
+// training step; TG_PROFILE=1 on the resnet_fit benchmark splits the kernels. Not Google
 // Benchmark: one table, the two algorithms side by side.
 //
 //   TG_THREADS=2 build-bench/bench/conv_shapes

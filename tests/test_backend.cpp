@@ -263,3 +263,61 @@ TEST(Backend, ATrainerAndItsTargetUpdatesRunOnTheModelsBackend) {
   ASSERT_EQ(before.size(), theirs.size());
   for (size_t i = 0; i < mine.size(); ++i) EXPECT_FLOAT_EQ(theirs[i], 0.5f * mine[i] + 0.5f * before[i]) << i;
 }
+
+namespace {
+// The CPU backend, recording the work each executable's launcher is made for.
+class FlopRecorder final : public Backend {
+ public:
+  Device device() const override { return cpu_backend()->device(); }
+  std::string name() const override { return "cpu (flop recorder)"; }
+  bool has_kernel(OpKind op) const override { return cpu_backend()->has_kernel(op); }
+  std::shared_ptr<Storage> allocate(size_t bytes) const override { return cpu_backend()->allocate(bytes); }
+  std::unique_ptr<KernelLauncher> make_launcher(double flops) const override {
+    recorded.push_back(flops);
+    return cpu_backend()->make_launcher(flops);
+  }
+  mutable std::vector<double> recorded;
+};
+}  // namespace
+
+// The work that decides whether a graph runs threaded counts a
+// convolution's multiply-adds (2 outputs kh kw C, and the same for its two
+// gradients), not its outputs: a 3x3 64->64 convolution of a 32x32 image
+// has 65,536 outputs but 75 million flops, which must run threaded.
+TEST(Backend, TheThreadingDecisionCountsAConvolutionsProducts) {
+  const Shape x{1, 32, 32, 64}, k{3, 3, 64, 64}, y{1, 32, 32, 64};
+  Window2D w;
+  w.kh = w.kw = 3;
+  w.pad_top = w.pad_left = w.pad_bottom = w.pad_right = 1;
+  const double products = 2.0 * double(y.numel()) * 3 * 3 * 64;
+  struct Case {
+    const char* name;
+    OpKind op;
+    Shape a, b, out;
+  };
+  for (const Case& c : {Case{"forward", OpKind::Conv2D, x, k, y}, Case{"input gradient", OpKind::Conv2DBackwardInput, y, k, x},
+                        Case{"filter gradient", OpKind::Conv2DBackwardFilter, x, y, k}}) {
+    SCOPED_TRACE(c.name);
+    auto backend = std::make_shared<FlopRecorder>();
+    Graph g;
+    OpAttrs at;
+    at.window = w;
+    at.shape = c.out;
+    const Value out = g.apply(c.op, {g.input("a", c.a), g.input("b", c.b)}, at);
+    Executable exe(std::move(g), {out}, BatchRule{}, backend);
+    ASSERT_EQ(backend->recorded.size(), 1u);
+    EXPECT_EQ(backend->recorded[0], products);
+  }
+}
+
+// A graph's work sums every op's count: a matmul's 2 M N K and one per
+// output element of an element-wise op (the count TG_PROFILE reports too).
+TEST(Backend, TheThreadingDecisionSumsProductsAndOutputs) {
+  auto backend = std::make_shared<FlopRecorder>();
+  Graph g;
+  const Value a = g.input("a", Shape{4, 8}), b = g.input("b", Shape{8, 16}), c = g.input("c", Shape{4, 16});
+  const Value out = g.apply(OpKind::Mul, {g.apply(OpKind::MatMul, {a, b}, OpAttrs{}), c}, OpAttrs{});
+  Executable exe(std::move(g), {out}, BatchRule{}, backend);
+  ASSERT_EQ(backend->recorded.size(), 1u);
+  EXPECT_EQ(backend->recorded[0], 2.0 * 4 * 16 * 8 + 4 * 16);
+}

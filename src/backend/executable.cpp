@@ -57,16 +57,11 @@ std::span<const Shape> input_shapes(const Graph& g, const Node& n, std::array<Sh
   return {in.data(), size_t(n.n_inputs)};
 }
 
+// The work the threading decision sums and the profile reports: one count
+// for both (kernels::op_flops).
 double node_flops(const Graph& g, const Node& n) {
   std::array<Shape, Node::kMaxInputs> in;
   return kernels::op_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
-}
-
-// The profile's flops: the product-like kernels' (kernels::product_flops,
-// the count the threading decision uses); the other ops' cost is their bytes.
-double profile_flops(const Graph& g, const Node& n) {
-  std::array<Shape, Node::kMaxInputs> in;
-  return kernels::product_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
 }
 
 double profile_bytes(const Graph& g, const Node& n) {
@@ -339,7 +334,7 @@ void Executable::run(size_t first_node, size_t last_node) {
       ++split.calls;
     }
     ++g_profile.calls[size_t(n.op)];
-    g_profile.flops[size_t(n.op)] += profile_flops(graph_, n);
+    g_profile.flops[size_t(n.op)] += node_flops(graph_, n);
     g_profile.bytes[size_t(n.op)] += profile_bytes(graph_, n);
   }
   if (g_profile.enabled && first_node == 0) ++g_profile.runs;

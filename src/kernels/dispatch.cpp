@@ -183,7 +183,8 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
   kKernels[size_t(op)].run(KernelCall{op, at, in, out, ctx});
 }
 
-double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
+// Twice the multiply-adds of a product-like op (op_flops's list); 0 for the others.
+static double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
   if (op == OpKind::MatMul) {
     const Shape& a = in[0];
     return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
@@ -204,17 +205,8 @@ double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, co
 }
 
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
-  // The count kParallelFlops was tuned with: MatMul's and the recurrent
-  // sequences' products, one per output element for every other op, the
-  // convolutions included. Counting a convolution's products here too ran
-  // the CNN workload's small convolutions threaded and made its epoch 8.7%
-  // slower (bench/ab.sh, 5 rounds), so the threshold must be re-tuned
-  // before the decision can take product_flops whole.
-  if (op == OpKind::MatMul) return product_flops(op, at, in, out);
-  if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
-      op == OpKind::GruSequenceBackward)
-    return product_flops(op, at, in, out) + double(out.numel());
-  return double(out.numel());
+  const double products = product_flops(op, at, in, out);
+  return products > 0.0 ? products : double(out.numel());
 }
 
 void unhandled_op(OpKind op, const char* function) {

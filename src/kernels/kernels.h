@@ -36,17 +36,17 @@ struct KernelContext {
   bool bf16 = false;
 };
 
-/// Below this much work (op_flops, summed over a graph or for one eager op)
+/// Below this much work (op_flops summed over a graph, or one eager op's)
 /// threads cost more than they save, so the work runs on the calling thread.
+/// bench/parallel_threshold measures small steps on both sides of it.
 inline constexpr double kParallelFlops = 1e6;
-/// The multiply-adds of a product-like op, twice: 2 M N K for a matmul
-/// (per batch entry when batched) and AccumulateGrad's product form, the
-/// recurrent sequences' per-step products, and 2 (the forward's outputs)
-/// kh kw C for a convolution and each of its gradients; 0 for other ops.
-double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
-/// The work of one op application as the threading decision counts it:
-/// product_flops for MatMul and the recurrent sequences, one per output
-/// element for every other op (convolutions included: see dispatch.cpp).
+/// The work of one op application, the one count the threading decision and
+/// TG_PROFILE use: twice the multiply-adds of a product-like op (2 M N K for
+/// a matmul, per batch entry when batched, and AccumulateGrad's product
+/// form; the recurrent sequences' per-step products; 2 (the forward's
+/// outputs) kh kw C for a convolution and for each of its gradients), one
+/// per output element for every other op (element-wise ops and reductions,
+/// whose cost is their bytes).
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
 
 /// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
