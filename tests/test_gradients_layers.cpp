@@ -75,8 +75,6 @@ Tensor distinct(const Shape& s, std::mt19937& rng, float spacing) {
 }
 
 using test_support::window;
-using test_support::AddFoldingGuard;
-using test_support::ReluFoldingGuard;
 using test_support::window_str;
 using test_support::for_each_tap;
 using test_support::WinogradGuard;
@@ -431,7 +429,6 @@ TEST(LayerOpGradConv2D, WithBias) {
 // gradient bit-equal. (Finite differences of the fused op itself would step
 // outputs across ReLU's kink: h = 1e-2 moves many of them across zero.)
 TEST(LayerOpGradConv2D, WithReluOutput) {
-  const ReluFoldingGuard guard;
   const int64_t f = 3;
   for (bool with_bias : {false, true})
     for (const WindowCase& k : kIm2ColCases) {
@@ -441,7 +438,6 @@ TEST(LayerOpGradConv2D, WithReluOutput) {
              tb = uniform({f}, rng, -0.5f, 0.5f);
       std::vector<std::vector<float>> results[2];
       for (int fused = 0; fused < 2; ++fused) {
-        set_relu_folding(fused == 1);  // unfused: the Relu stays a node of its own
         Graph g;
         std::vector<Value> in{g.parameter(tx, "x", true), g.parameter(tk, "K", true)};
         if (with_bias) in.push_back(g.parameter(tb, "bias", true));
@@ -455,7 +451,8 @@ TEST(LayerOpGradConv2D, WithReluOutput) {
         const Value w = g.input("w", tw.shape());
         std::vector<Value> outputs = g.gradients(g.sum(g.mul(y, w)), in);
         outputs.push_back(y);
-        Executable exe(std::move(g), outputs);
+        // Unfused: the Relu stays a node of its own.
+        Executable exe(std::move(g), outputs, BatchRule{}, nullptr, fused ? FusionOptions{} : FusionOptions::none());
         exe.bind(w, tw);
         exe.run();
         for (Value v : outputs) results[fused].push_back(exe.output(v).to_vector());
@@ -691,14 +688,13 @@ TEST(LayerOpGradConv2D, StridedInputGradientMatchesDirectSums) {
 }
 
 // A Relu applied to a MatMul, BatchNorm, Add or Conv2D output folds into that op
-// (kReluOutput, Graph::apply): against the graph as written
-// (set_relu_folding(false)), whose parts are checked by finite differences
+// (kReluOutput, the fusion pass): against the graph as written
+// (FusionOptions::relu off), whose parts are checked by finite differences
 // elsewhere in this file, the value and every operand's gradient bit-equal;
 // the folded schedule runs no Relu; a second consumer of the op's own
 // output keeps it (both forms run), and the gradients then agree up to the
 // order of their sums.
 TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
-  const ReluFoldingGuard guard;
   const std::vector<std::string> kinds = {"batch_norm_train", "batch_norm_given_stats", "add", "add_broadcast",
                                           "conv2d", "matmul_bias", "matmul_batched_transposed"};
   for (const std::string& kind : kinds)
@@ -715,7 +711,8 @@ TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
       std::vector<std::vector<float>> results[2];
       int relus[2] = {0, 0};
       for (int fold = 0; fold < 2; ++fold) {
-        set_relu_folding(fold == 1);
+        FusionOptions fusion;
+        fusion.relu = fold == 1;
         Graph g;
         std::vector<Value> params{g.parameter(tx, "x", true)};
         Value pre;
@@ -753,8 +750,9 @@ TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
         if (second_consumer) loss = g.add(loss, g.sum(g.mul(pre, pre)));
         std::vector<Value> outputs = g.gradients(loss, params);
         outputs.push_back(y);
+        fuse(g, fusion);
         for (int32_t id : plan_memory(g, outputs).schedule) relus[fold] += g.nodes()[size_t(id)].op == OpKind::Relu;
-        Executable exe(std::move(g), outputs);
+        Executable exe(std::move(g), outputs, BatchRule{}, nullptr, fusion);
         exe.bind(w, tw);
         exe.run();
         for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
@@ -921,7 +919,7 @@ TEST(LayerOpGradBatchNorm, ParamGradEqualsDoubleSumsForAnyChannelCount) {
 }
 
 // ---------------------------------------------------------------------------
-// Add folding (set_add_folding): a residual add into the BatchNorm before it,
+// Add folding (FusionOptions::add): a residual add into the BatchNorm before it,
 // a sum of gradients into Conv2DBackwardInput; and the ReLU folded into a
 // BatchNorm masking its own backward ops.
 
@@ -1012,7 +1010,8 @@ TEST(LayerOpGradConv2D, MaskedInputGradientEqualsReluBackward) {
           const Value masked = addend ? g.apply(OpKind::Conv2DBackwardInput, {gy, kern, add, y}, at)
                                       : g.apply(OpKind::Conv2DBackwardInput, {gy, kern, y}, at);
           Executable exe(std::move(g), {reference, masked}, BatchRule{},
-                         cpu_backend(bf16 ? DTypePolicy::kMixedBFloat16 : DTypePolicy::kFloat32));
+                         cpu_backend(bf16 ? DTypePolicy::kMixedBFloat16 : DTypePolicy::kFloat32),
+                         FusionOptions::none());  // the reference stays unmasked
           exe.bind(gy, tg);
           exe.bind(kern, tk);
           exe.bind(y, ty);
@@ -1032,6 +1031,7 @@ TEST(LayerOpGradConv2D, MaskedInputGradientEqualsReluBackward) {
   at.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
   const Value loss = g.sum(g.apply(OpKind::Conv2D, {g.relu(x), kern}, at));
   const std::vector<Value> grads = g.gradients(loss, std::vector<Value>{x});
+  fuse(g);
   int relu_backward = 0, masked = 0;
   for (int32_t id : plan_memory(g, grads).schedule) {
     const Node& n = g.nodes()[size_t(id)];
@@ -1062,11 +1062,8 @@ TEST(LayerOpGradConv2D, MaskedInputGradientEqualsReluBackward) {
 // no Relu, and one ReluBackward (the last block's output's, whose gradient
 // no convolution makes; the first block's is masked in the convolution's
 // input gradient that sums its two gradients), where the graph as written
-// runs two (both blocks' outputs'; their inner ReLUs' gradients are masked
-// in the convolutions' input gradients there too).
+// runs four (one a Relu).
 TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
-  const ReluFoldingGuard relu_guard;
-  const AddFoldingGuard add_guard;
   const int saved_threads = num_threads();
   std::mt19937 rng(1330);
   const int64_t C = 8, F = 16;
@@ -1086,8 +1083,7 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
     int counts[2][3] = {};  // Add, Relu, ReluBackward in the schedule
     for (int fold = 0; fold < 2; ++fold) {
       SCOPED_TRACE(std::string(fold ? "folded" : "as written") + ", threads " + std::to_string(threads));
-      set_relu_folding(fold == 1);
-      set_add_folding(fold == 1);
+      const FusionOptions fusion = fold == 1 ? FusionOptions{} : FusionOptions::none();
       Graph g;
       std::vector<Value> params{g.parameter(tx, "x", true)};
       auto conv_bn = [&](Value in, size_t i, int64_t stride) {
@@ -1114,20 +1110,21 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
       std::vector<Value> outputs = g.gradients(loss, params);
       outputs.push_back(h2);
       outputs.push_back(loss);
+      fuse(g, fusion);
       for (int32_t id : plan_memory(g, outputs).schedule) {
         const OpKind op = g.nodes()[size_t(id)].op;
         counts[fold][0] += op == OpKind::Add;
         counts[fold][1] += op == OpKind::Relu;
         counts[fold][2] += op == OpKind::ReluBackward;
       }
-      Executable exe(std::move(g), outputs);
+      Executable exe(std::move(g), outputs, BatchRule{}, nullptr, fusion);
       exe.bind(w, tw);
       exe.run();
       for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
     }
     EXPECT_EQ(counts[0][0], 4) << "as written: two residual adds, two sums of the block inputs' gradients";
     EXPECT_EQ(counts[0][1], 4);
-    EXPECT_EQ(counts[0][2], 2);
+    EXPECT_EQ(counts[0][2], 4) << "as written: one ReluBackward a Relu";
     EXPECT_EQ(counts[1][0], 0) << "every Add folded";
     EXPECT_EQ(counts[1][1], 0) << "every Relu folded";
     EXPECT_EQ(counts[1][2], 1) << "one ReluBackward, the last block's output's";
@@ -1145,7 +1142,6 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
 // read only after it, both forms run, the values agree to the bit and the
 // gradients up to the order of their sums.
 TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
-  const AddFoldingGuard guard;
   std::mt19937 rng(1340);
   const Shape xs{5, 3, 3, 6};
   const Tensor tx = uniform(xs, rng, -1.5f, 1.5f), ts = uniform(xs, rng, -1.0f, 1.0f),
@@ -1155,7 +1151,8 @@ TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
     std::vector<std::vector<float>> results[2];
     int bn_nodes[2] = {0, 0};
     for (int fold = 0; fold < 2; ++fold) {
-      set_add_folding(fold == 1);
+      FusionOptions fusion;
+      fusion.add = fold == 1;
       Graph g;
       std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tgamma, "gamma", true),
                                 g.parameter(tbeta, "beta", true), g.parameter(ts, "s", true)};
@@ -1171,9 +1168,10 @@ TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
       const Value loss = g.add(g.sum(g.mul(y, y)), square);
       std::vector<Value> outputs = g.gradients(loss, params);
       outputs.push_back(y);
+      fuse(g, fusion);
       for (int32_t id : plan_memory(g, outputs).schedule)
         bn_nodes[fold] += g.nodes()[size_t(id)].op == OpKind::BatchNorm;
-      Executable exe(std::move(g), outputs);
+      Executable exe(std::move(g), outputs, BatchRule{}, nullptr, fusion);
       exe.run();
       for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
     }
@@ -1200,8 +1198,6 @@ TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
 // gradient twice). Three input gradients run in both graphs, and the
 // results are bit-equal.
 TEST(LayerOpGradAddFolding, NeverIntoAnOutputAnotherOpReads) {
-  const ReluFoldingGuard relu_guard;
-  const AddFoldingGuard add_guard;
   std::mt19937 rng(1345);
   const Shape xs{2, 5, 5, 8};
   const Tensor tx = uniform(xs, rng, -1.0f, 1.0f), tk1 = uniform({3, 3, 8, 8}, rng, -0.3f, 0.3f),
@@ -1209,8 +1205,7 @@ TEST(LayerOpGradAddFolding, NeverIntoAnOutputAnotherOpReads) {
   std::vector<std::vector<float>> results[2];
   int cbi[2] = {0, 0}, adds[2] = {0, 0};
   for (int fold = 0; fold < 2; ++fold) {
-    set_relu_folding(fold == 1);
-    set_add_folding(fold == 1);
+    const FusionOptions fusion = fold == 1 ? FusionOptions{} : FusionOptions::none();
     Graph g;
     const std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tk1, "K1", true),
                                     g.parameter(tk2, "K2", true), g.parameter(tk3, "K3", true)};
@@ -1224,11 +1219,12 @@ TEST(LayerOpGradAddFolding, NeverIntoAnOutputAnotherOpReads) {
     const Value w = g.input("w", tw.shape());
     std::vector<Value> outputs = g.gradients(g.sum(g.mul(z, w)), params);
     outputs.push_back(z);
+    fuse(g, fusion);
     for (int32_t id : plan_memory(g, outputs).schedule) {
       cbi[fold] += g.nodes()[size_t(id)].op == OpKind::Conv2DBackwardInput;
       adds[fold] += g.nodes()[size_t(id)].op == OpKind::Add;
     }
-    Executable exe(std::move(g), outputs);
+    Executable exe(std::move(g), outputs, BatchRule{}, nullptr, fusion);
     exe.bind(w, tw);
     exe.run();
     for (Value v : outputs) results[fold].push_back(exe.output(v).to_vector());
@@ -1246,22 +1242,24 @@ TEST(LayerOpGradAddFolding, NeverIntoAnOutputAnotherOpReads) {
 // already reads. The new inputs' shapes are checked, and the masked backward ops say which
 // inputs kReluOutput needs.
 TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
-  const AddFoldingGuard guard;
-  set_add_folding(true);
   Graph g;
   const Value x = g.input("x", {2, 3, 6}), c = g.input("c", {6}), gamma = g.input("gamma", {6}),
               beta = g.input("beta", {6}), stats = g.input("stats", {2, 6});
   OpAttrs at;
   at.scale = 1e-3f;
   const Value bn = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
-  EXPECT_EQ(g.node(g.add(bn, c)).op, OpKind::Add) << "a broadcast add stays an Add";
+  const Value bias_add = g.add(bn, c);
   OpAttrs relu = at;
   relu.flags = kReluOutput;
   const Value bn_relu = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, relu);
-  EXPECT_EQ(g.node(g.add(bn_relu, x)).op, OpKind::Add) << "add after the ReLU stays an Add";
-  EXPECT_EQ(g.node(g.add(x, bn)).op, OpKind::Add) << "an output another op reads already stays as it is";
+  const Value after_relu = g.add(bn_relu, x);
+  const Value read_already = g.add(x, bn);
   const Value fresh = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
   const Value folded = g.add(x, fresh);
+  fuse(g);
+  EXPECT_EQ(g.node(bias_add).op, OpKind::Add) << "a broadcast add stays an Add";
+  EXPECT_EQ(g.node(after_relu).op, OpKind::Add) << "add after the ReLU stays an Add";
+  EXPECT_EQ(g.node(read_already).op, OpKind::Add) << "an output another op reads already stays as it is";
   EXPECT_EQ(g.node(folded).op, OpKind::BatchNorm);
   EXPECT_EQ(g.node(folded).n_inputs, 5);
   EXPECT_EQ(g.node(folded).inputs[4], x) << "the other term is the residual";

@@ -73,27 +73,6 @@ template <class E>
   return ::testing::AssertionFailure() << "did not throw";
 }
 
-// Restores the process-wide Relu folding (tensorgrad::set_relu_folding) a
-// test turns off to build a graph as written.
-struct ReluFoldingGuard {
-  bool saved = tensorgrad::relu_folding();
-  ~ReluFoldingGuard() { tensorgrad::set_relu_folding(saved); }
-};
-
-// Restores the process-wide Add folding (tensorgrad::set_add_folding) a
-// test turns off to build a graph as written.
-struct AddFoldingGuard {
-  bool saved = tensorgrad::add_folding();
-  ~AddFoldingGuard() { tensorgrad::set_add_folding(saved); }
-};
-
-// Restores the process-wide BatchNormStats folding
-// (tensorgrad::set_batch_stats_folding) a test turns off.
-struct BatchStatsFoldingGuard {
-  bool saved = tensorgrad::batch_stats_folding();
-  ~BatchStatsFoldingGuard() { tensorgrad::set_batch_stats_folding(saved); }
-};
-
 // Restores the process-wide choice of Winograd convolutions
 // (tensorgrad::set_winograd_convolutions) a test turns off to check the
 // direct kernels.

@@ -145,13 +145,21 @@ BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small
 }
 
 Executable::Executable(Graph graph, std::vector<Value> outputs)
-    : Executable(std::move(graph), std::move(outputs), BatchRule{}, nullptr) {}
+    : Executable(std::move(graph), std::move(outputs), BatchRule{}, nullptr, FusionOptions{}) {}
 
-Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule, std::shared_ptr<const Backend> backend)
+Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule, std::shared_ptr<const Backend> backend,
+                       const FusionOptions& fusion)
     : graph_(std::move(graph)), outputs_(std::move(outputs)), backend_(backend ? std::move(backend) : cpu_backend()) {
-  build();
   if (rule.max_rows > 0 && rule.shape.size() != graph_.size())
     throw ValueError("Executable: the batch rule was made for another graph");
+  const std::vector<int32_t> attrs_from = fuse(graph_, fusion & backend_->fusions());
+  if (rule.max_rows > 0)  // a fused node's attributes are its folded producer's, and scale as those did
+    for (size_t i = 0; i < attrs_from.size(); ++i)
+      if (attrs_from[i] >= 0) {
+        rule.attr_shape[i] = rule.attr_shape[size_t(attrs_from[i])];
+        rule.scale_times_rows[i] = rule.scale_times_rows[size_t(attrs_from[i])];
+      }
+  build();
   rule_ = std::move(rule);
   if (rule_.max_rows > 0) rows_ = rule_.max_rows;
 }

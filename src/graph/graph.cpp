@@ -1,49 +1,11 @@
 #include "tensorgrad/graph/graph.h"
 
-#include <atomic>
+#include <optional>
 
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/gradients.h"
 
 namespace tensorgrad {
-
-namespace {
-std::atomic<bool> fold_relu{true};
-std::atomic<bool> fold_add{true};
-std::atomic<bool> fold_batch_stats{true};
-}  // namespace
-
-void set_batch_stats_folding(bool enabled) { fold_batch_stats.store(enabled); }
-bool batch_stats_folding() { return fold_batch_stats.load(); }
-
-void set_relu_folding(bool enabled) { fold_relu.store(enabled); }
-bool relu_folding() { return fold_relu.load(); }
-void set_add_folding(bool enabled) { fold_add.store(enabled); }
-bool add_folding() { return fold_add.load(); }
-
-std::optional<Value> Graph::fold_add_into_producer(Value a, Value b) {
-  if (node(a).shape != node(b).shape || node(a).dtype != DType::Float32 || node(b).dtype != DType::Float32)
-    return std::nullopt;
-  for (int side = 0; side < 2; ++side) {
-    const Value into = side == 0 ? a : b, other = side == 0 ? b : a;
-    const Node& p = node(into);
-    // A producer whose output another op already reads would run twice
-    // (folded and not): only an output nothing reads yet is folded.
-    if (p.role != NodeRole::Op || p.attrs.flags != 0 || uses_[size_t(into.id)] != 0) continue;
-    // A batch norm's output plus a residual: BatchNorm's fifth input.
-    // Conv2DBackwardInput's output plus another gradient: its third input.
-    const bool folds = (p.op == OpKind::BatchNorm && p.n_inputs == 4) ||
-                       (p.op == OpKind::Conv2DBackwardInput && p.n_inputs == 2);
-    if (!folds) continue;
-    std::array<Value, Node::kMaxInputs> inputs = p.inputs;  // p moves when nodes_ grows
-    const int n = p.n_inputs;
-    const OpKind op = p.op;
-    const OpAttrs attrs = p.attrs;
-    inputs[size_t(n)] = other;
-    return apply(op, std::span<const Value>(inputs.data(), size_t(n + 1)), attrs);
-  }
-  return std::nullopt;
-}
 
 const Node& Graph::node(Value v) const {
   if (v.id < 0 || size_t(v.id) >= nodes_.size())
@@ -62,7 +24,6 @@ Value Graph::add_leaf(NodeRole role, const std::string& name, const Shape& shape
   n.bound = bound;
   n.trainable = trainable;
   nodes_.push_back(std::move(n));
-  uses_.push_back(0);
   return Value{int32_t(nodes_.size() - 1)};
 }
 
@@ -86,43 +47,15 @@ Value Graph::state(const Tensor& tensor, const std::string& name) {
   return v;
 }
 
-std::optional<Builder::Producer> Graph::producer(Value v) const {
-  const Node& n = node(v);
-  if (n.role != NodeRole::Op) return std::nullopt;
-  return Producer{n.op, n.attrs, n.n_inputs > 0 ? n.inputs[0] : Value{}, n.n_inputs > 1 ? n.inputs[1] : Value{},
-                  n.n_inputs > 2 ? n.inputs[2] : Value{}, n.n_inputs};
-}
-
 Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) {
   if (inputs.size() > size_t(Node::kMaxInputs)) throw Error("too many inputs for one op");
-  if (op == OpKind::Relu && inputs.size() == 1 && relu_folding()) {
-    const Node& p = node(inputs[0]);
-    if (p.role == NodeRole::Op && takes_relu_output(p.op) && !(p.attrs.flags & kReluOutput)) {
-      OpAttrs folded = p.attrs;
-      folded.flags |= kReluOutput;
-      folded.flags &= ~kBatchStatsOutput;  // the statistics of p's output stay p's
-      const std::array<Value, Node::kMaxInputs> p_inputs = p.inputs;  // p moves when nodes_ grows
-      return apply(p.op, std::span<const Value>(p_inputs.data(), size_t(p.n_inputs)), folded);
-    }
-  }
-  if (op == OpKind::Add && inputs.size() == 2 && attrs.flags == 0 && add_folding())
-    if (auto folded = fold_add_into_producer(inputs[0], inputs[1])) return *folded;
-  if (op == OpKind::BatchNormStats && inputs.size() == 1 && batch_stats_folding()) {
-    // Marking the Conv2D changes none of its output's bits, so ops that
-    // already read it are unaffected.
-    const Node& p = node(inputs[0]);
-    if (p.role == NodeRole::Op && p.op == OpKind::Conv2D && p.dtype == DType::Float32 && p.shape.rank() == 4) {
-      nodes_[size_t(inputs[0].id)].attrs.flags |= kBatchStatsOutput;
-      return apply(OpKind::AttachedBatchStats, inputs, attrs);
-    }
-  }
   if (op == OpKind::AttachedBatchStats && inputs.size() == 1) {
     const Node& p = node(inputs[0]);
     if (p.role != NodeRole::Op || p.op != OpKind::Conv2D || !(p.attrs.flags & kBatchStatsOutput))
       throw ValueError(std::string("attached_batch_stats: the input must be the output of a Conv2D with the "
                                    "kBatchStatsOutput flag; got ") +
                        (p.role == NodeRole::Op ? op_info(p.op).name : "a leaf") +
-                       ". Apply BatchNormStats, which the graph folds into a Conv2D that makes its input");
+                       ". Apply BatchNormStats: the fusion pass (fuse) folds it into a Conv2D that makes its input");
   }
   Shape shapes[Node::kMaxInputs];
   DType dtypes[Node::kMaxInputs];
@@ -141,10 +74,39 @@ Value Graph::apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attr
   n.n_inputs = int(inputs.size());
   n.shape = sig.shape;
   n.dtype = sig.dtype;
-  for (size_t i = 0; i < inputs.size(); ++i) ++uses_[size_t(inputs[i].id)];
   nodes_.push_back(std::move(n));
-  uses_.push_back(0);
   return Value{int32_t(nodes_.size() - 1)};
+}
+
+void Graph::replace(Value v, OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) {
+  const Node& old = node(v);
+  if (old.role != NodeRole::Op) throw Error("replace: node " + std::to_string(v.id) + " is a leaf");
+  if (inputs.size() > size_t(Node::kMaxInputs)) throw Error("replace: too many inputs for one op");
+  Shape shapes[Node::kMaxInputs];
+  DType dtypes[Node::kMaxInputs];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].id < 0 || inputs[i].id >= v.id)
+      throw Error("replace: input " + std::to_string(inputs[i].id) + " of node " + std::to_string(v.id) +
+                  " is not an earlier node");
+    shapes[i] = node(inputs[i]).shape;
+    dtypes[i] = node(inputs[i]).dtype;
+  }
+  const OpSignature sig = infer_signature(op, {shapes, inputs.size()}, {dtypes, inputs.size()}, attrs);
+  if (sig.shape != old.shape || sig.dtype != old.dtype)
+    throw Error(std::string("replace: ") + op_info(op).name + " gives " + sig.shape.str() + " " +
+                dtype_name(sig.dtype) + " where node " + std::to_string(v.id) + " (" + op_info(old.op).name +
+                ") gives " + old.shape.str() + " " + dtype_name(old.dtype));
+  Node& n = nodes_[size_t(v.id)];
+  n.op = op;
+  n.attrs = attrs;
+  n.inputs = {};
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs[i] = inputs[i];
+  n.n_inputs = int(inputs.size());
+}
+
+void Graph::add_flags(Value v, uint32_t flags) {
+  node(v);  // throws for a handle outside the graph
+  nodes_[size_t(v.id)].attrs.flags |= flags;
 }
 
 void Graph::set_rng_counter(const Tensor& counter) {

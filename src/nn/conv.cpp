@@ -102,16 +102,11 @@ Value Conv2D::convolve(Builder& b, Value x4) const {
   if (ks.rank() == 3) k = b.reshape(k, Shape{1, ks[0], ks[1], ks[2]});  // Conv1D's {k, C, F}
   OpAttrs at;
   at.window = window_;
-  // ReLU inside the convolution's pass (kReluOutput): one pass fewer over
-  // the activation; every other activation follows as its own op.
-  if (activation_ == Activation::Relu) at.flags = kReluOutput;
   if (!use_bias_) return b.apply(OpKind::Conv2D, {x4, k}, at);
   return b.apply(OpKind::Conv2D, {x4, k, b.parameter(bias_, (name() + "/bias").c_str(), trainable)}, at);
 }
 
-Value Conv2D::activate(Builder& b, Value y) const {
-  return activation_ == Activation::Relu ? y : apply_activation(b, activation_, y);
-}
+Value Conv2D::activate(Builder& b, Value y) const { return apply_activation(b, activation_, y); }
 
 Value Conv2D::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError(name() + " was called before build()");
@@ -146,10 +141,12 @@ Shape Conv1D::build(const Shape& input_shape) {
 Value Conv1D::call(Builder& b, Value x, const CallOptions&) {
   if (!kernel_.defined()) throw StateError(name() + " was called before build()");
   const Shape xs = b.shape(x);
-  Value y = convolve(b, b.reshape(x, Shape{xs[0], 1, xs[1], xs[2]}));
+  // Activated before the reshape back to {B, steps, F}, where the fusion
+  // pass can fold a ReLU into the convolution (the activations are
+  // element-wise or over the last axis, which the reshape keeps).
+  const Value y = activate(b, convolve(b, b.reshape(x, Shape{xs[0], 1, xs[1], xs[2]})));
   const Shape ys = b.shape(y);
-  y = b.reshape(y, Shape{ys[0], ys[2], ys[3]});
-  return activate(b, y);
+  return b.reshape(y, Shape{ys[0], ys[2], ys[3]});
 }
 
 Pooling2D::Pooling2D(const char* prefix, bool is_max, std::array<int64_t, 2> pool_size,

@@ -279,6 +279,8 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
     tensorgrad::detail::write_element(state_.opt_state->rng_counter, 0, int64_t(state_.rng()));
   }
   retire_contexts("compile() was called again");
+  state_.predict_plans.clear();  // fused for the earlier compile's target
+  state_.fusion = FusionOptions{};
   state_.compiled = true;
 }
 
@@ -286,6 +288,7 @@ void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std:
                     CompileTarget target) {
   check_live("compile()");
   compile(optimizer, loss, metrics, tensorgrad::backend(target.device, target.policy));
+  state_.fusion = target.fusion;
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
@@ -300,6 +303,7 @@ void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& los
                     CompileTarget target) {
   check_live("compile()");
   compile(optimizer, losses, loss_weights, metrics, tensorgrad::backend(target.device, target.policy));
+  state_.fusion = target.fusion;
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const std::vector<Loss>& losses,
@@ -346,6 +350,7 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
     m.push_back(mi == metrics.end() ? std::vector<std::string>{} : mi->second);
   }
   set_compiled(optimizer, std::move(l), std::move(w), std::move(m), std::move(on));
+  state_.fusion = target.fusion;
 }
 
 OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights,
@@ -371,6 +376,7 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
     o.optimizer = state_.optimizer;
     o.model_hooks = state_.hooks;
     o.backend = state_.backend;
+    o.fusion = state_.fusion;
     o.gradient_bucket_bytes = state_.gradient_bucket_bytes;
     o.capacity = batch_size >= 1 ? capacity_for(batch_size) : 0;
     const int64_t micro = micro_batch > 0 ? micro_batch : batch_size;
@@ -740,7 +746,7 @@ Model::PredictPlan& Model::predict_plan(int64_t rows) {
     key = -rows;
     planned = rows;
   }
-  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule), state_.backend);
+  plan->exe = std::make_unique<Executable>(std::move(g), plan->out, std::move(rule), state_.backend, state_.fusion);
   plan->inputs = f.inputs;
   for (const InputSpec& in : plan->inputs)  // token ids converted into the rows of these
     plan->staging.push_back(in.dtype == DType::Int32 ? Tensor::empty(in.shape.with_batch(planned), DType::Int32)
@@ -873,6 +879,7 @@ Model Model::clone() const {
   Model copy(state_.name);
   copy.graph_ = graph_->clone();
   copy.state_.backend = state_.backend;
+  copy.state_.fusion = state_.fusion;
   if (state_.compiled) {
     copy.state_.optimizer = state_.optimizer;
     copy.state_.losses = state_.losses;

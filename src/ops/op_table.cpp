@@ -23,26 +23,9 @@ OpAttrs with_shape(OpAttrs at, const Shape& shape) {
 // ---- Gradient rules shared by several ops ----
 
 // The gradient through y = max(x, 0) (Relu, and the ops with kReluOutput): g
-// where y > 0. Handed a max-pool's backward of y (conv, ReLU, pool), an
-// average pool's backward or a convolution's input gradient (ReLU, pool or
-// conv), that op masks instead (kMaskNonPositive; the last two take y as
-// an extra last input) and the unmasked one is left unscheduled: one pass
-// fewer over y.
-Value relu_gradient(Builder& b, Value y, Value g) {
-  const auto p = b.producer(g);
-  if (p && !(p->attrs.flags & kMaskNonPositive)) {
-    OpAttrs at = p->attrs;
-    at.flags |= kMaskNonPositive;
-    if (p->op == OpKind::MaxPool2DBackward && p->input0 == y)
-      return b.apply(OpKind::MaxPool2DBackward, {y, p->input1}, at);
-    if (p->op == OpKind::AvgPool2DBackward) return b.apply(OpKind::AvgPool2DBackward, {p->input0, y}, at);
-    if (p->op == OpKind::Conv2DBackwardInput && b.dtype(y) == DType::Float32) {
-      if (p->n_inputs == 2) return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, y}, at);
-      return b.apply(OpKind::Conv2DBackwardInput, {p->input0, p->input1, p->input2, y}, at);
-    }
-  }
-  return b.apply(OpKind::ReluBackward, {y, g});
-}
+// where y > 0. The fusion pass (graph/fuse) folds it into the op that made
+// g where that op can mask instead.
+Value relu_gradient(Builder& b, Value y, Value g) { return b.apply(OpKind::ReluBackward, {y, g}); }
 
 // Backward, metric and optimizer ops: nothing differentiates through them
 // today, so reaching one in a backward walk is a bug in the caller.

@@ -948,7 +948,7 @@ std::shared_ptr<OptimizerPlan> OptimizerContext::build(GraphKind kind) {
     g = std::make_unique<Graph>();
     results = build_graph(*g, b, kind, plan.get());
   }
-  plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule), options_.backend);
+  plan->exe = std::make_unique<Executable>(std::move(*g), results, std::move(rule), options_.backend, options_.fusion);
   if (kind != GraphKind::kTraining) {
     const Graph& built = plan->exe->graph();
     for (const Node& n : built.nodes()) {

@@ -1,5 +1,5 @@
 // A BatchNormStats of a convolution's output folded into the convolution
-// (Graph::apply, set_batch_stats_folding; Conv2D's kBatchStatsOutput, read
+// (the fusion pass, FusionOptions::batch_stats; Conv2D's kBatchStatsOutput, read
 // through an AttachedBatchStats view of the memory the plan leaves before
 // the output). Checked: the statistics against sums in double; the folded
 // graph's every output and gradient bit-equal to the graph as written, on
@@ -81,7 +81,6 @@ std::vector<Tensor> case_data(const ConvCase& c, std::mt19937& rng) {
 }
 
 TEST(BatchStatsFolding, FoldedEqualsTheGraphAsWrittenOnEveryConvolutionPath) {
-  const test_support::BatchStatsFoldingGuard guard;
   const int saved_threads = num_threads();
   std::mt19937 rng(1400);
   const int64_t batch = 5;
@@ -95,8 +94,10 @@ TEST(BatchStatsFolding, FoldedEqualsTheGraphAsWrittenOnEveryConvolutionPath) {
         for (int fold = 0; fold < 2; ++fold) {
           SCOPED_TRACE(std::string(c.name) + (fold ? ", folded" : ", as written") + (bf16 ? ", mixed_bfloat16" : "") +
                        ", threads " + std::to_string(threads));
-          set_batch_stats_folding(fold == 1);
+          FusionOptions fusion;
+          fusion.batch_stats = fold == 1;
           ConvBnGraph r = build(c, batch, data);
+          fuse(r.g, fusion);
           int stats_ops = 0;
           for (int32_t id : plan_memory(r.g, r.outputs).schedule)
             stats_ops += r.g.nodes()[size_t(id)].op == OpKind::BatchNormStats;
@@ -106,7 +107,7 @@ TEST(BatchStatsFolding, FoldedEqualsTheGraphAsWrittenOnEveryConvolutionPath) {
           std::mt19937 wrng(1401);
           const Tensor tw = uniform(r.g.shape(r.w), wrng, -1.0f, 1.0f);
           Executable exe(std::move(r.g), r.outputs, BatchRule{},
-                         cpu_backend(bf16 ? DTypePolicy::kMixedBFloat16 : DTypePolicy::kFloat32));
+                         cpu_backend(bf16 ? DTypePolicy::kMixedBFloat16 : DTypePolicy::kFloat32), fusion);
           exe.bind(r.x, tx);
           exe.bind(r.w, tw);
           exe.run();
@@ -132,7 +133,6 @@ TEST(BatchStatsFolding, FoldedEqualsTheGraphAsWrittenOnEveryConvolutionPath) {
 // statistics lie before the convolution's output, so their place does not
 // move; the same bits as a graph built for 4 rows as written.
 TEST(BatchStatsFolding, FewerRowsThanPlanned) {
-  const test_support::BatchStatsFoldingGuard guard;
   std::mt19937 rng(1420);
   const ConvCase c{"winograd", 8, 16, 16, 3, 1, false, true};
   const std::vector<Tensor> data = case_data(c, rng);
@@ -140,12 +140,13 @@ TEST(BatchStatsFolding, FewerRowsThanPlanned) {
   const Tensor tw = uniform({4, c.side, c.side, c.filters}, rng, -1.0f, 1.0f);
   std::vector<std::vector<float>> results[2];
   for (int fold = 0; fold < 2; ++fold) {
-    set_batch_stats_folding(fold == 1);
+    FusionOptions fusion;
+    fusion.batch_stats = fold == 1;
     ConvBnGraph at_max = build(c, 6, data), probe = build(c, 2, data);
     BatchRule rule = make_batch_rule(at_max.g, 6, probe.g, 2);
     const std::vector<Value> outputs = at_max.outputs;
     const Value x = at_max.x, w = at_max.w;
-    Executable exe(std::move(at_max.g), outputs, std::move(rule), cpu_backend());
+    Executable exe(std::move(at_max.g), outputs, std::move(rule), cpu_backend(), fusion);
     exe.set_rows(4);
     exe.bind(x, tx);
     exe.bind(w, tw);
@@ -160,27 +161,27 @@ TEST(BatchStatsFolding, FewerRowsThanPlanned) {
 // statistics; a Relu folded into a marked convolution makes a convolution
 // of its own, unmarked, and the marked one keeps its statistics.
 TEST(BatchStatsFolding, SecondReaderAndAReluAfterwards) {
-  const test_support::BatchStatsFoldingGuard guard;
-  set_batch_stats_folding(true);
   Graph g;
   OpAttrs at;
   at.window = test_support::window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
   const Value conv = g.apply(OpKind::Conv2D, {g.input("x", Shape{2, 8, 8, 16}), g.input("k", Shape{3, 3, 16, 16})}, at);
   const Value s1 = g.apply(OpKind::BatchNormStats, {conv});
   const Value s2 = g.apply(OpKind::BatchNormStats, {conv});
-  EXPECT_EQ(g.node(s1).op, OpKind::AttachedBatchStats);
-  EXPECT_EQ(g.node(s2).op, OpKind::AttachedBatchStats);
   const Value relu = g.relu(conv);
-  EXPECT_EQ(g.node(relu).op, OpKind::Conv2D);
-  EXPECT_EQ(g.node(relu).attrs.flags, kReluOutput);
-  EXPECT_EQ(g.node(conv).attrs.flags, kBatchStatsOutput);
   // What does not fold: a statistics op of another op's output.
   const Value pooled = g.apply(OpKind::AvgPool2D, {conv}, [] {
     OpAttrs p;
     p.window = test_support::window(2, 2, 2, 2);
     return p;
   }());
-  EXPECT_EQ(g.node(g.apply(OpKind::BatchNormStats, {pooled})).op, OpKind::BatchNormStats);
+  const Value pooled_stats = g.apply(OpKind::BatchNormStats, {pooled});
+  fuse(g);
+  EXPECT_EQ(g.node(s1).op, OpKind::AttachedBatchStats);
+  EXPECT_EQ(g.node(s2).op, OpKind::AttachedBatchStats);
+  EXPECT_EQ(g.node(relu).op, OpKind::Conv2D);
+  EXPECT_EQ(g.node(relu).attrs.flags, kReluOutput);
+  EXPECT_EQ(g.node(conv).attrs.flags, kBatchStatsOutput);
+  EXPECT_EQ(g.node(pooled_stats).op, OpKind::BatchNormStats);
 }
 
 TEST(BatchStatsFolding, FormsOnlyAGraphRuns) {

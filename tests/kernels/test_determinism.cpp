@@ -260,17 +260,11 @@ TEST(Determinism, CnnStepIsBitIdenticalAtAnyThreadCount) {
 
 namespace {
 
-// Conv2D with activation "relu" (ReLU inside the convolution, kReluOutput),
-// or the same convolution then an Activation layer, then a max-pool.
-// Sets the process-wide Relu folding for one scope (set_relu_folding).
-struct ReluFolding {
-  bool saved = relu_folding();
-  explicit ReluFolding(bool on) { set_relu_folding(on); }
-  ~ReluFolding() { set_relu_folding(saved); }
-};
-
+// Conv2D with activation "relu" (the fusion pass puts the ReLU inside the
+// convolution, kReluOutput), or the same convolution then an Activation
+// layer compiled without fusion (its Relu stays a node of its own), then a
+// max-pool.
 StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor& y) {
-  const ReluFolding folding(false);  // the separate layer's Relu stays a node of its own
   nn::clear_session();
   manual_seed(79);
   Sequential m(Shape{16, 16, 3});
@@ -283,15 +277,17 @@ StepCapture conv_relu_pool_step(bool relu_in_conv, const Tensor& x, const Tensor
   m.add(nn::MaxPooling2D());
   m.add(nn::Flatten());
   m.add(Dense(10, "softmax"));
-  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+  nn::CompileTarget target;
+  if (!relu_in_conv) target.fusion = FusionOptions::none();
+  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy", {}, target);
   return capture_step(m, 32, x, y);
 }
 
 }  // namespace
 
 // The ReLU inside the convolution computes what the separate layer does, to
-// the bit: the same loss and gradients (Relu folding off, so the separate
-// layer's Relu runs as written).
+// the bit: the same loss and gradients (no fusion for the separate layer, so
+// its Relu runs as written).
 TEST(Determinism, ReluInsideTheConvolutionEqualsTheActivationLayer) {
   const Tensor x = random_x(32, 16 * 16 * 3, 25).reshape(Shape{32, 16, 16, 3});
   const Tensor y = random_ids(32, 10, 26);
@@ -302,9 +298,8 @@ namespace {
 
 // One step of a residual block as the resnet workload builds it (conv-BN-ReLU,
 // conv-BN, add the block's input, ReLU; global average pooling; dense), with
-// the graph's Relu folding on or off.
+// the fusion pass's ReLU rewrites on or off.
 StepCapture residual_step(bool fold, const Tensor& x, const Tensor& y) {
-  const ReluFolding folding(fold);
   nn::clear_session();
   manual_seed(80);
   const nn::SymbolicTensor in = nn::Input({10, 10, 8});
@@ -314,7 +309,9 @@ StepCapture residual_step(bool fold, const Tensor& x, const Tensor& y) {
   const nn::SymbolicTensor h = conv_bn(nn::ActivationLayer("relu")(conv_bn(in)));
   const nn::SymbolicTensor out = nn::ActivationLayer("relu")(nn::Add()({h, in}));
   nn::Model m(in, Dense(10, "softmax")(nn::GlobalAveragePooling2D()(out)));
-  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy");
+  nn::CompileTarget target;
+  target.fusion.relu = fold;
+  m.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy", {}, target);
   return capture_step(m, 32, x, y);
 }
 

@@ -32,18 +32,16 @@ namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// One graph `build` makes from its inputs, run at `threads`, with ReLU folding on or off.
+// One graph `build` makes from its inputs, run at `threads`, fused or as written.
 template <class Build>
 std::vector<float> run_graph(const std::vector<Tensor>& inputs, Build&& build, int threads, bool fold = true) {
   const int saved = num_threads();
   set_num_threads(threads);
-  set_relu_folding(fold);
   Graph g;
   std::vector<Value> in;
   for (size_t i = 0; i < inputs.size(); ++i) in.push_back(g.input("in" + std::to_string(i), inputs[i].shape()));
   const Value y = build(g, in);
-  set_relu_folding(true);
-  Executable exe(std::move(g), {y}, BatchRule{});
+  Executable exe(std::move(g), {y}, BatchRule{}, nullptr, fold ? FusionOptions{} : FusionOptions::none());
   for (size_t i = 0; i < inputs.size(); ++i) exe.bind(in[i], inputs[i]);
   exe.run();
   std::vector<float> out = exe.output(y).to_vector();

@@ -373,7 +373,7 @@ TEST(WindowOpsMaxPoolTies, MatchesReferenceOnManyTies) {
   }
 }
 
-// ReLU then max-pool (the CNN's conv, ReLU, pool): Relu's gradient rule hands
+// ReLU then max-pool (the CNN's conv, ReLU, pool): the fusion pass hands
 // the mask to the pool's backward (kMaskNonPositive) instead of running
 // ReluBackward. dx must equal the reference routing over relu(x), masked by
 // relu(x) > 0, and the schedule must hold no ReluBackward; when the ReLU's
@@ -397,6 +397,7 @@ std::vector<float> relu_pool_grad(const std::vector<float>& xv, const Shape& xs,
     loss = g.add(loss, g.sum(g.mul(r, g2in)));
   }
   Value dx = g.gradients(loss, std::vector<Value>{x}).at(0);
+  fuse(g);
   int relu_backward = 0, masked_pool = 0;
   for (int32_t id : plan_memory(g, std::vector<Value>{dx}).schedule) {
     const Node& n = g.node(Value{id});
@@ -441,7 +442,7 @@ TEST(WindowOpsMaxPoolTies, ReluThenPoolMasksInThePoolBackward) {
 }
 
 // ReLU then average pooling (a ResNet's last block, then global average
-// pooling): Relu's gradient rule hands the mask to the pool's backward
+// pooling): the fusion pass hands the mask to the pool's backward
 // (kMaskNonPositive, the ReLU's output as its second input). dx must equal
 // ReluBackward after the unmasked kernel, bit for bit, on global, strided
 // and overlapping padded windows, at 1 and 2 threads; the schedule must
@@ -467,6 +468,7 @@ TEST(WindowOpsAvgPool, ReluThenPoolMasksInThePoolBackward) {
       const Value x = g.parameter(xt, "x", true), gin = g.input("g", ys);
       const Value r = g.relu(x);
       const Value dx = g.gradients(g.sum(g.mul(g.windowed(OpKind::AvgPool2D, r, pc.w), gin)), std::vector<Value>{x})[0];
+      fuse(g);
       int relu_backward = 0, masked_pool = 0;
       for (int32_t id : plan_memory(g, std::vector<Value>{dx}).schedule) {
         const Node& n = g.node(Value{id});
@@ -481,7 +483,7 @@ TEST(WindowOpsAvgPool, ReluThenPoolMasksInThePoolBackward) {
       at.shape = pc.x;
       const Value plain = g.apply(OpKind::AvgPool2DBackward, {gin}, at);
       const Value reference = g.apply(OpKind::ReluBackward, {r, plain});
-      Executable exe(std::move(g), {dx, reference});
+      Executable exe(std::move(g), {dx, reference}, BatchRule{}, nullptr, FusionOptions::none());  // dx fused above
       exe.bind(gin, gt);
       exe.run();
       const std::vector<float> got = exe.output(dx).to_vector();

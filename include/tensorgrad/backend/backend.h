@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensorgrad/core/storage.h"
+#include "tensorgrad/graph/fuse.h"
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
@@ -106,6 +107,10 @@ class Backend {
   /// a graph, or one op's): the CPU runs work under kernels::kParallelFlops
   /// on the calling thread.
   virtual std::unique_ptr<KernelLauncher> make_launcher(double flops) const = 0;
+  /// The fused ops it has kernels for (FusionOptions: the fusion pass makes
+  /// only these); none unless a backend says otherwise, so a new backend
+  /// runs every graph unfused.
+  virtual FusionOptions fusions() const { return FusionOptions::none(); }
   /// The precision its kernels compute in (DTypePolicy); kFloat32 unless a
   /// backend says otherwise.
   virtual DTypePolicy dtype_policy() const { return DTypePolicy::kFloat32; }

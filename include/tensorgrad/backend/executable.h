@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensorgrad/backend/backend.h"
+#include "tensorgrad/graph/fuse.h"
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
@@ -39,17 +40,19 @@ BatchRule make_batch_rule(const Graph& at_max, int64_t max_rows, const Graph& pr
 /// A planned graph with its arena, run by one backend's kernels.
 class Executable {
  public:
-  /// Plans `graph` so that `outputs` can be read after a run, and allocates
-  /// the arena on the CPU. Work below about a million flops runs on the
+  /// Fuses and plans `graph` so that `outputs` can be read after a run, and
+  /// allocates the arena on the CPU. Work below about a million flops runs on the
   /// calling thread only (threads would cost more than they save).
   Executable(Graph graph, std::vector<Value> outputs);
   /// The same, runnable at any batch up to rule.max_rows (set_rows; an empty
-  /// rule: the planned batch only), on `backend` (null: the CPU). Throws
-  /// StateError when the backend lacks a kernel for an op of the graph
-  /// (Backend::check_kernels) or a weight or state tensor of the graph lives
-  /// on another device than the backend's.
+  /// rule: the planned batch only), on `backend` (null: the CPU). The graph
+  /// is first fused (fuse) with the rewrites `fusion` allows and the backend
+  /// has kernels for (Backend::fusions); the batch rule, made from unfused
+  /// graphs, follows the rewrites. Throws StateError when the backend lacks
+  /// a kernel for an op of the graph (Backend::check_kernels) or a weight or
+  /// state tensor of the graph lives on another device than the backend's.
   Executable(Graph graph, std::vector<Value> outputs, BatchRule rule,
-             std::shared_ptr<const Backend> backend = nullptr);
+             std::shared_ptr<const Backend> backend = nullptr, const FusionOptions& fusion = {});
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;

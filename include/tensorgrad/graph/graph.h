@@ -13,43 +13,6 @@
 
 namespace tensorgrad {
 
-/// Whether graphs fold a Relu into the op that makes its input when that op
-/// applies ReLU in its own pass (kReluOutput: MatMul, Conv2D, BatchNorm, Add): on by
-/// default. The folded graph computes the same values and gradients, to the
-/// bit, with one pass over the activation fewer forward (Dense-ReLU, conv-BN-ReLU,
-/// residual add-ReLU). Folding leaves the op's unfolded output in the graph
-/// for its other consumers (when it has any, both forms run). Off builds
-/// the graph as written: to compare against, or to see every op in a
-/// profile. Process-wide; read when a Relu is applied.
-void set_relu_folding(bool enabled);
-bool relu_folding();
-
-/// Whether graphs fold an Add of two same-shaped float tensors into the op
-/// that makes one of them, where that op can add in its own pass: on by
-/// default. A BatchNorm's output plus a residual becomes the BatchNorm's
-/// fifth input (a ResNet block's y = relu(BN(conv) + shortcut) then takes one
-/// pass, not two: BN, then the Add with its ReLU), and a Conv2DBackwardInput's output plus
-/// another gradient of the same tensor becomes its third input (the sum of
-/// gradients of a value that feeds a convolution and a shortcut). Only an
-/// output no op reads yet is folded; the values and gradients are then the
-/// same to the bit (a + b is b + a in IEEE arithmetic). When an op applied
-/// after the Add also reads the unfolded output, both forms run, and the
-/// gradients agree up to the order of their sums. Off builds the graph as
-/// written (as set_relu_folding). Process-wide; read when an Add is applied.
-void set_add_folding(bool enabled);
-bool add_folding();
-
-/// Whether graphs fold a BatchNormStats of a Conv2D's float output into the
-/// Conv2D (kBatchStatsOutput): on by default. The convolution then sums each
-/// image's output while it is in cache, and the statistics come from an
-/// AttachedBatchStats view of what it wrote, not from a pass of their own
-/// over the activation (conv-BN: one read of the activation fewer). The
-/// values and gradients are the same to the bit (BatchNormStats sums a
-/// rank-4 input image by image, as the convolution does). Off builds the
-/// graph as written (as set_relu_folding). Process-wide; read when a
-/// BatchNormStats is applied.
-void set_batch_stats_folding(bool enabled);
-bool batch_stats_folding();
 
 /// What a node is. Inputs are bound per run; parameters and state are
 /// persistent tensors bound once (their memory outlives the graph's runs).
@@ -82,16 +45,20 @@ class Graph final : public Builder {
   /// (optimizer moments, accumulators). Never differentiated.
   Value state(const Tensor& tensor, const std::string& name);
 
-  /// Appends the op (a Relu of a MatMul, Conv2D, BatchNorm or Add output: that op
-  /// with kReluOutput instead, unless set_relu_folding(false); an Add of a
-  /// BatchNorm's or Conv2DBackwardInput's output: that op with the other term
-  /// as its last input, unless set_add_folding(false); a BatchNormStats of a
-  /// Conv2D's output: that Conv2D marked kBatchStatsOutput and an
-  /// AttachedBatchStats of it, unless set_batch_stats_folding(false)). Throws
-  /// as the op's shape rule (ShapeError, TypeError), and ValueError for an
-  /// AttachedBatchStats whose input is not a Conv2D with kBatchStatsOutput.
+  /// Appends the op as written (fusion is a later pass: graph/fuse.h).
+  /// Throws as the op's shape rule (ShapeError, TypeError), and ValueError
+  /// for an AttachedBatchStats whose input is not a Conv2D with
+  /// kBatchStatsOutput.
   Value apply(OpKind op, std::span<const Value> inputs, const OpAttrs& attrs) override;
   using Builder::apply;
+  /// Rewrites node v in place as `op` on `inputs` (nodes before v) with
+  /// `attrs`, for graph passes (fuse): v's consumers then read the new op's
+  /// output. Throws Error when v is a leaf, an input is not before v, or the
+  /// new op's output shape or dtype differs from v's.
+  void replace(Value v, OpKind op, std::span<const Value> inputs, const OpAttrs& attrs);
+  /// Sets `flags` in node v's attributes (a pass marking a producer, as
+  /// Conv2D's kBatchStatsOutput, which changes none of its output's bits).
+  void add_flags(Value v, uint32_t flags);
   /// Binds the persistent int64 {1} counter this graph's dropout draws from
   /// (the model's random stream, OptimizerState::rng_counter); without one the
   /// first rng_counter() makes a counter of the graph's own, starting at 0.
@@ -107,9 +74,6 @@ class Graph final : public Builder {
   Value parameter(const Tensor& tensor, const char* name, bool trainable) override;
   Shape shape(Value v) const override { return node(v).shape; }
   DType dtype(Value v) const override { return node(v).dtype; }
-  /// Throws IndexError for a handle that is not in this graph.
-  std::optional<Producer> producer(Value v) const override;
-
   /// Throws IndexError for a handle that is not in this graph.
   const Node& node(Value v) const;
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -131,11 +95,7 @@ class Graph final : public Builder {
  private:
   Value add_leaf(NodeRole role, const std::string& name, const Shape& shape, DType dtype, const Tensor& bound,
                  bool trainable);
-  // a + b as the producer of a or b with the other as its last input
-  // (set_add_folding), or nothing when neither producer takes one.
-  std::optional<Value> fold_add_into_producer(Value a, Value b);
   std::vector<Node> nodes_;
-  std::vector<int32_t> uses_;  // per node: how many op nodes read it so far
   std::unordered_map<const void*, int32_t> bound_index_;  // tensor memory -> leaf (shared layers)
   Tensor rng_counter_;
   Value advanced_counter_;

@@ -157,11 +157,17 @@ struct GeneratorFitOptions {
 
 class FunctionalGraph;
 
-/// Where a model's graphs run and in what precision: compile's last
-/// argument. A Device or a DTypePolicy converts to it.
+/// Where a model's graphs run, in what precision and with which fused ops:
+/// compile's last argument. A Device or a DTypePolicy converts to it.
 struct CompileTarget {
   Device device = Device::CPU;
   DTypePolicy policy = DTypePolicy::kFloat32;
+  /// The fusion pass's rewrites for the model's graphs (training,
+  /// evaluation, prediction), as far as the backend has the fused kernels;
+  /// FusionOptions::none() runs them as written (the same values up to
+  /// rounding; the CPU's fused kernels give the same bits). The compile
+  /// overloads that take a backend object use the default.
+  FusionOptions fusion;
   CompileTarget() = default;
   CompileTarget(Device d, DTypePolicy p = DTypePolicy::kFloat32) : device(d), policy(p) {}  // NOLINT: converts
   CompileTarget(DTypePolicy p) : policy(p) {}                                                // NOLINT: converts
@@ -544,6 +550,7 @@ class Model {
     std::vector<std::vector<std::string>> metrics;  // per output, as compile() was given them
     std::shared_ptr<OptimizerState> opt_state;
     std::shared_ptr<const Backend> backend = cpu_backend();
+    FusionOptions fusion;  // compile's CompileTarget::fusion
     std::map<std::tuple<int64_t, int64_t, int, int64_t>, std::unique_ptr<OptimizerContext>> contexts;
     std::vector<std::unique_ptr<OptimizerContext>> retired_contexts;  // handed out earlier, now refusing to run
     std::map<int64_t, std::unique_ptr<PredictPlan>> predict_plans;  // by capacity

@@ -34,20 +34,6 @@ class Builder {
   virtual Shape shape(Value v) const = 0;
   virtual DType dtype(Value v) const = 0;
 
-  /// What made a value, for a gradient rule that fuses with the value it is
-  /// handed: its op, attributes and first three inputs (unused ones
-  /// default-constructed), and how many inputs it has.
-  struct Producer {
-    OpKind op;
-    OpAttrs attrs;
-    Value input0, input1, input2;
-    int n_inputs = 0;
-  };
-  /// The op that made `v` when this builder records ops (the lazy graph);
-  /// nullopt for a leaf, and always for the eager API, which keeps no record
-  /// (its rules then take the unfused path).
-  virtual std::optional<Producer> producer(Value) const { return std::nullopt; }
-
   Value apply(OpKind op, std::initializer_list<Value> inputs, const OpAttrs& attrs = {}) {
     return apply(op, std::span<const Value>(inputs.begin(), inputs.size()), attrs);
   }

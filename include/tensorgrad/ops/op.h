@@ -57,12 +57,12 @@ enum class OpKind : uint8_t {
   AttachedBatchStats,   // (y{B,Ho,Wo,F}) -> {2, F}: BatchNormStats of y, which y's Conv2D (flags kBatchStatsOutput)
                         //   wrote beside y, image by image while each was in cache; a view of that memory, no
                         //   kernel. Made by the lazy graph only, when it folds a BatchNormStats into the Conv2D
-                        //   (Graph::apply, set_batch_stats_folding); the same bits as BatchNormStats
+                        //   (the fusion pass, graph/fuse.h); the same bits as BatchNormStats
   BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C} [, residual{..., C}]) ->
                         //   (x - mean) / sqrt(var + eps) gamma + beta [+ residual]; eps = attrs.scale; attrs.length
                         //   1: stats are x's own (their gradient folds into dx); flags kReluOutput: then ReLU, in
                         //   the same pass. The residual is a ResNet block's shortcut, folded in from an Add
-                        //   (Graph::apply, set_add_folding)
+                        //   (the fusion pass, graph/fuse.h)
   Div,                  // a / b, NumPy broadcasting as Add
   Exp, Log, Sqrt,       // e^x, natural log, square root (NaN below 0, as std::log / std::sqrt)
   Pow,                  // x^attrs.scale (std::pow: NaN for x < 0 with a non-integer exponent)
@@ -91,7 +91,7 @@ enum class OpKind : uint8_t {
                         //   y <= 0 (y a ReLU's output, the ReLU's backward folded in)
   Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}] [, y{B,H,W,C}]) -> dx of attrs.shape
                         //   {B,H,W,C} [+ addend]: the addend is another gradient of the same input, folded in
-                        //   from an Add (Graph::apply, set_add_folding) and added per image while it is in
+                        //   from an Add (the fusion pass, graph/fuse.h) and added per image while it is in
                         //   cache; flags kMaskNonPositive (with y, the last input): then zero where y <= 0
                         //   (y a ReLU's output, the ReLU's backward folded in)
   Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
@@ -182,19 +182,18 @@ enum OptimizerFlag : uint32_t {
 /// The mode of MaxPool2DBackward, AvgPool2DBackward and Conv2DBackwardInput
 /// (OpAttrs::flags): the gradient a ReLU's backward would pass on, when x
 /// (the max-pool's input; the others' extra last input) is that ReLU's
-/// output (dx also zero where x <= 0). Relu's gradient rule asks for it
-/// when it is handed one of these ops' results as the gradient of its own
-/// output (conv, ReLU, pool; ReLU, conv, as a ResNet block's output, whose
+/// output (dx also zero where x <= 0). The fusion pass (graph/fuse.h)
+/// folds a ReluBackward into the op that made its incoming gradient
+/// (conv, ReLU, pool; ReLU, conv, as a ResNet block's output, whose
 /// gradient is the next block's convolution's plus its shortcut's; ReLU,
 /// global average pooling), which saves the pass of ReluBackward over the
 /// activation.
 inline constexpr uint32_t kMaskNonPositive = 1u << 0;
 /// The mode of MatMul, Conv2D, BatchNorm and Add (OpAttrs::flags): the output passed
 /// through ReLU in the op's own pass, while each row is in cache; the
-/// gradient is ReLU's (g where the output > 0), then the op's. A Conv2D
-/// layer with activation "relu" asks for it, and the lazy graph folds a Relu
-/// applied to one of these ops' outputs into it (Graph::apply,
-/// set_relu_folding): Dense-ReLU, conv-BN-ReLU and residual add-ReLU take
+/// gradient is ReLU's (g where the output > 0), then the op's. The fusion
+/// pass (graph/fuse.h) folds a Relu applied to one of these ops' outputs
+/// into it: Dense-ReLU, conv-BN-ReLU and residual add-ReLU take
 /// one pass over the activation (and one kernel launch) fewer. On
 /// BatchNormParamGrad and BatchNormBackward (with gamma and beta as extra
 /// inputs) it is the gradient side of a BatchNorm's: g counts only where

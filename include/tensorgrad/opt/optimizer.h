@@ -520,6 +520,9 @@ struct OptimizerContextOptions {
   size_t gradient_bucket_bytes = kDefaultGradientBucketBytes;
   /// The backend the graphs run on (Model::compile's device); null: the CPU.
   std::shared_ptr<const Backend> backend;
+  /// The fusion pass's rewrites for the graphs (Model::compile's
+  /// CompileTarget::fusion), as far as the backend has the fused kernels.
+  FusionOptions fusion;
 };
 
 /// What one step or evaluation measured. The spans point into the context

@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
     const bool bf16 = policy_ == DTypePolicy::kMixedBFloat16 && kernels::cpu_has_bf16();
     return std::make_unique<CpuLauncher>(flops < kernels::kParallelFlops, bf16);
   }
+  FusionOptions fusions() const override { return FusionOptions{}; }  // every fused kernel
   DTypePolicy dtype_policy() const override { return policy_; }
 
  private:
