@@ -8,36 +8,17 @@
 namespace tensorgrad::kernels {
 
 namespace {
-/// One kernel invocation; a table entry reads what its kernel takes.
-struct KernelCall {
-  OpKind op;
-  const OpAttrs& at;
-  std::span<const TensorRef> in;
-  const TensorRef& out;
-  const KernelContext& ctx;
-};
-
 struct KernelEntry {
   OpKind kind;
   void (*run)(const KernelCall& k);
 };
 
-// Families that share one kernel function, which picks the formula by op.
-void run_binary(const KernelCall& k) { binary(k.op, k.in[0], k.in[1], k.out, k.ctx); }
-void run_unary(const KernelCall& k) { unary(k.op, k.at, k.in[0], k.out, k.ctx); }
-void run_unary_backward(const KernelCall& k) { unary_backward(k.op, k.in[0], k.in[1], k.out, k.ctx); }
-void run_activation_backward(const KernelCall& k) { activation_backward(k.op, k.at, k.in[0], k.in[1], k.out, k.ctx); }
-void run_softmax(const KernelCall& k) { softmax(k.op, k.in[0], k.out, k.ctx); }
-void run_softmax_backward(const KernelCall& k) { softmax_backward(k.op, k.in[0], k.in[1], k.out, k.ctx); }
-void run_reduce_all(const KernelCall& k) { reduce_all(k.op, k.in[0], k.out); }
-void run_reduce_axis(const KernelCall& k) { reduce_axis(k.op, k.at.axis, k.in[0], k.out, k.ctx); }
-void run_pool2d(const KernelCall& k) { pool2d(k.op, k.at.window, k.in[0], k.out, k.ctx); }
-void run_optimizer(const KernelCall& k) { optimizer(k.op, k.at, k.in, k.ctx); }
 // Leaves are bound to outside memory and a view shares its input's (the
 // planner gave it that memory), so neither computes anything.
 void run_nothing(const KernelCall&) {}
 
-// The kernel half of the op table: entry i runs OpKind i.
+// The kernel half of the op table, the CPU backend's: entry i runs OpKind i,
+// each op's own function (a lambda where it only unpacks the call).
 constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Leaf, run_nothing},
     {OpKind::Fill, [](const KernelCall& k) {
@@ -47,50 +28,44 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
        matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr,
               (k.at.flags & kReluOutput) != 0);
      }},
-    {OpKind::Add, [](const KernelCall& k) {
-       if (k.at.flags & kReluOutput) return add_relu(k.in[0], k.in[1], k.out, k.ctx);
-       binary(k.op, k.in[0], k.in[1], k.out, k.ctx);
-     }},
-    {OpKind::Sub, run_binary},
-    {OpKind::Mul, run_binary},
-    {OpKind::Maximum, run_binary},
-    {OpKind::Minimum, run_binary},
-    {OpKind::GreaterEqual, run_binary},
-    {OpKind::Scale, run_unary},
-    {OpKind::Relu, run_unary},
-    {OpKind::Sigmoid, run_unary},
-    {OpKind::Tanh, run_unary},
-    {OpKind::Softmax, run_softmax},
-    {OpKind::LogSoftmax, run_softmax},
+    {OpKind::Add, add_forward},
+    {OpKind::Sub, sub_forward},
+    {OpKind::Mul, mul_forward},
+    {OpKind::Maximum, maximum_forward},
+    {OpKind::Minimum, minimum_forward},
+    {OpKind::GreaterEqual, greater_equal_forward},
+    {OpKind::Scale, scale_forward},
+    {OpKind::Relu, relu_forward},
+    {OpKind::Sigmoid, sigmoid_forward},
+    {OpKind::Tanh, tanh_forward},
+    {OpKind::Softmax, softmax_forward},
+    {OpKind::LogSoftmax, log_softmax_forward},
     {OpKind::SoftmaxCrossEntropy, [](const KernelCall& k) { softmax_cross_entropy(k.in, k.out); }},
     {OpKind::MseLoss, [](const KernelCall& k) { mse_loss(k.in, k.out); }},
     {OpKind::MaeLoss, [](const KernelCall& k) { mae_loss(k.in, k.out); }},
     {OpKind::HuberLoss, [](const KernelCall& k) { huber_loss(k.at, k.in, k.out); }},
     {OpKind::BinaryCrossEntropy, [](const KernelCall& k) { binary_cross_entropy(k.in, k.out); }},
-    {OpKind::Dropout, [](const KernelCall& k) {
-       dropout(k.at, k.in[0], uint64_t(*static_cast<const int64_t*>(k.in[1].data)), k.out, k.ctx);
-     }},
-    {OpKind::Sum, run_reduce_all},
-    {OpKind::Mean, run_reduce_all},
+    {OpKind::Dropout, dropout_forward},
+    {OpKind::Sum, sum_forward},
+    {OpKind::Mean, mean_forward},
     {OpKind::SumTo, [](const KernelCall& k) { sum_to(k.in[0], k.out, k.ctx); }},
     {OpKind::BroadcastTo, [](const KernelCall& k) { broadcast_to(k.in[0], k.out); }},
     {OpKind::Reshape, run_nothing},
-    {OpKind::Rsqrt, run_unary},
-    {OpKind::Gelu, run_unary},
-    {OpKind::Silu, run_unary},
-    {OpKind::Elu, run_unary},
-    {OpKind::LeakyRelu, run_unary},
-    {OpKind::Softplus, run_unary},
-    {OpKind::MeanLastAxis,
-     [](const KernelCall& k) { reduce_axis(k.op, k.in[0].shape.rank() - 1, k.in[0], k.out, k.ctx); }},
+    {OpKind::Rsqrt, rsqrt_forward},
+    {OpKind::Gelu, gelu_forward},
+    {OpKind::Silu, silu_forward},
+    {OpKind::Elu, elu_forward},
+    {OpKind::LeakyRelu, leaky_relu_forward},
+    {OpKind::Softplus, softplus_forward},
+    {OpKind::MeanLastAxis, mean_last_axis_forward},
     {OpKind::Slice, [](const KernelCall& k) { slice(k.at, k.in[0], k.out); }},
     {OpKind::Concat, [](const KernelCall& k) { concat(k.at, k.in, k.out); }},
     {OpKind::Gather, [](const KernelCall& k) { gather(k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::ToIndex, [](const KernelCall& k) { to_index(k.in[0], k.out); }},
     {OpKind::Im2Col, [](const KernelCall& k) { im2col(k.at.window, k.in[0], k.out, k.ctx); }},
     {OpKind::Col2Im, [](const KernelCall& k) { col2im(k.at.window, k.in[0], k.out, k.ctx); }},
-    {OpKind::MaxPool2D, run_pool2d},
-    {OpKind::AvgPool2D, run_pool2d},
+    {OpKind::MaxPool2D, max_pool2d_forward},
+    {OpKind::AvgPool2D, avg_pool2d_forward},
     {OpKind::Conv2D, [](const KernelCall& k) {
        // kBatchStatsOutput: the statistics go just before the output (the plan left room there)
        float* stats = k.at.flags & kBatchStatsOutput ? k.out.f() - batch_stats_side_floats(k.out.shape[-1]) : nullptr;
@@ -101,42 +76,38 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::AttachedBatchStats, run_nothing},
     {OpKind::BatchNorm,
      [](const KernelCall& k) { batch_norm(k.at, k.in, k.out, k.ctx); }},
-    {OpKind::Div, run_binary},
-    {OpKind::Exp, run_unary},
-    {OpKind::Log, run_unary},
-    {OpKind::Sqrt, run_unary},
-    {OpKind::Pow, run_unary},
-    {OpKind::Clamp, run_unary},
-    {OpKind::SumAxis, run_reduce_axis},
-    {OpKind::MeanAxis, run_reduce_axis},
-    {OpKind::MaxAxis, run_reduce_axis},
+    {OpKind::Div, div_forward},
+    {OpKind::Exp, exp_forward},
+    {OpKind::Log, log_forward},
+    {OpKind::Sqrt, sqrt_forward},
+    {OpKind::Pow, pow_forward},
+    {OpKind::Clamp, clamp_forward},
+    {OpKind::SumAxis, sum_axis_forward},
+    {OpKind::MeanAxis, mean_axis_forward},
+    {OpKind::MaxAxis, max_axis_forward},
     {OpKind::Transpose, [](const KernelCall& k) { transpose(k.at, k.in[0], k.out); }},
     {OpKind::LstmSequence, [](const KernelCall& k) { lstm_sequence(k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::GruSequence, [](const KernelCall& k) { gru_sequence(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
-    {OpKind::ReluBackward, run_unary_backward},
-    {OpKind::SigmoidBackward, run_unary_backward},
-    {OpKind::TanhBackward, run_unary_backward},
-    {OpKind::SoftmaxBackward, run_softmax_backward},
-    {OpKind::LogSoftmaxBackward, run_softmax_backward},
+    {OpKind::ReluBackward, relu_backward},
+    {OpKind::SigmoidBackward, sigmoid_backward},
+    {OpKind::TanhBackward, tanh_backward},
+    {OpKind::SoftmaxBackward, softmax_backward},
+    {OpKind::LogSoftmaxBackward, log_softmax_backward},
     {OpKind::SoftmaxCrossEntropyBackward, [](const KernelCall& k) { softmax_cross_entropy_backward(k.in, k.out); }},
     {OpKind::MseLossBackward, [](const KernelCall& k) { mse_loss_backward(k.in, k.out); }},
     {OpKind::MaeLossBackward, [](const KernelCall& k) { mae_loss_backward(k.in, k.out); }},
     {OpKind::HuberLossBackward, [](const KernelCall& k) { huber_loss_backward(k.at, k.in, k.out); }},
     {OpKind::BinaryCrossEntropyBackward, [](const KernelCall& k) { binary_cross_entropy_backward(k.in, k.out); }},
-    {OpKind::RsqrtBackward, run_unary_backward},
-    {OpKind::GeluBackward, run_activation_backward},
-    {OpKind::SiluBackward, run_activation_backward},
-    {OpKind::EluBackward, run_activation_backward},
-    {OpKind::LeakyReluBackward, run_activation_backward},
-    {OpKind::SoftplusBackward, run_activation_backward},
+    {OpKind::RsqrtBackward, rsqrt_backward},
+    {OpKind::GeluBackward, gelu_backward},
+    {OpKind::SiluBackward, silu_backward},
+    {OpKind::EluBackward, elu_backward},
+    {OpKind::LeakyReluBackward, leaky_relu_backward},
+    {OpKind::SoftplusBackward, softplus_backward},
     {OpKind::SliceBackward, [](const KernelCall& k) { slice_backward(k.at, k.in[0], k.out); }},
     {OpKind::GatherBackward, [](const KernelCall& k) { gather_backward(k.in[0], k.in[1], k.out); }},
-    {OpKind::MaxPool2DBackward,
-     [](const KernelCall& k) { max_pool2d_backward(k.at.window, k.in[0], k.in[1], k.out, (k.at.flags & kMaskNonPositive) != 0, k.ctx); }},
-    {OpKind::AvgPool2DBackward,
-     [](const KernelCall& k) {
-       avg_pool2d_backward(k.at.window, k.in[0], k.out, k.ctx, (k.at.flags & kMaskNonPositive) ? k.in[1].f() : nullptr);
-     }},
+    {OpKind::MaxPool2DBackward, max_pool2d_backward},
+    {OpKind::AvgPool2DBackward, avg_pool2d_backward},
     {OpKind::Conv2DBackwardInput,
      [](const KernelCall& k) {
        const bool masked = (k.at.flags & kMaskNonPositive) != 0;
@@ -149,9 +120,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::BatchNormParamGrad,
      [](const KernelCall& k) { batch_norm_param_grad(k.at, k.in, k.out, k.ctx); }},
     {OpKind::BatchNormBackward, [](const KernelCall& k) { batch_norm_backward(k.at, k.in, k.out, k.ctx); }},
-    {OpKind::ClampBackward, run_activation_backward},
-    {OpKind::MaxAxisBackward,
-     [](const KernelCall& k) { max_axis_backward(k.at.axis, k.in[0], k.in[1], k.out, k.ctx); }},
+    {OpKind::ClampBackward, clamp_backward},
+    {OpKind::MaxAxisBackward, max_axis_backward},
     {OpKind::LstmSequenceBackward,
      [](const KernelCall& k) { lstm_sequence_backward(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
     {OpKind::GruSequenceBackward,
@@ -159,20 +129,20 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
     {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
     {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},
-    {OpKind::AccumulateGrad, run_optimizer},
-    {OpKind::OptimizerTick, run_optimizer},
-    {OpKind::AdamWUpdate, run_optimizer},
-    {OpKind::SgdUpdate, run_optimizer},
-    {OpKind::RmspropUpdate, run_optimizer},
-    {OpKind::AdagradUpdate, run_optimizer},
+    {OpKind::AccumulateGrad, accumulate_grad},
+    {OpKind::OptimizerTick, optimizer_tick},
+    {OpKind::AdamWUpdate, adamw_update},
+    {OpKind::SgdUpdate, sgd_update},
+    {OpKind::RmspropUpdate, rmsprop_update},
+    {OpKind::AdagradUpdate, adagrad_update},
     {OpKind::ClipValue, [](const KernelCall& k) { clip_value(k.at, k.in[0], k.ctx); }},
     {OpKind::SquaredNorm,
      [](const KernelCall& k) { squared_norm(k.in[0], k.in.size() == 2 ? k.in[1].f() : nullptr, k.out); }},
     {OpKind::ClipNorm, [](const KernelCall& k) { clip_norm(k.at, k.in[0], k.in[1], k.ctx); }},
-    {OpKind::MovingAverage, run_optimizer},
+    {OpKind::MovingAverage, moving_average},
     {OpKind::AdvanceCounter, [](const KernelCall& k) { ++*static_cast<int64_t*>(k.in[0].data); }},
-    {OpKind::PolyakUpdate, run_optimizer},
-    {OpKind::Assign, run_optimizer},
+    {OpKind::PolyakUpdate, polyak_update},
+    {OpKind::Assign, assign},
 });
 static_assert(indexed_by_op_kind(kKernels), "kKernels must list every OpKind once, in enum order");
 }  // namespace
@@ -180,7 +150,7 @@ static_assert(indexed_by_op_kind(kKernels), "kKernels must list every OpKind onc
 void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& out,
                 const KernelContext& ctx) {
   if (size_t(op) >= kKernels.size()) unhandled_op(op, "kernels::run_kernel");
-  kKernels[size_t(op)].run(KernelCall{op, at, in, out, ctx});
+  kKernels[size_t(op)].run(KernelCall{at, in, out, ctx});
 }
 
 // Twice the multiply-adds of a product-like op (op_flops's list); 0 for the others.

@@ -92,57 +92,137 @@ void binary_strided(const TensorRef& a, const TensorRef& b, const TensorRef& out
     }
   });
 }
+
+// The shared loops over a call's operands; each kernel below gives its formula.
+// y = op(a, b), NumPy broadcasting (binary_strided).
+template <class Op>
+void binary(const KernelCall& k, Op op) {
+  binary_strided(k.in[0], k.in[1], k.out, k.ctx, op);
+}
+// y = f(x) element by element.
+template <class F>
+void unary(const KernelCall& k, F f) {
+  map1(k.ctx, k.in[0].f(), k.out.f(), k.in[0].numel(), f);
+}
+// y = f(x, count) tile by tile: the vectorised functions of vector_math.h
+// (exp, log, tanh, erfc through SLEEF where built).
+template <class F>
+void unary_tiles(const KernelCall& k, F f) {
+  map_tiles(k.ctx, k.in[0].f(), k.out.f(), k.in[0].numel(), f);
+}
+// dx = f(v, g) element by element, v being in[0]: the forward's output y for
+// the activations that invert cheaply from it, its input x for the others.
+template <class F>
+void gradient(const KernelCall& k, F f) {
+  map2(k.ctx, k.in[0].f(), k.in[1].f(), k.out.f(), k.in[0].numel(), f);
+}
 }  // namespace
 
-void add_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
-  binary_strided(a, b, out, ctx, [](float x, float y) {
-    return relu_value(x + y);
+// Add with kReluOutput is max(a + b, 0), with the Relu kernel's max.
+void add_forward(const KernelCall& k) {
+  if (k.at.flags & kReluOutput) return binary(k, [](float x, float y) { return relu_value(x + y); });
+  binary(k, [](float x, float y) { return x + y; });
+}
+void sub_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x - y; }); }
+void mul_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x * y; }); }
+void div_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x / y; }); }
+// x where x >= y (x <= y), else y. NaN propagates: x != x keeps a NaN x, and a NaN y fails the comparison.
+void maximum_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x >= y || x != x ? x : y; }); }
+void minimum_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x <= y || x != x ? x : y; }); }
+void greater_equal_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); }
+
+void scale_forward(const KernelCall& k) {
+  const float s = k.at.scale;
+  unary(k, [=](float v) { return v * s; });
+}
+
+void relu_forward(const KernelCall& k) { unary(k, relu_value); }
+void relu_backward(const KernelCall& k) { gradient(k, relu_pass); }
+
+void sigmoid_forward(const KernelCall& k) { unary_tiles(k, sigmoid_n); }
+void sigmoid_backward(const KernelCall& k) {
+  gradient(k, [](float yv, float gv) { return gv * yv * (1.0f - yv); });
+}
+
+void tanh_forward(const KernelCall& k) { unary_tiles(k, tanh_n); }
+void tanh_backward(const KernelCall& k) { gradient(k, [](float yv, float gv) { return gv * (1.0f - yv * yv); }); }
+
+void rsqrt_forward(const KernelCall& k) { unary(k, [](float v) { return 1.0f / std::sqrt(v); }); }
+void rsqrt_backward(const KernelCall& k) {
+  gradient(k, [](float yv, float gv) { return -0.5f * gv * yv * yv * yv; });
+}
+
+// The derivatives of the activations below are written from the input x
+// (they do not invert cheaply from y).
+void gelu_forward(const KernelCall& k) { unary_tiles(k, gelu_n); }  // exact form, Keras' approximate=False
+void gelu_backward(const KernelCall& k) {
+  gradient(k, [](float v, float gv) {
+    const float cdf = 0.5f * (1.0f + std::erf(v * float(M_SQRT1_2)));
+    const float pdf = std::exp(-0.5f * v * v) * 0.3989422804014327f;  // 1/sqrt(2 pi)
+    return gv * (cdf + v * pdf);
   });
 }
 
-void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx) {
-  switch (op) {
-    case OpKind::Add: return binary_strided(a, b, out, ctx, [](float x, float y) { return x + y; });
-    case OpKind::Sub: return binary_strided(a, b, out, ctx, [](float x, float y) { return x - y; });
-    case OpKind::Mul: return binary_strided(a, b, out, ctx, [](float x, float y) { return x * y; });
-    // x where x >= y (x <= y), else y. NaN propagates: x != x keeps a NaN x, and a NaN y fails the comparison.
-    case OpKind::Maximum:
-      return binary_strided(a, b, out, ctx, [](float x, float y) { return x >= y || x != x ? x : y; });
-    case OpKind::Minimum:
-      return binary_strided(a, b, out, ctx, [](float x, float y) { return x <= y || x != x ? x : y; });
-    case OpKind::GreaterEqual:
-      return binary_strided(a, b, out, ctx, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
-    case OpKind::Div: return binary_strided(a, b, out, ctx, [](float x, float y) { return x / y; });
-    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Scale: case OpKind::Relu:
-    case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax: case OpKind::LogSoftmax:
-    case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout: case OpKind::Sum: case OpKind::Mean:
-    case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape: case OpKind::Rsqrt: case OpKind::Gelu:
-    case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu: case OpKind::Softplus: case OpKind::MeanLastAxis:
-    case OpKind::Slice: case OpKind::Concat: case OpKind::Gather: case OpKind::ToIndex: case OpKind::Im2Col:
-    case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D: case OpKind::ReluBackward:
-    case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
-    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
-    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
-    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
-    case OpKind::BatchNormStats:
-    case OpKind::AttachedBatchStats:
-    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
-    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
-    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm:
-    case OpKind::MaeLoss: case OpKind::HuberLoss: case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward:
-    case OpKind::HuberLossBackward: case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy:
-    case OpKind::TopKAccuracy:
-    case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp: case OpKind::SumAxis:
-    case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose: case OpKind::ClampBackward:
-    case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
-    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
-      break;
-  }
-  unhandled_op(op, "kernels::binary");
+void silu_forward(const KernelCall& k) { unary_tiles(k, silu_n); }
+void silu_backward(const KernelCall& k) {
+  gradient(k, [](float v, float gv) {
+    const float s = 1.0f / (1.0f + std::exp(-v));
+    return gv * s * (1.0f + v * (1.0f - s));
+  });
+}
+
+void elu_forward(const KernelCall& k) {
+  const float alpha = k.at.scale;
+  unary(k, [=](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+}
+void elu_backward(const KernelCall& k) {
+  const float a = k.at.scale;
+  gradient(k, [=](float v, float gv) { return v > 0.0f ? gv : gv * a * std::exp(v); });
+}
+
+void leaky_relu_forward(const KernelCall& k) {
+  const float slope = k.at.scale;
+  unary(k, [=](float v) { return v > 0.0f ? v : slope * v; });
+}
+void leaky_relu_backward(const KernelCall& k) {
+  const float a = k.at.scale;
+  gradient(k, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
+}
+
+void softplus_forward(const KernelCall& k) {  // log(1 + e^x) without overflow
+  unary(k, [](float v) { return std::log1p(std::exp(-std::fabs(v))) + std::max(v, 0.0f); });
+}
+void softplus_backward(const KernelCall& k) {
+  gradient(k, [](float v, float gv) { return gv / (1.0f + std::exp(-v)); });
+}
+
+// Exp, Log, Sqrt and Pow have no backward op: their gradients are built from other ops.
+void exp_forward(const KernelCall& k) { unary_tiles(k, exp_n); }
+void log_forward(const KernelCall& k) { unary_tiles(k, log_n); }
+void sqrt_forward(const KernelCall& k) { unary(k, [](float v) { return std::sqrt(v); }); }
+void pow_forward(const KernelCall& k) {
+  const float p = k.at.scale;
+  unary(k, [=](float v) { return std::pow(v, p); });
+}
+
+void clamp_forward(const KernelCall& k) {
+  const float lo = k.at.clamp_min, hi = k.at.clamp_max;
+  unary(k, [=](float v) { return clamp_value(v, lo, hi); });
+}
+void clamp_backward(const KernelCall& k) {  // PyTorch's mask: g passes at the bounds too; a NaN x passes nothing
+  const float lo = k.at.clamp_min, hi = k.at.clamp_max;
+  gradient(k, [=](float v, float gv) { return v >= lo && v <= hi ? gv : 0.0f; });
+}
+
+// in: x, the stream's counter (int64 {1}).
+void dropout_forward(const KernelCall& k) {
+  const float *px = k.in[0].f();
+  float* py = k.out.f();
+  const float rate = k.at.scale, keep_scale = 1.0f / (1.0f - rate);
+  const uint64_t key = hash_random(k.at.seed, uint64_t(*static_cast<const int64_t*>(k.in[1].data)));
+  parallel_for(k.ctx.pool, size_t(k.in[0].numel()), kTile, [=](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;
+  });
 }
 
 void broadcast_to(const TensorRef& x, const TensorRef& out) {
@@ -227,242 +307,88 @@ void sum_to(const TensorRef& x, const TensorRef& out, const KernelContext& ctx) 
   }
 }
 
-void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out) {
+namespace {
+// The sum of all of x in index order, in double.
+double sum_all(const TensorRef& x) {
   double s = 0;
   const float* p = x.f();
   for (int64_t i = 0; i < x.numel(); ++i) s += p[i];
-  if (op == OpKind::Mean && x.numel() > 0) s /= double(x.numel());
-  out.f()[0] = float(s);
+  return s;
 }
 
-void dropout(const OpAttrs& at, const TensorRef& x, uint64_t counter, const TensorRef& y, const KernelContext& ctx) {
-  const float *px = x.f();
-  float* py = y.f();
-  const float rate = at.scale, keep_scale = 1.0f / (1.0f - rate);
-  const uint64_t key = hash_random(at.seed, counter);
-  parallel_for(ctx.pool, size_t(x.numel()), kTile, [=](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;
-  });
-}
-
-void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  const float* px = x.f();
-  float* py = y.f();
-  const int64_t n = x.numel();
-  switch (op) {
-    case OpKind::Scale: {
-      const float s = at.scale;
-      return map1(ctx, px, py, n, [=](float v) { return v * s; });
-    }
-    case OpKind::Relu: return map1(ctx, px, py, n, relu_value);
-    // exp, log, tanh, erfc through SLEEF where built (kernels/vector_math.h)
-    case OpKind::Sigmoid: return map_tiles(ctx, px, py, n, sigmoid_n);
-    case OpKind::Tanh: return map_tiles(ctx, px, py, n, tanh_n);
-    case OpKind::Rsqrt: return map1(ctx, px, py, n, [](float v) { return 1.0f / std::sqrt(v); });
-    case OpKind::Gelu: return map_tiles(ctx, px, py, n, gelu_n);  // exact form, Keras' approximate=False
-    case OpKind::Silu: return map_tiles(ctx, px, py, n, silu_n);
-    case OpKind::Elu: {
-      const float alpha = at.scale;
-      return map1(ctx, px, py, n, [=](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
-    }
-    case OpKind::LeakyRelu: {
-      const float slope = at.scale;
-      return map1(ctx, px, py, n, [=](float v) { return v > 0.0f ? v : slope * v; });
-    }
-    case OpKind::Softplus:  // log(1 + e^x) without overflow
-      return map1(ctx, px, py, n, [](float v) { return std::log1p(std::exp(-std::fabs(v))) + std::max(v, 0.0f); });
-    case OpKind::Exp: return map_tiles(ctx, px, py, n, exp_n);
-    case OpKind::Log: return map_tiles(ctx, px, py, n, log_n);
-    case OpKind::Sqrt: return map1(ctx, px, py, n, [](float v) { return std::sqrt(v); });
-    case OpKind::Pow: {
-      const float p = at.scale;
-      return map1(ctx, px, py, n, [=](float v) { return std::pow(v, p); });
-    }
-    case OpKind::Clamp: {
-      const float lo = at.clamp_min, hi = at.clamp_max;
-      return map1(ctx, px, py, n, [=](float v) { return clamp_value(v, lo, hi); });
-    }
-    case OpKind::Dropout:  // its own kernel, dropout(): it reads a counter input
-    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
-    case OpKind::Softmax: case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss:
-    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
-    case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather: case OpKind::ToIndex:
-    case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
-    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
-    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
-    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
-    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
-    case OpKind::BatchNormStats:
-    case OpKind::AttachedBatchStats:
-    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
-    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
-    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
-    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
-    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
-    case OpKind::Div: case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
-    case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
-    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
-      break;
-  }
-  unhandled_op(op, "kernels::unary");
-}
-
-// Derivatives written from the input x (these activations do not invert cheaply from y).
-void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
-                         const KernelContext& ctx) {
-  const float *px = x.f(), *pg = g.f();
-  float* pd = dx.f();
-  const int64_t n = x.numel();
-  const float a = at.scale;
-  switch (op) {
-    case OpKind::GeluBackward:
-      return map2(ctx, px, pg, pd, n, [](float v, float gv) {
-        const float cdf = 0.5f * (1.0f + std::erf(v * float(M_SQRT1_2)));
-        const float pdf = std::exp(-0.5f * v * v) * 0.3989422804014327f;  // 1/sqrt(2 pi)
-        return gv * (cdf + v * pdf);
-      });
-    case OpKind::SiluBackward:
-      return map2(ctx, px, pg, pd, n, [](float v, float gv) {
-        const float s = 1.0f / (1.0f + std::exp(-v));
-        return gv * s * (1.0f + v * (1.0f - s));
-      });
-    case OpKind::EluBackward:
-      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a * std::exp(v); });
-    case OpKind::LeakyReluBackward:
-      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
-    case OpKind::SoftplusBackward:
-      return map2(ctx, px, pg, pd, n, [](float v, float gv) { return gv / (1.0f + std::exp(-v)); });
-    case OpKind::ClampBackward: {  // PyTorch's mask: g passes at the bounds too; a NaN x passes nothing
-      const float lo = at.clamp_min, hi = at.clamp_max;
-      return map2(ctx, px, pg, pd, n, [=](float v, float gv) { return v >= lo && v <= hi ? gv : 0.0f; });
-    }
-    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
-    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
-    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
-    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
-    case OpKind::Rsqrt: case OpKind::Gelu: case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu:
-    case OpKind::Softplus: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
-    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
-    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
-    case OpKind::RsqrtBackward: case OpKind::SliceBackward: case OpKind::GatherBackward:
-    case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
-    case OpKind::BatchNormStats:
-    case OpKind::AttachedBatchStats:
-    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
-    case OpKind::AccumulateGrad:
-    case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
-    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm: case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
-    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
-    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
-    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
-    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
-    case OpKind::MaxAxisBackward:
-    case OpKind::LstmSequence: case OpKind::GruSequence:
-    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
-      break;
-  }
-  unhandled_op(op, "kernels::activation_backward");
-}
-
-void reduce_axis(OpKind op, int axis, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  const Around a = around(x.shape, axis);
-  const int64_t n = a.axis, inner = a.inner;
-  const float* px = x.f();
-  float* py = y.f();
-  const bool max = op == OpKind::MaxAxis, mean = op == OpKind::MeanAxis || op == OpKind::MeanLastAxis;
-  // MeanLastAxis has always given 0 for an empty axis; MeanAxis gives 0 / 0 = NaN, as torch.mean.
-  const float count = float(n), empty_mean = op == OpKind::MeanLastAxis ? 0.0f : NAN;
-  const size_t tile = std::max<size_t>(1, size_t(256 * 64) / size_t(std::max<int64_t>(n * inner, 1)));
+// Runs f(o) for every o in [0, a.outer) of a tensor viewed around an axis,
+// in tasks of about 16K elements: the chunking of every kernel along an axis.
+template <class F>
+void for_each_outer(const KernelContext& ctx, const Around& a, F f) {
+  const size_t tile = std::max<size_t>(1, size_t(256 * 64) / size_t(std::max<int64_t>(a.axis * a.inner, 1)));
   parallel_for(ctx.pool, size_t(a.outer), tile, [=](size_t ob, size_t oe) {
-    for (size_t o = ob; o < oe; ++o) {
-      const float* xs = px + int64_t(o) * n * inner;
-      float* ys = py + int64_t(o) * inner;
-      if (max) {
-        for (int64_t i = 0; i < inner; ++i) ys[i] = xs[first_max(xs + i, n, inner) * inner + i];
-        continue;
-      }
-      if (inner == 1) {
-        float s = 0.0f;
-        for (int64_t j = 0; j < n; ++j) s += xs[j];
-        ys[0] = s;
-      } else {
-        for (int64_t i = 0; i < inner; ++i) ys[i] = 0.0f;
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t i = 0; i < inner; ++i) ys[i] += xs[j * inner + i];
-      }
-      if (mean)
-        for (int64_t i = 0; i < inner; ++i) ys[i] = n ? ys[i] / count : empty_mean;
-    }
+    for (size_t o = ob; o < oe; ++o) f(int64_t(o));
   });
 }
 
-void max_axis_backward(int axis, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
-                       const KernelContext& ctx) {
-  const Around a = around(x.shape, axis);
+// y = x summed along `axis`, each output element in index order; with mean,
+// then divided by the axis's length (empty_mean for an empty axis).
+void sum_along(const KernelCall& k, int axis, bool mean, float empty_mean) {
+  const Around a = around(k.in[0].shape, axis);
   const int64_t n = a.axis, inner = a.inner;
-  const float *px = x.f(), *pg = g.f();
-  float* pd = dx.f();
-  const size_t tile = std::max<size_t>(1, size_t(256 * 64) / size_t(std::max<int64_t>(n * inner, 1)));
-  parallel_for(ctx.pool, size_t(a.outer), tile, [=](size_t ob, size_t oe) {
-    for (size_t o = ob; o < oe; ++o) {
-      const float* xs = px + int64_t(o) * n * inner;
-      float* ds = pd + int64_t(o) * n * inner;
-      std::fill(ds, ds + n * inner, 0.0f);
-      for (int64_t i = 0; i < inner; ++i) ds[first_max(xs + i, n, inner) * inner + i] = pg[int64_t(o) * inner + i];
+  const float* px = k.in[0].f();
+  float* py = k.out.f();
+  const float count = float(n);
+  for_each_outer(k.ctx, a, [=](int64_t o) {
+    const float* xs = px + o * n * inner;
+    float* ys = py + o * inner;
+    if (inner == 1) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < n; ++j) s += xs[j];
+      ys[0] = s;
+    } else {
+      for (int64_t i = 0; i < inner; ++i) ys[i] = 0.0f;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < inner; ++i) ys[i] += xs[j * inner + i];
     }
+    if (mean)
+      for (int64_t i = 0; i < inner; ++i) ys[i] = n ? ys[i] / count : empty_mean;
   });
 }
+}  // namespace
 
-void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx) {
-  const float *py = y.f(), *pg = g.f();
-  float* pd = dx.f();
-  const int64_t n = y.numel();
-  switch (op) {
-    case OpKind::ReluBackward: return map2(ctx, py, pg, pd, n, relu_pass);
-    case OpKind::SigmoidBackward:
-      return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * yv * (1.0f - yv); });
-    case OpKind::TanhBackward: return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return gv * (1.0f - yv *
-    yv); });
-    case OpKind::RsqrtBackward:
-      return map2(ctx, py, pg, pd, n, [](float yv, float gv) { return -0.5f * gv * yv * yv * yv; });
-    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
-    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
-    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
-    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
-    case OpKind::Rsqrt: case OpKind::Gelu: case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu:
-    case OpKind::Softplus: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
-    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
-    case OpKind::SoftmaxBackward: case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward:
-    case OpKind::MseLossBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
-    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
-    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter:
-    case OpKind::BatchNormStats:
-    case OpKind::AttachedBatchStats:
-    case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
-    case OpKind::AccumulateGrad: case OpKind::OptimizerTick: case OpKind::AdamWUpdate: case OpKind::SgdUpdate:
-    case OpKind::RmspropUpdate: case OpKind::AdagradUpdate: case OpKind::ClipValue: case OpKind::SquaredNorm:
-    case OpKind::ClipNorm:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
-    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
-    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
-    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
-    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
-    case OpKind::ClampBackward: case OpKind::MaxAxisBackward:
-    case OpKind::MovingAverage: case OpKind::AdvanceCounter: case OpKind::PolyakUpdate: case OpKind::Assign: case OpKind::LstmSequence: case OpKind::GruSequence:
-    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
-      break;
-  }
-  unhandled_op(op, "kernels::unary_backward");
+void sum_forward(const KernelCall& k) { k.out.f()[0] = float(sum_all(k.in[0])); }
+void mean_forward(const KernelCall& k) {
+  double s = sum_all(k.in[0]);
+  if (k.in[0].numel() > 0) s /= double(k.in[0].numel());
+  k.out.f()[0] = float(s);
+}
+
+void sum_axis_forward(const KernelCall& k) { sum_along(k, k.at.axis, false, 0.0f); }
+// An empty axis gives 0 / 0 = NaN, as torch.mean.
+void mean_axis_forward(const KernelCall& k) { sum_along(k, k.at.axis, true, NAN); }
+// The mean over the last axis; an empty one has always given 0.
+void mean_last_axis_forward(const KernelCall& k) { sum_along(k, k.in[0].shape.rank() - 1, true, 0.0f); }
+
+// y = x at the first maximum (first_max) of each slice along at.axis.
+void max_axis_forward(const KernelCall& k) {
+  const Around a = around(k.in[0].shape, k.at.axis);
+  const int64_t n = a.axis, inner = a.inner;
+  const float* px = k.in[0].f();
+  float* py = k.out.f();
+  for_each_outer(k.ctx, a, [=](int64_t o) {
+    const float* xs = px + o * n * inner;
+    float* ys = py + o * inner;
+    for (int64_t i = 0; i < inner; ++i) ys[i] = xs[first_max(xs + i, n, inner) * inner + i];
+  });
+}
+// in: x, g. dx = g at the first maximum of each slice of x along at.axis, 0 elsewhere.
+void max_axis_backward(const KernelCall& k) {
+  const Around a = around(k.in[0].shape, k.at.axis);
+  const int64_t n = a.axis, inner = a.inner;
+  const float *px = k.in[0].f(), *pg = k.in[1].f();
+  float* pd = k.out.f();
+  for_each_outer(k.ctx, a, [=](int64_t o) {
+    const float* xs = px + o * n * inner;
+    float* ds = pd + o * n * inner;
+    std::fill(ds, ds + n * inner, 0.0f);
+    for (int64_t i = 0; i < inner; ++i) ds[first_max(xs + i, n, inner) * inner + i] = pg[o * inner + i];
+  });
 }
 
 }  // namespace tensorgrad::kernels

@@ -2,8 +2,8 @@
 // CPU kernels of the op set, forward and backward. Internal to the library:
 // the graph backend and the eager API (src/ag) call `run_kernel`; nothing else does.
 // Kernels trust their inputs: shapes were checked by the shape rule and data
-// (labels, ids) by the layer that fed it, so a kernel never throws (save an
-// internal error for an op its function was not written for).
+// (labels, ids) by the layer that fed it, so a kernel never throws (save
+// run_kernel's internal error for an op outside its table).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -48,6 +48,17 @@ inline constexpr double kParallelFlops = 1e6;
 /// per output element for every other op (element-wise ops and reductions,
 /// whose cost is their bytes).
 double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
+
+/// One kernel invocation. Every kernel of the CPU table (dispatch.cpp) takes
+/// this one argument, so that the table maps each op straight to its function
+/// and a kernel never asks which op it runs: one function per op, forward and
+/// backward side by side in the file of their family.
+struct KernelCall {
+  const OpAttrs& at;
+  std::span<const TensorRef> in;
+  const TensorRef& out;
+  const KernelContext& ctx;
+};
 
 /// Runs op on `in`, writing `out` (or, for in-place ops, their first input).
 void run_kernel(OpKind op, const OpAttrs& attrs, std::span<const TensorRef> in, const TensorRef& out,
@@ -180,25 +191,61 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool tra
 /// the rows are in cache.
 void matmul(const OpAttrs& at, const TensorRef& a, const TensorRef& b, const TensorRef& c, const KernelContext& ctx,
             float beta = 0.0f, const float* bias = nullptr, bool relu = false);
+// elementwise.cpp: the element-wise ops and the reductions, each op's
+// formula on a shared loop (NumPy broadcasting for the binary ones).
+void add_forward(const KernelCall& k);  // kReluOutput: max(a + b, 0), with the Relu kernel's max
+void sub_forward(const KernelCall& k);
+void mul_forward(const KernelCall& k);
+void div_forward(const KernelCall& k);
+void maximum_forward(const KernelCall& k);
+void minimum_forward(const KernelCall& k);
+void greater_equal_forward(const KernelCall& k);
+void scale_forward(const KernelCall& k);
+void relu_forward(const KernelCall& k);
+void relu_backward(const KernelCall& k);
+void sigmoid_forward(const KernelCall& k);
+void sigmoid_backward(const KernelCall& k);
+void tanh_forward(const KernelCall& k);
+void tanh_backward(const KernelCall& k);
+void rsqrt_forward(const KernelCall& k);
+void rsqrt_backward(const KernelCall& k);
+void gelu_forward(const KernelCall& k);
+void gelu_backward(const KernelCall& k);
+void silu_forward(const KernelCall& k);
+void silu_backward(const KernelCall& k);
+void elu_forward(const KernelCall& k);
+void elu_backward(const KernelCall& k);
+void leaky_relu_forward(const KernelCall& k);
+void leaky_relu_backward(const KernelCall& k);
+void softplus_forward(const KernelCall& k);
+void softplus_backward(const KernelCall& k);
+void exp_forward(const KernelCall& k);
+void log_forward(const KernelCall& k);
+void sqrt_forward(const KernelCall& k);
+void pow_forward(const KernelCall& k);
+void clamp_forward(const KernelCall& k);
+void clamp_backward(const KernelCall& k);
 /// Inverted dropout of x into y: element i kept (and scaled by 1 / (1 - rate))
 /// when hash_uniform(hash_random(at.seed, counter), i) >= rate, so the mask is
 /// a pure function of (key, counter, index), whatever the threads.
-void dropout(const OpAttrs& at, const TensorRef& x, uint64_t counter, const TensorRef& y, const KernelContext& ctx);
-void unary(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
-void unary_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
-void activation_backward(OpKind op, const OpAttrs& at, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
-                         const KernelContext& ctx);
+void dropout_forward(const KernelCall& k);
+/// Sum and Mean: every element, in index order, accumulated in double.
+void sum_forward(const KernelCall& k);
+void mean_forward(const KernelCall& k);
+/// SumAxis, MeanAxis, MaxAxis and MeanLastAxis (axis = the last; 0 for an
+/// empty axis where MeanAxis gives NaN): y = x reduced along the axis, each
+/// output element summed in index order; MaxAxis takes the first maximum
+/// (first_max), where MaxAxisBackward routes the gradient.
+void sum_axis_forward(const KernelCall& k);
+void mean_axis_forward(const KernelCall& k);
+void mean_last_axis_forward(const KernelCall& k);
+void max_axis_forward(const KernelCall& k);
+void max_axis_backward(const KernelCall& k);
 void slice(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
 void slice_backward(const OpAttrs& at, const TensorRef& g, const TensorRef& dx);
 void concat(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& y);
 /// y = x with axes at.axis and at.axis2 swapped, any dtype (by element size).
 void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
-/// SumAxis, MeanAxis, MaxAxis and MeanLastAxis (axis = the last; 0 for an
-/// empty axis where MeanAxis gives NaN): y = x reduced along `axis`, each
-/// output element summed in index order.
-void reduce_axis(OpKind op, int axis, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
-/// dx = g at the first maximum (first_max) of each slice of x along `axis`, 0 elsewhere.
-void max_axis_backward(int axis, const TensorRef& x, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
 void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx);
 void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& dtable);
 void to_index(const TensorRef& x, const TensorRef& y);
@@ -260,23 +307,22 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
                   const KernelContext& ctx);
 void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& out,
                            const KernelContext& ctx);
-void pool2d(OpKind op, const Window2D& w, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
-/// dx: g routed to each window's first maximum; with mask_non_positive
-/// (kMaskNonPositive) also zero where x <= 0.
-void max_pool2d_backward(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dx,
-                         bool mask_non_positive, const KernelContext& ctx);
-// mask (null: none): dx zero where mask <= 0 (kMaskNonPositive).
-void avg_pool2d_backward(const Window2D& w, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx,
-                         const float* mask = nullptr);
-void binary(OpKind op, const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
-// Add with kReluOutput: max(a + b, 0), broadcasting as binary's Add, with
-// the Relu kernel's max.
-void add_relu(const TensorRef& a, const TensorRef& b, const TensorRef& out, const KernelContext& ctx);
+// window.cpp: pooling over channels-last images (at.window). The max pools
+// take each window's first maximum, a NaN winning (nan_max); the backward
+// routes g there, and with kMaskNonPositive (its input a ReLU's output) also
+// zero where x <= 0. The average pools leave padding out of the count;
+// AvgPool2DBackward's kMaskNonPositive: dx zero where its mask input <= 0.
+void max_pool2d_forward(const KernelCall& k);
+void max_pool2d_backward(const KernelCall& k);
+void avg_pool2d_forward(const KernelCall& k);
+void avg_pool2d_backward(const KernelCall& k);
 void broadcast_to(const TensorRef& x, const TensorRef& out);
 void sum_to(const TensorRef& x, const TensorRef& out, const KernelContext& ctx);
-void reduce_all(OpKind op, const TensorRef& x, const TensorRef& out);
-void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelContext& ctx);
-void softmax_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx);
+// softmax.cpp: along the last axis; the backward kernels take y and g.
+void softmax_forward(const KernelCall& k);
+void softmax_backward(const KernelCall& k);
+void log_softmax_forward(const KernelCall& k);
+void log_softmax_backward(const KernelCall& k);
 void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out);
 void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx);
 void mse_loss(std::span<const TensorRef> in, const TensorRef& out);
@@ -291,7 +337,16 @@ void binary_cross_entropy(std::span<const TensorRef> in, const TensorRef& out);
 void binary_cross_entropy_backward(std::span<const TensorRef> in, const TensorRef& dx);
 void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& target, const TensorRef& out);
 void top_k_accuracy(const OpAttrs& at, const TensorRef& scores, const TensorRef& labels, const TensorRef& out);
-void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx);
+// optimizer.cpp: the in-place updates of persistent state (formulas there).
+void accumulate_grad(const KernelCall& k);
+void optimizer_tick(const KernelCall& k);
+void adamw_update(const KernelCall& k);
+void sgd_update(const KernelCall& k);
+void rmsprop_update(const KernelCall& k);
+void adagrad_update(const KernelCall& k);
+void moving_average(const KernelCall& k);
+void polyak_update(const KernelCall& k);
+void assign(const KernelCall& k);
 // Gradient clipping (optimizer.cpp), in place on a gradient: ClipValue and
 // ClipNorm; SquaredNorm writes sum(x^2) plus running's (null: none),
 // accumulated in double, to out {2} as a norm pair (ops/norm_pair.h).
@@ -299,8 +354,8 @@ void squared_norm(const TensorRef& x, const float* running, const TensorRef& out
 void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx);
 void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx);
 
-/// Throws Error("internal error: op '<name>' not handled by <function>"): a
-/// kernel function reached with an op it was not written for (a dispatch bug).
+/// Throws Error("internal error: op '<name>' not handled by <function>"): an
+/// op the kernel table has no entry for (a value outside OpKind; a dispatch bug).
 [[noreturn]] void unhandled_op(OpKind op, const char* function);
 
 }  // namespace tensorgrad::kernels

@@ -63,86 +63,6 @@ Step read_step(const float* h, uint32_t flags) {
               h[kMomentum], 1.0f - h[kStepDampening], h[kRho]};
 }
 
-void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
-                 Step s) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + s.l2 * p[i];
-    const float mi = s.b1 * m[i] + (1.0f - s.b1) * gi;
-    const float vi = s.b2 * v[i] + (1.0f - s.b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * s.decay - s.lr * (mi * s.c1) / (std::sqrt(vi * s.c2) + s.eps);
-  }
-}
-
-// Polyak averaging of a target network's weight (Trainer::update_target).
-void polyak_range(float* __restrict t, const float* __restrict s, size_t n, float tau) {
-  const float keep = 1.0f - tau;
-  for (size_t i = 0; i < n; ++i) t[i] = tau * s[i] + keep * t[i];
-}
-
-void sgd_range(float* __restrict p, const float* __restrict g, size_t n, Step s) {
-  for (size_t i = 0; i < n; ++i) p[i] = p[i] * s.decay - s.lr * (g[i] + s.l2 * p[i]);
-}
-
-template <bool kNesterovMode>
-void sgd_momentum_range(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n, Step s) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + s.l2 * p[i];
-    const float b = s.mu * buf[i] + s.damp * gi;
-    buf[i] = b;
-    const float u = kNesterovMode ? gi + s.mu * b : b;
-    p[i] = p[i] * s.decay - s.lr * u;
-  }
-}
-
-template <bool kCenteredMode, bool kMomentumMode, bool kInside>
-void rmsprop_range(float* __restrict p, const float* __restrict g, float* __restrict v, float* __restrict a,
-                   float* __restrict buf, size_t n, Step s) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + s.l2 * p[i];
-    const float vi = s.rho * v[i] + (1.0f - s.rho) * gi * gi;
-    v[i] = vi;
-    float var = vi;
-    if constexpr (kCenteredMode) {
-      const float ai = s.rho * a[i] + (1.0f - s.rho) * gi;
-      a[i] = ai;
-      var = vi - ai * ai;
-    }
-    float u = kInside ? gi / std::sqrt(var + s.eps) : gi / (std::sqrt(var) + s.eps);
-    if constexpr (kMomentumMode) {
-      u = s.mu * buf[i] + u;
-      buf[i] = u;
-    }
-    p[i] = p[i] * s.decay - s.lr * u;
-  }
-}
-
-template <bool kInside>
-void adagrad_range(float* __restrict p, const float* __restrict g, float* __restrict sum, size_t n, Step s) {
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + s.l2 * p[i];
-    const float si = sum[i] + gi * gi;
-    sum[i] = si;
-    const float denom = kInside ? std::sqrt(si + s.eps) : std::sqrt(si) + s.eps;
-    p[i] = p[i] * s.decay - s.lr * gi / denom;
-  }
-}
-
-using RmspropRange = void (*)(float*, const float*, float*, float*, float*, size_t, Step);
-RmspropRange rmsprop_kernel(uint32_t flags) {
-  const bool c = flags & kCentered, m = flags & kUseMomentum, in = flags & kEpsInsideSqrt;
-  static constexpr RmspropRange table[8] = {
-      rmsprop_range<false, false, false>, rmsprop_range<false, false, true>, rmsprop_range<false, true, false>,
-      rmsprop_range<false, true, true>,   rmsprop_range<true, false, false>, rmsprop_range<true, false, true>,
-      rmsprop_range<true, true, false>,   rmsprop_range<true, true, true>};
-  return table[(c ? 4 : 0) + (m ? 2 : 0) + (in ? 1 : 0)];
-}
-
-void add_range(float* __restrict acc, const float* __restrict g, size_t n) {
-  for (size_t i = 0; i < n; ++i) acc[i] += g[i];
-}
-
 // Flush-to-zero and denormals-are-zero on the calling thread while alive.
 // The moments of a parameter whose gradient stays 0 (a dead ReLU unit) decay
 // geometrically into the denormal range, where every multiply takes a
@@ -173,7 +93,20 @@ void for_elements(const KernelContext& ctx, size_t n, float* g, bool zero, F&& f
     if (zero) std::fill(g + b, g + e, 0.0f);
   });
 }
+
+void add_range(float* __restrict acc, const float* __restrict g, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] += g[i];
+}
 }  // namespace
+
+// in: acc, g (acc += g), or acc, A, B (acc += op(A) op(B), MatMul's attrs).
+void accumulate_grad(const KernelCall& k) {
+  if (k.in.size() == 3) return matmul(k.at, k.in[1], k.in[2], k.in[0], k.ctx, 1.0f);  // the product form: one GEMM
+  float* acc = k.in[0].f();
+  const float* g = k.in[1].f();
+  parallel_for(k.ctx.pool, size_t(k.in[0].numel()), 16384,
+               [=](size_t b, size_t e) { add_range(acc + b, g + b, e - b); });
+}
 
 namespace {
 // 0.5 (1 + cos(pi x)): from 1 at x = 0 down to 0 at x = 1.
@@ -231,126 +164,183 @@ double scheduled_learning_rate(uint32_t kind, std::span<const int64_t> steps, st
   return 0.0;  // not reached: the shape rule admits only the kinds above
 }
 
-void optimizer(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, const KernelContext& ctx) {
-  switch (op) {
-    case OpKind::AccumulateGrad: {
-      if (in.size() == 3) return matmul(at, in[1], in[2], in[0], ctx, 1.0f);  // the product form: one GEMM
-      float* acc = in[0].f();
-      const float* g = in[1].f();
-      parallel_for(ctx.pool, size_t(in[0].numel()), 16384, [=](size_t b, size_t e) { add_range(acc + b, g + b, e - b); });
-      return;
-    }
-    case OpKind::OptimizerTick: {
-      float* h = in[0].f();
-      int64_t* step = static_cast<int64_t*>(in[1].data);
-      if (at.flags != kConstantLr)  // Keras' schedule(iterations), before the increment
-        h[kLr] = float(scheduled_learning_rate(at.flags, {static_cast<const int64_t*>(in[2].data), size_t(in[2].numel())},
-                                               {in[3].f(), size_t(in[3].numel())}, *step));
-      const int64_t t = ++*step;
-      h[kBiasCorrection1] = float(1.0 / (1.0 - std::pow(double(h[kBeta1]), double(t))));
-      h[kBiasCorrection2] = float(1.0 / (1.0 - std::pow(double(h[kBeta2]), double(t))));
-      h[kStepDampening] = t == 1 ? 0.0f : h[kDampening];
-      return;
-    }
-    case OpKind::AdamWUpdate: {
-      float *p = in[0].f(), *g = in[1].f(), *m = in[2].f(), *v = in[3].f();
-      const Step st = read_step(in[4].f(), at.flags);
-      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad,
-                   [&](size_t b, size_t e) { adamw_range(p + b, g + b, m + b, v + b, e - b, st); });
-      return;
-    }
-    case OpKind::SgdUpdate: {
-      float *p = in[0].f(), *g = in[1].f();
-      const Step st = read_step(in.back().f(), at.flags);
-      if (!(at.flags & kUseMomentum)) {
-        for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad,
-                     [&](size_t b, size_t e) { sgd_range(p + b, g + b, e - b, st); });
-        return;
-      }
-      float* buf = in[2].f();
-      const bool nesterov = at.flags & kNesterov;
-      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
-        if (nesterov) sgd_momentum_range<true>(p + b, g + b, buf + b, e - b, st);
-        else sgd_momentum_range<false>(p + b, g + b, buf + b, e - b, st);
-      });
-      return;
-    }
-    case OpKind::RmspropUpdate: {
-      // Inputs: param, grad, mean square, [mean gradient], [momentum buffer], hyper.
-      float *p = in[0].f(), *g = in[1].f(), *v = in[2].f();
-      size_t k = 3;
-      float* a = (at.flags & kCentered) ? in[k++].f() : nullptr;
-      float* buf = (at.flags & kUseMomentum) ? in[k++].f() : nullptr;
-      const Step st = read_step(in[k].f(), at.flags);
-      const RmspropRange run = rmsprop_kernel(at.flags);
-      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
-        run(p + b, g + b, v + b, a ? a + b : nullptr, buf ? buf + b : nullptr, e - b, st);
-      });
-      return;
-    }
-    case OpKind::AdagradUpdate: {
-      float *p = in[0].f(), *g = in[1].f(), *sum = in[2].f();
-      const Step st = read_step(in[3].f(), at.flags);
-      const bool inside = at.flags & kEpsInsideSqrt;
-      for_elements(ctx, size_t(in[0].numel()), g, at.zero_grad, [&](size_t b, size_t e) {
-        if (inside) adagrad_range<true>(p + b, g + b, sum + b, e - b, st);
-        else adagrad_range<false>(p + b, g + b, sum + b, e - b, st);
-      });
-      return;
-    }
-    case OpKind::MovingAverage: {
-      float* state = in[0].f();
-      const float* value = in[1].f();
-      const float m = at.scale;
-      for (int64_t i = 0; i < in[0].numel(); ++i) state[i] = m * state[i] + (1.0f - m) * value[i];
-      return;
-    }
-    case OpKind::PolyakUpdate: {
-      // target = tau source + (1 - tau) target, in float as the host loop it
-      // replaces; tau = 1 is a copy, so NaN or infinite old values go too.
-      float* t = in[0].f();
-      const float* s = in[1].f();
-      const float tau = in[2].f()[0];
-      const size_t n = size_t(in[0].numel());
-      if (tau == 1.0f) {
-        if (n && t != s) std::memmove(t, s, n * sizeof(float));
-        return;
-      }
-      parallel_for(ctx.pool, n, 16384, [=](size_t b, size_t e) { polyak_range(t + b, s + b, e - b, tau); });
-      return;
-    }
-    case OpKind::Assign: {
-      const size_t bytes = size_t(in[0].numel()) * dtype_size(in[0].dtype);
-      if (bytes && in[0].data != in[1].data) std::memmove(in[0].data, in[1].data, bytes);
-      return;
-    }
-    case OpKind::Leaf: case OpKind::Fill: case OpKind::MatMul: case OpKind::Add: case OpKind::Sub: case OpKind::Mul:
-    case OpKind::Scale: case OpKind::Relu: case OpKind::Sigmoid: case OpKind::Tanh: case OpKind::Softmax:
-    case OpKind::LogSoftmax: case OpKind::SoftmaxCrossEntropy: case OpKind::MseLoss: case OpKind::Dropout:
-    case OpKind::Sum: case OpKind::Mean: case OpKind::SumTo: case OpKind::BroadcastTo: case OpKind::Reshape:
-    case OpKind::Rsqrt: case OpKind::Gelu: case OpKind::Silu: case OpKind::Elu: case OpKind::LeakyRelu:
-    case OpKind::Softplus: case OpKind::MeanLastAxis: case OpKind::Slice: case OpKind::Concat: case OpKind::Gather:
-    case OpKind::ToIndex: case OpKind::Im2Col: case OpKind::Col2Im: case OpKind::MaxPool2D: case OpKind::AvgPool2D:
-    case OpKind::ReluBackward: case OpKind::SigmoidBackward: case OpKind::TanhBackward: case OpKind::SoftmaxBackward:
-    case OpKind::LogSoftmaxBackward: case OpKind::SoftmaxCrossEntropyBackward: case OpKind::MseLossBackward:
-    case OpKind::RsqrtBackward: case OpKind::GeluBackward: case OpKind::SiluBackward: case OpKind::EluBackward:
-    case OpKind::LeakyReluBackward: case OpKind::SoftplusBackward: case OpKind::SliceBackward:
-    case OpKind::GatherBackward: case OpKind::MaxPool2DBackward: case OpKind::AvgPool2DBackward: case OpKind::Accuracy:
-    case OpKind::Conv2D: case OpKind::Conv2DBackwardInput: case OpKind::Conv2DBackwardFilter: case OpKind::BatchNormStats:
-    case OpKind::AttachedBatchStats: case OpKind::BatchNorm: case OpKind::BatchNormParamGrad: case OpKind::BatchNormBackward:
-    case OpKind::Maximum: case OpKind::Minimum: case OpKind::GreaterEqual: case OpKind::MaeLoss: case OpKind::HuberLoss:
-    case OpKind::BinaryCrossEntropy: case OpKind::MaeLossBackward: case OpKind::HuberLossBackward:
-    case OpKind::BinaryCrossEntropyBackward: case OpKind::BinaryAccuracy: case OpKind::TopKAccuracy:
-    case OpKind::Div: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Pow: case OpKind::Clamp:
-    case OpKind::SumAxis: case OpKind::MeanAxis: case OpKind::MaxAxis: case OpKind::Transpose:
-    case OpKind::ClampBackward:
-    case OpKind::MaxAxisBackward:
-    case OpKind::ClipValue: case OpKind::SquaredNorm: case OpKind::ClipNorm: case OpKind::AdvanceCounter:
-    case OpKind::LstmSequence: case OpKind::GruSequence:
-    case OpKind::LstmSequenceBackward: case OpKind::GruSequenceBackward: case OpKind::Count:
-      break;
+// in: hyper, step [, schedule steps, schedule values]: the step count and
+// what the updates read from it.
+void optimizer_tick(const KernelCall& k) {
+  float* h = k.in[0].f();
+  int64_t* step = static_cast<int64_t*>(k.in[1].data);
+  if (k.at.flags != kConstantLr)  // Keras' schedule(iterations), before the increment
+    h[kLr] = float(scheduled_learning_rate(k.at.flags,
+                                           {static_cast<const int64_t*>(k.in[2].data), size_t(k.in[2].numel())},
+                                           {k.in[3].f(), size_t(k.in[3].numel())}, *step));
+  const int64_t t = ++*step;
+  h[kBiasCorrection1] = float(1.0 / (1.0 - std::pow(double(h[kBeta1]), double(t))));
+  h[kBiasCorrection2] = float(1.0 / (1.0 - std::pow(double(h[kBeta2]), double(t))));
+  h[kStepDampening] = t == 1 ? 0.0f : h[kDampening];
+}
+
+namespace {
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
+                 Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float mi = s.b1 * m[i] + (1.0f - s.b1) * gi;
+    const float vi = s.b2 * v[i] + (1.0f - s.b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * s.decay - s.lr * (mi * s.c1) / (std::sqrt(vi * s.c2) + s.eps);
   }
-  unhandled_op(op, "kernels::optimizer");
+}
+}  // namespace
+
+// in: param, grad, m, v, hyper.
+void adamw_update(const KernelCall& k) {
+  float *p = k.in[0].f(), *g = k.in[1].f(), *m = k.in[2].f(), *v = k.in[3].f();
+  const Step st = read_step(k.in[4].f(), k.at.flags);
+  for_elements(k.ctx, size_t(k.in[0].numel()), g, k.at.zero_grad,
+               [&](size_t b, size_t e) { adamw_range(p + b, g + b, m + b, v + b, e - b, st); });
+}
+
+namespace {
+void sgd_range(float* __restrict p, const float* __restrict g, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) p[i] = p[i] * s.decay - s.lr * (g[i] + s.l2 * p[i]);
+}
+
+template <bool kNesterovMode>
+void sgd_momentum_range(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float b = s.mu * buf[i] + s.damp * gi;
+    buf[i] = b;
+    const float u = kNesterovMode ? gi + s.mu * b : b;
+    p[i] = p[i] * s.decay - s.lr * u;
+  }
+}
+}  // namespace
+
+// in: param, grad, [momentum buffer], hyper.
+void sgd_update(const KernelCall& k) {
+  float *p = k.in[0].f(), *g = k.in[1].f();
+  const Step st = read_step(k.in.back().f(), k.at.flags);
+  if (!(k.at.flags & kUseMomentum)) {
+    for_elements(k.ctx, size_t(k.in[0].numel()), g, k.at.zero_grad,
+                 [&](size_t b, size_t e) { sgd_range(p + b, g + b, e - b, st); });
+    return;
+  }
+  float* buf = k.in[2].f();
+  const bool nesterov = k.at.flags & kNesterov;
+  for_elements(k.ctx, size_t(k.in[0].numel()), g, k.at.zero_grad, [&](size_t b, size_t e) {
+    if (nesterov) sgd_momentum_range<true>(p + b, g + b, buf + b, e - b, st);
+    else sgd_momentum_range<false>(p + b, g + b, buf + b, e - b, st);
+  });
+}
+
+namespace {
+template <bool kCenteredMode, bool kMomentumMode, bool kInside>
+void rmsprop_range(float* __restrict p, const float* __restrict g, float* __restrict v, float* __restrict a,
+                   float* __restrict buf, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float vi = s.rho * v[i] + (1.0f - s.rho) * gi * gi;
+    v[i] = vi;
+    float var = vi;
+    if constexpr (kCenteredMode) {
+      const float ai = s.rho * a[i] + (1.0f - s.rho) * gi;
+      a[i] = ai;
+      var = vi - ai * ai;
+    }
+    float u = kInside ? gi / std::sqrt(var + s.eps) : gi / (std::sqrt(var) + s.eps);
+    if constexpr (kMomentumMode) {
+      u = s.mu * buf[i] + u;
+      buf[i] = u;
+    }
+    p[i] = p[i] * s.decay - s.lr * u;
+  }
+}
+
+using RmspropRange = void (*)(float*, const float*, float*, float*, float*, size_t, Step);
+RmspropRange rmsprop_kernel(uint32_t flags) {
+  const bool c = flags & kCentered, m = flags & kUseMomentum, in = flags & kEpsInsideSqrt;
+  static constexpr RmspropRange table[8] = {
+      rmsprop_range<false, false, false>, rmsprop_range<false, false, true>, rmsprop_range<false, true, false>,
+      rmsprop_range<false, true, true>,   rmsprop_range<true, false, false>, rmsprop_range<true, false, true>,
+      rmsprop_range<true, true, false>,   rmsprop_range<true, true, true>};
+  return table[(c ? 4 : 0) + (m ? 2 : 0) + (in ? 1 : 0)];
+}
+}  // namespace
+
+// in: param, grad, mean square, [mean gradient], [momentum buffer], hyper.
+void rmsprop_update(const KernelCall& k) {
+  float *p = k.in[0].f(), *g = k.in[1].f(), *v = k.in[2].f();
+  size_t next = 3;
+  float* a = (k.at.flags & kCentered) ? k.in[next++].f() : nullptr;
+  float* buf = (k.at.flags & kUseMomentum) ? k.in[next++].f() : nullptr;
+  const Step st = read_step(k.in[next].f(), k.at.flags);
+  const RmspropRange run = rmsprop_kernel(k.at.flags);
+  for_elements(k.ctx, size_t(k.in[0].numel()), g, k.at.zero_grad, [&](size_t b, size_t e) {
+    run(p + b, g + b, v + b, a ? a + b : nullptr, buf ? buf + b : nullptr, e - b, st);
+  });
+}
+
+namespace {
+template <bool kInside>
+void adagrad_range(float* __restrict p, const float* __restrict g, float* __restrict sum, size_t n, Step s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * p[i];
+    const float si = sum[i] + gi * gi;
+    sum[i] = si;
+    const float denom = kInside ? std::sqrt(si + s.eps) : std::sqrt(si) + s.eps;
+    p[i] = p[i] * s.decay - s.lr * gi / denom;
+  }
+}
+}  // namespace
+
+// in: param, grad, sum of squares, hyper.
+void adagrad_update(const KernelCall& k) {
+  float *p = k.in[0].f(), *g = k.in[1].f(), *sum = k.in[2].f();
+  const Step st = read_step(k.in[3].f(), k.at.flags);
+  const bool inside = k.at.flags & kEpsInsideSqrt;
+  for_elements(k.ctx, size_t(k.in[0].numel()), g, k.at.zero_grad, [&](size_t b, size_t e) {
+    if (inside) adagrad_range<true>(p + b, g + b, sum + b, e - b, st);
+    else adagrad_range<false>(p + b, g + b, sum + b, e - b, st);
+  });
+}
+
+// in: state, value: state = m state + (1 - m) value, m = at.scale.
+void moving_average(const KernelCall& k) {
+  float* state = k.in[0].f();
+  const float* value = k.in[1].f();
+  const float m = k.at.scale;
+  for (int64_t i = 0; i < k.in[0].numel(); ++i) state[i] = m * state[i] + (1.0f - m) * value[i];
+}
+
+namespace {
+// Polyak averaging of a target network's weight (Trainer::update_target).
+void polyak_range(float* __restrict t, const float* __restrict s, size_t n, float tau) {
+  const float keep = 1.0f - tau;
+  for (size_t i = 0; i < n; ++i) t[i] = tau * s[i] + keep * t[i];
+}
+}  // namespace
+
+// in: target, source, tau {1}.
+void polyak_update(const KernelCall& k) {
+  // target = tau source + (1 - tau) target, in float as the host loop it
+  // replaces; tau = 1 is a copy, so NaN or infinite old values go too.
+  float* t = k.in[0].f();
+  const float* s = k.in[1].f();
+  const float tau = k.in[2].f()[0];
+  const size_t n = size_t(k.in[0].numel());
+  if (tau == 1.0f) {
+    if (n && t != s) std::memmove(t, s, n * sizeof(float));
+    return;
+  }
+  parallel_for(k.ctx.pool, n, 16384, [=](size_t b, size_t e) { polyak_range(t + b, s + b, e - b, tau); });
+}
+
+// in: destination, source: a copy of any dtype (by element size).
+void assign(const KernelCall& k) {
+  const size_t bytes = size_t(k.in[0].numel()) * dtype_size(k.in[0].dtype);
+  if (bytes && k.in[0].data != k.in[1].data) std::memmove(k.in[0].data, k.in[1].data, bytes);
 }
 
 void squared_norm(const TensorRef& x, const float* running, const TensorRef& out) {

@@ -24,43 +24,61 @@ inline RowStats row_stats(const float* z, int64_t c) {
 }
 
 inline float row_weight(const TensorRef* w, int64_t i) { return w ? w->f()[i] : 1.0f; }
+
+// Runs f(offset, c) for each row of in[0] (its last axis, of c elements, at
+// `offset`), in tasks of 64 rows.
+template <class F>
+void for_each_row(const KernelCall& k, F f) {
+  const int64_t c = k.in[0].shape[-1], rows = k.in[0].numel() / c;
+  parallel_for(k.ctx.pool, size_t(rows), 64, [&](size_t rb, size_t re) {
+    for (size_t r = rb; r < re; ++r) f(int64_t(r) * c, c);
+  });
+}
+// f(z, y, c) for each row z of x = in[0] and its row y of the output.
+template <class F>
+void forward_rows(const KernelCall& k, F f) {
+  const float* x = k.in[0].f();
+  float* y = k.out.f();
+  for_each_row(k, [=](int64_t at, int64_t c) { f(x + at, y + at, c); });
+}
+// f(y, g, dx, c) for each row of y = in[0], g = in[1] and the output dx.
+template <class F>
+void backward_rows(const KernelCall& k, F f) {
+  const float *y = k.in[0].f(), *g = k.in[1].f();
+  float* dx = k.out.f();
+  for_each_row(k, [=](int64_t at, int64_t c) { f(y + at, g + at, dx + at, c); });
+}
 }  // namespace
 
-void softmax(OpKind op, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  const int64_t c = x.shape[-1], rows = x.numel() / c;
-  parallel_for(ctx.pool, size_t(rows), 64, [&](size_t rb, size_t re) {
-    for (size_t r = rb; r < re; ++r) {
-      const float* z = x.f() + r * c;
-      float* out = y.f() + r * c;
-      const RowStats st = row_stats(z, c);
-      if (op == OpKind::Softmax) {
-        const float inv = 1.0f / st.s;
-        for (int64_t j = 0; j < c; ++j) out[j] = std::exp(z[j] - st.m) * inv;
-      } else {
-        const float log_s = st.log_s();
-        for (int64_t j = 0; j < c; ++j) out[j] = (z[j] - st.m) - log_s;
-      }
-    }
+void softmax_forward(const KernelCall& k) {
+  forward_rows(k, [](const float* z, float* out, int64_t c) {
+    const RowStats st = row_stats(z, c);
+    const float inv = 1.0f / st.s;
+    for (int64_t j = 0; j < c; ++j) out[j] = std::exp(z[j] - st.m) * inv;
+  });
+}
+// dx = y * (g - sum(g * y))
+void softmax_backward(const KernelCall& k) {
+  backward_rows(k, [](const float* py, const float* pg, float* pd, int64_t c) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < c; ++j) s += pg[j] * py[j];
+    for (int64_t j = 0; j < c; ++j) pd[j] = py[j] * (pg[j] - s);
   });
 }
 
-// Softmax:     dx = y * (g - sum(g * y))
-// LogSoftmax:  dx = g - exp(y) * sum(g)
-void softmax_backward(OpKind op, const TensorRef& y, const TensorRef& g, const TensorRef& dx, const KernelContext& ctx) {
-  const int64_t c = y.shape[-1], rows = y.numel() / c;
-  parallel_for(ctx.pool, size_t(rows), 64, [&](size_t rb, size_t re) {
-    for (size_t r = rb; r < re; ++r) {
-      const float *py = y.f() + r * c, *pg = g.f() + r * c;
-      float* pd = dx.f() + r * c;
-      float s = 0.0f;
-      if (op == OpKind::SoftmaxBackward) {
-        for (int64_t j = 0; j < c; ++j) s += pg[j] * py[j];
-        for (int64_t j = 0; j < c; ++j) pd[j] = py[j] * (pg[j] - s);
-      } else {
-        for (int64_t j = 0; j < c; ++j) s += pg[j];
-        for (int64_t j = 0; j < c; ++j) pd[j] = pg[j] - std::exp(py[j]) * s;
-      }
-    }
+void log_softmax_forward(const KernelCall& k) {
+  forward_rows(k, [](const float* z, float* out, int64_t c) {
+    const RowStats st = row_stats(z, c);
+    const float log_s = st.log_s();
+    for (int64_t j = 0; j < c; ++j) out[j] = (z[j] - st.m) - log_s;
+  });
+}
+// dx = g - exp(y) * sum(g)
+void log_softmax_backward(const KernelCall& k) {
+  backward_rows(k, [](const float* py, const float* pg, float* pd, int64_t c) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < c; ++j) s += pg[j];
+    for (int64_t j = 0; j < c; ++j) pd[j] = pg[j] - std::exp(py[j]) * s;
   });
 }
 

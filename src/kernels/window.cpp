@@ -229,15 +229,15 @@ void max_pool2d_tiled(const Window2D& win, const Geometry& g, const float* px, f
   });
 }
 
-void pool2d(OpKind op, const Window2D& win, const TensorRef& x, const TensorRef& y, const KernelContext& ctx) {
-  if (op == OpKind::MaxPool2D) {
-    const Geometry g = geometry(win, x.shape);
-    if (tiles_exactly(win, g))
-      return win.kh == 2 && win.kw == 2 ? max_pool2d_tiled<2, 2>(win, g, x.f(), y.f(), ctx)
-                                        : max_pool2d_tiled<0, 0>(win, g, x.f(), y.f(), ctx);
-    return pool2d_impl<true>(win, x, y, ctx);
-  }
-  pool2d_impl<false>(win, x, y, ctx);
+// An exact tiling (MaxPooling2D's default) takes the tiled kernel: the same
+// bits as the general one, without its bounds per pixel.
+void max_pool2d_forward(const KernelCall& k) {
+  const Window2D& win = k.at.window;
+  const Geometry g = geometry(win, k.in[0].shape);
+  if (tiles_exactly(win, g))
+    return win.kh == 2 && win.kw == 2 ? max_pool2d_tiled<2, 2>(win, g, k.in[0].f(), k.out.f(), k.ctx)
+                                      : max_pool2d_tiled<0, 0>(win, g, k.in[0].f(), k.out.f(), k.ctx);
+  pool2d_impl<true>(win, k.in[0], k.out, k.ctx);
 }
 
 // Each window's gradient goes to its first maximum in (ky, kx) order, as
@@ -281,13 +281,16 @@ void max_pool2d_backward_tiled(const Window2D& win, const Geometry& g, const flo
   });
 }
 
-// mask: x is a ReLU's output and dx is what that ReLU's backward would pass
-// on, so a window whose maximum is not positive sends nothing (kMaskNonPositive).
-void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRef& gr, const TensorRef& dx, bool mask,
-                         const KernelContext& ctx) {
-  const Geometry g = geometry(win, x.shape);
-  const float *px = x.f(), *pg = gr.f();
-  float* pd = dx.f();
+// in: x, g. With kMaskNonPositive, x is a ReLU's output and dx is what that
+// ReLU's backward would pass on, so a window whose maximum is not positive
+// sends nothing.
+void max_pool2d_backward(const KernelCall& k) {
+  const Window2D& win = k.at.window;
+  const bool mask = (k.at.flags & kMaskNonPositive) != 0;
+  const KernelContext& ctx = k.ctx;
+  const Geometry g = geometry(win, k.in[0].shape);
+  const float *px = k.in[0].f(), *pg = k.in[1].f();
+  float* pd = k.out.f();
   if (tiles_exactly(win, g))
     return win.kh == 2 && win.kw == 2 ? max_pool2d_backward_tiled<2, 2>(win, g, px, pg, pd, mask, ctx)
                                       : max_pool2d_backward_tiled<0, 0>(win, g, px, pg, pd, mask, ctx);
@@ -332,12 +335,17 @@ void max_pool2d_backward(const Window2D& win, const TensorRef& x, const TensorRe
   }, zero_image(g, pd), [](int64_t) {});
 }
 
-// mask: as ReluBackward's after this kernel, on the image still in cache.
-void avg_pool2d_backward(const Window2D& win, const TensorRef& gr, const TensorRef& dx, const KernelContext& ctx,
-                         const float* mask) {
-  const Geometry g = geometry(win, dx.shape);
-  const float* pg = gr.f();
-  float* pd = dx.f();
+// The mean of each window's taps inside the image (pool2d_impl).
+void avg_pool2d_forward(const KernelCall& k) { pool2d_impl<false>(k.at.window, k.in[0], k.out, k.ctx); }
+// in: g [, mask]. With kMaskNonPositive, dx is then zero where mask <= 0, as
+// ReluBackward's after this kernel, on the image still in cache.
+void avg_pool2d_backward(const KernelCall& k) {
+  const Window2D& win = k.at.window;
+  const KernelContext& ctx = k.ctx;
+  const float* mask = (k.at.flags & kMaskNonPositive) ? k.in[1].f() : nullptr;
+  const Geometry g = geometry(win, k.out.shape);
+  const float* pg = k.in[0].f();
+  float* pd = k.out.f();
   const int64_t C = g.c;
   for_each_output(g, win, ctx, [=](int64_t b, int64_t oy, int64_t ox, Taps t) {
     const int64_t count = (t.ky1 - t.ky0) * (t.kx1 - t.kx0);
