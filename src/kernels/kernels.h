@@ -10,7 +10,7 @@
 #include <span>
 #include <thread>
 
-#include "backend/thread_pool.h"
+#include "core/thread_pool.h"
 #include "tensorgrad/core/dtype.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/ops/op.h"

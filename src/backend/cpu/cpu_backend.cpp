@@ -1,6 +1,6 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
-#include "backend/thread_pool.h"
+#include "core/thread_pool.h"
 #include "kernels/bfloat16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernels.h"

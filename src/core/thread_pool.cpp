@@ -1,4 +1,4 @@
-#include "backend/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
