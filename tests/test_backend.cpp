@@ -15,29 +15,10 @@ using test_support::throws;
 
 namespace {
 
-// Host memory that says it lives on another device: what a device backend's
-// storage looks like to the rest of the engine (only copies reach it).
-class FakeDeviceStorage final : public Storage {
- public:
-  explicit FakeDeviceStorage(size_t bytes) : Storage(Device::CUDA, new char[bytes ? bytes : 1], bytes) {}
-  ~FakeDeviceStorage() override { delete[] static_cast<char*>(data()); }
-  void copy_from_host(size_t offset, const void* src, size_t bytes) override {
-    ++uploads;
-    std::memmove(static_cast<char*>(data()) + offset, src, bytes);
-  }
-  void copy_to_host(size_t offset, void* dst, size_t bytes) const override {
-    ++downloads;
-    std::memmove(dst, static_cast<const char*>(data()) + offset, bytes);
-  }
-  void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) override {
-    ++within;
-    std::memmove(static_cast<char*>(data()) + offset, static_cast<const char*>(src.data()) + src_offset, bytes);
-  }
-  static inline int uploads = 0, within = 0, downloads = 0;
-};
+using FakeDeviceStorage = test_support::FakeDeviceStorage;
 
 Tensor fake_device_tensor(const Shape& shape) {
-  return Tensor::adopt(std::make_shared<FakeDeviceStorage>(size_t(shape.numel()) * 4), shape);
+  return Tensor::adopt(std::make_shared<FakeDeviceStorage>(Device::CUDA, size_t(shape.numel()) * 4), shape);
 }
 
 // The CPU's kernels behind a backend that counts its launches and may lack
@@ -148,9 +129,10 @@ TEST(Storage, AdoptChecksTheStorageSize) {
   EXPECT_TRUE(throws<StateError>([] { Tensor::adopt(nullptr, Shape{2}); }, {"null storage"}));
   EXPECT_TRUE(throws<StateError>([] { Tensor::adopt(CpuStorage::allocate(4), Shape{2}); },
                                  {"4 bytes", "cannot hold", "8 bytes"}));
-  EXPECT_TRUE(throws<ValueError>([] { register_storage_allocator(Device::CPU, [](size_t b) {
-                                   return std::shared_ptr<Storage>(CpuStorage::allocate(b)); }); },
-                                 {"CPU", "fixed"}));
+  // The CPU's kind is registered once, with its fixed storage (CpuStorage).
+  EXPECT_TRUE(throws<ValueError>([] { register_backend({"cpu", [] { return std::vector<DeviceInfo>{}; },
+                                                         [](int) { return cpu_backend(); }}); },
+                                 {"'cpu'", "already registered"}));
 }
 
 TEST(Backend, CudaIsRefusedWithNoCudaDevice) {

@@ -3,6 +3,7 @@
 // throws the right tensorgrad error with the right words.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <random>
@@ -130,5 +131,29 @@ std::string message_of(F&& f) {
   }
   return "no exception";
 }
+
+/// Host memory that says it lives on another device: what a device
+/// backend's storage looks like to the rest of the engine (only copies
+/// reach it; a test backend's kernels may read it as host memory).
+/// Counts the copies of every instance.
+class FakeDeviceStorage final : public tensorgrad::Storage {
+ public:
+  FakeDeviceStorage(tensorgrad::Device device, size_t bytes)
+      : Storage(device, new char[bytes ? bytes : 1], bytes) {}
+  ~FakeDeviceStorage() override { delete[] static_cast<char*>(data()); }
+  void copy_from_host(size_t offset, const void* src, size_t bytes) override {
+    ++uploads;
+    std::memmove(static_cast<char*>(data()) + offset, src, bytes);
+  }
+  void copy_to_host(size_t offset, void* dst, size_t bytes) const override {
+    ++downloads;
+    std::memmove(dst, static_cast<const char*>(data()) + offset, bytes);
+  }
+  void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) override {
+    ++within;
+    std::memmove(static_cast<char*>(data()) + offset, static_cast<const char*>(src.data()) + src_offset, bytes);
+  }
+  static inline int uploads = 0, within = 0, downloads = 0;
+};
 
 }  // namespace test_support

@@ -15,6 +15,8 @@
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/backend/backend.h"
 #include "tensorgrad/backend/executable.h"
+#include "tensorgrad/backend/registry.h"
+#include "tensorgrad/core/device.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/core/memory.h"

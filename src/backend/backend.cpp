@@ -17,14 +17,6 @@ void Backend::check_kernels(const Graph& graph) const {
   }
 }
 
-std::shared_ptr<const Backend> backend(Device device) {
-  switch (device) {
-    case Device::CPU: return cpu_backend();
-    case Device::CUDA: return cuda::backend();
-  }
-  throw StateError("backend: unknown device");
-}
-
 std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy) {
   switch (policy) {
     case DTypePolicy::kFloat32: return backend(device);

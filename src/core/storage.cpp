@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 
+#include "core/device_allocators.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad {
@@ -12,13 +14,13 @@ namespace tensorgrad {
 namespace {
 constexpr size_t kAlignment = 64;
 
-struct AllocatorRegistry {
+struct DeviceAllocators {
   std::mutex mutex;
-  StorageAllocator cuda;
+  std::map<std::string, DeviceAllocator> by_kind;
 };
-AllocatorRegistry& registry() {
-  static AllocatorRegistry* r = new AllocatorRegistry();  // never destroyed: storages may outlive statics
-  return *r;
+DeviceAllocators& allocators() {
+  static DeviceAllocators* a = new DeviceAllocators();  // never destroyed: storages may outlive statics
+  return *a;
 }
 }  // namespace
 
@@ -73,34 +75,31 @@ void copy_bytes(Storage& dst, size_t dst_offset, const Storage& src, size_t src_
 }
 
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes) {
-  switch (device) {
-    case Device::CPU: return CpuStorage::allocate(bytes);
-    case Device::CUDA: {
-      StorageAllocator cuda;
-      {
-        std::lock_guard<std::mutex> lock(registry().mutex);
-        cuda = registry().cuda;
-      }
-      if (!cuda)
-        throw StateError("no CUDA device: no CUDA backend is running (select it first with backend(Device::CUDA), "
-                         "which says why it is unavailable); use Device::CPU");
-      return cuda(bytes);
-    }
+  if (device == Device::CPU) return CpuStorage::allocate(bytes);
+  DeviceAllocator allocate;
+  {
+    std::lock_guard<std::mutex> lock(allocators().mutex);
+    const auto it = allocators().by_kind.find(device.kind());
+    if (it != allocators().by_kind.end()) allocate = it->second;
   }
-  throw StateError("allocate_storage: unknown device");
+  if (!allocate) throw_unregistered_device(device);
+  return allocate(device, bytes);
 }
 
-void register_storage_allocator(Device device, StorageAllocator allocator) {
-  if (!allocator) throw ValueError("register_storage_allocator: an empty allocator");
-  switch (device) {
-    case Device::CPU:
-      throw ValueError("register_storage_allocator: the CPU's storage is fixed (CpuStorage); register another device");
-    case Device::CUDA: {
-      std::lock_guard<std::mutex> lock(registry().mutex);
-      registry().cuda = std::move(allocator);
-      return;
-    }
+void install_device_allocator(const std::string& kind, DeviceAllocator allocator) {
+  std::lock_guard<std::mutex> lock(allocators().mutex);
+  allocators().by_kind[kind] = std::move(allocator);
+}
+
+void throw_unregistered_device(Device device) {
+  std::string kinds;
+  {
+    std::lock_guard<std::mutex> lock(allocators().mutex);
+    for (const auto& [kind, allocator] : allocators().by_kind) kinds += (kinds.empty() ? "" : ", ") + kind;
   }
+  throw StateError("no backend is registered for device " + device.str() + " (its kind '" + device.kind() +
+                   "' is not one of the registered kinds: " + (kinds.empty() ? std::string("cpu") : kinds) +
+                   "); use a device that tensorgrad::devices() lists, or Device::CPU");
 }
 
 }  // namespace tensorgrad

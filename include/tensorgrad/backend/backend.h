@@ -1,9 +1,10 @@
 #pragma once
-// The device seam's backend half (DESIGN.md, backend layer): a backend owns
-// its device's memory (core/storage.h), its kernel lookup per op, and makes
-// executables from planned graphs. The CPU backend always exists; CUDA's is a
-// stub in this version (a build option that checks the toolkit and the
-// device, with no kernels yet).
+// The device seam's backend half: a backend owns its device's memory
+// (core/storage.h), its kernel lookup per op, and makes executables from
+// planned graphs. Backends are found by device in the registry
+// (backend/registry.h). The CPU backend always exists; CUDA's is a stub in
+// this version (a build option that checks the toolkit and the device, with
+// no kernels yet).
 #include <memory>
 #include <span>
 #include <string>
@@ -95,6 +96,7 @@ class KernelLauncher {
 class Backend {
  public:
   virtual ~Backend() = default;
+  /// The device it runs on (Device::CPU for the CPU backend).
   virtual Device device() const = 0;
   /// "cpu", "cuda", or a custom backend's name, for messages.
   virtual std::string name() const = 0;
@@ -123,11 +125,14 @@ class Backend {
 
 /// The CPU backend (kernels for every op on OpenBLAS, libxsmm and SLEEF, threads from oneTBB).
 const std::shared_ptr<const Backend>& cpu_backend();
-/// The backend of `device`: cpu_backend() for Device::CPU. For Device::CUDA
-/// it throws StateError starting "no CUDA device" and saying why: the build
-/// has no CUDA backend (TENSORGRAD_CUDA=OFF, or AUTO without the toolkit),
-/// no CUDA device or driver is present, or (with a device) the CUDA backend
-/// is a stub whose kernels are not built yet.
+/// The backend of `device`, from the backend registry (backend/registry.h):
+/// cpu_backend() for Device::CPU. Throws StateError when the device is not
+/// available: its kind is not registered (naming the registered kinds), or
+/// its backend found fewer devices than the index needs (naming those it
+/// found). For CUDA the message starts "no CUDA device" and says why: the
+/// build has no CUDA backend (TENSORGRAD_CUDA=OFF, or AUTO without the
+/// toolkit), no CUDA device or driver is present, or (with a device) the
+/// CUDA backend is a stub whose kernels are not built yet.
 std::shared_ptr<const Backend> backend(Device device);
 /// The CPU backend under `policy`: cpu_backend() for kFloat32; for
 /// kMixedBFloat16 one named "cpu (mixed_bfloat16)" whose MatMul and

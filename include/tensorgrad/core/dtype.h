@@ -2,6 +2,8 @@
 #include <cstddef>
 #include <string>
 
+#include "tensorgrad/core/device.h"
+
 namespace tensorgrad {
 
 /// Element types. float32 is the default everywhere; int32 carries class and
@@ -23,20 +25,6 @@ inline const char* dtype_name(DType t) {
     case DType::Float32: return "float32";
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
-  }
-  return "?";
-}
-
-/// Where a tensor's memory lives and where its kernels run (PyTorch's
-/// torch.device). The CPU always exists; CUDA needs a build with
-/// TENSORGRAD_CUDA and a device (backend/backend.h says what is there).
-enum class Device { CPU, CUDA };
-
-/// "cpu" or "cuda" (PyTorch's device type names).
-inline const char* device_name(Device d) {
-  switch (d) {
-    case Device::CPU: return "cpu";
-    case Device::CUDA: return "cuda";
   }
   return "?";
 }

@@ -1,10 +1,9 @@
 #pragma once
-// The device seam (DESIGN.md, "A device seam"): a tensor owns its memory
-// through a Storage, which a backend implements for its device. The CPU's
-// storage lives here, beside the interface, because every layer makes host
-// tensors; other devices register an allocator (backend/backend.h).
+// The device seam: a tensor owns its memory through a Storage, which a
+// backend implements for its device. The CPU's storage lives here, beside
+// the interface, because every layer makes host tensors; other devices'
+// storage comes from their backend in the registry (backend/registry.h).
 #include <cstddef>
-#include <functional>
 #include <memory>
 
 #include "tensorgrad/core/dtype.h"
@@ -75,17 +74,13 @@ class CpuStorage : public Storage {
 void copy_bytes(Storage& dst, size_t dst_offset, const Storage& src, size_t src_offset, size_t bytes);
 
 /// Allocates `bytes` of uninitialised memory on `device`. The CPU's is
-/// CpuStorage::allocate; another device's comes from the allocator its
-/// backend registered (register_storage_allocator). Throws StateError when
-/// no backend for the device is available, with the backend's reason (for
-/// CUDA: "no CUDA device ...").
+/// CpuStorage::allocate; every other device's comes from its backend
+/// (Backend::allocate), found in the backend registry (backend/registry.h),
+/// as ggml's backends each own their buffers' allocation. Throws ValueError
+/// for an impossible size, MemoryError when the device is out of memory,
+/// and StateError when the device is not available: no backend registered
+/// its kind, its backend found no such device, or the backend cannot run
+/// (CUDA's message starts "no CUDA device" and says why).
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes);
-
-/// How a backend gives memory on its device; called by allocate_storage.
-using StorageAllocator = std::function<std::shared_ptr<Storage>(size_t bytes)>;
-/// Registers `device`'s allocator (a backend does when it is first made).
-/// Replaces an earlier one. Throws ValueError for Device::CPU (its storage is
-/// fixed) or an empty function.
-void register_storage_allocator(Device device, StorageAllocator allocator);
 
 }  // namespace tensorgrad

@@ -1,11 +1,16 @@
 // The CPU backend: host memory (CpuStorage), the kernels of src/kernels for
 // every op, and the compute thread pool (a oneTBB arena) as its KernelContext.
+#include "backend/cpu/cpu_backend.h"
+
+#include <fstream>
+
 #include "core/thread_pool.h"
 #include "kernels/bfloat16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
 #include "tensorgrad/backend/backend.h"
 #include "tensorgrad/core/logging.h"
+#include "tensorgrad/core/memory.h"
 
 namespace tensorgrad {
 
@@ -54,7 +59,26 @@ class CpuBackend final : public Backend {
   DTypePolicy policy_;
 };
 
+// The processor's name ("model name" in /proc/cpuinfo), or "CPU" where the
+// system does not say.
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    const size_t start = colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
+  }
+  return "CPU";
+}
+
 }  // namespace
+
+BackendRegistration cpu_registration() {
+  return {"cpu",
+          [] { return std::vector<DeviceInfo>{{Device::CPU, cpu_model_name(), DeviceType::kCpu, physical_memory_bytes()}}; },
+          [](int) { return cpu_backend(); }};
+}
 
 bool bfloat16_supported() { return kernels::cpu_has_bf16(); }
 const char* cpu_kernel_path() { return kernels::cpu_path_name(kernels::cpu_path()); }
