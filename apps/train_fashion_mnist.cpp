@@ -96,6 +96,16 @@ std::pair<double, double> loss_and_accuracy(const tg::Tensor& probs, const tg::T
   return {loss / double(n), double(right) / double(n)};
 }
 
+// --list-devices: one line per device, as tensorgrad::devices() orders them.
+void print_devices() {
+  std::printf("%-12s %-20s %10s  %s\n", "device", "type", "memory", "name");
+  for (const tg::DeviceInfo& d : tg::devices()) {
+    char memory[32] = "?";
+    if (d.memory_bytes) std::snprintf(memory, sizeof memory, "%.1f GiB", double(d.memory_bytes) / double(1ull << 30));
+    std::printf("%-12s %-20s %10s  %s\n", d.device.str().c_str(), tg::device_type_name(d.type), memory, d.name.c_str());
+  }
+}
+
 // Training from a generator (--augment): each epoch a fresh shifted and
 // mirrored copy of the training rows in a new order, `fit.batch_size` rows a
 // call, nothing at the end of the epoch; the last `fit.validation_split` of
@@ -207,6 +217,14 @@ int main(int argc, char** argv) {
   std::string plot_path;
   app.add_option("--plot", plot_path, "write the training curves as a PNG to this path (needs gnuplot: scripts/setup.sh --plot)");
   app.add_option("--verbose", verbose, "0 silent, 1 progress bar, 2 one line per epoch")->check(CLI::Range(0, 2));
+  std::string device_spec = "cpu";
+  app.add_option("--device", device_spec,
+                 "the device to train on, as PyTorch names devices (cpu, cuda:0, vulkan:1; --list-devices lists "
+                 "them); nothing else is picked implicitly")
+      ->capture_default_str();
+  bool list_devices = false;
+  app.add_flag("--list-devices", list_devices,
+               "list the devices (GPUs, then CPU implementations of GPU APIs, then the CPU) and exit");
   std::string save_path;
   app.add_option("--save", save_path,
                  "save the trained model (architecture, weights, optimizer state) to this GGUF file; "
@@ -214,6 +232,19 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (list_devices) {
+      print_devices();
+      return 0;
+    }
+    tg::Device device;
+    try {  // a malformed or unavailable device is refused before the data loads
+      device = tg::Device(device_spec);
+      (void)tg::backend(device);
+    } catch (const tg::Error& e) {
+      std::fprintf(stderr, "error: --device %s: %s\n(--list-devices lists the devices here)\n", device_spec.c_str(),
+                   e.what());
+      return 1;
+    }
     enum class Kind { Mlp, Cnn, Resnet };
     const Kind kind = model_name == "cnn" ? Kind::Cnn : model_name == "resnet" ? Kind::Resnet : Kind::Mlp;
     auto pick = [kind](auto mlp, auto cnn, auto res) { return kind == Kind::Mlp ? mlp : kind == Kind::Cnn ? cnn : res; };
@@ -242,9 +273,10 @@ int main(int argc, char** argv) {
     if (threads > 0) tg::set_num_threads(threads);
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
-      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32")
+      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32" ||
+          device != tg::Device::CPU)
         throw tg::ValueError("--api eager takes --epochs, --batch-size, --lr, --validation-split, --threads, --seed, "
-                             "--data and --verbose only");
+                             "--data and --verbose only (the eager API runs on the CPU)");
       tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/true);
       fashion::EagerOptions eager;
       eager.epochs = epochs;
@@ -257,10 +289,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     tg::manual_seed(seed);
-    std::printf("tensorgrad: Fashion-MNIST, %s, AdamW lr %g, batch %lld, %d epochs, %d threads%s\n",
+    std::printf("tensorgrad: Fashion-MNIST, %s, AdamW lr %g, batch %lld, %d epochs, %d threads%s%s\n",
                 pick("784-500-10 MLP", "CNN (conv8-pool-conv16-pool-dense10)", "residual CNN (16-16-16-32-32)"),
                 double(learning_rate), (long long)batch_size, epochs, tg::num_threads(),
-                comm ? (" a rank, " + std::to_string(comm->size()) + " ranks (data-parallel)").c_str() : "");
+                comm ? (" a rank, " + std::to_string(comm->size()) + " ranks (data-parallel)").c_str() : "",
+                device == tg::Device::CPU ? "" : (", on " + device.str()).c_str());
     tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/kind == Kind::Mlp);
     std::printf("data: %lld training and %lld test images from %s\n", (long long)data.train.x.shape()[0],
                 (long long)data.test.x.shape()[0], data_dir.c_str());
@@ -281,7 +314,8 @@ int main(int argc, char** argv) {
       return tg::nn::Model(std::move(seq));
     }();
     model.compile(tg::OptimizerSpec::adamw(learning_rate), "sparse_categorical_crossentropy", {"accuracy"},
-                  dtype_policy == "mixed_bfloat16" ? tg::DTypePolicy::kMixedBFloat16 : tg::DTypePolicy::kFloat32);
+                  tg::nn::CompileTarget(device, dtype_policy == "mixed_bfloat16" ? tg::DTypePolicy::kMixedBFloat16
+                                                                             : tg::DTypePolicy::kFloat32));
     std::printf("%s", model.summary().c_str());
 
     tg::nn::FitOptions fit;
