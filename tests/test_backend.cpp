@@ -36,8 +36,8 @@ class CountingBackend final : public Backend {
       std::atomic<int64_t>* count;
       void begin_run() override { cpu->begin_run(); }
       void end_run() override { cpu->end_run(); }
-      void launch(OpKind op, const OpAttrs& at, std::span<const kernels::TensorRef> in,
-                  const kernels::TensorRef& out) override {
+      void launch(OpKind op, const OpAttrs& at, std::span<const KernelArg> in,
+                  const KernelArg& out) override {
         ++*count;
         cpu->launch(op, at, in, out);
       }

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "sealed_device.h"
 #include "test_support.h"
 #include "tensorgrad/tensorgrad.h"
 
@@ -110,14 +111,16 @@ class TestDeviceBackend final : public Backend {
 };
 
 // Registers, once per process, kind "testgpu" (a discrete and an integrated
-// GPU) and kind "testsoft" (a CPU implementation of a GPU API).
+// GPU) and kind "testsoft" (a CPU implementation of a GPU API, whose memory
+// the host cannot read: test_support::SealedBackend).
 void register_test_kinds() {
   static const bool registered = [] {
+    static const auto sealed = std::make_shared<const test_support::SealedBackend>(Device("testsoft:0"));
     static const auto gpus = std::vector<std::shared_ptr<const Backend>>{
         std::make_shared<TestDeviceBackend>(Device("testgpu:0")), std::make_shared<TestDeviceBackend>(Device("testgpu:1"))};
     register_backend({"testsoft",
                       [] { return std::vector<DeviceInfo>{{Device("testsoft:0"), "soft", DeviceType::kCpuImplementation, 0}}; },
-                      [](int) { return std::make_shared<TestDeviceBackend>(Device("testsoft:0")); }});
+                      [](int) { return sealed; }});
     register_backend({"testgpu",
                       [] {
                         return std::vector<DeviceInfo>{{Device("testgpu:0"), "big", DeviceType::kDiscreteGpu, 1 << 30},
@@ -187,10 +190,140 @@ TEST(Registry, AModelCompilesForARegisteredDevice) {
   EXPECT_TRUE(m.compiled());
   EXPECT_EQ(m.device(), Device("testgpu:1"));
   EXPECT_EQ(m.backend(), backend(Device("testgpu:1")));
-  // A model's weights are made on the CPU and compile does not move them
-  // yet: training on another device is refused, naming the first weight.
+  // Compile moves the weights to the device, so the model trains there.
+  for (const nn::Weight& w : m.weights()) EXPECT_EQ(w.value.device(), Device("testgpu:1")) << w.name;
   const Tensor x = Tensor::zeros(Shape{2, 4}), y = Tensor::zeros(Shape{2, 3});
   nn::FitOptions fo;
   fo.verbose = 0;
-  EXPECT_TRUE(throws<StateError>([&] { m.fit(x, y, fo); }, {"'dense/kernel' lives on cpu", "(testgpu:1)"}));
+  const nn::History h = m.fit(x, y, fo);
+  EXPECT_EQ(h["loss"].size(), 1u);
+}
+
+namespace {
+
+using test_support::SealedStorage;
+
+const Device kSealed("testsoft:0");
+
+// A small CNN with batch normalisation and dropout, the same weights on
+// every device (the global seed is set before it is built).
+nn::Sequential seam_model(Device device) {
+  nn::clear_session();
+  manual_seed(7);
+  nn::Sequential m({6, 6, 1});
+  m.add(nn::Conv2D(4, 3, "valid", "relu"));
+  m.add(nn::BatchNormalization());
+  m.add(nn::Flatten());
+  m.add(nn::Dropout(0.25f));
+  m.add(nn::Dense(3, "softmax"));
+  m.compile(OptimizerSpec::adam(0.01f), "categorical_crossentropy", {"accuracy"}, device);
+  return m;
+}
+
+Tensor seam_inputs(int64_t rows) {
+  std::vector<float> v(size_t(rows * 36));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float((i * 37) % 23) / 11.0f - 1.0f;
+  return Tensor::from_vector(v, Shape{rows, 6, 6, 1});
+}
+
+Tensor seam_labels(int64_t rows) {
+  std::vector<float> v(size_t(rows * 3), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) v[size_t(r * 3 + (r * 5) % 3)] = 1.0f;
+  return Tensor::from_vector(v, Shape{rows, 3});
+}
+
+std::vector<std::vector<float>> weight_values(const nn::Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const nn::Weight& w : m.weights()) out.push_back(w.value.to_vector());
+  return out;
+}
+
+}  // namespace
+
+// The device seam for models: a backend whose memory the host cannot read
+// trains and predicts with the CPU's numbers, bit for bit, through fit,
+// evaluate, predict, the Trainer and saving; a step copies the batch in and
+// the loss (and metric) scalars out, nothing else.
+TEST(DeviceSeam, AModelTrainsOnMemoryTheHostCannotReadWithTheCpusNumbers) {
+  register_test_kinds();
+  const Tensor x = seam_inputs(12), y = seam_labels(12);
+  nn::FitOptions fo;
+  fo.verbose = 0;
+  fo.epochs = 2;
+  fo.batch_size = 4;
+  nn::Sequential cpu = seam_model(Device::CPU), dev = seam_model(kSealed);
+  for (const nn::Weight& w : dev.weights()) EXPECT_EQ(w.value.device(), kSealed) << w.name;
+  EXPECT_EQ(weight_values(cpu), weight_values(dev));
+  const nn::History hc = cpu.fit(x, y, fo), hd = dev.fit(x, y, fo);
+  EXPECT_EQ(hc["loss"], hd["loss"]);
+  EXPECT_EQ(hc["accuracy"], hd["accuracy"]);
+  EXPECT_EQ(weight_values(cpu), weight_values(dev));
+  EXPECT_EQ(cpu.evaluate(x, y, 5), dev.evaluate(x, y, 5));
+  EXPECT_EQ(cpu.predict(x, 5).to_vector(), dev.predict(x, 5).to_vector());
+  EXPECT_EQ(dev.predict(x, 5).device(), Device::CPU);
+
+  // The Trainer: steps, a snapshot, target updates.
+  nn::TrainerOptions to;
+  to.batch_size = 4;
+  manual_seed(11);  // each trainer draws its dropout stream from the global generator
+  nn::Trainer tc(cpu, to);
+  manual_seed(11);
+  nn::Trainer td(dev, to);
+  const Tensor xb = x.rows(0, 4), yb = y.rows(0, 4);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(tc.step(xb, yb), td.step(xb, yb));
+  nn::Model sc = tc.snapshot(), sd = td.snapshot();
+  EXPECT_EQ(weight_values(sd), weight_values(sc));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(tc.step(x.rows(4, 8), y.rows(4, 8)), td.step(x.rows(4, 8), y.rows(4, 8)));
+  tc.update_target(sc, 0.5f);
+  td.update_target(sd, 0.5f);
+  EXPECT_EQ(weight_values(sd), weight_values(sc));
+  EXPECT_EQ(sc.predict(x, 4).to_vector(), sd.predict(x, 4).to_vector());
+
+  // A step copies the batch in and its scalars out; a target update copies nothing.
+  SealedStorage::reset_counts();
+  EXPECT_EQ(tc.step(xb, yb), td.step(xb, yb));
+  EXPECT_EQ(SealedStorage::uploads, 2);
+  EXPECT_EQ(SealedStorage::upload_bytes, xb.nbytes() + yb.nbytes());
+  // Three scalars come out: the total loss, the output's loss and its accuracy sum.
+  EXPECT_EQ(SealedStorage::downloads, 3);
+  EXPECT_EQ(SealedStorage::download_bytes, 3 * sizeof(float));
+  SealedStorage::reset_counts();
+  tc.update_target(sc, 0.5f);
+  td.update_target(sd, 0.5f);
+  EXPECT_EQ(SealedStorage::uploads + SealedStorage::downloads + SealedStorage::within, 0);
+  EXPECT_EQ(weight_values(sd), weight_values(sc));
+
+  // Saving reads the device's state by copies; a saved device model loads
+  // on the CPU, and its weights load back onto the device.
+  const std::string path = ::testing::TempDir() + "/device_seam.tgm";
+  io::save_model(dev, path);
+  nn::Model loaded = io::load_model(path);
+  EXPECT_EQ(weight_values(loaded), weight_values(cpu));
+  EXPECT_EQ(loaded.predict(x, 5).to_vector(), cpu.predict(x, 5).to_vector());
+  nn::Sequential again = seam_model(kSealed);
+  io::load_weights(again, path);
+  EXPECT_EQ(weight_values(again), weight_values(cpu));
+  EXPECT_EQ(again.predict(x, 5).to_vector(), cpu.predict(x, 5).to_vector());
+  std::remove(path.c_str());
+}
+
+// The seal holds: a host tensor handed to a kernel of the device is refused
+// by its launcher, and host element access to device memory throws.
+TEST(DeviceSeam, TheSealedDeviceRefusesHostMemory) {
+  register_test_kinds();
+  const Tensor t = Tensor::zeros(Shape{3}, DType::Float32, kSealed);
+  EXPECT_TRUE(throws<StateError>([&] { (void)t.data<float>(); }, {"needs a CPU tensor", "testsoft:0"}));
+  Graph g;
+  const Tensor host = Tensor::zeros(Shape{4});
+  const Value in = g.input("x", Shape{4});
+  const Value y = g.apply(OpKind::Relu, {in});
+  Executable exe(std::move(g), {y}, BatchRule{}, backend(kSealed));
+  EXPECT_THROW(SealedStorage::translate(host.raw()), std::logic_error);
+  SealedStorage::reset_counts();
+  exe.bind(in, host);  // another device's tensor: uploaded, never read in place
+  EXPECT_EQ(SealedStorage::uploads, 1);
+  exe.run();
+  EXPECT_EQ(exe.output(y).device(), kSealed);
+  EXPECT_EQ(exe.output(y).to_vector(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(exe.scalar(y), 0.0f);
 }

@@ -194,7 +194,9 @@ void Executable::build() {
     ref_node_.push_back(i);
     for (Value in : n.input_values()) ref_node_.push_back(in.id);
   }
-  refs_ = std::make_unique<kernels::TensorRef[]>(ref_node_.size());
+  refs_ = std::make_unique<KernelArg[]>(ref_node_.size());
+  bound_.resize(nodes.size());
+  staging_.resize(nodes.size());
   for (size_t k = 0; k < ref_node_.size(); ++k) {
     const Node& n = nodes[size_t(ref_node_[k])];
     refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
@@ -259,13 +261,47 @@ void Executable::bind(Value input, const Tensor& tensor) {
     throw ShapeError("input '" + n.name + "' expects shape " + want.str() + "; got " + tensor.shape().str());
   if (tensor.dtype() != n.dtype)
     throw TypeError("input '" + n.name + "' expects " + dtype_name(n.dtype) + "; got " + dtype_name(tensor.dtype()));
-  data_[size_t(input.id)] = tensor.raw();
+  Tensor& bound = bound_[size_t(input.id)];
+  if (tensor.device() == backend_->device()) {
+    bound = tensor;
+  } else {
+    // Kernels read only their own device's memory: the batch is uploaded
+    // into a buffer of the planned (largest) batch, made once per input.
+    Tensor& staging = staging_[size_t(input.id)];
+    if (!staging.defined()) staging = Tensor::empty(n.shape, n.dtype, backend_->device());
+    if (tensor.nbytes())
+      copy_bytes(*staging.storage(), staging.storage_offset(), *tensor.storage(), tensor.storage_offset(),
+                 tensor.nbytes());
+    bound = staging;
+  }
+  data_[size_t(input.id)] = bound.raw();
+}
+
+std::pair<std::shared_ptr<Storage>, size_t> Executable::locate(Value v, const char* call) const {
+  graph_.node(v);
+  const void* p = data_[size_t(v.id)];
+  if (!p) throw StateError(std::string(call) + ": node " + std::to_string(v.id) + " has no memory in this plan");
+  const char* at = static_cast<const char*>(p);
+  const char* base = static_cast<const char*>(arena_->data());
+  if (at >= base && at < base + arena_->nbytes()) return {arena_, size_t(at - base)};
+  // A bound input or a persistent tensor, or a view of one or an in-place
+  // update of one: the tensor that owns the memory is found by walking the
+  // nodes that share their first input's memory back to it.
+  const Node* owner = &graph_.node(v);
+  Value id = v;
+  while (!owner->bound.defined() && owner->role != NodeRole::Input && owner->n_inputs > 0 &&
+         (op_info(owner->op).view || op_info(owner->op).in_place)) {
+    id = owner->inputs[0];
+    owner = &graph_.node(id);
+  }
+  const Tensor& t = owner->bound.defined() ? owner->bound : bound_[size_t(id.id)];
+  if (!t.defined()) throw StateError(std::string(call) + ": node " + std::to_string(v.id) + " has no memory of its own");
+  return {t.storage(), t.storage_offset() + size_t(at - static_cast<const char*>(t.raw()))};
 }
 
 Tensor Executable::output(Value v) const {
-  const Node& n = graph_.node(v);
-  if (!data_[size_t(v.id)]) throw StateError("output: node " + std::to_string(v.id) + " has no memory in this plan");
-  return Tensor::view(data_[size_t(v.id)], shapes_[size_t(v.id)], n.dtype);
+  const auto [storage, offset] = locate(v, "output");
+  return Tensor::adopt(storage, shapes_[size_t(v.id)], graph_.node(v).dtype, offset);
 }
 
 const void* Executable::data_ptr(Value v) const {
@@ -288,24 +324,17 @@ void Executable::copy_output(Value v, const Tensor& dst) const {
   if (dst.dtype() != n.dtype)
     throw TypeError(std::string("copy_output: node ") + std::to_string(v.id) + " is " + dtype_name(n.dtype) +
                     "; the destination is " + dtype_name(dst.dtype()));
-  if (!dst.nbytes() || dst.raw() == p) return;
-  const char* base = static_cast<const char*>(arena_->data());
-  const char* at = static_cast<const char*>(p);
-  if (at >= base && at < base + arena_->nbytes()) {
-    copy_bytes(*dst.storage(), dst.storage_offset(), *arena_, size_t(at - base), dst.nbytes());
-  } else {  // a bound input or a persistent tensor (views of them included): find its storage
-    const Node* owner = &n;
-    while (!owner->bound.defined() && owner->n_inputs > 0 && op_info(owner->op).view)
-      owner = &graph_.node(owner->inputs[0]);
-    if (owner->bound.defined() && owner->bound.raw() == p)
-      copy_bytes(*dst.storage(), dst.storage_offset(), *owner->bound.storage(), owner->bound.storage_offset(),
-                 dst.nbytes());
-    else  // caller memory bound as an input: host memory
-      dst.storage()->copy_from_host(dst.storage_offset(), p, dst.nbytes());
-  }
+  if (!dst.nbytes() || (dst.raw() == p && dst.device() == backend_->device())) return;
+  const auto [storage, offset] = locate(v, "copy_output");
+  copy_bytes(*dst.storage(), dst.storage_offset(), *storage, offset, dst.nbytes());
 }
 
-float Executable::scalar(Value v) const { return *static_cast<const float*>(data_ptr(v)); }
+float Executable::scalar(Value v) const {
+  const auto [storage, offset] = locate(v, "scalar");
+  float x;
+  storage->copy_to_host(offset, &x, sizeof x);
+  return x;
+}
 
 void Executable::run(size_t first_node, size_t last_node) {
   const auto& nodes = graph_.nodes();
@@ -319,7 +348,7 @@ void Executable::run(size_t first_node, size_t last_node) {
     if (size_t(step.node) < first_node) continue;
     if (size_t(step.node) >= last_node) break;
     const Node& n = nodes[size_t(step.node)];
-    kernels::TensorRef* refs = &refs_[step.first_ref];
+    KernelArg* refs = &refs_[step.first_ref];
     for (int k = 0; k <= n.n_inputs; ++k) {
       const size_t id = size_t(ref_node_[step.first_ref + uint32_t(k)]);
       if (!data_[id]) throw StateError("run: input '" + nodes[id].name + "' is not bound");

@@ -82,16 +82,17 @@ Tensor Tensor::view(void* data, const Shape& shape, DType dtype) {
   return t;
 }
 
-Tensor Tensor::adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+Tensor Tensor::adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype, size_t offset) {
   if (!storage) throw StateError("Tensor::adopt: null storage for shape " + shape.str());
   const size_t bytes = checked_bytes(shape, dtype);
-  if (storage->nbytes() < bytes)
+  if (offset > storage->nbytes() || storage->nbytes() - offset < bytes)
     throw StateError("Tensor::adopt: a storage of " + std::to_string(storage->nbytes()) + " bytes cannot hold shape " +
-                     shape.str() + " of " + dtype_name(dtype) + " (" + std::to_string(bytes) + " bytes)");
+                     shape.str() + " of " + dtype_name(dtype) + " (" + std::to_string(bytes) + " bytes) from byte " +
+                     std::to_string(offset));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.data_ = storage->data();
+  t.data_ = static_cast<char*>(storage->data()) + offset;
   t.storage_ = std::move(storage);
   return t;
 }

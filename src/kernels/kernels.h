@@ -12,20 +12,15 @@
 
 #include "core/thread_pool.h"
 #include "tensorgrad/core/dtype.h"
+#include "tensorgrad/core/kernel_arg.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/ops/op.h"
 
 namespace tensorgrad::kernels {
 
-/// A tensor as a kernel sees it: contiguous row-major memory with a shape.
-struct TensorRef {
-  void* data = nullptr;
-  Shape shape;
-  DType dtype = DType::Float32;
-  float* f() const { return static_cast<float*>(data); }
-  int32_t* i() const { return static_cast<int32_t*>(data); }
-  int64_t numel() const { return shape.numel(); }
-};
+/// A tensor as a kernel sees it: the backend-neutral kernel argument, whose
+/// device address is a host pointer on the CPU.
+using TensorRef = KernelArg;
 
 /// What a run hands every kernel.
 struct KernelContext {

@@ -267,7 +267,7 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   state_.changed_after_compile = false;
   state_.backend = std::move(backend);
   state_.optimizer = optimizer;
-  state_.opt_state = std::make_shared<OptimizerState>(optimizer);
+  state_.opt_state = std::make_shared<OptimizerState>(optimizer, state_.backend->device());
   state_.trainable_at_compile.clear();
   std::set<const Layer*> seen;
   for_each_layer(*graph_, [&](Layer& l) { state_.trainable_at_compile.emplace_back(&l, l.trainable); }, seen);
@@ -280,8 +280,19 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   }
   retire_contexts("compile() was called again");
   state_.predict_plans.clear();  // fused for the earlier compile's target
+  place_weights_on(state_.backend->device());
   state_.fusion = FusionOptions{};
   state_.compiled = true;
+}
+
+void Model::place_weights_on(Device device) {
+  // Replacing the layer's tensor is enough: graphs bind weights when they
+  // are built, and compile has just retired every built one.
+  std::set<const Layer*> seen;
+  for_each_layer(*graph_, [&](Layer& l) {
+    for (Tensor* t : l.weight_slots())
+      if (t->defined() && t->device() != device) *t = t->to(device);
+  }, seen);
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,
@@ -888,7 +899,7 @@ Model Model::clone() const {
 
     std::set<const Layer*> seen;
     for_each_layer(*copy.graph_, [&](Layer& l) { copy.state_.trainable_at_compile.emplace_back(&l, l.trainable); }, seen);
-    copy.state_.opt_state = std::make_shared<OptimizerState>(state_.optimizer);
+    copy.state_.opt_state = std::make_shared<OptimizerState>(state_.optimizer, state_.backend->device());
     copy.state_.opt_state->rng_counter.copy_from(state_.opt_state->rng_counter);
     copy.state_.rng = state_.rng;
     copy.state_.compiled = true;

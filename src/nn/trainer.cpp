@@ -15,7 +15,8 @@ namespace tensorgrad::nn {
 // update_target's graph for one target: PolyakUpdate (or Assign) per weight,
 // tau a persistent {1} tensor written only when it changes.
 struct Trainer::TargetUpdate {
-  Tensor tau = Tensor::zeros(Shape{1});
+  explicit TargetUpdate(Device device) : tau(Tensor::zeros(Shape{1}, DType::Float32, device)) {}
+  Tensor tau;
   float last_tau = -1.0f;  // the value in `tau` (none yet)
   std::unique_ptr<Executable> exe;
 };
@@ -210,7 +211,7 @@ void Trainer::update_target(Model& target, float tau) {
     };
     if (mine.size() != theirs.size())
       mismatch("it has " + std::to_string(theirs.size()) + " weights, the trainer " + std::to_string(mine.size()));
-    auto update = std::make_unique<TargetUpdate>();
+    auto update = std::make_unique<TargetUpdate>(model_.backend()->device());
     Graph g;
     const Value tau_value = g.state(update->tau, "tau");
     for (size_t i = 0; i < mine.size(); ++i) {

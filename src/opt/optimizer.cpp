@@ -225,10 +225,10 @@ void OptimizerSpec::validate() const {
   if (learning_rate_schedule) validate_schedule(*learning_rate_schedule);
 }
 
-OptimizerState::OptimizerState(const OptimizerSpec& spec) {
+OptimizerState::OptimizerState(const OptimizerSpec& spec, Device device) {
   spec.validate();
-  hyper = Tensor::zeros(Shape{kHyperSize});
-  rng_counter = Tensor::zeros(Shape{1}, DType::Int64);
+  hyper = Tensor::zeros(Shape{kHyperSize}, DType::Float32, device);
+  rng_counter = Tensor::zeros(Shape{1}, DType::Int64, device);
   // Built on the host, then one copy into the persistent tensor.
   std::array<float, kHyperSize> h{};
   h[kLr] = spec.learning_rate;
@@ -241,13 +241,13 @@ OptimizerState::OptimizerState(const OptimizerSpec& spec) {
   h[kDampening] = spec.dampening;
   h[kStepDampening] = 0.0f;
   h[kRho] = spec.rho;
-  step = Tensor::zeros(Shape{1}, DType::Int64);
+  step = Tensor::zeros(Shape{1}, DType::Int64, device);
   if (spec.learning_rate_schedule) {
     learning_rate_schedule = spec.learning_rate_schedule;
     const EncodedSchedule e = encode_schedule(*learning_rate_schedule);
-    schedule_steps = Tensor::zeros(Shape{int64_t(e.steps.size())}, DType::Int64);
+    schedule_steps = Tensor::zeros(Shape{int64_t(e.steps.size())}, DType::Int64, device);
     tensorgrad::detail::write_elements(schedule_steps, 0, std::span<const int64_t>(e.steps));
-    schedule_values = Tensor::zeros(Shape{int64_t(e.values.size())});
+    schedule_values = Tensor::zeros(Shape{int64_t(e.values.size())}, DType::Float32, device);
     tensorgrad::detail::write_elements(schedule_values, 0, std::span<const float>(e.values));
     h[kLr] = float(learning_rate());
   }
@@ -578,7 +578,7 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
   accumulation_scale_ =
       Tensor::full(Shape{}, period_ > 1 ? float(options_.batch_size) / float(options_.nbatch_logical) : 1.0f);
   row_sum_seed_ = Tensor::full(Shape{}, float(options_.batch_size));
-  if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer);
+  if (!state_) state_ = std::make_shared<OptimizerState>(options_.optimizer, device());
 
   if (options_.capacity == 0) options_.capacity = options_.batch_size;
   if (options_.capacity < options_.batch_size)

@@ -10,15 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tensorgrad/core/kernel_arg.h"
 #include "tensorgrad/core/storage.h"
 #include "tensorgrad/graph/fuse.h"
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
 
-namespace kernels {
-struct TensorRef;
-}
 class Executable;
 struct BatchRule;
 
@@ -85,10 +83,10 @@ class KernelLauncher {
   virtual void begin_run() = 0;
   virtual void end_run() = 0;
   /// Runs op on `in`, writing `out` (for in-place ops, their first input),
-  /// on this backend's device. Kernels trust their inputs (shape rules
-  /// checked them when the op was made).
-  virtual void launch(OpKind op, const OpAttrs& attrs, std::span<const kernels::TensorRef> in,
-                      const kernels::TensorRef& out) = 0;
+  /// on this backend's device: every argument's address is this device's
+  /// (KernelArg). Kernels trust their inputs (shape rules checked them when
+  /// the op was made).
+  virtual void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) = 0;
 };
 
 /// A device's implementation of the engine: memory, kernels, executables.

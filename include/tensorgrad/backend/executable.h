@@ -6,6 +6,7 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tensorgrad/backend/backend.h"
@@ -13,10 +14,6 @@
 #include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad {
-
-namespace kernels {
-struct TensorRef;
-}
 
 /// How a graph's sizes follow its batch, learnt by comparing the same graph
 /// built at two batch sizes (make_batch_rule): per node, each dimension of
@@ -60,14 +57,20 @@ class Executable {
   const Graph& graph() const { return graph_; }
   const Backend& backend() const { return *backend_; }
 
-  /// Binds an input leaf to caller memory for the following runs, without a
-  /// copy; the tensor must stay alive while runs use it. Throws ShapeError or
-  /// TypeError when it does not match the input's shape or dtype exactly.
+  /// Binds an input leaf to `tensor` for the following runs. A tensor on
+  /// the backend's device is used in place, without a copy (it must stay
+  /// alive while runs use it); one on another device (a host batch for a
+  /// device backend) is copied now into a buffer the executable keeps for
+  /// that input, allocated at its first such bind for the planned batch (so
+  /// later binds allocate nothing), as a GPU step uploads its batch. Throws
+  /// ShapeError or TypeError when it does not match the input's shape or
+  /// dtype exactly, StateError for an undefined tensor or a node that is
+  /// not an input, and as copy_bytes for a pair of devices with no copy.
   void bind(Value input, const Tensor& tensor);
 
-  /// A view of a node's result (valid until the next run), on the backend's
-  /// device. Throws StateError for a node that is not an output of this
-  /// executable.
+  /// A node's result (valid until the next run) as a tensor sharing its
+  /// memory on the backend's device: read it with copies (to_vector, to).
+  /// Throws StateError for a node without memory in this plan.
   Tensor output(Value v) const;
   /// Copies a node's result (as the last run left it) into `dst`, a backend
   /// copy: what predict uses to hand results out. `dst` must hold exactly as
@@ -77,10 +80,13 @@ class Executable {
   /// StateError for a node without memory in this plan or an undefined dst,
   /// ShapeError for another element count, TypeError for another dtype.
   void copy_output(Value v, const Tensor& dst) const;
-  /// The first element of a float32 output.
+  /// The first element of a float32 output, copied to the host (a device
+  /// backend's read-back of the loss). Throws as data_ptr.
   float scalar(Value v) const;
-  /// Where a node's result lives (no Tensor made, so nothing allocated).
-  /// Throws StateError for a node without memory in this plan.
+  /// The device address of a node's result (no Tensor made, so nothing
+  /// allocated): for the backend's kernels and for comparing addresses,
+  /// never for host reads on a device other than the CPU. Throws
+  /// StateError for a node without memory in this plan.
   const void* data_ptr(Value v) const;
 
   /// Runs every scheduled node with index in [first_node, last_node).
@@ -107,6 +113,8 @@ class Executable {
  private:
   void build();  // checks, plans, allocates and lays out the steps
   void bind_views();  // points every view node at its input's memory (MemoryPlan::view_offsets)
+  // The storage that holds node v's result and the byte offset there.
+  std::pair<std::shared_ptr<Storage>, size_t> locate(Value v, const char* call) const;
 
   Graph graph_;
   std::vector<Value> outputs_;
@@ -115,6 +123,8 @@ class Executable {
   MemoryPlan plan_;
   std::shared_ptr<Storage> arena_;
   std::vector<void*> data_;  // per node: where its result lives (null for unbound inputs)
+  std::vector<Tensor> bound_;    // per input node: what bind gave it on the device (whose storage holds it)
+  std::vector<Tensor> staging_;  // per input node: the device buffer a bind from another device copies into
   // What each scheduled node hands its kernel, built once: refs_[first] is
   // the output, the inputs follow; a run only refreshes the data pointers.
   struct Step {
@@ -122,7 +132,7 @@ class Executable {
     uint32_t first_ref;
   };
   std::vector<Step> steps_;
-  std::unique_ptr<kernels::TensorRef[]> refs_;
+  std::unique_ptr<KernelArg[]> refs_;
   std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
   BatchRule rule_;
   int64_t rows_ = 0;             // the batch the refs and attrs describe now (the first input's rows)

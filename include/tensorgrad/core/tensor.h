@@ -42,10 +42,13 @@ class Tensor {
   /// A view of caller memory: no copy, no ownership. `data` must hold
   /// `shape.numel()` elements of `dtype` and outlive every use of the view.
   static Tensor view(void* data, const Shape& shape, DType dtype = DType::Float32);
-  /// A tensor over byte 0 of `storage` (shared with the tensor's copies):
-  /// how an allocator or a backend hands out its blocks. Throws StateError
-  /// for a null storage or one smaller than shape.numel() elements of `dtype`.
-  static Tensor adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype = DType::Float32);
+  /// A tensor over `storage` from byte `offset` on (shared with the
+  /// tensor's copies): how an allocator or a backend hands out its blocks,
+  /// and how an executable shows a result inside its arena on any device.
+  /// Throws StateError for a null storage or one that holds fewer than
+  /// shape.numel() elements of `dtype` after `offset`.
+  static Tensor adopt(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype = DType::Float32,
+                      size_t offset = 0);
   /// Read-only convenience for views of const float data. Writing through the
   /// result is the caller's responsibility to avoid.
   static Tensor view(const float* data, const Shape& shape);

@@ -39,7 +39,7 @@ class Conv2D : public Layer {
   std::vector<Weight> weights() const override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
+  std::vector<Tensor*> weight_slots() override { return {&kernel_, &bias_}; }
 
  protected:
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
@@ -90,7 +90,7 @@ class Pooling2D : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {}; }
+  std::vector<Tensor*> weight_slots() override { return {}; }
 
  protected:
   /// Throws ValueError for non-positive sizes or strides, or an unknown padding.
@@ -129,7 +129,7 @@ class GlobalPooling2D : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {}; }
+  std::vector<Tensor*> weight_slots() override { return {}; }
 
  protected:
   GlobalPooling2D(const char* prefix, bool is_max) : Layer(prefix), is_max_(is_max) {}

@@ -177,6 +177,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs);
   /// Its weights, in Keras order.
   virtual std::vector<Weight> weights() const { return {}; }
+  /// The tensors that hold its weights (the ones weights() lists), so that
+  /// clone_layer can deep-copy them and Model::compile can place them on the
+  /// model's device (as Keras builds variables under the distribution
+  /// strategy's device scope). Every built-in layer with weights overrides
+  /// it; a user's layer that does not stays on the CPU, and compiling it for
+  /// another device fails at its first run, naming the weight.
+  virtual std::vector<Tensor*> weight_slots() { return {}; }
   /// Checks a model input this layer reads directly (the first layer): token
   /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
   virtual void validate_input(const Tensor& x) const { (void)x; }
@@ -234,7 +241,7 @@ class Dense : public Layer {
   std::vector<Weight> weights() const override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&kernel_, &bias_}; }
+  std::vector<Tensor*> weight_slots() override { return {&kernel_, &bias_}; }
   int64_t units() const { return units_; }
 
  private:
@@ -253,7 +260,7 @@ class Flatten : public Layer {
   Shape build(const Shape& input_shape) override { return Shape{input_shape.numel()}; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {}; }
+  std::vector<Tensor*> weight_slots() override { return {}; }
 };
 
 /// An activation as a layer (keras.layers.Activation).
@@ -267,7 +274,7 @@ class ActivationLayer : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {}; }
+  std::vector<Tensor*> weight_slots() override { return {}; }
 
  private:
   Activation activation_;
@@ -288,7 +295,7 @@ class Dropout : public Layer {
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {}; }
+  std::vector<Tensor*> weight_slots() override { return {}; }
   float rate() const { return rate_; }
 
  private:

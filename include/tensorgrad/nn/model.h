@@ -522,6 +522,8 @@ class Model {
   std::string not_compiled_message(const char* call) const;
   void new_structure_id();
   void retire_contexts(const char* why);
+  // Moves every layer's weights to `device` (compile's target).
+  void place_weights_on(Device device);
   void set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
                     std::vector<std::vector<std::string>> metrics, std::shared_ptr<const Backend> backend);
   // validation: the tensors are validation data (messages say so).

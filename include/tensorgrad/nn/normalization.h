@@ -25,7 +25,7 @@ class BatchNormalization : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&gamma_, &beta_, &moving_mean_, &moving_variance_}; }
+  std::vector<Tensor*> weight_slots() override { return {&gamma_, &beta_, &moving_mean_, &moving_variance_}; }
   /// Training steps leave the moving statistics unchanged (Sequential::freeze_bn_stats).
   bool freeze_stats = false;
 
@@ -47,7 +47,7 @@ class LayerNormalization : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&gamma_, &beta_}; }
+  std::vector<Tensor*> weight_slots() override { return {&gamma_, &beta_}; }
 
  private:
   float epsilon_;

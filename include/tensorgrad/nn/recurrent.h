@@ -25,7 +25,7 @@ class Embedding : public Layer {
   void validate_input(const Tensor& x) const override;
   bool takes_token_ids() const override { return true; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() { return {&embeddings_}; }
+  std::vector<Tensor*> weight_slots() override { return {&embeddings_}; }
 
  private:
   int64_t input_dim_, output_dim_;
@@ -39,7 +39,7 @@ class RecurrentLayer : public Layer {
  public:
   LayerConfig config() const override;
   std::vector<Weight> weights() const override;
-  std::vector<Tensor*> weight_slots() { return {&kernel_, &recurrent_kernel_, &bias_}; }
+  std::vector<Tensor*> weight_slots() override { return {&kernel_, &recurrent_kernel_, &bias_}; }
   /// Throws ShapeError unless the input is {steps, features}.
   Shape build(const Shape& input_shape) override;
 

@@ -359,8 +359,11 @@ struct OptimizerState {
   /// `schedule_values` {m} float32, persistent; both undefined without one.
   std::optional<LearningRateSchedule> learning_rate_schedule;
   Tensor schedule_steps, schedule_values;
-  /// Fresh state for `spec` (step 0, no moments yet); throws as spec.validate().
-  explicit OptimizerState(const OptimizerSpec& spec);
+  /// Fresh state for `spec` (step 0, no moments yet) on `device`, where the
+  /// update graph that reads it runs (the model's backend's device); throws
+  /// as spec.validate(), and StateError as allocate_storage for a device
+  /// without a backend.
+  explicit OptimizerState(const OptimizerSpec& spec, Device device = Device::CPU);
   /// The value of `step`, read to the host by a copy (exact at any count).
   int64_t iterations() const;
   /// The learning rate of the next update (Keras' optimizer.learning_rate):

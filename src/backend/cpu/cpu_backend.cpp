@@ -27,8 +27,7 @@ class CpuLauncher final : public KernelLauncher {
     ctx_.pool = nullptr;
     pool_.reset();
   }
-  void launch(OpKind op, const OpAttrs& attrs, std::span<const kernels::TensorRef> in,
-              const kernels::TensorRef& out) override {
+  void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) override {
     kernels::run_kernel(op, attrs, in, out, ctx_);
   }
 
