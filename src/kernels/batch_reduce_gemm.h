@@ -155,22 +155,37 @@ struct BatchReduceGemm {
     if constexpr (std::is_same_v<T, float>)
       if (sixteen_wide) return rows16(a, b, count, m, k, pixel_step, c, ldc, beta != 0.0f);
 #endif
-    thread_local std::vector<const T*> ab, bb;
-    ab.resize(size_t(count));
-    bb.resize(size_t(count));
+    // On the stack: run() is called by pool workers, and a worker's first
+    // call must not allocate in a training step (a thread_local vector would,
+    // and so would even passing one's declaration, which registers its
+    // destructor, on whichever worker first meets the kernel, at any step).
+    // Windows of more taps than that (a 12x12 kernel) take the heap once per
+    // thread.
+    constexpr int64_t kStackTaps = 128;
+    const T* ab_stack[kStackTaps];
+    const T* bb_stack[kStackTaps];
+    const T** ab = ab_stack;
+    const T** bb = bb_stack;
+    if (count > kStackTaps) {
+      thread_local std::vector<const T*> ab_heap, bb_heap;
+      ab_heap.resize(size_t(count));
+      bb_heap.resize(size_t(count));
+      ab = ab_heap.data();
+      bb = bb_heap.data();
+    }
     for (int64_t r0 = 0; r0 < m; r0 += kPixelBlock) {
       const int64_t rows = std::min(kPixelBlock, m - r0);
       for (int64_t i = 0; i < count; ++i) {
-        ab[size_t(i)] = a[i] + r0 * pixel_step;
-        bb[size_t(i)] = b[i];
+        ab[i] = a[i] + r0 * pixel_step;
+        bb[i] = b[i];
       }
       const auto f = rows == m_full ? full : tail;
       if (f) {
         const unsigned long long n_taps = (unsigned long long)count;
-        f(bb.data(), ab.data(), c + r0 * ldc, &n_taps);
+        f(bb, ab, c + r0 * ldc, &n_taps);
       } else if constexpr (std::is_same_v<T, float>) {  // no JIT kernel: the same sum, one GEMM per tap
         for (int64_t i = 0; i < count; ++i)
-          gemm(rows, n, k, ab[size_t(i)], lda, false, bb[size_t(i)], ldb, c + r0 * ldc, ldc, i ? 1.0f : beta);
+          gemm(rows, n, k, ab[i], lda, false, bb[i], ldb, c + r0 * ldc, ldc, i ? 1.0f : beta);
       }
     }
   }
