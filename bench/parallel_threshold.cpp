@@ -1,7 +1,7 @@
 // Where threads start to pay: a ladder of small training steps (CNNs of
 // 3x3 convolutions with batch norm and ReLU, and MLPs), each timed on one
 // thread and on TG_THREADS threads (default 2), median of 9 rounds of 20
-// steps after warm-up. A graph whose work (kernels::op_flops summed: a
+// steps after warm-up. A graph whose work (op_flops summed: a
 // product op's 2 M N K or 2 outputs kh kw C, one per output element for
 // the rest) is under kernels::kParallelFlops runs on the calling thread
 // whatever the thread count, so below the threshold the two columns

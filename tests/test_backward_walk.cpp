@@ -36,8 +36,8 @@ class ScalarTape final : public Builder, public Tape {
     if (op == OpKind::Add) y = x(0) + x(1);
     else if (op == OpKind::Sub) y = x(0) - x(1);
     else if (op == OpKind::Mul) y = x(0) * x(1);
-    else if (op == OpKind::Scale) y = x(0) * attrs.scale;
-    else if (op == OpKind::Fill) y = attrs.scale;
+    else if (op == OpKind::Scale) y = x(0) * attrs.factor;
+    else if (op == OpKind::Fill) y = attrs.value;
     else throw Error(std::string("ScalarTape does not run ") + op_info(op).name);
     entries_.push_back({op, attrs, std::vector<Value>(inputs.begin(), inputs.end()), y});
     return Value{int32_t(entries_.size() - 1)};

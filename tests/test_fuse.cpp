@@ -46,8 +46,8 @@ ConvBnRelu conv_bn_relu(const std::vector<Tensor>& p) {
   at.window = test_support::window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
   const Value c = g.apply(OpKind::Conv2D, {r.x, k}, at);
   OpAttrs bn;
-  bn.scale = 1e-3f;
-  bn.length = 1;
+  bn.eps = 1e-3f;
+  bn.own_stats = true;
   const Value norm = g.apply(OpKind::BatchNorm, {c, g.apply(OpKind::BatchNormStats, {c}), gamma, beta}, bn);
   const Value y = g.relu(g.add(norm, c));  // a residual block's end: the Add folds into the batch norm
   const Value pooled = g.windowed(OpKind::MaxPool2D, y, test_support::window(2, 2, 2, 2));

@@ -1,7 +1,7 @@
 // Gradient checks for the layer ops (Reshape, Rsqrt, the activations Gelu,
 // Silu, Elu, LeakyRelu, Softplus, MeanLastAxis, Slice, Concat, Gather,
-// Im2Col, MaxPool2D, AvgPool2D) and compositions of them (a convolution
-// written as im2col + matmul, layer normalisation, a small CNN), against
+// Conv2D, MaxPool2D, AvgPool2D) and compositions of them (layer
+// normalisation, a small CNN), against
 // central finite differences, through the real static path: Graph ->
 // Graph::gradients -> Executable::run. Same method as tests/test_gradients.cpp.
 //
@@ -17,7 +17,7 @@
 // Precision (float32; as in test_gradients.cpp, after ggml's test-backend-ops):
 //  * step h = 1e-2 on inputs of magnitude O(1). The central difference's
 //    truncation error is h^2/6 * |f'''|: zero for the linear ops (reshape,
-//    slice, concat, gather, im2col, pooling away from a switch of the argmax,
+//    slice, concat, gather, pooling away from a switch of the argmax,
 //    the bilinear convolution), ~2e-5 for gelu/silu/softplus/elu with O(1)
 //    arguments, and at most ~4e-4 for rsqrt on [0.5, 2] (|f'''| = 15/8 x^-3.5
 //    <= 21 at x = 0.5), against gradients of magnitude >= 0.1 there.
@@ -302,7 +302,7 @@ TEST(LayerOpGrad, GatherRepeatedIds) {
 }
 
 // ---------------------------------------------------------------------------
-// Im2Col over several windows; x {B, H, W, C}.
+// Windows over x {B, H, W, C} for the convolution and pooling checks.
 
 struct WindowCase {
   const char* name;
@@ -310,7 +310,7 @@ struct WindowCase {
   Window2D w;
 };
 
-const std::vector<WindowCase> kIm2ColCases = {
+const std::vector<WindowCase> kWindowCases = {
     {"3x3_same", {2, 4, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
     {"3x3_valid", {1, 5, 6, 1}, window(3, 3, 1, 1)},
     {"2x2_s2", {2, 4, 6, 3}, window(2, 2, 2, 2)},
@@ -321,61 +321,11 @@ const std::vector<WindowCase> kIm2ColCases = {
     {"2x3_mixed", {1, 6, 7, 2}, window(2, 3, 2, 1, 1, 2, 1, 0, 0, 2)},
 };
 
-TEST(LayerOpGradIm2Col, Windows) {
-  for (const WindowCase& k : kIm2ColCases) {
-    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
-    GradCheck c(1100);
-    Value x = c.param(uniform(k.x, c.rng, -1.5f, 1.5f), "x");
-    Value cols = c.g.windowed(OpKind::Im2Col, x, k.w);
-    const int64_t ho = k.w.out_h(k.x[1]), wo = k.w.out_w(k.x[2]);
-    ASSERT_EQ(c.g.shape(cols), (Shape{k.x[0] * ho * wo, k.w.kh * k.w.kw * k.x[3]}));
-    EXPECT_EQ(c.check(c.project(cols)), "");
-  }
-}
-
-// Col2Im has a gradient rule too (Im2Col of the incoming gradient).
-TEST(LayerOpGradIm2Col, Col2Im) {
-  for (size_t i : {size_t(0), size_t(3), size_t(4), size_t(7)}) {
-    const WindowCase& k = kIm2ColCases[i];
-    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
-    GradCheck c(1150);
-    const Shape cs{k.x[0] * k.w.out_h(k.x[1]) * k.w.out_w(k.x[2]), k.w.kh * k.w.kw * k.x[3]};
-    Value cols = c.param(uniform(cs, c.rng, -1.0f, 1.0f), "cols");
-    OpAttrs at;
-    at.window = k.w;
-    at.shape = k.x;
-    Value img = c.g.apply(OpKind::Col2Im, {cols}, at);
-    ASSERT_EQ(c.g.shape(img), k.x);
-    EXPECT_EQ(c.check(c.project(img)), "");
-  }
-}
-
-// conv(x, K) = reshape(matmul(im2col(x), reshape(K, {kh*kw*C, F})), {B, Ho, Wo, F}),
-// gradients wrt both the image and the Keras-layout kernel {kh, kw, C, F}.
-TEST(LayerOpGradIm2Col, ConvolutionComposition) {
-  const std::vector<WindowCase> cases = {
-      {"3x3_same", {2, 5, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
-      {"3x3_s2_pads0011", {1, 6, 6, 3}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
-      {"2x2_dilation2", {2, 5, 4, 2}, window(2, 2, 1, 1, 2, 2)},
-  };
-  const int64_t f = 3;
-  for (const WindowCase& k : cases) {
-    SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
-    GradCheck c(1200);
-    Value x = c.param(uniform(k.x, c.rng, -1.0f, 1.0f), "x");
-    Value kern = c.param(uniform({k.w.kh, k.w.kw, k.x[3], f}, c.rng, -0.5f, 0.5f), "K");
-    Value cols = c.g.windowed(OpKind::Im2Col, x, k.w);
-    Value y = c.g.matmul(cols, c.g.reshape(kern, {k.w.kh * k.w.kw * k.x[3], f}));
-    y = c.g.reshape(y, {k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), f});
-    EXPECT_EQ(c.check(c.project(y)), "");
-  }
-}
-
 // The direct Conv2D op and its two backward ops (each has a gradient rule,
-// so gradients of gradients work), over the Im2Col windows plus strided ones.
+// so gradients of gradients work), over the windows above plus strided ones.
 TEST(LayerOpGradConv2D, ImageAndKernel) {
   const int64_t f = 3;
-  std::vector<WindowCase> cases = kIm2ColCases;
+  std::vector<WindowCase> cases = kWindowCases;
   // Rows wider than the kernel's 64-pixel block, stride 1 and 2.
   cases.push_back({"1x3_70_steps", {1, 1, 70, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)});
   cases.push_back({"1x3_s2_140_steps", {1, 1, 140, 1}, window(1, 3, 1, 2, 1, 1, 0, 1, 0, 1)});
@@ -396,7 +346,7 @@ TEST(LayerOpGradConv2D, ImageAndKernel) {
 // bias): every operand's gradient, and the value against the separate add.
 TEST(LayerOpGradConv2D, WithBias) {
   const int64_t f = 3;
-  std::vector<WindowCase> cases = kIm2ColCases;
+  std::vector<WindowCase> cases = kWindowCases;
   cases.push_back({"1x3_70_steps", {1, 1, 70, 2}, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)});
   for (const WindowCase& k : cases) {
     SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
@@ -431,7 +381,7 @@ TEST(LayerOpGradConv2D, WithBias) {
 TEST(LayerOpGradConv2D, WithReluOutput) {
   const int64_t f = 3;
   for (bool with_bias : {false, true})
-    for (const WindowCase& k : kIm2ColCases) {
+    for (const WindowCase& k : kWindowCases) {
       SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w) + (with_bias ? " bias" : ""));
       std::mt19937 rng(1261);
       Tensor tx = uniform(k.x, rng, -1.0f, 1.0f), tk = uniform({k.w.kh, k.w.kw, k.x[3], f}, rng, -0.5f, 0.5f),
@@ -468,7 +418,7 @@ TEST(LayerOpGradConv2D, WithReluOutput) {
 TEST(LayerOpGradConv2D, BackwardOpsOwnRules) {
   const int64_t f = 2;
   for (size_t i : {size_t(0), size_t(3), size_t(7)}) {
-    const WindowCase& k = kIm2ColCases[i];
+    const WindowCase& k = kWindowCases[i];
     SCOPED_TRACE(std::string(k.name) + " " + k.x.str() + " " + window_str(k.w));
     const Shape gs{k.x[0], k.w.out_h(k.x[1]), k.w.out_w(k.x[2]), f}, ks{k.w.kh, k.w.kw, k.x[3], f};
     {
@@ -721,8 +671,8 @@ TEST(LayerOpGradReluFolding, FoldedEqualsTheGraphAsWritten) {
           params.push_back(g.parameter(tgamma, "gamma", true));
           params.push_back(g.parameter(tbeta, "beta", true));
           OpAttrs at;
-          at.scale = 1e-3f;
-          at.length = train ? 1 : 0;
+          at.eps = 1e-3f;
+          at.own_stats = train;
           Value stats = train ? g.apply(OpKind::BatchNormStats, {params[0]}) : g.parameter(tstats, "stats", true);
           if (!train) params.push_back(stats);
           pre = g.apply(OpKind::BatchNorm, {params[0], stats, params[1], params[2]}, at);
@@ -792,8 +742,8 @@ TEST(LayerOpGradBatchNorm, BatchStatistics) {
     Value gamma = c.param(uniform({ch}, c.rng, 0.5f, 1.5f), "gamma");
     Value beta = c.param(uniform({ch}, c.rng, -0.5f, 0.5f), "beta");
     OpAttrs at;
-    at.scale = 1e-3f;
-    at.length = 1;
+    at.eps = 1e-3f;
+    at.own_stats = true;
     Value stats = c.g.apply(OpKind::BatchNormStats, {x});
     EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at))), "");
   }
@@ -809,7 +759,7 @@ TEST(LayerOpGradBatchNorm, GivenStatistics) {
   Value gamma = c.param(uniform({3}, c.rng, 0.5f, 1.5f), "gamma");
   Value beta = c.param(uniform({3}, c.rng, -0.5f, 0.5f), "beta");
   OpAttrs at;
-  at.scale = 1e-3f;
+  at.eps = 1e-3f;
   EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at))), "");
 }
 
@@ -879,7 +829,7 @@ TEST(LayerOpGradBatchNorm, ParamGradEqualsDoubleSumsForAnyChannelCount) {
         const Value vx = g.input("x", x.shape()), vg = g.input("g", gy.shape()), vs = g.input("stats", stats.shape()),
                     vgamma = g.input("gamma", gamma.shape()), vbeta = g.input("beta", beta.shape());
         OpAttrs at;
-        at.scale = 1e-3f;
+        at.eps = 1e-3f;
         OpAttrs masked = at;
         masked.flags = kReluOutput;
         const Value fwd = g.apply(OpKind::BatchNorm, {vx, vs, vgamma, vbeta}, masked);
@@ -934,8 +884,8 @@ TEST(LayerOpGradAddFolding, FoldedFormsAgainstFiniteDifferences) {
     Value beta = c.param(uniform({5}, c.rng, -0.5f, 0.5f), "beta");
     Value residual = c.param(uniform(xs, c.rng, -1.0f, 1.0f), "residual");
     OpAttrs at;
-    at.scale = 1e-3f;
-    at.length = 1;
+    at.eps = 1e-3f;
+    at.own_stats = true;
     Value stats = c.g.apply(OpKind::BatchNormStats, {x});
     EXPECT_EQ(c.check(c.project(c.g.apply(OpKind::BatchNorm, {x, stats, gamma, beta, residual}, at))), "");
   }
@@ -1096,8 +1046,8 @@ TEST(LayerOpGradAddFolding, ResidualBlocksEqualTheGraphAsWritten) {
         at.window = window(size, size, stride, stride, 1, 1, pad, pad, pad, pad);
         const Value c = g.apply(OpKind::Conv2D, {in, k}, at);
         OpAttrs bn;
-        bn.scale = 1e-3f;
-        bn.length = 1;
+        bn.eps = 1e-3f;
+        bn.own_stats = true;
         return g.apply(OpKind::BatchNorm, {c, g.apply(OpKind::BatchNormStats, {c}), gamma, beta}, bn);
       };
       const Value x = params[0];
@@ -1157,8 +1107,8 @@ TEST(LayerOpGradAddFolding, SecondConsumerOfTheBatchNormOutput) {
       std::vector<Value> params{g.parameter(tx, "x", true), g.parameter(tgamma, "gamma", true),
                                 g.parameter(tbeta, "beta", true), g.parameter(ts, "s", true)};
       OpAttrs at;
-      at.scale = 1e-3f;
-      at.length = 1;
+      at.eps = 1e-3f;
+      at.own_stats = true;
       const Value bn = g.apply(OpKind::BatchNorm,
                                {params[0], g.apply(OpKind::BatchNormStats, {params[0]}), params[1], params[2]}, at);
       Value square;
@@ -1246,7 +1196,7 @@ TEST(LayerOpGradAddFolding, WhatDoesNotFoldAndTheShapeRules) {
   const Value x = g.input("x", {2, 3, 6}), c = g.input("c", {6}), gamma = g.input("gamma", {6}),
               beta = g.input("beta", {6}), stats = g.input("stats", {2, 6});
   OpAttrs at;
-  at.scale = 1e-3f;
+  at.eps = 1e-3f;
   const Value bn = g.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
   const Value bias_add = g.add(bn, c);
   OpAttrs relu = at;
@@ -1362,8 +1312,9 @@ TEST(LayerOpGradChain, SmallConvNet) {
   Value dense = c.param(uniform({(h / 2) * (w / 2) * f + emb, units}, c.rng, -0.5f, 0.5f), "W");
   Value ids = c.data(Tensor::from_vector(std::span<const int32_t>(std::vector<int32_t>{3, 1}), Shape{b}), "ids");
   const Window2D same = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-  Value conv = c.g.matmul(c.g.windowed(OpKind::Im2Col, x, same), c.g.reshape(kern, {9 * ch, f}));
-  Value act = c.g.unary(OpKind::Silu, c.g.reshape(conv, {b, h, w, f}));
+  OpAttrs conv_at;
+  conv_at.window = same;
+  Value act = c.g.unary(OpKind::Silu, c.g.apply(OpKind::Conv2D, {x, kern}, conv_at));
   Value pooled = c.g.windowed(OpKind::AvgPool2D, act, window(2, 2, 2, 2));
   Value feats = c.g.concat(c.g.reshape(pooled, {b, (h / 2) * (w / 2) * f}), c.g.apply(OpKind::Gather, {table, ids}), 1);
   Value out = c.g.unary(OpKind::Softplus, c.g.matmul(feats, dense));

@@ -495,12 +495,12 @@ TEST(BinaryCrossEntropy, TargetsTakeNoGradient) {
 
 Value binary_accuracy(Graph& g, Value p, Value t, float threshold) {
   OpAttrs at;
-  at.scale = threshold;
+  at.threshold = threshold;
   return g.apply(OpKind::BinaryAccuracy, {p, t}, at);
 }
 Value top_k_accuracy(Graph& g, Value scores, Value labels, int64_t k) {
   OpAttrs at;
-  at.length = k;
+  at.k = k;
   return g.apply(OpKind::TopKAccuracy, {scores, labels}, at);
 }
 

@@ -404,7 +404,7 @@ TEST(Optimizers, ClipOpsOnHandNumbers) {
     Graph graph;
     const Value v = graph.state(g, "g");
     OpAttrs at;
-    at.scale = c;
+    at.clip = c;
     at.flags = flags;
     if (op == OpKind::ClipNorm) graph.apply(op, {v, graph.apply(OpKind::SquaredNorm, {v})}, at);
     else graph.apply(op, {v}, at);

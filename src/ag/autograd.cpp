@@ -13,6 +13,7 @@
 
 #include "tensorgrad/backend/backend.h"
 #include "kernels/kernels.h"
+#include "ops/op_table.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/gradients.h"
 
@@ -86,7 +87,7 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
   } else {
     out = info.in_place ? inputs[0] : cached_empty(sig.shape, sig.dtype);
   }
-  KernelLauncher& launcher = launcher_for(kernels::op_flops(op, attrs, {shapes, inputs.size()}, sig.shape));
+  KernelLauncher& launcher = launcher_for(op_flops(op, attrs, {shapes, inputs.size()}, sig.shape));
   launcher.begin_run();
   launcher.launch(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()});
   launcher.end_run();

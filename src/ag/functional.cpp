@@ -14,11 +14,7 @@ namespace {
 
 Tensor constant(float v) { return Tensor(tensorgrad::Tensor::full(Shape{}, v)); }
 
-Tensor with_param(OpKind op, const Tensor& x, float param) {
-  OpAttrs at;
-  at.scale = param;
-  return apply(op, {x}, at);
-}
+Tensor with_param(OpKind op, const Tensor& x, float param) { return apply(op, {x}, op_param_attrs(op, param)); }
 
 int normalized_dim(const char* op, int dim, int rank) {
   if (dim < -rank || dim >= rank)
@@ -58,9 +54,7 @@ Tensor elementwise_loss(OpKind op, const char* name, const Tensor& input, const 
   if (input.defined() && target.defined() && input.shape() != target.shape())
     throw ShapeError(std::string(name) + ": input " + input.shape().str() + " and target " + target.shape().str() +
                      " must have the same shape");
-  OpAttrs at;
-  at.scale = param;
-  return apply(op, {as_rows(input), as_rows(target)}, at);
+  return apply(op, {as_rows(input), as_rows(target)}, op_param_attrs(op, param));
 }
 
 Window2D square_window(int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
@@ -157,7 +151,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
   if (!training) return x;
   Generator& g = generator ? *generator : default_generator();
   OpAttrs at;
-  at.scale = p;
+  at.rate = p;
   at.seed = g.dropout_key();
   tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
   counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
@@ -283,8 +277,8 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training,
                   const Tensor& running_mean, const Tensor& running_var, float eps) {
   OpAttrs at;
-  at.scale = eps;
-  at.length = training ? 1 : 0;
+  at.eps = eps;
+  at.own_stats = training;
   if (training) return apply(OpKind::BatchNorm, {x, apply(OpKind::BatchNormStats, {x}), weight, bias}, at);
   if (!running_mean.defined() || !running_var.defined())
     throw ValueError("batch_norm: evaluation (training = false) normalizes with running_mean and running_var; give "

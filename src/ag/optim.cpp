@@ -590,7 +590,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
                      ", so they cannot be clipped; to scale them by the non-finite norm anyway (PyTorch's result), "
                      "pass error_if_nonfinite = false");
   OpAttrs at;
-  at.scale = float(max_norm);
+  at.clip = float(max_norm);
   at.flags = kClipNormEps;
   for (const tensorgrad::Tensor& g : grads) run_in_place(OpKind::ClipNorm, at, {g, squared});
   return total;
@@ -599,7 +599,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   if (!(clip_value >= 0.0)) throw ValueError("clip_grad_value_: clip_value must be >= 0; got " + num(clip_value));
   OpAttrs at;
-  at.scale = float(clip_value);
+  at.clip = float(clip_value);
   for (const Tensor& p : params)
     if (p.defined() && p.grad().defined()) run_in_place(OpKind::ClipValue, at, {p.grad().data()});
 }

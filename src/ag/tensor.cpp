@@ -116,7 +116,7 @@ Tensor Tensor::detach() const { return detail::make_leaf(impl().data, false, imp
 
 Tensor Tensor::clone() const {
   OpAttrs at;
-  at.scale = 1.0f;
+  at.factor = 1.0f;
   if (dtype() != DType::Float32) return detail::make_leaf(impl().data.clone(), false);
   return detail::apply(OpKind::Scale, {*this}, at);  // x * 1 is exact, and its gradient is g
 }
@@ -142,7 +142,7 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   tensorgrad::Tensor o = other.data();
   if (alpha != 1.0f) {
     OpAttrs at;
-    at.scale = alpha;
+    at.factor = alpha;
     o = detail::run_op(OpKind::Scale, at, std::span<const tensorgrad::Tensor>(&o, 1));
   }
   const tensorgrad::Tensor in[2] = {t.data, o};
@@ -168,7 +168,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
 Tensor& Tensor::mul_(float value) {
   TensorImpl& t = writable(impl_, "mul_");
   OpAttrs at;
-  at.scale = value;
+  at.factor = value;
   detail::run_into(OpKind::Scale, at, std::span<const tensorgrad::Tensor>(&t.data, 1), t.data);
   return bump(*this);
 }
@@ -179,7 +179,7 @@ Tensor& Tensor::fill_(float value) {
   TensorImpl& t = writable(impl_, "fill_");
   OpAttrs at;
   at.shape = t.data.shape();
-  at.scale = value;
+  at.value = value;
   if (t.data.dtype() != DType::Float32)
     throw TypeError(std::string("fill_: only float32 tensors can be filled; this one is ") +
                     dtype_name(t.data.dtype()));

@@ -11,6 +11,7 @@
 
 #include "core/host_copy.h"
 #include "kernels/kernels.h"
+#include "ops/op_table.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
 
@@ -58,10 +59,10 @@ std::span<const Shape> input_shapes(const Graph& g, const Node& n, std::array<Sh
 }
 
 // The work the threading decision sums and the profile reports: one count
-// for both (kernels::op_flops).
+// for both (the op list's flop rules, ops/op_table.h).
 double node_flops(const Graph& g, const Node& n) {
   std::array<Shape, Node::kMaxInputs> in;
-  return kernels::op_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
+  return op_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
 }
 
 double profile_bytes(const Graph& g, const Node& n) {
@@ -114,7 +115,8 @@ BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small
   rule.max_rows = max_rows;
   rule.shape.resize(a.size());
   rule.attr_shape.resize(a.size());
-  rule.scale_times_rows.assign(a.size(), 0.0);
+  rule.param_times_rows.assign(a.size(), 0.0);
+  rule.param_field.assign(a.size(), nullptr);
   for (size_t i = 0; i < a.size(); ++i) {
     const Node &x = a[i], &y = b[i];
     if (x.op != y.op || x.role != y.role || x.n_inputs != y.n_inputs || x.dtype != y.dtype) fail(i, "another op");
@@ -125,21 +127,23 @@ BatchRule make_batch_rule(const Graph& big, int64_t max_rows, const Graph& small
     }
     factors(i, x.shape, y.shape, rule.shape[i]);
     factors(i, x.attrs.shape, y.attrs.shape, rule.attr_shape[i]);
-    const OpAttrs &p = x.attrs, &q = y.attrs;
-    if (p.trans_a != q.trans_a || p.trans_b != q.trans_b || p.seed != q.seed || p.zero_grad != q.zero_grad ||
-        p.flags != q.flags || p.axis != q.axis || p.start != q.start || p.length != q.length || p.axis2 != q.axis2 ||
-        p.keepdim != q.keepdim || p.clamp_min != q.clamp_min || p.clamp_max != q.clamp_max)
-      fail(i, "other attributes");
-    const Window2D &u = p.window, &v = q.window;
-    if (u.kh != v.kh || u.kw != v.kw || u.sh != v.sh || u.sw != v.sw || u.dh != v.dh || u.dw != v.dw ||
-        u.pad_top != v.pad_top || u.pad_left != v.pad_left || u.pad_bottom != v.pad_bottom || u.pad_right != v.pad_right)
-      fail(i, "another window");
-    if (p.scale != q.scale) {
-      const double at_max = double(p.scale) * double(max_rows), at_probe = double(q.scale) * double(probe_rows);
+    // Past the sizes and the parameter the op list lets scale, every field
+    // must be equal: OpAttrs::operator== compares them all, a field added
+    // later included.
+    OpAttrs p = x.attrs, q = y.attrs;
+    p.shape = q.shape = Shape{};
+    const OpInfo& info = op_info(x.op);
+    if (info.param_batch == BatchScaling::InverseRows && p.*info.param != q.*info.param) {
+      const float pv = p.*info.param, qv = q.*info.param;
+      const double at_max = double(pv) * double(max_rows), at_probe = double(qv) * double(probe_rows);
       if (std::fabs(at_max - at_probe) > 1e-6 * std::max(std::fabs(at_max), std::fabs(at_probe)))
-        fail(i, "a constant " + std::to_string(p.scale) + " that is not proportional to 1 / batch");
-      rule.scale_times_rows[i] = at_max;
+        fail(i, "a constant " + std::to_string(pv) + " that is not proportional to 1 / batch");
+      rule.param_times_rows[i] = at_max;
+      rule.param_field[i] = info.param;
+      p.*info.param = q.*info.param = 0.0f;
     }
+    if (p.window != q.window) fail(i, "another window");
+    if (!(p == q)) fail(i, "other attributes");
   }
   return rule;
 }
@@ -157,7 +161,8 @@ Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule, 
     for (size_t i = 0; i < attrs_from.size(); ++i)
       if (attrs_from[i] >= 0) {
         rule.attr_shape[i] = rule.attr_shape[size_t(attrs_from[i])];
-        rule.scale_times_rows[i] = rule.scale_times_rows[size_t(attrs_from[i])];
+        rule.param_times_rows[i] = rule.param_times_rows[size_t(attrs_from[i])];
+        rule.param_field[i] = rule.param_field[size_t(attrs_from[i])];
       }
   build();
   rule_ = std::move(rule);
@@ -234,7 +239,7 @@ void Executable::set_rows(int64_t rows) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     shapes_[i] = scaled(nodes[i].shape, rule_.shape[i]);
     attrs_[i].shape = scaled(nodes[i].attrs.shape, rule_.attr_shape[i]);
-    if (rule_.scale_times_rows[i] != 0.0) attrs_[i].scale = float(rule_.scale_times_rows[i] / double(rows));
+    if (rule_.param_times_rows[i] != 0.0) attrs_[i].*rule_.param_field[i] = float(rule_.param_times_rows[i] / double(rows));
   }
   for (size_t k = 0; k < ref_node_.size(); ++k) refs_[k].shape = shapes_[size_t(ref_node_[k])];
   rows_ = rows;

@@ -124,7 +124,7 @@ void affine_coefficients(const OpAttrs& at, const float* stats, const float* gam
   a.resize(size_t(C));
   b.resize(size_t(C));
   for (int64_t c = 0; c < C; ++c) {
-    a[size_t(c)] = gamma[c] * (1.0f / std::sqrt(stats[C + c] + at.scale));
+    a[size_t(c)] = gamma[c] * (1.0f / std::sqrt(stats[C + c] + at.eps));
     b[size_t(c)] = beta[c] - stats[c] * a[size_t(c)];
   }
 }
@@ -347,7 +347,7 @@ void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, con
     });
   });
   thread_local std::vector<float> inv;
-  inverse_std(stats.f(), C, at.scale, inv);
+  inverse_std(stats.f(), C, at.eps, inv);
   float* out = sums.f();
   for (int64_t c = 0; c < C; ++c) {
     out[c] = float(total[size_t(c)] * inv[size_t(c)]);  // sum(g xhat): gamma's gradient
@@ -357,17 +357,17 @@ void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, con
 
 // in: x, stats, gamma, g, sums (batch_norm_param_grad's) [, beta with
 // kReluOutput: g masked as there]. With the batch's own statistics
-// (attrs.length 1) their dependence on x is included:
+// (attrs.own_stats) their dependence on x is included:
 // dx = gamma inv (g - sum(g)/N - xhat sum(g xhat)/N), as k g + a x + b.
 void batch_norm_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx,
                          const KernelContext& ctx) {
   const TensorRef &x = in[0], &stats = in[1], &gamma = in[2], &g = in[3], &sums = in[4];
   const int64_t C = channels(x), rows = x.numel() / std::max<int64_t>(C, 1);
-  const bool batch_stats = at.length == 1;
+  const bool batch_stats = at.own_stats;
   const bool relu = (at.flags & kReluOutput) != 0;
   thread_local std::vector<float> inv, k, a, b, fa, fb;
   if (relu) affine_coefficients(at, stats.f(), gamma.f(), in[5].f(), C, fa, fb);
-  inverse_std(stats.f(), C, at.scale, inv);
+  inverse_std(stats.f(), C, at.eps, inv);
   k.resize(size_t(C));
   a.resize(size_t(C));
   b.resize(size_t(C));

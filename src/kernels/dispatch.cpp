@@ -22,7 +22,7 @@ void run_nothing(const KernelCall&) {}
 constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Leaf, run_nothing},
     {OpKind::Fill, [](const KernelCall& k) {
-       for (int64_t i = 0; i < k.out.numel(); ++i) k.out.f()[i] = k.at.scale;
+       for (int64_t i = 0; i < k.out.numel(); ++i) k.out.f()[i] = k.at.value;
      }},
     {OpKind::MatMul, [](const KernelCall& k) {
        matmul(k.at, k.in[0], k.in[1], k.out, k.ctx, 0.0f, k.in.size() == 3 ? k.in[2].f() : nullptr,
@@ -62,8 +62,6 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Concat, [](const KernelCall& k) { concat(k.at, k.in, k.out); }},
     {OpKind::Gather, [](const KernelCall& k) { gather(k.in[0], k.in[1], k.out, k.ctx); }},
     {OpKind::ToIndex, [](const KernelCall& k) { to_index(k.in[0], k.out); }},
-    {OpKind::Im2Col, [](const KernelCall& k) { im2col(k.at.window, k.in[0], k.out, k.ctx); }},
-    {OpKind::Col2Im, [](const KernelCall& k) { col2im(k.at.window, k.in[0], k.out, k.ctx); }},
     {OpKind::MaxPool2D, max_pool2d_forward},
     {OpKind::AvgPool2D, avg_pool2d_forward},
     {OpKind::Conv2D, [](const KernelCall& k) {
@@ -151,32 +149,6 @@ void run_kernel(OpKind op, const OpAttrs& at, std::span<const TensorRef> in, con
                 const KernelContext& ctx) {
   if (size_t(op) >= kKernels.size()) unhandled_op(op, "kernels::run_kernel");
   kKernels[size_t(op)].run(KernelCall{at, in, out, ctx});
-}
-
-// Twice the multiply-adds of a product-like op (op_flops's list); 0 for the others.
-static double product_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
-  if (op == OpKind::MatMul) {
-    const Shape& a = in[0];
-    return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
-  }
-  if (op == OpKind::AccumulateGrad && in.size() == 3) {  // the product form (acc, A, B): MatMul's count
-    const Shape product[2] = {in[1], in[2]};
-    return product_flops(OpKind::MatMul, at, product, out);
-  }
-  // The recurrent sequences: a {B, H} x U{H, gates*H} product a step, B*T steps' rows in all.
-  if (op == OpKind::LstmSequence || op == OpKind::GruSequence || op == OpKind::LstmSequenceBackward ||
-      op == OpKind::GruSequenceBackward)
-    return 2.0 * double(out[0]) * double(out[1]) * double(in[1].numel());
-  // A convolution and its gradients: 2 (the forward's outputs) kh kw C.
-  if (op == OpKind::Conv2D) return 2.0 * double(out.numel()) * double(in[1].numel() / in[1][3]);
-  if (op == OpKind::Conv2DBackwardInput) return 2.0 * double(in[0].numel()) * double(in[1].numel() / in[1][3]);
-  if (op == OpKind::Conv2DBackwardFilter) return 2.0 * double(in[1].numel()) * double(out.numel() / out[3]);
-  return 0.0;  // element-wise ops and reductions: their bytes are their cost
-}
-
-double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out) {
-  const double products = product_flops(op, at, in, out);
-  return products > 0.0 ? products : double(out.numel());
 }
 
 void unhandled_op(OpKind op, const char* function) {

@@ -132,7 +132,7 @@ void minimum_forward(const KernelCall& k) { binary(k, [](float x, float y) { ret
 void greater_equal_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); }
 
 void scale_forward(const KernelCall& k) {
-  const float s = k.at.scale;
+  const float s = k.at.factor;
   unary(k, [=](float v) { return v * s; });
 }
 
@@ -172,20 +172,20 @@ void silu_backward(const KernelCall& k) {
 }
 
 void elu_forward(const KernelCall& k) {
-  const float alpha = k.at.scale;
+  const float alpha = k.at.alpha;
   unary(k, [=](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
 }
 void elu_backward(const KernelCall& k) {
-  const float a = k.at.scale;
+  const float a = k.at.alpha;
   gradient(k, [=](float v, float gv) { return v > 0.0f ? gv : gv * a * std::exp(v); });
 }
 
 void leaky_relu_forward(const KernelCall& k) {
-  const float slope = k.at.scale;
+  const float slope = k.at.negative_slope;
   unary(k, [=](float v) { return v > 0.0f ? v : slope * v; });
 }
 void leaky_relu_backward(const KernelCall& k) {
-  const float a = k.at.scale;
+  const float a = k.at.negative_slope;
   gradient(k, [=](float v, float gv) { return v > 0.0f ? gv : gv * a; });
 }
 
@@ -201,7 +201,7 @@ void exp_forward(const KernelCall& k) { unary_tiles(k, exp_n); }
 void log_forward(const KernelCall& k) { unary_tiles(k, log_n); }
 void sqrt_forward(const KernelCall& k) { unary(k, [](float v) { return std::sqrt(v); }); }
 void pow_forward(const KernelCall& k) {
-  const float p = k.at.scale;
+  const float p = k.at.exponent;
   unary(k, [=](float v) { return std::pow(v, p); });
 }
 
@@ -218,7 +218,7 @@ void clamp_backward(const KernelCall& k) {  // PyTorch's mask: g passes at the b
 void dropout_forward(const KernelCall& k) {
   const float *px = k.in[0].f();
   float* py = k.out.f();
-  const float rate = k.at.scale, keep_scale = 1.0f / (1.0f - rate);
+  const float rate = k.at.rate, keep_scale = 1.0f / (1.0f - rate);
   const uint64_t key = hash_random(k.at.seed, uint64_t(*static_cast<const int64_t*>(k.in[1].data)));
   parallel_for(k.ctx.pool, size_t(k.in[0].numel()), kTile, [=](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;

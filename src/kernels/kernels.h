@@ -31,18 +31,11 @@ struct KernelContext {
   bool bf16 = false;
 };
 
-/// Below this much work (op_flops summed over a graph, or one eager op's)
-/// threads cost more than they save, so the work runs on the calling thread.
+/// Below this much work (op_flops of ops/op_table.h summed over a graph, or
+/// one eager op's) threads cost more than they save, so the work runs on the
+/// calling thread.
 /// bench/parallel_threshold measures small steps on both sides of it.
 inline constexpr double kParallelFlops = 1e6;
-/// The work of one op application, the one count the threading decision and
-/// TG_PROFILE use: twice the multiply-adds of a product-like op (2 M N K for
-/// a matmul, per batch entry when batched, and AccumulateGrad's product
-/// form; the recurrent sequences' per-step products; 2 (the forward's
-/// outputs) kh kw C for a convolution and for each of its gradients), one
-/// per output element for every other op (element-wise ops and reductions,
-/// whose cost is their bytes).
-double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
 
 /// One kernel invocation. Every kernel of the CPU table (dispatch.cpp) takes
 /// this one argument, so that the table maps each op straight to its function
@@ -244,8 +237,8 @@ void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y);
 void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx);
 void gather_backward(const TensorRef& g, const TensorRef& ids, const TensorRef& dtable);
 void to_index(const TensorRef& x, const TensorRef& y);
+/// cols{B*Ho*Wo, kh*kw*C} = the patches of x{B,H,W,C}: row (b, oy, ox), column (ky, kx, c), zeros for padding.
 void im2col(const Window2D& w, const TensorRef& x, const TensorRef& cols, const KernelContext& ctx);
-void col2im(const Window2D& w, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx);
 // conv.cpp: direct convolution over channels-last images, kernel {kh, kw, C, F}.
 // With a bias {F} (null: none), each output row gets it while in cache, and
 // with relu (kReluOutput) then max(v, 0), as the Relu kernel computes it.

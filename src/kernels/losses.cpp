@@ -68,14 +68,14 @@ void mae_loss_backward(std::span<const TensorRef> in, const TensorRef& dx) {
   }
 }
 
-// ---- Huber, delta = attrs.scale > 0, r_k = p_k - t_k:
+// ---- Huber, delta = attrs.delta > 0, r_k = p_k - t_k:
 //      e_k = r^2 / 2 where |r| <= delta, else delta * (|r| - delta / 2) ----
 
 void huber_loss(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& out) {
   const float *p = in[0].f(), *t = in[1].f();
   const Weights w = weights_of(in, 3);
   const int64_t n = in[0].numel();
-  const double delta = at.scale;
+  const double delta = at.delta;
   double total = 0;
   for (int64_t k = 0; k < n; ++k) {
     const double r = double(p[k]) - double(t[k]), a = std::fabs(r);
@@ -90,7 +90,7 @@ void huber_loss_backward(const OpAttrs& at, std::span<const TensorRef> in, const
   const float *p = in[0].f(), *t = in[1].f();
   const Weights w = weights_of(in, 4);
   const int64_t n = in[0].numel();
-  const float delta = at.scale, s = in.back().f()[0] / float(n);
+  const float delta = at.delta, s = in.back().f()[0] / float(n);
   float* d = dx.f();
   for (int64_t k = 0; k < n; ++k) d[k] = s * w.at(k) * std::clamp(p[k] - t[k], -delta, delta);
 }
@@ -126,11 +126,11 @@ void binary_cross_entropy_backward(std::span<const TensorRef> in, const TensorRe
 
 // ---- Metrics: counts, as float32 (exact up to 2^24) ----
 
-// in: pred{B,N}, target{B,N}; threshold = attrs.scale
+// in: pred{B,N}, target{B,N}; threshold = attrs.threshold
 // -> count of k with (p_k > threshold) == (t_k > 0.5)
 void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& target, const TensorRef& out) {
   const float *p = pred.f(), *t = target.f();
-  const float threshold = at.scale;
+  const float threshold = at.threshold;
   const int64_t n = pred.numel();
   int64_t correct = 0;
   for (int64_t k = 0; k < n; ++k) correct += (p[k] > threshold) == (t[k] > 0.5f);
@@ -138,12 +138,12 @@ void binary_accuracy(const OpAttrs& at, const TensorRef& pred, const TensorRef& 
 }
 
 // in: scores{B,C}, labels int32{B} or one-hot float32{B,C} (label = first
-// argmax of the row); k = attrs.length.
+// argmax of the row); k = attrs.k.
 // -> count of rows whose label class has fewer than k classes with a strictly
 // greater score (tf.math.in_top_k: classes tied at the k-th place are all in
 // the top k). A label outside [0, C) or a non-finite label score is a miss, as in TF.
 void top_k_accuracy(const OpAttrs& at, const TensorRef& scores, const TensorRef& labels, const TensorRef& out) {
-  const int64_t b = scores.shape[0], c = scores.shape[1], k = at.length;
+  const int64_t b = scores.shape[0], c = scores.shape[1], k = at.k;
   const bool sparse = labels.shape.rank() == 1;
   int64_t hits = 0;
   for (int64_t i = 0; i < b; ++i) {

@@ -306,11 +306,11 @@ void adagrad_update(const KernelCall& k) {
   });
 }
 
-// in: state, value: state = m state + (1 - m) value, m = at.scale.
+// in: state, value: state = m state + (1 - m) value, m = at.momentum.
 void moving_average(const KernelCall& k) {
   float* state = k.in[0].f();
   const float* value = k.in[1].f();
-  const float m = k.at.scale;
+  const float m = k.at.momentum;
   for (int64_t i = 0; i < k.in[0].numel(); ++i) state[i] = m * state[i] + (1.0f - m) * value[i];
 }
 
@@ -361,7 +361,7 @@ void squared_norm(const TensorRef& x, const float* running, const TensorRef& out
 
 void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx) {
   float* p = g.f();
-  const float c = at.scale;
+  const float c = at.clip;
   // Comparisons written so that NaN stays NaN (as torch.clamp and Keras' ops.clip).
   parallel_for(ctx.pool, size_t(g.numel()), 16384, [=](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) p[i] = clamp_value(p[i], -c, c);
@@ -369,7 +369,7 @@ void clip_value(const OpAttrs& at, const TensorRef& g, const KernelContext& ctx)
 }
 
 void clip_norm(const OpAttrs& at, const TensorRef& g, const TensorRef& squared_norm, const KernelContext& ctx) {
-  const double c = at.scale, norm = norm_of_norm_pair(squared_norm.f());
+  const double c = at.clip, norm = norm_of_norm_pair(squared_norm.f());
   double coef;
   if ((at.flags & kNonFiniteNormToNaN) && !std::isfinite(norm)) {
     static std::atomic<bool> logged{false};

@@ -1,5 +1,5 @@
 // Sliding-window kernels over channels-last images x{B, H, W, C}: the
-// im2col patch matrix that turns a convolution into one GEMM, its adjoint,
+// im2col patch matrix (the strided filter gradient's GEMM operand, conv.cpp)
 // and pooling. Output pixel (oy, ox) reads input rows iy = oy*sh - pad_top +
 // ky*dh and columns ix = ox*sw - pad_left + kx*dw; positions outside the
 // image are padding (zeros for patches, skipped for pooling).
@@ -70,38 +70,6 @@ void im2col(const Window2D& win, const TensorRef& x, const TensorRef& cols, cons
             for (int64_t c = 0; c < C; ++c) rows[ox * row_len + col + c] = 0.0f;
         }
       }
-    }
-  });
-}
-
-// The adjoint of im2col: every column entry is added back to the pixel it
-// was copied from. One image per task, so no two tasks write the same pixel.
-void col2im(const Window2D& win, const TensorRef& cols, const TensorRef& x, const KernelContext& ctx) {
-  const Geometry g = geometry(win, x.shape);
-  const int64_t row_len = win.kh * win.kw * g.c;
-  const float* pc = cols.f();
-  float* px = x.f();
-  parallel_for(ctx.pool, size_t(g.b), 1, [&](size_t bb, size_t be) {
-    for (size_t b = bb; b < be; ++b) {
-      float* img = px + int64_t(b) * g.h * g.w * g.c;
-      std::memset(img, 0, size_t(g.h * g.w * g.c) * sizeof(float));
-      for (int64_t oy = 0; oy < g.ho; ++oy)
-        for (int64_t ox = 0; ox < g.wo; ++ox) {
-          const float* src = pc + ((int64_t(b) * g.ho + oy) * g.wo + ox) * row_len;
-          for (int64_t ky = 0; ky < win.kh; ++ky) {
-            const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
-            for (int64_t kx = 0; kx < win.kw; ++kx, src += g.c) {
-              const int64_t ix = ox * win.sw - win.pad_left + kx * win.dw;
-              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-              float* dst = img + (iy * g.w + ix) * g.c;
-              if (g.c % 8 == 0) {
-                for (int64_t c = 0; c < g.c; c += 8) store8(dst + c, load8(dst + c) + load8(src + c));
-              } else {
-                for (int64_t c = 0; c < g.c; ++c) dst[c] += src[c];
-              }
-            }
-          }
-        }
     }
   });
 }

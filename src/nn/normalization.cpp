@@ -30,14 +30,14 @@ Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) 
   const bool batch_stats = options.calibrate || (options.training && trainable);
   const int64_t channels = c[0];
   OpAttrs at;
-  at.scale = epsilon_;
-  at.length = batch_stats ? 1 : 0;
+  at.eps = epsilon_;
+  at.own_stats = batch_stats;
   Value stats;
   if (batch_stats) {
     stats = b.apply(OpKind::BatchNormStats, {x});
     if (options.calibrate || !freeze_stats) {
       OpAttrs update;
-      update.scale = options.calibrate ? 0.0f : momentum_;  // calibration sets them exactly
+      update.momentum = options.calibrate ? 0.0f : momentum_;  // calibration sets them exactly
       b.apply(OpKind::MovingAverage, {moving_mean, b.reshape(b.slice(stats, 0, 0, 1), c)}, update);
       b.apply(OpKind::MovingAverage, {moving_var, b.reshape(b.slice(stats, 0, 1, 1), c)}, update);
     }

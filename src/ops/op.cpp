@@ -117,7 +117,7 @@ Value Builder::matmul(Value a, Value b, Value bias, bool trans_a, bool trans_b) 
 
 Value Builder::scale(Value x, float s) {
   OpAttrs at;
-  at.scale = s;
+  at.factor = s;
   return apply(OpKind::Scale, {x}, at);
 }
 
@@ -136,7 +136,7 @@ Value Builder::mae_loss(Value pred, Value target, Value weights) {
 
 Value Builder::huber_loss(Value pred, Value target, float delta, Value weights) {
   OpAttrs at;
-  at.scale = delta;
+  at.delta = delta;
   return weights.valid() ? apply(OpKind::HuberLoss, {pred, target, weights}, at)
                          : apply(OpKind::HuberLoss, {pred, target}, at);
 }
@@ -148,14 +148,14 @@ Value Builder::binary_cross_entropy(Value logits, Value targets, Value weights) 
 
 Value Builder::dropout(Value x, float rate, uint64_t seed, Value counter) {
   OpAttrs at;
-  at.scale = rate;
+  at.rate = rate;
   at.seed = seed;
   return apply(OpKind::Dropout, {x, counter.valid() ? counter : rng_counter()}, at);
 }
 
 Value Builder::pow(Value x, float p) {
   OpAttrs at;
-  at.scale = p;
+  at.exponent = p;
   return apply(OpKind::Pow, {x}, at);
 }
 
@@ -239,11 +239,7 @@ Value Builder::concat(std::span<const Value> xs, int axis) {
   return apply(OpKind::Concat, xs, at);
 }
 
-Value Builder::unary(OpKind op, Value x, float param) {
-  OpAttrs at;
-  at.scale = param;
-  return apply(op, {x}, at);
-}
+Value Builder::unary(OpKind op, Value x, float param) { return apply(op, {x}, op_param_attrs(op, param)); }
 
 Value Builder::windowed(OpKind op, Value x, const Window2D& window) {
   OpAttrs at;
@@ -254,7 +250,7 @@ Value Builder::windowed(OpKind op, Value x, const Window2D& window) {
 Value Builder::fill(const Shape& shape, float value) {
   OpAttrs at;
   at.shape = shape;
-  at.scale = value;
+  at.value = value;
   return apply(OpKind::Fill, std::span<const Value>{}, at);
 }
 

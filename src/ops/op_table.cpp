@@ -103,12 +103,12 @@ OpSignature loss(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
     expect_float(op, t, 2, "weights");
     check_weights(op, s[0], s[2], elementwise);
   }
-  if (op == OpKind::HuberLoss && !(a.scale > 0.0f && std::isfinite(a.scale)))
-    throw ValueError("huber_loss: delta (attrs.scale) must be finite and > 0; got " + std::to_string(a.scale));
+  if (op == OpKind::HuberLoss && !(a.delta > 0.0f && std::isfinite(a.delta)))
+    throw ValueError("huber_loss: delta (attrs.delta) must be finite and > 0; got " + std::to_string(a.delta));
   return {Shape{}};
 }
 
-// Im2Col, pooling and Conv2D: a window over {B, H, W, C}.
+// Pooling and Conv2D: a window over {B, H, W, C}.
 OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   expect_float(op, t, 0, "input");
   expect_rank(op, s[0], 4, "input {batch, height, width, channels}");
@@ -134,7 +134,6 @@ OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
                        " window (dilation included) is larger than its padded input " + std::to_string(padded_h) +
                        "x" + std::to_string(padded_w) + " (input " + s[0].str() + ")");
   const int64_t ho = w.out_h(s[0][1]), wo = w.out_w(s[0][2]);
-  if (op == OpKind::Im2Col) return {Shape{s[0][0] * ho * wo, w.kh * w.kw * s[0][3]}};
   if (op == OpKind::Conv2D) return {Shape{s[0][0], ho, wo, s[1][3]}};
   return {Shape{s[0][0], ho, wo, s[0][3]}};
 }
@@ -197,7 +196,7 @@ OpSignature batch_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
       if (s[i] != channels)
         shape_fail(op, "gamma and beta must be " + channels.str() + "; got " + s[i].str());
   }
-  if (!(a.scale > 0.0f)) throw ValueError(std::string(op_info(op).name) + ": epsilon (attrs.scale) must be > 0");
+  if (!(a.eps > 0.0f)) throw ValueError(std::string(op_info(op).name) + ": epsilon (attrs.eps) must be > 0");
   if (op == OpKind::BatchNormParamGrad) return {s[1]};
   return {x};
 }
@@ -337,16 +336,67 @@ OpSignature optimizer_update(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   return {s[0]};
 }
 
-// ---- The table ----
+// ---- Flop rules (op_list.h's flops column) ----
+
+// One per output element: element-wise ops and reductions, whose bytes are their cost.
+double flops_elementwise(OpKind, const OpAttrs&, Shapes, const Shape& out) { return double(out.numel()); }
+
+// Twice the multiply-adds of a product; 0 (then one per output element, in
+// op_flops) for an empty one.
+double flops_matmul(OpKind, const OpAttrs& at, Shapes in, const Shape& out) {
+  const Shape& a = in[0];
+  return 2.0 * double(out.numel()) * double(at.trans_a ? a[a.rank() - 2] : a[a.rank() - 1]);
+}
+
+// The product form (acc, A, B) counts as MatMul; (acc, g) as an element-wise sum.
+double flops_accumulate_grad(OpKind op, const OpAttrs& at, Shapes in, const Shape& out) {
+  if (in.size() != 3) return 0.0;
+  return flops_matmul(op, at, in.subspan(1), out);
+}
+
+// The recurrent sequences: a {B, H} x U{H, gates*H} product a step, B*T steps' rows in all.
+double flops_recurrent(OpKind, const OpAttrs&, Shapes in, const Shape& out) {
+  return 2.0 * double(out[0]) * double(out[1]) * double(in[1].numel());
+}
+
+// A convolution and its gradients: 2 (the forward's outputs) kh kw C.
+double flops_conv2d(OpKind, const OpAttrs&, Shapes in, const Shape& out) {
+  return 2.0 * double(out.numel()) * double(in[1].numel() / in[1][3]);
+}
+double flops_conv2d_backward_input(OpKind, const OpAttrs&, Shapes in, const Shape&) {
+  return 2.0 * double(in[0].numel()) * double(in[1].numel() / in[1][3]);
+}
+double flops_conv2d_backward_filter(OpKind, const OpAttrs&, Shapes in, const Shape& out) {
+  return 2.0 * double(in[1].numel()) * double(out.numel() / out[3]);
+}
+
+// ---- The list's facts, by OpKind ----
+
+constexpr auto kInfos = std::to_array<OpInfo>({
+#define TG_OP(kind, name, lo, hi, effect, param, batch, flops) \
+  {name, lo, hi, OpEffect::effect == OpEffect::InPlace, OpEffect::effect == OpEffect::View, param, BatchScaling::batch},
+#include "tensorgrad/ops/op_list.h"
+#undef TG_OP
+});
+
+using FlopRule = double (*)(OpKind op, const OpAttrs& at, Shapes in, const Shape& out);
+constexpr auto kFlopRules = std::to_array<FlopRule>({
+#define TG_OP(kind, name, lo, hi, effect, param, batch, flops) flops_##flops,
+#include "tensorgrad/ops/op_list.h"
+#undef TG_OP
+});
+static_assert(kInfos.size() == size_t(OpKind::Count) && kFlopRules.size() == size_t(OpKind::Count));
+
+// ---- The table of rules ----
 
 constexpr auto kOps = std::to_array<OpDef>({
-    {OpKind::Leaf, {"leaf", 0, 0, false}, no_shape_rule, zero_gradient},  // leaves end the walk
-    {OpKind::Fill, {"fill", 0, 0, false}, attrs_shape, zero_gradient},    // a constant has no inputs
+    {OpKind::Leaf, no_shape_rule, zero_gradient},  // leaves end the walk
+    {OpKind::Fill, attrs_shape, zero_gradient},    // a constant has no inputs
 
     // C = op(A) op(B): dA = g op(B)^T, dB = op(A)^T g, each transposed back when its operand was
     // (batched: the same per batch entry, the transposes being of the last two axes);
     // with kReluOutput, C = max(op(A) op(B) [+ bias], 0): g masked by C > 0 first
-    {OpKind::MatMul, {"matmul", 2, 3, false},
+    {OpKind::MatMul,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "A");
        expect_float(op, t, 1, "B");
@@ -389,78 +439,78 @@ constexpr auto kOps = std::to_array<OpDef>({
 
     // y = a + b: da = sum_to(g), db = sum_to(g), summed over the broadcast axes;
     // with kReluOutput, y = max(a + b, 0): g masked by y > 0 first
-    {OpKind::Add, {"add", 2, 2, false}, broadcast_binary,
+    {OpKind::Add, broadcast_binary,
      [](const GradientCall& d) {
        const Value g = d.at.flags & kReluOutput ? relu_gradient(d.b, d.y, d.g) : d.g;
        if (d.need(0)) d.dx[0] = d.b.sum_to(g, d.b.shape(d.x[0]));
        if (d.need(1)) d.dx[1] = d.b.sum_to(g, d.b.shape(d.x[1]));
      }},
     // y = a - b: da = sum_to(g), db = -sum_to(g)
-    {OpKind::Sub, {"sub", 2, 2, false}, broadcast_binary,
+    {OpKind::Sub, broadcast_binary,
      [](const GradientCall& d) {
        if (d.need(0)) d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0]));
        if (d.need(1)) d.dx[1] = d.b.scale(d.b.sum_to(d.g, d.b.shape(d.x[1])), -1.0f);
      }},
     // y = a b: da = sum_to(g b), db = sum_to(g a)
-    {OpKind::Mul, {"mul", 2, 2, false}, broadcast_binary,
+    {OpKind::Mul, broadcast_binary,
      [](const GradientCall& d) {
        if (d.need(0)) d.dx[0] = d.b.sum_to(d.b.mul(d.g, d.x[1]), d.b.shape(d.x[0]));
        if (d.need(1)) d.dx[1] = d.b.sum_to(d.b.mul(d.g, d.x[0]), d.b.shape(d.x[1]));
      }},
     // m = [a >= b]: da = g m, db = g (1 - m) (ties go to a, as TensorFlow)
-    {OpKind::Maximum, {"maximum", 2, 2, false}, broadcast_binary,
+    {OpKind::Maximum, broadcast_binary,
      [](const GradientCall& d) { select_gradient(d, d.back(OpKind::GreaterEqual, {d.x[0], d.x[1]})); }},
     // m = [a <= b] = [b >= a]: da = g m, db = g (1 - m)
-    {OpKind::Minimum, {"minimum", 2, 2, false}, broadcast_binary,
+    {OpKind::Minimum, broadcast_binary,
      [](const GradientCall& d) { select_gradient(d, d.back(OpKind::GreaterEqual, {d.x[1], d.x[0]})); }},
     // piecewise constant: no gradient
-    {OpKind::GreaterEqual, {"greater_equal", 2, 2, false}, broadcast_binary, zero_gradient},
+    {OpKind::GreaterEqual, broadcast_binary, zero_gradient},
 
     // y = s x: dx = s g
-    {OpKind::Scale, {"scale", 1, 1, false}, float_elementwise,
-     [](const GradientCall& d) { d.dx[0] = d.b.scale(d.g, d.at.scale); }},
+    {OpKind::Scale, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.scale(d.g, d.at.factor); }},
     // y = max(x, 0): dx = g [y > 0]
-    {OpKind::Relu, {"relu", 1, 1, false}, float_elementwise,
+    {OpKind::Relu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = relu_gradient(d.b, d.y, d.g); }},
     // y = 1 / (1 + e^-x): dx = g y (1 - y)
-    {OpKind::Sigmoid, {"sigmoid", 1, 1, false}, float_elementwise,
+    {OpKind::Sigmoid, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SigmoidBackward, {d.y, d.g}); }},
     // y = tanh(x): dx = g (1 - y^2)
-    {OpKind::Tanh, {"tanh", 1, 1, false}, float_elementwise,
+    {OpKind::Tanh, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::TanhBackward, {d.y, d.g}); }},
     // y = softmax(x) along the last axis: dx = y (g - sum(g y))
-    {OpKind::Softmax, {"softmax", 1, 1, false}, float_last_axis,
+    {OpKind::Softmax, float_last_axis,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::SoftmaxBackward, {d.y, d.g}); }},
     // y = x - logsumexp(x): dx = g - e^y sum(g)
-    {OpKind::LogSoftmax, {"log_softmax", 1, 1, false}, float_last_axis,
+    {OpKind::LogSoftmax, float_last_axis,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::LogSoftmaxBackward, {d.y, d.g}); }},
 
     // dlogits = w (softmax(z) sum(t) - t) g / B; labels and weights take no gradient
-    {OpKind::SoftmaxCrossEntropy, {"softmax_cross_entropy", 2, 3, false}, loss,
+    {OpKind::SoftmaxCrossEntropy, loss,
      [](const GradientCall& d) { logits_loss_gradient(d, OpKind::SoftmaxCrossEntropyBackward); }},
     // dpred = 2 w (p - t) g / (B N), dtarget = -dpred
-    {OpKind::MseLoss, {"mse_loss", 2, 3, false}, loss,
+    {OpKind::MseLoss, loss,
      [](const GradientCall& d) { regression_loss_gradient(d, OpKind::MseLossBackward); }},
     // dpred = w sign(p - t) g / (B N), dtarget = -dpred
-    {OpKind::MaeLoss, {"mae_loss", 2, 3, false}, loss,
+    {OpKind::MaeLoss, loss,
      [](const GradientCall& d) { regression_loss_gradient(d, OpKind::MaeLossBackward); }},
     // dpred = w clip(p - t, -delta, delta) g / (B N), dtarget = -dpred
-    {OpKind::HuberLoss, {"huber_loss", 2, 3, false}, loss,
+    {OpKind::HuberLoss, loss,
      [](const GradientCall& d) { regression_loss_gradient(d, OpKind::HuberLossBackward); }},
     // dlogits = w (sigmoid(z) - y) g / (B N); targets and weights take no gradient
-    {OpKind::BinaryCrossEntropy, {"binary_cross_entropy", 2, 3, false}, loss,
+    {OpKind::BinaryCrossEntropy, loss,
      [](const GradientCall& d) { logits_loss_gradient(d, OpKind::BinaryCrossEntropyBackward); }},
 
     // y = x mask / (1 - rate): dx = g mask / (1 - rate), the same key and counter giving the same
     // mask; the counter takes no gradient
-    {OpKind::Dropout, {"dropout", 2, 2, false},
+    {OpKind::Dropout,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "input");
        if (t[1] != DType::Int64)
          throw TypeError(std::string("dropout: the counter must be int64; got ") + dtype_name(t[1]));
        if (s[1] != Shape{1}) shape_fail(op, "the counter must be an int64 tensor {1}; got " + s[1].str());
-       if (!(a.scale >= 0.0f && a.scale < 1.0f))
-         throw ValueError("dropout: rate must be in [0, 1); got " + std::to_string(a.scale));
+       if (!(a.rate >= 0.0f && a.rate < 1.0f))
+         throw ValueError("dropout: rate must be in [0, 1); got " + std::to_string(a.rate));
        return {s[0]};
      },
      [](const GradientCall& d) {
@@ -469,29 +519,29 @@ constexpr auto kOps = std::to_array<OpDef>({
      }},
 
     // y = sum(x): dx = broadcast(g)
-    {OpKind::Sum, {"sum", 1, 1, false}, float_to_scalar,
+    {OpKind::Sum, float_to_scalar,
      [](const GradientCall& d) { d.dx[0] = d.b.broadcast_to(d.g, d.b.shape(d.x[0])); }},
     // y = sum(x) / n: dx = broadcast(g) / n
-    {OpKind::Mean, {"mean", 1, 1, false}, float_to_scalar,
+    {OpKind::Mean, float_to_scalar,
      [](const GradientCall& d) {
        d.dx[0] = d.b.scale(d.b.broadcast_to(d.g, d.b.shape(d.x[0])), 1.0f / float(d.b.shape(d.x[0]).numel()));
      }},
     // dx = broadcast(g) to x's shape
-    {OpKind::SumTo, {"sum_to", 1, 1, false},
+    {OpKind::SumTo,
      [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
        if (!broadcasts_to(a.shape, s[0])) shape_fail(op, "cannot reduce " + s[0].str() + " to " + a.shape.str());
        return {a.shape};
      },
      [](const GradientCall& d) { d.dx[0] = d.b.broadcast_to(d.g, d.b.shape(d.x[0])); }},
     // dx = sum_to(g) over the broadcast axes
-    {OpKind::BroadcastTo, {"broadcast_to", 1, 1, false},
+    {OpKind::BroadcastTo,
      [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
        if (!broadcasts_to(s[0], a.shape)) shape_fail(op, "cannot broadcast " + s[0].str() + " to " + a.shape.str());
        return {a.shape};
      },
      [](const GradientCall& d) { d.dx[0] = d.b.sum_to(d.g, d.b.shape(d.x[0])); }},
     // dx = g viewed as x's shape
-    {OpKind::Reshape, {"reshape", 1, 1, false, true},
+    {OpKind::Reshape,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        if (a.shape.numel() != s[0].numel())
          shape_fail(op, "cannot view " + s[0].str() + " (" + std::to_string(s[0].numel()) + " elements) as " +
@@ -500,25 +550,25 @@ constexpr auto kOps = std::to_array<OpDef>({
      },
      [](const GradientCall& d) { d.dx[0] = d.b.reshape(d.g, d.b.shape(d.x[0])); }},
     // y = x^-1/2: dx = -g y^3 / 2
-    {OpKind::Rsqrt, {"rsqrt", 1, 1, false}, float_elementwise,
+    {OpKind::Rsqrt, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.back(OpKind::RsqrtBackward, {d.y, d.g}); }},
     // y = x Phi(x): dx = g (Phi(x) + x phi(x))
-    {OpKind::Gelu, {"gelu", 1, 1, false}, float_elementwise,
+    {OpKind::Gelu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::GeluBackward, {d.x[0], d.g}, d.at); }},
     // y = x sigmoid(x): dx = g s (1 + x (1 - s)), s = sigmoid(x)
-    {OpKind::Silu, {"silu", 1, 1, false}, float_elementwise,
+    {OpKind::Silu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::SiluBackward, {d.x[0], d.g}, d.at); }},
     // y = x if x > 0 else alpha (e^x - 1): dx = g if x > 0 else g alpha e^x
-    {OpKind::Elu, {"elu", 1, 1, false}, float_elementwise,
+    {OpKind::Elu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::EluBackward, {d.x[0], d.g}, d.at); }},
     // y = x if x > 0 else slope x: dx = g if x > 0 else g slope
-    {OpKind::LeakyRelu, {"leaky_relu", 1, 1, false}, float_elementwise,
+    {OpKind::LeakyRelu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::LeakyReluBackward, {d.x[0], d.g}, d.at); }},
     // y = log(1 + e^x): dx = g sigmoid(x)
-    {OpKind::Softplus, {"softplus", 1, 1, false}, float_elementwise,
+    {OpKind::Softplus, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::SoftplusBackward, {d.x[0], d.g}, d.at); }},
     // y = sum(x, -1) / N: dx = broadcast(g) / N
-    {OpKind::MeanLastAxis, {"mean_last_axis", 1, 1, false},
+    {OpKind::MeanLastAxis,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "input");
        if (s[0].rank() < 1) shape_fail(op, "needs at least one dimension; got a scalar");
@@ -530,7 +580,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        d.dx[0] = d.b.scale(d.b.broadcast_to(d.g, d.b.shape(d.x[0])), 1.0f / float(d.b.shape(d.x[0])[-1]));
      }},
     // dx = zeros of x's shape with g placed at the slice
-    {OpKind::Slice, {"slice", 1, 1, false},
+    {OpKind::Slice,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        const int r = s[0].rank();
        if (a.axis < 0 || a.axis >= r) shape_fail(op, "axis " + std::to_string(a.axis) + " is outside " + s[0].str());
@@ -545,7 +595,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        d.dx[0] = d.b.apply(OpKind::SliceBackward, {d.g}, with_shape(d.at, d.b.shape(d.x[0])));
      }},
     // y = [x0 x1 ...] along axis: dx_i = the slice of g at x_i's place
-    {OpKind::Concat, {"concat", 2, kMaxOpInputs, false},
+    {OpKind::Concat,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        auto all = [&] {
          std::string list;
@@ -577,7 +627,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        }
      }},
     // y = table[ids]: dtable = g's rows summed per id; ids take no gradient
-    {OpKind::Gather, {"gather", 2, 2, false},
+    {OpKind::Gather,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "table");
        expect_rank(op, s[0], 2, "table");
@@ -592,38 +642,24 @@ constexpr auto kOps = std::to_array<OpDef>({
        d.dx[0] = d.b.apply(OpKind::GatherBackward, {d.g, d.x[1]}, with_shape(d.at, d.b.shape(d.x[0])));
      }},
     // ids are not differentiable
-    {OpKind::ToIndex, {"to_index", 1, 1, false},
+    {OpKind::ToIndex,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "input");
        return {s[0], DType::Int32};
      },
      zero_gradient},
-    // linear: dx = im2col^T(g) = col2im(g)
-    {OpKind::Im2Col, {"im2col", 1, 1, false}, windowed,
-     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::Col2Im, {d.g}, with_shape(d.at, d.b.shape(d.x[0]))); }},
-    // linear: dx = col2im^T(g) = im2col(g)
-    {OpKind::Col2Im, {"col2im", 1, 1, false},
-     [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
-       const Window2D& w = a.window;
-       const Shape& x = a.shape;
-       if (x.rank() != 4) shape_fail(op, "target shape must be {batch, height, width, channels}; got " + x.str());
-       const Shape want{x[0] * w.out_h(x[1]) * w.out_w(x[2]), w.kh * w.kw * x[3]};
-       if (s[0] != want) shape_fail(op, "columns must be " + want.str() + " for image " + x.str() + "; got " + s[0].str());
-       return {x};
-     },
-     [](const GradientCall& d) { d.dx[0] = d.b.windowed(OpKind::Im2Col, d.g, d.at.window); }},
     // dx = g routed to each window's first maximum
-    {OpKind::MaxPool2D, {"max_pool2d", 1, 1, false}, windowed,
+    {OpKind::MaxPool2D, windowed,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::MaxPool2DBackward, {d.x[0], d.g}, d.at); }},
     // dx = g spread evenly over each window's unpadded pixels
-    {OpKind::AvgPool2D, {"avg_pool2d", 1, 1, false}, windowed,
+    {OpKind::AvgPool2D, windowed,
      [](const GradientCall& d) {
        d.dx[0] = d.b.apply(OpKind::AvgPool2DBackward, {d.g}, with_shape(d.at, d.b.shape(d.x[0])));
      }},
     // y = conv(x, k): dx = conv^T(g, k), dk = filter gradient(x, g). Each of the
     // three ops is linear in both arguments, so the rules close over the three.
     // with kReluOutput, y = max(conv, 0): g masked by y > 0 first
-    {OpKind::Conv2D, {"conv2d", 2, 3, false}, windowed,
+    {OpKind::Conv2D, windowed,
      [](const GradientCall& d) {
        Builder& b = d.b;
        const Value g = d.at.flags & kReluOutput ? relu_gradient(b, d.y, d.g) : d.g;
@@ -633,18 +669,18 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2DBackwardFilter, {d.x[0], g}, with_shape(at, b.shape(d.x[1])));
        if (d.need(2)) d.dx[2] = b.sum_to(g, b.shape(d.x[2]));  // the bias: g summed over batch and pixels
      }},
-    {OpKind::BatchNormStats, {"batch_norm_stats", 1, 1, false}, batch_stats, batch_stats_gradient},
+    {OpKind::BatchNormStats, batch_stats, batch_stats_gradient},
     // The statistics a Conv2D wrote beside its output: BatchNormStats's rules.
-    {OpKind::AttachedBatchStats, {"attached_batch_stats", 1, 1, false, true}, batch_stats, batch_stats_gradient},
+    {OpKind::AttachedBatchStats, batch_stats, batch_stats_gradient},
     // y = xhat gamma + beta [+ residual], xhat = (x - mean) inv, inv = (var + eps)^-1/2:
     // dgamma = sum(g xhat), dbeta = sum(g), dx by BatchNormBackward, dresidual = g;
     // with given statistics dmean = -sum(g) gamma inv, dvar = -sum(g xhat) gamma inv^2 / 2.
-    // With the batch's own statistics (attrs.length 1) their gradient is inside dx.
+    // With the batch's own statistics (attrs.own_stats) their gradient is inside dx.
     // With kReluOutput, y = max(that, 0): g masked by y > 0 first; without a
     // residual the two backward ops mask g themselves (kReluOutput, gamma and
     // beta as inputs: y > 0 exactly where the recomputed x a + b > 0), so
     // the masked gradient is never written out.
-    {OpKind::BatchNorm, {"batch_norm", 4, 5, false}, batch_norm_family,
+    {OpKind::BatchNorm, batch_norm_family,
      [](const GradientCall& d) {
        Builder& b = d.b;
        OpAttrs at = d.at;
@@ -666,9 +702,9 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(2)) d.dx[2] = b.reshape(b.slice(sums, 0, 0, 1), Shape{c});
        if (d.need(3)) d.dx[3] = b.reshape(b.slice(sums, 0, 1, 1), Shape{c});
        if (residual && d.need(4)) d.dx[4] = g;
-       if (d.need(1) && at.length != 1) {
+       if (d.need(1) && !at.own_stats) {
          Value var = b.reshape(b.slice(x[1], 0, 1, 1), Shape{c});
-         Value inv = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, at.scale))});
+         Value inv = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, at.eps))});
          Value k = b.mul(x[2], inv);
          Value d_mean = b.scale(b.mul(b.reshape(b.slice(sums, 0, 1, 1), Shape{c}), k), -1.0f);
          Value d_var = b.scale(b.mul(b.reshape(b.slice(sums, 0, 0, 1), Shape{c}), b.mul(k, inv)), -0.5f);
@@ -679,30 +715,30 @@ constexpr auto kOps = std::to_array<OpDef>({
      }},
 
     // y = a / b: da = sum_to(g / b), db = sum_to(-g y / b)
-    {OpKind::Div, {"div", 2, 2, false}, broadcast_binary,
+    {OpKind::Div, broadcast_binary,
      [](const GradientCall& d) {
        Builder& b = d.b;
        if (d.need(0)) d.dx[0] = b.sum_to(b.div(d.g, d.x[1]), b.shape(d.x[0]));
        if (d.need(1)) d.dx[1] = b.sum_to(b.scale(b.div(b.mul(d.g, d.y), d.x[1]), -1.0f), b.shape(d.x[1]));
      }},
     // y = e^x: dx = g y
-    {OpKind::Exp, {"exp", 1, 1, false}, float_elementwise,
+    {OpKind::Exp, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.mul(d.g, d.y); }},
     // y = log(x): dx = g / x
-    {OpKind::Log, {"log", 1, 1, false}, float_elementwise,
+    {OpKind::Log, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.div(d.g, d.x[0]); }},
     // y = sqrt(x): dx = g / (2 y)
-    {OpKind::Sqrt, {"sqrt", 1, 1, false}, float_elementwise,
+    {OpKind::Sqrt, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.div(d.b.scale(d.g, 0.5f), d.y); }},
     // y = x^p: dx = g p x^(p-1); p = 0: dx = 0 (as torch.pow, not 0 x^-1)
-    {OpKind::Pow, {"pow", 1, 1, false}, float_elementwise,
+    {OpKind::Pow, float_elementwise,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       const float p = d.at.scale;
+       const float p = d.at.exponent;
        d.dx[0] = p == 0.0f ? b.fill(b.shape(d.x[0]), 0.0f) : b.mul(d.g, b.scale(b.pow(d.x[0], p - 1.0f), p));
      }},
     // y = min(max(x, lo), hi): dx = g where lo <= x <= hi, else 0 (PyTorch's rule: g passes at the bounds)
-    {OpKind::Clamp, {"clamp", 1, 1, false},
+    {OpKind::Clamp,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "input");
        check_clamp_bounds(op, a);
@@ -710,18 +746,18 @@ constexpr auto kOps = std::to_array<OpDef>({
      },
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::ClampBackward, {d.x[0], d.g}, d.at); }},
     // y = sum(x, axis): dx = broadcast(g with the axis kept as 1)
-    {OpKind::SumAxis, {"sum_axis", 1, 1, false}, reduce_axis,
+    {OpKind::SumAxis, reduce_axis,
      [](const GradientCall& d) { d.dx[0] = broadcast_along_axis(d); }},
     // y = sum(x, axis) / n: dx = broadcast(g with the axis kept as 1) / n
-    {OpKind::MeanAxis, {"mean_axis", 1, 1, false}, reduce_axis,
+    {OpKind::MeanAxis, reduce_axis,
      [](const GradientCall& d) {
        d.dx[0] = d.b.scale(broadcast_along_axis(d), 1.0f / float(d.b.shape(d.x[0])[d.at.axis]));
      }},
     // y = max(x, axis): dx = g at the first maximal element of each slice, 0 elsewhere
-    {OpKind::MaxAxis, {"max_axis", 1, 1, false}, reduce_axis,
+    {OpKind::MaxAxis, reduce_axis,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::MaxAxisBackward, {d.x[0], d.g}, d.at); }},
     // y = x with two axes swapped: dx = g with the same two axes swapped
-    {OpKind::Transpose, {"transpose", 1, 1, false},
+    {OpKind::Transpose,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        const int r = s[0].rank();
        if (r < 2)
@@ -738,7 +774,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     // z_t = xw_t + h_{t-1} U (+ rb for the GRU's hn): LstmSequenceBackward gives
     // dz, the gradient of every step's pre-activations, through time; then
     // dxw = dz, dU = sum_t h_{t-1}^T dz_t (one matmul over every step).
-    {OpKind::LstmSequence, {"lstm_sequence", 2, 2, false}, recurrent_sequence,
+    {OpKind::LstmSequence, recurrent_sequence,
      [](const GradientCall& d) {
        Builder& b = d.b;
        Value dz = b.apply(OpKind::LstmSequenceBackward, {d.y, d.x[1], d.g});
@@ -751,7 +787,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     // GruSequenceBackward gives [dz | dr | dn | dhn] per step: dxw = [dz | dr | dn];
     // the recurrent product h U + rb gets [dz | dr | dhn], so dU = sum_t h_{t-1}^T
     // [dz | dr | dhn]_t and drb = its sum over rows and steps.
-    {OpKind::GruSequence, {"gru_sequence", 3, 3, false}, recurrent_sequence,
+    {OpKind::GruSequence, recurrent_sequence,
      [](const GradientCall& d) {
        Builder& b = d.b;
        Value all = b.apply(OpKind::GruSequenceBackward, {d.y, d.x[1], d.g});
@@ -767,29 +803,29 @@ constexpr auto kOps = std::to_array<OpDef>({
 
     // Backward ops. Gradients of gradients exist only where a rule is given
     // (slicing, the convolution adjoints); the rest throw.
-    {OpKind::ReluBackward, {"relu_backward", 2, 2, false}, output_and_gradient, no_gradient},
-    {OpKind::SigmoidBackward, {"sigmoid_backward", 2, 2, false}, output_and_gradient, no_gradient},
-    {OpKind::TanhBackward, {"tanh_backward", 2, 2, false}, output_and_gradient, no_gradient},
-    {OpKind::SoftmaxBackward, {"softmax_backward", 2, 2, false}, output_and_gradient, no_gradient},
-    {OpKind::LogSoftmaxBackward, {"log_softmax_backward", 2, 2, false}, output_and_gradient, no_gradient},
-    {OpKind::SoftmaxCrossEntropyBackward, {"softmax_cross_entropy_backward", 3, 4, false}, loss_backward, no_gradient},
-    {OpKind::MseLossBackward, {"mse_loss_backward", 3, 4, false}, loss_backward, no_gradient},
-    {OpKind::MaeLossBackward, {"mae_loss_backward", 3, 4, false}, loss_backward, no_gradient},
-    {OpKind::HuberLossBackward, {"huber_loss_backward", 3, 4, false}, loss_backward, no_gradient},
-    {OpKind::BinaryCrossEntropyBackward, {"binary_cross_entropy_backward", 3, 4, false}, loss_backward, no_gradient},
-    {OpKind::RsqrtBackward, {"rsqrt_backward", 2, 2, false}, input_and_gradient, no_gradient},
-    {OpKind::GeluBackward, {"gelu_backward", 2, 2, false}, input_and_gradient, no_gradient},
-    {OpKind::SiluBackward, {"silu_backward", 2, 2, false}, input_and_gradient, no_gradient},
-    {OpKind::EluBackward, {"elu_backward", 2, 2, false}, input_and_gradient, no_gradient},
-    {OpKind::LeakyReluBackward, {"leaky_relu_backward", 2, 2, false}, input_and_gradient, no_gradient},
-    {OpKind::SoftplusBackward, {"softplus_backward", 2, 2, false}, input_and_gradient, no_gradient},
+    {OpKind::ReluBackward, output_and_gradient, no_gradient},
+    {OpKind::SigmoidBackward, output_and_gradient, no_gradient},
+    {OpKind::TanhBackward, output_and_gradient, no_gradient},
+    {OpKind::SoftmaxBackward, output_and_gradient, no_gradient},
+    {OpKind::LogSoftmaxBackward, output_and_gradient, no_gradient},
+    {OpKind::SoftmaxCrossEntropyBackward, loss_backward, no_gradient},
+    {OpKind::MseLossBackward, loss_backward, no_gradient},
+    {OpKind::MaeLossBackward, loss_backward, no_gradient},
+    {OpKind::HuberLossBackward, loss_backward, no_gradient},
+    {OpKind::BinaryCrossEntropyBackward, loss_backward, no_gradient},
+    {OpKind::RsqrtBackward, input_and_gradient, no_gradient},
+    {OpKind::GeluBackward, input_and_gradient, no_gradient},
+    {OpKind::SiluBackward, input_and_gradient, no_gradient},
+    {OpKind::EluBackward, input_and_gradient, no_gradient},
+    {OpKind::LeakyReluBackward, input_and_gradient, no_gradient},
+    {OpKind::SoftplusBackward, input_and_gradient, no_gradient},
     // linear in g: dg = slice(gy)
-    {OpKind::SliceBackward, {"slice_backward", 1, 1, false}, attrs_shape,
+    {OpKind::SliceBackward, attrs_shape,
      [](const GradientCall& d) { d.dx[0] = d.b.slice(d.g, d.at.axis, d.at.start, d.at.length); }},
-    {OpKind::GatherBackward, {"gather_backward", 2, 2, false}, attrs_shape, no_gradient},
-    {OpKind::MaxPool2DBackward, {"max_pool2d_backward", 2, 2, false},
+    {OpKind::GatherBackward, attrs_shape, no_gradient},
+    {OpKind::MaxPool2DBackward,
      [](OpKind, Shapes s, DTypes, const OpAttrs&) -> OpSignature { return {s[0]}; }, no_gradient},
-    {OpKind::AvgPool2DBackward, {"avg_pool2d_backward", 1, 2, false},
+    {OpKind::AvgPool2DBackward,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        const bool masked = (a.flags & kMaskNonPositive) != 0;
        if (masked != (s.size() == 2))
@@ -810,7 +846,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     // with a third input, y = conv^T(gy, k) + addend: daddend = g
     // with kMaskNonPositive, y = that where r > 0 (r the last input): g
     // masked by r > 0 first; r's gradient is zero (a mask)
-    {OpKind::Conv2DBackwardInput, {"conv2d_backward_input", 2, 4, false}, conv2d_backward,
+    {OpKind::Conv2DBackwardInput, conv2d_backward,
      [](const GradientCall& d) {
        Builder& b = d.b;
        const bool masked = (d.at.flags & kMaskNonPositive) != 0;
@@ -823,22 +859,22 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.x.size() == (masked ? 4u : 3u) && d.need(2)) d.dx[2] = g;
      }},
     // y = filter gradient(x, gy): dx = conv^T(gy, g), dgy = conv(x, g)
-    {OpKind::Conv2DBackwardFilter, {"conv2d_backward_filter", 2, 2, false}, conv2d_backward,
+    {OpKind::Conv2DBackwardFilter, conv2d_backward,
      [](const GradientCall& d) {
        Builder& b = d.b;
        if (d.need(0))
          d.dx[0] = b.apply(OpKind::Conv2DBackwardInput, {d.x[1], d.g}, with_shape(d.at, b.shape(d.x[0])));
        if (d.need(1)) d.dx[1] = b.apply(OpKind::Conv2D, {d.x[0], d.g}, d.at);
      }},
-    {OpKind::BatchNormParamGrad, {"batch_norm_param_grad", 3, 5, false}, batch_norm_family, no_gradient},
-    {OpKind::BatchNormBackward, {"batch_norm_backward", 5, 6, false}, batch_norm_family, no_gradient},
-    {OpKind::ClampBackward, {"clamp_backward", 2, 2, false},
+    {OpKind::BatchNormParamGrad, batch_norm_family, no_gradient},
+    {OpKind::BatchNormBackward, batch_norm_family, no_gradient},
+    {OpKind::ClampBackward,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        check_clamp_bounds(op, a);
        return input_and_gradient(op, s, t, a);
      },
      no_gradient},
-    {OpKind::MaxAxisBackward, {"max_axis_backward", 2, 2, false},
+    {OpKind::MaxAxisBackward,
      [](OpKind op, Shapes s, DTypes, const OpAttrs& a) -> OpSignature {
        const Shape want = reduced_shape(op, s[0], a);
        if (s[1] != want)
@@ -846,11 +882,11 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::LstmSequenceBackward, {"lstm_sequence_backward", 3, 3, false}, recurrent_sequence, no_gradient},
-    {OpKind::GruSequenceBackward, {"gru_sequence_backward", 3, 3, false}, recurrent_sequence, no_gradient},
+    {OpKind::LstmSequenceBackward, recurrent_sequence, no_gradient},
+    {OpKind::GruSequenceBackward, recurrent_sequence, no_gradient},
 
     // Metrics: counts, never differentiated.
-    {OpKind::Accuracy, {"accuracy", 2, 2, false},
+    {OpKind::Accuracy,
      [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
        expect_rank(op, s[0], 2, "predictions");
        if (s[1].rank() == 2 ? s[1] != s[0] : s[1].rank() != 1 || s[1][0] != s[0][0])
@@ -858,7 +894,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {Shape{}};
      },
      no_gradient},
-    {OpKind::BinaryAccuracy, {"binary_accuracy", 2, 2, false},
+    {OpKind::BinaryAccuracy,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "predictions");
        expect_float(op, t, 1, "targets");
@@ -867,19 +903,18 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {Shape{}};
      },
      no_gradient},
-    {OpKind::TopKAccuracy, {"top_k_accuracy", 2, 2, false},
+    {OpKind::TopKAccuracy,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        expect_float(op, t, 0, "scores");
        expect_rank(op, s[0], 2, "scores");
        check_labels(op, s[0], s[1], t[1]);
-       if (a.length < 1)
-         throw ValueError("top_k_accuracy: k (attrs.length) must be >= 1; got " + std::to_string(a.length));
+       if (a.k < 1) throw ValueError("top_k_accuracy: k (attrs.k) must be >= 1; got " + std::to_string(a.k));
        return {Shape{}};
      },
      no_gradient},
 
     // Optimizer and clipping ops: in-place updates of persistent state, never differentiated.
-    {OpKind::AccumulateGrad, {"accumulate_grad", 2, 3, true},
+    {OpKind::AccumulateGrad,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        if (s.size() == 3) {
          if (s[1].rank() != 2 || s[2].rank() != 2)
@@ -893,7 +928,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::OptimizerTick, {"optimizer_tick", 2, 4, true},
+    {OpKind::OptimizerTick,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs& a) -> OpSignature {
        if (s[0] != Shape{kHyperSize})
          shape_fail(op, "hyper-parameter tensor must be {" + std::to_string(kHyperSize) + "}");
@@ -902,17 +937,17 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::AdamWUpdate, {"adamw_update", 5, 5, true}, optimizer_update, no_gradient},
-    {OpKind::SgdUpdate, {"sgd_update", 3, 4, true}, optimizer_update, no_gradient},
-    {OpKind::RmspropUpdate, {"rmsprop_update", 4, 6, true}, optimizer_update, no_gradient},
-    {OpKind::AdagradUpdate, {"adagrad_update", 4, 4, true}, optimizer_update, no_gradient},
-    {OpKind::ClipValue, {"clip_value", 1, 1, true},
+    {OpKind::AdamWUpdate, optimizer_update, no_gradient},
+    {OpKind::SgdUpdate, optimizer_update, no_gradient},
+    {OpKind::RmspropUpdate, optimizer_update, no_gradient},
+    {OpKind::AdagradUpdate, optimizer_update, no_gradient},
+    {OpKind::ClipValue,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "the gradient");
        return {s[0]};
      },
      no_gradient},
-    {OpKind::SquaredNorm, {"squared_norm", 1, 2, false},
+    {OpKind::SquaredNorm,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "x");
        if (s.size() == 2) {
@@ -922,7 +957,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {Shape{2}};
      },
      no_gradient},
-    {OpKind::ClipNorm, {"clip_norm", 2, 2, true},
+    {OpKind::ClipNorm,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "the gradient");
        expect_float(op, t, 1, "the squared norm");
@@ -930,20 +965,20 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::MovingAverage, {"moving_average", 2, 2, true},
+    {OpKind::MovingAverage,
      [](OpKind op, Shapes s, DTypes, const OpAttrs&) -> OpSignature {
        if (s[0] != s[1]) shape_fail(op, "state " + s[0].str() + " and value " + s[1].str() + " differ");
        return {s[0]};
      },
      no_gradient},
-    {OpKind::AdvanceCounter, {"advance_counter", 1, 1, true},
+    {OpKind::AdvanceCounter,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        if (s[0] != Shape{1} || t[0] != DType::Int64) shape_fail(op, "the counter must be an int64 tensor {1}");
        return {s[0], DType::Int64};
      },
      no_gradient},
     // Copies between persistent tensors (target networks): in place, never differentiated.
-    {OpKind::PolyakUpdate, {"polyak_update", 3, 3, true},
+    {OpKind::PolyakUpdate,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        expect_float(op, t, 0, "the target");
        expect_float(op, t, 1, "the source");
@@ -953,7 +988,7 @@ constexpr auto kOps = std::to_array<OpDef>({
        return {s[0]};
      },
      no_gradient},
-    {OpKind::Assign, {"assign", 2, 2, true},
+    {OpKind::Assign,
      [](OpKind op, Shapes s, DTypes t, const OpAttrs&) -> OpSignature {
        if (s[0] != s[1]) shape_fail(op, "target " + s[0].str() + " and source " + s[1].str() + " differ");
        if (t[0] != t[1])
@@ -966,8 +1001,8 @@ constexpr auto kOps = std::to_array<OpDef>({
 static_assert(indexed_by_op_kind(kOps), "kOps must list every OpKind once, in enum order");
 static_assert(
     [] {
-      for (const OpDef& def : kOps)
-        if (def.info.max_inputs > kMaxOpInputs) return false;
+      for (const OpInfo& info : kInfos)
+        if (info.max_inputs > kMaxOpInputs) return false;
       return true;
     }(),
     "an op takes more than kMaxOpInputs inputs: raise it, and the graph's Node::kMaxInputs with it");
@@ -977,14 +1012,29 @@ static_assert(
 // The public lookups. `at` keeps an out-of-range OpKind (Count) a thrown
 // std::out_of_range, as before the table.
 
-const OpInfo& op_info(OpKind op) { return kOps.at(size_t(op)).info; }
+const OpInfo& op_info(OpKind op) { return kInfos.at(size_t(op)); }
+
+OpAttrs op_param_attrs(OpKind op, float value) {
+  OpAttrs at;
+  const OpInfo& info = op_info(op);
+  if (info.param)
+    at.*info.param = value;
+  else if (value != 0.0f)
+    throw ValueError(std::string(info.name) + " takes no float parameter; got " + std::to_string(value));
+  return at;
+}
 
 OpSignature infer_signature(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
-  const OpDef& def = kOps.at(size_t(op));
-  if (int(s.size()) < def.info.min_inputs || int(s.size()) > def.info.max_inputs)
-    shape_fail(op, "expected " + std::to_string(def.info.min_inputs) + ".." + std::to_string(def.info.max_inputs) +
+  const OpInfo& info = op_info(op);
+  if (int(s.size()) < info.min_inputs || int(s.size()) > info.max_inputs)
+    shape_fail(op, "expected " + std::to_string(info.min_inputs) + ".." + std::to_string(info.max_inputs) +
                        " inputs; got " + std::to_string(s.size()));
-  return def.shape(op, s, t, a);
+  return kOps[size_t(op)].shape(op, s, t, a);
+}
+
+double op_flops(OpKind op, const OpAttrs& at, Shapes in, const Shape& out) {
+  const double products = kFlopRules.at(size_t(op))(op, at, in, out);
+  return products > 0.0 ? products : double(out.numel());
 }
 
 void gradient_rule(Builder& b, OpKind op, const OpAttrs& at, std::span<const Value> x, Value y, Value g,

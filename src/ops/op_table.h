@@ -1,10 +1,11 @@
 #pragma once
-// The op table, internal to the library. Every op is one entry, indexed by
-// OpKind, in two halves because the kernels sit above the ops layer: this
-// half (name, arity, flags, shape rule, gradient rule) in ops/op_table.cpp,
-// the kernel half in kernels/dispatch.cpp. Both are checked at compile time
-// with `indexed_by_op_kind`, so an op added to OpKind without its entries, or
-// entries out of order, does not build.
+// The op table, internal to the library. Every op is one line of the op list
+// (tensorgrad/ops/op_list.h), which gives its name, arity, effect, float
+// parameter and flop rule; this table adds its shape and gradient rules
+// (ops/op_table.cpp), the kernel table of each backend its kernel
+// (kernels/dispatch.cpp for the CPU). Both tables are indexed by OpKind and
+// checked at compile time with `indexed_by_op_kind`, so an op added to the
+// list without its entries, or entries out of order, does not build.
 #include <cstddef>
 #include <initializer_list>
 #include <iterator>
@@ -43,13 +44,19 @@ struct GradientCall {
   Value back(OpKind k, std::initializer_list<Value> in) const { return b.apply(k, in); }
 };
 
-/// One op's facts in the ops layer. The shape rule runs after the arity check.
+/// One op's rules in the ops layer. The shape rule runs after the arity check.
 struct OpDef {
   OpKind kind;
-  OpInfo info;
   OpSignature (*shape)(OpKind op, Shapes s, DTypes t, const OpAttrs& a);
   void (*gradient)(const GradientCall& d);
 };
+
+/// The floating-point operations of one application of `op` to inputs of
+/// shapes `in` giving `out`, by the op's flop rule (op_list.h): twice the
+/// multiply-adds of the product-like ops, one per output element for the
+/// others (their bytes are their cost). Backends choose their launchers by
+/// it (Backend::launcher), summed over a graph.
+double op_flops(OpKind op, const OpAttrs& at, std::span<const Shape> in, const Shape& out);
 
 // Shape-rule helpers shared by the table (defined in ops/op.cpp). Each error
 // names the op, what it expected and what came.

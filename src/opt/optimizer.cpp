@@ -765,11 +765,11 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
   if (clipping) {
     OpAttrs at;
     if (spec.clipvalue > 0.0f) {
-      at.scale = spec.clipvalue;
+      at.clip = spec.clipvalue;
       for (size_t i = 0; i < params.size(); ++i)
         if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipValue, {accumulators[i]}, at);
     } else if (spec.clipnorm > 0.0f) {
-      at.scale = spec.clipnorm;
+      at.clip = spec.clipnorm;
       at.flags = kNonFiniteNormToNaN;
       for (size_t i = 0; i < params.size(); ++i)
         if (sources[i].valid())
@@ -780,7 +780,7 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
         if (sources[i].valid())
           total = total.valid() ? g.apply(OpKind::SquaredNorm, {accumulators[i], total})
                                 : g.apply(OpKind::SquaredNorm, {accumulators[i]});
-      at.scale = spec.global_clipnorm;
+      at.clip = spec.global_clipnorm;
       at.flags = kClipNormEps | kNonFiniteNormToNaN;
       for (size_t i = 0; i < params.size(); ++i)
         if (sources[i].valid()) sources[i] = g.apply(OpKind::ClipNorm, {accumulators[i], total}, at);
@@ -896,11 +896,11 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind 
         case MetricKind::SparseCategoricalAccuracy: v = g.apply(OpKind::Accuracy, {out, y_flat}); break;
         case MetricKind::TopKCategoricalAccuracy:
         case MetricKind::SparseTopKCategoricalAccuracy:
-          at.length = 5;
+          at.k = 5;
           v = g.apply(OpKind::TopKAccuracy, {out, y_flat}, at);
           break;
         case MetricKind::BinaryAccuracy:
-          at.scale = 0.5f;
+          at.threshold = 0.5f;
           v = g.scale(g.apply(OpKind::BinaryAccuracy, {out, y_flat}, at), 1.0f / float(h.outputs));
           break;
         case MetricKind::MeanAbsoluteError: v = g.mae_loss(out, y_flat); break;  // means: times the rows in run()

@@ -57,8 +57,8 @@ ConvBnGraph build(const ConvCase& c, int64_t batch, const std::vector<Tensor>& d
   r.conv = c.bias ? g.apply(OpKind::Conv2D, {x, params[0], params[3]}, at) : g.apply(OpKind::Conv2D, {x, params[0]}, at);
   r.stats = g.apply(OpKind::BatchNormStats, {r.conv});
   OpAttrs bn;
-  bn.scale = 1e-3f;
-  bn.length = 1;
+  bn.eps = 1e-3f;
+  bn.own_stats = true;
   const Value y = g.apply(OpKind::BatchNorm, {r.conv, r.stats, params[1], params[2]}, bn);
   const Value w = r.w = g.input("w", g.shape(y));
   const Value loss = g.sum(g.mul(g.mul(y, y), w));

@@ -94,8 +94,7 @@ TEST(NanPropagation, ElementwiseActivationsGiveNaNForNaN) {
                        Case{OpKind::Silu, 0}, Case{OpKind::Elu, 1.0f}, Case{OpKind::LeakyRelu, 0.2f},
                        Case{OpKind::Softplus, 0}, Case{OpKind::Exp, 0}, Case{OpKind::Scale, 3.0f}}) {
     SCOPED_TRACE(op_info(c.op).name);
-    OpAttrs at;
-    at.scale = c.scale;
+    const OpAttrs at = op_param_attrs(c.op, c.scale);
     for (int threads : {1, 2}) {
       SCOPED_TRACE("threads " + std::to_string(threads));
       const std::vector<float> y = run_one(c.op, {x}, at, threads);
@@ -241,7 +240,7 @@ TEST(NanPropagation, ReluFoldedOrNotKeepsNaN) {
                      {x, uniform({24}, rng, 0.5f, 1.5f), uniform({24}, rng, -0.5f, 0.5f)},
                      [](Graph& g, const std::vector<Value>& in) {
                        OpAttrs at;
-                       at.scale = 1e-3f;
+                       at.eps = 1e-3f;
                        const Value stats = g.apply(OpKind::BatchNormStats, {in[0]});
                        return g.apply(OpKind::BatchNorm, {in[0], stats, in[1], in[2]}, at);
                      }});

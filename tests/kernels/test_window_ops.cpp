@@ -1,13 +1,12 @@
 // Forward values of the window and layout ops against naive references
 // written here, independently of src/kernels:
-//  * convolution = im2col + matmul (Keras kernel {kh, kw, Cin, Cout}) against a
+//  * the Conv2D op (Keras kernel {kh, kw, Cin, Cout}) against a
 //    direct nested-loop NHWC convolution in double, with strides, dilation,
 //    TF 'same' and 'valid' padding and arbitrary pads;
 //  * max and average pooling (average excludes padding from the count, as
 //    Keras/TF 'same'; max ignores padding), and max pooling's gradient routing
 //    (each window's gradient to its FIRST maximum in (ky, kx) order, as
 //    PyTorch), checked by exact values;
-//  * Col2Im as the adjoint of Im2Col;
 //  * slice, concat, gather, to_index exactly; MovingAverage in place;
 //  * the planner's aliasing of Reshape (a view that shares its input's memory).
 #include <gtest/gtest.h>
@@ -112,7 +111,7 @@ std::vector<double> naive_pool(const Image& x, bool is_max, const Window2D& w, i
 }
 
 // ---------------------------------------------------------------------------
-// Convolution as im2col + matmul vs the direct loop.
+// The Conv2D op vs the direct loop.
 
 struct ConvCase {
   std::string name;
@@ -121,8 +120,7 @@ struct ConvCase {
   int64_t top = 0, left = 0, bottom = 0, right = 0;  // Explicit only
 };
 
-// direct: the Conv2D op; else im2col + matmul.
-void check_conv(const ConvCase& cc, bool direct = false) {
+void check_conv(const ConvCase& cc) {
   SCOPED_TRACE(cc.name);
   Window2D w = window(cc.kh, cc.kw, cc.sh, cc.sw, cc.dh, cc.dw);
   int64_t ho, wo;
@@ -146,16 +144,9 @@ void check_conv(const ConvCase& cc, bool direct = false) {
   Graph g;
   Value x = g.input("x", xt.shape());
   Value k = g.parameter(kt, "kernel", false);
-  Value y;
-  if (direct) {
-    OpAttrs at;
-    at.window = w;
-    y = g.apply(OpKind::Conv2D, {x, k}, at);
-  } else {
-    Value cols = g.windowed(OpKind::Im2Col, x, w);
-    ASSERT_EQ(g.shape(cols), (Shape{cc.b * ho * wo, cc.kh * cc.kw * cc.cin}));
-    y = g.reshape(g.matmul(cols, g.reshape(k, {cc.kh * cc.kw * cc.cin, cc.cout})), {cc.b, ho, wo, cc.cout});
-  }
+  OpAttrs at;
+  at.window = w;
+  Value y = g.apply(OpKind::Conv2D, {x, k}, at);
   ASSERT_EQ(g.shape(y), (Shape{cc.b, ho, wo, cc.cout}));
   Executable exe(std::move(g), {y});
   exe.bind(x, xt);
@@ -197,12 +188,8 @@ std::vector<ConvCase> conv_cases() {
   };
 }
 
-TEST(WindowOpsConv, Im2ColMatMulMatchesDirectConvolution) {
-  for (const ConvCase& cc : conv_cases()) check_conv(cc);
-}
-
 TEST(WindowOpsConv, Conv2DOpMatchesDirectConvolution) {
-  for (const ConvCase& cc : conv_cases()) check_conv(cc, /*direct=*/true);
+  for (const ConvCase& cc : conv_cases()) check_conv(cc);
 }
 
 TEST(WindowOpsConv, TfSamePaddingRule) {
@@ -509,47 +496,6 @@ TEST(WindowOpsAvgPool, ReluThenPoolMasksInThePoolBackward) {
 }
 
 // ---------------------------------------------------------------------------
-// Col2Im is the adjoint of Im2Col: <im2col(x), c> == <x, col2im(c)>.
-
-TEST(WindowOpsAdjoint, Col2ImIsAdjointOfIm2Col) {
-  const std::vector<PoolCase> cases = {
-      {"3x3 same", {2, 4, 5, 2}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
-      {"3x3 s2 pads 0/1", {1, 6, 7, 3}, window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1)},
-      {"2x2 s3 (gaps)", {2, 7, 7, 1}, window(2, 2, 3, 3)},
-      {"3x3 dilation 2 pad 2", {1, 6, 6, 2}, window(3, 3, 1, 1, 2, 2, 2, 2, 2, 2)},
-      {"1x4 conv1d", {3, 1, 9, 2}, window(1, 4, 1, 2, 1, 1, 0, 1, 0, 2)},
-      {"2x3 s(2,1) d(2,1) pads(1,0,2,1)", {2, 5, 6, 2}, window(2, 3, 2, 1, 2, 1, 1, 0, 2, 1)},
-      {"3x3 same, threaded", {8, 48, 48, 8}, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
-  };
-  std::mt19937 rng(11);
-  for (const PoolCase& pc : cases) {
-    SCOPED_TRACE(pc.name + " " + pc.x.str());
-    Tensor xt = Tensor::from_vector(random_vec(size_t(pc.x.numel()), rng), pc.x);
-    const Shape cs{pc.x[0] * pc.w.out_h(pc.x[1]) * pc.w.out_w(pc.x[2]), pc.w.kh * pc.w.kw * pc.x[3]};
-    Tensor ct = Tensor::from_vector(random_vec(size_t(cs.numel()), rng), cs);
-    Graph g;
-    Value x = g.input("x", pc.x), c = g.input("c", cs);
-    Value cols = g.windowed(OpKind::Im2Col, x, pc.w);
-    ASSERT_EQ(g.shape(cols), cs);
-    OpAttrs at;
-    at.window = pc.w;
-    at.shape = pc.x;
-    Value img = g.apply(OpKind::Col2Im, {c}, at);
-    ASSERT_EQ(g.shape(img), pc.x);
-    Executable exe(std::move(g), {cols, img});
-    exe.bind(x, xt);
-    exe.bind(c, ct);
-    exe.run();
-    const std::vector<float> colv = exe.output(cols).to_vector(), imgv = exe.output(img).to_vector();
-    const std::vector<float> xv = xt.to_vector(), cv = ct.to_vector();
-    double lhs = 0, rhs = 0, scale = 0;
-    for (size_t i = 0; i < cv.size(); ++i) lhs += double(colv[i]) * cv[i], scale += std::fabs(double(colv[i]) * cv[i]);
-    for (size_t i = 0; i < xv.size(); ++i) rhs += double(xv[i]) * imgv[i];
-    EXPECT_NEAR(lhs, rhs, 1e-4 * std::max(std::fabs(lhs), scale * 1e-2) + 1e-6) << "lhs " << lhs << " rhs " << rhs;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Slice, concat, gather, to_index: exact forward values.
 
 // Flattened index of (i, j, k) in a {d0, d1, d2} tensor.
@@ -668,7 +614,7 @@ TEST(WindowOpsState, MovingAverageInPlace) {
   Value s = g.state(state, "moving_mean");
   Value v = g.input("value", {2, 3});
   OpAttrs at;
-  at.scale = m;
+  at.momentum = m;
   Value u = g.apply(OpKind::MovingAverage, {s, v}, at);
   Executable exe(std::move(g), {u});
   exe.bind(v, value);
@@ -797,8 +743,8 @@ TEST(WindowOpsThreaded, ConvAndBatchNormAgreeOnOneAndTwoThreads) {
     OpAttrs c1, c2, bn;
     c1.window = window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
     c2.window = window(3, 3, 2, 2, 1, 1, 0, 0, 1, 1);
-    bn.scale = 1e-3f;
-    bn.length = 1;
+    bn.eps = 1e-3f;
+    bn.own_stats = true;
     Value h = g.apply(OpKind::Conv2D, {x, ka}, c1);
     h = g.relu(g.apply(OpKind::BatchNorm, {h, g.apply(OpKind::BatchNormStats, {h}), gamma, beta}, bn));
     Value y = g.apply(OpKind::Conv2D, {h, kb}, c2);

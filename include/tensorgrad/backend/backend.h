@@ -103,9 +103,9 @@ class Backend {
   /// Uninitialised memory on this backend's device. Throws ValueError for an
   /// impossible size, MemoryError when the device is out of memory.
   virtual std::shared_ptr<Storage> allocate(size_t bytes) const = 0;
-  /// A launcher for work of `flops` in total (kernels::op_flops summed over
-  /// a graph, or one op's): the CPU runs work under kernels::kParallelFlops
-  /// on the calling thread.
+  /// A launcher for work of `flops` in total (op_flops, by the op list's
+  /// flop rules, summed over a graph, or one op's): the CPU runs work under
+  /// kernels::kParallelFlops on the calling thread.
   virtual std::unique_ptr<KernelLauncher> make_launcher(double flops) const = 0;
   /// The fused ops it has kernels for (FusionOptions: the fusion pass makes
   /// only these); none unless a backend says otherwise, so a new backend

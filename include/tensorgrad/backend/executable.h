@@ -17,15 +17,18 @@ namespace tensorgrad {
 
 /// How a graph's sizes follow its batch, learnt by comparing the same graph
 /// built at two batch sizes (make_batch_rule): per node, each dimension of
-/// its shape and of attrs.shape is fixed or `factor * rows`, and attrs.scale
-/// is fixed or `constant / rows` (a mean over the batch). With it, an
+/// its shape and of attrs.shape is fixed or `factor * rows`, and the op's
+/// float parameter (OpInfo::param) is fixed or, where the op list declares it
+/// BatchScaling::InverseRows, `constant / rows` (a mean over the batch). Every
+/// other attribute must be equal at both sizes. With it, an
 /// Executable planned for `max_rows` runs any batch up to it in the same
 /// arena (DESIGN.md: a graph planned for a maximum batch runs any batch up to it).
 struct BatchRule {
   using Factors = std::array<int64_t, Shape::kMaxRank>;  // 0: fixed; else the size per row
   int64_t max_rows = 0;                                   // 0: no rule (exact batch only)
   std::vector<Factors> shape, attr_shape;                 // per node
-  std::vector<double> scale_times_rows;                   // per node: 0 when attrs.scale is fixed
+  std::vector<double> param_times_rows;                   // per node: 0 when the op's parameter is fixed
+  std::vector<float OpAttrs::*> param_field;              // per node: the field param_times_rows sets
 };
 
 /// Compares `at_max` (built for `max_rows`) with `probe` (the same

@@ -143,9 +143,11 @@ class Builder {
   /// count, an axis outside them or shapes that differ outside it, TypeError
   /// for mixed dtypes.
   Value concat(std::span<const Value> xs, int axis);
-  /// A one-input op with one float parameter (Elu alpha, LeakyRelu slope).
+  /// A one-input op, with its float parameter (OpInfo::param: Elu's alpha,
+  /// LeakyRelu's negative slope, Pow's exponent) set to `param`. Throws
+  /// ValueError when the op has no float parameter and `param` is not 0.
   Value unary(OpKind op, Value x, float param = 0.0f);
-  /// Im2Col, MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
+  /// MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
   Value windowed(OpKind op, Value x, const Window2D& window);
 };
 

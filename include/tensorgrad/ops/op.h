@@ -1,10 +1,13 @@
 #pragma once
 // The op set: every operation tensorgrad can run and its attributes. Each
-// op's name, arity, shape rule and gradient rule are one entry of the op table
-// (src/ops/op_table.cpp), its kernel one entry of the kernel table
-// (src/kernels/dispatch.cpp). The lazy graph records ops through the Builder
-// interface (ops/builder.h); the eager API (ag) runs them at once through the
-// same table, and through Builder too in ag::EagerBuilder.
+// op is one line of the op list (ops/op_list.h: name, arity, effect, its
+// float parameter and how that scales with the batch, flop rule), from which
+// the enum and OpInfo are made; its shape and gradient rules are its entry of
+// the op table (src/ops/op_table.cpp), its kernel one entry of the kernel
+// table (src/kernels/dispatch.cpp), both checked against the list. The lazy
+// graph records ops through the Builder interface (ops/builder.h); the eager
+// API (ag) runs them at once through the same table, and through Builder too
+// in ag::EagerBuilder.
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -14,134 +17,13 @@
 
 namespace tensorgrad {
 
+/// Every op tensorgrad can run, in the order of the op list (ops/op_list.h),
+/// where each op's inputs, output and attributes are described. Count is the
+/// number of ops, not an op.
 enum class OpKind : uint8_t {
-  Leaf,  // input, parameter or state: no kernel, memory bound from outside
-  Fill,  // constant of attrs.shape filled with attrs.scale
-  // forward ops
-  MatMul,               // (A{M,K}, B{K,N} [, bias{N}]) -> {M,N} (the bias added to every row), or batched
-                        //   (A{B,M,K}, B{B,K,N}) -> {B,M,N} (equal B, no bias);
-                        //   attrs.trans_a/trans_b transpose the last two axes of the operands
-  Add, Sub, Mul,        // NumPy broadcasting; Add with flags kReluOutput: then ReLU, in the same pass
-  Maximum, Minimum,     // NumPy broadcasting as Add; a where a >= b (a <= b) else b; a NaN in either gives NaN
-  GreaterEqual,         // (a, b) broadcast as Add -> 1 where a >= b, else 0 (the mask of Maximum/Minimum gradients)
-  Scale,                // x * attrs.scale
-  Relu, Sigmoid, Tanh,
-  Softmax, LogSoftmax,  // along the last axis
-  SoftmaxCrossEntropy,  // (logits{B,C}, labels{B,C} f32 | {B} i32 [, weights{B}]) -> scalar mean
-  MseLoss,              // (pred{B,N}, target{B,N} [, weights{B} | {B,N}]) -> scalar sum(w (p - t)^2) / (B N)
-  MaeLoss,              // (pred{B,N}, target{B,N} [, weights{B} | {B,N}]) -> scalar sum(w |p - t|) / (B N)
-  HuberLoss,            // as MaeLoss; per element d^2 / 2 if |d| <= delta else delta (|d| - delta / 2),
-                        //   delta = attrs.scale > 0
-  BinaryCrossEntropy,   // (logits{B,N}, targets{B,N} in [0,1] [, weights{B} | {B,N}])
-                        //   -> scalar sum(w (max(z,0) - z y + log1p(exp(-|z|)))) / (B N)
-  Dropout,              // (x, counter int64{1}): inverted dropout, rate attrs.scale; the mask is
-                        //   hash(attrs.seed, counter) per element (core/random.h)
-  Sum, Mean,            // over every element -> scalar
-  SumTo,                // reduce a broadcast result back to attrs.shape
-  BroadcastTo,          // expand to attrs.shape
-  Reshape,              // same elements, shape attrs.shape; a view (no copy)
-  Rsqrt,                // 1 / sqrt(x)
-  Gelu, Silu, Elu, LeakyRelu, Softplus,  // Elu alpha / LeakyRelu slope in attrs.scale
-  MeanLastAxis,         // {..., N} -> {..., 1}
-  Slice,                // attrs.length entries from attrs.start along attrs.axis
-  Concat,               // (x0, x1, ... up to kMaxOpInputs) joined along attrs.axis
-  Gather,               // (table{V,D}, ids int32{...}) -> {..., D}: embedding lookup
-  ToIndex,              // float32 holding whole numbers -> int32 (checked by the caller)
-  Im2Col,               // x{B,H,W,C} -> {B*Ho*Wo, kh*kw*C}, rows (b,oy,ox), columns (ky,kx,c); attrs.window
-  Col2Im,               // the adjoint of Im2Col: {B*Ho*Wo, kh*kw*C} -> attrs.shape {B,H,W,C}, summing overlaps
-  MaxPool2D, AvgPool2D, // x{B,H,W,C} -> {B,Ho,Wo,C}; attrs.window (padding excluded from averages)
-  Conv2D,               // (x{B,H,W,C}, kernel{kh,kw,C,F} [, bias{F}]) -> {B,Ho,Wo,F}; attrs.window (zero
-                        //   padding); the bias is added to every output pixel while its row is in cache;
-                        //   flags kReluOutput: then ReLU, in the same pass
-  BatchNormStats,       // x{..., C} -> {2, C}: the mean and the biased variance over every axis but the last
-  AttachedBatchStats,   // (y{B,Ho,Wo,F}) -> {2, F}: BatchNormStats of y, which y's Conv2D (flags kBatchStatsOutput)
-                        //   wrote beside y, image by image while each was in cache; a view of that memory, no
-                        //   kernel. Made by the lazy graph only, when it folds a BatchNormStats into the Conv2D
-                        //   (the fusion pass, graph/fuse.h); the same bits as BatchNormStats
-  BatchNorm,            // (x{..., C}, stats{2,C}, gamma{C}, beta{C} [, residual{..., C}]) ->
-                        //   (x - mean) / sqrt(var + eps) gamma + beta [+ residual]; eps = attrs.scale; attrs.length
-                        //   1: stats are x's own (their gradient folds into dx); flags kReluOutput: then ReLU, in
-                        //   the same pass. The residual is a ResNet block's shortcut, folded in from an Add
-                        //   (the fusion pass, graph/fuse.h)
-  Div,                  // a / b, NumPy broadcasting as Add
-  Exp, Log, Sqrt,       // e^x, natural log, square root (NaN below 0, as std::log / std::sqrt)
-  Pow,                  // x^attrs.scale (std::pow: NaN for x < 0 with a non-integer exponent)
-  Clamp,                // min(max(x, attrs.clamp_min), attrs.clamp_max); either bound may be infinite; NaN stays NaN
-  SumAxis, MeanAxis,    // sum / mean along attrs.axis: the axis dropped, or kept as 1 with attrs.keepdim
-  MaxAxis,              // max along attrs.axis (keepdim as SumAxis); a NaN in the slice gives NaN
-  Transpose,            // axes attrs.axis and attrs.axis2 swapped (a copy); rank 2..Shape::kMaxRank
-  // Fused recurrent layers over a whole sequence (B batch, T steps, H units), zero initial states.
-  LstmSequence,         // (xw{B,T,4H} = x W + bias, U{H,4H}) -> {B,T,6H}: per step [h | c | i | f | g | o],
-                        //   gates i, f, g, o (Keras' i, f, c, o) after their activations; z = xw_t + h_{t-1} U,
-                        //   c = f c_{t-1} + i g, h = o tanh(c) (Hochreiter & Schmidhuber 1997, as keras.layers.LSTM)
-  GruSequence,          // (xw{B,T,3H} = x W + input bias, U{H,3H}, recurrent bias{3H}) -> {B,T,5H}: per step
-                        //   [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb),
-                        //   n = tanh(xw_n + r hn), h = z h_{t-1} + (1 - z) n (reset_after, as cuDNN and PyTorch)
-  // backward ops (inputs listed at each gradient rule)
-  ReluBackward, SigmoidBackward, TanhBackward, SoftmaxBackward, LogSoftmaxBackward,
-  SoftmaxCrossEntropyBackward, MseLossBackward,
-  MaeLossBackward, HuberLossBackward, BinaryCrossEntropyBackward,  // (pred, target [, weights], g scalar) -> dpred
-  RsqrtBackward,        // (y, g)
-  GeluBackward, SiluBackward, EluBackward, LeakyReluBackward, SoftplusBackward,  // (x, g)
-  SliceBackward,        // g -> zeros of attrs.shape with g placed at the slice
-  GatherBackward,       // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
-  MaxPool2DBackward,    // (x, g) -> dx: each window's gradient to its first maximum (as PyTorch);
-                        //   flags kMaskNonPositive: also zero where x <= 0 (x a ReLU's output)
-  AvgPool2DBackward,    // (g [, y]) -> dx of attrs.shape; flags kMaskNonPositive (with y{B,H,W,C}): then zero where
-                        //   y <= 0 (y a ReLU's output, the ReLU's backward folded in)
-  Conv2DBackwardInput,  // (g{B,Ho,Wo,F}, kernel [, addend{B,H,W,C}] [, y{B,H,W,C}]) -> dx of attrs.shape
-                        //   {B,H,W,C} [+ addend]: the addend is another gradient of the same input, folded in
-                        //   from an Add (the fusion pass, graph/fuse.h) and added per image while it is in
-                        //   cache; flags kMaskNonPositive (with y, the last input): then zero where y <= 0
-                        //   (y a ReLU's output, the ReLU's backward folded in)
-  Conv2DBackwardFilter, // (x, g{B,Ho,Wo,F}) -> dkernel of attrs.shape {kh,kw,C,F}
-  BatchNormParamGrad,   // (x, stats, g [, gamma, beta]) -> {2, C}: [sum(g xhat); sum(g)], the gradients of gamma
-                        //   and beta; flags kReluOutput (with gamma and beta): g counts only where the forward's
-                        //   x a + b > 0, the gradient of a ReLU folded into the BatchNorm, without its own pass
-  BatchNormBackward,    // (x, stats, gamma, g, param_grad [, beta]) -> dx; attributes as BatchNorm's; flags
-                        //   kReluOutput (with beta): g masked as BatchNormParamGrad's
-  ClampBackward,        // (x, g) -> g where clamp_min <= x <= clamp_max, else 0 (PyTorch's rule); attributes as Clamp's
-  MaxAxisBackward,      // (x, g) -> dx: g to the first maximal element of each slice along attrs.axis (a NaN
-                        //   counts as maximal), 0 elsewhere; g has MaxAxis's output shape (attrs.keepdim)
-  LstmSequenceBackward, // (y{B,T,6H}, U{H,4H}, g{B,T,6H}) -> dz{B,T,4H}: the gradient of the gates' pre-activations
-                        //   (= d xw), back through time; every part of g counts (h, c and the gates)
-  GruSequenceBackward,  // (y{B,T,5H}, U{H,3H}, g{B,T,5H}) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw)
-                        //   and d hn, so that d(h U + rb) = [dz | dr | d hn]
-  // metrics
-  Accuracy,  // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label
-  BinaryAccuracy,  // (pred{B,N}, target{B,N}) -> scalar count of (pred > attrs.scale) == (target > 0.5)
-  TopKAccuracy,    // (scores{B,C}, labels int32{B} | one-hot f32{B,C}) -> scalar count of rows whose label has
-                   //   fewer than k = attrs.length strictly greater scores (tf.math.in_top_k)
-  // optimizer ops: update their first input in place
-  AccumulateGrad,  // (acc, g): acc += g; or (acc, A, B): acc += op(A) op(B), MatMul's product with its
-                   //   trans_a / trans_b and rank 2, in one GEMM that adds into acc (the weight
-                   //   gradient of a Dense layer written straight into its accumulator)
-  OptimizerTick,   // (hyper, step int64{1} [, schedule steps int64{n}, schedule values float32{m}]): with a
-                   //   schedule (attrs.flags, an LrScheduleKind), hyper[kLr] = the schedule at t (before the
-                   //   increment, as Keras), in double; then t += 1, hyper's bias corrections for the new t (in
-                   //   double) and kStepDampening (0 at t = 1, as PyTorch's momentum buffer starts as the gradient)
-  // The updates: attrs.flags (OptimizerFlag) choose the mode, hyper (HyperSlot) holds the numbers; the
-  // optional state inputs are present exactly when their flag is set. attrs.zero_grad clears grad after use.
-  AdamWUpdate,     // (param, grad, m, v, hyper): Adam with decoupled decay (AdamW) or L2 (kL2WeightDecay)
-  SgdUpdate,       // (param, grad, [momentum buffer if kUseMomentum], hyper): PyTorch's SGD; kNesterov
-  RmspropUpdate,   // (param, grad, mean square, [mean gradient if kCentered], [momentum buffer if kUseMomentum],
-                   //   hyper): RMSprop; kEpsInsideSqrt: sqrt(v + eps) (Keras) else sqrt(v) + eps (PyTorch)
-  AdagradUpdate,   // (param, grad, sum of squares, hyper): Adagrad; kEpsInsideSqrt as RmspropUpdate
-  // gradient clipping, in place on a persistent gradient accumulator
-  ClipValue,       // (grad): clamp every element to [-attrs.scale, attrs.scale] (clipvalue; NaN stays NaN)
-  SquaredNorm,     // (x [, running {2}]) -> {2}: the sum of x's squares (plus running's), accumulated in double
-                   //   and kept as the pair (s, e), the sum being s 4^e, so that no finite sum overflows
-  ClipNorm,        // (grad, squared norm {2} as SquaredNorm's): grad *= c / max(norm, c) (Keras' clip_by_norm,
-                   //   clipnorm), or with kClipNormEps min(1, c / (norm + 1e-6)) (PyTorch's clip_grad_norm_);
-                   //   c = attrs.scale; with kNonFiniteNormToNaN an inf or NaN norm makes grad NaN (TensorFlow's
-                   //   clip_by_global_norm), logged once per process
-  MovingAverage,   // (state, value): state = scale * state + (1 - scale) * value (batch-norm statistics)
-  AdvanceCounter,  // (counter int64{1}): counter += 1, in place: a graph's random stream, once per run
-  // updates of one persistent tensor from another (target networks, snapshots), in place on the first input
-  PolyakUpdate,    // (target, source, tau float32 {} or {1}): target = tau * source + (1 - tau) * target, in float;
-                   //   tau = 1 copies source exactly (NaN and infinities included). tau is a tensor, so changing it
-                   //   needs no rebuild
-  Assign,          // (target, source): target = source, a copy of the bytes; same shape and dtype, any dtype
+#define TG_OP(kind, ...) kind,
+#include "tensorgrad/ops/op_list.h"
+#undef TG_OP
   Count
 };
 
@@ -151,7 +33,7 @@ enum class OpKind : uint8_t {
 /// 2^24); OptimizerTick writes Adam's bias corrections 1 / (1 - beta^t),
 /// computed in double, into kBiasCorrection1/2 and SGD's dampening of the
 /// step into kStepDampening, so that a step writes nothing from the host.
-/// The clip thresholds are not here but in the clipping ops' attrs.scale
+/// The clip thresholds are not here but in the clipping ops' attrs.clip
 /// (fixed at compile, like the optimizer's modes).
 enum HyperSlot : int {
   kLr,               // learning rate: set from the host, or under a schedule written by OptimizerTick
@@ -241,13 +123,31 @@ struct Window2D {
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   int64_t out_h(int64_t h) const { return (h + pad_top + pad_bottom - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + pad_left + pad_right - dw * (kw - 1) - 1) / sw + 1; }
+  bool operator==(const Window2D&) const = default;
 };
 
-/// Attributes of one op application. Unused fields stay at their defaults.
+/// Attributes of one op application: typed fields, each read by the ops
+/// named beside it and by no other, so that no field has two meanings.
+/// Unused fields stay at their defaults. Two applications of an op with equal
+/// attributes compute the same function (operator==, which the batch rule of
+/// backend/executable.h relies on: a field added here is compared there
+/// without further code).
 struct OpAttrs {
-  bool trans_a = false, trans_b = false;  // MatMul
-  float scale = 0.0f;                     // Scale factor, Dropout rate, Fill value, slopes, momentum,
-                                          // Huber delta, BinaryAccuracy threshold, clip threshold
+  bool trans_a = false, trans_b = false;  // MatMul, AccumulateGrad's product form
+  float value = 0.0f;                     // Fill: the constant
+  float factor = 0.0f;                    // Scale: the multiplier
+  float rate = 0.0f;                      // Dropout: the probability of dropping an element, in [0, 1)
+  float alpha = 0.0f;                     // Elu, EluBackward: the negative side's scale
+  float negative_slope = 0.0f;            // LeakyRelu, LeakyReluBackward
+  float exponent = 0.0f;                  // Pow
+  float delta = 0.0f;                     // HuberLoss, HuberLossBackward: the quadratic zone's half-width, > 0
+  float threshold = 0.0f;                 // BinaryAccuracy: predictions above it count as 1
+  float clip = 0.0f;                      // ClipValue: the bound; ClipNorm: the largest norm
+  float momentum = 0.0f;                  // MovingAverage: the old state's weight
+  float eps = 0.0f;                       // BatchNorm, BatchNormParamGrad, BatchNormBackward: epsilon, > 0
+  bool own_stats = false;                 // BatchNorm, BatchNormBackward: the statistics are the input's own,
+                                          // so their gradient folds into dx
+  int64_t k = 0;                          // TopKAccuracy: how many top scores count, >= 1
   uint64_t seed = 0;                      // Dropout: the stream's key
   bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
   uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
@@ -255,24 +155,51 @@ struct OpAttrs {
                                           // kMaskNonPositive;
                                           // MatMul, Conv2D, BatchNorm, Add,
                                           // BatchNormParamGrad, BatchNormBackward: kReluOutput;
-                                          // Conv2D: kBatchStatsOutput
+                                          // Conv2D: kBatchStatsOutput;
+                                          // OptimizerTick: an LrScheduleKind
   Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
   int axis2 = 0;                          // Transpose: the axis swapped with `axis`
   bool keepdim = false;                   // SumAxis / MeanAxis / MaxAxis: keep the reduced axis as size 1
   float clamp_min = -INFINITY, clamp_max = INFINITY;  // Clamp / ClampBackward bounds
-  int64_t start = 0, length = 0;          // Slice; length: TopKAccuracy's k
-  Window2D window;                        // Im2Col / Col2Im / pooling
+  int64_t start = 0, length = 0;          // Slice, SliceBackward: `length` entries from `start`
+  Window2D window;                        // pooling, Conv2D and their backward ops
+  bool operator==(const OpAttrs&) const = default;
 };
 
-/// Static facts of an op.
+/// What an op does to memory (ops/op_list.h's effect column).
+enum class OpEffect : uint8_t {
+  Computes,  // writes a new output
+  InPlace,   // writes its first input; the output aliases it
+  View,      // the output is its first input's memory, unchanged (Reshape)
+};
+
+/// How an op's float parameter (OpInfo::param) depends on the batch size
+/// (ops/op_list.h's batch column). A graph is built once for the largest
+/// batch and planned for fewer rows (backend/executable.h's BatchRule), so
+/// every attribute that depends on the batch must say how.
+enum class BatchScaling : uint8_t {
+  Fixed,        // the same at every batch size
+  InverseRows,  // c / rows (a mean's 1 / n): rescaled when the graph runs fewer rows
+};
+
+/// Static facts of an op: its line of the op list (ops/op_list.h).
 struct OpInfo {
   const char* name;
   int min_inputs, max_inputs;
-  bool in_place;  // writes its first input; the output aliases it
+  bool in_place;      // writes its first input; the output aliases it
   bool view = false;  // the output is its first input's memory, unchanged (Reshape)
+  float OpAttrs::*param = nullptr;  // the op's one float parameter, or none
+  BatchScaling param_batch = BatchScaling::Fixed;  // how param depends on the batch size
 };
+/// The facts of `op`; throws std::out_of_range for OpKind::Count.
 const OpInfo& op_info(OpKind op);
+
+/// Attributes with `op`'s float parameter (OpInfo::param: Elu's alpha,
+/// LeakyRelu's negative slope, Pow's exponent, ...) set to `value`, every
+/// other field at its default. Throws ValueError when `op` has no float
+/// parameter and `value` is not 0 (a parameter that would be ignored).
+OpAttrs op_param_attrs(OpKind op, float value);
 
 /// Result of a shape rule.
 struct OpSignature {
