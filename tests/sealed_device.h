@@ -104,7 +104,7 @@ class SealedLauncher final : public tensorgrad::KernelLauncher {
   std::unique_ptr<tensorgrad::KernelLauncher> cpu_;
 };
 
-class SealedBackend final : public tensorgrad::Backend {
+class SealedBackend : public tensorgrad::Backend {
  public:
   explicit SealedBackend(tensorgrad::Device device) : device_(device) {}
   tensorgrad::Device device() const override { return device_; }

@@ -327,3 +327,124 @@ TEST(DeviceSeam, TheSealedDeviceRefusesHostMemory) {
   EXPECT_EQ(exe.output(y).to_vector(), std::vector<float>(4, 0.0f));
   EXPECT_EQ(exe.scalar(y), 0.0f);
 }
+
+namespace {
+
+// The sealed device, compiling a planned graph as a GPU API records a
+// command buffer: compile copies every kernel call, with its arguments
+// translated to the sealed device's private bytes, and run replays that
+// copy without looking at the program again. update re-records; a recorder that missed
+// a change would replay stale shapes or addresses and lose the CPU's bits.
+class RecordingBackend final : public test_support::SealedBackend {
+ public:
+  explicit RecordingBackend(Device device) : SealedBackend(device) {}
+  std::string name() const override { return "recording test device"; }
+
+  std::unique_ptr<CompiledGraph> compile(const GraphProgram& program) const override {
+    ++compiles;
+    return std::make_unique<Recording>(*this, program);
+  }
+
+  mutable int compiles = 0, row_updates = 0, address_updates = 0, replays = 0;
+
+ private:
+  class Recording final : public CompiledGraph {
+   public:
+    Recording(const RecordingBackend& backend, const GraphProgram& program)
+        : backend_(backend), program_(program), cpu_(cpu_backend()->make_launcher(program.flops)) {
+      record();
+    }
+    void run(size_t first_step, size_t last_step) override {
+      ++backend_.replays;
+      cpu_->begin_run();
+      for (size_t s = first_step; s < last_step; ++s) {
+        const GraphProgram::Step& step = steps_[s];
+        cpu_->launch(step.op, step.attrs, {args_.data() + step.first_arg + 1, step.n_inputs}, args_[step.first_arg]);
+      }
+      cpu_->end_run();
+    }
+    void update(const ProgramChange& change) override {
+      backend_.row_updates += change.rows;
+      backend_.address_updates += change.addresses;
+      record();
+    }
+
+   private:
+    void record() {
+      steps_ = program_.steps;
+      args_ = program_.args;
+      for (KernelArg& a : args_)
+        if (a.data) a.data = SealedStorage::translate(a.data);
+    }
+    const RecordingBackend& backend_;
+    const GraphProgram& program_;
+    std::unique_ptr<KernelLauncher> cpu_;
+    std::vector<GraphProgram::Step> steps_;
+    std::vector<KernelArg> args_;
+  };
+};
+
+const Device kRecording("testrec:0");
+
+const RecordingBackend& recording_backend() {
+  static const auto b = [] {
+    auto rec = std::make_shared<const RecordingBackend>(kRecording);
+    register_backend({"testrec",
+                      [] { return std::vector<DeviceInfo>{{kRecording, "rec", DeviceType::kCpuImplementation, 0}}; },
+                      [rec](int) { return rec; }});
+    return rec;
+  }();
+  return *b;
+}
+
+}  // namespace
+
+// A backend that records a planned graph once and replays it trains,
+// evaluates and predicts with the CPU's bits through fit, predict and the
+// Trainer: each planned graph is compiled once, not per step, and its
+// recording is told when the rows change (set_rows) or an input's address
+// changes, and only then.
+TEST(CompiledGraph, ARecordingBackendReplaysPlannedGraphsWithTheCpusBits) {
+  const RecordingBackend& rec = recording_backend();
+  const Tensor x = seam_inputs(10), y = seam_labels(10);  // batches of 4, 4 and 2 rows
+  nn::FitOptions fo;
+  fo.verbose = 0;
+  fo.epochs = 2;
+  fo.batch_size = 4;
+  nn::Sequential cpu = seam_model(Device::CPU), dev = seam_model(kRecording);
+  EXPECT_EQ(cpu.fit(x, y, fo)["loss"], dev.fit(x, y, fo)["loss"]);
+  EXPECT_EQ(weight_values(cpu), weight_values(dev));
+  // Prediction plans are made for powers of two and run smaller batches
+  // through set_rows: 5 rows on the plan for 8, then 6 on it.
+  for (int64_t batch : {5, 6}) EXPECT_EQ(cpu.predict(x, batch).to_vector(), dev.predict(x, batch).to_vector());
+  EXPECT_GT(rec.compiles, 0);
+  EXPECT_GT(rec.row_updates, 0);
+
+  // Planned graphs are reused: more epochs and predictions compile nothing
+  // and replay every step. The batch is uploaded into the same buffer each
+  // step, so no address changes; each switch between 5 and 6 rows on the
+  // plan for 8 is one row update.
+  const int compiles = rec.compiles, replays = rec.replays;
+  rec.row_updates = rec.address_updates = 0;
+  EXPECT_EQ(cpu.fit(x, y, fo)["loss"], dev.fit(x, y, fo)["loss"]);
+  EXPECT_EQ(weight_values(cpu), weight_values(dev));
+  for (int64_t batch : {5, 6}) EXPECT_EQ(cpu.predict(x, batch).to_vector(), dev.predict(x, batch).to_vector());
+  EXPECT_EQ(rec.compiles, compiles);
+  EXPECT_GE(rec.replays - replays, 2 * 3 + 2 + 2);
+  EXPECT_EQ(rec.address_updates, 0);
+  EXPECT_EQ(rec.row_updates, 2);
+
+  // The Trainer plans its step once; its steps replay it.
+  nn::TrainerOptions to;
+  to.batch_size = 4;
+  manual_seed(11);
+  nn::Trainer tc(cpu, to);
+  manual_seed(11);
+  nn::Trainer td(dev, to);
+  EXPECT_EQ(tc.step(x.rows(0, 4), y.rows(0, 4)), td.step(x.rows(0, 4), y.rows(0, 4)));
+  const int planned = rec.compiles;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tc.step(x.rows(4, 8), y.rows(4, 8)), td.step(x.rows(4, 8), y.rows(4, 8)));
+  EXPECT_EQ(tc.step(x.rows(0, 4), y.rows(0, 4)), td.step(x.rows(0, 4), y.rows(0, 4)));
+  EXPECT_EQ(rec.compiles, planned);
+  EXPECT_EQ(weight_values(cpu), weight_values(dev));
+}

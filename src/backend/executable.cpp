@@ -1,12 +1,8 @@
 #include "tensorgrad/backend/executable.h"
 
+#include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
 #include <string>
 
 #include "core/host_copy.h"
@@ -19,61 +15,13 @@ namespace tensorgrad {
 
 namespace {
 
-// TG_PROFILE=1 in the environment: time every kernel and print the totals per
-// op at exit (a developer's tool; off by default, one branch per node), with
-// the products' floating-point operations and the bytes each kernel reads
-// and writes, for the roofline (bench/roofline.py). TG_PROFILE=shapes also
-// splits each op by its input and output shapes (which layer costs what).
-struct OpProfile {
-  bool enabled = std::getenv("TG_PROFILE") != nullptr;
-  bool by_shape = enabled && std::strcmp(std::getenv("TG_PROFILE"), "shapes") == 0;
-  double seconds[size_t(OpKind::Count)] = {};
-  int64_t calls[size_t(OpKind::Count)] = {};
-  double flops[size_t(OpKind::Count)] = {};
-  double bytes[size_t(OpKind::Count)] = {};
-  struct Split {
-    double seconds = 0;
-    int64_t calls = 0;
-  };
-  std::map<std::string, Split> shapes;
-  int64_t runs = 0;
-  ~OpProfile() {
-    if (!enabled) return;
-    double total = 0;
-    for (double t : seconds) total += t;
-    std::fprintf(stderr, "TG_PROFILE: %.3f s in kernels, %lld runs\n", total, (long long)runs);
-    for (size_t i = 0; i < size_t(OpKind::Count); ++i)
-      if (calls[i])
-        std::fprintf(stderr, "  %-32s %8.3f s %5.1f%% %10lld calls %12.3f GFLOP %12.3f GB\n", op_info(OpKind(i)).name,
-                     seconds[i], 100.0 * seconds[i] / total, (long long)calls[i], flops[i] * 1e-9, bytes[i] * 1e-9);
-    for (const auto& [key, split] : shapes)
-      std::fprintf(stderr, "  %-80s %8.3f s %10lld calls\n", key.c_str(), split.seconds, (long long)split.calls);
-  }
-};
-OpProfile g_profile;
-
-// n's input shapes, in `in`.
-std::span<const Shape> input_shapes(const Graph& g, const Node& n, std::array<Shape, Node::kMaxInputs>& in) {
-  for (int k = 0; k < n.n_inputs; ++k) in[size_t(k)] = g.node(n.inputs[size_t(k)]).shape;
-  return {in.data(), size_t(n.n_inputs)};
-}
-
 // The work the threading decision sums and the profile reports: one count
 // for both (the op list's flop rules, ops/op_table.h).
 double node_flops(const Graph& g, const Node& n) {
   std::array<Shape, Node::kMaxInputs> in;
-  return op_flops(n.op, n.attrs, input_shapes(g, n, in), n.shape);
+  for (int k = 0; k < n.n_inputs; ++k) in[size_t(k)] = g.node(n.inputs[size_t(k)]).shape;
+  return op_flops(n.op, n.attrs, {in.data(), size_t(n.n_inputs)}, n.shape);
 }
-
-double profile_bytes(const Graph& g, const Node& n) {
-  double b = double(n.shape.numel() * dtype_size(n.dtype));
-  for (int k = 0; k < n.n_inputs; ++k) {
-    const Node& in = g.node(n.inputs[size_t(k)]);
-    b += double(in.shape.numel() * dtype_size(in.dtype));
-  }
-  return b;
-}
-
 
 // Refuses an arena larger than the machine before allocating it, naming the
 // batch (the rows of the first input) that made it so large.
@@ -164,9 +112,9 @@ Executable::Executable(Graph graph, std::vector<Value> outputs, BatchRule rule, 
         rule.param_times_rows[i] = rule.param_times_rows[size_t(attrs_from[i])];
         rule.param_field[i] = rule.param_field[size_t(attrs_from[i])];
       }
-  build();
   rule_ = std::move(rule);
   if (rule_.max_rows > 0) rows_ = rule_.max_rows;
+  build();
 }
 
 void Executable::build() {
@@ -180,38 +128,40 @@ void Executable::build() {
   plan_ = plan_memory(graph_, outputs_);
   check_arena(graph_, plan_.arena_bytes);
   try {
-    arena_ = backend_->allocate(plan_.arena_bytes);
+    program_.arena = backend_->allocate(plan_.arena_bytes);
   } catch (const MemoryError&) {
     throw MemoryError("out of memory: the graph needs an arena of " + std::to_string(plan_.arena_bytes) + " bytes");
   }
   data_.assign(nodes.size(), nullptr);
-  double flops = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(arena_->data()) + plan_.offset[i];
+    if (plan_.offset[i] >= 0) data_[i] = static_cast<char*>(program_.arena->data()) + plan_.offset[i];
     else if (nodes[i].bound.defined()) data_[i] = nodes[i].bound.raw();
   }
   bind_views();
   for (int32_t i : plan_.schedule) {
     const Node& n = nodes[size_t(i)];
     if (op_info(n.op).in_place) data_[size_t(i)] = data_[size_t(n.inputs[0].id)];
-    flops += node_flops(graph_, n);
-    steps_.push_back({i, uint32_t(ref_node_.size())});
-    ref_node_.push_back(i);
-    for (Value in : n.input_values()) ref_node_.push_back(in.id);
+    GraphProgram::Step step{i, n.op, n.attrs, uint32_t(arg_node_.size()), uint32_t(n.n_inputs), node_flops(graph_, n)};
+    program_.flops += step.flops;
+    program_.steps.push_back(step);
+    arg_node_.push_back(i);
+    for (Value in : n.input_values()) arg_node_.push_back(in.id);
   }
-  refs_ = std::make_unique<KernelArg[]>(ref_node_.size());
+  program_.args.resize(arg_node_.size());
+  for (size_t k = 0; k < arg_node_.size(); ++k) {
+    const Node& n = nodes[size_t(arg_node_[k])];
+    program_.args[k] = {data_[size_t(arg_node_[k])], n.shape, n.dtype};
+  }
   bound_.resize(nodes.size());
   staging_.resize(nodes.size());
-  for (size_t k = 0; k < ref_node_.size(); ++k) {
-    const Node& n = nodes[size_t(ref_node_[k])];
-    refs_[k] = {data_[size_t(ref_node_[k])], n.shape, n.dtype};
-  }
-  launcher_ = backend_->make_launcher(flops);
   for (const Node& n : nodes) {
     shapes_.push_back(n.shape);
-    attrs_.push_back(n.attrs);
     if (rows_ == 0 && n.role == NodeRole::Input && n.shape.rank() > 0) rows_ = n.shape[0];
   }
+  program_.graph = &graph_;
+  program_.rows = rows_;
+  all_bound_ = std::all_of(program_.args.begin(), program_.args.end(), [](const KernelArg& a) { return a.data; });
+  compiled_ = backend_->compile(program_);
 }
 
 void Executable::bind_views() {
@@ -236,13 +186,15 @@ void Executable::set_rows(int64_t rows) {
       if (f[size_t(d)] != 0) s.set(d, f[size_t(d)] * rows);
     return s;
   };
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    shapes_[i] = scaled(nodes[i].shape, rule_.shape[i]);
-    attrs_[i].shape = scaled(nodes[i].attrs.shape, rule_.attr_shape[i]);
-    if (rule_.param_times_rows[i] != 0.0) attrs_[i].*rule_.param_field[i] = float(rule_.param_times_rows[i] / double(rows));
+  for (size_t i = 0; i < nodes.size(); ++i) shapes_[i] = scaled(nodes[i].shape, rule_.shape[i]);
+  for (GraphProgram::Step& step : program_.steps) {
+    const size_t i = size_t(step.node);
+    step.attrs.shape = scaled(nodes[i].attrs.shape, rule_.attr_shape[i]);
+    if (rule_.param_times_rows[i] != 0.0) step.attrs.*rule_.param_field[i] = float(rule_.param_times_rows[i] / double(rows));
   }
-  for (size_t k = 0; k < ref_node_.size(); ++k) refs_[k].shape = shapes_[size_t(ref_node_[k])];
-  rows_ = rows;
+  for (size_t k = 0; k < arg_node_.size(); ++k) program_.args[k].shape = shapes_[size_t(arg_node_[k])];
+  rows_ = program_.rows = rows;
+  pending_.rows = true;
 }
 
 Executable::~Executable() = default;
@@ -279,7 +231,9 @@ void Executable::bind(Value input, const Tensor& tensor) {
                  tensor.nbytes());
     bound = staging;
   }
+  if (data_[size_t(input.id)] == bound.raw()) return;
   data_[size_t(input.id)] = bound.raw();
+  pending_.addresses = true;
 }
 
 std::pair<std::shared_ptr<Storage>, size_t> Executable::locate(Value v, const char* call) const {
@@ -287,8 +241,9 @@ std::pair<std::shared_ptr<Storage>, size_t> Executable::locate(Value v, const ch
   const void* p = data_[size_t(v.id)];
   if (!p) throw StateError(std::string(call) + ": node " + std::to_string(v.id) + " has no memory in this plan");
   const char* at = static_cast<const char*>(p);
-  const char* base = static_cast<const char*>(arena_->data());
-  if (at >= base && at < base + arena_->nbytes()) return {arena_, size_t(at - base)};
+  const Storage& arena = *program_.arena;
+  const char* base = static_cast<const char*>(arena.data());
+  if (at >= base && at < base + arena.nbytes()) return {program_.arena, size_t(at - base)};
   // A bound input or a persistent tensor, or a view of one or an in-place
   // update of one: the tensor that owns the memory is found by walking the
   // nodes that share their first input's memory back to it.
@@ -341,45 +296,31 @@ float Executable::scalar(Value v) const {
   return x;
 }
 
-void Executable::run(size_t first_node, size_t last_node) {
-  const auto& nodes = graph_.nodes();
-  struct RunScope {
-    KernelLauncher& launcher;
-    explicit RunScope(KernelLauncher& l) : launcher(l) { launcher.begin_run(); }
-    ~RunScope() { launcher.end_run(); }
-  } scope(*launcher_);
-  bind_views();  // inputs may be rebound
-  for (const Step& step : steps_) {
-    if (size_t(step.node) < first_node) continue;
-    if (size_t(step.node) >= last_node) break;
-    const Node& n = nodes[size_t(step.node)];
-    KernelArg* refs = &refs_[step.first_ref];
-    for (int k = 0; k <= n.n_inputs; ++k) {
-      const size_t id = size_t(ref_node_[step.first_ref + uint32_t(k)]);
-      if (!data_[id]) throw StateError("run: input '" + nodes[id].name + "' is not bound");
-      refs[k].data = data_[id];
-    }
-    if (!g_profile.enabled) {
-      launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
-      continue;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    launcher_->launch(n.op, attrs_[size_t(step.node)], {refs + 1, size_t(n.n_inputs)}, refs[0]);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    g_profile.seconds[size_t(n.op)] += seconds;
-    if (g_profile.by_shape) {
-      std::string key = op_info(n.op).name;
-      for (int k = 0; k < n.n_inputs; ++k) key.append(" ").append(nodes[size_t(n.inputs[size_t(k)].id)].shape.str());
-      key.append(" -> ").append(n.shape.str());
-      OpProfile::Split& split = g_profile.shapes[key];
-      split.seconds += seconds;
-      ++split.calls;
-    }
-    ++g_profile.calls[size_t(n.op)];
-    g_profile.flops[size_t(n.op)] += node_flops(graph_, n);
-    g_profile.bytes[size_t(n.op)] += profile_bytes(graph_, n);
+void Executable::update_program() {
+  if (pending_.addresses) {
+    bind_views();
+    for (size_t k = 0; k < arg_node_.size(); ++k) program_.args[k].data = data_[size_t(arg_node_[k])];
+    all_bound_ = std::all_of(program_.args.begin(), program_.args.end(), [](const KernelArg& a) { return a.data; });
   }
-  if (g_profile.enabled && first_node == 0) ++g_profile.runs;
+  const ProgramChange change = pending_;
+  pending_ = {};
+  compiled_->update(change);
+}
+
+void Executable::run(size_t first_node, size_t last_node) {
+  if (pending_.rows || pending_.addresses) update_program();
+  const auto by_node = [](const GraphProgram::Step& step, size_t node) { return size_t(step.node) < node; };
+  const auto& steps = program_.steps;
+  const size_t first = size_t(std::lower_bound(steps.begin(), steps.end(), first_node, by_node) - steps.begin());
+  const size_t last = size_t(std::lower_bound(steps.begin() + ptrdiff_t(first), steps.end(), last_node, by_node) -
+                             steps.begin());
+  if (!all_bound_)  // a step that reads an unbound input is refused; the others may run
+    for (size_t s = first; s < last; ++s)
+      for (uint32_t k = 0; k <= steps[s].n_inputs; ++k)
+        if (!program_.args[steps[s].first_arg + k].data)
+          throw StateError("run: input '" + graph_.nodes()[size_t(arg_node_[steps[s].first_arg + k])].name +
+                           "' is not bound");
+  compiled_->run(first, last);
 }
 
 }  // namespace tensorgrad

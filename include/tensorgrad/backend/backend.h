@@ -74,7 +74,8 @@ bool winograd_convolutions();
 
 /// Runs one backend's kernels, holding what its kernels need besides their
 /// tensors (the CPU's: the thread pool, or none for small work). Made by
-/// Backend::make_launcher for one executable, or for one eager op.
+/// Backend::make_launcher for the default CompiledGraph of one executable,
+/// or for one eager op.
 class KernelLauncher {
  public:
   virtual ~KernelLauncher() = default;
@@ -87,6 +88,86 @@ class KernelLauncher {
   /// (KernelArg). Kernels trust their inputs (shape rules checked them when
   /// the op was made).
   virtual void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) = 0;
+};
+
+/// A planned graph as its backend sees it: the kernel calls of one
+/// Executable, in schedule order, with every argument's device address and
+/// its shape at the current batch. The Executable owns it and fills it in
+/// before Backend::compile; afterwards it changes only in place (the
+/// vectors never grow or move, so addresses into them stay valid):
+/// Executable::set_rows rewrites `rows`, the argument shapes and the steps'
+/// attributes; Executable::bind rewrites the addresses of the arguments that
+/// read an input (or a view of one). Each such change reaches the compiled
+/// graph through CompiledGraph::update before the next run. The idea is
+/// ggml's graph plans (ggml_backend_graph_plan_create) and CUDA graphs: the
+/// layer above hands over a whole graph once, and the backend decides how to
+/// run it.
+struct GraphProgram {
+  /// One kernel call: `op` on the arguments args[first_arg + 1 ...
+  /// first_arg + n_inputs], writing args[first_arg] (for in-place ops, the
+  /// address of their first input).
+  struct Step {
+    int32_t node = 0;  ///< the graph node it computes; steps are in increasing node order
+    OpKind op = OpKind::Count;  ///< the node's op
+    OpAttrs attrs;  ///< at the current rows (a mean over the batch rescales with it)
+    uint32_t first_arg = 0;  ///< where its output sits in GraphProgram::args
+    uint32_t n_inputs = 0;  ///< how many inputs follow the output there
+    double flops = 0;  ///< the op list's flop rule at the planned batch (op_flops)
+  };
+  /// The fused graph the steps come from (names and planned shapes, for
+  /// messages and profiles); owned by the Executable.
+  const Graph* graph = nullptr;
+  std::vector<Step> steps;
+  /// Every step's output and inputs, in step order. An input that is not
+  /// bound yet has a null address; the Executable never runs a step whose
+  /// arguments include one.
+  std::vector<KernelArg> args;
+  /// The planned graph's scratch memory: one allocation of this backend,
+  /// which the arena arguments point into at the planner's offsets.
+  std::shared_ptr<Storage> arena;
+  /// The steps' work summed at the planned batch (what the CPU decides
+  /// threading on).
+  double flops = 0;
+  /// The batch the shapes and attributes describe now (0 for a graph
+  /// without inputs).
+  int64_t rows = 0;
+
+  /// A step's output argument and its input arguments.
+  const KernelArg& output(const Step& step) const { return args[step.first_arg]; }
+  std::span<const KernelArg> inputs(const Step& step) const {
+    return {args.data() + step.first_arg + 1, step.n_inputs};
+  }
+};
+
+/// What changed in a GraphProgram since its compiled graph last saw it.
+struct ProgramChange {
+  bool rows = false;       ///< set_rows: rows, argument shapes, step attributes
+  bool addresses = false;  ///< bind: argument addresses of inputs and their views
+};
+
+/// A backend's executable form of one GraphProgram, made once when the
+/// graph is planned (Backend::compile) and run every step. The CPU's runs
+/// the steps one kernel launch at a time, reading the program at each run;
+/// a backend that records the whole graph (a command buffer, a CUDA graph)
+/// records at compile and replays, as ggml_backend_graph_compute runs a
+/// graph plan and cudaGraphLaunch a captured graph.
+class CompiledGraph {
+ public:
+  virtual ~CompiledGraph() = default;
+  /// Runs steps [first_step, last_step) of the program in order, on the
+  /// program's addresses as of the last update. One executable uses a few
+  /// fixed ranges (the whole graph; an optimizer's forward and update
+  /// parts), so a recording backend may record per range. Allocates
+  /// nothing in steady state. Throws what the backend's kernels throw.
+  virtual void run(size_t first_step, size_t last_step) = 0;
+  /// Told once, before the next run, after the program changed in place:
+  /// a recording backend re-records or patches what `change` names here;
+  /// the default (for one that reads the program at every run) ignores it.
+  /// Not called for a bind that leaves every address as it was (a device
+  /// backend's batch is copied into the same upload buffer each step), nor
+  /// for set_rows to the current rows. Allocates nothing unless the backend
+  /// must; throws as run.
+  virtual void update(const ProgramChange& change) { (void)change; }
 };
 
 /// A device's implementation of the engine: memory, kernels, executables.
@@ -114,6 +195,15 @@ class Backend {
   /// The precision its kernels compute in (DTypePolicy); kFloat32 unless a
   /// backend says otherwise.
   virtual DTypePolicy dtype_policy() const { return DTypePolicy::kFloat32; }
+  /// Makes the executable form of a planned graph; called once per
+  /// Executable, which keeps `program` alive and unmoved for the result's
+  /// lifetime (GraphProgram says what may change and how the result hears
+  /// of it). The default runs the steps node by node through one launcher
+  /// of make_launcher(program.flops), and times each kernel under the
+  /// environment variable TG_PROFILE; a backend that records whole graphs
+  /// overrides it. Throws what make_launcher throws (the CPU: ValueError
+  /// for a TENSORGRAD_CPU this machine cannot run).
+  virtual std::unique_ptr<CompiledGraph> compile(const GraphProgram& program) const;
 
   /// Throws StateError naming the first op of `graph` (its name, node and
   /// layer name) that this backend has no kernel for: a model is refused at

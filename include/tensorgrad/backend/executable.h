@@ -37,7 +37,11 @@ struct BatchRule {
 /// any other way than sizes proportional to the batch (such a graph needs a
 /// plan per batch size).
 BatchRule make_batch_rule(const Graph& at_max, int64_t max_rows, const Graph& probe, int64_t probe_rows);
-/// A planned graph with its arena, run by one backend's kernels.
+/// A planned graph with its arena, run by one backend: it fuses and plans
+/// the graph, lays it out as a GraphProgram and has the backend compile
+/// that once (Backend::compile); runs, binds and set_rows go through the
+/// result. Everything above the backend (optimizer contexts, predict plans,
+/// the Trainer, target updates) runs graphs through this class only.
 class Executable {
  public:
   /// Fuses and plans `graph` so that `outputs` can be read after a run, and
@@ -92,8 +96,12 @@ class Executable {
   /// StateError for a node without memory in this plan.
   const void* data_ptr(Value v) const;
 
-  /// Runs every scheduled node with index in [first_node, last_node).
-  /// Allocates nothing. Throws StateError when an input is not bound.
+  /// Runs every scheduled node with index in [first_node, last_node), by
+  /// the backend's compiled form of this plan (Backend::compile, made once
+  /// when the graph was planned; told here first of any set_rows or bind
+  /// that changed it since the last run). Allocates nothing on the CPU.
+  /// Throws StateError when a node in the range reads an input that is not
+  /// bound, and what the backend's kernels throw.
   void run(size_t first_node = 0, size_t last_node = SIZE_MAX);
 
   /// Runs the next runs on the first `rows` rows of every batch-sized value
@@ -114,33 +122,29 @@ class Executable {
   size_t arena_bytes() const { return plan_.arena_bytes; }
 
  private:
-  void build();  // checks, plans, allocates and lays out the steps
+  void build();  // checks, plans, allocates, lays out the program and compiles it
   void bind_views();  // points every view node at its input's memory (MemoryPlan::view_offsets)
+  void update_program();  // brings the program's addresses up to date and tells compiled_ what changed
   // The storage that holds node v's result and the byte offset there.
   std::pair<std::shared_ptr<Storage>, size_t> locate(Value v, const char* call) const;
 
   Graph graph_;
   std::vector<Value> outputs_;
   std::shared_ptr<const Backend> backend_;
-  std::unique_ptr<KernelLauncher> launcher_;
   MemoryPlan plan_;
-  std::shared_ptr<Storage> arena_;
   std::vector<void*> data_;  // per node: where its result lives (null for unbound inputs)
   std::vector<Tensor> bound_;    // per input node: what bind gave it on the device (whose storage holds it)
   std::vector<Tensor> staging_;  // per input node: the device buffer a bind from another device copies into
-  // What each scheduled node hands its kernel, built once: refs_[first] is
-  // the output, the inputs follow; a run only refreshes the data pointers.
-  struct Step {
-    int32_t node;
-    uint32_t first_ref;
-  };
-  std::vector<Step> steps_;
-  std::unique_ptr<KernelArg[]> refs_;
-  std::vector<int32_t> ref_node_;  // refs_[k] shows node ref_node_[k]
+  // Built once; set_rows and bind rewrite it in place and tell compiled_
+  // (declared after it: it reads the program until it is destroyed).
+  GraphProgram program_;
+  std::vector<int32_t> arg_node_;  // program_.args[k] shows node arg_node_[k]
+  std::unique_ptr<CompiledGraph> compiled_;
+  ProgramChange pending_;   // what compiled_ has not been told yet
+  bool all_bound_ = false;  // every argument has an address (as of the last update)
   BatchRule rule_;
-  int64_t rows_ = 0;             // the batch the refs and attrs describe now (the first input's rows)
-  std::vector<Shape> shapes_;    // per node: its shape at rows_
-  std::vector<OpAttrs> attrs_;   // per node: its attributes at rows_
+  int64_t rows_ = 0;           // the batch the program describes now (the first input's rows)
+  std::vector<Shape> shapes_;  // per node: its shape at rows_
 };
 
 }  // namespace tensorgrad
