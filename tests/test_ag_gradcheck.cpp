@@ -395,13 +395,14 @@ TEST(AgGradcheckOps, DivisionBothOperandsWithBroadcasting) {
   EXPECT_TRUE(gradients_match([](Inputs in) { return 2.0f / in[0]; }, {b}));
 }
 
-TEST(AgGradcheckOps, ExpLogSqrtPow) {
+TEST(AgGradcheckOps, ExpLogSqrtErfPow) {
   std::mt19937 rng(41);
   ag::Tensor s = leaf(uniform({3, 4}, rng, -1.5f, 1.5f));
   ag::Tensor p = leaf(uniform({3, 4}, rng, 0.5f, 2.0f));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::exp(in[0]); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::log(in[0]); }, {p}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::sqrt(in[0]); }, {p}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::erf(in[0]); }, {s}));
   for (float e : {2.0f, 3.0f, 0.5f, -1.0f})
     EXPECT_TRUE(gradients_match([e](Inputs in) { return ag::pow(in[0], e); }, {p})) << "exponent " << e;
 }

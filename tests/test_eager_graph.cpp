@@ -140,3 +140,14 @@ TEST(EagerGraph, SmallCnnIsBitIdentical) {
                             Tensor::from_vector(std::span<const int32_t>(labels), Shape{4}),
                             [](Builder& b, Value out, Value t) { return b.softmax_cross_entropy(out, t); }, 11);
 }
+
+// An op added with its own backward op (Erf) takes the same kernels and gradient rule both ways.
+TEST(EagerGraph, ErfIsBitIdentical) {
+  manual_seed(6);
+  Layers layers{std::make_shared<nn::Dense>(8), std::make_shared<nn::Dense>(3)};
+  Shape shape{5};
+  for (auto& l : layers) shape = l->build(shape);
+  expect_eager_equals_graph(
+      layers, random_tensor(Shape{6, 5}, 7), random_tensor(Shape{6, 3}, 8),
+      [](Builder& b, Value out, Value t) { return b.mse_loss(b.apply(OpKind::Erf, {out}), t); }, 1);
+}

@@ -1,5 +1,5 @@
 // Gradient checks for the layer ops (Reshape, Rsqrt, the activations Gelu,
-// Silu, Elu, LeakyRelu, Softplus, MeanLastAxis, Slice, Concat, Gather,
+// Silu, Elu, LeakyRelu, Softplus, the error function Erf, MeanLastAxis, Slice, Concat, Gather,
 // Conv2D, MaxPool2D, AvgPool2D) and compositions of them (layer
 // normalisation, a small CNN), against
 // central finite differences, through the real static path: Graph ->
@@ -203,7 +203,7 @@ TEST(LayerOpGrad, Rsqrt) {
 }
 
 TEST(LayerOpGrad, SmoothActivations) {
-  for (OpKind op : {OpKind::Gelu, OpKind::Silu, OpKind::Softplus})
+  for (OpKind op : {OpKind::Gelu, OpKind::Silu, OpKind::Softplus, OpKind::Erf})
     for (const Shape& s : kShapes) {
       SCOPED_TRACE(std::string(op_info(op).name) + " " + s.str());
       GradCheck c(1002 + uint32_t(op));

@@ -1,4 +1,4 @@
-// The ops added for the eager API (Div, Exp, Log, Sqrt, Pow, Clamp, SumAxis,
+// The ops added for the eager API (Div, Exp, Log, Sqrt, Erf, Pow, Clamp, SumAxis,
 // MeanAxis, MaxAxis, Transpose, batched MatMul, n-ary Concat, Dropout with a
 // counter input): forward values against known answers or a reference loop
 // written here, the backward routing rules that finite differences cannot
@@ -12,16 +12,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tensorgrad/ag/functional.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/graph/graph.h"
 
 using namespace tensorgrad;
 using test_support::throws;
+using test_support::ulps;
 using test_support::uniform;
 
 namespace {
@@ -107,6 +112,53 @@ TEST(NewOpsForward, ExpLogSqrtPowKnownValues) {
   EXPECT_TRUE(std::isnan(out[5][3]));
   EXPECT_TRUE(std::isnan(out[5][4]));
   EXPECT_EQ(out[6], (std::vector<float>(6, 1.0f)));
+}
+
+// Inputs over the whole float range of a smooth function of one variable:
+// zeros of both signs, tiny values (where erf and GELU are linear), the bend
+// around 1, the tails where erf saturates to +-1 (past 3.9) and GELU to x or
+// 0, huge and infinite values of both signs, and NaN last.
+std::vector<float> spread_of_inputs() {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x{0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f};
+  for (int i = -48; i <= 48; ++i) x.push_back(0.125f * float(i));  // [-6, 6] by 1/8
+  for (float v : {7.5f, 10.0f, 30.0f, 100.0f, 1e10f, 3e38f, inf}) x.push_back(v), x.push_back(-v);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  return x;
+}
+
+std::vector<uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+  return out;
+}
+
+// `op` through a graph, and `eager` (its ag:: function) on the same inputs:
+// both run the op's one kernel, so they give the same bits.
+std::vector<float> graph_equals_eager(OpKind op, const std::vector<float>& x,
+                                      const std::function<ag::Tensor(const ag::Tensor&)>& eager) {
+  Runner r;
+  const Shape s{int64_t(x.size())};
+  const std::vector<float> y = r.eval({r.g.apply(op, {r.in(x, s)})})[0];
+  EXPECT_EQ(float_bits(y), float_bits(eager(ag::tensor(std::span<const float>(x), s)).to_vector()));
+  return y;
+}
+
+// torch.erf is the error function: against std::erf in double, within one
+// float32 ulp (SLEEF's erff8_u10 and glibc's erff are both faithful), with
+// erf(-0) = -0 and NaN passing through.
+TEST(NewOpsForward, ErfIsTheErrorFunctionWithinOneUlp) {
+  const std::vector<float> x = spread_of_inputs();
+  const std::vector<float> y = graph_equals_eager(OpKind::Erf, x, [](const ag::Tensor& t) { return ag::erf(t); });
+  for (size_t i = 0; i < x.size(); ++i) {
+    SCOPED_TRACE("x = " + std::to_string(x[i]));
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y[i]));
+      continue;
+    }
+    EXPECT_LE(ulps(y[i], std::erf(double(x[i]))), 1.0) << y[i] << " against " << std::erf(double(x[i]));
+    EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+  }
 }
 
 TEST(NewOpsForward, ClampBothSidedAndOneSided) {

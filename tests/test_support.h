@@ -3,9 +3,11 @@
 // throws the right tensorgrad error with the right words.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -15,6 +17,14 @@
 #include "tensorgrad/tensorgrad.h"
 
 namespace test_support {
+
+/// |got - want| in units of the float32 spacing at want: the error of a
+/// float kernel against a double reference, in float ulps.
+inline double ulps(float got, double want) {
+  const float w = float(want);
+  const double spacing = double(std::nextafter(std::fabs(w), std::numeric_limits<float>::infinity())) - std::fabs(w);
+  return std::fabs(double(got) - want) / spacing;
+}
 
 /// Uniform values in [lo, hi] from `rng`.
 inline tensorgrad::Tensor uniform(const tensorgrad::Shape& s, std::mt19937& rng, float lo, float hi) {

@@ -137,6 +137,7 @@ Tensor rsqrt(const Tensor& x) { return apply(OpKind::Rsqrt, {x}); }
 Tensor exp(const Tensor& x) { return apply(OpKind::Exp, {x}); }
 Tensor log(const Tensor& x) { return apply(OpKind::Log, {x}); }
 Tensor sqrt(const Tensor& x) { return apply(OpKind::Sqrt, {x}); }
+Tensor erf(const Tensor& x) { return apply(OpKind::Erf, {x}); }
 Tensor pow(const Tensor& x, float exponent) { return with_param(OpKind::Pow, x, exponent); }
 
 Tensor clamp(const Tensor& x, float min, float max) {

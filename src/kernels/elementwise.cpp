@@ -205,6 +205,12 @@ void pow_forward(const KernelCall& k) {
   unary(k, [=](float v) { return std::pow(v, p); });
 }
 
+void erf_forward(const KernelCall& k) { unary_tiles(k, erf_n); }
+// e^(-x^2) underflows to 0 past |x| = 10, where erf is flat at +-1 in float anyway.
+void erf_backward(const KernelCall& k) {
+  gradient(k, [](float v, float gv) { return gv * 1.1283791670955126f * std::exp(-v * v); });  // 2/sqrt(pi)
+}
+
 void clamp_forward(const KernelCall& k) {
   const float lo = k.at.clamp_min, hi = k.at.clamp_max;
   unary(k, [=](float v) { return clamp_value(v, lo, hi); });

@@ -210,6 +210,8 @@ void softplus_backward(const KernelCall& k);
 void exp_forward(const KernelCall& k);
 void log_forward(const KernelCall& k);
 void sqrt_forward(const KernelCall& k);
+void erf_forward(const KernelCall& k);
+void erf_backward(const KernelCall& k);
 void pow_forward(const KernelCall& k);
 void clamp_forward(const KernelCall& k);
 void clamp_backward(const KernelCall& k);

@@ -1,9 +1,9 @@
 #pragma once
-// Vectorised exp, log, tanh, sigmoid, SiLU and GELU over contiguous floats:
+// Vectorised exp, log, tanh, erf, sigmoid, SiLU and GELU over contiguous floats:
 // the fused recurrent gates and the unary ops. On AVX2 builds (the default -march=native on x86-64) they
-// run 8 lanes at a time through SLEEF's exp, log, tanh and erfc (Debian's
+// run 8 lanes at a time through SLEEF's exp, log, tanh, erf and erfc (Debian's
 // libsleef-dev; 1.0 ulp, erfc 1.5); elsewhere, and for the tail, the same
-// formulas on std::exp, std::log, std::tanh and std::erfc.
+// formulas on std::exp, std::log, std::tanh, std::erf and std::erfc.
 #include <cmath>
 #include <cstdint>
 
@@ -59,6 +59,11 @@ inline void gelu_n(const float* x, float* y, int64_t n) {
         TENSORGRAD_LANES(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v),
                                        Sleef_erfcf8_u15avx2(_mm256_mul_ps(v, _mm256_set1_ps(-float(M_SQRT1_2)))))),
         [](float a) { return 0.5f * a * std::erfc(-a * float(M_SQRT1_2)); });
+}
+
+/// y = erf(x), SLEEF's erff8_u10 (at most 1.0 ulp) or std::erf.
+inline void erf_n(const float* x, float* y, int64_t n) {
+  map_n(x, y, n, TENSORGRAD_LANES(Sleef_erff8_u10avx2(v)), [](float a) { return std::erf(a); });
 }
 
 /// y = 1 / (1 + exp(-x)); exp(-x) overflows to infinity for x < -88, which

@@ -730,6 +730,9 @@ constexpr auto kOps = std::to_array<OpDef>({
     // y = sqrt(x): dx = g / (2 y)
     {OpKind::Sqrt, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.div(d.b.scale(d.g, 0.5f), d.y); }},
+    // y = erf(x): dx = g 2 / sqrt(pi) e^(-x^2), one pass over x and g
+    {OpKind::Erf, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::ErfBackward, {d.x[0], d.g}, d.at); }},
     // y = x^p: dx = g p x^(p-1); p = 0: dx = 0 (as torch.pow, not 0 x^-1)
     {OpKind::Pow, float_elementwise,
      [](const GradientCall& d) {
@@ -819,6 +822,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::EluBackward, input_and_gradient, no_gradient},
     {OpKind::LeakyReluBackward, input_and_gradient, no_gradient},
     {OpKind::SoftplusBackward, input_and_gradient, no_gradient},
+    {OpKind::ErfBackward, input_and_gradient, no_gradient},
     // linear in g: dg = slice(gy)
     {OpKind::SliceBackward, attrs_shape,
      [](const GradientCall& d) { d.dx[0] = d.b.slice(d.g, d.at.axis, d.at.start, d.at.length); }},

@@ -1,4 +1,4 @@
-// The vectorised transcendental kernels (exp, log, tanh, sigmoid, GELU,
+// The vectorised transcendental kernels (exp, log, tanh, erf, sigmoid, GELU,
 // SiLU through SLEEF's 1.0-ulp functions where built: kernels/vector_math.h)
 // against double-precision references, in ulps of the float result, over a
 // dense grid of each function's useful range; and the edges (overflow to
@@ -15,8 +15,10 @@
 
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/graph/graph.h"
+#include "test_support.h"
 
 using namespace tensorgrad;
+using test_support::ulps;
 
 namespace {
 
@@ -31,13 +33,6 @@ std::vector<float> run_op(OpKind op, const std::vector<float>& x) {
   return exe.output(y).to_vector();
 }
 
-// |got - want| in units of the float spacing at want.
-double ulps(float got, double want) {
-  const float w = float(want);
-  const double spacing = double(std::nextafter(std::fabs(w), std::numeric_limits<float>::infinity())) - std::fabs(w);
-  return std::fabs(double(got) - want) / spacing;
-}
-
 struct Case {
   OpKind op;
   const char* name;
@@ -47,13 +42,14 @@ struct Case {
 };
 
 // Worst error over 200,001 points, below the bound the kernel's formula
-// allows: 1 ulp for exp, log and tanh (SLEEF's u10, std's below), about
+// allows: 1 ulp for exp, log, tanh and erf (SLEEF's u10, std's below), about
 // 2.5 for the compositions (an exp, an add and a division each rounding).
 TEST(VectorMath, WithinTheirUlpBoundsOverTheRange) {
   const std::vector<Case> cases = {
       {OpKind::Exp, "exp", -87.0, 88.0, [](double v) { return std::exp(v); }, 1.0},
       {OpKind::Log, "log", 1e-30, 1e30, [](double v) { return std::log(v); }, 1.0},
       {OpKind::Tanh, "tanh", -10.0, 10.0, [](double v) { return std::tanh(v); }, 1.0},
+      {OpKind::Erf, "erf", -5.0, 5.0, [](double v) { return std::erf(v); }, 1.0},
       {OpKind::Sigmoid, "sigmoid", -30.0, 30.0, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }, 3.0},
       {OpKind::Silu, "silu", -30.0, 30.0, [](double v) { return v / (1.0 + std::exp(-v)); }, 3.0},
       // GELU as x erfc(-x / sqrt 2) / 2: no cancellation in the negative
@@ -109,7 +105,8 @@ TEST(VectorMath, EdgesAsTheScalarFormulas) {
       for (float v : x) out.push_back(run_op(k, {v})[0]);
       return out;
     };
-    const std::vector<float> e = op(OpKind::Exp), s = op(OpKind::Sigmoid), t = op(OpKind::Tanh), l = op(OpKind::Log);
+    const std::vector<float> e = op(OpKind::Exp), s = op(OpKind::Sigmoid), t = op(OpKind::Tanh), l = op(OpKind::Log),
+                             f = op(OpKind::Erf);
     EXPECT_EQ(e[0], 0.0f);
     EXPECT_EQ(e[2], 1.0f);
     EXPECT_EQ(e[4], inf);
@@ -123,7 +120,12 @@ TEST(VectorMath, EdgesAsTheScalarFormulas) {
     EXPECT_TRUE(std::isnan(l[0]));
     EXPECT_EQ(l[2], -inf);
     EXPECT_EQ(l[6], inf);
-    for (const std::vector<float>* v : {&e, &s, &t, &l}) EXPECT_TRUE(std::isnan((*v)[7]));
+    EXPECT_EQ(f[0], -1.0f);
+    EXPECT_EQ(f[2], 0.0f);
+    EXPECT_EQ(f[4], 1.0f);
+    EXPECT_EQ(f[5], -1.0f);
+    EXPECT_EQ(f[6], 1.0f);
+    for (const std::vector<float>* v : {&e, &s, &t, &l, &f}) EXPECT_TRUE(std::isnan((*v)[7]));
   }
 }
 

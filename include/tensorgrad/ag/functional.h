@@ -72,6 +72,10 @@ Tensor exp(const Tensor& x);
 /// Natural logarithm (log(0) = -inf, log of a negative number NaN, as PyTorch).
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
+/// The error function, erf(x) = 2 / sqrt(pi) int_0^x e^(-t^2) dt, element
+/// by element, any shape (torch.erf): erf(+-inf) = +-1, NaN stays NaN. Its
+/// gradient is 2 / sqrt(pi) e^(-x^2). TypeError for a non-float32 tensor.
+Tensor erf(const Tensor& x);
 /// x^exponent; NaN for a negative x with a non-integer exponent (std::pow,
 /// torch.pow). The gradient at exponent 0 is 0.
 Tensor pow(const Tensor& x, float exponent);

@@ -120,6 +120,8 @@ TG_OP(Div, "div", 2, 2, Computes, nullptr, Fixed, elementwise)
 TG_OP(Exp, "exp", 1, 1, Computes, nullptr, Fixed, elementwise)
 TG_OP(Log, "log", 1, 1, Computes, nullptr, Fixed, elementwise)
 TG_OP(Sqrt, "sqrt", 1, 1, Computes, nullptr, Fixed, elementwise)
+// The error function 2 / sqrt(pi) int_0^x e^(-t^2) dt (torch.erf, ONNX's Erf)
+TG_OP(Erf, "erf", 1, 1, Computes, nullptr, Fixed, elementwise)
 // x^attrs.exponent (std::pow: NaN for x < 0 with a non-integer exponent)
 TG_OP(Pow, "pow", 1, 1, Computes, &OpAttrs::exponent, Fixed, elementwise)
 // min(max(x, attrs.clamp_min), attrs.clamp_max); either bound may be infinite; NaN stays NaN
@@ -161,6 +163,7 @@ TG_OP(SiluBackward, "silu_backward", 2, 2, Computes, nullptr, Fixed, elementwise
 TG_OP(EluBackward, "elu_backward", 2, 2, Computes, &OpAttrs::alpha, Fixed, elementwise)
 TG_OP(LeakyReluBackward, "leaky_relu_backward", 2, 2, Computes, &OpAttrs::negative_slope, Fixed, elementwise)
 TG_OP(SoftplusBackward, "softplus_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
+TG_OP(ErfBackward, "erf_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
 // g -> zeros of attrs.shape with g placed at the slice
 TG_OP(SliceBackward, "slice_backward", 1, 1, Computes, nullptr, Fixed, elementwise)
 // (g{..., D}, ids) -> {V, D} = attrs.shape, rows summed per id
