@@ -278,6 +278,7 @@ TEST(AgGradcheckOps, ElementwiseFunctions) {
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::sigmoid(in[0]); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::tanh(in[0]); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::gelu(in[0]); }, {s}));
+  EXPECT_TRUE(gradients_match([](Inputs in) { return ag::gelu(in[0], "tanh"); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::silu(in[0]); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::softplus(in[0]); }, {s}));
   EXPECT_TRUE(gradients_match([](Inputs in) { return ag::rsqrt(in[0]); }, {p}));

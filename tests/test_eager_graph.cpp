@@ -151,3 +151,13 @@ TEST(EagerGraph, ErfIsBitIdentical) {
       layers, random_tensor(Shape{6, 5}, 7), random_tensor(Shape{6, 3}, 8),
       [](Builder& b, Value out, Value t) { return b.mse_loss(b.apply(OpKind::Erf, {out}), t); }, 1);
 }
+
+// A Dense layer with the "gelu_tanh" activation: GeluTanh and its backward op, both ways.
+TEST(EagerGraph, GeluTanhDenseIsBitIdentical) {
+  manual_seed(7);
+  Layers layers{std::make_shared<nn::Dense>(8, "gelu_tanh"), std::make_shared<nn::Dense>(3)};
+  Shape shape{5};
+  for (auto& l : layers) shape = l->build(shape);
+  expect_eager_equals_graph(layers, random_tensor(Shape{6, 5}, 9), random_tensor(Shape{6, 3}, 10),
+                            [](Builder& b, Value out, Value t) { return b.mse_loss(out, t); }, 1);
+}

@@ -161,6 +161,83 @@ TEST(NewOpsForward, ErfIsTheErrorFunctionWithinOneUlp) {
   }
 }
 
+// torch.nn.functional.gelu(x, approximate="tanh") is documented as
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))); in double that is
+// evaluated as x / (1 + exp(-2u)), the same function without 1 + tanh's
+// cancellation (double loses it all past x = -5 too).
+double gelu_tanh_reference(double v) {
+  const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+  return v / (1.0 + std::exp(-2.0 * u));
+}
+
+// Within 8 float32 ulps where u is moderate; in the negative tail, relative
+// (8 |u| + 4) 2^-24, as the rounding of u moves exp(-2u) by 2 |u| times its
+// relative error; below 4e-38 (x < -9.5, where exp(-2u) overflows) -0.
+// -inf gives NaN, as the formula does in double (-inf times 0).
+TEST(NewOpsForward, GeluTanhIsPyTorchsTanhFormula) {
+  const std::vector<float> x = spread_of_inputs();
+  const std::vector<float> y =
+      graph_equals_eager(OpKind::GeluTanh, x, [](const ag::Tensor& t) { return ag::gelu(t, "tanh"); });
+  for (size_t i = 0; i < x.size(); ++i) {
+    SCOPED_TRACE("x = " + std::to_string(x[i]));
+    const double v = x[i], want = gelu_tanh_reference(v);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[i]));
+      continue;
+    }
+    if (std::isinf(want)) {
+      EXPECT_EQ(double(y[i]), want);
+      continue;
+    }
+    const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    if (v >= -3.0)
+      EXPECT_LE(ulps(y[i], want), 8.0) << y[i] << " against " << want;
+    else
+      EXPECT_LE(std::fabs(double(y[i]) - want), (8.0 * std::fabs(u) + 4.0) * std::ldexp(1.0, -24) * std::fabs(want) + 4e-38)
+          << y[i] << " against " << want;
+  }
+  // The approximation stays within 5e-4 of the exact form (Hendrycks & Gimpel's figure) on [-6, 6].
+  const std::vector<float> exact = graph_equals_eager(OpKind::Gelu, x, [](const ag::Tensor& t) { return ag::gelu(t); });
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::fabs(x[i]) <= 6.0f) EXPECT_NEAR(y[i], exact[i], 5e-4f) << "x = " << x[i];
+}
+
+TEST(NewOpsForward, GeluApproximateTakesNoneOrTanh) {
+  const ag::Tensor x = ag::tensor({-1.5f, 0.25f, 2.0f}, Shape{3});
+  EXPECT_EQ(float_bits(ag::gelu(x, "none").to_vector()), float_bits(ag::gelu(x).to_vector()));
+  EXPECT_NE(float_bits(ag::gelu(x, "tanh").to_vector()), float_bits(ag::gelu(x).to_vector()));
+  for (const char* bad : {"exact", "Tanh", "", "true"})
+    EXPECT_TRUE(throws<ValueError>([&] { ag::gelu(x, bad); },
+                                   {"gelu: approximate must be \"none\"", "\"tanh\"", std::string("got \"") + bad + "\""}));
+}
+
+// The slope of PyTorch's formula, in double: s + x s (1 - s) dt/dx with t = 2u, s = sigmoid(t).
+double gelu_tanh_slope(double v) {
+  const double k = std::sqrt(2.0 / M_PI), t = 2.0 * k * (v + 0.044715 * v * v * v);
+  const double e = std::exp(-std::fabs(t)), s = t >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+  return e == 0.0 ? s : s + v * e / ((1.0 + e) * (1.0 + e)) * 2.0 * k * (1.0 + 3.0 * 0.044715 * v * v);
+}
+
+// The backward op on the spread of inputs: the slope within 1e-6 + 1e-5 relative; 1 and 0 far out,
+// infinities and huge |x| included (no 0 * inf from x^2's overflow); NaN stays NaN.
+TEST(NewOpsBackward, GeluTanhSlopeOverTheWholeRange) {
+  const std::vector<float> x = spread_of_inputs();
+  const Shape s{int64_t(x.size())};
+  ag::Tensor leaf = ag::tensor(std::span<const float>(x), s);
+  leaf.requires_grad_();
+  ag::sum(ag::gelu(leaf, "tanh")).backward();
+  const std::vector<float> dx = leaf.grad().to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    SCOPED_TRACE("x = " + std::to_string(x[i]));
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(dx[i]));
+      continue;
+    }
+    const double want = gelu_tanh_slope(x[i]);
+    EXPECT_NEAR(double(dx[i]), want, 1e-6 + 1e-5 * std::fabs(want));
+  }
+}
+
 TEST(NewOpsForward, ClampBothSidedAndOneSided) {
   Runner r;
   Value x = r.in({-2, -0.5f, 0, 0.5f, 2, NAN}, {6});

@@ -114,6 +114,39 @@ TEST(Saving, DenseNormalizationDropoutActivationFlatten) {
   expect_round_trip(m, xs, {y}, dir);
 }
 
+// "gelu_tanh" (Keras' gelu(approximate=True)) in a Dense layer: the loss falls, and the name survives a
+// round trip (a load that read "gelu" instead would predict other bits).
+TEST(Saving, GeluTanhActivationTrainsAndRoundTrips) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  manual_seed(8);
+  nn::clear_session();
+  std::mt19937 rng(3);
+  const SymbolicTensor in = Input({4});
+  Model m(in, Dense(2)(Dense(16, "gelu_tanh")(in)), "gelu_tanh_mlp");
+  m.compile(OptimizerSpec::adam(1e-2f), "mse");
+  std::vector<Tensor> xs{uniform({64, 4}, rng, -2, 2)};
+  Tensor y = Tensor::zeros({64, 2});
+  for (int64_t i = 0; i < 64; ++i) {
+    const float* row = xs[0].data<float>() + i * 4;
+    y.data<float>()[i * 2] = row[0] * row[1];
+    y.data<float>()[i * 2 + 1] = std::fabs(row[2]) - row[3];
+  }
+  nn::FitOptions fo;
+  fo.epochs = 30;
+  fo.batch_size = 16;
+  fo.verbose = 0;
+  const std::vector<double> loss = m.fit(xs, std::vector<Tensor>{y}, fo).history.at("loss");
+  EXPECT_LT(loss.back(), 0.5 * loss.front());
+  TempDir dir;
+  expect_round_trip(m, xs, {y}, dir);
+  const Model loaded = io::load_model(dir / (m.name() + ".gguf"));
+  int gelu_tanh_layers = 0;
+  for (const auto& layer : loaded.layers())
+    gelu_tanh_layers += layer->config().has("activation") && layer->config().get_string("activation") == "gelu_tanh";
+  EXPECT_EQ(gelu_tanh_layers, 1);
+}
+
 TEST(Saving, ConvolutionAndPooling) {
   ThreadsGuard threads;
   set_num_threads(1);

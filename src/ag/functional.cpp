@@ -128,7 +128,12 @@ Tensor t(const Tensor& x) {
 Tensor relu(const Tensor& x) { return apply(OpKind::Relu, {x}); }
 Tensor sigmoid(const Tensor& x) { return apply(OpKind::Sigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return apply(OpKind::Tanh, {x}); }
-Tensor gelu(const Tensor& x) { return apply(OpKind::Gelu, {x}); }
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  if (approximate == "none") return apply(OpKind::Gelu, {x});
+  if (approximate == "tanh") return apply(OpKind::GeluTanh, {x});
+  throw ValueError("gelu: approximate must be \"none\" (the exact form) or \"tanh\"; got \"" +
+                   std::string(approximate) + "\"");
+}
 Tensor silu(const Tensor& x) { return apply(OpKind::Silu, {x}); }
 Tensor elu(const Tensor& x, float alpha) { return with_param(OpKind::Elu, x, alpha); }
 Tensor leaky_relu(const Tensor& x, float negative_slope) { return with_param(OpKind::LeakyRelu, x, negative_slope); }

@@ -163,6 +163,20 @@ void gelu_backward(const KernelCall& k) {
   });
 }
 
+void gelu_tanh_forward(const KernelCall& k) { unary_tiles(k, gelu_tanh_n); }  // Keras' approximate=True
+// With t = 2u and s = sigmoid(t): dy/dx = s + x s (1 - s) dt/dx, s (1 - s) = e / (1 + e)^2 for
+// e = exp(-|t|), which never overflows (exp(-t) would, and give inf / inf).
+void gelu_tanh_backward(const KernelCall& k) {
+  gradient(k, [](float v, float gv) {
+    const float v2 = v * v, t = -v * (kGeluTanhA + kGeluTanhB * v2);
+    const float e = std::exp(-std::fabs(t)), r = 1.0f / (1.0f + e), s = t >= 0.0f ? r : e * r;
+    // Past |t| = 104, e is 0 and the slope is s itself; the product below would be 0 * inf once
+    // x^2 overflows (|x| > 1.8e19), and at x = +-inf.
+    if (e == 0.0f) return gv * s;
+    return gv * (s - v * e * r * r * (kGeluTanhA + 3.0f * kGeluTanhB * v2));
+  });
+}
+
 void silu_forward(const KernelCall& k) { unary_tiles(k, silu_n); }
 void silu_backward(const KernelCall& k) {
   gradient(k, [](float v, float gv) {

@@ -199,6 +199,8 @@ void rsqrt_forward(const KernelCall& k);
 void rsqrt_backward(const KernelCall& k);
 void gelu_forward(const KernelCall& k);
 void gelu_backward(const KernelCall& k);
+void gelu_tanh_forward(const KernelCall& k);
+void gelu_tanh_backward(const KernelCall& k);
 void silu_forward(const KernelCall& k);
 void silu_backward(const KernelCall& k);
 void elu_forward(const KernelCall& k);

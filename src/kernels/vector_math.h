@@ -1,5 +1,5 @@
 #pragma once
-// Vectorised exp, log, tanh, erf, sigmoid, SiLU and GELU over contiguous floats:
+// Vectorised exp, log, tanh, erf, sigmoid, SiLU and GELU (both forms) over contiguous floats:
 // the fused recurrent gates and the unary ops. On AVX2 builds (the default -march=native on x86-64) they
 // run 8 lanes at a time through SLEEF's exp, log, tanh, erf and erfc (Debian's
 // libsleef-dev; 1.0 ulp, erfc 1.5); elsewhere, and for the tail, the same
@@ -64,6 +64,25 @@ inline void gelu_n(const float* x, float* y, int64_t n) {
 /// y = erf(x), SLEEF's erff8_u10 (at most 1.0 ulp) or std::erf.
 inline void erf_n(const float* x, float* y, int64_t n) {
   map_n(x, y, n, TENSORGRAD_LANES(Sleef_erff8_u10avx2(v)), [](float a) { return std::erf(a); });
+}
+
+/// GELU's tanh approximation (Hendrycks & Gimpel 2016; PyTorch's
+/// approximate="tanh", Keras' approximate=True) rewritten through
+/// (1 + tanh u) / 2 = 1 / (1 + exp(-2u)): y = x / (1 + exp(-2u)),
+/// u = sqrt(2 / pi) (x + 0.044715 x^3). The sum 1 + tanh u would cancel for
+/// negative x (all digits gone by x = -5); the quotient keeps them until
+/// exp(-2u) overflows (x < -9.5), past which y is below 4e-38 and comes out
+/// as -0. -2u is written as x (a + b x^2), a = -2 sqrt(2 / pi), b = 0.044715 a.
+constexpr float kGeluTanhA = -1.5957691216057308f, kGeluTanhB = -0.07135481627260025f;
+inline float gelu_tanh_value(float a) { return a / (1.0f + std::exp(a * (kGeluTanhA + kGeluTanhB * a * a))); }
+inline void gelu_tanh_n(const float* x, float* y, int64_t n) {
+  map_n(x, y, n,
+        TENSORGRAD_LANES(_mm256_div_ps(
+            v, _mm256_add_ps(_mm256_set1_ps(1.0f),
+                             Sleef_expf8_u10avx2(_mm256_mul_ps(
+                                 v, _mm256_add_ps(_mm256_set1_ps(kGeluTanhA),
+                                                  _mm256_mul_ps(_mm256_set1_ps(kGeluTanhB), _mm256_mul_ps(v, v)))))))),
+        gelu_tanh_value);
 }
 
 /// y = 1 / (1 + exp(-x)); exp(-x) overflows to infinity for x < -88, which

@@ -51,12 +51,14 @@ Activation activation_from_name(const std::string& name) {
   if (name == "tanh") return Activation::Tanh;
   if (name == "softmax") return Activation::Softmax;
   if (name == "gelu") return Activation::Gelu;
+  if (name == "gelu_tanh") return Activation::GeluTanh;
   if (name == "silu" || name == "swish") return Activation::Silu;
   if (name == "elu") return Activation::Elu;
   if (name == "leaky_relu") return Activation::LeakyRelu;
   if (name == "softplus") return Activation::Softplus;
   throw ValueError("unknown activation '" + name +
-                   "'; expected one of linear, relu, sigmoid, tanh, softmax, gelu, silu, elu, leaky_relu, softplus");
+                   "'; expected one of linear, relu, sigmoid, tanh, softmax, gelu, gelu_tanh, silu, elu, leaky_relu, "
+                   "softplus");
 }
 
 const char* activation_name(Activation a) {
@@ -71,6 +73,7 @@ const char* activation_name(Activation a) {
     case Activation::Elu: return "elu";
     case Activation::LeakyRelu: return "leaky_relu";
     case Activation::Softplus: return "softplus";
+    case Activation::GeluTanh: return "gelu_tanh";
   }
   return "?";
 }
@@ -87,10 +90,11 @@ Value apply_activation(Builder& b, Activation a, Value x) {
     case Activation::Elu: return b.unary(OpKind::Elu, x, 1.0f);
     case Activation::LeakyRelu: return b.unary(OpKind::LeakyRelu, x, 0.2f);
     case Activation::Softplus: return b.unary(OpKind::Softplus, x);
+    case Activation::GeluTanh: return b.unary(OpKind::GeluTanh, x);
   }
   // Reached only through a cast; passing x through would train a silently linear layer.
   throw ValueError("apply_activation: " + std::to_string(static_cast<int>(a)) +
-                   " is not an Activation; its values are 0 (Linear) to 9 (Softplus); pass one of the Activation "
+                   " is not an Activation; its values are 0 (Linear) to 10 (GeluTanh); pass one of the Activation "
                    "enumerators (activation_from_name gives one for a Keras name)");
 }
 

@@ -555,6 +555,10 @@ constexpr auto kOps = std::to_array<OpDef>({
     // y = x Phi(x): dx = g (Phi(x) + x phi(x))
     {OpKind::Gelu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::GeluBackward, {d.x[0], d.g}, d.at); }},
+    // y = x s, s = sigmoid(2u) = (1 + tanh u) / 2, u = sqrt(2 / pi) (x + 0.044715 x^3):
+    // dx = g (s + x s (1 - s) 2 du/dx)
+    {OpKind::GeluTanh, float_elementwise,
+     [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::GeluTanhBackward, {d.x[0], d.g}, d.at); }},
     // y = x sigmoid(x): dx = g s (1 + x (1 - s)), s = sigmoid(x)
     {OpKind::Silu, float_elementwise,
      [](const GradientCall& d) { d.dx[0] = d.b.apply(OpKind::SiluBackward, {d.x[0], d.g}, d.at); }},
@@ -818,6 +822,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::BinaryCrossEntropyBackward, loss_backward, no_gradient},
     {OpKind::RsqrtBackward, input_and_gradient, no_gradient},
     {OpKind::GeluBackward, input_and_gradient, no_gradient},
+    {OpKind::GeluTanhBackward, input_and_gradient, no_gradient},
     {OpKind::SiluBackward, input_and_gradient, no_gradient},
     {OpKind::EluBackward, input_and_gradient, no_gradient},
     {OpKind::LeakyReluBackward, input_and_gradient, no_gradient},

@@ -455,7 +455,7 @@ void lay_out_gradients(OptimizerState& s, const Graph& g, const std::vector<Valu
 }
 
 bool is_activation(OpKind op) {
-  return op == OpKind::Relu || op == OpKind::Sigmoid || op == OpKind::Tanh || op == OpKind::Gelu ||
+  return op == OpKind::Relu || op == OpKind::Sigmoid || op == OpKind::Tanh || op == OpKind::Gelu || op == OpKind::GeluTanh ||
          op == OpKind::Silu || op == OpKind::Elu || op == OpKind::LeakyRelu || op == OpKind::Softplus ||
          op == OpKind::LogSoftmax;
 }

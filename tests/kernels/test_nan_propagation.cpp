@@ -92,7 +92,7 @@ TEST(NanPropagation, ElementwiseActivationsGiveNaNForNaN) {
   };
   for (const Case c : {Case{OpKind::Relu, 0}, Case{OpKind::Sigmoid, 0}, Case{OpKind::Tanh, 0}, Case{OpKind::Gelu, 0},
                        Case{OpKind::Silu, 0}, Case{OpKind::Elu, 1.0f}, Case{OpKind::LeakyRelu, 0.2f},
-                       Case{OpKind::Softplus, 0}, Case{OpKind::Exp, 0}, Case{OpKind::Erf, 0},
+                       Case{OpKind::Softplus, 0}, Case{OpKind::Exp, 0}, Case{OpKind::Erf, 0}, Case{OpKind::GeluTanh, 0},
                        Case{OpKind::Scale, 3.0f}}) {
     SCOPED_TRACE(op_info(c.op).name);
     const OpAttrs at = op_param_attrs(c.op, c.scale);

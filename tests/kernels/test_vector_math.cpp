@@ -1,4 +1,4 @@
-// The vectorised transcendental kernels (exp, log, tanh, erf, sigmoid, GELU,
+// The vectorised transcendental kernels (exp, log, tanh, erf, sigmoid, GELU and its tanh form,
 // SiLU through SLEEF's 1.0-ulp functions where built: kernels/vector_math.h)
 // against double-precision references, in ulps of the float result, over a
 // dense grid of each function's useful range; and the edges (overflow to
@@ -33,6 +33,13 @@ std::vector<float> run_op(OpKind op, const std::vector<float>& x) {
   return exe.output(y).to_vector();
 }
 
+// PyTorch's approximate="tanh", 0.5 x (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), in double
+// as x / (1 + exp(-2u)), the same function: 1 + tanh(u) cancels to 0 in double too, past x = -5.
+double gelu_tanh_reference(double v) {
+  const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+  return v / (1.0 + std::exp(-2.0 * u));
+}
+
 struct Case {
   OpKind op;
   const char* name;
@@ -55,6 +62,8 @@ TEST(VectorMath, WithinTheirUlpBoundsOverTheRange) {
       // GELU as x erfc(-x / sqrt 2) / 2: no cancellation in the negative
       // tail (the tail's own test is below).
       {OpKind::Gelu, "gelu", -2.0, 8.0, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }, 8.0},
+      // GELU's tanh form: an exp, a division and the rounding of u, scaled by |u| (the tail's test is below).
+      {OpKind::GeluTanh, "gelu_tanh", -2.0, 8.0, gelu_tanh_reference, 8.0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -93,6 +102,21 @@ TEST(VectorMath, GeluNegativeTailKeepsItsDigits) {
   }
 }
 
+// The same for the tanh form: exp(-2u) moves by 2 |u| times the relative
+// rounding of u (a few 2^-24), and the quotient keeps the rest; until
+// exp(-2u) overflows below x = -9.5 the result stays normal.
+TEST(VectorMath, GeluTanhNegativeTailKeepsItsDigits) {
+  std::vector<float> x;
+  for (int i = 0; i <= 7500; ++i) x.push_back(-9.5f + 7.5f * float(i) / 7500.0f);
+  const std::vector<float> y = run_op(OpKind::GeluTanh, x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    const double want = gelu_tanh_reference(v);
+    ASSERT_LE(std::fabs(double(y[i]) - want), (8.0 * std::fabs(u) + 4.0) * std::ldexp(1.0, -24) * std::fabs(want))
+        << "x = " << x[i] << ": " << y[i] << " against " << want;
+  }
+}
+
 TEST(VectorMath, EdgesAsTheScalarFormulas) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> x{-1000.0f, -100.0f, 0.0f, 100.0f, 1000.0f, -inf, inf, nan};
@@ -106,7 +130,7 @@ TEST(VectorMath, EdgesAsTheScalarFormulas) {
       return out;
     };
     const std::vector<float> e = op(OpKind::Exp), s = op(OpKind::Sigmoid), t = op(OpKind::Tanh), l = op(OpKind::Log),
-                             f = op(OpKind::Erf);
+                             f = op(OpKind::Erf), gt = op(OpKind::GeluTanh);
     EXPECT_EQ(e[0], 0.0f);
     EXPECT_EQ(e[2], 1.0f);
     EXPECT_EQ(e[4], inf);
@@ -125,7 +149,15 @@ TEST(VectorMath, EdgesAsTheScalarFormulas) {
     EXPECT_EQ(f[4], 1.0f);
     EXPECT_EQ(f[5], -1.0f);
     EXPECT_EQ(f[6], 1.0f);
-    for (const std::vector<float>* v : {&e, &s, &t, &l, &f}) EXPECT_TRUE(std::isnan((*v)[7]));
+    // GELU's tanh form: -0 far below (x / inf), x itself far above, NaN at -inf as the formula in double.
+    EXPECT_EQ(gt[0], 0.0f);
+    EXPECT_EQ(gt[1], 0.0f);
+    EXPECT_EQ(gt[2], 0.0f);
+    EXPECT_EQ(gt[3], 100.0f);
+    EXPECT_EQ(gt[4], 1000.0f);
+    EXPECT_TRUE(std::isnan(gt[5]));
+    EXPECT_EQ(gt[6], inf);
+    for (const std::vector<float>* v : {&e, &s, &t, &l, &f, &gt}) EXPECT_TRUE(std::isnan((*v)[7]));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <string_view>
 
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/ops/op.h"
@@ -60,8 +61,13 @@ Tensor t(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
-/// x Phi(x), the exact (erf) form, as torch's default.
-Tensor gelu(const Tensor& x);
+/// GELU (Hendrycks & Gimpel 2016), element by element, any shape, as
+/// torch.nn.functional.gelu(x, approximate): "none" (the default) is the
+/// exact x Phi(x) = x (1 + erf(x / sqrt 2)) / 2; "tanh" its tanh
+/// approximation x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2 (Keras'
+/// gelu(approximate=True)). NaN stays NaN. ValueError for any other
+/// `approximate`, naming the two it takes; TypeError for a non-float32 x.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor silu(const Tensor& x);
 Tensor elu(const Tensor& x, float alpha = 1.0f);
 Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);

@@ -88,9 +88,10 @@ class SymbolicTensor {
 SymbolicTensor Input(const Shape& shape, DType dtype = DType::Float32, const std::string& name = "");
 
 /// Activations by their Keras names.
-enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus };
+enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus, GeluTanh };
 /// "linear" (or ""), "relu", "sigmoid", "tanh", "softmax", "gelu" (exact
-/// erf form), "silu" (or "swish"), "elu" (alpha 1), "leaky_relu" (slope 0.2,
+/// erf form), "gelu_tanh" (its tanh approximation: Keras' gelu(approximate=True),
+/// PyTorch's gelu(approximate="tanh")), "silu" (or "swish"), "elu" (alpha 1), "leaky_relu" (slope 0.2,
 /// Keras 3's default), "softplus"; throws ValueError for any other name,
 /// listing these.
 Activation activation_from_name(const std::string& name);
