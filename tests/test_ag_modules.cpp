@@ -146,3 +146,24 @@ TEST(AgModules, AModuleTreeCannotLoop) {
   EXPECT_EQ(b->size(), 0u);
   EXPECT_EQ(a->forward(ag::ones(Shape{2})).to_vector(), (std::vector<float>{1, 1}));
 }
+
+// torch.nn.GELU(approximate=...): the module applies ag::gelu with its choice,
+// keeps it through its config, and refuses any other string.
+TEST(AgModules, GeluTakesPyTorchsApproximateArgument) {
+  ag::Tensor x = ag::tensor({-3.0f, -0.5f, 0.0f, 0.25f, 1.0f, 2.5f}, Shape{2, 3});
+  agnn::GELU exact, tanh_form("tanh");
+  const std::vector<float> e = exact.forward(x).to_vector(), t = tanh_form.forward(x).to_vector();
+  const std::vector<float> want_e = ag::gelu(x).to_vector(), want_t = ag::gelu(x, "tanh").to_vector();
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_EQ(e[i], want_e[i]) << i;
+    EXPECT_EQ(t[i], want_t[i]) << i;
+  }
+  EXPECT_NE(t[1], e[1]);  // the two forms differ away from 0 (by ~1e-4 at -0.5)
+  EXPECT_EQ(exact.approximate(), "none");
+  auto rebuilt = agnn::module_from_config(tanh_form.config());
+  EXPECT_EQ(std::dynamic_pointer_cast<agnn::GELU>(rebuilt)->approximate(), "tanh");
+  // A config saved before the option existed has no "approximate": the exact form.
+  auto old = agnn::module_from_config(agnn::ModuleConfig("GELU"));
+  EXPECT_EQ(std::dynamic_pointer_cast<agnn::GELU>(old)->approximate(), "none");
+  EXPECT_TRUE(test_support::throws<ValueError>([] { agnn::GELU("erf"); }, {"approximate", "\"none\"", "\"tanh\"", "erf"}));
+}

@@ -73,7 +73,7 @@ std::shared_ptr<Module> Sequential::operator[](size_t i) const {
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
-Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_); }
 Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor Softplus::forward(const Tensor& x) { return softplus(x); }
 Tensor ELU::forward(const Tensor& x) { return elu(x, alpha_); }
@@ -84,6 +84,12 @@ Tensor Flatten::forward(const Tensor& x) { return flatten(x); }
 ModuleConfig ELU::config() const { return ModuleConfig(type()).set("alpha", double(alpha_)); }
 ModuleConfig LeakyReLU::config() const { return ModuleConfig(type()).set("negative_slope", double(slope_)); }
 ModuleConfig Softmax::config() const { return ModuleConfig(type()).set("dim", int64_t(dim_)); }
+
+GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
+  if (approximate_ != "none" && approximate_ != "tanh")
+    throw ValueError("GELU: approximate must be \"none\" (the exact form) or \"tanh\"; got \"" + approximate_ + "\"");
+}
+ModuleConfig GELU::config() const { return ModuleConfig(type()).set("approximate", approximate_); }
 
 Dropout::Dropout(float p) : p_(p) {
   if (!(p >= 0.0f && p < 1.0f)) throw ValueError("Dropout: p must be in [0, 1); got " + std::to_string(p));
@@ -104,7 +110,9 @@ std::map<std::string, ModuleFactory>& module_registry() {
     m["ReLU"] = [](const ModuleConfig&) { return std::make_shared<ReLU>(); };
     m["Sigmoid"] = [](const ModuleConfig&) { return std::make_shared<Sigmoid>(); };
     m["Tanh"] = [](const ModuleConfig&) { return std::make_shared<Tanh>(); };
-    m["GELU"] = [](const ModuleConfig&) { return std::make_shared<GELU>(); };
+    m["GELU"] = [](const ModuleConfig& c) {
+      return std::make_shared<GELU>(c.has("approximate") ? c.get_string("approximate") : "none");
+    };
     m["SiLU"] = [](const ModuleConfig&) { return std::make_shared<SiLU>(); };
     m["Softplus"] = [](const ModuleConfig&) { return std::make_shared<Softplus>(); };
     m["ELU"] = [](const ModuleConfig& c) { return std::make_shared<ELU>(float(c.get_double("alpha"))); };

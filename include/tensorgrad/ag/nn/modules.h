@@ -58,11 +58,22 @@ class Tanh : public Module {
   const char* type() const override { return "Tanh"; }
   Tensor forward(const Tensor& x) override;
 };
-/// The exact (erf) GELU, torch.nn.GELU's default.
+/// torch.nn.GELU(approximate): "none" (the default) is the exact form
+/// x Phi(x) through erf, "tanh" the tanh approximation
+/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as ag::gelu. The choice
+/// is saved in the module's config ("approximate"); a config without it, as
+/// saved before the option existed, loads as "none". ValueError for any
+/// other string, naming both.
 class GELU : public Module {
  public:
+  explicit GELU(std::string approximate = "none");
   const char* type() const override { return "GELU"; }
+  ModuleConfig config() const override;
   Tensor forward(const Tensor& x) override;
+  const std::string& approximate() const { return approximate_; }
+
+ private:
+  std::string approximate_;
 };
 class SiLU : public Module {
  public:
