@@ -33,7 +33,7 @@ side = sys.argv[1]
 rows = json.load(sys.stdin)["benchmarks"]
 medians = [b for b in rows if b.get("aggregate_name") == "median"]
 for b in medians or rows:  # one repetition: no aggregates, the run itself
-    for unit in ("s_per_epoch", "us_per_step", "us_per_image"):
+    for unit in ("s_per_epoch", "us_per_step", "us_per_batch", "us_per_image"):
         if unit in b:
             print(side, b["run_name"].split("/")[0], unit, b[unit])' "$side" >>"$out"
   done
