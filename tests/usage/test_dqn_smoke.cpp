@@ -7,7 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "../examples/dqn_agent.h"
+#include "../../examples/dqn_agent.h"
 
 namespace {
 using cartpole::CartPole;
