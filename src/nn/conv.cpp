@@ -1,6 +1,5 @@
 #include "tensorgrad/nn/conv.h"
 
-#include "nn/initializers.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::nn {
@@ -90,34 +89,30 @@ Shape Conv2D::build(const Shape& input_shape) {
   const int64_t h = in_shape_[0], w = in_shape_[1], c = in_shape_[2];
   window_ = make_window(kernel_size_, strides_, dilation_, padding_, h, w);
   check_window_fits(name(), window_, h, w);
-  const int64_t taps = kernel_size_[0] * kernel_size_[1];
-  kernel_ = glorot_uniform(Shape{kernel_size_[0], kernel_size_[1], c, filters_}, taps * c, taps * filters_);
-  if (use_bias_) bias_ = Tensor::zeros(Shape{filters_});
+  declare_weights(Shape{kernel_size_[0], kernel_size_[1], c, filters_});
   return Shape{window_.out_h(h), window_.out_w(w), filters_};
 }
 
+void Conv2D::declare_weights(const Shape& kernel_shape) {
+  kernel_ = add_weight({.name = "kernel", .shape = kernel_shape, .initializer = initializers::glorot_uniform()});
+  if (use_bias_) bias_ = add_weight({.name = "bias", .shape = {filters_}, .initializer = initializers::zeros()});
+}
+
 Value Conv2D::convolve(Builder& b, Value x4) const {
-  Value k = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
+  Value k = bind_weight(b, kernel_);
   const Shape ks = b.shape(k);
   if (ks.rank() == 3) k = b.reshape(k, Shape{1, ks[0], ks[1], ks[2]});  // Conv1D's {k, C, F}
   OpAttrs at;
   at.window = window_;
   if (!use_bias_) return b.apply(OpKind::Conv2D, {x4, k}, at);
-  return b.apply(OpKind::Conv2D, {x4, k, b.parameter(bias_, (name() + "/bias").c_str(), trainable)}, at);
+  return b.apply(OpKind::Conv2D, {x4, k, bind_weight(b, bias_)}, at);
 }
 
 Value Conv2D::activate(Builder& b, Value y) const { return apply_activation(b, activation_, y); }
 
 Value Conv2D::call(Builder& b, Value x, const CallOptions&) {
-  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
   Value y = convolve(b, x);
   return activate(b, y);
-}
-
-std::vector<Weight> Conv2D::weights() const {
-  std::vector<Weight> w{{name() + "/kernel", kernel_, trainable}};
-  if (use_bias_) w.push_back({name() + "/bias", bias_, trainable});
-  return w;
 }
 
 Conv1D::Conv1D(int64_t filters, int64_t kernel_size, int64_t strides, const std::string& padding,
@@ -132,14 +127,11 @@ Shape Conv1D::build(const Shape& input_shape) {
   window_ = make_window(kernel_size_, strides_, dilation_, padding_, 1, steps);
   window_.pad_top = window_.pad_bottom = 0;
   check_window_fits(name(), window_, 1, steps);
-  const int64_t k = kernel_size_[1];
-  kernel_ = glorot_uniform(Shape{k, c, filters_}, k * c, k * filters_);  // Keras' Conv1D layout
-  if (use_bias_) bias_ = Tensor::zeros(Shape{filters_});
+  declare_weights(Shape{kernel_size_[1], c, filters_});  // Keras' Conv1D layout
   return Shape{window_.out_w(steps), filters_};
 }
 
 Value Conv1D::call(Builder& b, Value x, const CallOptions&) {
-  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
   const Shape xs = b.shape(x);
   // Activated before the reshape back to {B, steps, F}, where the fusion
   // pass can fold a ReLU into the convolution (the activations are

@@ -1,5 +1,5 @@
-#include "nn/initializers.h"
-
+// Keras' weight initializers (tensorgrad/nn/layers.h, nn::initializers),
+// drawn from the global generator (core/random.h).
 #include "nn/loading.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/random.h"
+#include "tensorgrad/nn/layers.h"
 
 // LAPACK from OpenBLAS (column-major Fortran interface).
 extern "C" {
@@ -27,7 +28,9 @@ LoadingScope::~LoadingScope() { --loading_depth; }
 bool LoadingScope::active() { return loading_depth > 0; }
 }  // namespace detail
 
-Tensor random_uniform(const Shape& shape, float low, float high) {
+namespace {
+// U(low, high), Keras' RandomUniform.
+Tensor draw_uniform(const Shape& shape, float low, float high) {
   if (detail::LoadingScope::active()) return Tensor::zeros(shape);
   // Drawn on the host, then one copy into the new weight (a device upload later).
   std::vector<float> values(size_t(shape.numel()));
@@ -36,12 +39,16 @@ Tensor random_uniform(const Shape& shape, float low, float high) {
   return Tensor::from_vector(values, shape);
 }
 
-Tensor glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
+// Glorot uniform: U(-l, l), l = sqrt(6 / (fan_in + fan_out)).
+Tensor draw_glorot_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out) {
   const float limit = std::sqrt(6.0f / float(fan_in + fan_out));
-  return random_uniform(shape, -limit, limit);
+  return draw_uniform(shape, -limit, limit);
 }
 
-Tensor orthogonal(int64_t rows, int64_t cols) {
+// Keras' Orthogonal for a {rows, cols} matrix: the Q factor of the QR
+// decomposition of a standard normal matrix, signs fixed by R's diagonal, so
+// rows (rows <= cols) or columns are orthonormal.
+Tensor draw_orthogonal(int64_t rows, int64_t cols) {
   if (detail::LoadingScope::active()) return Tensor::zeros(Shape{rows, cols});
   // QR of a tall {m, n} normal matrix, m = max, n = min; Q is {m, n} with
   // orthonormal columns. For rows < cols the result is Q transposed.
@@ -74,5 +81,36 @@ Tensor orthogonal(int64_t rows, int64_t cols) {
     }
   return Tensor::from_vector(out, Shape{rows, cols});
 }
+}  // namespace
+
+namespace initializers {
+
+Initializer glorot_uniform() {
+  return [](const Shape& shape) {
+    if (shape.rank() < 2)
+      throw ShapeError("glorot_uniform: needs a kernel of rank 2 or more ({in, out}, or {..., in, out} for a "
+                       "convolution) to take its fans from; got " + shape.str() + ". Use zeros() for a bias");
+    int64_t receptive = 1;  // Keras' compute_fans: the leading axes are the receptive field
+    for (int d = 0; d < shape.rank() - 2; ++d) receptive *= shape[d];
+    return draw_glorot_uniform(shape, shape[-2] * receptive, shape[-1] * receptive);
+  };
+}
+
+Initializer orthogonal() {
+  return [](const Shape& shape) {
+    if (shape.rank() != 2) throw ShapeError("orthogonal: needs a matrix {rows, cols}; got " + shape.str());
+    return draw_orthogonal(shape[0], shape[1]);
+  };
+}
+
+Initializer random_uniform(float low, float high) {
+  return [low, high](const Shape& shape) { return draw_uniform(shape, low, high); };
+}
+
+Initializer constant(float value) {
+  return [value](const Shape& shape) { return Tensor::full(shape, value); };
+}
+
+}  // namespace initializers
 
 }  // namespace tensorgrad::nn

@@ -1,7 +1,6 @@
 #include "tensorgrad/nn/layers.h"
 
 #include "nn/functional.h"
-#include "nn/initializers.h"
 
 #include <cmath>
 #include <map>
@@ -42,6 +41,59 @@ Shape Layer::build_once(const Shape& input_shape) {
   built_input_ = input_shape;
   built_ = true;
   return built_output_;
+}
+
+WeightId Layer::add_weight(WeightSpec spec) {
+  if (spec.name.empty() || spec.name.find('/') != std::string::npos)
+    throw ValueError(std::string(type()) + " '" + name_ + "': add_weight needs a name without '/' (the listing adds \"" +
+                     name_ + "/\" before it); got \"" + spec.name + "\"");
+  if (!spec.initializer)
+    throw ValueError(std::string(type()) + " '" + name_ + "': add_weight(\"" + spec.name +
+                     "\") has no initializer; give one (initializers::zeros(), glorot_uniform(), ...)");
+  Tensor value = spec.initializer(spec.shape);
+  if (!value.defined() || value.shape() != spec.shape || value.dtype() != spec.dtype)
+    throw ValueError(std::string(type()) + " '" + name_ + "': the initializer of weight \"" + spec.name +
+                     "\" was declared to give " + dtype_name(spec.dtype) + " " + spec.shape.str() + "; it gave " +
+                     (value.defined() ? std::string(dtype_name(value.dtype())) + " " + value.shape().str()
+                                      : std::string("an undefined tensor")) +
+                     ". Make the initializer return a tensor of the shape it is given");
+  for (size_t i = 0; i < declared_.size(); ++i)
+    if (declared_[i].spec.name == spec.name) {  // build() again: the same weight, a new value
+      declared_[i] = {std::move(spec), std::move(value)};
+      return WeightId(int(i));
+    }
+  declared_.push_back({std::move(spec), std::move(value)});
+  return WeightId(int(declared_.size() - 1));
+}
+
+const Layer::Declared& Layer::declared(WeightId id) const {
+  if (!id.valid() || size_t(id.index_) >= declared_.size())
+    throw StateError(std::string(type()) + " '" + name_ +
+                     "' was called before build(); add it to a model or call it on a symbolic tensor first");
+  return declared_[size_t(id.index_)];
+}
+
+const Tensor& Layer::weight(WeightId id) const { return declared(id).value; }
+Tensor& Layer::weight(WeightId id) { return const_cast<Tensor&>(declared(id).value); }
+
+Value Layer::bind_weight(Builder& b, WeightId id) const {
+  const Declared& d = declared(id);
+  return b.parameter(d.value, (name_ + "/" + d.spec.name).c_str(), d.spec.trainable && trainable);
+}
+
+std::vector<Weight> Layer::weights() const {
+  std::vector<Weight> out;
+  out.reserve(declared_.size());
+  for (const Declared& d : declared_)  // a non-trainable weight is state (moving statistics): copied whole
+    out.push_back({name_ + "/" + d.spec.name, d.value, d.spec.trainable && trainable, d.spec.trainable});
+  return out;
+}
+
+std::vector<Tensor*> Layer::weight_slots() {
+  std::vector<Tensor*> out;
+  out.reserve(declared_.size());
+  for (Declared& d : declared_) out.push_back(&d.value);
+  return out;
 }
 
 Activation activation_from_name(const std::string& name) {
@@ -107,24 +159,16 @@ Shape Dense::build(const Shape& input_shape) {
   if (input_shape.rank() != 1)
     throw ShapeError("Dense '" + name() + "' takes rows of features {features}; got input_shape " +
                      input_shape.str() + ". Add a Flatten layer before it");
-  const int64_t in = input_shape[0];
-  kernel_ = glorot_uniform(Shape{in, units_}, in, units_);
-  if (use_bias_) bias_ = Tensor::zeros(Shape{units_});
+  kernel_ =
+      add_weight({.name = "kernel", .shape = {input_shape[0], units_}, .initializer = initializers::glorot_uniform()});
+  if (use_bias_) bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = initializers::zeros()});
   return Shape{units_};
 }
 
 Value Dense::call(Builder& b, Value x, const CallOptions&) {
-  if (!kernel_.defined()) throw StateError("Dense '" + name() + "' was called before build()");
-  const Value kernel = b.parameter(kernel_, (name() + "/kernel").c_str(), trainable);
-  const Value y = use_bias_ ? b.matmul(x, kernel, b.parameter(bias_, (name() + "/bias").c_str(), trainable))
-                            : b.matmul(x, kernel);
+  const Value kernel = bind_weight(b, kernel_);
+  const Value y = use_bias_ ? b.matmul(x, kernel, bind_weight(b, bias_)) : b.matmul(x, kernel);
   return apply_activation(b, activation_, y);
-}
-
-std::vector<Weight> Dense::weights() const {
-  std::vector<Weight> w{{name() + "/kernel", kernel_, trainable}};
-  if (use_bias_) w.push_back({name() + "/bias", bias_, trainable});
-  return w;
 }
 
 Value Flatten::call(Builder& b, Value x, const CallOptions&) {

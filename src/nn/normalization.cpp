@@ -12,21 +12,22 @@ BatchNormalization::BatchNormalization(float momentum, float epsilon)
 }
 
 Shape BatchNormalization::build(const Shape& input_shape) {
-  const int64_t c = input_shape[-1];
-  gamma_ = Tensor::full(Shape{c}, 1.0f);
-  beta_ = Tensor::zeros(Shape{c});
-  moving_mean_ = Tensor::zeros(Shape{c});
-  moving_variance_ = Tensor::full(Shape{c}, 1.0f);
+  const Shape c{input_shape[-1]};
+  gamma_ = add_weight({.name = "gamma", .shape = c, .initializer = initializers::ones()});
+  beta_ = add_weight({.name = "beta", .shape = c, .initializer = initializers::zeros()});
+  moving_mean_ =
+      add_weight({.name = "moving_mean", .shape = c, .initializer = initializers::zeros(), .trainable = false});
+  moving_variance_ =
+      add_weight({.name = "moving_variance", .shape = c, .initializer = initializers::ones(), .trainable = false});
   return input_shape;
 }
 
 Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) {
-  if (!gamma_.defined()) throw StateError(name() + " was called before build()");
-  const Shape c{gamma_.numel()};
-  Value gamma = b.parameter(gamma_, (name() + "/gamma").c_str(), trainable);
-  Value beta = b.parameter(beta_, (name() + "/beta").c_str(), trainable);
-  Value moving_mean = b.parameter(moving_mean_, (name() + "/moving_mean").c_str(), false);
-  Value moving_var = b.parameter(moving_variance_, (name() + "/moving_variance").c_str(), false);
+  Value gamma = bind_weight(b, gamma_);
+  Value beta = bind_weight(b, beta_);
+  Value moving_mean = bind_weight(b, moving_mean_);
+  Value moving_var = bind_weight(b, moving_variance_);
+  const Shape c = b.shape(gamma);
   const bool batch_stats = options.calibrate || (options.training && trainable);
   const int64_t channels = c[0];
   OpAttrs at;
@@ -51,35 +52,21 @@ Value BatchNormalization::call(Builder& b, Value x, const CallOptions& options) 
   return b.apply(OpKind::BatchNorm, {x, stats, gamma, beta}, at);
 }
 
-std::vector<Weight> BatchNormalization::weights() const {
-  return {{name() + "/gamma", gamma_, trainable},
-          {name() + "/beta", beta_, trainable},
-          {name() + "/moving_mean", moving_mean_, false, false},
-          {name() + "/moving_variance", moving_variance_, false, false}};
-}
-
 LayerNormalization::LayerNormalization(float epsilon) : Layer("layer_normalization"), epsilon_(epsilon) {
   if (!(epsilon > 0.0f)) throw ValueError("LayerNormalization: epsilon must be > 0; got " + std::to_string(epsilon));
 }
 
 Shape LayerNormalization::build(const Shape& input_shape) {
-  gamma_ = Tensor::full(Shape{input_shape[-1]}, 1.0f);
-  beta_ = Tensor::zeros(Shape{input_shape[-1]});
+  const Shape features{input_shape[-1]};
+  gamma_ = add_weight({.name = "gamma", .shape = features, .initializer = initializers::ones()});
+  beta_ = add_weight({.name = "beta", .shape = features, .initializer = initializers::zeros()});
   return input_shape;
 }
 
 Value LayerNormalization::call(Builder& b, Value x, const CallOptions&) {
-  if (!gamma_.defined()) throw StateError(name() + " was called before build()");
-  Value centered = b.sub(x, b.apply(OpKind::MeanLastAxis, {x}));
-  Value var = b.apply(OpKind::MeanLastAxis, {b.mul(centered, centered)});
-  Value inv_std = b.apply(OpKind::Rsqrt, {b.add(var, b.fill(Shape{}, epsilon_))});
-  Value gamma = b.parameter(gamma_, (name() + "/gamma").c_str(), trainable);
-  Value beta = b.parameter(beta_, (name() + "/beta").c_str(), trainable);
-  return b.add(b.mul(b.mul(centered, inv_std), gamma), beta);
-}
-
-std::vector<Weight> LayerNormalization::weights() const {
-  return {{name() + "/gamma", gamma_, trainable}, {name() + "/beta", beta_, trainable}};
+  const Value gamma = bind_weight(b, gamma_);  // bound in declaration order, as every layer binds
+  const Value beta = bind_weight(b, beta_);
+  return b.layer_norm(x, epsilon_, gamma, beta);
 }
 
 LayerConfig BatchNormalization::config() const {

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "core/host_copy.h"
-#include "nn/initializers.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::nn {
@@ -47,7 +49,9 @@ Embedding::Embedding(int64_t input_dim, int64_t output_dim)
 Shape Embedding::build(const Shape& input_shape) {
   if (input_shape.rank() != 1)
     throw ShapeError(name() + " takes a sequence of token ids {steps}; got input_shape " + input_shape.str());
-  embeddings_ = random_uniform(Shape{input_dim_, output_dim_}, -0.05f, 0.05f);
+  embeddings_ = add_weight({.name = "embeddings",
+                            .shape = {input_dim_, output_dim_},
+                            .initializer = initializers::random_uniform(-0.05f, 0.05f)});
   return Shape{input_shape[0], output_dim_};
 }
 
@@ -70,50 +74,51 @@ void Embedding::validate_input(const Tensor& x) const {
 }
 
 Value Embedding::call(Builder& b, Value x, const CallOptions&) {
-  if (!embeddings_.defined()) throw StateError(name() + " was called before build()");
   const Value ids = b.dtype(x) == DType::Int32 ? x : b.apply(OpKind::ToIndex, {x});
-  return b.apply(OpKind::Gather, {b.parameter(embeddings_, (name() + "/embeddings").c_str(), trainable), ids});
+  return b.apply(OpKind::Gather, {bind_weight(b, embeddings_), ids});
 }
 
-std::vector<Weight> Embedding::weights() const { return {{name() + "/embeddings", embeddings_, trainable}}; }
-
 RecurrentLayer::RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates,
-                               Shape bias_shape)
-    : Layer(prefix), units_(units), return_sequences_(return_sequences), gates_(gates), bias_shape_(bias_shape) {
+                               Shape bias_shape, Initializer bias)
+    : Layer(prefix),
+      units_(units),
+      return_sequences_(return_sequences),
+      gates_(gates),
+      bias_shape_(bias_shape),
+      bias_initializer_(std::move(bias)) {
   if (units < 1) throw ValueError(name() + ": units must be >= 1; got " + std::to_string(units));
 }
 
 Shape RecurrentLayer::build(const Shape& input_shape) {
   const Shape s = expect_sequence(name(), input_shape);
-  kernel_ = glorot_uniform(Shape{s[1], gates_ * units_}, s[1], gates_ * units_);
-  recurrent_kernel_ = orthogonal(units_, gates_ * units_);
-  bias_ = Tensor::zeros(bias_shape_);
+  kernel_ = add_weight(
+      {.name = "kernel", .shape = {s[1], gates_ * units_}, .initializer = initializers::glorot_uniform()});
+  recurrent_kernel_ = add_weight(
+      {.name = "recurrent_kernel", .shape = {units_, gates_ * units_}, .initializer = initializers::orthogonal()});
+  bias_ = add_weight({.name = "bias", .shape = bias_shape_, .initializer = bias_initializer_});
   return return_sequences_ ? Shape{s[0], units_} : Shape{units_};
 }
 
 RecurrentLayer::Bound RecurrentLayer::bind(Builder& b) const {
-  if (!kernel_.defined()) throw StateError(name() + " was called before build()");
-  return {b.parameter(kernel_, (name() + "/kernel").c_str(), trainable),
-          b.parameter(recurrent_kernel_, (name() + "/recurrent_kernel").c_str(), trainable),
-          b.parameter(bias_, (name() + "/bias").c_str(), trainable)};
+  const Value kernel = bind_weight(b, kernel_);  // one statement each: bound in declaration order
+  const Value recurrent_kernel = bind_weight(b, recurrent_kernel_);
+  return {kernel, recurrent_kernel, bind_weight(b, bias_)};
 }
 
-std::vector<Weight> RecurrentLayer::weights() const {
-  return {{name() + "/kernel", kernel_, trainable},
-          {name() + "/recurrent_kernel", recurrent_kernel_, trainable},
-          {name() + "/bias", bias_, trainable}};
+namespace {
+// Keras' unit_forget_bias: zeros, the forget gate's quarter (units..2 units) ones.
+Initializer unit_forget_bias(int64_t units) {
+  return [units](const Shape& shape) {
+    Tensor bias = Tensor::zeros(shape);
+    const std::vector<float> ones(size_t(units), 1.0f);  // one copy from the host
+    tensorgrad::detail::write_elements(bias, units, std::span<const float>(ones));
+    return bias;
+  };
 }
+}  // namespace
 
 LSTM::LSTM(int64_t units, bool return_sequences)
-    : RecurrentLayer("lstm", units, return_sequences, 4, Shape{4 * units}) {}
-
-Shape LSTM::build(const Shape& input_shape) {
-  const Shape out = RecurrentLayer::build(input_shape);
-  // unit_forget_bias: the forget gate's biases 1, one copy from the host
-  const std::vector<float> ones(size_t(units_), 1.0f);
-  tensorgrad::detail::write_elements(bias_, units_, std::span<const float>(ones));
-  return out;
-}
+    : RecurrentLayer("lstm", units, return_sequences, 4, Shape{4 * units}, unit_forget_bias(units)) {}
 
 // One fused op for every step (LstmSequence: the recurrent GEMM and the
 // gates of a step in one pass), after one GEMM for every step's input.

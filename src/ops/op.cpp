@@ -247,6 +247,16 @@ Value Builder::windowed(OpKind op, Value x, const Window2D& window) {
   return apply(op, {x}, at);
 }
 
+Value Builder::layer_norm(Value x, float eps, Value gamma, Value beta) {
+  const Value centered = sub(x, apply(OpKind::MeanLastAxis, {x}));
+  const Value var = apply(OpKind::MeanLastAxis, {mul(centered, centered)});
+  const Value inv_std = apply(OpKind::Rsqrt, {add(var, fill(Shape{}, eps))});
+  Value y = mul(centered, inv_std);
+  if (gamma.valid()) y = mul(y, gamma);
+  if (beta.valid()) y = add(y, beta);
+  return y;
+}
+
 Value Builder::fill(const Shape& shape, float value) {
   OpAttrs at;
   at.shape = shape;

@@ -22,6 +22,7 @@
 #include "tensorgrad/graph/graph.h"
 #include "tensorgrad/nn/conv.h"
 #include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/normalization.h"
 #include "test_files.h"
 
 using namespace tensorgrad;
@@ -159,5 +160,16 @@ TEST(EagerGraph, GeluTanhDenseIsBitIdentical) {
   Shape shape{5};
   for (auto& l : layers) shape = l->build(shape);
   expect_eager_equals_graph(layers, random_tensor(Shape{6, 5}, 9), random_tensor(Shape{6, 3}, 10),
+                            [](Builder& b, Value out, Value t) { return b.mse_loss(out, t); }, 1);
+}
+
+// LayerNormalization's formula (Builder::layer_norm, which ag::nn::LayerNorm runs too), both ways.
+TEST(EagerGraph, LayerNormalizationIsBitIdentical) {
+  manual_seed(8);
+  Layers layers{std::make_shared<nn::Dense>(8), std::make_shared<nn::LayerNormalization>(1e-3f),
+                std::make_shared<nn::Dense>(3)};
+  Shape shape{5};
+  for (auto& l : layers) shape = l->build(shape);
+  expect_eager_equals_graph(layers, random_tensor(Shape{6, 5}, 11), random_tensor(Shape{6, 3}, 12),
                             [](Builder& b, Value out, Value t) { return b.mse_loss(out, t); }, 1);
 }

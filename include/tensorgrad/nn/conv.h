@@ -36,10 +36,8 @@ class Conv2D : public Layer {
   /// (dilation included) is larger than the padded input.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {&kernel_, &bias_}; }
 
  protected:
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
@@ -50,6 +48,9 @@ class Conv2D : public Layer {
   Value convolve(Builder& b, Value x4) const;
   // The layer's activation on convolve's output (ReLU: already done).
   Value activate(Builder& b, Value y) const;
+  // Declares kernel {kernel_shape...} (Glorot uniform) and the bias; the
+  // layout is Keras' (Conv1D's kernel is {k, C, F}).
+  void declare_weights(const Shape& kernel_shape);
 
   int64_t filters_;
   std::array<int64_t, 2> kernel_size_, strides_, dilation_;
@@ -58,7 +59,7 @@ class Conv2D : public Layer {
   bool use_bias_;
   Window2D window_;
   Shape in_shape_;  // {H, W, C}
-  Tensor kernel_, bias_;
+  WeightId kernel_, bias_;
 };
 
 /// 1-D convolution over sequences (keras.layers.Conv1D): input {steps, C_in},
@@ -90,7 +91,6 @@ class Pooling2D : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
 
  protected:
   /// Throws ValueError for non-positive sizes or strides, or an unknown padding.
@@ -129,7 +129,6 @@ class GlobalPooling2D : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
 
  protected:
   GlobalPooling2D(const char* prefix, bool is_max) : Layer(prefix), is_max_(is_max) {}

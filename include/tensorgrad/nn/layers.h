@@ -27,9 +27,63 @@ struct Weight {
   bool averaged = true;
 };
 
+/// Makes a weight's first value for its shape (Keras' initializers): a
+/// tensor of exactly that shape, drawn from the global generator where it is
+/// random (core/random.h), so weights follow the seed in declaration order.
+using Initializer = std::function<Tensor(const Shape& shape)>;
+
+/// Keras' built-in initializers by their Keras names.
+namespace initializers {
+/// Glorot (Xavier) uniform, Keras' default kernel initializer: U(-l, l),
+/// l = sqrt(6 / (fan_in + fan_out)), the fans from the shape as Keras'
+/// compute_fans: {in, out} for a matrix; for a convolution kernel
+/// {..., in, out} each times the product of the leading (receptive field)
+/// sizes. Throws ShapeError for a shape of rank below 2.
+Initializer glorot_uniform();
+/// Keras' Orthogonal for a {rows, cols} matrix: rows (rows <= cols) or
+/// columns orthonormal. Throws ShapeError for any other rank.
+Initializer orthogonal();
+/// U(low, high) (Keras' RandomUniform).
+Initializer random_uniform(float low, float high);
+/// Every element `value` (Keras' Zeros, Ones, Constant).
+Initializer constant(float value);
+inline Initializer zeros() { return constant(0.0f); }
+inline Initializer ones() { return constant(1.0f); }
+}  // namespace initializers
+
+/// What a layer declares about one weight (Keras' Layer.add_weight
+/// arguments); designated initializers read as Keras' keywords:
+/// add_weight({.name = "kernel", .shape = {in, units}, .initializer = initializers::glorot_uniform()}).
+struct WeightSpec {
+  /// The weight's own name ("kernel"); the layer's listing prefixes it with
+  /// the layer's name ("dense/kernel"), which saved files and state dicts use.
+  std::string name;
+  Shape shape;
+  Initializer initializer;
+  /// false for state that no gradient reaches (batch-norm moving statistics,
+  /// Keras' non_trainable_weights): never updated by the optimizer, and
+  /// copied whole, not averaged, by target-network updates.
+  bool trainable = true;
+  DType dtype = DType::Float32;
+};
+
+/// A layer's handle on one of its declared weights (what add_weight
+/// returns). An index into the layer's declarations, so it stays valid in
+/// copies of the layer (clone); invalid until the weight is declared.
+class WeightId {
+ public:
+  WeightId() = default;
+  bool valid() const { return index_ >= 0; }
+
+ private:
+  friend class Layer;
+  explicit WeightId(int index) : index_(index) {}
+  int index_ = -1;
+};
+
 class Layer;
 // GCC 12 at -O3 reports a false -Wstringop-overflow on the Tensor assignment
-// in clone_layer when weight_slots() has a single entry (Embedding).
+// in clone_layer when weight_slots() has a single entry (Embedding's).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
@@ -176,15 +230,19 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// tensors into a layer that is not an Embedding.
   SymbolicTensor operator()(const SymbolicTensor& x);
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs);
-  /// Its weights, in Keras order.
-  virtual std::vector<Weight> weights() const { return {}; }
+  /// Its weights, in declaration order (Keras order), named
+  /// "<layer>/<weight>", trainable where declared so and the layer is
+  /// trainable. The default lists what add_weight declared; a layer that
+  /// keeps weights elsewhere (a nested model) overrides it.
+  virtual std::vector<Weight> weights() const;
   /// The tensors that hold its weights (the ones weights() lists), so that
   /// clone_layer can deep-copy them and Model::compile can place them on the
   /// model's device (as Keras builds variables under the distribution
-  /// strategy's device scope). Every built-in layer with weights overrides
-  /// it; a user's layer that does not stays on the CPU, and compiling it for
-  /// another device fails at its first run, naming the weight.
-  virtual std::vector<Tensor*> weight_slots() { return {}; }
+  /// strategy's device scope). The default gives add_weight's tensors; a
+  /// user's layer holding weights of its own elsewhere overrides it, or they
+  /// stay on the CPU and compiling for another device fails at the first
+  /// run, naming the weight.
+  virtual std::vector<Tensor*> weight_slots();
   /// Checks a model input this layer reads directly (the first layer): token
   /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
   virtual void validate_input(const Tensor& x) const { (void)x; }
@@ -220,13 +278,39 @@ class Layer : public std::enable_shared_from_this<Layer> {
         name_(other.name_),
         built_(other.built_),
         built_input_(other.built_input_),
-        built_output_(other.built_output_) {}
+        built_output_(other.built_output_),
+        declared_(other.declared_) {}
+
+  /// Declares a weight (Keras' Layer.add_weight), normally in build(): its
+  /// value is drawn now by spec.initializer, so weights follow the global
+  /// seed in declaration order, and weights(), weight_slots() and
+  /// bind_weight all read this one declaration. Declaring a name again (a
+  /// build repeated) replaces that weight's value in place, keeping its
+  /// position. Throws ValueError for an empty name, a name with '/', or a
+  /// missing initializer; ValueError naming the layer and weight when the
+  /// initializer returns another shape or dtype than declared.
+  WeightId add_weight(WeightSpec spec);
+  /// The weight's tensor. Throws StateError when `id` is not declared (the
+  /// layer was not built).
+  Tensor& weight(WeightId id);
+  const Tensor& weight(WeightId id) const;
+  /// The weight bound into `b` under its listed name ("dense/kernel"), with
+  /// a gradient only where declared trainable and the layer is trainable.
+  /// Throws StateError naming the layer when it has not been built.
+  Value bind_weight(Builder& b, WeightId id) const;
 
  private:
+  struct Declared {
+    WeightSpec spec;
+    Tensor value;
+  };
+  const Declared& declared(WeightId id) const;
+
   std::string name_;
   bool built_ = false;
   Shape built_input_, built_output_;
   std::shared_ptr<Layer> graph_copy_;  // a layer not held by a shared_ptr: its copy in the graph
+  std::vector<Declared> declared_;     // add_weight's weights, in declaration order
 };
 
 /// Densely connected layer (keras.layers.Dense): y = activation(x W + b).
@@ -239,17 +323,15 @@ class Dense : public Layer {
   const char* type() const override { return "Dense"; }
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {&kernel_, &bias_}; }
   int64_t units() const { return units_; }
 
  private:
   int64_t units_;
   Activation activation_;
   bool use_bias_;
-  Tensor kernel_, bias_;
+  WeightId kernel_, bias_;
 };
 
 /// Flattens every dimension but the batch (keras.layers.Flatten):
@@ -261,7 +343,6 @@ class Flatten : public Layer {
   Shape build(const Shape& input_shape) override { return Shape{input_shape.numel()}; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
 };
 
 /// An activation as a layer (keras.layers.Activation).
@@ -275,7 +356,6 @@ class ActivationLayer : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
 
  private:
   Activation activation_;
@@ -296,7 +376,6 @@ class Dropout : public Layer {
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
   float rate() const { return rate_; }
 
  private:

@@ -20,7 +20,6 @@ class Merge : public Layer {
   Shape build_inputs(std::span<const Shape> input_shapes) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
-  std::vector<Tensor*> weight_slots() override { return {}; }
 
  protected:
   explicit Merge(const char* prefix) : Layer(prefix) {}
@@ -115,7 +114,6 @@ class Concatenate : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
   int axis() const { return axis_; }
 
  private:
@@ -137,7 +135,6 @@ class Reshape : public Layer {
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {}; }
 
  private:
   std::vector<int64_t> target_;

@@ -23,15 +23,13 @@ class BatchNormalization : public Layer {
   const char* type() const override { return "BatchNormalization"; }
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {&gamma_, &beta_, &moving_mean_, &moving_variance_}; }
   /// Training steps leave the moving statistics unchanged (Sequential::freeze_bn_stats).
   bool freeze_stats = false;
 
  private:
   float momentum_, epsilon_;
-  Tensor gamma_, beta_, moving_mean_, moving_variance_;
+  WeightId gamma_, beta_, moving_mean_, moving_variance_;
 };
 
 /// Layer normalization (keras.layers.LayerNormalization, axis -1): each row
@@ -45,13 +43,11 @@ class LayerNormalization : public Layer {
   const char* type() const override { return "LayerNormalization"; }
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {&gamma_, &beta_}; }
 
  private:
   float epsilon_;
-  Tensor gamma_, beta_;
+  WeightId gamma_, beta_;
 };
 
 }  // namespace tensorgrad::nn

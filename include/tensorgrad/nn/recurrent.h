@@ -21,15 +21,13 @@ class Embedding : public Layer {
   /// Throws ShapeError unless the input is {steps}.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
-  std::vector<Weight> weights() const override;
   void validate_input(const Tensor& x) const override;
   bool takes_token_ids() const override { return true; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  std::vector<Tensor*> weight_slots() override { return {&embeddings_}; }
 
  private:
   int64_t input_dim_, output_dim_;
-  Tensor embeddings_;
+  WeightId embeddings_;
 };
 
 /// What LSTM and GRU share: `units`, return_sequences, and the weights
@@ -38,14 +36,14 @@ class Embedding : public Layer {
 class RecurrentLayer : public Layer {
  public:
   LayerConfig config() const override;
-  std::vector<Weight> weights() const override;
-  std::vector<Tensor*> weight_slots() override { return {&kernel_, &recurrent_kernel_, &bias_}; }
   /// Throws ShapeError unless the input is {steps, features}.
   Shape build(const Shape& input_shape) override;
 
  protected:
-  /// Throws ValueError for units < 1.
-  RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates, Shape bias_shape);
+  /// Throws ValueError for units < 1. `bias` makes the bias's first value
+  /// ({gates*units} or {2, gates*units}).
+  RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates, Shape bias_shape,
+                 Initializer bias = initializers::zeros());
   struct Bound {
     Value kernel, recurrent_kernel, bias;
   };
@@ -56,7 +54,8 @@ class RecurrentLayer : public Layer {
   bool return_sequences_;
   int64_t gates_;
   Shape bias_shape_;  // {gates*units} or {2, gates*units}
-  Tensor kernel_, recurrent_kernel_, bias_;
+  Initializer bias_initializer_;
+  WeightId kernel_, recurrent_kernel_, bias_;
 };
 
 /// Long short-term memory (keras.layers.LSTM, Hochreiter & Schmidhuber
@@ -69,7 +68,6 @@ class LSTM : public RecurrentLayer {
   /// Throws ValueError for units < 1.
   explicit LSTM(int64_t units, bool return_sequences = false);
   const char* type() const override { return "LSTM"; }
-  Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 };

@@ -147,6 +147,15 @@ class Builder {
   /// LeakyRelu's negative slope, Pow's exponent) set to `param`. Throws
   /// ValueError when the op has no float parameter and `param` is not 0.
   Value unary(OpKind op, Value x, float param = 0.0f);
+  /// Layer normalization over the last axis (Ba et al. 2016), the one
+  /// formula of keras.layers.LayerNormalization and torch.nn.LayerNorm:
+  /// y = (x - mean) / sqrt(var + eps) * gamma + beta, the mean and the biased
+  /// variance over the last axis of x {..., D}; gamma and beta {D} each
+  /// optional (no scale, no shift). Composed from recorded ops, so gradients
+  /// reach x, gamma and beta. Throws TypeError for a non-float32 x,
+  /// ShapeError for a scalar x or a gamma / beta that does not broadcast
+  /// against it.
+  Value layer_norm(Value x, float eps, Value gamma = {}, Value beta = {});
   /// MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
   Value windowed(OpKind op, Value x, const Window2D& window);
 };

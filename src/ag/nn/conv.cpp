@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ag/autograd.h"
+#include "tensorgrad/ag/eager_builder.h"
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/core/error.h"
 
@@ -185,11 +186,11 @@ Tensor LayerNorm::forward(const Tensor& input) {
   if (!input.defined()) throw StateError("LayerNorm: the input is undefined");
   if (input.dim() < 1 || input.size(-1) != d_)
     throw ShapeError("LayerNorm: expects inputs {..., " + str(d_) + "}; got " + input.shape().str());
-  const Tensor centered = input - mean(input, -1, true);
-  const Tensor var = mean(centered * centered, -1, true);
-  Tensor y = centered * rsqrt(var + float(eps_));
-  if (weight.defined()) y = y * weight + bias;
-  return y;
+  EagerBuilder b;  // the graph layer's formula (Builder::layer_norm), run now
+  const Value x = b.input(input);
+  const Value gamma = weight.defined() ? b.input(weight) : Value{};
+  const Value beta = bias.defined() ? b.input(bias) : Value{};
+  return b.tensor(b.layer_norm(x, float(eps_), gamma, beta));
 }
 
 // ---- Embedding ----

@@ -120,8 +120,9 @@ class BatchNorm2d : public BatchNormBase {
 /// normalized_shape one int: x {..., D} -> {..., D},
 ///   (x - mean) / sqrt(var + eps) * weight + bias,
 /// mean and the biased var over the last dimension. Parameters (with
-/// elementwise_affine): weight {D} (ones), bias {D} (zeros). Composed from
-/// recorded ops (mean with keepdim, rsqrt), so gradients flow through all.
+/// elementwise_affine): weight {D} (ones), bias {D} (zeros). Runs the ops
+/// of Builder::layer_norm, the formula nn::LayerNormalization uses in a
+/// graph, recorded, so gradients flow through all.
 /// Throws ValueError for normalized_shape < 1 or eps <= 0; ShapeError naming
 /// LayerNorm and the shape for an input whose last dimension is not D.
 class LayerNorm : public Module {
