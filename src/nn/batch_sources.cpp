@@ -10,6 +10,7 @@
 #include <numeric>
 #include <thread>
 
+#include "nn/data_adapter.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/nn/training_loop.h"
@@ -25,13 +26,6 @@ void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const T
   for (int64_t i = 0; i < count; ++i) std::memcpy(d + size_t(i) * row_bytes, s + size_t(index[i]) * row_bytes, row_bytes);
 }
 
-Batch rows_of(const Batch& b, int64_t begin, int64_t end) {
-  Batch out;
-  for (const Tensor& t : b.x) out.x.push_back(t.rows(begin, end));
-  for (const Tensor& t : b.y) out.y.push_back(t.rows(begin, end));
-  if (b.sample_weight.defined()) out.sample_weight = b.sample_weight.rows(begin, end);
-  return out;
-}
 }  // namespace
 
 TensorSource::TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor sample_weight, int64_t batch_size,
@@ -63,7 +57,7 @@ TensorSource::TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor 
   for (const Tensor& t : x_) full_.x.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
   for (const Tensor& t : y_) full_.y.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
   if (w_.defined()) full_.sample_weight = Tensor::empty(w_.shape().with_rows(bs), w_.dtype());
-  if (const int64_t rem = share(rows_ % global); rem > 0 && rem != bs) part_ = rows_of(full_, 0, rem);
+  if (const int64_t rem = share(rows_ % global); rem > 0 && rem != bs) part_ = detail::rows_of(full_, 0, rem);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/host_copy.h"
+#include "nn/data_adapter.h"
 #include "nn/functional.h"
 #include "nn/loading.h"
 #include "tensorgrad/core/error.h"
@@ -39,20 +40,6 @@ std::string keras_shape(const Shape& s) {
   return out + ")";
 }
 
-
-// One weight per row: {rows} or {rows, 1}, as Keras' sample_weight; returns it as {rows}.
-Tensor check_sample_weight(const Tensor& w, int64_t rows, const char* what) {
-  const Shape& ws = w.shape();
-  if (ws.rank() == 0 || ws[0] != rows)
-    throw ShapeError(std::string(what) + " must have one weight per row of x (" + std::to_string(rows) + "); got " +
-                     ws.str());
-  if (ws.numel() != rows)
-    throw ValueError(std::string(what) + " must be one weight per row ({" + std::to_string(rows) + "} or {" +
-                     std::to_string(rows) + ", 1}), as in Keras; got " + ws.str() +
-                     ". For one weight per output element, use a Trainer with loss_mask = outputs");
-  if (w.dtype() != DType::Float32) throw TypeError(std::string(what) + " must be float32; got " + dtype_name(w.dtype()));
-  return w.reshape(Shape{rows});
-}
 
 // Per-row weights for the first `rows` rows of y: class_weight of each row's
 // class (class ids, or the argmax of one-hot rows; 1 for a class not in the
@@ -97,11 +84,6 @@ void for_each_layer(const FunctionalGraph& g, const std::function<void(Layer&)>&
   }
 }
 
-std::vector<Tensor> rows_of(std::span<const Tensor> t, int64_t begin, int64_t end) {
-  std::vector<Tensor> out;
-  for (const Tensor& x : t) out.push_back(x.rows(begin, end));
-  return out;
-}
 }  // namespace
 
 Model::Model(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
@@ -405,26 +387,6 @@ OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_lo
   return *slot;
 }
 
-std::vector<Tensor> Model::check_inputs(std::span<const Tensor> x, int64_t rows, const char* call,
-                                        bool validation) const {
-  const FunctionalGraph& g = *graph_;
-  if (x.size() != g.inputs.size())
-    throw ShapeError(std::string(call) + ": the model has " + std::to_string(g.inputs.size()) + " input(s) (" +
-                     joined(g.input_names) + "); got " + std::to_string(x.size()) + " tensor(s)");
-  const ModelFunction f = model_function();
-  std::vector<Tensor> out;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const std::string prefix = validation ? "validation " : "";
-    const std::string what = prefix + (x.size() == 1 ? std::string("x") : "x '" + f.inputs[i].name + "'");
-    out.push_back(f.inputs[i].check(x[i], rows, what));
-    if (i > 0 && out[i].shape()[0] != out[0].shape()[0])
-      throw ShapeError(std::string(call) + ": inputs differ in rows: '" + f.inputs[0].name + "' has " +
-                       std::to_string(out[0].shape()[0]) + ", '" + f.inputs[i].name + "' has " +
-                       std::to_string(out[i].shape()[0]) + "; give every input the same rows");
-  }
-  return out;
-}
-
 namespace {
 // Tensors given by name, in the order of `names` ("input"/"output" in messages).
 std::vector<Tensor> by_name(const std::map<std::string, Tensor>& given, const std::vector<std::string>& names,
@@ -481,9 +443,9 @@ History Model::fit(const std::map<std::string, Tensor>& x, const std::map<std::s
   return fit(ordered_inputs(x), ordered_targets(y), options);
 }
 
-History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, const FitOptions& opt) {
-  check_live("fit()");
-  if (!state_.compiled) throw StateError(not_compiled_message("fit()"));
+namespace {
+// fit's options that need no data, in the order Keras checks them.
+void check_fit_options(const FitOptions& opt, size_t n_in, size_t n_out, const std::vector<std::string>& outputs) {
   if (opt.verbose < 0 || opt.verbose > 2)
     throw ValueError("verbose must be 0 (silent), 1 (progress bar) or 2 (one line per epoch); got " +
                      std::to_string(opt.verbose));
@@ -491,24 +453,9 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
   if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
     throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
-  const size_t n_in = graph_->inputs.size(), n_out = graph_->outputs.size();
-  const std::vector<Tensor> x = check_inputs(x_in, -1, "fit");
-  const int64_t n = x[0].shape()[0];
-  if (n == 0) throw ValueError("fit: x has no rows; give at least one training row");
-  if (y.size() != n_out)
-    throw ShapeError("fit: the model has " + std::to_string(n_out) + " output(s) (" + joined(graph_->output_names) +
-                     "); got " + std::to_string(y.size()) + " target tensor(s)");
-  for (size_t i = 0; i < n_out; ++i)
-    if (!y[i].defined() || y[i].shape().rank() == 0 || y[i].shape()[0] != n)
-      throw ShapeError("x has " + std::to_string(n) + " rows but " +
-                       (n_out == 1 ? std::string("y") : "y '" + graph_->output_names[i] + "'") + " has " +
-                       (y[i].defined() && y[i].shape().rank() ? std::to_string(y[i].shape()[0]) : std::string("none")) +
-                       "; give one label row per input row");
-  const Tensor w_all =
-      opt.sample_weight.defined() ? check_sample_weight(opt.sample_weight, n, "sample_weight") : Tensor{};
   if (!opt.class_weight.empty() && n_out != 1)
     throw ValueError("class_weight is only supported for models with a single output; this one has " +
-                     std::to_string(n_out) + " (" + joined(graph_->output_names) +
+                     std::to_string(n_out) + " (" + joined(outputs) +
                      "). Give sample_weight instead (one weight per row for every output)");
   const bool explicit_lists = !opt.validation_x.empty() || !opt.validation_y.empty();
   if (explicit_lists && opt.validation_data)
@@ -516,49 +463,41 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   if (opt.validation_sample_weight.defined() && !opt.validation_data && !explicit_lists)
     throw ValueError("validation_sample_weight is given without validation_data; pass validation_data too (with "
                      "validation_split the weights are split from sample_weight)");
+  if (opt.validation_data && (n_in != 1 || n_out != 1))
+    throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
+                     " and " + std::to_string(n_out) + ". Use validation_x and validation_y (or validation_split)");
+}
+}  // namespace
 
-  int64_t n_train = n;
-  std::vector<Tensor> xv, yv;
-  Tensor wv;  // the validation rows' weights, as Keras splits them with the rows
-  if (opt.validation_data || explicit_lists) {
-    if (opt.validation_data && (n_in != 1 || n_out != 1))
-      throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
-                       " and " + std::to_string(n_out) + ". Use validation_x and validation_y (or validation_split)");
-    xv = opt.validation_data
-             ? check_inputs(std::span<const Tensor>(&opt.validation_data->first, 1), -1, "validation_data", true)
-             : check_inputs(opt.validation_x, -1, "validation_x", true);
-    yv = opt.validation_data ? std::vector<Tensor>{opt.validation_data->second} : opt.validation_y;
-    if (yv.size() != n_out)
-      throw ShapeError("validation_y: the model has " + std::to_string(n_out) + " output(s) (" +
-                       joined(graph_->output_names) + "); got " + std::to_string(yv.size()) + " tensor(s)");
-    const int64_t nv = xv[0].shape()[0];
-    for (const Tensor& t : yv)
-      if (!t.defined() || t.shape().rank() == 0 || t.shape()[0] != nv)
-        throw ShapeError("validation data: x has " + std::to_string(nv) + " rows but y has " +
-                         (t.defined() && t.shape().rank() ? std::to_string(t.shape()[0]) : std::string("none")) +
-                         "; give one label row per input row");
-    if (nv == 0) throw ValueError("validation_data has no rows; give some or leave it out");
-    if (opt.validation_sample_weight.defined())
-      wv = check_sample_weight(opt.validation_sample_weight, nv, "validation_sample_weight");
+History Model::fit(std::span<const Tensor> x, std::span<const Tensor> y, const FitOptions& opt) {
+  check_live("fit()");
+  if (!state_.compiled) throw StateError(not_compiled_message("fit()"));
+  check_fit_options(opt, graph_->inputs.size(), graph_->outputs.size(), graph_->output_names);
+  detail::AdaptedData train = detail::DataAdapter(*this, "fit").arrays(x, y, opt.sample_weight), validation;
+  if (opt.validation_data) {
+    validation = detail::DataAdapter(*this, "validation_data")
+                     .arrays(std::span<const Tensor>(&opt.validation_data->first, 1),
+                             std::span<const Tensor>(&opt.validation_data->second, 1), opt.validation_sample_weight,
+                             "validation ");
+  } else if (!opt.validation_x.empty() || !opt.validation_y.empty()) {
+    validation = detail::DataAdapter(*this, "validation_x/validation_y")
+                     .arrays(opt.validation_x, opt.validation_y, opt.validation_sample_weight, "validation ");
   } else if (opt.validation_split > 0.0) {
-    n_train = int64_t(double(n) * (1.0 - opt.validation_split));
-    if (n_train < n) {
-      xv = rows_of(x, n_train, n);
-      yv = rows_of(y, n_train, n);
-      if (w_all.defined()) wv = w_all.rows(n_train, n);
-    }
+    // The last rows, with their weights, as Keras splits them.
+    const int64_t n_train = int64_t(double(train.rows) * (1.0 - opt.validation_split));
+    if (n_train < train.rows) validation = train.rows_of(n_train, train.rows);
+    train = train.rows_of(0, n_train);
   }
-  if (n_train < 1) throw ValueError("no rows left to train on after validation_split");
+  if (train.rows < 1) throw ValueError("no rows left to train on after validation_split");
   // class_weight weighs the training rows only (Keras applies it to the
   // training data, after validation_split), times their sample_weight.
-  const Tensor w_train = opt.class_weight.empty() ? w_all : class_weighted(opt.class_weight, y[0], w_all, n_train);
-  const bool weighted = w_train.defined();
-  const LossWeights wmode = weighted ? LossWeights::PerSample : LossWeights::None;
-
-  if (opt.nbatch_logical > 0 && opt.batch_size > n_train)
-    throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(n_train) +
+  if (!opt.class_weight.empty())
+    train.sample_weight = class_weighted(opt.class_weight, train.y[0], train.sample_weight, train.rows);
+  const bool weighted = train.sample_weight.defined();
+  if (opt.nbatch_logical > 0 && opt.batch_size > train.rows)
+    throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(train.rows) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
-  const int64_t bs = std::min(opt.batch_size, n_train);
+  const int64_t bs = std::min(opt.batch_size, train.rows);
   // Data-parallel: this rank's share of every global batch (TensorSource's
   // shard), and of the logical batch.
   const int ranks = opt.communicator ? opt.communicator->size() : 1;
@@ -574,36 +513,38 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
     // What shapes the global batches must agree, else the ranks' shares
     // would overlap or leave rows out (fit_loop checks the loop's shape).
     check_ranks_agree(*opt.communicator,
-                      {{"training rows", std::to_string(n_train)},
+                      {{"training rows", std::to_string(train.rows)},
                        {"batch_size", std::to_string(bs)},
                        {"nbatch_logical", std::to_string(opt.nbatch_logical)},
                        {"shuffle", opt.shuffle ? "true" : "false"},
-                       {"validation rows", std::to_string(xv.empty() ? 0 : xv[0].shape()[0])},
+                       {"validation rows", std::to_string(validation.rows)},
                        {"sample weights", weighted ? "given" : "none"}},
                       "fits", "Every rank must call fit with the same data and options (its share is taken from the whole)");
   }
   const int64_t my_bs = bs * (shard.rank + 1) / ranks - bs * shard.rank / ranks;
   const int64_t my_logical = opt.nbatch_logical > 0 ? opt.nbatch_logical / bs * my_bs : 0;
-  OptimizerContext* ctx = &optimizer_context(ranks > 1 ? my_bs : bs, ranks > 1 ? my_logical : opt.nbatch_logical, wmode);
-  for (size_t i = 0; i < n_out; ++i)
-    ctx->check_targets(i, y[i].rows(0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{}, -1);
-  if (!xv.empty()) {
-    OptimizerContext& vctx =
-        optimizer_context(std::min(bs, xv[0].shape()[0]), 0, wv.defined() ? LossWeights::PerSample : LossWeights::None);
-    for (size_t i = 0; i < n_out; ++i) vctx.check_targets(i, yv[i], wv, -1);
-  }
+  const OptimizerContext& ctx = optimizer_context(ranks > 1 ? my_bs : bs, ranks > 1 ? my_logical : opt.nbatch_logical,
+                                                  weighted ? LossWeights::PerSample : LossWeights::None);
+  detail::DataAdapter::check_targets(ctx, train);
+  if (validation.rows > 0)
+    detail::DataAdapter::check_targets(
+        optimizer_context(std::min(bs, validation.rows), 0,
+                          validation.sample_weight.defined() ? LossWeights::PerSample : LossWeights::None),
+        validation);
   // Whole logical batches only when accumulating (as ggml_opt_fit): a part
   // period would carry its gradients into the next epoch's first update.
-  const int64_t period = ctx->accumulation_period();
-  const int64_t steps = period == 1 ? (n_train + bs - 1) / bs : n_train / bs / period * period;
+  const int64_t period = ctx.accumulation_period();
+  const int64_t steps = period == 1 ? (train.rows + bs - 1) / bs : train.rows / bs / period * period;
   if (steps == 0)
     throw ValueError("nbatch_logical " + std::to_string(opt.nbatch_logical) + " is more than the " +
-                     std::to_string(n_train) + " training rows: no whole logical batch fits");
+                     std::to_string(train.rows) + " training rows: no whole logical batch fits");
 
-  TensorSource train(rows_of(x, 0, n_train), rows_of(y, 0, n_train), weighted ? w_train.rows(0, n_train) : Tensor{},
-                     bs, opt.shuffle ? &state_.rng : nullptr, "batch", shard);
-  std::optional<TensorSource> validation;
-  if (!xv.empty()) validation.emplace(xv, yv, wv, bs, nullptr, "validation batch", shard);
+  TensorSource train_source(train.x, train.y, train.sample_weight, bs, opt.shuffle ? &state_.rng : nullptr, "batch",
+                            shard);
+  std::optional<TensorSource> validation_source;
+  if (validation.rows > 0)
+    validation_source.emplace(validation.x, validation.y, validation.sample_weight, bs, nullptr, "validation batch",
+                              shard);
   LoopOptions loop;
   loop.epochs = opt.epochs;
   loop.initial_epoch = opt.initial_epoch;
@@ -612,7 +553,7 @@ History Model::fit(std::span<const Tensor> x_in, std::span<const Tensor> y, cons
   loop.verbose = opt.verbose;
   loop.callbacks = opt.callbacks;
   loop.communicator = opt.communicator;
-  return fit_loop(*this, train, validation ? &*validation : nullptr, loop);
+  return fit_loop(*this, train_source, validation_source ? &*validation_source : nullptr, loop);
 }
 
 StepResult Model::train_on_batch(const Batch& batch, int64_t batch_size, int64_t nbatch_logical) {
@@ -621,9 +562,8 @@ StepResult Model::train_on_batch(const Batch& batch, int64_t batch_size, int64_t
 
 StepResult Model::test_on_batch(const Batch& batch, int64_t batch_size) { return run_batch(batch, batch_size, 0, false); }
 
-// The checks a batch needs beyond those of OptimizerContext::step, which
-// checks each tensor's shape, dtype and values against exactly `rows` rows.
 StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_logical, bool train) {
+  const char* call = train ? "train_on_batch" : "test_on_batch";
   check_live(train ? "train_on_batch()" : "test_on_batch()");
   if (!state_.compiled) throw StateError(not_compiled_message(train ? "train_on_batch()" : "test_on_batch()"));
   if (batch_size < 0 || nbatch_logical < 0)
@@ -638,37 +578,9 @@ StepResult Model::run_batch(const Batch& b, int64_t batch_size, int64_t nbatch_l
                        "its batch_size; give batch_size");
     return optimizer_context(batch_size, nbatch_logical).join_step();
   }
-  const FunctionalGraph& g = *graph_;
-  if (b.x.size() != g.inputs.size())
-    throw ShapeError("the model has " + std::to_string(g.inputs.size()) + " input(s) (" + joined(g.input_names) +
-                     "); got " + std::to_string(b.x.size()) + " x tensor(s) in the batch");
-  if (b.y.size() != g.outputs.size())
-    throw ShapeError("the model has " + std::to_string(g.outputs.size()) + " output(s) (" + joined(g.output_names) +
-                     "); the batch has " + std::to_string(b.y.size()) + " target tensor(s)");
-  auto rows_in = [](const Tensor& t) { return t.defined() && t.shape().rank() > 0 ? t.shape()[0] : int64_t(-1); };
-  const int64_t rows = rows_in(b.x[0]);
-  if (rows == 0) throw ValueError("the batch has no rows");
-  if (rows < 0) throw ShapeError("x of the batch is undefined or a scalar; give {rows, features...}");
-  const int64_t max_rows = batch_size > 0 ? batch_size : rows;
-  if (rows > max_rows)
-    throw ShapeError("the batch has " + std::to_string(rows) + " rows, more than batch_size " +
-                     std::to_string(max_rows) + " (graphs are planned for it): raise batch_size");
-  for (size_t i = 1; i < b.x.size(); ++i)
-    if (rows_in(b.x[i]) != rows)
-      throw ShapeError("inputs differ in rows: '" + g.input_names[0] + "' has " + std::to_string(rows) + ", '" +
-                       g.input_names[i] + "' has " + std::to_string(rows_in(b.x[i])) + "; give every input the same rows");
-  for (size_t i = 0; i < b.y.size(); ++i)
-    if (rows_in(b.y[i]) != rows)
-      throw ShapeError("x has " + std::to_string(rows) + " rows but target " + std::to_string(i) +
-                       (rows_in(b.y[i]) < 0 ? std::string(" is undefined or a scalar")
-                                            : " has " + std::to_string(rows_in(b.y[i]))));
   Tensor w;
-  if (b.sample_weight.defined()) {
-    if (b.sample_weight.numel() != rows || rows_in(b.sample_weight) != rows)
-      throw ShapeError("sample_weight must have one weight per row (" + std::to_string(rows) + "); got " +
-                       b.sample_weight.shape().str());
-    w = b.sample_weight.shape().rank() == 1 ? b.sample_weight : b.sample_weight.reshape(Shape{rows});
-  }
+  const int64_t rows = detail::check_batch({call, {}, graph_->input_names, graph_->output_names}, b, batch_size, w);
+  const int64_t max_rows = batch_size > 0 ? batch_size : rows;
   const LossWeights mode = w.defined() ? LossWeights::PerSample : LossWeights::None;
   OptimizerContext& ctx = train && nbatch_logical > 0 ? optimizer_context(rows, nbatch_logical, mode, max_rows)
                                                       : optimizer_context(rows, train ? nbatch_logical : 0, mode);
@@ -687,30 +599,17 @@ std::map<std::string, double> Model::evaluate(const std::map<std::string, Tensor
   return evaluate(ordered_inputs(x), ordered_targets(y), batch_size, sample_weight);
 }
 
-std::map<std::string, double> Model::evaluate(std::span<const Tensor> x_in, std::span<const Tensor> y,
+std::map<std::string, double> Model::evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                                               int64_t batch_size, const Tensor& sample_weight) {
   check_live("evaluate()");
   if (!state_.compiled) throw StateError(not_compiled_message("evaluate()"));
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
-  const std::vector<Tensor> x = check_inputs(x_in, -1, "evaluate");
-  const int64_t n = x[0].shape()[0];
-  const size_t n_out = graph_->outputs.size();
-  if (y.size() != n_out)
-    throw ShapeError("evaluate: the model has " + std::to_string(n_out) + " output(s) (" +
-                     joined(graph_->output_names) + "); got " + std::to_string(y.size()) + " target tensor(s)");
-  for (size_t i = 0; i < n_out; ++i)
-    if (!y[i].defined() || y[i].shape().rank() == 0 || y[i].shape()[0] != n)
-      throw ShapeError("x has " + std::to_string(n) + " rows but " +
-                       (n_out == 1 ? std::string("y") : "y '" + graph_->output_names[i] + "'") + " has " +
-                       (y[i].defined() && y[i].shape().rank() ? std::to_string(y[i].shape()[0]) : std::string("none")) +
-                       "; give one label row per input row");
-  if (n == 0) throw ValueError("evaluate: x has no rows");
-  const Tensor w = sample_weight.defined() ? check_sample_weight(sample_weight, n, "sample_weight") : Tensor{};
-  OptimizerContext& ctx =
-      optimizer_context(std::min(batch_size, n), 0, w.defined() ? LossWeights::PerSample : LossWeights::None);
-  for (size_t i = 0; i < n_out; ++i) ctx.check_targets(i, y[i], w, -1);
-  TensorSource source(x, std::vector<Tensor>(y.begin(), y.end()), w, batch_size);
-  return test_epoch(*this, source);
+  const detail::AdaptedData d = detail::DataAdapter(*this, "evaluate").arrays(x, y, sample_weight);
+  detail::DataAdapter::check_targets(
+      optimizer_context(std::min(batch_size, d.rows), 0,
+                        d.sample_weight.defined() ? LossWeights::PerSample : LossWeights::None),
+      d);
+  return test_epoch(*this, *d.source(batch_size, nullptr, "batch"));
 }
 
 Model::PredictPlan& Model::predict_plan(int64_t rows) {
@@ -783,8 +682,9 @@ std::vector<Tensor> Model::predict(std::span<const Tensor> x_in, int64_t batch_s
   check_live("predict()");
   if (graph_->order.empty()) throw StateError("predict: the model has no layers");
   if (batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(batch_size));
-  const std::vector<Tensor> x = check_inputs(x_in, -1, "predict");
-  const int64_t n = x[0].shape()[0];
+  const detail::AdaptedData d = detail::DataAdapter(*this, "predict").inputs(x_in);
+  const std::vector<Tensor>& x = d.x;
+  const int64_t n = d.rows;
   std::vector<Tensor> out;
   for (const SymbolicTensor& o : graph_->outputs) out.push_back(Tensor::empty(o.shape().with_batch(n)));
   for (int64_t start = 0; start < n; start += batch_size) {
@@ -872,8 +772,9 @@ void Model::calibrate_bn(const Tensor& x) { calibrate_bn(std::span<const Tensor>
 
 void Model::calibrate_bn(std::span<const Tensor> x_in) {
   check_live("calibrate_bn()");
-  const std::vector<Tensor> x = check_inputs(x_in, -1, "calibrate_bn");
-  const int64_t rows = std::min<int64_t>(x[0].shape()[0], 1024);
+  const detail::AdaptedData d = detail::DataAdapter(*this, "calibrate_bn").inputs(x_in);
+  const std::vector<Tensor>& x = d.x;
+  const int64_t rows = std::min<int64_t>(d.rows, 1024);
   if (rows == 0) throw ValueError("calibrate_bn: x has no rows");
   const ModelFunction f = model_function();
   Graph g;

@@ -82,11 +82,5 @@ Value build_metric(Graph& g, MetricKind kind, Value y_pred_flat, Value y_flat, i
 // rather than its sum.
 bool metric_is_mean(MetricKind kind);
 
-// Checks of a batch's float32 tensor: finite (ValueError naming the row and
-// column of the first NaN or infinity), and defined with a batch dimension of
-// exactly `rows` rows when rows >= 0 (ValueError, ShapeError).
-void check_finite(const Tensor& t, const char* what);
-void check_rows(const Tensor& t, int64_t rows, const char* what);
-
 }  // namespace detail
 }  // namespace tensorgrad

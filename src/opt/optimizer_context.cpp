@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "opt/context_parts.h"
+#include "opt/data_checks.h"
 #include "opt/schedule_encoding.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/memory.h"
@@ -590,19 +591,7 @@ void OptimizerContext::stage(OptimizerPlan& plan, std::span<const Tensor> x, std
                              std::span<const Tensor> w) {
   const int64_t b = options_.batch_size;
   const size_t n_in = model_.inputs.size(), n_out = heads_.size();
-  if (x.size() != n_in || y.size() != n_out || (w.size() > 1 && w.size() != n_out)) {
-    auto names = [](const std::vector<std::string>& v) {
-      std::string s;
-      for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
-      return s;
-    };
-    std::vector<std::string> in_names;
-    for (const InputSpec& in : model_.inputs) in_names.push_back(in.name);
-    throw ShapeError("the model has " + std::to_string(n_in) + " input(s) (" + names(in_names) + ") and " +
-                     std::to_string(n_out) + " output(s) (" + names(model_.output_names) + "); got " +
-                     std::to_string(x.size()) + " x tensor(s), " + std::to_string(y.size()) + " y tensor(s) and " +
-                     std::to_string(w.size()) + " sample_weight tensor(s) (give none, one for all outputs, or one per output)");
-  }
+  detail::check_data(detail::DataNames::of("step", model_), x, y, w, b, {.weight_per_output = true});
   for (size_t i = 0; i < n_in; ++i) {
     const InputSpec& in = model_.inputs[i];
     plan.exe->bind(plan.x[i], in.check(x[i], b, x_names_[i], &x_staging_[i]));

@@ -1,16 +1,15 @@
-#include "tensorgrad/opt/model_function.h"
+// The data checks (opt/data_checks.h): the per-input ones (shape, dtype,
+// finite values, token ids) and the counts and rows around them, shared by
+// the optimizer context's steps and nn's data adapter.
+#include "opt/data_checks.h"
 
-#include <algorithm>
 #include <cmath>
-#include <string>
+#include <cstdint>
 
-#include "opt/context_parts.h"
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/opt/optimizer.h"
 
 namespace tensorgrad {
-
-using detail::check_finite;
-using detail::check_rows;
 
 namespace {
 // Index of the first NaN or infinity, or -1. Integer test on the exponent
@@ -24,10 +23,10 @@ int64_t first_non_finite(const float* p, int64_t n) {
     if (!std::isfinite(p[i])) return i;
   return -1;
 }
+
 }  // namespace
 
 namespace detail {
-
 void check_finite(const Tensor& t, const char* what) {
   const int64_t bad = first_non_finite(t.data<float>(), t.numel());
   if (bad < 0) return;
@@ -46,6 +45,9 @@ void check_rows(const Tensor& t, int64_t rows, const char* what) {
                      std::to_string(t.shape()[0]) + ". Pass batches of exactly that size or build for another batch size");
 }
 }  // namespace detail
+
+using detail::check_finite;
+using detail::check_rows;
 
 Tensor check_input_shape(const Tensor& x, const Shape& input_shape, int64_t rows, const char* what) {
   check_rows(x, rows, what);
@@ -98,5 +100,78 @@ Tensor InputSpec::check(const Tensor& x, int64_t rows, const std::string& what, 
   for (int64_t i = 0; i < ids.numel(); ++i) dst[i] = int32_t(src[i]);
   return ids;
 }
+
+namespace detail {
+namespace {
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+std::string count_message(const DataNames& names, size_t got, bool inputs) {
+  std::vector<std::string> list(names.outputs.begin(), names.outputs.end());
+  if (inputs) {
+    list.clear();
+    for (size_t i = 0; i < names.inputs(); ++i) list.push_back(names.input(i));
+  }
+  return std::string(names.call) + ": the model has " + std::to_string(list.size()) + (inputs ? " input" : " output") +
+         "(s) (" + joined(list) + "); got " + std::to_string(got) + (inputs ? " x" : " target") + " tensor(s)";
+}
+
+int64_t rows_of(const Tensor& t) { return t.shape()[0]; }
+}  // namespace
+
+std::string DataNames::x(size_t i) const {
+  return inputs() == 1 ? std::string("x") : "x '" + input(i) + "'";
+}
+
+std::string DataNames::y(size_t i) const {
+  return outputs.size() == 1 ? std::string("y") : "y '" + outputs[i] + "'";
+}
+
+int64_t check_data(const DataNames& names, std::span<const Tensor> x, std::span<const Tensor> y,
+                   std::span<const Tensor> w, int64_t rows, DataRules rules) {
+  const std::span<const std::string> outputs = names.outputs;
+  if (x.size() != names.inputs()) throw ShapeError(count_message(names, x.size(), true));
+  if (rules.targets && y.size() != outputs.size()) throw ShapeError(count_message(names, y.size(), false));
+  const bool per_output = rules.weight_per_output && w.size() == outputs.size();
+  if (w.size() > 1 && !per_output)
+    throw ShapeError(std::string(names.call) + ": give " +
+                     (rules.weight_per_output ? "no sample_weight, one for all outputs or one per output (" +
+                                                    std::to_string(outputs.size()) + ")"
+                                              : std::string("no sample_weight or one for all outputs")) +
+                     "; got " + std::to_string(w.size()) + " sample_weight tensor(s)");
+  // Nothing is formatted unless a check fails: the optimizer context runs
+  // these on every step without allocating. With rows >= 0 every tensor is
+  // held to it (check_rows says "exactly"); else to the first input's rows.
+  auto fits = [rows](const Tensor& t) { return t.defined() && t.shape().rank() > 0 && (rows < 0 || t.shape()[0] == rows); };
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!fits(x[i])) check_rows(x[i], rows, names.x(i).c_str());
+    if (rows < 0 && i > 0 && rows_of(x[i]) != rows_of(x[0]))
+      throw ShapeError(std::string(names.call) + ": inputs differ in rows: '" + names.input(0) + "' has " +
+                       std::to_string(rows_of(x[0])) + ", '" + names.input(i) + "' has " +
+                       std::to_string(rows_of(x[i])) + "; give every input the same rows");
+  }
+  const int64_t n = rows >= 0 ? rows : x.empty() ? 0 : rows_of(x[0]);
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!fits(y[i])) check_rows(y[i], rows, names.y(i).c_str());
+    if (rows_of(y[i]) != n)
+      throw ShapeError(std::string(names.call) + ": x has " + std::to_string(n) + " rows but " + names.y(i) + " has " +
+                       std::to_string(rows_of(y[i])) + "; give one label row per input row");
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!w[i].defined()) continue;  // no weights (for this output)
+    auto name = [&] {
+      return std::string(names.weight) + (per_output && w.size() > 1 ? " '" + outputs[i] + "'" : std::string());
+    };
+    if (!fits(w[i])) check_rows(w[i], rows, name().c_str());
+    if (rows_of(w[i]) != n)
+      throw ShapeError(std::string(names.call) + ": " + name() + " must have one weight per row of x (" + std::to_string(n) + "); got " +
+                       w[i].shape().str());
+  }
+  return n;
+}
+}  // namespace detail
 
 }  // namespace tensorgrad
