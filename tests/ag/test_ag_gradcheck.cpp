@@ -3,7 +3,7 @@
 // element, rejects a vacuous check, refuses bad inputs, leaves the inputs as
 // it found them), then every eager op of ag/functional.h that has a gradient
 // checked through it. The method and its tolerances are those of
-// tests/test_gradients.cpp (float32, step 1e-2, |num - ana| <= 1e-3 + 1e-2 |num|).
+// tests/ops/test_gradients.cpp (float32, step 1e-2, |num - ana| <= 1e-3 + 1e-2 |num|).
 //
 // Inputs come from std::mt19937 with fixed seeds, at small shapes; inputs of
 // ops with kinks (relu, leaky_relu, elu, max, min, max-pool, l1, huber) are

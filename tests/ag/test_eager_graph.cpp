@@ -23,7 +23,7 @@
 #include "tensorgrad/nn/conv.h"
 #include "tensorgrad/nn/layers.h"
 #include "tensorgrad/nn/normalization.h"
-#include "test_files.h"
+#include "test_support.h"
 
 using namespace tensorgrad;
 

@@ -14,6 +14,7 @@
 
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/data/idx.h"
+#include "test_files.h"
 
 namespace fs = std::filesystem;
 using namespace tensorgrad;
@@ -67,21 +68,12 @@ void expect_throw_with(F&& f, const std::string& needle) {
   }
 }
 
+// Each test's files in a fresh folder, removed when the test ends.
 class TempDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::random_device rd;
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("tensorgrad_idx_" + std::string(info->name()) + "_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return tmp_ / name; }
+  const test_support::TempDir tmp_{"tensorgrad_idx"};
+  const fs::path dir_ = tmp_.path;
 };
 
 class IdxTest : public TempDirTest {};

@@ -1,5 +1,5 @@
 // The communicator in a build without MPI (the MPI build's tests run under
-// mpiexec: tests/dist/, CTest's dist.Communicator.np2 and np3).
+// mpiexec: tests/dist/mpi/, CTest's dist.Communicator.np2 and np3).
 #include <gtest/gtest.h>
 
 #include "test_support.h"

@@ -1,5 +1,5 @@
 // The child process of AtomicWrite.SigkillNeverLeavesATornFile
-// (tests/test_gguf_atomic_write.cpp): saves one model over and over with
+// (tests/io/test_gguf_atomic_write.cpp): saves one model over and over with
 // io::save_model (the crash-safe path) until it is killed.
 //
 //   gguf_writer_child PATH [FIRST_VERSION [COUNT]]

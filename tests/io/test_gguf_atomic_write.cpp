@@ -1,7 +1,7 @@
 // Saving is crash-safe (GGUFWriter::write, under io::save_model): a process
 // killed at any moment of a write leaves the target holding a complete
 // version, old or new, never a torn one. A child
-// (tests/gguf_writer_child.cpp) saves a 64 MB model in a loop;
+// (tests/io/gguf_writer_child.cpp) saves a 64 MB model in a loop;
 // the test SIGKILLs it at pseudo-random moments and checks the target each
 // time.
 #include <gtest/gtest.h>
@@ -26,6 +26,7 @@
 
 #include "tensorgrad/io/gguf.h"
 #include "tensorgrad/tensorgrad.h"
+#include "test_files.h"
 
 #ifndef TENSORGRAD_GGUF_WRITER_CHILD
 #error "tests/CMakeLists.txt defines TENSORGRAD_GGUF_WRITER_CHILD (the path of gguf_writer_child)"
@@ -72,24 +73,18 @@ std::vector<fs::path> leftovers(const fs::path& dir, const std::string& name) {
   return found;
 }
 
-/// A folder under the system's temporary folder, removed with its contents
-/// at scope exit; kills a child still running first.
+/// A folder under the system's temporary folder (a TempDir), removed with
+/// its contents at scope exit; kills a child still running first.
 struct Scratch {
-  fs::path path;
+  test_support::TempDir dir{"tensorgrad-atomic"};
+  fs::path path = dir.path;
   pid_t child = -1;
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "tensorgrad-atomic-XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path = pattern;
-  }
   ~Scratch() {
     if (child > 0) {
       ::kill(child, SIGKILL);
       int status = 0;
       ::waitpid(child, &status, 0);
     }
-    std::error_code ec;
-    fs::remove_all(path, ec);
   }
 };
 

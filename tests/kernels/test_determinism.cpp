@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tensorgrad/tensorgrad.h"
+#include "test_support.h"
 
 using namespace tensorgrad;
 using tensorgrad::nn::Dense;
@@ -21,11 +22,7 @@ using tensorgrad::nn::Sequential;
 
 namespace {
 
-// Restores the thread count when a test ends, whatever happens in it.
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
+using test_support::ThreadsGuard;
 
 // Data from its own generator, so that it never touches the global seed.
 Tensor random_x(int64_t rows, int64_t features, uint32_t seed) {

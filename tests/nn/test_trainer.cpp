@@ -30,6 +30,7 @@
 // their model (build_model).
 #include <gtest/gtest.h>
 
+#include "test_files.h"
 #include "test_support.h"
 
 #include <cmath>
@@ -55,11 +56,7 @@ using nn::TrainerOptions;
 
 namespace {
 
-// Restores the thread count when a test ends, whatever happens in it.
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
+using test_support::ThreadsGuard;
 
 using test_support::message_of;
 
@@ -786,10 +783,8 @@ TEST(Trainer, OnALoadedModel) {
   set_num_threads(1);
   const Data d = make_regression();
   const Tensor x = b16(d.x, 0);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("tg_loaded_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string f0 = (dir / "m0.gguf").string(), f1 = (dir / "m1.gguf").string();
+  const test_support::TempDir dir("tg_loaded");
+  const std::string f0 = dir / "m0.gguf", f1 = dir / "m1.gguf";
 
   nn::Model m0 = build_regression();
   {
@@ -818,7 +813,6 @@ TEST(Trainer, OnALoadedModel) {
   io::save_model(trained, f1);
   nn::Model reloaded = io::load_model(f1);
   EXPECT_EQ(flat(reloaded.predict(x, 16)), flat(p_live));
-  std::filesystem::remove_all(dir);
 }
 
 // ---- what the issue adds ------------------------------------------------------

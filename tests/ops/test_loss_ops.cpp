@@ -7,7 +7,8 @@
 //  * forward values, with no weights, weights {B} and weights {B, N};
 //  * gradients against central finite differences (step h = 1e-2 on O(1)
 //    inputs kept at least 0.1 = 10 h away from every kink, tolerance
-//    1e-3 + 1e-2 * |numeric|, as tests/test_gradients.cpp argues), and against
+//    1e-3 + 1e-2 * |numeric|, as tests/ops/test_gradients.cpp argues,
+//    by tests/support/gradient_check.h), and against
 //    the closed forms exactly where the rule is piecewise (ties of Maximum and
 //    Minimum, MAE at pred == target, Huber on both sides of delta);
 //  * binary cross-entropy at logits of +-1e4 and +-1e30 against the closed form;
@@ -15,6 +16,7 @@
 //  * shape, dtype and value errors naming the op.
 #include <gtest/gtest.h>
 
+#include "gradient_check.h"
 #include "test_support.h"
 
 #include <algorithm>
@@ -36,33 +38,20 @@ namespace {
 using test_support::throws;
 using test_support::uniform;
 
-// A graph with its bound data, run once or checked by finite differences.
-struct OpTest {
-  explicit OpTest(uint32_t seed = 1) : rng(seed) {}
-
-  Graph g;
-  std::mt19937 rng;
+// A graph with its bound data, run once or checked by finite differences
+// (test_support::GradCheck with parameters named p0, p1, ... and data x0, ...).
+struct OpTest : test_support::GradCheck {
+  explicit OpTest(uint32_t seed = 1) : GradCheck(seed) {}
 
   // A trainable parameter: differentiated, and perturbed for finite differences.
-  Value param(const Tensor& t) {
-    const std::string name = "p" + std::to_string(params_.size());
-    Value v = g.parameter(t, name.c_str(), /*trainable=*/true);
-    params_.push_back({v, t});
-    return v;
-  }
+  Value param(const Tensor& t) { return GradCheck::param(t, "p" + std::to_string(params())); }
   // Fixed data bound for every run.
-  Value input(const Tensor& t) {
-    Value v = g.input("x" + std::to_string(inputs_.size()), t.shape(), t.dtype());
-    inputs_.push_back({v, t});
-    return v;
-  }
-  // sum(y * w) for a fixed w uniform in [-1, 1]: every element of y enters the loss with its own weight.
-  Value project(Value y) { return g.sum(g.mul(y, input(uniform(g.shape(y), rng, -1.0f, 1.0f)))); }
+  Value input(const Tensor& t) { return data(t, "x" + std::to_string(binds())); }
 
   // Runs the graph once; the values of `outputs`.
   std::vector<std::vector<float>> eval(std::vector<Value> outputs) {
     Executable exe(std::move(g), outputs);
-    for (auto& [v, t] : inputs_) exe.bind(v, t);
+    bind_data(exe);
     exe.run();
     std::vector<std::vector<float>> out;
     for (Value v : outputs) out.push_back(exe.output(v).to_vector());
@@ -70,48 +59,21 @@ struct OpTest {
   }
 
   // d(loss)/d(every parameter) from the gradient rules, checked element by
-  // element against (L(x + h) - L(x - h)) / (2 h). Returns the analytic gradients.
+  // element against (L(x + h) - L(x - h)) / (2 h) within 1e-3 + 1e-2 |numeric|,
+  // and the numeric gradient of every parameter above 1e-2 somewhere. Returns
+  // the analytic gradients.
   std::vector<std::vector<float>> check_gradients(Value loss, float h = 1e-2f) {
-    std::vector<Value> wrt;
-    for (auto& p : params_) wrt.push_back(p.first);
-    std::vector<Value> grads = g.gradients(loss, wrt);
-    std::vector<Value> outputs{loss};
-    for (size_t i = 0; i < grads.size(); ++i) {
-      EXPECT_TRUE(grads[i].valid()) << "parameter " << i << " got no gradient";
-      if (!grads[i].valid()) return {};
-      outputs.push_back(grads[i]);
-    }
-    Executable exe(std::move(g), outputs);
-    for (auto& [v, t] : inputs_) exe.bind(v, t);
-    auto run_loss = [&] {
-      exe.run();
-      return double(exe.scalar(loss));
-    };
-    run_loss();
-    std::vector<std::vector<float>> analytic;
-    for (Value v : grads) analytic.push_back(exe.output(v).to_vector());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      float* x = params_[i].second.data<float>();
+    test_support::CheckOptions opt;
+    opt.step = h, opt.atol = 1e-3, opt.rtol = 1e-2, opt.min_grad = 1e-2;
+    const test_support::CheckResult r = check(loss, opt);
+    EXPECT_TRUE(r.ok) << r.message;
+    for (size_t i = 0; i < r.numeric.size(); ++i) {
       double largest = 0;
-      for (size_t k = 0; k < analytic[i].size(); ++k) {
-        const float saved = x[k], xp = saved + h, xm = saved - h;
-        x[k] = xp;
-        const double lp = run_loss();
-        x[k] = xm;
-        const double lm = run_loss();
-        x[k] = saved;
-        const double numeric = (lp - lm) / (double(xp) - double(xm));
-        EXPECT_NEAR(analytic[i][k], numeric, 1e-3 + 1e-2 * std::fabs(numeric))
-            << "parameter " << i << " element " << k;
-        largest = std::max(largest, std::fabs(numeric));
-      }
+      for (float numeric : r.numeric[i]) largest = std::max(largest, std::fabs(double(numeric)));
       EXPECT_GT(largest, 1e-2) << "parameter " << i << ": gradient ~0 everywhere, the check would be vacuous";
     }
-    return analytic;
+    return r.analytic;
   }
-
- private:
-  std::vector<std::pair<Value, Tensor>> params_, inputs_;
 };
 
 Tensor tensor(std::vector<float> v, const Shape& s) { return Tensor::from_vector(v, s); }

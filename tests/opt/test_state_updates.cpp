@@ -19,10 +19,7 @@ using test_support::throws;
 
 namespace {
 
-struct ThreadsGuard {
-  int saved = num_threads();
-  ~ThreadsGuard() { set_num_threads(saved); }
-};
+using test_support::ThreadsGuard;
 
 std::vector<float> random_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

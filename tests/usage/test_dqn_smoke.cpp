@@ -8,16 +8,12 @@
 #include <stdexcept>
 
 #include "../../examples/dqn_agent.h"
+#include "test_support.h"
 
 namespace {
 using cartpole::CartPole;
 namespace tg = tensorgrad;
-
-// Restores the thread count a test changed.
-struct ThreadGuard {
-  int saved = tg::num_threads();
-  ~ThreadGuard() { tg::set_num_threads(saved); }
-};
+using test_support::ThreadsGuard;
 }  // namespace
 
 TEST(DqnSmoke, CartPoleStepFromRestMatchesHandComputedValues) {
@@ -126,7 +122,7 @@ TEST(DqnSmoke, ReplayBufferIsARing) {
 }
 
 TEST(DqnSmoke, ShortRunIsDeterministicAndFinite) {
-  ThreadGuard guard;
+  ThreadsGuard guard;
   tg::set_num_threads(1);
   dqn::Config c;
   c.seed = 5;

@@ -1,4 +1,4 @@
-// A data-parallel fit run by tests/dist/resume_test.sh under mpiexec, three
+// A data-parallel fit run by tests/dist/mpi/resume_test.sh under mpiexec, three
 // ways: "crash" (the last rank throws at the start of epoch 3: the job must
 // end by MPI_Abort, leaving rank 0's backup of epoch 2), "resume" (the same
 // fit again: every rank resumes from that backup) and "straight" (the same

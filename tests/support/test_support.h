@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the test files: random inputs and checking that a call
-// throws the right tensorgrad error with the right words.
+// Helpers shared by the test files: random inputs, checking that a call
+// throws the right tensorgrad error with the right words, and guards that
+// restore a process-wide setting (thread count, Winograd) a test changes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +84,12 @@ template <class E>
   }
   return ::testing::AssertionFailure() << "did not throw";
 }
+
+/// Restores the thread count when a test ends, whatever happens in it.
+struct ThreadsGuard {
+  int saved = tensorgrad::num_threads();
+  ~ThreadsGuard() { tensorgrad::set_num_threads(saved); }
+};
 
 // Restores the process-wide choice of Winograd convolutions
 // (tensorgrad::set_winograd_convolutions) a test turns off to check the
