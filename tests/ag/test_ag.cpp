@@ -262,7 +262,7 @@ TEST(Ag, DropoutFollowsItsGenerator) {
   EXPECT_TRUE(test_support::throws<ValueError>([&] { ag::dropout(x, 1.0f); }, {"dropout", "[0, 1)"}));
 }
 
-TEST(Ag, NewOpsValues) {
+TEST(Ag, DivSqrtPowReductionsClampAndBatchedMatmulValues) {
   ag::Tensor a = ag::tensor({1, 4, 9, 16}, Shape{2, 2});
   EXPECT_EQ((a / ag::tensor({1, 2}, Shape{2})).to_vector(), (std::vector<float>{1, 2, 9, 8}));
   EXPECT_EQ(ag::sqrt(a).to_vector(), (std::vector<float>{1, 2, 3, 4}));
@@ -299,7 +299,7 @@ TEST(Ag, ALongHistoryRunsBackwardAndFreesWithoutDeepRecursion) {
   EXPECT_TRUE(w.requires_grad());
 }
 
-TEST(Ag, MistakesFoundByATrialThrowInsteadOfCrashing) {
+TEST(Ag, EmptySoftmaxAxisAndOverflowingNarrowAreShapeErrors) {
   // Softmax over an empty last axis divided by zero in the kernel.
   EXPECT_TRUE(test_support::throws<ShapeError>([] { ag::softmax(ag::zeros(Shape{4, 0})); },
                                                {"softmax", "last axis", "{4, 0}"}));
@@ -309,7 +309,7 @@ TEST(Ag, MistakesFoundByATrialThrowInsteadOfCrashing) {
                                                {"slice", "outside axis 1"}));
 }
 
-TEST(Ag, MoreMistakesFoundByTheTrial) {
+TEST(Ag, UndefinedGroupParameterIsAStateErrorAndAHugeBatchSizeIsOneBatch) {
   // An undefined tensor put into a parameter group by hand: a StateError at step, not a null dereference.
   ag::Tensor p = ag::ones(Shape{2}, {.requires_grad = true});
   ag::optim::SGD sgd(std::vector<ag::Tensor>{p}, 0.1, 0.9);

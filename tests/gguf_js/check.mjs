@@ -20,7 +20,7 @@
 // little-endian) and the raw 16-bit patterns of F16 and BF16 ones.
 //
 // Usage: node check.mjs FILE.gguf     (exit status 1 and a message on stderr
-// when the reader refuses the file). Used by tests/test_gguf_third_party.cpp.
+// when the reader refuses the file). Used by tests/io/test_gguf_third_party.cpp.
 import { readFileSync, openSync, readSync, closeSync } from "node:fs";
 import { gguf, GGMLQuantizationType } from "@huggingface/gguf";
 

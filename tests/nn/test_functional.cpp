@@ -650,7 +650,7 @@ TEST(Functional, HooksThatChangeTheModelStopTheStepCleanly) {
   EXPECT_TRUE(f.released());
 }
 
-TEST(Functional, TrialFindingsAreRefusedOrFixed) {
+TEST(Functional, HugeBatchesComputedIdsDuplicateNamesAndAveragedSoftmaxesAreRefused) {
   const SymbolicTensor a = Input({3}, DType::Float32, "x");
   // A huge batch is refused, not looped over.
   Model m(a, Dense(2)(a));

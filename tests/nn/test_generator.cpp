@@ -1,6 +1,7 @@
 // Training from a generator, with the seed's contract (ggmlR's
 // R/fit_generator.R and its documentation): one test per rule, named after
-// it, each with prefetch off and on where the rule concerns the calls.
+// what the rule requires (its number in the comment above it), each with
+// prefetch off and on where the rule concerns the calls.
 #include <gtest/gtest.h>
 
 #include "test_support.h"
@@ -83,7 +84,7 @@ std::vector<std::string> capture_warnings(const std::function<void()>& f) {
 // Rules 1 and 2: nothing ends the epoch; the finite generator restarts and is
 // asked again next epoch. Training equals the in-memory fit on the same
 // batches in the same order, bit for bit.
-TEST(Generator, Rule1And2NothingEndsTheEpochAndTheNextEpochAsksAgain) {
+TEST(Generator, NothingEndsTheEpochAndTheNextEpochAsksAgain) {
   const Data d;
   for (int prefetch : {0, 2}) {
     SCOPED_TRACE("prefetch " + std::to_string(prefetch));
@@ -104,7 +105,7 @@ TEST(Generator, Rule1And2NothingEndsTheEpochAndTheNextEpochAsksAgain) {
   }
 }
 
-TEST(Generator, Rule3StepsPerEpochBoundsAnInfiniteGenerator) {
+TEST(Generator, StepsPerEpochBoundsAnInfiniteGenerator) {
   const Data d;
   for (int prefetch : {0, 1, 3}) {
     SCOPED_TRACE("prefetch " + std::to_string(prefetch));
@@ -121,7 +122,7 @@ TEST(Generator, Rule3StepsPerEpochBoundsAnInfiniteGenerator) {
   }
 }
 
-TEST(Generator, Rule4AShortEpochWarnsDOfS) {
+TEST(Generator, AShortEpochWarnsDOfS) {
   const Data d;
   Sequential m = linear_model();
   Finite f{d, 6};  // two batches, then nothing
@@ -135,7 +136,7 @@ TEST(Generator, Rule4AShortEpochWarnsDOfS) {
   EXPECT_EQ(h.epoch.size(), 1u);
 }
 
-TEST(Generator, Rule5AnEmptyEpochWarnsAndStops) {
+TEST(Generator, AnEmptyEpochWarnsAndStops) {
   const Data d;
   for (int prefetch : {0, 2}) {
     Sequential m = linear_model();
@@ -154,7 +155,7 @@ TEST(Generator, Rule5AnEmptyEpochWarnsAndStops) {
   }
 }
 
-TEST(Generator, Rule6ValidationIsNaNWhenItsGeneratorGivesNothing) {
+TEST(Generator, ValidationIsNaNWhenItsGeneratorGivesNothing) {
   const Data d;
   Sequential m = linear_model();
   Finite f{d, 4}, v{d, 6};
@@ -175,7 +176,7 @@ TEST(Generator, Rule6ValidationIsNaNWhenItsGeneratorGivesNothing) {
   EXPECT_TRUE(std::isnan(hn["val_loss"][0]));
 }
 
-TEST(Generator, Rule7InitialEpochRunsTheRemainingEpochs) {
+TEST(Generator, InitialEpochRunsTheRemainingEpochs) {
   const Data d;
   Sequential m = linear_model();
   Finite f{d, 4};
@@ -193,7 +194,7 @@ TEST(Generator, Rule7InitialEpochRunsTheRemainingEpochs) {
 
 // Rule 8: the generator gives physical batches; the optimizer steps once per
 // logical batch (here two of them), exactly as the in-memory fit does.
-TEST(Generator, Rule8GradientAccumulationIsInvisibleToTheGenerator) {
+TEST(Generator, GradientAccumulationIsInvisibleToTheGenerator) {
   const Data d;
   Sequential m = linear_model();
   Finite f{d, 4};
@@ -217,7 +218,7 @@ TEST(Generator, Rule8GradientAccumulationIsInvisibleToTheGenerator) {
   EXPECT_EQ(f.calls, 4);
 }
 
-TEST(Generator, Rule9InvalidArgumentsAreRefused) {
+TEST(Generator, InvalidArgumentsAreRefused) {
   const Data d;
   Sequential m = linear_model();
   Finite f{d, 4};

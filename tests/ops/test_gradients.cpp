@@ -752,7 +752,7 @@ TEST(GradientStability, SoftmaxCrossEntropyLargeLogitsFullPrecision) { check_lar
 // along one axis, Transpose, batched MatMul, n-ary Concat, Dropout with a
 // counter input.
 
-TEST(GradCheckNewOps, DivBothOperandsWithBroadcasting) {
+TEST(GradCheckMathAndLayoutOps, DivBothOperandsWithBroadcasting) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{4}, {3, 4}}, {{3, 1}, {4}}, {{2, 3, 4}, {3, 1}}, {{3, 4}, {}}};
   for (const auto& [sa, sb] : cases) {
@@ -768,7 +768,7 @@ TEST(GradCheckNewOps, DivBothOperandsWithBroadcasting) {
   }
 }
 
-TEST(GradCheckNewOps, ExpLogSqrt) {
+TEST(GradCheckMathAndLayoutOps, ExpLogSqrt) {
   // Log and Sqrt on [0.5, 2] (50 steps from their singularity at 0).
   struct Case {
     const char* name;
@@ -789,7 +789,7 @@ TEST(GradCheckNewOps, ExpLogSqrt) {
     }
 }
 
-TEST(GradCheckNewOps, PowOnPositiveInputs) {
+TEST(GradCheckMathAndLayoutOps, PowOnPositiveInputs) {
   for (float p : {2.0f, 3.0f, 0.5f}) {
     SCOPED_TRACE("p = " + std::to_string(p));
     GradCheck c(913);
@@ -799,7 +799,7 @@ TEST(GradCheckNewOps, PowOnPositiveInputs) {
   }
 }
 
-TEST(GradCheckNewOps, ClampAwayFromTheBounds) {
+TEST(GradCheckMathAndLayoutOps, ClampAwayFromTheBounds) {
   // Bounds -0.5 and 0.5; every input is at least 0.15 = 15 h from both, so no
   // step crosses one. Both sides of each finite bound and the inside are hit.
   const std::vector<std::pair<float, float>> bounds = {{-0.5f, 0.5f}, {-0.5f, INFINITY}, {-INFINITY, 0.5f}};
@@ -831,7 +831,7 @@ Tensor distinct_values(const Shape& s, std::mt19937& rng) {
   return Tensor::from_vector(v, s);
 }
 
-TEST(GradCheckNewOps, ReductionsAlongAnAxis) {
+TEST(GradCheckMathAndLayoutOps, ReductionsAlongAnAxis) {
   for (OpKind op : {OpKind::SumAxis, OpKind::MeanAxis, OpKind::MaxAxis})
     for (const Shape& s : {Shape{3, 4}, Shape{2, 3, 4}})
       for (int axis : {0, s.rank() - 1})
@@ -849,7 +849,7 @@ TEST(GradCheckNewOps, ReductionsAlongAnAxis) {
         }
 }
 
-TEST(GradCheckNewOps, Transpose) {
+TEST(GradCheckMathAndLayoutOps, Transpose) {
   const std::vector<std::tuple<Shape, int, int>> cases = {
       {{3, 4}, 0, 1}, {{3, 4}, 1, 0}, {{2, 3, 4}, 0, 2}, {{2, 3, 4}, 1, 2}, {{2, 3, 4, 5}, 1, 3}};
   for (const auto& [s, a0, a1] : cases) {
@@ -874,7 +874,7 @@ TEST_P(GradCheckMatMul, BatchedBothOperands) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
-TEST(GradCheckNewOps, ConcatOfThreeInputs) {
+TEST(GradCheckMathAndLayoutOps, ConcatOfThreeInputs) {
   const std::vector<std::pair<int, std::vector<Shape>>> cases = {{0, {{2, 3}, {1, 3}, {3, 3}}},
                                                                  {1, {{2, 1}, {2, 3}, {2, 2}}}};
   for (const auto& [axis, shapes] : cases) {
@@ -891,7 +891,7 @@ TEST(GradCheckNewOps, ConcatOfThreeInputs) {
   }
 }
 
-TEST(GradCheckNewOps, DropoutWithCounterInput) {
+TEST(GradCheckMathAndLayoutOps, DropoutWithCounterInput) {
   // The backward Dropout reads the same counter input: its gradient is w times
   // the forward mask scaling, whatever the run's own counter.
   const float rate = 0.4f;

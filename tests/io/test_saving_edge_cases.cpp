@@ -54,7 +54,7 @@ nn::FitOptions quiet(int epochs, int64_t batch = 8) {
 
 // GGUFFile's moved-from object: a use throws StateError instead of reading
 // through a null pointer; the object moved to reads on.
-TEST(IOTrial, MovedFromGGUFFileThrowsStateError) {
+TEST(SavingEdgeCases, MovedFromGGUFFileThrowsStateError) {
   TempDir dir;
   manual_seed(1);
   nn::clear_session();
@@ -75,7 +75,7 @@ TEST(IOTrial, MovedFromGGUFFileThrowsStateError) {
 // A layer name long enough that its optimizer slot names pass GGUF's 63
 // bytes: save_model fails with a ValueError naming the tensor, and the file
 // already at the path is kept.
-TEST(IOTrial, LongLayerNameFailsCleanlyAndKeepsTheFile) {
+TEST(SavingEdgeCases, LongLayerNameFailsCleanlyAndKeepsTheFile) {
   TempDir dir;
   manual_seed(2);
   nn::clear_session();
@@ -109,7 +109,7 @@ TEST(IOTrial, LongLayerNameFailsCleanlyAndKeepsTheFile) {
 }
 
 // Paths that are not files.
-TEST(IOTrial, BadPaths) {
+TEST(SavingEdgeCases, BadPaths) {
   TempDir dir;
   manual_seed(3);
   nn::clear_session();
@@ -154,7 +154,7 @@ TEST(IOTrial, BadPaths) {
 }
 
 // Files of another kind or another program.
-TEST(IOTrial, OtherKindsAndPrograms) {
+TEST(SavingEdgeCases, FilesOfAnotherKindOrProgramAreRefusedAndNamesStopAt63Bytes) {
   TempDir dir;
   manual_seed(4);
   nn::clear_session();
@@ -180,7 +180,7 @@ TEST(IOTrial, OtherKindsAndPrograms) {
 
 // One file loaded twice: two models that train independently, sharing no
 // memory; a loaded model saved again gives the same tensors.
-TEST(IOTrial, LoadedTwiceTrainIndependently) {
+TEST(SavingEdgeCases, LoadedTwiceTrainIndependently) {
   ThreadsGuard threads;
   set_num_threads(1);
   TempDir dir;
@@ -243,7 +243,7 @@ TEST(IOTrial, LoadedTwiceTrainIndependently) {
 }
 
 // F16 / BF16 files: load, train, save again at F32.
-TEST(IOTrial, HalfFilesTrainOn) {
+TEST(SavingEdgeCases, HalfFilesTrainOn) {
   TempDir dir;
   manual_seed(6);
   nn::clear_session();
@@ -294,7 +294,7 @@ std::vector<float> steps(nn::Trainer& t, int first, int count, int64_t rows) {
 
 // Trainer checkpoints across trainers: one saved before any step loaded into
 // one that stepped; other batch sizes; loading twice; after free().
-TEST(IOTrial, TrainerCheckpointsAcrossTrainers) {
+TEST(SavingEdgeCases, TrainerCheckpointsAcrossTrainers) {
   ThreadsGuard threads;
   set_num_threads(1);
   TempDir dir;
@@ -364,7 +364,7 @@ Sequential fit_model() {
 
 // save_best_only after a NaN epoch: the NaN is not a best, and later epochs
 // that improve are saved (Keras starts from +inf: NaN never improves).
-TEST(IOTrial, ModelCheckpointBestOnlySurvivesANaNEpoch) {
+TEST(SavingEdgeCases, ModelCheckpointBestOnlySurvivesANaNEpoch) {
   TempDir dir;
   std::mt19937 rng(9);
   const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
@@ -382,7 +382,7 @@ TEST(IOTrial, ModelCheckpointBestOnlySurvivesANaNEpoch) {
 // A ModelCheckpoint(save_best_only) placed after BackupAndRestore keeps
 // state once it has a best: the fit refuses it before training, not at the
 // end of a later epoch.
-TEST(IOTrial, StatefulCallbackAfterBackupIsRefusedBeforeTraining) {
+TEST(SavingEdgeCases, StatefulCallbackAfterBackupIsRefusedBeforeTraining) {
   TempDir dir;
   std::mt19937 rng(10);
   const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
@@ -397,7 +397,7 @@ TEST(IOTrial, StatefulCallbackAfterBackupIsRefusedBeforeTraining) {
 
 // BackupAndRestore resumed with fewer epochs than the backup has done; a
 // backup folder whose parent is a file; a backup of another model.
-TEST(IOTrial, BackupAndRestoreEdges) {
+TEST(SavingEdgeCases, BackupAndRestoreEdges) {
   TempDir dir;
   std::mt19937 rng(11);
   const Tensor x = uniform({16, 4}, rng, -1, 1), y = uniform({16, 2}, rng, -1, 1);
@@ -440,7 +440,7 @@ TEST(IOTrial, BackupAndRestoreEdges) {
 // Layer names a user may give: two layers of one name are refused when
 // saved, naming the name and saying what to do (their weights would share
 // one name in the file); an empty name saves and loads.
-TEST(IOTrial, DuplicateAndEmptyLayerNames) {
+TEST(SavingEdgeCases, DuplicateAndEmptyLayerNames) {
   TempDir dir;
   manual_seed(12);
   nn::clear_session();

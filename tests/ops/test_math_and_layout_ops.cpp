@@ -4,7 +4,7 @@
 // written here, the backward routing rules that finite differences cannot
 // see (max ties, clamp bounds), and the errors of bad input (type and words).
 // The gradients themselves are checked by finite differences in
-// test_gradients.cpp (GradCheckNewOps).
+// test_gradients.cpp (GradCheckMathAndLayoutOps).
 #include <gtest/gtest.h>
 
 #include "test_support.h"
@@ -73,7 +73,7 @@ Tensor int32_tensor(const std::vector<int32_t>& v, const Shape& s) {
 // ---------------------------------------------------------------------------
 // Element-wise ops.
 
-TEST(NewOpsForward, DivBroadcastsLikeAdd) {
+TEST(MathAndLayoutOpsForward, DivBroadcastsLikeAdd) {
   Runner r;
   Value a = r.in({1, 2, 3, 4, 5, 6}, {2, 3});
   Value b = r.in({1, 2, 4}, {3});
@@ -87,7 +87,7 @@ TEST(NewOpsForward, DivBroadcastsLikeAdd) {
   for (float v : out[2]) EXPECT_EQ(v, INFINITY);  // IEEE: x / 0 = inf for x > 0
 }
 
-TEST(NewOpsForward, ExpLogSqrtPowKnownValues) {
+TEST(MathAndLayoutOpsForward, ExpLogSqrtPowKnownValues) {
   Runner r;
   Value x = r.in({0, 1, 4, -1, -8, 0.25f}, {6});
   Value e = r.g.exp(x), l = r.g.log(x), s = r.g.sqrt(x);
@@ -147,7 +147,7 @@ std::vector<float> graph_equals_eager(OpKind op, const std::vector<float>& x,
 // torch.erf is the error function: against std::erf in double, within one
 // float32 ulp (SLEEF's erff8_u10 and glibc's erff are both faithful), with
 // erf(-0) = -0 and NaN passing through.
-TEST(NewOpsForward, ErfIsTheErrorFunctionWithinOneUlp) {
+TEST(MathAndLayoutOpsForward, ErfIsTheErrorFunctionWithinOneUlp) {
   const std::vector<float> x = spread_of_inputs();
   const std::vector<float> y = graph_equals_eager(OpKind::Erf, x, [](const ag::Tensor& t) { return ag::erf(t); });
   for (size_t i = 0; i < x.size(); ++i) {
@@ -174,7 +174,7 @@ double gelu_tanh_reference(double v) {
 // (8 |u| + 4) 2^-24, as the rounding of u moves exp(-2u) by 2 |u| times its
 // relative error; below 4e-38 (x < -9.5, where exp(-2u) overflows) -0.
 // -inf gives NaN, as the formula does in double (-inf times 0).
-TEST(NewOpsForward, GeluTanhIsPyTorchsTanhFormula) {
+TEST(MathAndLayoutOpsForward, GeluTanhIsPyTorchsTanhFormula) {
   const std::vector<float> x = spread_of_inputs();
   const std::vector<float> y =
       graph_equals_eager(OpKind::GeluTanh, x, [](const ag::Tensor& t) { return ag::gelu(t, "tanh"); });
@@ -202,7 +202,7 @@ TEST(NewOpsForward, GeluTanhIsPyTorchsTanhFormula) {
     if (std::fabs(x[i]) <= 6.0f) EXPECT_NEAR(y[i], exact[i], 5e-4f) << "x = " << x[i];
 }
 
-TEST(NewOpsForward, GeluApproximateTakesNoneOrTanh) {
+TEST(MathAndLayoutOpsForward, GeluApproximateTakesNoneOrTanh) {
   const ag::Tensor x = ag::tensor({-1.5f, 0.25f, 2.0f}, Shape{3});
   EXPECT_EQ(float_bits(ag::gelu(x, "none").to_vector()), float_bits(ag::gelu(x).to_vector()));
   EXPECT_NE(float_bits(ag::gelu(x, "tanh").to_vector()), float_bits(ag::gelu(x).to_vector()));
@@ -220,7 +220,7 @@ double gelu_tanh_slope(double v) {
 
 // The backward op on the spread of inputs: the slope within 1e-6 + 1e-5 relative; 1 and 0 far out,
 // infinities and huge |x| included (no 0 * inf from x^2's overflow); NaN stays NaN.
-TEST(NewOpsBackward, GeluTanhSlopeOverTheWholeRange) {
+TEST(MathAndLayoutOpsBackward, GeluTanhSlopeOverTheWholeRange) {
   const std::vector<float> x = spread_of_inputs();
   const Shape s{int64_t(x.size())};
   ag::Tensor leaf = ag::tensor(std::span<const float>(x), s);
@@ -238,7 +238,7 @@ TEST(NewOpsBackward, GeluTanhSlopeOverTheWholeRange) {
   }
 }
 
-TEST(NewOpsForward, ClampBothSidedAndOneSided) {
+TEST(MathAndLayoutOpsForward, ClampBothSidedAndOneSided) {
   Runner r;
   Value x = r.in({-2, -0.5f, 0, 0.5f, 2, NAN}, {6});
   Value both = r.g.clamp(x, -0.5f, 0.5f), lo = r.g.clamp(x, 0.0f, INFINITY), hi = r.g.clamp(x, -INFINITY, 1.0f);
@@ -251,7 +251,7 @@ TEST(NewOpsForward, ClampBothSidedAndOneSided) {
   }
 }
 
-TEST(NewOpsBackward, ClampGradientPassesAtTheBoundsOnly) {
+TEST(MathAndLayoutOpsBackward, ClampGradientPassesAtTheBoundsOnly) {
   // PyTorch's rule: the gradient passes where min <= x <= max (the bounds
   // included), 0 outside and at NaN.
   Runner r;
@@ -287,7 +287,7 @@ std::vector<float> reference_reduce(const std::vector<float>& x, const Shape& s,
   return out;
 }
 
-TEST(NewOpsForward, ReductionsAlongEachAxisMatchAReferenceLoop) {
+TEST(MathAndLayoutOpsForward, ReductionsAlongEachAxisMatchAReferenceLoop) {
   const Shape s{2, 3, 4};
   std::mt19937 rng(5);
   const std::vector<float> xv = uniform(s, rng, -2.0f, 2.0f).to_vector();
@@ -312,7 +312,7 @@ TEST(NewOpsForward, ReductionsAlongEachAxisMatchAReferenceLoop) {
       }
 }
 
-TEST(NewOpsForward, KeepdimShapes) {
+TEST(MathAndLayoutOpsForward, KeepdimShapes) {
   Graph g;
   Value x = g.input("x", {2, 3, 4});
   EXPECT_EQ(g.shape(g.sum_axis(x, 1)), (Shape{2, 4}));
@@ -324,7 +324,7 @@ TEST(NewOpsForward, KeepdimShapes) {
   EXPECT_EQ(g.shape(g.max_axis(v, 0, true)), (Shape{1}));
 }
 
-TEST(NewOpsForward, MaxAxisPropagatesNaN) {
+TEST(MathAndLayoutOpsForward, MaxAxisPropagatesNaN) {
   Runner r;
   Value x = r.in({1, NAN, 3, 4, 5, 6}, {2, 3});
   auto out = r.eval({r.g.max_axis(x, 1), r.g.max_axis(x, 0)});
@@ -335,7 +335,7 @@ TEST(NewOpsForward, MaxAxisPropagatesNaN) {
   EXPECT_EQ(out[1][2], 6.0f);
 }
 
-TEST(NewOpsBackward, MaxAxisTiesGoToTheFirstIndex) {
+TEST(MathAndLayoutOpsBackward, MaxAxisTiesGoToTheFirstIndex) {
   // Rows {1, 3, 3} and {2, 2, 0} along axis 1: the gradient goes to index 1
   // of row 0 and index 0 of row 1. {5, 1; 5, 2} along axis 0: column 0 ties,
   // its gradient goes to row 0; column 1's to row 1.
@@ -356,7 +356,7 @@ TEST(NewOpsBackward, MaxAxisTiesGoToTheFirstIndex) {
 // ---------------------------------------------------------------------------
 // Transpose.
 
-TEST(NewOpsForward, TransposeMatchesIndexArithmetic) {
+TEST(MathAndLayoutOpsForward, TransposeMatchesIndexArithmetic) {
   const Shape s{2, 3, 4, 5};
   const std::vector<float> xv = iota(s.numel());
   for (auto [a0, a1] : {std::pair{0, 1}, std::pair{1, 3}, std::pair{0, 3}, std::pair{2, 2}}) {
@@ -381,7 +381,7 @@ TEST(NewOpsForward, TransposeMatchesIndexArithmetic) {
   }
 }
 
-TEST(NewOpsForward, TransposeOfInt32AndRankTwo) {
+TEST(MathAndLayoutOpsForward, TransposeOfInt32AndRankTwo) {
   Runner r;
   Value ids = r.in(int32_tensor({1, 2, 3, 4, 5, 6}, {2, 3}));
   Value t = r.g.transpose(ids, 0, 1);
@@ -398,7 +398,7 @@ TEST(NewOpsForward, TransposeOfInt32AndRankTwo) {
 // ---------------------------------------------------------------------------
 // Batched MatMul.
 
-TEST(NewOpsForward, BatchedMatMulMatchesATripleLoop) {
+TEST(MathAndLayoutOpsForward, BatchedMatMulMatchesATripleLoop) {
   const int64_t batch = 3, m = 4, k = 5, n = 6;
   std::mt19937 rng(11);
   for (bool ta : {false, true})
@@ -437,7 +437,7 @@ TEST(NewOpsForward, BatchedMatMulMatchesATripleLoop) {
     }
 }
 
-TEST(NewOpsForward, BatchedMatMulOnThreads) {
+TEST(MathAndLayoutOpsForward, BatchedMatMulOnThreads) {
   // Large enough (> 1e6 flops) to run on the pool: with 3 threads a batch of
   // 4 spreads its entries over them, a batch of 2 spreads each entry's rows.
   const int previous = num_threads();
@@ -468,7 +468,7 @@ TEST(NewOpsForward, BatchedMatMulOnThreads) {
 // ---------------------------------------------------------------------------
 // n-ary Concat.
 
-TEST(NewOpsForward, ConcatOfThreeAlongEachAxis) {
+TEST(MathAndLayoutOpsForward, ConcatOfThreeAlongEachAxis) {
   Runner r;
   Value a = r.in({1, 2, 3, 4}, {2, 2}), b = r.in({5, 6}, {2, 1}), c = r.in({7, 8, 9, 10, 11, 12}, {2, 3});
   std::vector<Value> xs{a, b, c};
@@ -483,7 +483,7 @@ TEST(NewOpsForward, ConcatOfThreeAlongEachAxis) {
   EXPECT_EQ(out[1], (std::vector<float>{1, 2, 3, 4, 13, 14, 1, 2, 3, 4}));
 }
 
-TEST(NewOpsForward, ConcatOfSixInt32Inputs) {
+TEST(MathAndLayoutOpsForward, ConcatOfSixInt32Inputs) {
   Runner r;
   std::vector<Value> xs;
   for (int32_t i = 0; i < 6; ++i) xs.push_back(r.in(int32_tensor({i, 10 + i}, {2, 1})));
@@ -499,7 +499,7 @@ TEST(NewOpsForward, ConcatOfSixInt32Inputs) {
 // ---------------------------------------------------------------------------
 // Dropout with a counter input.
 
-TEST(NewOpsDropout, CounterInputDrawsTheMaskOfTheRunCounter) {
+TEST(DropoutOp, CounterInputDrawsTheMaskOfTheRunCounter) {
   const Shape s{8, 16};
   const std::vector<float> xv = iota(s.numel(), 1.0f);
   const uint64_t c = 41;
@@ -527,14 +527,14 @@ TEST(NewOpsDropout, CounterInputDrawsTheMaskOfTheRunCounter) {
 // ---------------------------------------------------------------------------
 // Bad input: the exception type and the words of its message.
 
-TEST(NewOpsErrors, Div) {
+TEST(MathAndLayoutOpsErrors, Div) {
   Graph g;
   Value a = g.input("a", {2, 3}), b = g.input("b", {4}), i = g.input("i", {2, 3}, DType::Int32);
   EXPECT_TRUE(throws<ShapeError>([&] { g.div(a, b); }, {"div", "{2, 3}", "{4}"}));
   EXPECT_TRUE(throws<TypeError>([&] { g.div(i, a); }, {"div", "float32", "int32"}));
 }
 
-TEST(NewOpsErrors, UnaryOpsNeedFloat) {
+TEST(MathAndLayoutOpsErrors, UnaryOpsNeedFloat) {
   Graph g;
   Value i = g.input("i", {3}, DType::Int32);
   EXPECT_TRUE(throws<TypeError>([&] { g.exp(i); }, {"exp", "float32", "int32"}));
@@ -544,7 +544,7 @@ TEST(NewOpsErrors, UnaryOpsNeedFloat) {
   EXPECT_TRUE(throws<TypeError>([&] { g.clamp(i, 0.0f, 1.0f); }, {"clamp", "float32"}));
 }
 
-TEST(NewOpsErrors, ClampBounds) {
+TEST(MathAndLayoutOpsErrors, ClampBounds) {
   Graph g;
   Value x = g.input("x", {3});
   EXPECT_TRUE(throws<ValueError>([&] { g.clamp(x, 1.0f, -1.0f); }, {"clamp", "clamp_min <= clamp_max", "1.0", "-1.0"}));
@@ -553,7 +553,7 @@ TEST(NewOpsErrors, ClampBounds) {
   EXPECT_NO_THROW(g.clamp(x, -INFINITY, INFINITY));
 }
 
-TEST(NewOpsErrors, ReductionAxis) {
+TEST(MathAndLayoutOpsErrors, ReductionAxis) {
   Graph g;
   Value x = g.input("x", {2, 3, 4});
   EXPECT_TRUE(throws<ShapeError>([&] { g.max_axis(x, 3); }, {"max_axis", "axis 3", "{2, 3, 4}"}));
@@ -563,7 +563,7 @@ TEST(NewOpsErrors, ReductionAxis) {
   EXPECT_TRUE(throws<TypeError>([&] { g.sum_axis(g.input("i", {2}, DType::Int32), 0); }, {"sum_axis", "float32"}));
 }
 
-TEST(NewOpsErrors, Transpose) {
+TEST(MathAndLayoutOpsErrors, Transpose) {
   Graph g;
   Value x = g.input("x", {2, 3, 4});
   EXPECT_TRUE(throws<ShapeError>([&] { g.transpose(g.input("v", {5}), 0, 0); }, {"transpose", "rank 2", "{5}"}));
@@ -571,7 +571,7 @@ TEST(NewOpsErrors, Transpose) {
   EXPECT_TRUE(throws<ShapeError>([&] { g.transpose(x, -1, 1); }, {"transpose", "-1", "{2, 3, 4}"}));
 }
 
-TEST(NewOpsErrors, BatchedMatMul) {
+TEST(MathAndLayoutOpsErrors, BatchedMatMul) {
   Graph g;
   Value a = g.input("a", {2, 3, 4}), b = g.input("b", {3, 4, 5}), c = g.input("c", {4, 5});
   Value d = g.input("d", {2, 5, 5}), e = g.input("e", {2, 5, 4});
@@ -586,7 +586,7 @@ TEST(NewOpsErrors, BatchedMatMul) {
                                  {"matmul", "rank 2"}));
 }
 
-TEST(NewOpsErrors, Concat) {
+TEST(MathAndLayoutOpsErrors, Concat) {
   Graph g;
   Value a = g.input("a", {2, 3}), b = g.input("b", {2, 4}), i = g.input("i", {2, 3}, DType::Int32);
   std::vector<Value> mismatched{a, b, a};
@@ -603,7 +603,7 @@ TEST(NewOpsErrors, Concat) {
   EXPECT_TRUE(throws<ShapeError>([&] { g.concat(three, 2); }, {"concat", "axis 2"}));
 }
 
-TEST(NewOpsErrors, DropoutCounter) {
+TEST(MathAndLayoutOpsErrors, DropoutCounter) {
   Graph g;
   Value x = g.input("x", {2, 3});
   EXPECT_TRUE(throws<TypeError>([&] { g.dropout(x, 0.5f, 1, g.input("c32", {1}, DType::Int32)); },
