@@ -1,6 +1,6 @@
 // Gradient checking against central finite differences (ag/gradcheck.h).
 // gradcheck_buffers is the one numeric core: the eager gradcheck below and
-// the graph-path harness of tests/test_gradients.cpp both run through it.
+// the graph-path harness of tests/support/gradient_check.h both run through it.
 #include "tensorgrad/ag/gradcheck.h"
 
 #include <cmath>

@@ -1,7 +1,7 @@
 #pragma once
 // Gradient checking against central finite differences, as
 // torch.autograd.gradcheck, but in float32 (PyTorch checks in float64) with
-// the method of tests/test_gradients.cpp (its header comment gives the
+// the method of tests/support/gradient_check.h (its header comment gives the
 // precision argument):
 //  * the output y of the checked function is reduced to a scalar
 //    loss = sum(y * w) with a fixed random w, uniform in [-1, 1] (from
@@ -17,7 +17,7 @@
 // user calls); `gradcheck_buffers` is the numeric core under it, comparing
 // given analytic gradients with central differences of a caller-supplied
 // loss over caller-owned float buffers (the graph-path harness of
-// tests/test_gradients.cpp uses it directly, so both paths share one code).
+// tests/support/gradient_check.h uses it directly, so both paths share one code).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,7 +33,7 @@ namespace tensorgrad::ag {
 /// Settings of a gradient check (torch.autograd.gradcheck's eps, atol, rtol,
 /// raise_exception; min_grad and seed are tensorgrad's). The defaults are
 /// tuned for float32 inputs and gradients of magnitude O(1) and a loss
-/// sum(y * w) of magnitude <= ~10 (tests/test_gradients.cpp explains why).
+/// sum(y * w) of magnitude <= ~10 (tests/support/gradient_check.h explains why).
 struct GradcheckOptions {
   /// Finite-difference step h, in the inputs' units. Inputs near a kink
   /// (relu at 0, max-pool ties, l1 at equality) must stay > h away from it.
