@@ -29,13 +29,10 @@ void gather_rows(const Tensor& src, const int64_t* index, int64_t count, const T
 }  // namespace
 
 TensorSource::TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor sample_weight, int64_t batch_size,
-                           std::mt19937_64* shuffle_rng, std::string label, Shard shard)
-    : x_(std::move(x)), y_(std::move(y)), w_(std::move(sample_weight)), shard_(shard), rows_(0),
+                           std::mt19937_64* shuffle_rng, std::string label)
+    : x_(std::move(x)), y_(std::move(y)), w_(std::move(sample_weight)), rows_(0),
       batch_size_(batch_size), rng_(shuffle_rng), label_(std::move(label)) {
   if (batch_size_ < 1) throw ValueError("TensorSource: batch_size must be at least 1; got " + std::to_string(batch_size_));
-  if (shard_.ranks < 1 || shard_.rank < 0 || shard_.rank >= shard_.ranks)
-    throw ValueError("TensorSource: the shard must have 0 <= rank < ranks; got rank " + std::to_string(shard_.rank) +
-                     " of " + std::to_string(shard_.ranks));
   if (x_.empty()) throw ValueError("TensorSource: no x tensors; give one per model input");
   auto rows_in = [](const Tensor& t) { return t.defined() && t.shape().rank() > 0 ? t.shape()[0] : int64_t(-1); };
   rows_ = rows_in(x_[0]);
@@ -52,12 +49,11 @@ TensorSource::TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor 
   if (!rng_) return;
   // Shuffled epochs gather into staging made once: no allocation per batch.
   order_.resize(size_t(rows_));
-  const int64_t global = std::min(batch_size_, rows_), bs = share(global);
-  if (bs == 0) return;  // a shard with no rows in any batch
+  const int64_t bs = std::min(batch_size_, rows_);
   for (const Tensor& t : x_) full_.x.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
   for (const Tensor& t : y_) full_.y.push_back(Tensor::empty(t.shape().with_rows(bs), t.dtype()));
   if (w_.defined()) full_.sample_weight = Tensor::empty(w_.shape().with_rows(bs), w_.dtype());
-  if (const int64_t rem = share(rows_ % global); rem > 0 && rem != bs) part_ = detail::rows_of(full_, 0, rem);
+  if (const int64_t rem = rows_ % bs; rem > 0) part_ = detail::rows_of(full_, 0, rem);
 }
 
 namespace {
@@ -80,11 +76,9 @@ void TensorSource::start_epoch(int, int64_t limit) {
 const Batch* TensorSource::next() {
   if (!started_) throw StateError("TensorSource::next(): no epoch started; call start_epoch() first");
   if (next_row_ >= rows_ || (limit_ > 0 && given_ >= limit_)) return nullptr;
-  const int64_t global = std::min(batch_size_, rows_ - next_row_);
-  const int64_t start = next_row_ + global * shard_.rank / shard_.ranks, rows = share(global);
-  next_row_ += global;
+  const int64_t start = next_row_, rows = std::min(batch_size_, rows_ - next_row_);
+  next_row_ += rows;
   ++given_;
-  if (rows == 0) return &empty_;
   if (!rng_) {
     current_.x.resize(x_.size());
     current_.y.resize(y_.size());

@@ -2,10 +2,44 @@
 // per-batch calls check their data here, once.
 #include "nn/data_adapter.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "opt/data_checks.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::nn::detail {
+
+namespace {
+// Per-row weights for the first `rows` rows of y: class_weight of each row's
+// class (class ids, or the argmax of one-hot rows; 1 for a class not in the
+// map), times `base` (sample_weight) when given.
+Tensor class_weighted(const std::map<int, float>& class_weight, const Tensor& y, const Tensor& base, int64_t rows) {
+  for (const auto& [c, w] : class_weight)
+    if (!(w >= 0.0f) || !std::isfinite(w))
+      throw ValueError("class_weight of class " + std::to_string(c) + " must be finite and >= 0; got " +
+                       std::to_string(w));
+  Tensor out = Tensor::empty(Shape{rows});
+  float* o = out.data<float>();
+  const int64_t width = y.shape().rank() >= 2 ? y.shape().row_size() : 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t id;
+    if (y.dtype() == DType::Int32) {
+      id = y.data<int32_t>()[r * width];
+    } else if (width == 1) {
+      const float v = y.data<float>()[r];
+      id = std::isfinite(v) && std::fabs(v) < 2e9f ? int64_t(v) : -1;  // a bad id is refused by the label check next
+    } else {  // one-hot or probabilities: the argmax, as Keras
+      const float* row = y.data<float>() + r * width;
+      id = std::max_element(row, row + width) - row;
+    }
+    auto it = class_weight.find(int(id));
+    o[r] = (it == class_weight.end() ? 1.0f : it->second) * (base.defined() ? base.data<float>()[r] : 1.0f);
+  }
+  return out;
+}
+
+}  // namespace
 
 Batch rows_of(const Batch& b, int64_t begin, int64_t end) {
   Batch out;
@@ -88,6 +122,30 @@ int64_t check_batch(const tensorgrad::detail::DataNames& names, const Batch& b, 
 
 void DataAdapter::check_targets(const OptimizerContext& ctx, const AdaptedData& data) {
   for (size_t i = 0; i < data.y.size(); ++i) ctx.check_targets(i, data.y[i], data.sample_weight, -1);
+}
+
+FitData fit_data(const Model& model, std::span<const Tensor> x, std::span<const Tensor> y, const FitOptions& opt) {
+  FitData d{DataAdapter(model, "fit").arrays(x, y, opt.sample_weight), {}};
+  if (opt.validation_data) {
+    d.validation = DataAdapter(model, "validation_data")
+                       .arrays(std::span<const Tensor>(&opt.validation_data->first, 1),
+                               std::span<const Tensor>(&opt.validation_data->second, 1), opt.validation_sample_weight,
+                               "validation ");
+  } else if (!opt.validation_x.empty() || !opt.validation_y.empty()) {
+    d.validation = DataAdapter(model, "validation_x/validation_y")
+                       .arrays(opt.validation_x, opt.validation_y, opt.validation_sample_weight, "validation ");
+  } else if (opt.validation_split > 0.0) {
+    // The last rows, with their weights, as Keras splits them.
+    const int64_t n_train = int64_t(double(d.train.rows) * (1.0 - opt.validation_split));
+    if (n_train < d.train.rows) d.validation = d.train.rows_of(n_train, d.train.rows);
+    d.train = d.train.rows_of(0, n_train);
+  }
+  if (d.train.rows < 1) throw ValueError("no rows left to train on after validation_split");
+  // class_weight weighs the training rows only (Keras applies it to the
+  // training data, after validation_split), times their sample_weight.
+  if (!opt.class_weight.empty())
+    d.train.sample_weight = class_weighted(opt.class_weight, d.train.y[0], d.train.sample_weight, d.train.rows);
+  return d;
 }
 
 }  // namespace tensorgrad::nn::detail

@@ -76,4 +76,18 @@ class DataAdapter {
 /// the rows.
 int64_t check_batch(const tensorgrad::detail::DataNames& names, const Batch& batch, int64_t max_rows, Tensor& weight);
 
+/// fit's data: the training rows and the validation rows (none: rows 0).
+struct FitData {
+  AdaptedData train, validation;
+};
+
+/// fit's x, y and sample_weight and its validation data, through the
+/// adapter (call "fit"; "validation_data" or "validation_x/validation_y"
+/// for the validation data, its inputs named "validation x"): validation
+/// data as given, or the last validation_split of the rows (their weights
+/// with them), and class_weight times the training rows' sample_weight
+/// (ValueError for a weight < 0 or not finite). ValueError when no
+/// training row is left. The options themselves are fit's to check.
+FitData fit_data(const Model& model, std::span<const Tensor> x, std::span<const Tensor> y, const FitOptions& opt);
+
 }  // namespace tensorgrad::nn::detail

@@ -1,13 +1,18 @@
-// Data-parallel training's start and failure (nn/data_parallel.h); the
-// gradient reduction itself is the optimizer context's (opt/optimizer.cpp).
+// Data-parallel training's nn side (nn/data_parallel.h): the model's state
+// broadcast, the sharded source, and the ranks as the loop's group, on the
+// dist layer's rows, votes and agreement (dist/sharding.h). The gradient
+// reduction is the optimizer context's.
 #include "tensorgrad/nn/data_parallel.h"
 
 #include <cstdio>
+#include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "nn/data_adapter.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::nn {
@@ -17,15 +22,6 @@ struct Entry {
   std::string name;
   Tensor* tensor;
 };
-
-// Broadcasts rank 0's string to every rank.
-std::string broadcast_string(dist::Communicator& comm, std::string text) {
-  int64_t size = int64_t(text.size());
-  comm.broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&size, 1)), 0);
-  text.resize(size_t(size));
-  comm.broadcast_bytes(std::as_writable_bytes(std::span<char>(text.data(), text.size())), 0);
-  return text;
-}
 
 std::string config_text(const LayerConfig& config) {
   std::ostringstream out;
@@ -78,33 +74,6 @@ std::vector<std::pair<std::string, std::string>> model_settings(const Model& mod
 }
 }  // namespace
 
-void check_ranks_agree(dist::Communicator& comm, const std::vector<std::pair<std::string, std::string>>& settings,
-                       const std::string& what, const std::string& advice) {
-  std::string text;
-  for (const auto& [name, value] : settings) text += name + ": " + value + "\n";
-  auto split = [](const std::string& lines) {
-    std::vector<std::string> out;
-    std::istringstream in(lines);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  };
-  const std::vector<std::string> mine = split(text), root = split(broadcast_string(comm, text));
-  std::string difference;
-  for (size_t i = 0; i < std::max(mine.size(), root.size()) && difference.empty(); ++i) {
-    if (i >= mine.size()) difference = "rank 0 has " + root[i] + " after this rank's last entry";
-    else if (i >= root.size()) difference = "this rank has " + mine[i] + " after rank 0's last entry";
-    else if (mine[i] != root[i]) difference = "'" + mine[i] + "' here, '" + root[i] + "' on rank 0";
-  }
-  double differing = difference.empty() ? 0.0 : 1.0;
-  comm.reduce_broadcast(std::span<double>(&differing, 1));
-  if (differing > 0.0)
-    throw ValueError("data-parallel training: the ranks' " + what + " differ (" + std::to_string(int(differing)) +
-                     " of " + std::to_string(comm.size()) + " ranks differ from rank 0)" +
-                     (difference.empty() ? std::string(". See the other ranks' messages")
-                                         : "; on rank " + std::to_string(comm.rank()) + ": " + difference) +
-                     ". " + advice);
-}
-
 void broadcast_training_state(Model& model, dist::Communicator& comm) {
   if (model.released()) throw StateError("broadcast_training_state: the model has been freed");
   if (!model.compiled())
@@ -145,15 +114,130 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
   if (OptimizerState* s = model.state_.opt_state.get()) s->micro_step = micro_step.data<int64_t>()[0];
   std::ostringstream stream;
   stream << model.random_stream();
-  std::istringstream(broadcast_string(comm, stream.str())) >> model.random_stream();
+  std::istringstream(dist::broadcast_string(comm, stream.str())) >> model.random_stream();
 }
 
-void abort_job(const dist::Communicator& comm, const std::string& where, const std::exception& error) {
-  std::fprintf(stderr, "tensorgrad rank %d of %d: %s: %s\ntensorgrad rank %d: ending the job (MPI_Abort 1) so that "
-                       "no rank waits for this one in a collective\n",
-               comm.rank(), comm.size(), where.c_str(), error.what(), comm.rank());
-  std::fflush(stderr);
-  comm.abort(1);
+ShardedSource::ShardedSource(BatchSource& global, dist::Shard shard) : global_(global), shard_(shard) {
+  shard_.check();
+}
+
+ShardedSource::ShardedSource(std::unique_ptr<BatchSource> global, dist::Shard shard)
+    : ShardedSource(*global, shard) {
+  owned_ = std::move(global);
+}
+
+const Batch* ShardedSource::next() {
+  const Batch* batch = global_.next();
+  if (!batch || shard_.ranks == 1) return batch;
+  const int64_t rows = batch->x.empty() ? 0 : batch->x[0].shape()[0];
+  const int64_t size = shard_.size(rows);
+  if (size == 0) return &empty_;
+  part_ = detail::rows_of(*batch, shard_.begin(rows), shard_.begin(rows) + size);
+  return &part_;
+}
+
+namespace {
+// The ranks of a communicator as the training loop's group.
+class RankGroup final : public LoopGroup {
+ public:
+  explicit RankGroup(std::shared_ptr<dist::Communicator> comm) : comm_(std::move(comm)) {}
+
+  History run(Model& model, const BatchSource& train, const BatchSource* validation, const LoopOptions& opt,
+              const std::function<History()>& loop) override {
+    // The loop's shape must be the same on every rank (else one rank would
+    // leave a loop the others go on with, and wait forever), and so must the
+    // models: refused here, by every rank together (a ValueError, not an
+    // abort). After on_train_begin the state is broadcast again (start()),
+    // as a restore may have changed it.
+    check_ranks_agree(*comm_,
+                      {{"epochs", std::to_string(opt.epochs)},
+                       {"initial_epoch", std::to_string(opt.initial_epoch)},
+                       {"steps_per_epoch", std::to_string(opt.steps_per_epoch)},
+                       {"validation_steps", std::to_string(opt.validation_steps)},
+                       {"validation data", validation ? "given" : "none"},
+                       {"batches per epoch", std::to_string(train.batches_per_epoch())}},
+                      "fits",
+                      "Every rank must call fit with the same options and the same data (its share is taken from "
+                      "the whole)");
+    broadcast_training_state(model, *comm_);
+    try {
+      // The model reduces its gradients over the ranks for this loop only.
+      struct Distributed {
+        Model& model;
+        std::shared_ptr<dist::Communicator> before;
+        ~Distributed() {
+          if (!model.released() && model.compiled()) model.set_communicator(before);
+        }
+      } distributed{model, model.communicator()};
+      model.set_communicator(comm_);
+      return loop();
+    } catch (const std::exception& e) {
+      abort_job(*comm_, "fit", e);
+    } catch (...) {
+      abort_job(*comm_, "fit", std::runtime_error("an exception not derived from std::exception"));
+    }
+  }
+
+  void start(Model& model, int& first_epoch) override {
+    broadcast_training_state(model, *comm_);
+    int64_t first = first_epoch;
+    comm_->broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&first, 1)), 0);
+    first_epoch = int(first);
+  }
+
+  void agree(bool& more, bool& stop) override {
+    bool votes[2] = {more, stop};
+    dist::any_rank(*comm_, votes);
+    more = votes[0];
+    stop = votes[1];
+  }
+
+  void add_up(std::span<double> sums) override { comm_->reduce_broadcast(sums); }
+  void finish() override { comm_->barrier(); }
+  int member() const override { return comm_->rank(); }
+  int members() const override { return comm_->size(); }
+
+ private:
+  std::shared_ptr<dist::Communicator> comm_;
+};
+}  // namespace
+
+std::shared_ptr<LoopGroup> data_parallel_group(std::shared_ptr<dist::Communicator> comm) {
+  if (!comm) return nullptr;
+  return std::make_shared<RankGroup>(std::move(comm));
+}
+
+std::unique_ptr<BatchSource> FitShare::source(std::unique_ptr<BatchSource> global) const {
+  if (shard.ranks == 1) return global;
+  return std::make_unique<ShardedSource>(std::move(global), shard);
+}
+
+FitShare fit_share(const std::shared_ptr<dist::Communicator>& comm, const FitShape& fit) {
+  FitShare share{fit.batch_size, fit.nbatch_logical, data_parallel_group(comm), dist::Shard::of(comm.get())};
+  const int ranks = share.shard.ranks;
+  if (fit.batch_size < ranks)
+    throw ValueError("fit: batch_size " + std::to_string(fit.batch_size) + " (the global batch, at most the training "
+                     "rows) is less than the " + std::to_string(ranks) + " ranks: every rank needs a row of every "
+                     "batch. Raise batch_size or run fewer ranks");
+  if (!comm) return share;
+  if (fit.nbatch_logical > 0 && fit.nbatch_logical % fit.batch_size != 0)
+    throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(fit.batch_size) +
+                     "; got " + std::to_string(fit.nbatch_logical) + " (data-parallel: both are the global batch's)");
+  // What shapes the global batches must agree, else the ranks' shares would
+  // overlap or leave rows out (the group's run() checks the loop's shape).
+  check_ranks_agree(*comm,
+                    {{"training rows", std::to_string(fit.rows)},
+                     {"batch_size", std::to_string(fit.batch_size)},
+                     {"nbatch_logical", std::to_string(fit.nbatch_logical)},
+                     {"shuffle", fit.shuffle ? "true" : "false"},
+                     {"validation rows", std::to_string(fit.validation_rows)},
+                     {"sample weights", fit.weighted ? "given" : "none"}},
+                    "fits", "Every rank must call fit with the same data and options (its share is taken from the whole)");
+  if (ranks > 1) {
+    share.batch_size = share.shard.size(fit.batch_size);
+    share.nbatch_logical = fit.nbatch_logical > 0 ? fit.nbatch_logical / fit.batch_size * share.batch_size : 0;
+  }
+  return share;
 }
 
 }  // namespace tensorgrad::nn

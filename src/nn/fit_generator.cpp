@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "nn/prefixed_error.h"
+#include "tensorgrad/nn/data_parallel.h"
 #include "tensorgrad/nn/model.h"
 #include "tensorgrad/nn/training_loop.h"
 
@@ -29,7 +30,7 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   loop.nbatch_logical = opt.nbatch_logical;
   loop.verbose = opt.verbose;
   loop.callbacks = opt.callbacks;
-  loop.communicator = opt.communicator;
+  loop.group = data_parallel_group(opt.communicator);
   return fit_loop(*this, train, validation ? &*validation : nullptr, loop);
 }
 

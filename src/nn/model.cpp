@@ -41,34 +41,6 @@ std::string keras_shape(const Shape& s) {
 }
 
 
-// Per-row weights for the first `rows` rows of y: class_weight of each row's
-// class (class ids, or the argmax of one-hot rows; 1 for a class not in the
-// map), times `base` (sample_weight) when given.
-Tensor class_weighted(const std::map<int, float>& class_weight, const Tensor& y, const Tensor& base, int64_t rows) {
-  for (const auto& [c, w] : class_weight)
-    if (!(w >= 0.0f) || !std::isfinite(w))
-      throw ValueError("class_weight of class " + std::to_string(c) + " must be finite and >= 0; got " +
-                       std::to_string(w));
-  Tensor out = Tensor::empty(Shape{rows});
-  float* o = out.data<float>();
-  const int64_t width = y.shape().rank() >= 2 ? y.shape().row_size() : 1;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t id;
-    if (y.dtype() == DType::Int32) {
-      id = y.data<int32_t>()[r * width];
-    } else if (width == 1) {
-      const float v = y.data<float>()[r];
-      id = std::isfinite(v) && std::fabs(v) < 2e9f ? int64_t(v) : -1;  // a bad id is refused by the label check next
-    } else {  // one-hot or probabilities: the argmax, as Keras
-      const float* row = y.data<float>() + r * width;
-      id = std::max_element(row, row + width) - row;
-    }
-    auto it = class_weight.find(int(id));
-    o[r] = (it == class_weight.end() ? 1.0f : it->second) * (base.defined() ? base.data<float>()[r] : 1.0f);
-  }
-  return out;
-}
-
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -473,58 +445,17 @@ History Model::fit(std::span<const Tensor> x, std::span<const Tensor> y, const F
   check_live("fit()");
   if (!state_.compiled) throw StateError(not_compiled_message("fit()"));
   check_fit_options(opt, graph_->inputs.size(), graph_->outputs.size(), graph_->output_names);
-  detail::AdaptedData train = detail::DataAdapter(*this, "fit").arrays(x, y, opt.sample_weight), validation;
-  if (opt.validation_data) {
-    validation = detail::DataAdapter(*this, "validation_data")
-                     .arrays(std::span<const Tensor>(&opt.validation_data->first, 1),
-                             std::span<const Tensor>(&opt.validation_data->second, 1), opt.validation_sample_weight,
-                             "validation ");
-  } else if (!opt.validation_x.empty() || !opt.validation_y.empty()) {
-    validation = detail::DataAdapter(*this, "validation_x/validation_y")
-                     .arrays(opt.validation_x, opt.validation_y, opt.validation_sample_weight, "validation ");
-  } else if (opt.validation_split > 0.0) {
-    // The last rows, with their weights, as Keras splits them.
-    const int64_t n_train = int64_t(double(train.rows) * (1.0 - opt.validation_split));
-    if (n_train < train.rows) validation = train.rows_of(n_train, train.rows);
-    train = train.rows_of(0, n_train);
-  }
-  if (train.rows < 1) throw ValueError("no rows left to train on after validation_split");
-  // class_weight weighs the training rows only (Keras applies it to the
-  // training data, after validation_split), times their sample_weight.
-  if (!opt.class_weight.empty())
-    train.sample_weight = class_weighted(opt.class_weight, train.y[0], train.sample_weight, train.rows);
-  const bool weighted = train.sample_weight.defined();
+  const auto [train, validation] = detail::fit_data(*this, x, y, opt);
   if (opt.nbatch_logical > 0 && opt.batch_size > train.rows)
     throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(train.rows) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, train.rows);
-  // Data-parallel: this rank's share of every global batch (TensorSource's
-  // shard), and of the logical batch.
-  const int ranks = opt.communicator ? opt.communicator->size() : 1;
-  const Shard shard{opt.communicator ? opt.communicator->rank() : 0, ranks};
-  if (bs < ranks)
-    throw ValueError("fit: batch_size " + std::to_string(bs) + " (the global batch, at most the training rows) is less "
-                     "than the " + std::to_string(ranks) + " ranks: every rank needs a row of every batch. Raise "
-                     "batch_size or run fewer ranks");
-  if (opt.communicator) {
-    if (opt.nbatch_logical > 0 && opt.nbatch_logical % bs != 0)
-      throw ValueError("nbatch_logical must be a positive multiple of batch_size " + std::to_string(bs) + "; got " +
-                       std::to_string(opt.nbatch_logical) + " (data-parallel: both are the global batch's)");
-    // What shapes the global batches must agree, else the ranks' shares
-    // would overlap or leave rows out (fit_loop checks the loop's shape).
-    check_ranks_agree(*opt.communicator,
-                      {{"training rows", std::to_string(train.rows)},
-                       {"batch_size", std::to_string(bs)},
-                       {"nbatch_logical", std::to_string(opt.nbatch_logical)},
-                       {"shuffle", opt.shuffle ? "true" : "false"},
-                       {"validation rows", std::to_string(validation.rows)},
-                       {"sample weights", weighted ? "given" : "none"}},
-                      "fits", "Every rank must call fit with the same data and options (its share is taken from the whole)");
-  }
-  const int64_t my_bs = bs * (shard.rank + 1) / ranks - bs * shard.rank / ranks;
-  const int64_t my_logical = opt.nbatch_logical > 0 ? opt.nbatch_logical / bs * my_bs : 0;
-  const OptimizerContext& ctx = optimizer_context(ranks > 1 ? my_bs : bs, ranks > 1 ? my_logical : opt.nbatch_logical,
-                                                  weighted ? LossWeights::PerSample : LossWeights::None);
+  // This process's part of every batch: all of it, or (data-parallel) its share.
+  const FitShare share = fit_share(opt.communicator, {train.rows, bs, opt.nbatch_logical, validation.rows, opt.shuffle,
+                                                      train.sample_weight.defined()});
+  const OptimizerContext& ctx = optimizer_context(
+      share.batch_size, share.nbatch_logical,
+      train.sample_weight.defined() ? LossWeights::PerSample : LossWeights::None);
   detail::DataAdapter::check_targets(ctx, train);
   if (validation.rows > 0)
     detail::DataAdapter::check_targets(
@@ -538,22 +469,19 @@ History Model::fit(std::span<const Tensor> x, std::span<const Tensor> y, const F
   if (steps == 0)
     throw ValueError("nbatch_logical " + std::to_string(opt.nbatch_logical) + " is more than the " +
                      std::to_string(train.rows) + " training rows: no whole logical batch fits");
-
-  TensorSource train_source(train.x, train.y, train.sample_weight, bs, opt.shuffle ? &state_.rng : nullptr, "batch",
-                            shard);
-  std::optional<TensorSource> validation_source;
-  if (validation.rows > 0)
-    validation_source.emplace(validation.x, validation.y, validation.sample_weight, bs, nullptr, "validation batch",
-                              shard);
+  const std::unique_ptr<BatchSource> train_source =
+      share.source(train.source(bs, opt.shuffle ? &state_.rng : nullptr, "batch"));
+  const std::unique_ptr<BatchSource> validation_source =
+      validation.rows > 0 ? share.source(validation.source(bs, nullptr, "validation batch")) : nullptr;
   LoopOptions loop;
   loop.epochs = opt.epochs;
   loop.initial_epoch = opt.initial_epoch;
   loop.steps_per_epoch = steps;
-  loop.nbatch_logical = ranks > 1 ? my_logical : opt.nbatch_logical;
+  loop.nbatch_logical = share.nbatch_logical;
   loop.verbose = opt.verbose;
   loop.callbacks = opt.callbacks;
-  loop.communicator = opt.communicator;
-  return fit_loop(*this, train_source, validation_source ? &*validation_source : nullptr, loop);
+  loop.group = share.group;
+  return fit_loop(*this, *train_source, validation_source.get(), loop);
 }
 
 StepResult Model::train_on_batch(const Batch& batch, int64_t batch_size, int64_t nbatch_logical) {

@@ -7,14 +7,13 @@
 #include <stdexcept>
 
 #include "nn/prefixed_error.h"
-#include "tensorgrad/nn/data_parallel.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 
 namespace tensorgrad::nn {
 
 CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose,
-                           int epochs, int64_t steps, const dist::Communicator* comm) {
+                           int epochs, int64_t steps, const LoopGroup* group) {
   ProgbarLogger* progbar = nullptr;
   for (size_t i = 0; i < callbacks.size(); ++i) {
     if (!callbacks[i]) throw ValueError("fit: callbacks[" + std::to_string(i) + "] is null");
@@ -31,7 +30,7 @@ CallbackList::CallbackList(Model& model, const std::vector<std::shared_ptr<Callb
   for (Callback* c : list_) {
     c->set_model(&model);
     c->set_fit_callbacks(&list_);
-    c->set_rank(comm ? comm->rank() : 0, comm ? comm->size() : 1);
+    c->set_rank(group ? group->member() : 0, group ? group->members() : 1);
   }
   model.set_stop_training(false);
   model.take_initial_epoch();  // one set before this fit does not move it
@@ -62,7 +61,7 @@ EpochLogs::EpochLogs(const Model& model) : model_(&model) {
   if (!model.compiled())
     throw StateError("EpochLogs: the model is not compiled; its losses and metrics name the logs. Call compile() first");
   output_loss_sums_.assign(model.output_names().size(), 0.0);
-  size_t metrics = 0;  // sized up front: every rank's sums line up in a reduction
+  size_t metrics = 0;  // sized up front: every member's sums line up in add_up
   for (const auto& names : model.output_metrics()) metrics += names.size();
   metric_sums_.assign(metrics, 0.0);
 }
@@ -85,11 +84,11 @@ Logs EpochLogs::logs() const {
   return l;
 }
 
-EpochLogs EpochLogs::reduced(dist::Communicator& comm) const {
+EpochLogs EpochLogs::reduced(LoopGroup& group) const {
   std::vector<double> sums{loss_sum_, double(rows_), double(batches_)};
   sums.insert(sums.end(), output_loss_sums_.begin(), output_loss_sums_.end());
   sums.insert(sums.end(), metric_sums_.begin(), metric_sums_.end());
-  comm.reduce_broadcast(std::span<double>(sums));
+  group.add_up(std::span<double>(sums));
   EpochLogs out(*this);
   out.loss_sum_ = sums[0];
   out.rows_ = int64_t(sums[1]);
@@ -129,35 +128,34 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
                       const EpochOptions& options) {
   if (options.steps < 0) throw ValueError("train_epoch: steps must be >= 0; got " + std::to_string(options.steps));
   EpochLogs logs(model);
-  dist::Communicator* const comm = options.communicator;
+  LoopGroup* const group = options.group;
   source.start_epoch(epoch, options.steps);
-  static const Batch no_rows;  // a rank's empty share: train_on_batch joins the update
-  while (comm || !model.stop_training()) {
-    // Data-parallel: a rank at its limit votes "no batch" rather than leave
-    // alone, so that no rank waits for it in the vote.
+  static const Batch no_rows;  // a member without a batch: train_on_batch joins the update
+  while (group || !model.stop_training()) {
+    // In a group, a member at its limit says "no batch" rather than leave
+    // alone, so that no member waits for it in the agreement.
     const bool at_limit = options.steps > 0 && logs.batches() >= options.steps;
-    if (at_limit && !comm) break;
-    const Batch* batch = at_limit || (comm && model.stop_training()) ? nullptr : source.next();
-    if (comm) {
-      // Whether any rank has a batch, and whether any asked to stop.
-      double votes[2] = {batch ? 1.0 : 0.0, model.stop_training() ? 1.0 : 0.0};
-      comm->reduce_broadcast(std::span<double>(votes, 2));
-      if (votes[1] > 0.0) model.set_stop_training(true);
-      if (votes[1] > 0.0 || votes[0] == 0.0) break;
+    if (at_limit && !group) break;
+    const Batch* batch = at_limit || (group && model.stop_training()) ? nullptr : source.next();
+    if (group) {
+      bool more = batch != nullptr, stop = model.stop_training();
+      group->agree(more, stop);
+      if (stop) model.set_stop_training(true);
+      if (stop || !more) break;
       if (!batch) batch = &no_rows;
     }
     if (!batch) break;
     Logs batch_logs;
     callbacks.on_train_batch_begin(logs.batches(), batch_logs);
     check_live_after(model, "on_train_batch_begin");
-    if (!comm && model.stop_training()) break;  // data-parallel: at the next agreement
+    if (!group && model.stop_training()) break;  // in a group: at the next agreement
     try {
       logs.add(model.train_on_batch(*batch, source.batch_size(), options.nbatch_logical));
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
     }
     check_live_after(model, "a gradient hook");
-    batch_logs = comm ? logs.reduced(*comm).logs() : logs.logs();
+    batch_logs = group ? logs.reduced(*group).logs() : logs.logs();
     callbacks.on_train_batch_end(logs.batches() - 1, batch_logs);
     check_live_after(model, "on_train_batch_end");
   }
@@ -168,7 +166,7 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
   return logs;
 }
 
-Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dist::Communicator* comm, bool* warned) {
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, LoopGroup* group, bool* warned) {
   if (steps < 0) throw ValueError("test_epoch: steps must be >= 0; got " + std::to_string(steps));
   EpochLogs logs(model);
   source.start_epoch(epoch, steps);
@@ -176,7 +174,7 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dis
     const Batch* batch = source.next();
     if (!batch) break;
     try {
-      if (!batch->x.empty() || !comm) logs.add(model.test_on_batch(*batch, source.batch_size()));
+      if (!batch->x.empty() || !group) logs.add(model.test_on_batch(*batch, source.batch_size()));
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));
     }
@@ -190,58 +188,36 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, dis
                     (warned ? " (said once per fit). If the source can end on its own, leave validation_steps at 0"
                             : ". If the source can end on its own, leave steps at 0"));
   }
-  return comm ? logs.reduced(*comm).logs() : logs.logs();
+  return group ? logs.reduced(*group).logs() : logs.logs();
 }
 
 namespace {
-// Data-parallel: the loop's shape must be the same on every rank (else one
-// rank would leave a loop the others go on with, and wait forever).
-void check_same_loop(dist::Communicator& comm, const BatchSource& train, const BatchSource* validation,
-                     const LoopOptions& opt) {
-  check_ranks_agree(comm,
-                    {{"epochs", std::to_string(opt.epochs)},
-                     {"initial_epoch", std::to_string(opt.initial_epoch)},
-                     {"steps_per_epoch", std::to_string(opt.steps_per_epoch)},
-                     {"validation_steps", std::to_string(opt.validation_steps)},
-                     {"validation data", validation ? "given" : "none"},
-                     {"batches per epoch", std::to_string(train.batches_per_epoch())}},
-                    "fits",
-                    "Every rank must call fit with the same options and the same data (its share is taken from "
-                    "the whole)");
-}
-
-// Data-parallel: whether any rank asked to stop (every rank gets the same answer).
-bool any_rank_stops(Model& model, dist::Communicator* comm) {
-  if (!comm) return model.stop_training();
-  double stop = model.stop_training() ? 1.0 : 0.0;
-  comm->reduce_broadcast(std::span<double>(&stop, 1));
-  if (stop > 0.0) model.set_stop_training(true);
-  return stop > 0.0;
+// Whether any member asked to stop (every member gets the same answer).
+bool any_stops(Model& model, LoopGroup* group) {
+  if (!group) return model.stop_training();
+  bool more = true, stop = model.stop_training();
+  group->agree(more, stop);
+  if (stop) model.set_stop_training(true);
+  return stop;
 }
 
 History run_epochs(Model& model, BatchSource& train, BatchSource* validation, const LoopOptions& opt) {
-  dist::Communicator* const comm = opt.communicator.get();
+  LoopGroup* const group = opt.group.get();
   CallbackList callbacks(model, opt.callbacks, opt.verbose, opt.epochs,
-                         opt.steps_per_epoch > 0 ? opt.steps_per_epoch : train.batches_per_epoch(), comm);
+                         opt.steps_per_epoch > 0 ? opt.steps_per_epoch : train.batches_per_epoch(), group);
   Logs train_logs;
   callbacks.on_train_begin(train_logs);
   check_live_after(model, "on_train_begin");
   // A callback may have moved the start (io::BackupAndRestore resuming).
   int first_epoch = model.take_initial_epoch().value_or(opt.initial_epoch);
-  if (comm) {
-    // Every rank starts from rank 0's state and epoch (after a restore too).
-    broadcast_training_state(model, *comm);
-    int64_t first = first_epoch;
-    comm->broadcast_bytes(std::as_writable_bytes(std::span<int64_t>(&first, 1)), 0);
-    first_epoch = int(first);
-  }
+  if (group) group->start(model, first_epoch);  // every member from the first's state and epoch
   bool diverged = false, validation_short_warned = false;
-  for (int epoch = first_epoch; epoch < opt.epochs && !any_rank_stops(model, comm); ++epoch) {
+  for (int epoch = first_epoch; epoch < opt.epochs && !any_stops(model, group); ++epoch) {
     Logs logs;
     callbacks.on_epoch_begin(epoch, logs);
     check_live_after(model, "on_epoch_begin");
     const EpochLogs run =
-        train_epoch(model, train, epoch, callbacks, {opt.steps_per_epoch, opt.nbatch_logical, comm});
+        train_epoch(model, train, epoch, callbacks, {opt.steps_per_epoch, opt.nbatch_logical, group});
     if (run.batches() == 0) {
       if (!model.stop_training())
         log_message(LogLevel::Warning,
@@ -257,13 +233,13 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
                       std::to_string(run.batches()) + " of " + std::to_string(opt.steps_per_epoch) +
                       " requested batches. The epoch is short; if the source can end on its own, leave "
                       "steps_per_epoch at 0 and let nothing close the epoch");
-    for (auto& [k, v] : comm ? run.reduced(*comm).logs() : run.logs()) logs[k] = v;
+    for (auto& [k, v] : group ? run.reduced(*group).logs() : run.logs()) logs[k] = v;
     warn_if_diverged(logs, epoch, diverged);
     if (validation) {
       Logs test_logs;
       callbacks.on_test_begin(test_logs);
       check_live_after(model, "on_test_begin");
-      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch, comm, &validation_short_warned);
+      test_logs = test_epoch(model, *validation, opt.validation_steps, epoch, group, &validation_short_warned);
       callbacks.on_test_end(test_logs);
       check_live_after(model, "on_test_end");
       for (auto& [k, v] : test_logs) logs["val_" + k] = v;
@@ -273,9 +249,9 @@ History run_epochs(Model& model, BatchSource& train, BatchSource* validation, co
     train_logs = logs;
   }
   callbacks.on_train_end(train_logs);
-  // Every rank leaves together: rank 0's last writes (a backup, a log) are
-  // done before any rank can start reading them in a next fit.
-  if (comm) comm->barrier();
+  // Every member leaves together: the first's last writes (a backup, a log)
+  // are done before any member can start reading them in a next fit.
+  if (group) group->finish();
   return std::move(callbacks.history);
 }
 }  // namespace
@@ -303,28 +279,8 @@ History fit_loop(Model& model, BatchSource& train, BatchSource* validation, cons
       if (b) b->stop();
     }
   } stop{train, validation};
-  if (!opt.communicator) return run_epochs(model, train, validation, opt);
-  // Fits and models that differ are refused here, by every rank together (a
-  // ValueError, not an abort); after on_train_begin the state is broadcast
-  // again, as a restore may have changed it.
-  check_same_loop(*opt.communicator, train, validation, opt);
-  broadcast_training_state(model, *opt.communicator);
-  try {
-    // The model reduces its gradients over the ranks for this loop only.
-    struct Distributed {
-      Model& model;
-      std::shared_ptr<dist::Communicator> before;
-      ~Distributed() {
-        if (!model.released() && model.compiled()) model.set_communicator(before);
-      }
-    } distributed{model, model.communicator()};
-    model.set_communicator(opt.communicator);
-    return run_epochs(model, train, validation, opt);
-  } catch (const std::exception& e) {
-    abort_job(*opt.communicator, "fit", e);
-  } catch (...) {
-    abort_job(*opt.communicator, "fit", std::runtime_error("an exception not derived from std::exception"));
-  }
+  if (!opt.group) return run_epochs(model, train, validation, opt);
+  return opt.group->run(model, train, validation, opt, [&] { return run_epochs(model, train, validation, opt); });
 }
 
 }  // namespace tensorgrad::nn

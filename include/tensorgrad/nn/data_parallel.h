@@ -6,23 +6,22 @@
 // FitOptions::communicator, the Trainer with TrainerOptions::communicator;
 // this header has what both use, for loops of one's own.
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tensorgrad/dist/communicator.h"
+#include "tensorgrad/dist/sharding.h"
 #include "tensorgrad/nn/model.h"
+#include "tensorgrad/nn/training_loop.h"
 
 namespace tensorgrad::nn {
 
-/// Compares `settings` (name, value; in order) with rank 0's and, when any
-/// rank's differ, throws ValueError on every rank: "the ranks' <what>
-/// differ (k of N ranks differ from rank 0)", each differing rank naming its
-/// first difference, then `advice`. What would make one rank leave a loop
-/// or a collective that the others go on with is checked this way before
-/// training, so that no rank hangs. Collective.
-void check_ranks_agree(dist::Communicator& comm, const std::vector<std::pair<std::string, std::string>>& settings,
-                       const std::string& what, const std::string& advice);
+// Rank-splitting, votes and agreement are the dist layer's
+// (dist/sharding.h); their nn names stay for code written against them.
+using dist::abort_job;
+using dist::check_ranks_agree;
 
 /// Makes every rank's training state rank 0's: the weights (trainable and
 /// not, batch-norm statistics included), the optimizer state (moments, step
@@ -39,10 +38,74 @@ void check_ranks_agree(dist::Communicator& comm, const std::vector<std::pair<std
 /// or freed, or whose state is not on the CPU.
 void broadcast_training_state(Model& model, dist::Communicator& comm);
 
-/// The documented exception to "never aborts" (issue 14): in data-parallel
-/// training a rank whose fit or step throws would leave the others waiting
-/// in a collective forever, so it prints "tensorgrad rank R of N: <where>:
-/// <what>" to stderr and ends the whole job with MPI_Abort(1).
-[[noreturn]] void abort_job(const dist::Communicator& comm, const std::string& where, const std::exception& error);
+/// The batches of this rank from a source of global batches: rank r of R
+/// takes rows [g r / R, g (r + 1) / R) of each batch of g rows
+/// (dist::Shard), views of the inner source's batch, or a batch with no
+/// tensors when its share of a short batch is empty (train_on_batch then
+/// joins the others' update). Every rank must read a source of the same
+/// batches in the same order (a shuffled TensorSource draws from the
+/// model's stream, which broadcast_training_state makes the same).
+class ShardedSource final : public BatchSource {
+ public:
+  /// `global` is read in place: it must outlive this source. Throws
+  /// ValueError for a shard outside 0 <= rank < ranks.
+  ShardedSource(BatchSource& global, dist::Shard shard);
+  /// The same, owning `global`.
+  ShardedSource(std::unique_ptr<BatchSource> global, dist::Shard shard);
+  void start_epoch(int epoch, int64_t limit) override { global_.start_epoch(epoch, limit); }
+  const Batch* next() override;
+  /// The global source's batches per epoch: every rank reads each.
+  int64_t batches_per_epoch() const override { return global_.batches_per_epoch(); }
+  /// This rank's share of the global source's largest batch.
+  int64_t batch_size() const override { return shard_.size(global_.batch_size()); }
+  const std::string& label() const override { return global_.label(); }
+  std::string noun() const override { return global_.noun(); }
+  void stop() override { global_.stop(); }
+
+ private:
+  std::unique_ptr<BatchSource> owned_;  // set by the owning constructor
+  BatchSource& global_;
+  dist::Shard shard_;
+  Batch part_;   // views of this rank's rows of the current global batch
+  Batch empty_;  // an empty share: no tensors
+};
+
+/// The ranks of `comm` as the training loop's LoopGroup (LoopOptions::group),
+/// or null for a null communicator (one process). Its run() first compares
+/// the loop's options on every rank (ValueError on every rank when they
+/// differ) and broadcasts rank 0's training state, then has the model
+/// reduce its gradients over the ranks (Model::set_communicator) for the
+/// loop only, and ends the job (abort_job) when the loop throws on any
+/// rank. start() broadcasts rank 0's training state and first epoch,
+/// agree() is one small collective (dist::any_rank), add_up() one
+/// reduce_broadcast, finish() a barrier.
+std::shared_ptr<LoopGroup> data_parallel_group(std::shared_ptr<dist::Communicator> comm);
+
+/// What one process of a fit takes of each global batch: every row without
+/// a communicator; with one, its rank's share (ShardedSource).
+struct FitShare {
+  /// This process's rows of a full batch, and of the logical batch
+  /// (gradient accumulation; 0: none).
+  int64_t batch_size = 0, nbatch_logical = 0;
+  /// The loop's group (data_parallel_group), null for one process.
+  std::shared_ptr<LoopGroup> group;
+  /// This process's rows of each batch of `global`: `global` itself for one
+  /// process, else a ShardedSource owning it.
+  std::unique_ptr<BatchSource> source(std::unique_ptr<BatchSource> global) const;
+  dist::Shard shard;
+};
+
+/// What the ranks of a fit must agree on (the global batches' shape).
+struct FitShape {
+  int64_t rows = 0, batch_size = 0, nbatch_logical = 0, validation_rows = 0;
+  bool shuffle = false, weighted = false;
+};
+
+/// Model::fit's share of each batch for `shape` (its batch_size at most its
+/// rows): everything without `comm`. With it, throws ValueError (on every
+/// rank alike) when a rank would have no row of a batch or nbatch_logical is
+/// no multiple of batch_size, and when the ranks' shapes differ
+/// (check_ranks_agree; collective).
+FitShare fit_share(const std::shared_ptr<dist::Communicator>& comm, const FitShape& shape);
 
 }  // namespace tensorgrad::nn

@@ -526,9 +526,6 @@ class Model {
   void place_weights_on(Device device);
   void set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losses, std::vector<float> loss_weights,
                     std::vector<std::vector<std::string>> metrics, std::shared_ptr<const Backend> backend);
-  // validation: the tensors are validation data (messages say so).
-  std::vector<Tensor> check_inputs(std::span<const Tensor> x, int64_t rows, const char* call,
-                                   bool validation = false) const;
   std::vector<Tensor> ordered_inputs(const std::map<std::string, Tensor>& x) const;
   std::vector<Tensor> ordered_targets(const std::map<std::string, Tensor>& y) const;
   StepResult run_batch(const Batch& batch, int64_t batch_size, int64_t nbatch_logical, bool train);

@@ -10,15 +10,20 @@
 //   train_epoch        one epoch of a source, with the batch callbacks;
 //   test_epoch         one pass over a source without training (validation);
 //   fit_loop           epochs of train_epoch, validation after each, and the
-//                      epoch and train callbacks; returns the History.
+//                      epoch and train callbacks; returns the History;
+//   LoopGroup          what processes running one loop in step decide
+//                      together (data-parallel training: nn/data_parallel.h
+//                      makes one); the loop asks it and knows no more.
 //
 // Both Model::fit overloads (tensors and generator) are written on these
 // alone, so a loop that needs something else (two sources alternating, a
 // curriculum, a custom stopping rule) can start from a copy of any level.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,14 +62,6 @@ class BatchSource {
   virtual void stop() {}
 };
 
-/// Which part of every batch a TensorSource hands out: data-parallel
-/// training's rank `rank` of `ranks` takes rows [g r / R, g (r + 1) / R)
-/// (floor) of each batch of g rows, so every row goes to one rank and the
-/// shares differ by at most one row. {0, 1}: the whole batch.
-struct Shard {
-  int rank = 0, ranks = 1;
-};
-
 /// Rows held in memory, `batch_size` at a time, the last batch short when
 /// the rows do not divide (Keras' fit on arrays). With a random stream, each
 /// epoch gathers the rows in a new order (a permutation drawn with
@@ -80,37 +77,25 @@ class TensorSource final : public BatchSource {
   /// Throws ValueError for batch_size < 1, no rows or no tensors, and
   /// ShapeError naming the tensor whose rows differ. The values are not
   /// checked here: the optimizer context checks each batch.
-  /// With a shard, every rank draws the same orders (its stream must be in
-  /// the same state on every rank: broadcast_training_state) and next()
-  /// returns the rank's rows of each global batch, or a batch with no
-  /// tensors when its share of a short last batch is empty (Model's
-  /// train_on_batch then joins the update without rows). ValueError for a
-  /// shard outside 0 <= rank < ranks.
   TensorSource(std::vector<Tensor> x, std::vector<Tensor> y, Tensor sample_weight, int64_t batch_size,
-               std::mt19937_64* shuffle_rng = nullptr, std::string label = "batch", Shard shard = {});
+               std::mt19937_64* shuffle_rng = nullptr, std::string label = "batch");
   void start_epoch(int epoch, int64_t limit) override;
   const Batch* next() override;
-  /// ceil(rows / batch_size): global batches, sharded or not.
+  /// ceil(rows / batch_size).
   int64_t batches_per_epoch() const override;
-  /// The rows of this source's share of a full batch (batch_size unsharded).
-  int64_t batch_size() const override { return share(batch_size_); }
+  int64_t batch_size() const override { return batch_size_; }
   const std::string& label() const override { return label_; }
   int64_t rows() const { return rows_; }
 
  private:
-  int64_t share(int64_t rows) const {
-    return rows * (shard_.rank + 1) / shard_.ranks - rows * shard_.rank / shard_.ranks;
-  }
   std::vector<Tensor> x_, y_;
   Tensor w_;
-  Shard shard_;
   int64_t rows_, batch_size_;
   std::mt19937_64* rng_;
   std::string label_;
   std::vector<int64_t> order_;
   Batch full_, part_;  // views of the staging: batch_size rows, and the short last batch
   Batch current_;      // the batch handed out when reading in order (views of the rows)
-  Batch empty_;        // a shard's empty share: no tensors
   int64_t next_row_ = 0, given_ = 0, limit_ = 0;
   bool started_ = false;
 };
@@ -164,6 +149,42 @@ class GeneratorSource final : public BatchSource {
   bool started_ = false, stopped_ = false;
 };
 
+struct LoopOptions;
+
+/// Processes that run one training loop in step, each on its own batches
+/// (data-parallel training: nn/data_parallel.h's data_parallel_group makes
+/// one from a communicator). The loop asks it at the points where the
+/// processes must decide together, and knows no more of them; without one
+/// (null), the process decides alone. Every member calls every method at
+/// the same point of the loop (they are collective).
+class LoopGroup {
+ public:
+  virtual ~LoopGroup() = default;
+  /// Runs `loop` (fit_loop's epochs) in the group: first checks that every
+  /// member runs the same loop (`options`, `train`'s batches per epoch,
+  /// validation or none), and whatever the group needs around it (an
+  /// exception leaving `loop` on one member must not leave the others
+  /// waiting). Returns what `loop` returns.
+  virtual History run(Model& model, const BatchSource& train, const BatchSource* validation,
+                      const LoopOptions& options, const std::function<History()>& loop) = 0;
+  /// After on_train_begin: every member takes the first member's training
+  /// state and `first_epoch` (a restore on_train_begin made included).
+  virtual void start(Model& model, int& first_epoch) = 0;
+  /// Before each training batch: `more` (this member has a batch) and
+  /// `stop` (its model asked to stop) become whether any member has one and
+  /// whether any asked; every member gets the same answers.
+  virtual void agree(bool& more, bool& stop) = 0;
+  /// `sums` (a pass's loss and metric sums) added over the members, in
+  /// place; every member gets the same bits.
+  virtual void add_up(std::span<double> sums) = 0;
+  /// After on_train_end: returns when every member has come here.
+  virtual void finish() = 0;
+  /// This member's index in [0, members()): callbacks learn it
+  /// (Callback::rank(); only member 0 prints and writes files).
+  virtual int member() const = 0;
+  virtual int members() const = 0;
+};
+
 /// The callbacks of one training run in Keras 3's order
 /// (keras.callbacks.CallbackList): the given ones, then the History the run
 /// returns, then a ProgbarLogger unless one was given (verbose 1 or 2).
@@ -171,11 +192,12 @@ class GeneratorSource final : public BatchSource {
 /// stop_training flag.
 class CallbackList {
  public:
-  /// steps: batches per epoch for the progress bar (0: unknown). `comm`:
-  /// data-parallel training's communicator (every callback learns its rank:
-  /// Callback::rank()), or null. Throws ValueError naming a null callback.
+  /// steps: batches per epoch for the progress bar (0: unknown). `group`:
+  /// the processes running the loop together (every callback learns its
+  /// place: Callback::rank()), or null. Throws ValueError naming a null
+  /// callback.
   CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose, int epochs,
-               int64_t steps, const dist::Communicator* comm = nullptr);
+               int64_t steps, const LoopGroup* group = nullptr);
   ~CallbackList();
   CallbackList(const CallbackList&) = delete;
   CallbackList& operator=(const CallbackList&) = delete;
@@ -208,9 +230,9 @@ class EpochLogs {
   void add(const StepResult& result);
   /// The means so far; every value NaN when no batch was added (the seed's NA).
   Logs logs() const;
-  /// Data-parallel training: these sums added over every rank (one
-  /// reduce_broadcast, so every rank gets the same bits). Collective.
-  EpochLogs reduced(dist::Communicator& comm) const;
+  /// These sums added over every member of `group` (LoopGroup::add_up:
+  /// every member gets the same bits). Collective.
+  EpochLogs reduced(LoopGroup& group) const;
   int64_t batches() const { return batches_; }
   int64_t rows() const { return rows_; }
 
@@ -226,10 +248,10 @@ struct EpochOptions {
   /// At most this many batches (0: until the source ends).
   int64_t steps = 0;
   /// Rows per optimizer update (gradient accumulation), as FitOptions; 0 =
-  /// every batch updates. In data-parallel training, this rank's part.
+  /// every batch updates. In a group, this member's part.
   int64_t nbatch_logical = 0;
-  /// Data-parallel training (see LoopOptions::communicator); null: off.
-  dist::Communicator* communicator = nullptr;
+  /// The processes running the loop together (see LoopOptions::group); null: one.
+  LoopGroup* group = nullptr;
 };
 
 /// Trains the model on one epoch of `source`: start_epoch, then for each
@@ -242,27 +264,28 @@ struct EpochOptions {
 /// before its message. Returns the epoch's means (batches() == 0 when the
 /// source gave nothing or training was stopped before the first batch).
 ///
-/// Data-parallel (options.communicator): before each batch the ranks agree
-/// (one small collective) whether any of them still has a batch and whether
-/// any asked to stop; the epoch ends on every rank when none has a batch, a
-/// rank without one joins the others' update (OptimizerContext::join_step,
-/// PyTorch's Join), and a stop asked on any rank takes effect on all before
-/// the next batch (Keras checks stop_training after each batch too). The
-/// batch callbacks get the running means over every rank's rows (one more
-/// small collective per batch). The returned logs are this rank's.
+/// In a group (options.group): before each batch the members agree
+/// (LoopGroup::agree) whether any of them still has a batch and whether any
+/// asked to stop; the epoch ends on every member when none has a batch, a
+/// member without one trains on a batch of no tensors (train_on_batch then
+/// joins the others' update: OptimizerContext::join_step, PyTorch's Join),
+/// and a stop asked on any member takes effect on all before the next batch
+/// (Keras checks stop_training after each batch too). The batch callbacks
+/// get the running means over every member's rows (LoopGroup::add_up). The
+/// returned logs are this member's.
 EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList& callbacks,
                       const EpochOptions& options = {});
 
 /// One pass over `source` (at most `steps` batches; 0: until it ends) with
 /// Model::test_on_batch, nothing trained: the loss and metric means, NaN
 /// when the source gave nothing. `epoch` names the epoch in messages (-1:
-/// none). With `comm`, each rank passes over its own source (its shard) and
-/// the means are over every rank's rows (one collective at the end). A
+/// none). With `group`, each member passes over its own source and the
+/// means are over every member's rows (LoopGroup::add_up at the end). A
 /// source that ends before `steps` batches is logged as a warning (Keras:
 /// "your input ran out of data"), unless `warned` points to true; it is then
 /// set, so that a fit warns once (as the training side's short epochs).
-Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1,
-                dist::Communicator* comm = nullptr, bool* warned = nullptr);
+Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1, LoopGroup* group = nullptr,
+                bool* warned = nullptr);
 
 /// Options of fit_loop (Keras' and the seed's names; see GeneratorFitOptions).
 struct LoopOptions {
@@ -277,18 +300,12 @@ struct LoopOptions {
   int64_t nbatch_logical = 0;
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
-  /// Data-parallel training (issue 14): every rank runs fit_loop over its
-  /// own sources (its shards), with the same options (epochs, steps,
-  /// batches per epoch and validation are compared first: ValueError on
-  /// every rank when they differ). The model's updates
-  /// reduce the gradients over the ranks (Model::set_communicator, for the
-  /// loop), rank 0's training state is broadcast after on_train_begin
-  /// (broadcast_training_state: a BackupAndRestore's restore included), the
-  /// logs every callback sees are over all ranks, only rank 0 prints and
-  /// writes (Callback::rank()), and an exception escaping the loop on any
-  /// rank ends the job (abort_job: MPI_Abort(1)) rather than leave the other
-  /// ranks waiting. Null: one process.
-  std::shared_ptr<dist::Communicator> communicator;
+  /// The processes running this loop together, each over its own sources
+  /// (data-parallel training: nn/data_parallel.h's data_parallel_group): the
+  /// loop runs inside LoopGroup::run, starts from the first member's state
+  /// (LoopGroup::start, after on_train_begin), agrees before each batch and
+  /// adds the logs up over the members. Null: one process.
+  std::shared_ptr<LoopGroup> group;
 };
 
 /// Trains for epochs initial_epoch .. epochs - 1: on_train_begin, then per
