@@ -457,7 +457,7 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch)
 }
 
 WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
-  if (trainer.freed()) throw StateError("save_checkpoint: the trainer was released by free()");
+  if (trainer.released()) throw StateError("save_checkpoint: the trainer was released by free()");
   GGUFWriter w;
   detail::add_training_state(w, Access::model(trainer), "save_checkpoint");
   w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
@@ -466,7 +466,7 @@ WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) 
 }
 
 void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
-  if (trainer.freed()) throw StateError("load_checkpoint: the trainer was released by free()");
+  if (trainer.released()) throw StateError("load_checkpoint: the trainer was released by free()");
   nn::Model& model = Access::model(trainer);
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);

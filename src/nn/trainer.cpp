@@ -263,13 +263,13 @@ void Trainer::add_gradient_bucket_hook(GradientBucketHook hook) {
   model_.add_gradient_bucket_hook(std::move(hook));
 }
 
-void Trainer::set_lr(float lr) {
-  check_live("set_lr");
-  ctx_->set_learning_rate(lr);
+void Trainer::set_learning_rate(double lr) {
+  check_live("set_learning_rate");
+  ctx_->set_learning_rate(float(lr));
 }
 
-float Trainer::lr() const {
-  check_live("lr");
+double Trainer::learning_rate() const {
+  check_live("learning_rate");
   return ctx_->learning_rate();
 }
 

@@ -291,14 +291,14 @@ TEST(Trainer, FreeIsIdempotentAndMethodsRefuseAfterwards) {
   tr.step(b16(d.x, 0), b16(d.y, 0));
   EXPECT_NO_THROW(tr.free());
   EXPECT_NO_THROW(tr.free());  // second call is a no-op, not a double free
-  EXPECT_TRUE(tr.freed());
+  EXPECT_TRUE(tr.released());
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.step(b16(d.x, 0), b16(d.y, 0)); }), {"has been freed"}));
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.model(); }), {"has been freed"}));
   // And every other method.
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.eval(b16(d.x, 0), b16(d.y, 0)); }), {"has been freed"}));
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.predict(b16(d.x, 0)); }), {"has been freed"}));
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.snapshot(); }), {"has been freed"}));
-  EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.set_lr(0.1f); }), {"has been freed"}));
+  EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.set_learning_rate(0.1f); }), {"has been freed"}));
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.calibrate_bn(b16(d.x, 0)); }), {"has been freed"}));
   Sequential other = build_model();
   EXPECT_TRUE(has_words(message_of<StateError>([&] { tr.update_target(other); }), {"has been freed"}));
@@ -311,8 +311,8 @@ TEST(Trainer, SetLrChangesTheStepSize) {
   auto run_with_lr = [&](float lr) {
     Sequential m = build_model();
     Trainer tr(m, batch(16));
-    tr.set_lr(lr);
-    EXPECT_EQ(tr.lr(), lr);
+    tr.set_learning_rate(lr);
+    EXPECT_EQ(tr.learning_rate(), lr);
     for (int i = 0; i < 4; ++i) tr.step(b16(d.x, i), b16(d.y, i));
     return tr.step(b16(d.x, 0), b16(d.y, 0));
   };
@@ -325,7 +325,7 @@ TEST(Trainer, SetLrChangesTheStepSize) {
   const auto start = weight_values(sgd);
   auto change_with_lr = [&](float lr) {
     Trainer tr(sgd, batch(16));
-    tr.set_lr(lr);
+    tr.set_learning_rate(lr);
     tr.step(b16(d.x, 0), b16(d.y, 0));
     std::vector<std::vector<float>> change;
     for (size_t i = 0; i < start.size(); ++i) {
@@ -345,8 +345,8 @@ TEST(Trainer, SetLrChangesTheStepSize) {
 
   Sequential m = build_model();
   Trainer tr(m, batch(16));
-  EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.set_lr(0.0f); }), {"learning rate"}));
-  EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.set_lr(std::nanf("")); }), {"learning rate"}));
+  EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.set_learning_rate(0.0f); }), {"learning rate"}));
+  EXPECT_TRUE(has_words(message_of<ValueError>([&] { tr.set_learning_rate(std::nanf("")); }), {"learning rate"}));
 }
 
 TEST(Trainer, GradientAccumulationDelaysTheWeightUpdate) {

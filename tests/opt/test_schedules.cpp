@@ -212,11 +212,11 @@ TEST(Schedules, TrainerFollowsTheSchedule) {
   nn::TrainerOptions o;
   o.batch_size = 1;
   nn::Trainer tr(one_weight(OptimizerSpec::sgd({.learning_rate_schedule = ExponentialDecay{0.1f, 1, 0.5f}})), o);
-  EXPECT_FLOAT_EQ(tr.lr(), 0.1f);
+  EXPECT_FLOAT_EQ(tr.learning_rate(), 0.1f);
   tr.step(x1(), y0());
-  EXPECT_FLOAT_EQ(tr.lr(), 0.05f);
+  EXPECT_FLOAT_EQ(tr.learning_rate(), 0.05f);
   EXPECT_NEAR(tr.weights()[0].value.item(), 0.9f, 1e-6f);
-  EXPECT_TRUE(throws<TypeError>([&] { tr.set_lr(0.5f); }, {"LearningRateSchedule", "not settable"}));
+  EXPECT_TRUE(throws<TypeError>([&] { tr.set_learning_rate(0.5f); }, {"LearningRateSchedule", "not settable"}));
 }
 
 // Callbacks that log "learning_rate" log the scheduled rate at the epoch's end

@@ -272,8 +272,8 @@ TEST(StateUpdates, LearningRateRoundTripsThroughTheHyperTensor) {
   m.set_learning_rate(3e-4);
   EXPECT_EQ(m.learning_rate(), double(3e-4f));
   nn::Trainer tr(m, {.batch_size = 16});
-  tr.set_lr(0.0625f);
-  EXPECT_EQ(tr.lr(), 0.0625f);
+  tr.set_learning_rate(0.0625f);
+  EXPECT_EQ(tr.learning_rate(), 0.0625f);
 
   OptimizerState state(OptimizerSpec::sgd({.learning_rate = 0.5f}));
   EXPECT_EQ(state.learning_rate(), 0.5);

@@ -140,18 +140,27 @@ class Trainer {
   /// The bucket size in bytes of the hook stage (see
   /// TrainerOptions::gradient_bucket_bytes).
   size_t gradient_bucket_bytes() const { return model_.gradient_bucket_bytes(); }
-  /// Throws ValueError unless lr is positive and finite, and TypeError when
-  /// the optimizer has a learning_rate_schedule (its rate is not settable).
-  void set_lr(float lr);
+  /// Sets the learning rate of the next updates, as Model::set_learning_rate
+  /// (Keras' model.optimizer.learning_rate; stored in float32, like the
+  /// optimizer's other hyper-parameters). Throws ValueError unless lr is
+  /// positive and finite (in float32 too), TypeError when the optimizer has a
+  /// learning_rate_schedule (its rate is not settable), StateError after
+  /// free().
+  void set_learning_rate(double lr);
   /// The learning rate of the next update (with a schedule, its value at the
-  /// current iterations).
-  float lr() const;
+  /// current iterations), as Model::learning_rate. StateError after free().
+  double learning_rate() const;
+  /// The earlier names of set_learning_rate and learning_rate.
+  [[deprecated("use set_learning_rate")]] void set_lr(float lr) { set_learning_rate(lr); }
+  [[deprecated("use learning_rate")]] float lr() const { return float(learning_rate()); }
   /// Calls of step() so far.
   int64_t n_steps() const;
   int64_t batch_size() const { return options_.batch_size; }
-  /// Early release; idempotent.
+  /// Early release; idempotent (Model::free).
   void free();
-  bool freed() const { return freed_; }
+  /// Whether free() ran or the trainer was moved from (Model::released).
+  bool released() const { return freed_; }
+  [[deprecated("use released")]] bool freed() const { return released(); }
 
  private:
   friend struct io::detail::Access;  // checkpoints
