@@ -190,10 +190,10 @@ std::string format_value(const Piece& p, double value, bool integer) {
 
 // ---- BackupAndRestore ----
 
-BackupAndRestore::BackupAndRestore(std::string backup_dir, SaveFreq save_freq, bool delete_checkpoint)
-    : backup_dir_(std::move(backup_dir)), delete_checkpoint_(delete_checkpoint) {
+BackupAndRestore::BackupAndRestore(const BackupAndRestoreOptions& options)
+    : backup_dir_(options.backup_dir), delete_checkpoint_(options.delete_checkpoint) {
   if (backup_dir_.empty()) throw ValueError("BackupAndRestore: backup_dir is empty; give the folder for the backup");
-  check_save_freq(save_freq, "BackupAndRestore");
+  check_save_freq(options.save_freq, "BackupAndRestore");
 }
 
 std::string BackupAndRestore::backup_path() const {
@@ -245,21 +245,19 @@ void BackupAndRestore::on_train_end(nn::Logs&) {
 
 // ---- ModelCheckpoint ----
 
-ModelCheckpoint::ModelCheckpoint(std::string filepath, std::string monitor, int verbose, bool save_best_only,
-                                 bool save_weights_only, nn::MonitorMode mode, SaveFreq save_freq,
-                                 std::optional<double> initial_value_threshold)
-    : filepath_(std::move(filepath)),
-      monitor_(std::move(monitor)),
-      verbose_(verbose),
-      save_best_only_(save_best_only),
-      save_weights_only_(save_weights_only),
-      maximize_(nn::monitor_maximizes(monitor_, mode)),
-      best_(initial_value_threshold) {
+ModelCheckpoint::ModelCheckpoint(const ModelCheckpointOptions& options)
+    : filepath_(options.filepath),
+      monitor_(options.monitor),
+      verbose_(options.verbose),
+      save_best_only_(options.save_best_only),
+      save_weights_only_(options.save_weights_only),
+      maximize_(nn::monitor_maximizes(monitor_, options.mode)),
+      best_(options.initial_value_threshold) {
   if (filepath_.empty()) throw ValueError("ModelCheckpoint: filepath is empty; give the file to save to");
-  if (verbose < 0 || verbose > 1)
+  if (verbose_ < 0 || verbose_ > 1)
     throw ValueError("ModelCheckpoint: verbose must be 0 (silent) or 1 (a line per action); got " +
-                     std::to_string(verbose));
-  check_save_freq(save_freq, "ModelCheckpoint");
+                     std::to_string(verbose_));
+  check_save_freq(options.save_freq, "ModelCheckpoint");
   parse_filepath(filepath_);  // malformed placeholders fail here, not after the first epoch
 }
 

@@ -85,18 +85,17 @@ void History::on_epoch_end(int e, Logs& logs) {
 
 // ---- EarlyStopping ----
 
-EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience, MonitorMode mode,
-                             std::optional<double> baseline, bool restore_best_weights, int start_from_epoch)
-    : monitor_(std::move(monitor)),
-      min_delta_(std::fabs(min_delta)),
-      patience_(patience),
-      maximize_(monitor_maximizes(monitor_, mode)),
-      baseline_(baseline),
-      restore_best_weights_(restore_best_weights),
-      start_from_epoch_(start_from_epoch) {
-  if (patience < 0) throw ValueError("EarlyStopping: patience must be >= 0; got " + std::to_string(patience));
-  if (start_from_epoch < 0)
-    throw ValueError("EarlyStopping: start_from_epoch must be >= 0; got " + std::to_string(start_from_epoch));
+EarlyStopping::EarlyStopping(const EarlyStoppingOptions& options)
+    : monitor_(options.monitor),
+      min_delta_(std::fabs(options.min_delta)),
+      patience_(options.patience),
+      maximize_(monitor_maximizes(monitor_, options.mode)),
+      baseline_(options.baseline),
+      restore_best_weights_(options.restore_best_weights),
+      start_from_epoch_(options.start_from_epoch) {
+  if (patience_ < 0) throw ValueError("EarlyStopping: patience must be >= 0; got " + std::to_string(patience_));
+  if (start_from_epoch_ < 0)
+    throw ValueError("EarlyStopping: start_from_epoch must be >= 0; got " + std::to_string(start_from_epoch_));
 }
 
 bool EarlyStopping::improves(double value, double reference) const {
@@ -171,19 +170,18 @@ void EarlyStopping::set_state(const CallbackState& state) {
 
 // ---- ReduceLROnPlateau ----
 
-ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int patience, MonitorMode mode,
-                                     double min_delta, int cooldown, double min_lr)
-    : monitor_(std::move(monitor)),
-      factor_(factor),
-      patience_(patience),
-      maximize_(monitor_maximizes(monitor_, mode)),
-      min_delta_(min_delta),
-      cooldown_(cooldown),
-      min_lr_(min_lr) {
-  if (!(factor > 0.0 && factor < 1.0))
+ReduceLROnPlateau::ReduceLROnPlateau(const ReduceLROnPlateauOptions& options)
+    : monitor_(options.monitor),
+      factor_(options.factor),
+      patience_(options.patience),
+      maximize_(monitor_maximizes(monitor_, options.mode)),
+      min_delta_(options.min_delta),
+      cooldown_(options.cooldown),
+      min_lr_(options.min_lr) {
+  if (!(factor_ > 0.0 && factor_ < 1.0))
     throw ValueError("ReduceLROnPlateau: factor must be in (0, 1) (it multiplies the rate); got " +
-                     std::to_string(factor));
-  if (patience < 0 || cooldown < 0 || !(min_lr >= 0.0))
+                     std::to_string(factor_));
+  if (patience_ < 0 || cooldown_ < 0 || !(min_lr_ >= 0.0))
     throw ValueError("ReduceLROnPlateau: patience, cooldown and min_lr must be >= 0");
 }
 
@@ -265,8 +263,8 @@ void TerminateOnNaN::on_train_batch_end(int64_t batch, Logs& logs) {
 
 // ---- CSVLogger ----
 
-CSVLogger::CSVLogger(std::string filename, char separator, bool append)
-    : filename_(std::move(filename)), separator_(separator), append_(append) {}
+CSVLogger::CSVLogger(const CSVLoggerOptions& options)
+    : filename_(options.filename), separator_(options.separator), append_(options.append) {}
 
 CSVLogger::~CSVLogger() {
   if (file_) std::fclose(file_);
@@ -316,6 +314,14 @@ void CSVLogger::on_train_end(Logs&) {
 }
 
 // ---- LambdaCallback ----
+
+LambdaCallback::LambdaCallback(const LambdaCallbackOptions& options)
+    : on_train_begin_fn(options.on_train_begin),
+      on_train_end_fn(options.on_train_end),
+      on_epoch_begin_fn(options.on_epoch_begin),
+      on_epoch_end_fn(options.on_epoch_end),
+      on_train_batch_begin_fn(options.on_train_batch_begin),
+      on_train_batch_end_fn(options.on_train_batch_end) {}
 
 void LambdaCallback::on_train_begin(Logs& logs) {
   if (on_train_begin_fn) on_train_begin_fn(logs);

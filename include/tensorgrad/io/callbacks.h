@@ -3,6 +3,7 @@
 // keras.callbacks.BackupAndRestore and ModelCheckpoint). They live in io,
 // above nn, because they save through io/saving.h; the interface is
 // nn/callback.h.
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,6 +26,17 @@ struct SaveFreq {
   SaveFreq(int64_t batches) : batches(batches) {}
   std::string when;
   std::optional<int64_t> batches;
+};
+
+/// BackupAndRestore's arguments by Keras' names and with its constructor's
+/// defaults: `BackupAndRestore({.backup_dir = "backup", .delete_checkpoint = false})`.
+/// Designated initializers must keep the order of the fields: backup_dir,
+/// save_freq, delete_checkpoint (Keras' order, without double_checkpoint).
+struct BackupAndRestoreOptions {
+  /// The folder of the backup; required (an empty one is a ValueError).
+  std::string backup_dir{};
+  SaveFreq save_freq = "epoch";
+  bool delete_checkpoint = true;
 };
 
 /// Backs up the whole training state at the end of every epoch and, when a
@@ -68,7 +80,16 @@ class BackupAndRestore : public nn::Callback {
   /// Throws ValueError for an empty backup_dir, and for a save_freq other
   /// than "epoch" (a number of batches is not built: a backup in the middle
   /// of an epoch would need the batch source's position).
-  explicit BackupAndRestore(std::string backup_dir, SaveFreq save_freq = "epoch", bool delete_checkpoint = true);
+  explicit BackupAndRestore(const BackupAndRestoreOptions& options);
+  /// The same arguments by position (BackupAndRestoreOptions' order and
+  /// defaults).
+  /// (A template only so that a braced list, `({.backup_dir = "b"})`, picks the
+  /// options form: GCC 12 would also try it on std::string's constructors.)
+  template <std::convertible_to<std::string> Dir>
+  explicit BackupAndRestore(Dir backup_dir, SaveFreq save_freq = "epoch", bool delete_checkpoint = true)
+      : BackupAndRestore(BackupAndRestoreOptions{.backup_dir = std::string(std::move(backup_dir)),
+                                                 .save_freq = std::move(save_freq),
+                                                 .delete_checkpoint = delete_checkpoint}) {}
   const char* type() const override { return "BackupAndRestore"; }
   /// Restores the backup if there is one and moves fit's first epoch to the
   /// epoch after it (Model::set_initial_epoch). Throws ValueError for a
@@ -87,6 +108,25 @@ class BackupAndRestore : public nn::Callback {
   std::vector<nn::Callback*> kept_callbacks(const char* call) const;
   std::string backup_dir_;
   bool delete_checkpoint_;
+};
+
+/// ModelCheckpoint's arguments by Keras' names and with its constructor's
+/// defaults: `ModelCheckpoint({.filepath = "best.gguf", .save_best_only = true})`.
+/// Designated initializers must keep the order of the fields: filepath,
+/// monitor, verbose, save_best_only, save_weights_only, mode, save_freq,
+/// initial_value_threshold (Keras' order). The meaning of each is
+/// ModelCheckpoint's below.
+struct ModelCheckpointOptions {
+  /// The file to save to, with placeholders; required (an empty one is a
+  /// ValueError).
+  std::string filepath{};
+  std::string monitor = "val_loss";
+  int verbose = 0;
+  bool save_best_only = false;
+  bool save_weights_only = false;
+  nn::MonitorMode mode = nn::MonitorMode::Auto;
+  SaveFreq save_freq = "epoch";
+  std::optional<double> initial_value_threshold = std::nullopt;
 };
 
 /// Saves the model or its weights after every epoch
@@ -116,10 +156,24 @@ class ModelCheckpoint : public nn::Callback {
   /// malformed (an unclosed brace, an unknown format spec), a verbose other
   /// than 0 or 1, and a save_freq other than "epoch" (a number of batches is
   /// not built).
-  explicit ModelCheckpoint(std::string filepath, std::string monitor = "val_loss", int verbose = 0,
+  explicit ModelCheckpoint(const ModelCheckpointOptions& options);
+  /// The same arguments by position (ModelCheckpointOptions' order and
+  /// defaults).
+  /// (A template only so that a braced list, `({.filepath = "m.gguf"})`, picks the
+  /// options form: GCC 12 would also try it on std::string's constructors.)
+  template <std::convertible_to<std::string> Path>
+  explicit ModelCheckpoint(Path filepath, std::string monitor = "val_loss", int verbose = 0,
                            bool save_best_only = false, bool save_weights_only = false,
                            nn::MonitorMode mode = nn::MonitorMode::Auto, SaveFreq save_freq = "epoch",
-                           std::optional<double> initial_value_threshold = std::nullopt);
+                           std::optional<double> initial_value_threshold = std::nullopt)
+      : ModelCheckpoint(ModelCheckpointOptions{.filepath = std::string(std::move(filepath)),
+                                               .monitor = std::move(monitor),
+                                               .verbose = verbose,
+                                               .save_best_only = save_best_only,
+                                               .save_weights_only = save_weights_only,
+                                               .mode = mode,
+                                               .save_freq = std::move(save_freq),
+                                               .initial_value_threshold = initial_value_threshold}) {}
   const char* type() const override { return "ModelCheckpoint"; }
   /// Re-arms the once-per-fit warning about a missing monitor (the best
   /// value carries over from one fit to the next, as Keras).

@@ -2,6 +2,7 @@
 // Built-in callbacks of Model::fit, each with the arguments and behaviour of
 // Keras 3's implementation (keras/src/callbacks/*.py) unless a comment says
 // otherwise. The interface is nn/callback.h.
+#include <concepts>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -26,6 +27,23 @@ enum class MonitorMode { Auto, Min, Max };
 /// shared with io::ModelCheckpoint.
 bool monitor_maximizes(const std::string& monitor, MonitorMode mode);
 
+/// EarlyStopping's arguments by Keras' names and with its constructor's
+/// defaults, to be named where they are given:
+/// `EarlyStopping({.monitor = "val_loss", .patience = 3, .restore_best_weights = true})`.
+/// Designated initializers must keep the order of the fields: monitor,
+/// min_delta, patience, mode, baseline, restore_best_weights,
+/// start_from_epoch (Keras' order, without verbose). The meaning of each is
+/// EarlyStopping's below.
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  double min_delta = 0.0;
+  int patience = 0;
+  MonitorMode mode = MonitorMode::Auto;
+  std::optional<double> baseline = std::nullopt;
+  bool restore_best_weights = false;
+  int start_from_epoch = 0;
+};
+
 /// Stops training when `monitor` has not improved by more than `min_delta`
 /// for `patience` epochs (keras.callbacks.EarlyStopping). Epochs before
 /// `start_from_epoch` are not looked at. With `baseline`, training stops
@@ -33,12 +51,26 @@ bool monitor_maximizes(const std::string& monitor, MonitorMode mode);
 /// `restore_best_weights`, the weights (trainable and not, batch-norm
 /// statistics included) of the best epoch are put back when training ends,
 /// whether it stopped early or not. A key missing from the logs is warned
-/// about once per fit (naming the keys there are) and changes nothing. Throws ValueError for a negative patience.
+/// about once per fit (naming the keys there are) and changes nothing.
 class EarlyStopping : public Callback {
  public:
-  EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
-                MonitorMode mode = MonitorMode::Auto, std::optional<double> baseline = std::nullopt,
-                bool restore_best_weights = false, int start_from_epoch = 0);
+  /// Throws ValueError for a negative patience or start_from_epoch.
+  explicit EarlyStopping(const EarlyStoppingOptions& options);
+  EarlyStopping() : EarlyStopping(EarlyStoppingOptions{}) {}
+  /// The same arguments by position (EarlyStoppingOptions' order and defaults).
+  /// (A template only so that a braced list, `({.patience = 3})`, picks the
+  /// options form: GCC 12 would also try it on std::string's constructors.)
+  template <std::convertible_to<std::string> Monitor>
+  explicit EarlyStopping(Monitor monitor, double min_delta = 0.0, int patience = 0,
+                         MonitorMode mode = MonitorMode::Auto, std::optional<double> baseline = std::nullopt,
+                         bool restore_best_weights = false, int start_from_epoch = 0)
+      : EarlyStopping(EarlyStoppingOptions{.monitor = std::string(std::move(monitor)),
+                                           .min_delta = min_delta,
+                                           .patience = patience,
+                                           .mode = mode,
+                                           .baseline = baseline,
+                                           .restore_best_weights = restore_best_weights,
+                                           .start_from_epoch = start_from_epoch}) {}
   const char* type() const override { return "EarlyStopping"; }
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -67,16 +99,46 @@ class EarlyStopping : public Callback {
   std::vector<Tensor> best_weights_;
 };
 
+/// ReduceLROnPlateau's arguments by Keras' names and with its constructor's
+/// defaults: `ReduceLROnPlateau({.monitor = "val_loss", .factor = 0.5, .patience = 2})`.
+/// Designated initializers must keep the order of the fields: monitor,
+/// factor, patience, mode, min_delta, cooldown, min_lr (Keras' order,
+/// without verbose). The meaning of each is ReduceLROnPlateau's below.
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  double factor = 0.1;
+  int patience = 10;
+  MonitorMode mode = MonitorMode::Auto;
+  double min_delta = 1e-4;
+  int cooldown = 0;
+  double min_lr = 0.0;
+};
+
 /// Multiplies the learning rate by `factor` when `monitor` has not improved
 /// by more than `min_delta` for `patience` epochs, then waits `cooldown`
 /// epochs, never going below `min_lr` (keras.callbacks.ReduceLROnPlateau).
-/// Adds "learning_rate" to the epoch's logs. Throws ValueError for a factor
-/// outside (0, 1), a negative patience, cooldown or min_lr.
+/// Adds "learning_rate" to the epoch's logs.
 class ReduceLROnPlateau : public Callback {
  public:
-  ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 10,
-                    MonitorMode mode = MonitorMode::Auto, double min_delta = 1e-4, int cooldown = 0,
-                    double min_lr = 0.0);
+  /// Throws ValueError for a factor outside (0, 1), a negative patience,
+  /// cooldown or min_lr.
+  explicit ReduceLROnPlateau(const ReduceLROnPlateauOptions& options);
+  ReduceLROnPlateau() : ReduceLROnPlateau(ReduceLROnPlateauOptions{}) {}
+  /// The same arguments by position (ReduceLROnPlateauOptions' order and
+  /// defaults).
+  /// (A template only so that a braced list, `({.patience = 3})`, picks the
+  /// options form: GCC 12 would also try it on std::string's constructors.)
+  template <std::convertible_to<std::string> Monitor>
+  explicit ReduceLROnPlateau(Monitor monitor, double factor = 0.1, int patience = 10,
+                             MonitorMode mode = MonitorMode::Auto, double min_delta = 1e-4, int cooldown = 0,
+                             double min_lr = 0.0)
+      : ReduceLROnPlateau(ReduceLROnPlateauOptions{.monitor = std::string(std::move(monitor)),
+                                                   .factor = factor,
+                                                   .patience = patience,
+                                                   .mode = mode,
+                                                   .min_delta = min_delta,
+                                                   .cooldown = cooldown,
+                                                   .min_lr = min_lr}) {}
   const char* type() const override { return "ReduceLROnPlateau"; }
   void on_train_begin(Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -121,13 +183,32 @@ class TerminateOnNaN : public Callback {
   void on_train_batch_end(int64_t batch, Logs& logs) override;
 };
 
+/// CSVLogger's arguments by Keras' names and with its constructor's defaults:
+/// `CSVLogger({.filename = "log.csv", .separator = ';', .append = true})`.
+/// Designated initializers must keep the order of the fields: filename,
+/// separator, append (Keras' order).
+struct CSVLoggerOptions {
+  /// The file to write; required (an empty name fails when training begins,
+  /// as a file that cannot be opened).
+  std::string filename{};
+  char separator = ',';
+  bool append = false;
+};
+
 /// Writes one CSV row per epoch: "epoch" then every log key in sorted order
 /// (keras.callbacks.CSVLogger). With `append`, rows go after an existing
 /// file's, and the header is written only when the file is empty. Throws
 /// IOError when the file cannot be opened (at on_train_begin).
 class CSVLogger : public Callback {
  public:
-  explicit CSVLogger(std::string filename, char separator = ',', bool append = false);
+  explicit CSVLogger(const CSVLoggerOptions& options);
+  /// The same arguments by position (CSVLoggerOptions' order and defaults).
+  /// (A template only so that a braced list, `({.filename = "log.csv"})`, picks the
+  /// options form: GCC 12 would also try it on std::string's constructors.)
+  template <std::convertible_to<std::string> Filename>
+  explicit CSVLogger(Filename filename, char separator = ',', bool append = false)
+      : CSVLogger(CSVLoggerOptions{
+            .filename = std::string(std::move(filename)), .separator = separator, .append = append}) {}
   const char* type() const override { return "CSVLogger"; }
   ~CSVLogger() override;
   void on_train_begin(Logs& logs) override;
@@ -143,10 +224,24 @@ class CSVLogger : public Callback {
   std::vector<std::string> keys_;
 };
 
+/// LambdaCallback's functions by Keras' argument names:
+/// `LambdaCallback({.on_epoch_end = [](int epoch, Logs& logs) { ... }})`.
+/// Designated initializers must keep the order of the fields: on_epoch_begin,
+/// on_epoch_end, on_train_begin, on_train_end, on_train_batch_begin,
+/// on_train_batch_end (Keras' order). Unset ones do nothing.
+struct LambdaCallbackOptions {
+  std::function<void(int epoch, Logs& logs)> on_epoch_begin{}, on_epoch_end{};
+  std::function<void(Logs& logs)> on_train_begin{}, on_train_end{};
+  std::function<void(int64_t batch, Logs& logs)> on_train_batch_begin{}, on_train_batch_end{};
+};
+
 /// A callback made of functions (keras.callbacks.LambdaCallback); unset
-/// ones do nothing.
+/// ones do nothing. The functions are public members, to set one at a time.
 class LambdaCallback : public Callback {
  public:
+  LambdaCallback() = default;
+  /// Takes every function from `options` (the *_fn member of the same name).
+  explicit LambdaCallback(const LambdaCallbackOptions& options);
   std::function<void(Logs&)> on_train_begin_fn, on_train_end_fn;
   std::function<void(int, Logs&)> on_epoch_begin_fn, on_epoch_end_fn;
   std::function<void(int64_t, Logs&)> on_train_batch_begin_fn, on_train_batch_end_fn;

@@ -26,7 +26,12 @@ struct Access;
 
 namespace tensorgrad::nn {
 
-/// Options of Model::fit, Keras' arguments by Keras' names.
+/// Options of Model::fit, Keras' arguments by Keras' names; an aggregate, so
+/// `fit(x, y, {.epochs = 5, .batch_size = 64, .verbose = 0})` names what it
+/// sets. Designated initializers must keep the order of the fields: epochs,
+/// initial_epoch, batch_size, nbatch_logical, validation_split,
+/// validation_data, validation_x, validation_y, validation_sample_weight,
+/// shuffle, sample_weight, class_weight, verbose, callbacks, communicator.
 struct FitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (to continue an
   /// earlier fit: History and callbacks see those numbers).
@@ -112,7 +117,11 @@ struct Batch {
 /// run on a producer thread while the model trains).
 using Generator = std::function<std::optional<Batch>()>;
 
-/// Options of Model::fit from a generator (Keras' and the seed's names).
+/// Options of Model::fit from a generator (Keras' and the seed's names); an
+/// aggregate, as FitOptions. Designated initializers must keep the order of
+/// the fields: epochs, initial_epoch, steps_per_epoch, batch_size,
+/// nbatch_logical, validation_generator, validation_steps, prefetch,
+/// verbose, callbacks, communicator.
 struct GeneratorFitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (History and callbacks
   /// see those numbers; the progress line counts from 1).

@@ -13,7 +13,11 @@
 
 namespace tensorgrad::nn {
 
-/// Options of a Trainer (the seed's ggml_trainer arguments).
+/// Options of a Trainer (the seed's ggml_trainer arguments); an aggregate, so
+/// `Trainer(model, {.batch_size = 64, .nbatch_logical = 256})` names what it
+/// sets. Designated initializers must keep the order of the fields:
+/// batch_size, nbatch_logical, loss_mask, weight_decay,
+/// gradient_bucket_bytes, communicator.
 struct TrainerOptions {
   /// Rows of every step() and eval(); exactly this many, else ShapeError.
   int64_t batch_size = 32;
@@ -29,11 +33,11 @@ struct TrainerOptions {
   int64_t loss_mask = 0;
   /// Decoupled weight decay in [0, 1]; unset = the compiled optimizer's.
   /// Frozen weights are not decayed.
-  std::optional<float> weight_decay;
+  std::optional<float> weight_decay = std::nullopt;
   /// The hook stage's bucket size in bytes (Model::set_gradient_bucket_bytes);
   /// unset = the model's (default 25 MiB). A positive multiple of 4, else
   /// ValueError.
-  std::optional<size_t> gradient_bucket_bytes;
+  std::optional<size_t> gradient_bucket_bytes = std::nullopt;
   /// Data-parallel training (issue 14; see FitOptions::communicator): every
   /// rank makes a trainer with the same model and options and steps it on
   /// its own batches, in the same order; each update reduces the gradients
@@ -44,7 +48,7 @@ struct TrainerOptions {
   /// models differ). step() returns this rank's loss; an exception in step()
   /// or join_step() ends the job (nn/data_parallel.h: MPI_Abort(1)). Null:
   /// one process.
-  std::shared_ptr<dist::Communicator> communicator;
+  std::shared_ptr<dist::Communicator> communicator = nullptr;
 };
 
 /// The trainer. Works on its own copy of a compiled Model's weights (the
