@@ -5,7 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "io/access.h"
+#include "nn/functional.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
 
@@ -33,7 +33,16 @@ const json& at(const json& j, const char* key, const char* where) {
 }
 
 
-json architecture_of(const nn::FunctionalGraph& graph, const std::string& class_name, const std::string& name) {
+// The parts of a model's graph the architecture is written from: the
+// public Model's, or a nested model's graph.
+struct GraphParts {
+  const std::vector<nn::SymbolicTensor>& inputs;
+  const std::vector<std::shared_ptr<nn::Layer>>& layers;
+  const std::vector<const nn::LayerCall*>& order;
+  const std::vector<nn::SymbolicTensor>& outputs;
+};
+
+json architecture_of(const GraphParts& graph, const std::string& class_name, const std::string& name) {
   json arch;
   arch["class_name"] = class_name;
   arch["name"] = name;
@@ -53,7 +62,9 @@ json architecture_of(const nn::FunctionalGraph& graph, const std::string& class_
     layer_index[l.get()] = int64_t(layers.size());
     json entry = {{"class_name", l->type()}, {"name", l->name()}, {"trainable", l->trainable}};
     if (const auto* nested = dynamic_cast<const nn::ModelLayer*>(l.get()))
-      entry["model"] = architecture_of(nested->graph(), l->type(), l->name());
+      entry["model"] = architecture_of({nested->graph().inputs, nested->graph().layers, nested->graph().order,
+                                        nested->graph().outputs},
+                                       l->type(), l->name());
     else
       entry["config"] = config_json(l->config());
     layers.push_back(std::move(entry));
@@ -295,7 +306,8 @@ nn::LayerConfig config_from_json(const std::string& type, const json& j) {
 }
 
 json architecture_json(const nn::Model& model) {
-  return architecture_of(Access::graph(model), model.type(), model.name());
+  const std::vector<std::shared_ptr<nn::Layer>> layers = model.layers();
+  return architecture_of({model.inputs(), layers, model.layer_calls(), model.outputs()}, model.type(), model.name());
 }
 
 nn::Model model_from_architecture(const json& architecture) {

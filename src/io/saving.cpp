@@ -5,13 +5,13 @@
 
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <typeinfo>
+#include <type_traits>
 
-#include "core/host_copy.h"
-#include "io/access.h"
 #include "io/model_config.h"
 #include "io/training_state.h"
 #include "nn/loading.h"
@@ -20,17 +20,16 @@
 
 namespace tensorgrad::io {
 
-using detail::Access;
-
 namespace detail {
 
 namespace {
 constexpr uint32_t kFormatVersion = 1;
 constexpr const char* kSlotNames[] = {"m", "v", "momentum", "acc"};
 
-Tensor* slot_tensor(OptimizerState::Slots& s, int k) {
-  Tensor* const slots[] = {&s.m, &s.v, &s.momentum, &s.acc};  // in kSlotNames' order
-  return slots[k];
+template <class S>
+auto& slot_tensor(S& s, int k) {
+  std::remove_reference_t<decltype((s.m))>* const slots[] = {&s.m, &s.v, &s.momentum, &s.acc};  // in kSlotNames' order
+  return *slots[k];
 }
 
 std::string slot_key(const std::string& weight, int k) { return "optimizer/" + weight + "/" + kSlotNames[k]; }
@@ -181,81 +180,51 @@ void set_stream_state(std::mt19937_64& rng, const std::vector<uint64_t>& words, 
   rng = restored;
 }
 
-void add_optimizer_state(GGUFWriter& w, const nn::Model& model) {
-  const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
-  w.set_u64_array("tensorgrad.random_stream", stream_state(Access::random_stream(model)));
-  if (!state) return;
-  w.set_u64("tensorgrad.optimizer.rng_counter", uint64_t(tensorgrad::detail::read_element<int64_t>(state->rng_counter, 0)));
-  w.set_i64("tensorgrad.optimizer.micro_step", state->micro_step);
-  w.add_tensor("optimizer/hyper", state->hyper, TensorType::F32);
-  w.add_tensor("optimizer/iterations", state->step, TensorType::I64);
-  for (const nn::Weight& weight : model.weights()) {
-    auto it = state->slots.find(weight.value.raw());
-    if (it == state->slots.end()) continue;
+void add_optimizer_state(GGUFWriter& w, const nn::TrainingState& state) {
+  w.set_u64_array("tensorgrad.random_stream", stream_state(state.random_stream));
+  if (!state.compiled) return;
+  w.set_u64("tensorgrad.optimizer.rng_counter", uint64_t(state.dropout_counter));
+  w.set_i64("tensorgrad.optimizer.micro_step", state.micro_step);
+  w.add_tensor("optimizer/hyper", state.hyper, TensorType::F32);
+  w.add_tensor("optimizer/iterations", state.iterations, TensorType::I64);
+  for (const nn::WeightSlots& slots : state.slots)
     for (int k = 0; k < 4; ++k) {
-      const Tensor* t = slot_tensor(it->second, k);
-      if (t->defined()) w.add_tensor(slot_key(weight.name, k), *t, TensorType::F32);
+      const Tensor& t = slot_tensor(slots, k);
+      if (t.defined()) w.add_tensor(slot_key(slots.weight, k), t, TensorType::F32);
     }
-  }
 }
 
 bool has_optimizer_state(const GGUFFile& f) { return f.find_tensor("optimizer/iterations") != nullptr; }
 
-void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulation_period) {
-  const std::shared_ptr<OptimizerState>& state = Access::optimizer_state(model);
-  if (!state) throw StateError("the model is not compiled: its optimizer state cannot be restored");
-  // Every check before anything changes.
-  auto expect = [&](const std::string& name, const Tensor& like) {
-    const TensorInfo* t = f.find_tensor(name);
-    if (!t) throw FormatError(f.path() + ": the optimizer state has no tensor '" + name + "'");
-    if (t->shape != like.shape())
-      throw ValueError(f.path() + ": optimizer tensor '" + name + "' is " + t->shape.str() + ", the model's is " +
-                       like.shape().str() + "; the file was saved from another optimizer or model");
-  };
-  expect("optimizer/hyper", state->hyper);
-  expect("optimizer/iterations", state->step);
-  const int64_t micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
-  if (micro_step < 0 || micro_step >= accumulation_period)
-    throw ValueError(f.path() + ": the checkpoint stopped " + std::to_string(micro_step) +
-                     " micro-steps into an accumulation period, but this model's period is " +
-                     std::to_string(accumulation_period) + " batches; resume with the same nbatch_logical");
-  const std::vector<nn::Weight> weights = model.weights();
-  for (const nn::Weight& weight : weights)
-    for (int k = 0; k < 4; ++k)
-      if (f.find_tensor(slot_key(weight.name, k))) expect(slot_key(weight.name, k), weight.value);
-  const std::vector<uint64_t> words = f.get_u64_array("tensorgrad.random_stream");
-  std::mt19937_64 rng;
-  set_stream_state(rng, words, f.path());
-  const uint64_t rng_counter = f.get_u64("tensorgrad.optimizer.rng_counter");
-
-  f.read_into("optimizer/hyper", state->hyper);
-  f.read_into("optimizer/iterations", state->step);
-  const OptimizerSpec& spec = model.optimizer();
-  for (const nn::Weight& weight : weights) {
-    if (!weight.trainable) continue;
-    OptimizerState::Slots* slots = nullptr;
-    if (auto it = state->slots.find(weight.value.raw()); it != state->slots.end()) slots = &it->second;
+nn::TrainingState read_training_state(const GGUFFile& f) {
+  nn::TrainingState state;
+  set_stream_state(state.random_stream, f.get_u64_array("tensorgrad.random_stream"), f.path());
+  if (!has_optimizer_state(f)) return state;
+  for (const char* name : {"optimizer/hyper", "optimizer/iterations"})
+    if (!f.find_tensor(name)) throw FormatError(f.path() + ": the optimizer state has no tensor '" + name + "'");
+  state.compiled = true;
+  state.hyper = f.read("optimizer/hyper");
+  state.iterations = f.read("optimizer/iterations");
+  state.dropout_counter = int64_t(f.get_u64("tensorgrad.optimizer.rng_counter"));
+  state.micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
+  // "optimizer/<layer>/<weight>/<slot>", in the order the file has them.
+  const std::string prefix = "optimizer/";
+  std::map<std::string, size_t> index;
+  for (const TensorInfo& t : f.tensors()) {
+    const size_t cut = t.name.rfind('/');
+    if (t.name.rfind(prefix, 0) != 0 || cut <= prefix.size()) continue;
+    const std::string weight = t.name.substr(prefix.size(), cut - prefix.size());
     for (int k = 0; k < 4; ++k) {
-      const std::string key = slot_key(weight.name, k);
-      if (f.find_tensor(key)) {
-        if (!slots) slots = &state->slots[weight.value.raw()];
-        Tensor* t = slot_tensor(*slots, k);
-        if (!t->defined()) *t = Tensor::empty(weight.value.shape());  // read_into fills it
-        f.read_into(key, *t);
-      } else if (slots && slot_tensor(*slots, k)->defined()) {
-        // Saved before this slot had a value: its starting value.
-        const bool adagrad_sum = k == 1 && spec.kind == OptimizerSpec::Kind::Adagrad;
-        Tensor* slot = slot_tensor(*slots, k);
-        slot->copy_from(Tensor::full(slot->shape(), adagrad_sum ? spec.initial_accumulator_value : 0.0f));
-      }
+      if (t.name.compare(cut + 1, std::string::npos, kSlotNames[k]) != 0) continue;
+      auto [it, added] = index.try_emplace(weight, state.slots.size());
+      if (added) state.slots.push_back({weight, {}, {}, {}, {}});
+      slot_tensor(state.slots[it->second], k) = f.read(t.name);
     }
   }
-  state->micro_step = micro_step;
-  tensorgrad::detail::write_element(state->rng_counter, 0, int64_t(rng_counter));
-  Access::random_stream(model) = rng;
+  return state;
 }
 
-void add_training_state(GGUFWriter& w, const nn::Model& model, const char* call) {
+void add_training_state(GGUFWriter& w, const nn::Model& model, const nn::TrainingState& state, const char* call) {
   if (!model.compiled())
     throw StateError(std::string(call) + ": the model is not compiled, so it has no optimizer state to save; "
                                          "compile it first (or save it with save_model or save_weights)");
@@ -263,7 +232,7 @@ void add_training_state(GGUFWriter& w, const nn::Model& model, const char* call)
   w.set_string("tensorgrad.model_config", architecture_json(model).dump());
   w.set_string("tensorgrad.compile_config", compile_json(model).dump());
   add_weights(w, model, TensorType::F32);
-  add_optimizer_state(w, model);
+  add_optimizer_state(w, state);
 }
 
 void check_checkpoint_optimizer(const GGUFFile& f, const nn::Model& model, const char* call) {
@@ -408,7 +377,10 @@ nn::Model load_any(const std::string& path, std::string* class_name) {
   const detail::WeightMatch m = detail::match_weights(f, model.weights());
   detail::check_weights_match(f, m, "load_model");
   detail::read_matched(f, m);
-  if (compiled && detail::has_optimizer_state(f)) detail::read_optimizer_state(f, model, INT64_MAX);
+  if (compiled && detail::has_optimizer_state(f)) {
+    const nn::TrainingState state = detail::read_training_state(f);
+    detail::with_file_context(f, "load_model", [&] { model.set_training_state(state); });
+  }
   return model;
 }
 
@@ -421,7 +393,7 @@ WriteStats save_model(const nn::Model& model, const std::string& path, bool incl
   w.set_string("tensorgrad.model_config", detail::architecture_json(model).dump());
   if (model.compiled()) w.set_string("tensorgrad.compile_config", detail::compile_json(model).dump());
   detail::add_weights(w, model, weight_type);
-  if (include_optimizer && model.compiled()) detail::add_optimizer_state(w, model);
+  if (include_optimizer && model.compiled()) detail::add_optimizer_state(w, model.training_state());
   return w.write(path);
 }
 
@@ -433,7 +405,7 @@ nn::Sequential load_sequential(const std::string& path) {
   if (class_name != "Sequential")
     throw ValueError("load_sequential: " + path + " holds a " + class_name +
                      " model, not a Sequential; load it with io::load_model");
-  return Access::sequential(std::move(model));
+  return nn::Sequential(std::move(model));
 }
 
 WriteStats save_weights(const nn::Model& model, const std::string& path, TensorType weight_type) {
@@ -458,34 +430,28 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch)
 
 WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
   if (trainer.released()) throw StateError("save_checkpoint: the trainer was released by free()");
+  const nn::TrainingState state = trainer.training_state();
   GGUFWriter w;
-  detail::add_training_state(w, Access::model(trainer), "save_checkpoint");
-  w.set_i64("tensorgrad.trainer.n_steps", trainer.n_steps());
-  w.set_i64("tensorgrad.trainer.accumulation_period", Access::context(trainer).accumulation_period());
+  detail::add_training_state(w, trainer.training_model(), state, "save_checkpoint");
+  w.set_i64("tensorgrad.trainer.n_steps", state.steps);
+  w.set_i64("tensorgrad.trainer.accumulation_period", state.accumulation_period);
   return w.write(path);
 }
 
 void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   if (trainer.released()) throw StateError("load_checkpoint: the trainer was released by free()");
-  nn::Model& model = Access::model(trainer);
+  const nn::Model& model = trainer.training_model();
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);
-  const int64_t n_steps = f.get_i64("tensorgrad.trainer.n_steps");
-  OptimizerContext& ctx = Access::context(trainer);
-  // A window left open continues only with the same period: its gradients
-  // are scaled by the period they were gathered for.
-  const int64_t micro_step = f.get_i64("tensorgrad.optimizer.micro_step");
-  const int64_t saved_period = f.find("tensorgrad.trainer.accumulation_period")
-                                   ? f.get_i64("tensorgrad.trainer.accumulation_period")
-                                   : ctx.accumulation_period();
-  if (micro_step > 0 && saved_period != ctx.accumulation_period())
-    throw ValueError("load_checkpoint: the checkpoint stopped " + std::to_string(micro_step) +
-                     " micro-steps into an accumulation period of " + std::to_string(saved_period) +
-                     " batches, but this trainer's period is " + std::to_string(ctx.accumulation_period()) +
-                     " batches; resume with the same nbatch_logical, or save at the end of a period");
-  detail::read_optimizer_state(f, model, ctx.accumulation_period());
+  nn::TrainingState state = detail::read_training_state(f);
+  state.steps = f.get_i64("tensorgrad.trainer.n_steps");
+  // 0 (unknown) in files written before the period was: the trainer then
+  // checks only that the open period fits in its own.
+  state.accumulation_period = f.find("tensorgrad.trainer.accumulation_period")
+                                  ? f.get_i64("tensorgrad.trainer.accumulation_period")
+                                  : 0;
+  detail::with_file_context(f, "load_checkpoint", [&] { trainer.set_training_state(state); });
   detail::read_matched(f, m);
-  Access::set_n_steps(ctx, n_steps);
 }
 
 WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int initial_epoch,
@@ -497,7 +463,7 @@ WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int 
   for (size_t i = 0; i < callbacks.size(); ++i)
     if (!callbacks[i]) throw ValueError("save_checkpoint: callbacks[" + std::to_string(i) + "] is null");
   GGUFWriter w;
-  detail::add_training_state(w, model, "save_checkpoint");
+  detail::add_training_state(w, model, model.training_state(), "save_checkpoint");
   w.set_i64("tensorgrad.fit.initial_epoch", initial_epoch);
   detail::add_callback_states(w, callbacks);
   return w.write(path);
@@ -517,13 +483,14 @@ int load_checkpoint(nn::Model& model, const std::string& path, const std::vector
     throw FormatError(path + ": tensorgrad.fit.initial_epoch is " + std::to_string(epoch) +
                       ", not an epoch number");
   const std::vector<nn::CallbackState> states = detail::read_callback_states(f, callbacks, "load_checkpoint");
+  const nn::TrainingState training = detail::read_training_state(f);
   // The callbacks check their states as they take them: on any error, the
   // ones already changed go back, and the model has not changed yet.
   std::vector<nn::CallbackState> before;
   for (nn::Callback* c : callbacks) before.push_back(c->get_state());
   try {
     for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(states[i]);
-    detail::read_optimizer_state(f, model, INT64_MAX);
+    detail::with_file_context(f, "load_checkpoint", [&] { model.set_training_state(training); });
   } catch (...) {
     for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(before[i]);
     throw;

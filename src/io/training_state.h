@@ -1,13 +1,15 @@
 #pragma once
 // The pieces every tensorgrad file is made of (io/saving.h): the header keys,
 // weights by name and their checks, and a model's training state (optimizer
-// state by weight name, random streams). Shared by save_model, the
-// checkpoints and the callbacks that save. Private to the library.
+// state by weight name, random streams: nn::TrainingState, as Model and
+// Trainer give and take it). Shared by save_model, the checkpoints and the
+// callbacks that save. Private to the library.
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tensorgrad/core/error.h"
 #include "tensorgrad/io/gguf.h"
 #include "tensorgrad/nn/callback.h"
 #include "tensorgrad/nn/model.h"
@@ -43,21 +45,32 @@ void read_matched(const GGUFFile& f, const WeightMatch& m);
 std::vector<uint64_t> stream_state(const std::mt19937_64& rng);
 void set_stream_state(std::mt19937_64& rng, const std::vector<uint64_t>& words, const std::string& path);
 
-/// The model's random stream, and if compiled its optimizer state: hyper-
-/// parameters, step counter, every weight's slots, the accumulation
-/// window's position and the dropout counter.
-void add_optimizer_state(GGUFWriter& w, const nn::Model& model);
+/// A training state's random stream, and if it has one its optimizer state:
+/// hyper-parameters, step counter, every weight's slots (as
+/// "optimizer/<weight>/<slot>"), the accumulation window's position and the
+/// dropout counter.
+void add_optimizer_state(GGUFWriter& w, const nn::TrainingState& state);
 bool has_optimizer_state(const GGUFFile& f);
-/// Restores what add_optimizer_state wrote into a compiled model, in place
-/// (tensors bound into planned graphs stay bound). Checks everything before
-/// changing anything: ValueError for a slot of another shape or a
-/// micro-step not below `accumulation_period`.
-void read_optimizer_state(const GGUFFile& f, nn::Model& model, int64_t accumulation_period);
+/// What add_optimizer_state wrote (without a Trainer's steps and period).
+/// FormatError naming the file for a random stream that is no Mersenne
+/// twister's or a missing optimizer tensor.
+nn::TrainingState read_training_state(const GGUFFile& f);
+/// Runs `set` (a set_training_state), its ValueErrors prefixed with `call`
+/// and the file's path, so that they say which file did not fit.
+template <class F>
+void with_file_context(const GGUFFile& f, const char* call, F&& set) {
+  try {
+    set();
+  } catch (const ValueError& e) {
+    throw ValueError(std::string(call) + ": " + f.path() + ": " + e.what());
+  }
+}
 
 /// What every checkpoint holds (a Trainer's or a fit's): the header of kind
 /// "checkpoint", the architecture and compile configuration, the weights as
-/// F32 and the optimizer state. StateError for a model not compiled.
-void add_training_state(GGUFWriter& w, const nn::Model& model, const char* call);
+/// F32 and the training state taken from `model` (or from the Trainer that
+/// trains it). StateError for a model not compiled.
+void add_training_state(GGUFWriter& w, const nn::Model& model, const nn::TrainingState& state, const char* call);
 /// Checks that a checkpoint was saved with the optimizer `model` was compiled
 /// with: ValueError naming both otherwise; FormatError for a compile
 /// configuration that is not JSON.

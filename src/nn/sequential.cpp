@@ -57,7 +57,31 @@ Sequential Sequential::clone() const {
   return Sequential(Model::clone());
 }
 
-Sequential::Sequential(Model&& copy) : Model(std::move(copy)) {
+namespace {
+// `model` when its graph is a chain of one-input calls, else ValueError.
+Model&& chain(Model&& model) {
+  const std::vector<SymbolicTensor>& inputs = model.inputs();
+  const std::vector<SymbolicTensor>& outputs = model.outputs();
+  if (inputs.size() != 1 || outputs.size() != 1)
+    throw ValueError("Sequential(Model&&): the model '" + model.name() + "' has " + std::to_string(inputs.size()) +
+                     " inputs and " + std::to_string(outputs.size()) +
+                     " outputs; a Sequential has one of each. Keep it as a Model");
+  const LayerCall* previous = inputs[0].call().get();
+  for (const LayerCall* c : model.layer_calls()) {
+    if (c->inputs.size() != 1 || c->inputs[0].call().get() != previous || c->inputs[0].index() != 0)
+      throw ValueError("Sequential(Model&&): in the model '" + model.name() + "', the call of layer '" + c->name +
+                       "' does not take the previous call's only output, so the graph is not a chain of layers; "
+                       "keep it as a Model");
+    previous = c;
+  }
+  if (outputs[0].call().get() != previous)
+    throw ValueError("Sequential(Model&&): the output of the model '" + model.name() +
+                     "' is not its last layer's; keep it as a Model");
+  return std::move(model);
+}
+}  // namespace
+
+Sequential::Sequential(Model&& model) : Model(chain(std::move(model))) {
   input_ = graph_->inputs[0];
   output_ = graph_->outputs[0];
   for (const LayerCall* c : graph_->order) layers_.push_back(c->layer);

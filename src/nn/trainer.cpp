@@ -79,6 +79,7 @@ Trainer::Trainer(Trainer&& other) noexcept
       ctx_(other.ctx_),
       freed_(other.freed_),
       warned_non_finite_(other.warned_non_finite_),
+      n_steps_offset_(other.n_steps_offset_),
       target_(other.target_),
       target_structure_(other.target_structure_),
       target_update_(std::move(other.target_update_)) {
@@ -93,6 +94,7 @@ Trainer& Trainer::operator=(Trainer&& other) noexcept {
     ctx_ = other.ctx_;
     freed_ = other.freed_;
     warned_non_finite_ = other.warned_non_finite_;
+    n_steps_offset_ = other.n_steps_offset_;
     target_ = other.target_;
     target_structure_ = other.target_structure_;
     target_update_ = std::move(other.target_update_);
@@ -137,7 +139,7 @@ float Trainer::step(std::span<const Tensor> x, std::span<const Tensor> y, std::s
   if (!std::isfinite(loss) && !warned_non_finite_) {
     warned_non_finite_ = true;
     log_message(LogLevel::Warning, "Trainer: the loss is " + std::to_string(loss) + " at step " +
-                                       std::to_string(ctx_->n_steps()) +
+                                       std::to_string(n_steps()) +
                                        "; lower the learning rate or check the targets");
   }
   return loss;
@@ -275,7 +277,45 @@ double Trainer::learning_rate() const {
 
 int64_t Trainer::n_steps() const {
   check_live("n_steps");
-  return ctx_->n_steps();
+  return ctx_->n_steps() + n_steps_offset_;
+}
+
+TrainingState Trainer::training_state() const {
+  check_live("training_state");
+  TrainingState state = model_.training_state();
+  state.steps = n_steps();
+  state.accumulation_period = ctx_->accumulation_period();
+  return state;
+}
+
+void Trainer::set_training_state(const TrainingState& state) {
+  check_live("set_training_state");
+  const int64_t period = ctx_->accumulation_period();
+  if (!state.compiled)
+    throw ValueError("Trainer::set_training_state: the state has no optimizer state (it was taken from a model "
+                     "not compiled); give a state from Trainer::training_state");
+  // A period left open continues only with the same length: its gradients
+  // are scaled by the period they were gathered for.
+  if (state.micro_step > 0 && state.accumulation_period != 0 && state.accumulation_period != period)
+    throw ValueError("Trainer::set_training_state: the state was taken " + std::to_string(state.micro_step) +
+                     " micro-steps into an accumulation period of " + std::to_string(state.accumulation_period) +
+                     " batches, but this trainer's period is " + std::to_string(period) +
+                     " batches; make the trainer with the same nbatch_logical, or take the state at the end of "
+                     "a period");
+  if (state.micro_step >= period)
+    throw ValueError("Trainer::set_training_state: the state was taken " + std::to_string(state.micro_step) +
+                     " micro-steps into an accumulation period, but this trainer's period is " +
+                     std::to_string(period) + " batches; make the trainer with the same nbatch_logical");
+  if (state.steps < 0)
+    throw ValueError("Trainer::set_training_state: the state's step count is " + std::to_string(state.steps) +
+                     "; it must be >= 0");
+  model_.set_training_state(state);
+  n_steps_offset_ = state.steps - ctx_->n_steps();
+}
+
+const Model& Trainer::training_model() const {
+  check_live("training_model");
+  return model_;
 }
 
 void Trainer::free() {

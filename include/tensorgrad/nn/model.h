@@ -18,11 +18,8 @@
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/nn/history.h"
 #include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/training_state.h"
 #include "tensorgrad/opt/optimizer.h"
-
-namespace tensorgrad::io::detail {
-struct Access;
-}
 
 namespace tensorgrad::nn {
 
@@ -300,6 +297,26 @@ class Model {
   /// ShapeError for a wrong shape, naming the weight, before changing any.
   std::vector<Tensor> get_weights() const;
   void set_weights(const std::vector<Tensor>& values);
+  /// The training state beside the weights (nn/training_state.h): the
+  /// optimizer state (hyper-parameters, iterations, every weight's slots,
+  /// the open accumulation period), the dropout counter and the random
+  /// stream, as copies (PyTorch's optimizer.state_dict(), with the random
+  /// states). Only the random stream when the model is not compiled.
+  /// io::save_checkpoint writes it. Throws StateError after free().
+  TrainingState training_state() const;
+  /// Puts back a state from training_state() of this model or of one built
+  /// and compiled alike (PyTorch's load_state_dict), in place: tensors bound
+  /// into planned graphs stay bound. With the same weights (set_weights),
+  /// training then goes on bit for bit as from where the state was taken. A
+  /// state without an optimizer part sets the random stream only; a
+  /// Trainer's step count and period are not read. Checks everything before
+  /// changing anything: StateError when the model is not compiled (and the
+  /// state has an optimizer part) or was freed, ValueError for tensors of
+  /// other shapes or dtypes than this model's (naming the slot and weight),
+  /// or a negative micro_step. Slots for names that are no weight of this
+  /// model are ignored; a slot the state lacks starts again from its initial
+  /// value. io::load_checkpoint restores through it.
+  void set_training_state(const TrainingState& state);
   /// Changes whenever the graph or its weights' memory changes (add,
   /// clone, free): lets holders of cached weight pointers notice.
   uint64_t structure_id() const { return state_.structure_id; }
@@ -484,6 +501,11 @@ class Model {
   std::vector<Weight> weights() const;
   /// The layers, each once, in the order they are first called.
   std::vector<std::shared_ptr<Layer>> layers() const;
+  /// The layer calls of the graph in the order the forward pass runs them,
+  /// each after the calls that make its inputs (Keras' nodes by depth): the
+  /// connections the architecture is saved by (io::save_model). Valid while
+  /// the graph is unchanged. Throws StateError after free().
+  const std::vector<const LayerCall*>& layer_calls() const;
   /// The layer named `name`; throws ValueError listing the layer names.
   std::shared_ptr<Layer> get_layer(const std::string& name) const;
   const std::string& name() const { return state_.name; }
@@ -541,7 +563,6 @@ class Model {
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
                                             std::span<const double> metric_sums, int64_t rows) const;
   friend class EpochLogs;
-  friend struct io::detail::Access;  // saving and loading the training state
   friend void broadcast_training_state(Model& model, dist::Communicator& comm);  // data-parallel start
 
   // Everything the model holds but its graph, in one member that the move

@@ -17,6 +17,12 @@ class Sequential : public Model {
   /// images, {steps} of token ids before an Embedding. Throws ShapeError for
   /// an empty or non-positive shape.
   explicit Sequential(const Shape& input_shape);
+  /// Takes over `model` when its graph is a chain: one input, one output,
+  /// and each layer call taking the previous call's only output (what
+  /// io::load_sequential makes of a saved Sequential's architecture). Throws
+  /// ValueError naming the first call that breaks the chain otherwise, and
+  /// `model` is then left as it was.
+  explicit Sequential(Model&& model);
   Sequential(Sequential&&) noexcept;
   Sequential& operator=(Sequential&&) noexcept;
 
@@ -48,8 +54,6 @@ class Sequential : public Model {
   const char* type() const override { return "Sequential"; }
 
  private:
-  friend struct io::detail::Access;  // load_sequential
-  explicit Sequential(Model&& copy);  // a clone's graph, a chain of calls
   SymbolicTensor input_, output_;
   std::vector<std::shared_ptr<Layer>> layers_;
 };

@@ -157,8 +157,29 @@ class Trainer {
   /// The earlier names of set_learning_rate and learning_rate.
   [[deprecated("use set_learning_rate")]] void set_lr(float lr) { set_learning_rate(lr); }
   [[deprecated("use learning_rate")]] float lr() const { return float(learning_rate()); }
-  /// Calls of step() so far.
+  /// Calls of step() so far (and of join_step()), counted on from a state set
+  /// by set_training_state.
   int64_t n_steps() const;
+  /// The trainer's training state (Model::training_state) with its step
+  /// count and accumulation period: what io::save_checkpoint saves beside
+  /// the weights. Throws StateError after free().
+  TrainingState training_state() const;
+  /// Puts back a state from training_state() of a trainer made alike (the
+  /// same model, optimizer and nbatch_logical / batch_size), as
+  /// Model::set_training_state, and its step count: with the same weights,
+  /// steps then go on bit for bit as from where the state was taken.
+  /// io::load_checkpoint restores through it. Throws ValueError for a state
+  /// without an optimizer part, one taken inside an accumulation period of
+  /// another length (its gradients are scaled for that period), a negative
+  /// step count, and the errors of Model::set_training_state (nothing
+  /// changes then); StateError after free().
+  void set_training_state(const TrainingState& state);
+  /// The model the trainer trains, read-only: its very weights and
+  /// optimizer state (no copy, unlike model() and snapshot()), for what
+  /// reads a model without changing it (io::save_checkpoint saves its
+  /// architecture and configuration). Valid until the trainer is freed,
+  /// moved from or destroyed. Throws StateError after free().
+  const Model& training_model() const;
   int64_t batch_size() const { return options_.batch_size; }
   /// Early release; idempotent (Model::free).
   void free();
@@ -167,7 +188,6 @@ class Trainer {
   [[deprecated("use released")]] bool freed() const { return released(); }
 
  private:
-  friend struct io::detail::Access;  // checkpoints
   void check_live(const char* call) const;
   void check_weights_allowed(const Tensor& sample_weight) const;
   Model model_;
@@ -175,6 +195,9 @@ class Trainer {
   OptimizerContext* ctx_ = nullptr;
   bool freed_ = false;
   bool warned_non_finite_ = false;
+  // n_steps() minus the context's count: a state set by set_training_state
+  // carries its own count.
+  int64_t n_steps_offset_ = 0;
   // update_target's graph (tau and the executable), kept for the last target seen.
   struct TargetUpdate;
   const Model* target_ = nullptr;

@@ -19,10 +19,6 @@
 #include "tensorgrad/opt/model_function.h"
 #include "tensorgrad/opt/optimizer_spec.h"
 
-namespace tensorgrad::io::detail {
-struct Access;
-}
-
 namespace tensorgrad {
 
 struct OptimizerPlan;
@@ -221,7 +217,6 @@ class OptimizerContext {
   const std::vector<std::pair<std::string, MetricKind>>& metrics(size_t output) const;
 
  private:
-  friend struct io::detail::Access;  // checkpoints restore n_steps
   struct Head;
   // What a graph computes: the inference forward pass and losses; the
   // training forward pass and losses, without backward or update; or a
