@@ -1,6 +1,5 @@
 #include "tensorgrad/ag/distributed.h"
 
-#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -9,8 +8,7 @@
 namespace tensorgrad::dist {
 
 void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& parameters, size_t bucket_bytes) {
-  if (bucket_bytes < sizeof(float))
-    throw ValueError("all_reduce_gradients: bucket_bytes must be at least 4; got " + std::to_string(bucket_bytes));
+  bucket_elements(bucket_bytes, "all_reduce_gradients");  // throws before any collective
   int64_t total = 0;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const ag::Tensor& p = parameters[i];
@@ -40,9 +38,7 @@ void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& par
     if (g.defined()) g.data().copy_to_host(flat.data() + at, n * sizeof(float));
     at += n;
   }
-  const size_t per_bucket = std::max<size_t>(1, bucket_bytes / sizeof(float));
-  for (size_t begin = 0; begin < flat.size(); begin += per_bucket)
-    comm.reduce_broadcast(std::span<float>(flat.data() + begin, std::min(per_bucket, flat.size() - begin)));
+  reduce_buckets(comm, flat, bucket_bytes);
   const float inv = 1.0f / float(comm.size());
   for (float& v : flat) v *= inv;
   at = 0;

@@ -1,6 +1,5 @@
 #include "tensorgrad/opt/hook_stage.h"
 
-#include <algorithm>
 #include <string>
 
 #include "opt/context_parts.h"
@@ -76,10 +75,10 @@ void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
 // The data-parallel reduction (issue 14), over the flat buffer holding this
 // rank's gradient over `rows` rows, as a row-sum s_r (`row_sums`) or a mean
 // g_r (then made the row-sum rows * g_r first): every rank sends s_r and
-// its rows, bucket by bucket, the rows riding in the last bucket's message;
-// the sums come back identical on every rank (reduced onto rank 0 and
-// broadcast), and the gradient becomes sum(s_r) / sum(rows_r): the mean
-// over the global batch, a short one included.
+// its rows bucket by bucket (dist::reduce_buckets, the same cut as the
+// hooks' GradientBuffer), the rows riding in the last bucket's message; the
+// sums come back identical on every rank, and the gradient becomes sum(s_r)
+// / sum(rows_r): the mean over the global batch, a short one included.
 void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows, bool row_sums) {
   Tensor& message = state_->gradients_with_rows;
   if (message.device() != Device::CPU)
@@ -90,11 +89,7 @@ void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows, b
   if (!row_sums)
     for (size_t i = 0; i < n; ++i) p[i] *= rows;
   p[n] = rows;
-  const size_t per_bucket = buffer_.bucket_bytes() / sizeof(float);
-  for (size_t begin = 0; begin < n; begin += per_bucket) {
-    const size_t end = std::min(n, begin + per_bucket);
-    comm.reduce_broadcast(std::span<float>(p + begin, (end == n ? n + 1 : end) - begin));
-  }
+  dist::reduce_buckets(comm, std::span<float>(p, n + 1), buffer_.bucket_bytes(), 1);
   const float total = p[n];
   if (!(total > 0.0f))
     throw StateError("data-parallel update with no rows on any rank: every rank joined without a batch");
@@ -131,9 +126,8 @@ std::pair<int64_t, int64_t> GradientBuffer::bucket_range(size_t k) const {
     throw IndexError("gradient bucket " + std::to_string(k) + " is out of range: the buffer of " +
                      std::to_string(bytes()) + " bytes has " + std::to_string(n) + " bucket(s) of at most " +
                      std::to_string(bucket_bytes_) + " bytes (0 before the first step); use k < n_buckets()");
-  const int64_t per = int64_t(bucket_bytes_ / 4);
-  const int64_t begin = int64_t(k) * per;
-  return {begin, std::min(begin + per, flat_.numel())};
+  const auto [begin, end] = dist::bucket_range(size_t(flat_.numel()), bucket_bytes_, k);
+  return {int64_t(begin), int64_t(end)};
 }
 
 Tensor GradientBuffer::bucket(size_t k) const {

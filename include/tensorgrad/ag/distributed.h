@@ -7,20 +7,23 @@
 
 #include "tensorgrad/ag/tensor.h"
 #include "tensorgrad/dist/communicator.h"
+#include "tensorgrad/dist/gradient_buckets.h"
 
 namespace tensorgrad::dist {
 
-/// PyTorch DDP's default bucket size (bucket_cap_mb = 25), in bytes.
-inline constexpr size_t kDefaultAllReduceBucketBytes = size_t(25) << 20;
+/// The former name of kDefaultGradientBucketBytes (25 MiB, PyTorch DDP's
+/// bucket_cap_mb), which the graph models' hook stage uses too.
+[[deprecated("use dist::kDefaultGradientBucketBytes")]] inline constexpr size_t kDefaultAllReduceBucketBytes =
+    kDefaultGradientBucketBytes;
 
 /// Replaces every parameter's gradient by the mean of that gradient over all
 /// ranks, bit-identical on every rank: the gradients are packed in parameter
 /// order into one flat float32 buffer, summed over the ranks bucket by
-/// bucket (one Communicator::reduce_broadcast per `bucket_bytes`, rounded
-/// down to whole elements: each element summed by one rank and copied to
-/// the others), and divided by the number of ranks. Call it after
-/// backward() and before the optimizer's step() on every rank, with the same
-/// parameters (names, shapes and order) everywhere.
+/// bucket (reduce_buckets: one Communicator::reduce_broadcast per
+/// `bucket_bytes`, rounded down to whole elements, each element summed by
+/// one rank and copied to the others), and divided by the number of ranks.
+/// Call it after backward() and before the optimizer's step() on every
+/// rank, with the same parameters (names, shapes and order) everywhere.
 ///
 /// A parameter without a gradient on this rank counts as zeros and gets the
 /// averaged gradient (so every rank sends the same messages). Throws
@@ -29,6 +32,6 @@ inline constexpr size_t kDefaultAllReduceBucketBytes = size_t(25) << 20;
 /// MPI cannot detect ranks whose parameter sizes differ, so the total element
 /// count is compared across ranks first (ValueError naming both counts).
 void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& parameters,
-                          size_t bucket_bytes = kDefaultAllReduceBucketBytes);
+                          size_t bucket_bytes = kDefaultGradientBucketBytes);
 
 }  // namespace tensorgrad::dist

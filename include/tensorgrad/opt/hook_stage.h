@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tensorgrad/core/tensor.h"
+#include "tensorgrad/dist/gradient_buckets.h"
 
 namespace tensorgrad {
 
@@ -30,8 +31,9 @@ struct NamedGradient {
 /// buffer (see GradientBuffer for the bucketed form).
 using GradientHook = std::function<void(std::span<NamedGradient>)>;
 
-/// The hook stage's default bucket size: 25 MiB, PyTorch DDP's bucket_cap_mb.
-inline constexpr size_t kDefaultGradientBucketBytes = size_t(25) << 20;
+/// The hook stage's default bucket size: 25 MiB, PyTorch DDP's bucket_cap_mb
+/// (the one the eager API's dist::all_reduce_gradients takes too).
+using dist::kDefaultGradientBucketBytes;
 
 /// Throws ValueError unless `bytes` is a positive multiple of 4 (buckets hold
 /// whole float32 elements), naming `where` (the option) and the value.
@@ -63,7 +65,7 @@ class GradientBuffer {
   /// (OptimizerContextOptions::gradient_bucket_bytes).
   size_t bucket_bytes() const { return bucket_bytes_; }
   /// ceil(bytes() / bucket_bytes()); 0 for an empty buffer.
-  size_t n_buckets() const { return (bytes() + bucket_bytes_ - 1) / bucket_bytes_; }
+  size_t n_buckets() const { return dist::bucket_count(flat_.defined() ? size_t(flat_.numel()) : 0, bucket_bytes_); }
   /// Bucket k's element range [begin, end) in flat(); IndexError unless
   /// k < n_buckets().
   std::pair<int64_t, int64_t> bucket_range(size_t k) const;

@@ -16,6 +16,7 @@
 #include "tensorgrad/ag/distributed.h"
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/dist/communicator.h"
+#include "tensorgrad/dist/gradient_buckets.h"
 
 using namespace tensorgrad;
 using test_support::throws;
@@ -148,6 +149,48 @@ TEST(AllReduceGradients, EveryRankHoldsTheMeanGradientBitForBit) {
   Tensor mine = w.grad().data().clone(), root = w.grad().data().clone();
   c.broadcast(root, 0);
   EXPECT_EQ(std::memcmp(mine.raw(), root.raw(), mine.nbytes()), 0);
+}
+
+// The one bucketed reduction both training paths use (the hook stage's
+// reduction over ranks and all_reduce_gradients): for buckets of one element
+// up to larger than the buffer, with and without a trailing row count, every
+// element is summed once, in one message per bucket, to the sum a single
+// message over the whole buffer gives. The values are quarters of small
+// whole numbers, whose sums float32 holds exactly in any order, so the ring
+// (64 elements a rank and more) and the root path agree bit for bit.
+TEST(ReduceBuckets, EveryBucketSizeGivesTheSumsOfOneMessage) {
+  dist::Communicator c;
+  const int r = c.rank(), ranks = c.size();
+  const size_t n = 131;  // gradient elements: not a multiple of any bucket below
+  auto value = [](int rank, size_t i) { return float(int((i * 7 + size_t(rank) * 13) % 29) - 14) * 0.25f; };
+  for (size_t trailing : {size_t(0), size_t(1)}) {
+    std::vector<float> whole(n + trailing);
+    for (size_t i = 0; i < whole.size(); ++i) whole[i] = value(r, i);
+    c.reduce_broadcast(whole);
+    for (size_t i = 0; i < whole.size(); ++i) {
+      float sum = 0.0f;
+      for (int k = 0; k < ranks; ++k) sum += value(k, i);
+      ASSERT_EQ(whole[i], sum) << "element " << i;
+    }
+    for (size_t bucket : {size_t(4), size_t(12), size_t(64), size_t(100), size_t(256), size_t(524), size_t(1000),
+                          dist::kDefaultGradientBucketBytes}) {
+      SCOPED_TRACE("bucket " + std::to_string(bucket) + " bytes, " + std::to_string(trailing) + " trailing");
+      std::vector<float> data(n + trailing);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = value(r, i);
+      const int64_t before = c.collective_calls();
+      dist::reduce_buckets(c, data, bucket, trailing);
+      EXPECT_EQ(c.collective_calls() - before, int64_t((n * 4 + bucket - 1) / bucket));
+      EXPECT_EQ(std::memcmp(data.data(), whole.data(), data.size() * sizeof(float)), 0);
+    }
+  }
+  std::vector<float> rows{float(r + 1)};  // only a trailing element: one message
+  const int64_t before = c.collective_calls();
+  dist::reduce_buckets(c, rows, 64, 1);
+  EXPECT_EQ(c.collective_calls() - before, 1);
+  EXPECT_EQ(rows[0], float(ranks * (ranks + 1) / 2));
+  std::vector<float> none;
+  dist::reduce_buckets(c, none, 64);  // nothing to send
+  EXPECT_EQ(c.collective_calls() - before, 1);
 }
 
 TEST(AllReduceGradients, RanksWithDifferentParametersAreRefusedTogether) {
