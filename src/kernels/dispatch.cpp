@@ -86,8 +86,15 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::MeanAxis, mean_axis_forward},
     {OpKind::MaxAxis, max_axis_forward},
     {OpKind::Transpose, [](const KernelCall& k) { transpose(k.at, k.in[0], k.out); }},
-    {OpKind::LstmSequence, [](const KernelCall& k) { lstm_sequence(k.in[0], k.in[1], k.out, k.ctx); }},
-    {OpKind::GruSequence, [](const KernelCall& k) { gru_sequence(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
+    {OpKind::LstmSequence,
+     [](const KernelCall& k) {
+       const bool states = k.in.size() == 4;
+       lstm_sequence(k.in[0], k.in[1], states ? k.in[2].f() : nullptr, states ? k.in[3].f() : nullptr, k.out, k.ctx);
+     }},
+    {OpKind::GruSequence,
+     [](const KernelCall& k) {
+       gru_sequence(k.in[0], k.in[1], k.in[2], k.in.size() == 4 ? k.in[3].f() : nullptr, k.out, k.ctx);
+     }},
     {OpKind::ReluBackward, relu_backward},
     {OpKind::SigmoidBackward, sigmoid_backward},
     {OpKind::TanhBackward, tanh_backward},
@@ -125,9 +132,13 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::ClampBackward, clamp_backward},
     {OpKind::MaxAxisBackward, max_axis_backward},
     {OpKind::LstmSequenceBackward,
-     [](const KernelCall& k) { lstm_sequence_backward(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
+     [](const KernelCall& k) {
+       lstm_sequence_backward(k.in[0], k.in[1], k.in[2], k.in.size() == 4 ? k.in[3].f() : nullptr, k.out, k.ctx);
+     }},
     {OpKind::GruSequenceBackward,
-     [](const KernelCall& k) { gru_sequence_backward(k.in[0], k.in[1], k.in[2], k.out, k.ctx); }},
+     [](const KernelCall& k) {
+       gru_sequence_backward(k.in[0], k.in[1], k.in[2], k.in.size() == 4 ? k.in[3].f() : nullptr, k.out, k.ctx);
+     }},
     {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
     {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
     {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},

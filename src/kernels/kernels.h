@@ -292,13 +292,15 @@ void batch_norm_param_grad(const OpAttrs& at, std::span<const TensorRef> in, con
 void batch_norm_backward(const OpAttrs& at, std::span<const TensorRef> in, const TensorRef& dx,
                          const KernelContext& ctx);
 // recurrent.cpp: fused LSTM and GRU over a sequence (layouts there and at the ops).
-void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, const KernelContext& ctx);
-void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& dz,
-                            const KernelContext& ctx);
-void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, const TensorRef& y,
+// h0, c0: the initial states {B, H}, or null for zeros.
+void lstm_sequence(const TensorRef& xw, const TensorRef& u, const float* h0, const float* c0, const TensorRef& y,
+                   const KernelContext& ctx);
+void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const float* c0,
+                            const TensorRef& dz, const KernelContext& ctx);
+void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, const float* h0, const TensorRef& y,
                   const KernelContext& ctx);
-void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& out,
-                           const KernelContext& ctx);
+void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const float* h0,
+                           const TensorRef& out, const KernelContext& ctx);
 // window.cpp: pooling over channels-last images (at.window). The max pools
 // take each window's first maximum, a NaN winning (nan_max); the backward
 // routes g there, and with kMaskNonPositive (its input a ReLU's output) also

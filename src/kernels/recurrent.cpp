@@ -11,6 +11,9 @@
 //        dz {B,T,4H}: the gates' pre-activation gradients [di | df | dg | do].
 //   GRU  y {B,T,5H}: [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n;
 //        d  {B,T,4H}: [dz | dr | dn] pre-activation, then d hn.
+// Initial states h0, c0 {B,H} (null: zeros, the layers' case): the backward
+// output then has one more step, T, holding [dh0 | dc0 | 0 | 0] (LSTM) or
+// [dh0 | 0 | 0 | 0] (GRU).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -48,7 +51,8 @@ float* call_scratch(int64_t n) {
 }
 }  // namespace
 
-void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, const KernelContext& ctx) {
+void lstm_sequence(const TensorRef& xw, const TensorRef& u, const float* h0, const float* c0, const TensorRef& y,
+                   const KernelContext& ctx) {
   const int64_t B = y.shape[0], T = y.shape[1], H = u.shape[0], G = 4 * H, K = 6 * H;
   const float* px = xw.f();
   const float* pu = u.f();
@@ -60,14 +64,15 @@ void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, 
       if (t > 0)  // z_t += h_{t-1} U for the block's rows
         gemm(r1 - r0, G, H, py + (r0 * T + t - 1) * K, T * K, false, pu, G, py + (r0 * T + t) * K + 2 * H, T * K,
              1.0f);
+      else if (h0)
+        gemm(r1 - r0, G, H, h0 + r0 * H, H, false, pu, G, py + r0 * T * K + 2 * H, T * K, 1.0f);
       for (int64_t b = r0; b < r1; ++b) {
         float* row = py + (b * T + t) * K;
         float *h = row, *c = row + H, *i = row + 2 * H, *f = row + 3 * H, *g = row + 4 * H, *o = row + 5 * H;
         sigmoid_n(i, i, 2 * H);  // i and f
         tanh_n(g, g, H);
         sigmoid_n(o, o, H);
-        if (t > 0) {
-          const float* c_prev = row - K + H;
+        if (const float* c_prev = t > 0 ? row - K + H : c0 ? c0 + b * H : nullptr) {
           for (int64_t j = 0; j < H; ++j) c[j] = f[j] * c_prev[j] + i[j] * g[j];
         } else {
           for (int64_t j = 0; j < H; ++j) c[j] = i[j] * g[j];
@@ -82,9 +87,10 @@ void lstm_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& y, 
 // Back through time, per row: dh = g_h + dz_{t+1} U^T, dc = dc_{t+1} f_{t+1} +
 // g_c + dh o (1 - tanh(c)^2); then the gates' gradients (each plus its own g)
 // through their activations' derivatives.
-void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& dz,
-                            const KernelContext& ctx) {
+void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const float* c0,
+                            const TensorRef& dz, const KernelContext& ctx) {
   const int64_t B = y.shape[0], T = y.shape[1], H = u.shape[0], G = 4 * H, K = 6 * H;
+  const int64_t TD = dz.shape[1];  // T, or T + 1 with the initial states' gradients
   const float* py = y.f();
   const float* pg = g.f();
   float* pd = dz.f();
@@ -101,9 +107,9 @@ void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const Tensor
       for (int64_t b = r0; b < r1; ++b) {
         const float* row = py + (b * T + t) * K;
         const float* gr = pg + (b * T + t) * K;
-        float* d = pd + (b * T + t) * G;
+        float* d = pd + (b * TD + t) * G;
         const float *c = row + H, *i = row + 2 * H, *f = row + 3 * H, *gg = row + 4 * H, *o = row + 5 * H;
-        const float* c_prev = t > 0 ? row - K + H : nullptr;
+        const float* c_prev = t > 0 ? row - K + H : c0 ? c0 + b * H : nullptr;
         float* dcb = dc + (b - r0) * H;
         const float* dhb = dh_rec + (b - r0) * H;
         tanh_n(c, tc, H);
@@ -121,12 +127,19 @@ void lstm_sequence_backward(const TensorRef& y, const TensorRef& u, const Tensor
           dcb[j] = dcj * f[j];
         }
       }
-      if (t > 0) gemm(rows, H, G, pd + (r0 * T + t) * G, T * G, false, ut, H, dh_rec, H, 0.0f);
+      if (t > 0 || c0) gemm(rows, H, G, pd + (r0 * TD + t) * G, TD * G, false, ut, H, dh_rec, H, 0.0f);
+    }
+    if (!c0) return;
+    for (int64_t b = r0; b < r1; ++b) {  // step T: [dh0 | dc0 | 0 | 0]
+      float* d = pd + (b * TD + T) * G;
+      std::memcpy(d, dh_rec + (b - r0) * H, size_t(H) * sizeof(float));
+      std::memcpy(d + H, dc + (b - r0) * H, size_t(H) * sizeof(float));
+      std::fill(d + 2 * H, d + G, 0.0f);
     }
   });
 }
 
-void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, const TensorRef& y,
+void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, const float* h0, const TensorRef& y,
                   const KernelContext& ctx) {
   const int64_t B = y.shape[0], T = y.shape[1], H = u.shape[0], G = 3 * H, K = 5 * H;
   const float* px = xw.f();
@@ -138,10 +151,11 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
     float* hu = work + r0 * G;  // h_{t-1} U for the block's rows
     for (int64_t t = 0; t < T; ++t) {
       if (t > 0) gemm(r1 - r0, G, H, py + (r0 * T + t - 1) * K, T * K, false, pu, G, hu, G, 0.0f);
+      else if (h0) gemm(r1 - r0, G, H, h0 + r0 * H, H, false, pu, G, hu, G, 0.0f);
       for (int64_t b = r0; b < r1; ++b) {
         float* row = py + (b * T + t) * K;
         const float* x = px + (b * T + t) * G;
-        const float* hub = t > 0 ? hu + (b - r0) * G : nullptr;
+        const float* hub = t > 0 || h0 ? hu + (b - r0) * G : nullptr;
         float *h = row, *z = row + H, *r = row + 2 * H, *n = row + 3 * H, *hn = row + 4 * H;
         for (int64_t j = 0; j < 2 * H; ++j) z[j] = x[j] + (hub ? hub[j] : 0.0f) + pb[j];  // z and r
         sigmoid_n(z, z, 2 * H);
@@ -150,7 +164,7 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
           n[j] = x[2 * H + j] + r[j] * hn[j];
         }
         tanh_n(n, n, H);
-        const float* h_prev = t > 0 ? row - K : nullptr;
+        const float* h_prev = t > 0 ? row - K : h0 ? h0 + b * H : nullptr;
         for (int64_t j = 0; j < H; ++j) h[j] = n[j] + z[j] * ((h_prev ? h_prev[j] : 0.0f) - n[j]);
       }
     }
@@ -160,9 +174,10 @@ void gru_sequence(const TensorRef& xw, const TensorRef& u, const TensorRef& rb, 
 // Back through time, per row: dh = g_h + dh_{t+1} z_{t+1} + d(hU)_{t+1} U^T;
 // h = n + z (h_prev - n) gives dz = dh (h_prev - n), dn = dh (1 - z); n =
 // tanh(xn + r hn) gives dr = dn' hn, d hn = dn' r (dn' = dn (1 - n^2)).
-void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const TensorRef& out,
-                           const KernelContext& ctx) {
+void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorRef& g, const float* h0,
+                           const TensorRef& out, const KernelContext& ctx) {
   const int64_t B = y.shape[0], T = y.shape[1], H = u.shape[0], G = 3 * H, K = 5 * H, D = 4 * H;
+  const int64_t TD = out.shape[1];  // T, or T + 1 with the initial state's gradient
   const float* py = y.f();
   const float* pg = g.f();
   float* pd = out.f();
@@ -176,9 +191,9 @@ void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorR
       for (int64_t b = r0; b < r1; ++b) {
         const float* row = py + (b * T + t) * K;
         const float* gr = pg + (b * T + t) * K;
-        float* d = pd + (b * T + t) * D;
+        float* d = pd + (b * TD + t) * D;
         const float *z = row + H, *r = row + 2 * H, *n = row + 3 * H, *hn = row + 4 * H;
-        const float* h_prev = t > 0 ? row - K : nullptr;
+        const float* h_prev = t > 0 ? row - K : h0 ? h0 + b * H : nullptr;
         float* dhb = dh_next + (b - r0) * H;
         for (int64_t j = 0; j < H; ++j) {
           const float dh = gr[j] + (later ? dhb[j] : 0.0f);
@@ -192,11 +207,17 @@ void gru_sequence_backward(const TensorRef& y, const TensorRef& u, const TensorR
           dhb[j] = dh * z[j];
         }
       }
-      if (t > 0) {  // dh_next += [dz | dr] U_zr^T + d hn U_n^T
-        const float* d0 = pd + (r0 * T + t) * D;
-        gemm(rows, H, 2 * H, d0, T * D, false, ut, H, dh_next, H, 1.0f);
-        gemm(rows, H, H, d0 + 3 * H, T * D, false, ut + 2 * H * H, H, dh_next, H, 1.0f);
+      if (t > 0 || h0) {  // dh_next += [dz | dr] U_zr^T + d hn U_n^T
+        const float* d0 = pd + (r0 * TD + t) * D;
+        gemm(rows, H, 2 * H, d0, TD * D, false, ut, H, dh_next, H, 1.0f);
+        gemm(rows, H, H, d0 + 3 * H, TD * D, false, ut + 2 * H * H, H, dh_next, H, 1.0f);
       }
+    }
+    if (!h0) return;
+    for (int64_t b = r0; b < r1; ++b) {  // step T: [dh0 | 0 | 0 | 0]
+      float* d = pd + (b * TD + T) * D;
+      std::memcpy(d, dh_next + (b - r0) * H, size_t(H) * sizeof(float));
+      std::fill(d + H, d + D, 0.0f);
     }
   });
 }

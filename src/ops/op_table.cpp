@@ -222,9 +222,11 @@ void batch_stats_gradient(const GradientCall& d) {
   d.dx[0] = b.add(b.scale(b.mul(centered, b.scale(g_var, 2.0f)), inv_n), b.scale(g_mean, inv_n));
 }
 
-// LstmSequence (xw{B,T,4H}, U{H,4H}) -> {B,T,6H} and GruSequence (xw{B,T,3H},
-// U{H,3H}, rb{3H}) -> {B,T,5H}; their backward ops (y, U, g) -> {B,T,4H}.
-// The gates per unit (4 or 3) and the values a step keeps (6 or 5) name the op.
+// LstmSequence (xw{B,T,4H}, U{H,4H} [, h0, c0]) -> {B,T,6H} and GruSequence
+// (xw{B,T,3H}, U{H,3H}, rb{3H} [, h0]) -> {B,T,5H}, initial states {B,H};
+// their backward ops (y, U, g [, c0 or h0]) -> {B,T,4H}, or {B,T+1,4H} with
+// the initial states' gradients as step T. The gates per unit (4 or 3) and
+// the values a step keeps (6 or 5) name the op.
 OpSignature recurrent_sequence(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
   for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
   const bool lstm = op == OpKind::LstmSequence || op == OpKind::LstmSequenceBackward;
@@ -241,19 +243,34 @@ OpSignature recurrent_sequence(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
   if (backward && s[2] != x) shape_fail(op, "gradient must be " + x.str() + " (the output's shape); got " + s[2].str());
   if (op == OpKind::GruSequence && s[2] != Shape{3 * h})
     shape_fail(op, "recurrent bias must be {" + std::to_string(3 * h) + "}; got " + s[2].str());
-  if (backward) return {Shape{x[0], x[1], 4 * h}};
+  // The initial states follow the op's own inputs: LSTM's h0 and c0 together, the GRU's h0.
+  const size_t first_state = backward ? 3 : lstm ? 2 : 3;
+  if (op == OpKind::LstmSequence && s.size() == 3)
+    shape_fail(op, "takes both initial states h0 and c0, or neither; got one");
+  for (size_t i = first_state; i < s.size(); ++i)
+    if (s[i] != Shape{x[0], h})
+      shape_fail(op, "initial state " + std::to_string(i - first_state) + " must be {batch, units} = " +
+                         Shape{x[0], h}.str() + "; got " + s[i].str());
+  if (backward) return {Shape{x[0], s.size() > 3 ? x[1] + 1 : x[1], 4 * h}};
   return {Shape{x[0], x[1], kept * h}};
 }
 
-// The hidden states each step started from, {B*T, H}: zeros, then h_0 .. h_{T-2}
-// (the first H columns of a sequence op's output y).
-Value previous_states(Builder& b, Value y, int64_t h) {
+// The hidden states each step started from, {B*T, H}: h0 (zeros when not
+// valid), then h_0 .. h_{T-2} (the first H columns of a sequence op's output y).
+Value previous_states(Builder& b, Value y, int64_t h, Value h0) {
   const Shape s = b.shape(y);
   const int64_t batch = s[0], steps = s[1];
-  Value first = b.fill(Shape{batch, 1, h}, 0.0f);
+  Value first = h0.valid() ? b.reshape(h0, Shape{batch, 1, h}) : b.fill(Shape{batch, 1, h}, 0.0f);
   if (steps == 1) return b.reshape(first, Shape{batch, h});
   Value earlier = b.slice(b.slice(y, 1, 0, steps - 1), 2, 0, h);
   return b.reshape(b.concat(first, earlier, 1), Shape{batch * steps, h});
+}
+
+// Initial state k's gradient {B, H} from a sequence backward op's last step
+// (its output with initial states: [dh0 | dc0 | ...] at step T).
+Value initial_state_gradient(Builder& b, Value all, int64_t k, int64_t h) {
+  const Shape s = b.shape(all);
+  return b.reshape(b.slice(b.slice(all, 1, s[1] - 1, 1), 2, k * h, h), Shape{s[0], h});
 }
 
 // Backward ops of (y, g): the forward op's output and its gradient.
@@ -780,31 +797,43 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](const GradientCall& d) { d.dx[0] = d.b.transpose(d.g, d.at.axis, d.at.axis2); }},
     // z_t = xw_t + h_{t-1} U (+ rb for the GRU's hn): LstmSequenceBackward gives
     // dz, the gradient of every step's pre-activations, through time; then
-    // dxw = dz, dU = sum_t h_{t-1}^T dz_t (one matmul over every step).
+    // dxw = dz, dU = sum_t h_{t-1}^T dz_t (one matmul over every step). With
+    // initial states, its step T holds dh0 and dc0.
     {OpKind::LstmSequence, recurrent_sequence,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       Value dz = b.apply(OpKind::LstmSequenceBackward, {d.y, d.x[1], d.g});
-       const Shape s = b.shape(dz);
+       const bool states = d.x.size() == 4;
+       const Value all = states ? b.apply(OpKind::LstmSequenceBackward, {d.y, d.x[1], d.g, d.x[3]})
+                                : b.apply(OpKind::LstmSequenceBackward, {d.y, d.x[1], d.g});
+       const Shape s = b.shape(d.y);
        const int64_t h = b.shape(d.x[1])[0];
+       const Value dz = states ? b.slice(all, 1, 0, s[1]) : all;
        if (d.need(0)) d.dx[0] = dz;
        if (d.need(1))
-         d.dx[1] = b.matmul(previous_states(b, d.y, h), b.reshape(dz, Shape{s[0] * s[1], 4 * h}), true, false);
+         d.dx[1] = b.matmul(previous_states(b, d.y, h, states ? d.x[2] : Value{}),
+                            b.reshape(dz, Shape{s[0] * s[1], 4 * h}), true, false);
+       if (d.need(2)) d.dx[2] = initial_state_gradient(b, all, 0, h);
+       if (d.need(3)) d.dx[3] = initial_state_gradient(b, all, 1, h);
      }},
     // GruSequenceBackward gives [dz | dr | dn | dhn] per step: dxw = [dz | dr | dn];
     // the recurrent product h U + rb gets [dz | dr | dhn], so dU = sum_t h_{t-1}^T
-    // [dz | dr | dhn]_t and drb = its sum over rows and steps.
+    // [dz | dr | dhn]_t and drb = its sum over rows and steps. With h0, its
+    // step T holds dh0.
     {OpKind::GruSequence, recurrent_sequence,
      [](const GradientCall& d) {
        Builder& b = d.b;
-       Value all = b.apply(OpKind::GruSequenceBackward, {d.y, d.x[1], d.g});
-       const Shape s = b.shape(all);
+       const bool state = d.x.size() == 4;
+       const Value with_state = state ? b.apply(OpKind::GruSequenceBackward, {d.y, d.x[1], d.g, d.x[3]})
+                                      : b.apply(OpKind::GruSequenceBackward, {d.y, d.x[1], d.g});
+       const Shape s = b.shape(d.y);
        const int64_t h = b.shape(d.x[1])[0];
+       const Value all = state ? b.slice(with_state, 1, 0, s[1]) : with_state;
        if (d.need(0)) d.dx[0] = b.slice(all, 2, 0, 3 * h);
+       if (d.need(3)) d.dx[3] = initial_state_gradient(b, with_state, 0, h);
        if (!d.need(1) && !d.need(2)) return;
        Value dhu = b.reshape(b.concat(b.slice(all, 2, 0, 2 * h), b.slice(all, 2, 3 * h, h), 2),
                              Shape{s[0] * s[1], 3 * h});
-       if (d.need(1)) d.dx[1] = b.matmul(previous_states(b, d.y, h), dhu, true, false);
+       if (d.need(1)) d.dx[1] = b.matmul(previous_states(b, d.y, h, state ? d.x[3] : Value{}), dhu, true, false);
        if (d.need(2)) d.dx[2] = b.sum_to(dhu, Shape{3 * h});
      }},
 

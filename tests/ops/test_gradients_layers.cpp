@@ -1270,6 +1270,28 @@ TEST(LayerOpGradRecurrent, GruSequence) {
   }
 }
 
+// From given initial states (the eager modules' h0, c0): their gradients come
+// from the backward ops' extra step T, and U's from h0 as the first previous state.
+TEST(LayerOpGradRecurrent, InitialStates) {
+  for (int64_t steps : {1, 3}) {
+    SCOPED_TRACE("steps " + std::to_string(steps));
+    GradCheck c(1730 + uint32_t(steps));
+    const int64_t b = 2, h = 3;
+    Value xw = c.param(uniform({b, steps, 4 * h}, c.rng, -1.0f, 1.0f), "lstm xw");
+    Value u = c.param(uniform({h, 4 * h}, c.rng, -0.5f, 0.5f), "lstm U");
+    Value h0 = c.param(uniform({b, h}, c.rng, -1.0f, 1.0f), "h0");
+    Value c0 = c.param(uniform({b, h}, c.rng, -1.0f, 1.0f), "c0");
+    Value gxw = c.param(uniform({b, steps, 3 * h}, c.rng, -1.0f, 1.0f), "gru xw");
+    Value gu = c.param(uniform({h, 3 * h}, c.rng, -0.5f, 0.5f), "gru U");
+    Value rb = c.param(uniform({3 * h}, c.rng, -0.5f, 0.5f), "gru rb");
+    Value gh0 = c.param(uniform({b, h}, c.rng, -1.0f, 1.0f), "gru h0");
+    Value lstm = c.g.apply(OpKind::LstmSequence, {xw, u, h0, c0});
+    Value gru = c.g.apply(OpKind::GruSequence, {gxw, gu, rb, gh0});
+    ASSERT_EQ(c.g.shape(lstm), (Shape{b, steps, 6 * h}));
+    EXPECT_EQ(c.check(c.g.add(c.project(lstm), c.project(gru))), "");
+  }
+}
+
 // Only the hidden states reach the loss, as in the layers (the gradient of
 // the other columns is then zero: the path the layers take).
 TEST(LayerOpGradRecurrent, HiddenStatesOnly) {
@@ -1300,4 +1322,10 @@ TEST(LayerOpGradRecurrent, ShapeRulesSayWhatTheyExpect) {
                                       g.input("rb", Shape{6})});
       },
       {"gru_sequence", "recurrent bias must be {9}", "{6}"}));
+  const Value xw = g.input("xw4", Shape{2, 4, 12}), s = g.input("s", Shape{2, 3});
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { g.apply(OpKind::LstmSequence, {xw, u, s}); },
+                                               {"lstm_sequence", "h0 and c0", "got one"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { g.apply(OpKind::LstmSequence, {xw, u, s, g.input("c0", Shape{3, 3})}); },
+      {"initial state 1 must be {batch, units} = {2, 3}", "{3, 3}"}));
 }

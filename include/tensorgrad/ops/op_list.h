@@ -136,15 +136,16 @@ TG_OP(MeanAxis, "mean_axis", 1, 1, Computes, nullptr, Fixed, elementwise)
 TG_OP(MaxAxis, "max_axis", 1, 1, Computes, nullptr, Fixed, elementwise)
 // Axes attrs.axis and attrs.axis2 swapped (a copy); rank 2..Shape::kMaxRank
 TG_OP(Transpose, "transpose", 1, 1, Computes, nullptr, Fixed, elementwise)
-// Fused recurrent layers over a whole sequence (B batch, T steps, H units), zero initial states.
-// (xw{B,T,4H} = x W + bias, U{H,4H}) -> {B,T,6H}: per step [h | c | i | f | g | o], gates i, f, g, o (Keras'
-// i, f, c, o) after their activations; z = xw_t + h_{t-1} U, c = f c_{t-1} + i g, h = o tanh(c)
-// (Hochreiter & Schmidhuber 1997, as keras.layers.LSTM)
-TG_OP(LstmSequence, "lstm_sequence", 2, 2, Computes, nullptr, Fixed, recurrent)
-// (xw{B,T,3H} = x W + input bias, U{H,3H}, recurrent bias{3H}) -> {B,T,5H}: per step [h | z | r | n | hn],
-// hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb), n = tanh(xw_n + r hn),
+// Fused recurrent layers over a whole sequence (B batch, T steps, H units), from zero initial states or
+// the given ones {B,H} (PyTorch's h0, c0).
+// (xw{B,T,4H} = x W + bias, U{H,4H} [, h0, c0]) -> {B,T,6H}: per step [h | c | i | f | g | o], gates i, f, g, o
+// (Keras' i, f, c, o) after their activations; z = xw_t + h_{t-1} U, c = f c_{t-1} + i g, h = o tanh(c)
+// (Hochreiter & Schmidhuber 1997, as keras.layers.LSTM and torch.nn.LSTM)
+TG_OP(LstmSequence, "lstm_sequence", 2, 4, Computes, nullptr, Fixed, recurrent)
+// (xw{B,T,3H} = x W + input bias, U{H,3H}, recurrent bias{3H} [, h0]) -> {B,T,5H}: per step
+// [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb), n = tanh(xw_n + r hn),
 // h = z h_{t-1} + (1 - z) n (reset_after, as cuDNN and PyTorch)
-TG_OP(GruSequence, "gru_sequence", 3, 3, Computes, nullptr, Fixed, recurrent)
+TG_OP(GruSequence, "gru_sequence", 3, 4, Computes, nullptr, Fixed, recurrent)
 
 // ---- backward ops (inputs listed at each gradient rule) ----
 TG_OP(ReluBackward, "relu_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
@@ -197,12 +198,13 @@ TG_OP(ClampBackward, "clamp_backward", 2, 2, Computes, nullptr, Fixed, elementwi
 // (x, g) -> dx: g to the first maximal element of each slice along attrs.axis (a NaN counts as maximal), 0
 // elsewhere; g has MaxAxis's output shape (attrs.keepdim)
 TG_OP(MaxAxisBackward, "max_axis_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
-// (y{B,T,6H}, U{H,4H}, g{B,T,6H}) -> dz{B,T,4H}: the gradient of the gates' pre-activations (= d xw), back
-// through time; every part of g counts (h, c and the gates)
-TG_OP(LstmSequenceBackward, "lstm_sequence_backward", 3, 3, Computes, nullptr, Fixed, recurrent)
-// (y{B,T,5H}, U{H,3H}, g{B,T,5H}) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw) and d hn, so that
-// d(h U + rb) = [dz | dr | d hn]
-TG_OP(GruSequenceBackward, "gru_sequence_backward", 3, 3, Computes, nullptr, Fixed, recurrent)
+// (y{B,T,6H}, U{H,4H}, g{B,T,6H} [, c0{B,H}]) -> dz{B,T,4H}: the gradient of the gates' pre-activations
+// (= d xw), back through time; every part of g counts (h, c and the gates). With c0 (initial states given):
+// {B,T+1,4H}, step T holding [dh0 | dc0 | 0 | 0]
+TG_OP(LstmSequenceBackward, "lstm_sequence_backward", 3, 4, Computes, nullptr, Fixed, recurrent)
+// (y{B,T,5H}, U{H,3H}, g{B,T,5H} [, h0{B,H}]) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw) and d hn,
+// so that d(h U + rb) = [dz | dr | d hn]. With h0: {B,T+1,4H}, step T holding [dh0 | 0 | 0 | 0]
+TG_OP(GruSequenceBackward, "gru_sequence_backward", 3, 4, Computes, nullptr, Fixed, recurrent)
 
 // ---- metrics ----
 // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ag/autograd.h"
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/core/error.h"
 
@@ -61,18 +62,31 @@ void check_state(const char* type, const char* name, const Tensor& s, int64_t la
                      s.shape().str());
 }
 
-// Layer k's initial state {N, H} from s {num_layers, N, H}, or zeros.
-Tensor layer_state(const Tensor& s, int64_t k, int64_t n, int64_t hidden) {
-  if (!s.defined()) return zeros(Shape{n, hidden});
-  return reshape(narrow(s, 0, k, 1), Shape{n, hidden});
+// Layer k's initial state {N, H} from s {num_layers, N, H} (undefined: zeros, the op's default).
+Tensor initial_state(const Tensor& s, int64_t k, int64_t n, int64_t hidden) {
+  return s.defined() ? reshape(narrow(s, 0, k, 1), Shape{n, hidden}) : Tensor();
 }
 
-// Step t of gx {N, T, G} as {N, G}.
-Tensor step(const Tensor& gx, int64_t t) {
-  return reshape(narrow(gx, 1, t, 1), Shape{gx.size(0), gx.size(2)});
+// x W_ih^T + b_ih + b_hh for every step at once, {N, T, G}: the fused ops'
+// input projection (their recurrent product h U has no bias of its own).
+Tensor input_projection(const Tensor& x, const Tensor& w_ih, const Tensor& b_ih, const Tensor& b_hh) {
+  const Tensor xw = linear(x, w_ih, b_ih);
+  return b_hh.defined() ? xw + b_hh : xw;
 }
 
-Tensor gate(const Tensor& g, int64_t k, int64_t hidden) { return narrow(g, 1, k * hidden, hidden); }
+// The fused op's hidden states {N, T, H} (the first H columns of y), and
+// column block `block` of its last step as {1, N, H} (h_n: 0; the LSTM's c_n: 1).
+Tensor hidden_states(const Tensor& y, int64_t hidden) { return narrow(y, 2, 0, hidden); }
+Tensor last_step(const Tensor& y, int64_t block, int64_t hidden) {
+  const Tensor last = narrow(narrow(y, 1, y.size(1) - 1, 1), 2, block * hidden, hidden);
+  return reshape(last, Shape{1, y.size(0), hidden});
+}
+
+// torch's GRU gate blocks r, z, n (along the first axis) in the fused op's order z, r, n.
+Tensor zrn(const Tensor& w, int64_t hidden) {
+  if (!w.defined()) return w;
+  return cat({narrow(w, 0, hidden, hidden), narrow(w, 0, 0, hidden), narrow(w, 0, 2 * hidden, hidden)}, 0);
+}
 
 }  // namespace
 
@@ -105,7 +119,7 @@ LSTM::LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bia
 
 LSTMOutput LSTM::forward(const Tensor& input, const Tensor& h0, const Tensor& c0) {
   Tensor x = batch_first_input("LSTM", input, input_size_, batch_first_);
-  const int64_t n = x.size(0), steps = x.size(1), hs = hidden_size_;
+  const int64_t n = x.size(0), hs = hidden_size_;
   if (h0.defined() != c0.defined())
     throw ValueError("LSTM: give both initial states h0 and c0, or neither; got only " +
                      std::string(h0.defined() ? "h0" : "c0"));
@@ -115,21 +129,18 @@ LSTMOutput LSTM::forward(const Tensor& input, const Tensor& h0, const Tensor& c0
   }
   std::vector<Tensor> h_last, c_last;
   for (int64_t k = 0; k < num_layers_; ++k) {
-    const Tensor gx = linear(x, w_ih_[size_t(k)], b_ih_[size_t(k)]);  // {N, T, 4H}, every step at once
-    Tensor h = layer_state(h0, k, n, hs), c = layer_state(c0, k, n, hs);
-    std::vector<Tensor> outs;
-    outs.reserve(size_t(steps));
-    for (int64_t t = 0; t < steps; ++t) {
-      const Tensor g = step(gx, t) + linear(h, w_hh_[size_t(k)], b_hh_[size_t(k)]);
-      const Tensor i = sigmoid(gate(g, 0, hs)), f = sigmoid(gate(g, 1, hs)), gg = tanh(gate(g, 2, hs)),
-                   o = sigmoid(gate(g, 3, hs));
-      c = f * c + i * gg;
-      h = o * tanh(c);
-      outs.push_back(reshape(h, Shape{n, 1, hs}));
+    const size_t i = size_t(k);
+    // One fused op over every step (the graph layers' LstmSequence), torch's
+    // gate order i, f, g, o being the op's.
+    std::vector<Tensor> in{input_projection(x, w_ih_[i], b_ih_[i], b_hh_[i]), transpose(w_hh_[i], 0, 1)};
+    if (h0.defined()) {
+      in.push_back(initial_state(h0, k, n, hs));
+      in.push_back(initial_state(c0, k, n, hs));
     }
-    x = cat(outs, 1);
-    h_last.push_back(reshape(h, Shape{1, n, hs}));
-    c_last.push_back(reshape(c, Shape{1, n, hs}));
+    const Tensor y = ag::detail::apply(OpKind::LstmSequence, in);  // {N, T, 6H}: [h | c | gates]
+    x = hidden_states(y, hs);
+    h_last.push_back(last_step(y, 0, hs));
+    c_last.push_back(last_step(y, 1, hs));
   }
   return {batch_first_ ? x : transpose(x, 0, 1), cat(h_last, 0), cat(c_last, 0)};
 }
@@ -143,25 +154,21 @@ GRU::GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias,
 
 GRUOutput GRU::forward(const Tensor& input, const Tensor& h0) {
   Tensor x = batch_first_input("GRU", input, input_size_, batch_first_);
-  const int64_t n = x.size(0), steps = x.size(1), hs = hidden_size_;
+  const int64_t n = x.size(0), hs = hidden_size_;
   if (h0.defined()) check_state("GRU", "h0", h0, num_layers_, n, hs);
   std::vector<Tensor> h_last;
   for (int64_t k = 0; k < num_layers_; ++k) {
-    const Tensor gx = linear(x, w_ih_[size_t(k)], b_ih_[size_t(k)]);  // {N, T, 3H}
-    Tensor h = layer_state(h0, k, n, hs);
-    std::vector<Tensor> outs;
-    outs.reserve(size_t(steps));
-    for (int64_t t = 0; t < steps; ++t) {
-      const Tensor xi = step(gx, t);
-      const Tensor gh = linear(h, w_hh_[size_t(k)], b_hh_[size_t(k)]);  // {N, 3H}: W_h* h + b_h*
-      const Tensor r = sigmoid(gate(xi, 0, hs) + gate(gh, 0, hs));
-      const Tensor z = sigmoid(gate(xi, 1, hs) + gate(gh, 1, hs));
-      const Tensor nn = tanh(gate(xi, 2, hs) + r * gate(gh, 2, hs));
-      h = (1.0f - z) * nn + z * h;
-      outs.push_back(reshape(h, Shape{n, 1, hs}));
-    }
-    x = cat(outs, 1);
-    h_last.push_back(reshape(h, Shape{1, n, hs}));
+    const size_t i = size_t(k);
+    // One fused op over every step (the graph layers' GruSequence, reset_after
+    // as torch), torch's gate blocks reordered to the op's z, r, n; b_hh is
+    // the op's recurrent bias, inside r * (W_hn h + b_hn).
+    const Tensor rb = b_hh_[i].defined() ? zrn(b_hh_[i], hs) : zeros(Shape{3 * hs});
+    std::vector<Tensor> in{input_projection(x, zrn(w_ih_[i], hs), zrn(b_ih_[i], hs), Tensor()),
+                           transpose(zrn(w_hh_[i], hs), 0, 1), rb};
+    if (h0.defined()) in.push_back(initial_state(h0, k, n, hs));
+    const Tensor y = ag::detail::apply(OpKind::GruSequence, in);  // {N, T, 5H}: [h | z | r | n | hn]
+    x = hidden_states(y, hs);
+    h_last.push_back(last_step(y, 0, hs));
   }
   return {batch_first_ ? x : transpose(x, 0, 1), cat(h_last, 0)};
 }

@@ -1,10 +1,11 @@
 #pragma once
 // Recurrent modules of the eager API, as torch.nn.LSTM and torch.nn.GRU: the
 // same parameter names, layouts, gate orders and default initialisation, so
-// a PyTorch state dict loads by name. Each is composed per time step from ag
-// ops (one linear for the input projection of every step at once, then per
-// step a linear of h, narrow for the gates, sigmoid / tanh), so autograd
-// comes from the ops; a fused kernel is a later issue.
+// a PyTorch state dict loads by name. Each layer runs as one linear for the
+// input projection of every step at once, then the fused recurrent op the
+// Keras-style layers use (LstmSequence, GruSequence: per step one small GEMM
+// and one pass over the gates), with the initial states as its inputs;
+// autograd comes from those ops' gradient rules.
 #include <cstdint>
 #include <vector>
 
