@@ -102,13 +102,13 @@ Tensor InputSpec::check(const Tensor& x, int64_t rows, const std::string& what, 
 }
 
 namespace detail {
-namespace {
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
   return s;
 }
 
+namespace {
 std::string count_message(const DataNames& names, size_t got, bool inputs) {
   std::vector<std::string> list(names.outputs.begin(), names.outputs.end());
   if (inputs) {

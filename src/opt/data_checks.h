@@ -68,4 +68,7 @@ struct DataRules {
 int64_t check_data(const DataNames& names, std::span<const Tensor> x, std::span<const Tensor> y,
                    std::span<const Tensor> sample_weight, int64_t rows, DataRules rules = {});
 
+/// Names for messages: "a, b, c".
+std::string joined(const std::vector<std::string>& names);
+
 }  // namespace tensorgrad::detail

@@ -21,24 +21,11 @@ using test_support::uniform;
 
 namespace {
 // 12 rows of y = x1 - 2 x2 + 0.5.
-struct Data {
-  Tensor x, y;
-  Data() {
-    std::mt19937 rng(3);
-    x = uniform({12, 2}, rng, -1, 1);
-    std::vector<float> yv;
-    for (int64_t i = 0; i < 12; ++i) yv.push_back(x.data<float>()[2 * i] - 2 * x.data<float>()[2 * i + 1] + 0.5f);
-    y = Tensor::from_vector(yv, {12, 1});
-  }
+struct Data : test_support::LinearData {
+  Data() : LinearData(3) {}
 };
 
-Sequential linear_model(float lr = 0.1f) {
-  manual_seed(5);
-  Sequential m({2});
-  m.add(Dense(1));
-  m.compile(OptimizerSpec::sgd(lr), "mse");
-  return m;
-}
+Sequential linear_model(float lr = 0.1f) { return test_support::linear_model(5, lr); }
 
 // Batches of `rows` over the data in order, then nothing (and a restart):
 // the seed's batch_gen. Counts its calls.

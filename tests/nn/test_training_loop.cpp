@@ -19,26 +19,13 @@ using test_support::throws;
 using test_support::uniform;
 
 namespace {
-// 12 rows of y = x1 - 2 x2 + 0.5; row r of x holds (r, -r) / 12 scaled, so a
-// batch's first value names its row.
-struct Data {
-  Tensor x, y;
-  Data() {
-    std::mt19937 rng(7);
-    x = uniform({12, 2}, rng, -1, 1);
-    std::vector<float> yv;
-    for (int64_t i = 0; i < 12; ++i) yv.push_back(x.data<float>()[2 * i] - 2 * x.data<float>()[2 * i + 1] + 0.5f);
-    y = Tensor::from_vector(yv, {12, 1});
-  }
+// 12 rows of y = x1 - 2 x2 + 0.5 with distinct random x, so a batch's values
+// name its rows (rows_in).
+struct Data : test_support::LinearData {
+  Data() : LinearData(7) {}
 };
 
-Sequential linear_model(float lr = 0.1f) {
-  manual_seed(11);
-  Sequential m({2});
-  m.add(Dense(1));
-  m.compile(OptimizerSpec::sgd(lr), "mse");
-  return m;
-}
+Sequential linear_model(float lr = 0.1f) { return test_support::linear_model(11, lr); }
 
 // Which rows of `all` a batch's x holds (rows are matched by value).
 std::vector<int64_t> rows_in(const Tensor& batch_x, const Tensor& all) {

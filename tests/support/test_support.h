@@ -173,4 +173,27 @@ class FakeDeviceStorage final : public tensorgrad::Storage {
   static inline int uploads = 0, within = 0, downloads = 0;
 };
 
+// 12 rows of y = x1 - 2 x2 + 0.5, x uniform in [-1, 1] drawn from `seed`: a
+// target Dense(1) can fit exactly, for tests of the training loop's plumbing.
+struct LinearData {
+  tensorgrad::Tensor x, y;
+  explicit LinearData(uint32_t seed) {
+    std::mt19937 rng(seed);
+    x = uniform({12, 2}, rng, -1, 1);
+    std::vector<float> yv;
+    for (int64_t i = 0; i < 12; ++i) yv.push_back(x.data<float>()[2 * i] - 2 * x.data<float>()[2 * i + 1] + 0.5f);
+    y = tensorgrad::Tensor::from_vector(yv, {12, 1});
+  }
+};
+
+// Dense(1) on two features, compiled with SGD at `lr` and MSE, its weights
+// drawn after manual_seed(seed).
+inline tensorgrad::nn::Sequential linear_model(uint64_t seed, float lr) {
+  tensorgrad::manual_seed(seed);
+  tensorgrad::nn::Sequential m({2});
+  m.add(tensorgrad::nn::Dense(1));
+  m.compile(tensorgrad::OptimizerSpec::sgd(lr), "mse");
+  return m;
+}
+
 }  // namespace test_support

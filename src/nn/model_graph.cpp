@@ -1,0 +1,125 @@
+// keras.Model as a graph of layers: its layers, inputs and outputs, calling
+// it as a layer of another model, and summary() as Keras prints it.
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nn/functional.h"
+#include "opt/data_checks.h"
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/nn/model.h"
+
+namespace tensorgrad::nn {
+
+using tensorgrad::detail::joined;
+
+namespace {
+// "(None, 28, 28, 1)", as Keras prints shapes with an unknown batch.
+std::string keras_shape(const Shape& s) {
+  std::string out = "(None";
+  for (int64_t d : s) out += ", " + std::to_string(d);
+  return out + ")";
+}
+}  // namespace
+
+std::vector<std::shared_ptr<Layer>> Model::layers() const {
+  check_live("layers()");
+  return graph_->layers;
+}
+
+std::shared_ptr<Layer> Model::get_layer(const std::string& name) const {
+  check_live("get_layer()");
+  std::vector<std::string> names;
+  for (const auto& l : graph_->layers) {
+    if (l->name() == name) return l;
+    names.push_back(l->name());
+  }
+  throw ValueError("no layer named '" + name + "'; the model's layers are (" + joined(names) + ")");
+}
+
+const std::vector<SymbolicTensor>& Model::inputs() const {
+  check_live("inputs()");
+  return graph_->inputs;
+}
+const std::vector<SymbolicTensor>& Model::outputs() const {
+  check_live("outputs()");
+  return graph_->outputs;
+}
+std::vector<std::string> Model::input_names() const {
+  check_live("input_names()");
+  return graph_->input_names;
+}
+std::vector<std::string> Model::output_names() const {
+  check_live("output_names()");
+  return graph_->output_names;
+}
+const Shape& Model::input_shape() const { return inputs()[0].shape(); }
+const Shape& Model::output_shape() const { return outputs()[0].shape(); }
+
+SymbolicTensor Model::operator()(const SymbolicTensor& x) const { return (*this)(std::vector<SymbolicTensor>{x}); }
+
+SymbolicTensor Model::operator()(const std::vector<SymbolicTensor>& inputs) const {
+  check_live("calling a model");
+  if (graph_->outputs.size() != 1)
+    throw ValueError("model '" + state_.name + "' has " + std::to_string(graph_->outputs.size()) +
+                     " outputs; call_outputs(inputs) gives one symbolic tensor per output");
+  return call_outputs(inputs)[0];
+}
+
+std::vector<SymbolicTensor> Model::call_outputs(const std::vector<SymbolicTensor>& inputs) const {
+  check_live("calling a model");
+  if (!state_.as_layer) state_.as_layer = std::make_shared<ModelLayer>(graph_, state_.name, type());
+  const SymbolicTensor first = (*state_.as_layer)(inputs);  // checks the inputs and records the call
+  const size_t n = graph_->outputs.size();
+  if (n == 1) return {first};
+  // The call was made here a moment ago and nothing else holds it yet.
+  auto call = std::const_pointer_cast<LayerCall>(first.call());
+  for (size_t k = 0; k < n; ++k) {
+    if (k > 0) call->more_shapes.push_back(graph_->outputs[k].shape());
+    call->output_names.push_back(state_.name + "/" + graph_->output_names[k]);
+  }
+  std::vector<SymbolicTensor> out;
+  for (size_t k = 0; k < n; ++k) out.emplace_back(first.call(), int(k));
+  return out;
+}
+
+std::string Model::summary() const {
+  check_live("summary()");
+  const bool functional = std::string(type()) != "Sequential";
+  std::ostringstream s;
+  char line[256];
+  s << "Model: \"" << state_.name << "\"\n";
+  if (functional)
+    std::snprintf(line, sizeof line, "%-40s %-22s %-10s %s\n", "Layer (type)", "Output shape", "Param #", "Connected to");
+  else
+    std::snprintf(line, sizeof line, "%-48s %-19s %s\n", "Layer (type)", "Output shape", "Param #");
+  s << line;
+  int64_t total = 0;
+  std::set<const void*> counted;
+  auto row = [&](const std::string& layer, const Shape& shape, int64_t params, const std::string& connected) {
+    if (functional)
+      std::snprintf(line, sizeof line, "%-40s %-22s %-10lld %s\n", layer.c_str(), keras_shape(shape).c_str(),
+                    (long long)params, connected.c_str());
+    else
+      std::snprintf(line, sizeof line, "%-48s %-19s %lld\n", layer.c_str(), keras_shape(shape).c_str(),
+                    (long long)params);
+    s << line;
+  };
+  if (functional)
+    for (const SymbolicTensor& in : graph_->inputs) row(in.name() + " (InputLayer)", in.shape(), 0, "-");
+  for (const LayerCall* c : graph_->order) {
+    int64_t params = 0;
+    for (const Weight& w : c->layer->weights())
+      if (w.value.defined() && counted.insert(w.value.raw()).second) params += w.value.numel();
+    total += params;
+    std::string connected;
+    for (const SymbolicTensor& t : c->inputs) connected += (connected.empty() ? "" : ", ") + t.name();
+    row(c->layer->name() + " (" + c->layer->type() + ")", c->shape, params, connected);
+  }
+  s << "Total params: " << total << "\n";
+  return s.str();
+}
+
+}  // namespace tensorgrad::nn
