@@ -17,11 +17,7 @@
 #include "tensorgrad/tensorgrad.h"
 
 using namespace tensorgrad;
-using nn::Dense;
-using nn::Input;
-using nn::Model;
-using nn::Sequential;
-using nn::SymbolicTensor;
+using namespace tensorgrad::nn;
 using test_support::TempDir;
 using test_support::ThreadsGuard;
 using test_support::bit_equal;

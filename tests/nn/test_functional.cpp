@@ -16,11 +16,7 @@
 #include "tensorgrad/tensorgrad.h"
 
 using namespace tensorgrad;
-using nn::Dense;
-using nn::Input;
-using nn::Model;
-using nn::Sequential;
-using nn::SymbolicTensor;
+using namespace tensorgrad::nn;
 using test_support::throws;
 using test_support::uniform;
 
