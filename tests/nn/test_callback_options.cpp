@@ -247,6 +247,11 @@ TEST(FitOptionsDesignated, FitTakesDesignatedInitializersInFieldOrder) {
       inputs(), targets(), {.epochs = 3, .batch_size = 2, .validation_split = 0.25, .shuffle = true, .verbose = 0});
   EXPECT_EQ(b["val_loss"].size(), 3u);
   EXPECT_TRUE(same_run({a, assigned.get_weights()}, {b, designated.get_weights()}));
+  // The Trainer's options too (this file compiles with
+  // -Werror=missing-field-initializers: every field left out has a default).
+  const nn::TrainerOptions t{.batch_size = 4, .nbatch_logical = 8};
+  EXPECT_EQ(t.loss_mask, 0);
+  EXPECT_FALSE(t.weight_decay.has_value());
 }
 
 TEST(FitOptionsDesignated, GeneratorFitTakesDesignatedInitializersInFieldOrder) {

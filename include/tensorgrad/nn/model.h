@@ -44,29 +44,29 @@ struct FitOptions {
   double validation_split = 0.0;
   /// Explicit validation data (one input, one output); takes precedence over
   /// validation_split.
-  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  std::optional<std::pair<Tensor, Tensor>> validation_data{};
   /// Explicit validation data for any model: one tensor per input and per
   /// output, in the model's order (Keras' validation_data = (x_list,
   /// y_list)). Takes precedence over validation_split; giving both this and
   /// validation_data is a ValueError.
-  std::vector<Tensor> validation_x, validation_y;
+  std::vector<Tensor> validation_x{}, validation_y{};
   /// One weight per row of validation_data ({rows} or {rows, 1}; Keras'
   /// third element of validation_data); undefined = all ones. With
   /// validation_split, the validation rows keep their sample_weight instead
   /// (split with the rows, as Keras). ValueError without validation_data
   /// (or validation_x).
-  Tensor validation_sample_weight;
+  Tensor validation_sample_weight{};
   bool shuffle = true;
   /// One weight per row, {rows} or {rows, 1}, for every output; undefined =
   /// all ones. Each output's loss is sum(w * loss_row) / rows (Keras' sum
   /// over batch size).
-  Tensor sample_weight;
+  Tensor sample_weight{};
   /// A weight per class id for the training rows (Keras' class_weight):
   /// each row's loss is multiplied by its class's weight (class ids, or the
   /// argmax of one-hot rows; 1 for classes not in the map) and by its
   /// sample_weight. Validation rows are not class-weighted, as Keras.
   /// ValueError for a model of several outputs or a negative weight.
-  std::map<int, float> class_weight;
+  std::map<int, float> class_weight{};
   /// 0 silent; 1 a live progress bar on a terminal, one line per epoch
   /// otherwise; 2 one line per epoch (fit adds a ProgbarLogger unless one is
   /// in `callbacks`).
@@ -76,8 +76,8 @@ struct FitOptions {
   /// logs). nn/callbacks.h has Keras' built-in ones: EarlyStopping,
   /// ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN, CSVLogger,
   /// LambdaCallback. A null pointer is a ValueError.
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  /// Data-parallel training over MPI (issue 14; PyTorch's
+  std::vector<std::shared_ptr<Callback>> callbacks{};
+  /// Data-parallel training over MPI (PyTorch's
   /// DistributedDataParallel, Horovod): the same program runs on every rank
   /// with the same data and options, and batch_size and nbatch_logical are
   /// the global batch's. Every epoch's shuffled order is the same on every
@@ -95,7 +95,7 @@ struct FitOptions {
   /// ValueError; any later exception on a rank ends the job with
   /// MPI_Abort(1) (nn/data_parallel.h). batch_size must be at least the
   /// number of ranks (ValueError). Null: one process.
-  std::shared_ptr<dist::Communicator> communicator;
+  std::shared_ptr<dist::Communicator> communicator{};
 };
 
 /// One batch from a generator (the seed's list(inputs = , labels = )): one
@@ -144,7 +144,7 @@ struct GeneratorFitOptions {
   /// Validation after every epoch from a generator of the same contract, for
   /// validation_steps batches (0: until it returns nullopt); val_* keys are
   /// NaN for an epoch where it gives nothing.
-  Generator validation_generator;
+  Generator validation_generator{};
   int64_t validation_steps = 0;
   /// Batches the generator runs ahead on a producer thread; 0 calls it on
   /// the calling thread. Either way it is called exactly as often, never past
@@ -152,13 +152,13 @@ struct GeneratorFitOptions {
   int prefetch = 2;
   /// As FitOptions.
   int verbose = 1;
-  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Callback>> callbacks{};
   /// Data-parallel training (see FitOptions::communicator): each rank calls
   /// its own generator (its own part of the data; batch_size and
   /// nbatch_logical are per rank here). An epoch ends when every rank's
   /// generator has ended; a rank whose generator ends first joins the
   /// others' updates without rows until then (PyTorch's Join). Null: off.
-  std::shared_ptr<dist::Communicator> communicator;
+  std::shared_ptr<dist::Communicator> communicator{};
 };
 
 class FunctionalGraph;
