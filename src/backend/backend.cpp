@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad {
@@ -142,5 +143,6 @@ const char* dtype_policy_name(DTypePolicy policy) {
 }
 
 bool built_with_cuda() { return cuda::built(); }
+bool built_with_vulkan() { return vulkan::built(); }
 
 }  // namespace tensorgrad

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/vulkan/vulkan_backend.h"
 #include "core/device_allocators.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
@@ -30,6 +31,7 @@ class Registry {
     // The CUDA backend is a stub without kernels in this version: it lists
     // no device, and its lookup says why there is none ("no CUDA device").
     add({"cuda", [] { return std::vector<DeviceInfo>{}; }, [](int) { return cuda::backend(); }});
+    add(vulkan::registration());
   }
 
   void add(BackendRegistration registration) {

@@ -235,5 +235,11 @@ const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy);
 std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy);
 /// Whether this build contains the CUDA backend target (TENSORGRAD_CUDA).
 bool built_with_cuda();
+/// Whether this build contains the Vulkan backend (TENSORGRAD_VULKAN): then
+/// Device("vulkan:N") names the N-th Vulkan device that supports Vulkan 1.2
+/// with bufferDeviceAddress and shaderInt64, when the system's Vulkan loader
+/// and a driver are installed (found at run time; without them compiling for
+/// "vulkan" throws StateError starting "no Vulkan device:" with the reason).
+bool built_with_vulkan();
 
 }  // namespace tensorgrad

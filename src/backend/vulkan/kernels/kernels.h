@@ -1,0 +1,30 @@
+#pragma once
+// The Vulkan kernel table: per op, the function that records its dispatches
+// (null where the Vulkan backend has no kernel for the op yet). Each family
+// file of this folder fills in its ops; a family's forward and backward sit
+// side by side, with its shaders in ../shaders/.
+#include <array>
+#include <span>
+
+#include "backend/vulkan/recorder.h"
+#include "tensorgrad/ops/op.h"
+
+namespace tensorgrad::vulkan {
+
+/// Records op on `in`, writing `out` (for in-place ops, their first input's
+/// memory). Arguments are contiguous, row-major, on the recorder's device;
+/// their shapes are those of the current batch.
+using Kernel = void (*)(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out);
+using KernelTable = std::array<Kernel, size_t(OpKind::Count)>;
+
+/// The table, filled once.
+const KernelTable& kernel_table();
+
+// The families (one .cpp each).
+void add_elementwise_kernels(KernelTable& t);  // element-wise and activation ops with their gradients, Fill, Scale
+void add_reduction_kernels(KernelTable& t);    // Sum, Mean, SumTo, BroadcastTo, axis reductions
+void add_matmul_kernels(KernelTable& t);       // MatMul, AccumulateGrad
+void add_loss_kernels(KernelTable& t);         // softmax, losses and their gradients, metrics
+void add_optimizer_kernels(KernelTable& t);    // optimizer tick and updates, clipping, dropout, counters, copies
+
+}  // namespace tensorgrad::vulkan

@@ -1,0 +1,21 @@
+// Included by every shader: the extensions and the tensor reference types.
+// Tensors are reached through buffer device addresses held in push
+// constants (8 bytes each, first in the push block), so no descriptor set
+// is bound. No shader assumes a subgroup size; workgroup sizes come from
+// specialization constant 0.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32 { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32 { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer I64 { int64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer F64 { double v[]; };
+
+layout(local_size_x_id = 0) in;
+
+// The grid-stride loop over n items: every invocation of every workgroup.
+#define FOR_EACH(i, n) for (uint i = gl_GlobalInvocationID.x; i < (n); i += gl_NumWorkGroups.x * gl_WorkGroupSize.x)
+
+// NaN-propagating max and min (GLSL's max/min do not promise it).
+float nan_max(float a, float b) { return isnan(a) || isnan(b) ? a + b : max(a, b); }
+float nan_min(float a, float b) { return isnan(a) || isnan(b) ? a + b : min(a, b); }

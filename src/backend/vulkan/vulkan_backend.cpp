@@ -1,0 +1,224 @@
+// The Vulkan backend: device memory (VulkanStorage), the kernel table
+// (kernels/), and planned graphs recorded into command buffers and replayed
+// every run (VulkanGraph), as ggml's Vulkan backend and CUDA graphs do.
+#include "backend/vulkan/vulkan_backend.h"
+
+#include <map>
+#include <optional>
+#include <mutex>
+#include <vector>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/kernels/kernels.h"
+#include "backend/vulkan/recorder.h"
+#include "tensorgrad/backend/backend.h"
+#include "tensorgrad/core/error.h"
+
+namespace tensorgrad::vulkan {
+
+namespace {
+
+// A command pool, its command buffers and a fence, owned by one graph or
+// launcher: replaying needs no Vulkan object made per run.
+class Commands {
+ public:
+  explicit Commands(std::shared_ptr<Context> context) : context_(std::move(context)) {
+    VkCommandPoolCreateInfo pinfo{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pinfo.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    check(api().vkCreateCommandPool(context_->device(), &pinfo, nullptr, &pool_), "vkCreateCommandPool");
+    VkFenceCreateInfo finfo{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    const VkResult r = api().vkCreateFence(context_->device(), &finfo, nullptr, &fence_);
+    if (r != VK_SUCCESS) api().vkDestroyCommandPool(context_->device(), pool_, nullptr);
+    check(r, "vkCreateFence");
+  }
+  ~Commands() {
+    // Every submission was waited for: nothing of ours is in flight.
+    api().vkDestroyFence(context_->device(), fence_, nullptr);
+    api().vkDestroyCommandPool(context_->device(), pool_, nullptr);  // frees its command buffers
+  }
+  Commands(const Commands&) = delete;
+  Commands& operator=(const Commands&) = delete;
+
+  VkCommandBuffer make_buffer() {
+    VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    info.commandPool = pool_;
+    info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    info.commandBufferCount = 1;
+    VkCommandBuffer cmd;
+    check(api().vkAllocateCommandBuffers(context_->device(), &info, &cmd), "vkAllocateCommandBuffers");
+    return cmd;
+  }
+  // Starts recording `cmd` (reset first), after a barrier that makes every
+  // earlier submission's writes visible to the kernels.
+  void begin(VkCommandBuffer cmd) {
+    check(api().vkResetCommandBuffer(cmd, 0), "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    check(api().vkBeginCommandBuffer(cmd, &begin), "vkBeginCommandBuffer");
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    api().vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                               &barrier, 0, nullptr, 0, nullptr);
+  }
+  // Ends recording, after a barrier that makes the kernels' writes visible
+  // to the host and to later copies.
+  void end(VkCommandBuffer cmd) {
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    api().vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                               VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr,
+                               0, nullptr);
+    check(api().vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+  }
+  void submit(VkCommandBuffer cmd) { context_->submit_and_wait(cmd, fence_); }
+  Context& context() const { return *context_; }
+
+ private:
+  std::shared_ptr<Context> context_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+};
+
+void record_step(Recorder& r, OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  const Kernel k = kernel_table()[size_t(op)];
+  if (!k)  // check_kernels refused such graphs when they were planned
+    throw StateError(std::string("the vulkan backend has no kernel for op ") + op_info(op).name);
+  k(r, attrs, in, out);
+}
+
+// A planned graph as command buffers: one per range of steps the executable
+// runs (the whole graph; an optimizer's forward and update parts), recorded
+// at its first run and replayed after; re-recorded after the program changed
+// (set_rows: new shapes and grids; bind: new input addresses). Recording
+// again makes no Vulkan object.
+class VulkanGraph final : public CompiledGraph {
+ public:
+  VulkanGraph(std::shared_ptr<Context> context, const GraphProgram& program)
+      : commands_(std::move(context)), program_(program) {}
+
+  void run(size_t first_step, size_t last_step) override {
+    if (first_step >= last_step) return;
+    Range* range = nullptr;
+    for (Range& r : ranges_)
+      if (r.first == first_step && r.last == last_step) range = &r;
+    if (!range) {
+      ranges_.push_back({first_step, last_step, commands_.make_buffer(), false, 0});
+      range = &ranges_.back();
+    }
+    if (!range->recorded) record(*range);
+    if (range->dispatches > 0) commands_.submit(range->cmd);
+  }
+
+  void update(const ProgramChange&) override {
+    for (Range& r : ranges_) r.recorded = false;
+  }
+
+ private:
+  struct Range {
+    size_t first, last;
+    VkCommandBuffer cmd;
+    bool recorded;
+    uint32_t dispatches;
+  };
+
+  void record(Range& range) {
+    commands_.begin(range.cmd);
+    Recorder rec(commands_.context(), range.cmd);
+    for (size_t s = range.first; s < range.last; ++s) {
+      const GraphProgram::Step& step = program_.steps[s];
+      record_step(rec, step.op, step.attrs, program_.inputs(step), program_.output(step));
+    }
+    commands_.end(range.cmd);
+    range.dispatches = rec.dispatches();
+    range.recorded = true;
+  }
+
+  Commands commands_;
+  const GraphProgram& program_;
+  std::vector<Range> ranges_;  // few: a deque is not needed, pointers are not kept across calls
+};
+
+// One op at a time (the eager API's path, and Backend's default compile):
+// the ops of one run are recorded into one command buffer and submitted at
+// its end.
+class VulkanLauncher final : public KernelLauncher {
+ public:
+  explicit VulkanLauncher(std::shared_ptr<Context> context)
+      : commands_(std::move(context)), cmd_(commands_.make_buffer()) {}
+  void begin_run() override {
+    commands_.begin(cmd_);
+    recorder_.emplace(commands_.context(), cmd_);
+  }
+  void end_run() override {
+    commands_.end(cmd_);
+    const bool any = recorder_->dispatches() > 0;
+    recorder_.reset();
+    if (any) commands_.submit(cmd_);
+  }
+  void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) override {
+    record_step(*recorder_, op, attrs, in, out);
+  }
+
+ private:
+  Commands commands_;
+  VkCommandBuffer cmd_;
+  std::optional<Recorder> recorder_;
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  Device device() const override { return context_->info().device; }
+  std::string name() const override { return "vulkan"; }
+  bool has_kernel(OpKind op) const override {
+    if (size_t(op) >= size_t(OpKind::Count)) return false;
+    const OpInfo& info = op_info(op);
+    return op == OpKind::Leaf || info.view || kernel_table()[size_t(op)] != nullptr;
+  }
+  std::shared_ptr<Storage> allocate(size_t bytes) const override {
+    if (bytes > (size_t(1) << 48))
+      throw ValueError("Vulkan: an allocation of " + std::to_string(bytes) + " bytes is beyond any device");
+    return std::make_shared<VulkanStorage>(context_, bytes);
+  }
+  std::unique_ptr<KernelLauncher> make_launcher(double) const override {
+    return std::make_unique<VulkanLauncher>(context_);
+  }
+  std::unique_ptr<CompiledGraph> compile(const GraphProgram& program) const override {
+    return std::make_unique<VulkanGraph>(context_, program);
+  }
+
+ private:
+  std::shared_ptr<Context> context_;
+};
+
+}  // namespace
+
+BackendRegistration registration() {
+  return {"vulkan",
+          []() -> std::vector<DeviceInfo> {
+            try {
+              return Instance::get().infos();
+            } catch (const StateError&) {
+              return {};  // the backend function below says why
+            }
+          },
+          [](int index) -> std::shared_ptr<const Backend> {
+            Instance& instance = Instance::get();  // throws "no Vulkan device: ..." with the reason
+            if (instance.physical().empty()) {
+              std::string why = "the Vulkan loader lists no device";
+              for (const std::string& r : instance.refused()) why += "; " + r;
+              throw StateError("no Vulkan device: " + why + "; use Device::CPU");
+            }
+            static std::mutex mutex;
+            static auto* made = new std::map<int, std::shared_ptr<const Backend>>();  // one per device, for the process
+            std::lock_guard<std::mutex> lock(mutex);
+            auto it = made->find(index);
+            if (it == made->end()) it = made->emplace(index, std::make_shared<VulkanBackend>(Context::get(index))).first;
+            return it->second;
+          }};
+}
+
+bool built() { return true; }
+
+}  // namespace tensorgrad::vulkan
