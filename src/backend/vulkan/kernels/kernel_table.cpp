@@ -11,6 +11,7 @@ const KernelTable& kernel_table() {
     add_matmul_kernels(t);
     add_loss_kernels(t);
     add_optimizer_kernels(t);
+    add_stateful_kernels(t);
     return t;
   }();
   return table;

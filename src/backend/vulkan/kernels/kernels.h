@@ -25,6 +25,7 @@ void add_elementwise_kernels(KernelTable& t);  // element-wise and activation op
 void add_reduction_kernels(KernelTable& t);    // Sum, Mean, SumTo, BroadcastTo, axis reductions
 void add_matmul_kernels(KernelTable& t);       // MatMul, AccumulateGrad
 void add_loss_kernels(KernelTable& t);         // softmax, losses and their gradients, metrics
-void add_optimizer_kernels(KernelTable& t);    // optimizer tick and updates, clipping, dropout, counters, copies
+void add_optimizer_kernels(KernelTable& t);    // optimizer tick and updates
+void add_stateful_kernels(KernelTable& t);     // clipping, moving averages, counters, dropout, state copies
 
 }  // namespace tensorgrad::vulkan
