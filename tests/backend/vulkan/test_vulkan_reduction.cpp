@@ -107,14 +107,16 @@ TEST(VulkanReduction, SumAndMean) {
 TEST(VulkanReduction, SumAndMeanSpecials) {
   TG_VULKAN_OR_SKIP(vk);
   for (int64_t n : {int64_t(5), int64_t(300000)}) {
-    // inf alone, inf with -inf (NaN), NaN alone, and values that overflow float.
-    for (int kind = 0; kind < 4; ++kind) {
+    // inf alone, inf with -inf (NaN), NaN alone, values that overflow float,
+    // and ones after 1e8 (each lost to a plain float sum: the compensation's case).
+    for (int kind = 0; kind < 5; ++kind) {
       Tensor x = test_support::random_tensor({n}, uint32_t(n + kind));
       float* p = x.data<float>();
       if (kind == 0) p[n / 2] = INFINITY;
       if (kind == 1) p[1] = INFINITY, p[n - 1] = -INFINITY;
       if (kind == 2) p[n - 2] = NAN;
       if (kind == 3) std::fill(p, p + n, 3e38f);
+      if (kind == 4) std::fill(p, p + n, 1.0f), p[0] = 1e8f;
       for (OpKind op : {OpKind::Sum, OpKind::Mean}) {
         if (kind == 3 && op == OpKind::Mean) continue;  // the CPU's mean of huge values is finite (double)
         SCOPED_TRACE(std::string(op_info(op).name) + " n " + std::to_string(n) + " case " + std::to_string(kind));
@@ -253,4 +255,18 @@ TEST(VulkanReduction, MaxAxisSlices) {
     if (op == OpKind::MaxAxisBackward) c.inputs.push_back(test_support::random_tensor({4, 1}, 10));
     test_support::expect_same_as_cpu(c, vk, 0, 0);
   }
+}
+
+// Empty inputs: sums of nothing are 0; the mean of an empty axis is NaN
+// (MeanAxis) or 0 (Mean, MeanLastAxis), as on the CPU.
+TEST(VulkanReduction, EmptyInputs) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Tensor row = Tensor::from_vector(std::vector<float>{}, Shape{3, 0});
+  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::MeanLastAxis})
+    test_support::expect_same_as_cpu(one(op, row), vk, 0, 0);
+  for (OpKind op : {OpKind::SumAxis, OpKind::MeanAxis})
+    test_support::expect_same_as_cpu(along(op, row, 1, false), vk, 0, 0);  // (axis 0: an empty output, which Executable::output does not give)
+  OpCase c = one(OpKind::SumTo, Tensor::from_vector(std::vector<float>{}, Shape{0, 4}));
+  c.attrs.shape = Shape{4};
+  test_support::expect_same_as_cpu(c, vk, 0, 0);
 }
