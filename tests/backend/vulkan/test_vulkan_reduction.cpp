@@ -82,8 +82,8 @@ Tensor tied(const Shape& s, uint32_t seed, bool specials) {
   return x;
 }
 
-const std::vector<Shape> kAxisShapes{{1}, {7}, {1, 300}, {300, 1}, {33, 65}, {2, 3, 31}, {3, 4, 5, 6}, {3, 5000},
-                                     {5000, 3}, {2, 1, 4000}};
+const std::vector<Shape> kAxisShapes{{1},        {7},          {1, 300},  {300, 1},  {33, 65},
+                                     {2, 3, 31}, {3, 4, 5, 6}, {3, 5000}, {5000, 3}, {2, 1, 4000}};
 
 }  // namespace
 
@@ -150,10 +150,10 @@ TEST(VulkanReduction, AxisSumsWithSpecials) {
     Tensor x = test_support::random_tensor(s, 7);
     float* p = x.data<float>();
     const int64_t cols = s[1];
-    p[0] = INFINITY;                     // row 0, column 0: inf
-    p[cols + 1] = INFINITY;              // row 1, column 1: inf and -inf
+    p[0] = INFINITY;         // row 0, column 0: inf
+    p[cols + 1] = INFINITY;  // row 1, column 1: inf and -inf
     p[(s[0] - 1) * cols + 1] = -INFINITY;
-    p[2 * cols + 2] = NAN;               // row 2, column 2: NaN
+    p[2 * cols + 2] = NAN;  // row 2, column 2: NaN
     for (int axis = 0; axis < 2; ++axis)
       for (OpKind op : {OpKind::SumAxis, OpKind::MeanAxis}) expect_sum(along(op, x, axis, false), vk, s[axis]);
     expect_sum(one(OpKind::MeanLastAxis, x), vk, s[1]);
@@ -180,8 +180,8 @@ TEST(VulkanReduction, SumToEveryTarget) {
 TEST(VulkanReduction, SumToBiasGradient) {
   TG_VULKAN_OR_SKIP(vk);
   uint32_t seed = 300;
-  for (const Shape& xs : std::vector<Shape>{{1, 10}, {10, 1}, {32, 128}, {4096, 33}, {100000, 10}, {300, 1000},
-                                            {8, 16, 64}}) {
+  for (const Shape& xs :
+       std::vector<Shape>{{1, 10}, {10, 1}, {32, 128}, {4096, 33}, {100000, 10}, {300, 1000}, {8, 16, 64}}) {
     Tensor x = test_support::random_tensor(xs, seed++);
     x.data<float>()[3] = NAN;
     OpCase c = one(OpKind::SumTo, x);
@@ -194,8 +194,9 @@ TEST(VulkanReduction, SumToBiasGradient) {
 TEST(VulkanReduction, BroadcastTo) {
   TG_VULKAN_OR_SKIP(vk);
   uint32_t seed = 400;
-  std::vector<std::pair<Shape, Shape>> cases{{{1}, {5, 7}}, {{}, {3}}, {{3, 1, 5}, {2, 3, 4, 5}},
-                                             {{7}, {4000, 7}}, {{4000, 1}, {4000, 7}}, {{1, 257}, {1000, 257}}};
+  std::vector<std::pair<Shape, Shape>> cases{
+      {{1}, {5, 7}},          {{}, {3}}, {{3, 1, 5}, {2, 3, 4, 5}}, {{7}, {4000, 7}}, {{4000, 1}, {4000, 7}},
+      {{1, 257}, {1000, 257}}};
   for (const Shape& target : std::vector<Shape>{{2, 3, 4}, {3, 1, 5, 7}})
     for (const Shape& s : broadcast_sources(target)) cases.push_back({s, target});
   for (const auto& [from, to] : cases) {
@@ -264,8 +265,9 @@ TEST(VulkanReduction, EmptyInputs) {
   const Tensor row = Tensor::from_vector(std::vector<float>{}, Shape{3, 0});
   for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::MeanLastAxis})
     test_support::expect_same_as_cpu(one(op, row), vk, 0, 0);
+  // (Axis 0 would give an empty output, which Executable::output does not return.)
   for (OpKind op : {OpKind::SumAxis, OpKind::MeanAxis})
-    test_support::expect_same_as_cpu(along(op, row, 1, false), vk, 0, 0);  // (axis 0: an empty output, which Executable::output does not give)
+    test_support::expect_same_as_cpu(along(op, row, 1, false), vk, 0, 0);
   OpCase c = one(OpKind::SumTo, Tensor::from_vector(std::vector<float>{}, Shape{0, 4}));
   c.attrs.shape = Shape{4};
   test_support::expect_same_as_cpu(c, vk, 0, 0);

@@ -86,8 +86,7 @@ void reduce(Recorder& r, Reduce op, const Slices& s, const KernelArg& x, const K
     uint32_t n_out, count, kept_rank, red_rank;
     uint32_t kept_size[3], kept_stride[3], red_size[3], red_stride[3];
     float empty;
-  } push{address(x), address(y), address(g ? *g : x), s.n_out, s.count, s.kept.rank, s.red.rank,
-         {}, {}, {}, {}, empty};
+  } push{address(x), address(y), address(g ? *g : x), s.n_out, s.count, s.kept.rank, s.red.rank, {}, {}, {}, {}, empty};
   std::copy_n(s.kept.size, 3, push.kept_size);
   std::copy_n(s.kept.stride, 3, push.kept_stride);
   std::copy_n(s.red.size, 3, push.red_size);
