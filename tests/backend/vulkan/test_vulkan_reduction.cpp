@@ -163,7 +163,7 @@ TEST(VulkanReduction, AxisSumsWithSpecials) {
 TEST(VulkanReduction, SumToEveryTarget) {
   TG_VULKAN_OR_SKIP(vk);
   uint32_t seed = 200;
-  for (const Shape& xs : std::vector<Shape>{{2, 3, 4}, {3, 1, 5, 7}, {40, 3, 50}}) {
+  for (const Shape& xs : std::vector<Shape>{{2, 3, 4}, {3, 1, 5, 7}, {40, 3, 50}, {30, 4, 40, 8}, {2, 3, 2, 3, 2, 3}}) {
     const Tensor x = test_support::random_tensor(xs, seed++);
     for (const Shape& target : broadcast_sources(xs)) {
       OpCase c = one(OpKind::SumTo, x);
@@ -197,7 +197,7 @@ TEST(VulkanReduction, BroadcastTo) {
   std::vector<std::pair<Shape, Shape>> cases{
       {{1}, {5, 7}},          {{}, {3}}, {{3, 1, 5}, {2, 3, 4, 5}}, {{7}, {4000, 7}}, {{4000, 1}, {4000, 7}},
       {{1, 257}, {1000, 257}}};
-  for (const Shape& target : std::vector<Shape>{{2, 3, 4}, {3, 1, 5, 7}})
+  for (const Shape& target : std::vector<Shape>{{2, 3, 4}, {3, 1, 5, 7}, {2, 3, 2, 3, 2, 3}})
     for (const Shape& s : broadcast_sources(target)) cases.push_back({s, target});
   for (const auto& [from, to] : cases) {
     Tensor x = test_support::random_tensor(from, seed++);

@@ -69,13 +69,24 @@ uint32_t group_size(const Recorder& r) {
   return g;
 }
 
-// Invocations per output: a long slice is split while the outputs alone
-// leave a GPU idle (under 64K invocations), each lane keeping at least 16
-// elements. Shapes alone decide, so a shape always gets the same order.
-uint32_t lanes_for(uint32_t n_out, uint32_t count, uint32_t group) {
+// Invocations per output (lanes): a long slice is split while the outputs
+// alone leave a GPU idle (under 64K invocations), each lane keeping at least
+// 16 elements. A slice contiguous in x puts its lanes side by side (coalesced
+// reads); otherwise neighbouring invocations take neighbouring outputs, at
+// least 8 of them (a 32-byte memory sector) where there are 8. Shapes
+// alone decide, so a shape always gets the same order of additions.
+struct Layout {
   uint32_t lanes = 1;
-  while (lanes < group && count / (lanes * 2) >= 16 && uint64_t(n_out) * lanes < 65536) lanes *= 2;
-  return lanes;
+  bool lanes_fast = false;
+};
+
+Layout layout_for(const Slices& s, uint32_t group) {
+  Layout l;
+  l.lanes_fast = s.red.rank > 0 && s.red.stride[s.red.rank - 1] == 1;
+  const uint32_t min_outputs = l.lanes_fast || s.n_out < 8 ? 1 : 8;
+  while (l.lanes < group / min_outputs && s.count / (l.lanes * 2) >= 16 && uint64_t(s.n_out) * l.lanes < 65536)
+    l.lanes *= 2;
+  return l;
 }
 
 void reduce(Recorder& r, Reduce op, const Slices& s, const KernelArg& x, const KernelArg& y, const KernelArg* g,
@@ -92,12 +103,9 @@ void reduce(Recorder& r, Reduce op, const Slices& s, const KernelArg& x, const K
   std::copy_n(s.red.size, 3, push.red_size);
   std::copy_n(s.red.stride, 3, push.red_stride);
   const uint32_t group = group_size(r);
-  const uint32_t lanes = lanes_for(s.n_out, s.count, group);
-  // A slice contiguous in x puts its lanes side by side (coalesced reads);
-  // otherwise neighbouring invocations take neighbouring outputs.
-  const bool lanes_fast = s.red.rank > 0 && s.red.stride[s.red.rank - 1] == 1;
-  r.dispatch("reduce_slices", {group, uint32_t(op), lanes, uint32_t(lanes_fast)}, push,
-             r.groups(s.n_out, group / lanes));
+  const Layout l = layout_for(s, group);
+  r.dispatch("reduce_slices", {group, uint32_t(op), l.lanes, uint32_t(l.lanes_fast)}, push,
+             r.groups(s.n_out, group / l.lanes));
 }
 
 void sum(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg& out) {
