@@ -13,14 +13,20 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/setup.sh [--test] [--bench] [--plot]
+usage: scripts/setup.sh [--test] [--bench] [--plot] [--vulkan]
 
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
-             libtbb-dev, libsleef-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist
+             libtbb-dev, libsleef-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist,
+             and the Vulkan backend's build packages: libvulkan-dev, glslc
   --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test),
-             libopenmpi-dev and openmpi-bin (the MPI communicator and its tests), and
-             nodejs and npm when no `node` is installed (the third-party GGUF check)
+             libopenmpi-dev and openmpi-bin (the MPI communicator and its tests),
+             mesa-vulkan-drivers and vulkan-validationlayers (the Vulkan tests run on
+             lavapipe, Mesa's Vulkan driver on the CPU, one of them under the validation
+             layer), and nodejs and npm when no `node` is installed (the third-party GGUF check)
+  --vulkan   adds what running on a Vulkan device needs: the loader (libvulkan1) and Mesa's
+             drivers (mesa-vulkan-drivers: lavapipe, and the AMD and Intel GPUs' drivers);
+             NVIDIA's driver comes from NVIDIA
   --plot     adds gnuplot-nox: training curves as PNG (the main job's --plot PATH)
   --bench    adds the benchmarks' packages: libbenchmark-dev, python3, python3-torch,
              python3-numpy, libtorch-dev, libdlib-dev
@@ -32,11 +38,13 @@ EOF
 want_test=0
 want_bench=0
 want_plot=0
+want_vulkan=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
     --bench) want_bench=1 ;;
     --plot) want_plot=1 ;;
+    --vulkan) want_vulkan=1 ;;
     -h|--help) usage; exit 0 ;;
     *)
       echo "setup: unknown option '$arg'" >&2
@@ -58,12 +66,21 @@ packages=(
   nlohmann-json3-dev                 # model and compile configurations inside GGUF files (io)
   libfp16-dev                        # IEEE half-precision conversion for F16 tensors in GGUF files
   dataset-fashion-mnist              # the main job's data, /usr/share/datasets/fashion-mnist
+  libvulkan-dev glslc                # the Vulkan backend: its headers, and its shaders compiled at build
 )
 if ((want_test)); then
   packages+=(
     libgtest-dev                     # the GoogleTest suites under CTest
     gnuplot-nox                      # the plot test draws a PNG
     libopenmpi-dev openmpi-bin       # the dist layer's MPI communicator and its mpiexec tests
+    mesa-vulkan-drivers              # lavapipe: the Vulkan tests run on the CPU
+    vulkan-validationlayers          # the Vulkan tests' validation-layer entry
+  )
+fi
+if ((want_vulkan)); then
+  packages+=(
+    libvulkan1                       # the Vulkan loader, opened at run time
+    mesa-vulkan-drivers              # Mesa's drivers: lavapipe (CPU), AMD, Intel
   )
 fi
 if ((want_plot)); then

@@ -18,6 +18,7 @@ BackendRegistration registration() {
 }
 
 bool built() { return false; }
+uint64_t driver_allocation_count() { return 0; }
 
 }  // namespace tensorgrad::vulkan
 #endif

@@ -8,6 +8,7 @@
 
 #include "nn/functional.h"
 #include "opt/data_checks.h"
+#include "tensorgrad/backend/registry.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/nn/model.h"
 
@@ -119,6 +120,14 @@ std::string Model::summary() const {
     row(c->layer->name() + " (" + c->layer->type() + ")", c->shape, params, connected);
   }
   s << "Total params: " << total << "\n";
+  // The CPU is the default and goes unsaid, as in Keras; another device is named with what it is.
+  if (state_.backend && state_.backend->device() != Device::CPU) {
+    const Device d = state_.backend->device();
+    std::string what;
+    for (const DeviceInfo& info : devices())
+      if (info.device == d) what = " (" + info.name + ", " + device_type_name(info.type) + ")";
+    s << "Device: " << d.str() << what << "\n";
+  }
   return s.str();
 }
 

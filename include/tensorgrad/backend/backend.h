@@ -241,5 +241,12 @@ bool built_with_cuda();
 /// and a driver are installed (found at run time; without them compiling for
 /// "vulkan" throws StateError starting "no Vulkan device:" with the reason).
 bool built_with_vulkan();
+/// How many host allocations Vulkan drivers made through the allocation
+/// callbacks (VkAllocationCallbacks) tensorgrad gives each Vulkan device,
+/// since the process began; 0 without the Vulkan backend. Drivers allocate
+/// on submits (Mesa does on every one); tensorgrad's own code allocates
+/// nothing in a training step, and this count lets a test tell the two
+/// apart.
+uint64_t vulkan_driver_allocations();
 
 }  // namespace tensorgrad

@@ -1,9 +1,12 @@
 // The Vulkan instance, devices, memory, pipelines and submissions (context.h).
 #include "backend/vulkan/context.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+
+#include <malloc.h>
 
 #include "backend/vulkan/shaders.h"
 #include "tensorgrad/core/error.h"
@@ -15,6 +18,31 @@ namespace tensorgrad::vulkan {
 namespace {
 
 std::atomic<uint64_t> g_validation_messages{0};
+std::atomic<uint64_t> g_driver_allocations{0};
+
+// The host memory the driver asks for through the device's allocation
+// callbacks: plain aligned allocations, counted, so that the allocation test
+// can tell the driver's per-submit allocations from tensorgrad's own.
+void* VKAPI_CALL driver_allocate(void*, size_t size, size_t alignment, VkSystemAllocationScope) {
+  ++g_driver_allocations;
+  void* p = nullptr;
+  return posix_memalign(&p, std::max(alignment, sizeof(void*)), size ? size : 1) == 0 ? p : nullptr;
+}
+void* VKAPI_CALL driver_reallocate(void*, void* old, size_t size, size_t alignment, VkSystemAllocationScope) {
+  if (!old) return driver_allocate(nullptr, size, alignment, VK_SYSTEM_ALLOCATION_SCOPE_OBJECT);
+  if (size == 0) {
+    std::free(old);
+    return nullptr;
+  }
+  ++g_driver_allocations;
+  void* p = nullptr;
+  if (posix_memalign(&p, std::max(alignment, sizeof(void*)), size) != 0) return nullptr;
+  std::memcpy(p, old, std::min(size, malloc_usable_size(old)));
+  std::free(old);
+  return p;
+}
+void VKAPI_CALL driver_free(void*, void* p) { std::free(p); }
+const VkAllocationCallbacks kDriverAllocator{nullptr, driver_allocate, driver_reallocate, driver_free, nullptr, nullptr};
 
 VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
                                                      VkDebugUtilsMessageTypeFlagsEXT,
@@ -63,6 +91,7 @@ std::string refusal(VkPhysicalDevice pd, const VkPhysicalDeviceProperties& props
 }  // namespace
 
 uint64_t Instance::validation_messages() { return g_validation_messages.load(); }
+uint64_t driver_allocations() { return g_driver_allocations.load(); }
 
 Instance& Instance::get() {
   static Instance* instance = nullptr;
@@ -209,7 +238,7 @@ Context::Context(int, VkPhysicalDevice physical, DeviceInfo info) : physical_(ph
   dinfo.pNext = &enable;
   dinfo.queueCreateInfoCount = 1;
   dinfo.pQueueCreateInfos = &queue;
-  check(a.vkCreateDevice(physical_, &dinfo, nullptr, &device_), "vkCreateDevice");
+  check(a.vkCreateDevice(physical_, &dinfo, &kDriverAllocator, &device_), "vkCreateDevice");
   a.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 
   VkPhysicalDeviceMemoryProperties mem;
@@ -296,9 +325,9 @@ void Context::free(const Allocation& a) {
 
 Pipeline Context::pipeline(std::string_view name, std::span<const uint32_t> constants) {
   std::lock_guard<std::mutex> lock(pipeline_mutex_);
-  auto key = std::make_pair(std::string(name), std::vector<uint32_t>(constants.begin(), constants.end()));
-  auto it = pipelines_.find(key);
-  if (it != pipelines_.end()) return it->second;
+  for (const CachedPipeline& c : pipelines_)
+    if (c.shader == name && std::equal(c.constants.begin(), c.constants.end(), constants.begin(), constants.end()))
+      return c.pipeline;
   Api& a = api();
   auto mod = modules_.find(name);
   if (mod == modules_.end()) {
@@ -325,7 +354,7 @@ Pipeline Context::pipeline(std::string_view name, std::span<const uint32_t> cons
   pinfo.layout = layout_;
   Pipeline p;
   check(a.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &pinfo, nullptr, &p.handle), "vkCreateComputePipelines");
-  pipelines_.emplace(std::move(key), p);
+  pipelines_.push_back({std::string(name), std::vector<uint32_t>(constants.begin(), constants.end()), p});
   return p;
 }
 

@@ -159,7 +159,14 @@ class Context : public std::enable_shared_from_this<Context> {
   std::mutex queue_mutex_;
   std::mutex pipeline_mutex_;
   std::map<std::string, VkShaderModule, std::less<>> modules_;
-  std::map<std::pair<std::string, std::vector<uint32_t>>, Pipeline> pipelines_;
+  // Searched in order at every dispatch a recording makes: a hit allocates
+  // nothing, so re-recording (a new batch size) allocates nothing either.
+  struct CachedPipeline {
+    std::string shader;
+    std::vector<uint32_t> constants;
+    Pipeline pipeline;
+  };
+  std::vector<CachedPipeline> pipelines_;
   std::mutex once_mutex_;
   VkCommandPool once_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer once_cmd_ = VK_NULL_HANDLE;
@@ -167,6 +174,10 @@ class Context : public std::enable_shared_from_this<Context> {
   Allocation staging_;
   size_t staging_bytes_ = 0;
 };
+
+/// The driver's host allocations through the devices' allocation callbacks
+/// since the process began.
+uint64_t driver_allocations();
 
 /// The bytes of push constants every pipeline takes (the limit every
 /// Vulkan device guarantees).

@@ -220,5 +220,6 @@ BackendRegistration registration() {
 }
 
 bool built() { return true; }
+uint64_t driver_allocation_count() { return driver_allocations(); }
 
 }  // namespace tensorgrad::vulkan

@@ -3,6 +3,8 @@
 // vulkan/*.cpp when CMake's TENSORGRAD_VULKAN finds the Vulkan headers and
 // glslc, else from vulkan_unavailable.cpp, whose registration lists no
 // device and says why.
+#include <cstdint>
+
 #include "tensorgrad/backend/registry.h"
 
 namespace tensorgrad::vulkan {
@@ -11,5 +13,8 @@ namespace tensorgrad::vulkan {
 BackendRegistration registration();
 /// Whether the Vulkan backend was built.
 bool built();
+/// The driver's host allocations through the allocation callbacks given to
+/// its devices (0 without the backend).
+uint64_t driver_allocation_count();
 
 }  // namespace tensorgrad::vulkan
