@@ -1,8 +1,10 @@
 // Vulkan kernels: element-wise and activation ops with their gradients,
-// Fill and Scale (kernels.h). Three shaders cover them, the op a
-// specialization constant: unary.comp (y = f(x)), elementwise_backward.comp
-// (dx = f(x or y, g)) and elementwise_binary.comp (NumPy broadcasting); their
-// math functions are in shaders/elementwise.glsl.
+// Fill and Scale (kernels.h), and the copies Transpose, Slice, Concat and
+// ToIndex. Four shaders cover them, the op a specialization constant:
+// unary.comp (y = f(x)), elementwise_backward.comp (dx = f(x or y, g)),
+// elementwise_binary.comp (NumPy broadcasting) and elementwise_copy.comp
+// (strided copies); the math functions are in shaders/elementwise.glsl.
+#include <array>
 #include <utility>
 
 #include "backend/vulkan/kernels/kernels.h"
@@ -105,6 +107,85 @@ void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
   r.dispatch("elementwise_binary", {kGroup, uint32_t(code), uint32_t(flat)}, push, r.groups(push.n, kGroup));
 }
 
+// ---- copies: elementwise_copy.comp ----
+
+enum CopyMode : uint32_t { kCopy4, kCopy8, kToIndex };
+
+// Row-major strides of `s` (elements).
+std::array<int64_t, Shape::kMaxRank> strides_of(const Shape& s) {
+  std::array<int64_t, Shape::kMaxRank> st{};
+  int64_t stride = 1;
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    st[size_t(d)] = stride;
+    stride *= s[d];
+  }
+  return st;
+}
+
+// One strided copy over an index space of shape `dims` (see elementwise_copy.comp):
+// per axis d of dims, the source and destination strides ss[d] and sd[d].
+void copy(Recorder& r, CopyMode mode, const KernelArg& src, const KernelArg& dst, const Shape& dims,
+          const std::array<int64_t, Shape::kMaxRank>& ss, const std::array<int64_t, Shape::kMaxRank>& sd,
+          int64_t src_base, int64_t dst_base) {
+  count32(src.numel(), "copy");
+  count32(dst.numel(), "copy");
+  struct {
+    uint64_t src, dst;
+    uint32_t n, src_base, dst_base;
+    uint32_t dims[6], ss[6], sd[6];
+  } push{address(src), address(dst), count32(dims.numel(), "copy"), uint32_t(src_base), uint32_t(dst_base),
+         {}, {}, {}};
+  if (push.n == 0) return;
+  const int pad = 6 - dims.rank();
+  for (int i = 0; i < 6; ++i) {
+    const bool real = i >= pad;
+    push.dims[i] = real ? uint32_t(dims[i - pad]) : 1;
+    push.ss[i] = real ? uint32_t(ss[size_t(i - pad)]) : 0;
+    push.sd[i] = real ? uint32_t(sd[size_t(i - pad)]) : 0;
+  }
+  r.dispatch("elementwise_copy", {kGroup, uint32_t(mode)}, push, r.groups(push.n, kGroup));
+}
+
+CopyMode copy_mode(const KernelArg& a) { return dtype_size(a.dtype) == 8 ? kCopy8 : kCopy4; }
+
+// y = x with axes attrs.axis and attrs.axis2 swapped: y's index space, x's strides swapped likewise.
+void transpose(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  auto ss = strides_of(in[0].shape);
+  std::swap(ss[size_t(attrs.axis)], ss[size_t(attrs.axis2)]);
+  copy(r, copy_mode(out), in[0], out, out.shape, ss, strides_of(out.shape), 0, 0);
+}
+
+// y = attrs.length entries of x from attrs.start along attrs.axis: y's index space.
+void slice(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  const auto ss = strides_of(in[0].shape);
+  copy(r, copy_mode(out), in[0], out, out.shape, ss, strides_of(out.shape), attrs.start * ss[size_t(attrs.axis)], 0);
+}
+
+// dx = zeros of attrs.shape with g at the slice: a fill, then g's index space.
+void slice_backward(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  OpAttrs zero;
+  zero.value = 0.0f;
+  fill(r, zero, {}, out);
+  const auto sd = strides_of(out.shape);
+  copy(r, kCopy4, in[0], out, in[0].shape, strides_of(in[0].shape), sd, 0, attrs.start * sd[size_t(attrs.axis)]);
+}
+
+// y = the inputs joined along attrs.axis: one copy per input, over its index space.
+void concat(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  const auto sd = strides_of(out.shape);
+  int64_t offset = 0;
+  for (const KernelArg& x : in) {
+    copy(r, copy_mode(out), x, out, x.shape, strides_of(x.shape), sd, 0, offset * sd[size_t(attrs.axis)]);
+    offset += x.shape[attrs.axis];
+  }
+}
+
+// float32 whole numbers -> int32 (the caller checked they fit).
+void to_index(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg& out) {
+  const Shape flat{in[0].numel()};
+  copy(r, kToIndex, in[0], out, flat, strides_of(flat), strides_of(flat), 0, 0);
+}
+
 }  // namespace
 
 void add_elementwise_kernels(KernelTable& t) {
@@ -148,6 +229,12 @@ void add_elementwise_kernels(KernelTable& t) {
   t[size_t(OpKind::SoftplusBackward)] = backward<kSoftplusB>;
   t[size_t(OpKind::ErfBackward)] = backward<kErfB>;
   t[size_t(OpKind::ClampBackward)] = backward<kClampB>;
+
+  t[size_t(OpKind::Transpose)] = transpose;
+  t[size_t(OpKind::Slice)] = slice;
+  t[size_t(OpKind::SliceBackward)] = slice_backward;
+  t[size_t(OpKind::Concat)] = concat;
+  t[size_t(OpKind::ToIndex)] = to_index;
 }
 
 }  // namespace tensorgrad::vulkan
