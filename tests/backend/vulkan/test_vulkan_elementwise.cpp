@@ -180,6 +180,7 @@ TEST(VulkanElementwise, LargeUnaryAndBinary) {
   const Tensor x = test_support::random_tensor(s, 7, 2.0f), y = test_support::random_tensor(s, 8);
   expect_op(vk, OpKind::Sigmoid, {}, {x}, 1e-6, 0);
   expect_op(vk, OpKind::Mul, {}, {x, y}, 0, 0);
+  expect_op(vk, OpKind::Sub, {}, {x, Tensor::from_vector(std::vector<float>{0.25f}, Shape{1})}, 0, 0);
 }
 
 TEST(VulkanElementwise, Pow) {
@@ -285,7 +286,9 @@ TEST(VulkanElementwise, BinaryBroadcast) {
   const std::vector<std::pair<Shape, Shape>> pairs{
       {{3, 1}, {1, 4}},       {{2, 3, 4}, {4}},        {{5}, {}},           {{1}, {6, 1}},
       {{}, {5}},              {{4}, {2, 3, 4}},        {{2, 1, 3}, {4, 1}}, {{1, 2, 1, 3, 1, 2}, {2, 1, 3, 5, 1}},
-      {{7, 1, 33}, {1, 65, 1}}, {{2, 3, 31}, {2, 1, 31}}, {{}, {}},          {{3, 1, 1, 1, 1, 2}, {1, 2, 2, 2, 2, 1}}};
+      {{7, 1, 33}, {1, 65, 1}}, {{2, 3, 31}, {2, 1, 31}}, {{}, {}},          {{3, 1, 1, 1, 1, 2}, {1, 2, 2, 2, 2, 1}},
+      {{4, 5, 6}, {1, 5, 6}}, {{4, 5, 6}, {4, 1, 6}},  {{1, 5, 1}, {4, 5, 6}}, {{4, 5, 6, 7}, {4, 5, 1, 1}},
+      {{1}, {1}},             {{2, 2, 2, 2, 2, 2}, {2, 2, 2, 2, 2, 2}}};
   uint32_t seed = 400;
   for (const auto& [sa, sb] : pairs) {
     SCOPED_TRACE(sa.str() + " with " + sb.str());

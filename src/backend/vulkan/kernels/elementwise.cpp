@@ -71,49 +71,55 @@ void backward(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, 
   r.dispatch("elementwise_backward", {kGroup, uint32_t(op)}, push, r.groups(push.n, kGroup));
 }
 
-// elementwise_binary.comp's OP codes.
-enum Binary : uint32_t { kAdd, kAddRelu, kSub, kMul, kDiv, kMaximum, kMinimum, kGreaterEqual };
+// ---- strided index spaces: elementwise_binary.comp and elementwise_copy.comp ----
 
-// Strides of `s` broadcast to `out` (NumPy's rule: shapes aligned at their
-// last axis), at the 6 - rank(out) leading padded axes too, 0 where s is broadcast.
-void broadcast_strides(const Shape& s, const Shape& out, uint32_t* strides) {
-  constexpr int kR = Shape::kMaxRank;
-  const int r = out.rank();
-  uint32_t stride = 1;
-  for (int i = kR - 1; i >= 0; --i) {
-    const int oi = i - (kR - r), si = oi - (r - s.rank());
-    const int64_t d = oi >= 0 && si >= 0 ? s[si] : 1;
-    strides[i] = d == 1 ? 0 : stride;
-    stride *= uint32_t(d);
+constexpr int kAxes = Shape::kMaxRank;
+static_assert(kAxes == 6, "the strided shaders' push blocks hold 6 axes");
+using Strides = std::array<int64_t, kAxes>;
+
+// An index space walked by the strided shaders: element i's coordinates in
+// dims[0, rank) (row-major) give each operand k's offset sum c_d strides[k][d].
+template <int K>
+struct Walk {
+  int rank = 0;
+  std::array<int64_t, kAxes> dims{};
+  std::array<Strides, K> strides{};
+};
+
+// The walk over `shape` with the operands' strides along its axes, with
+// axes of size 1 dropped and each axis merged into the next where every
+// operand's strides allow (outer stride = inner stride x inner size): the
+// shaders divide once per axis left, and a contiguous walk has one axis.
+template <int K>
+Walk<K> walk(const Shape& shape, const std::array<Strides, K>& strides) {
+  Walk<K> w;
+  for (int d = 0; d < shape.rank(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = w.rank > 0;
+    for (int k = 0; k < K && merge; ++k) merge = strides[k][size_t(d)] * shape[d] == w.strides[k][size_t(w.rank - 1)];
+    if (merge) {
+      w.dims[size_t(w.rank - 1)] *= shape[d];
+      for (int k = 0; k < K; ++k) w.strides[k][size_t(w.rank - 1)] = strides[k][size_t(d)];
+    } else {
+      w.dims[size_t(w.rank)] = shape[d];
+      for (int k = 0; k < K; ++k) w.strides[k][size_t(w.rank)] = strides[k][size_t(d)];
+      ++w.rank;
+    }
   }
+  if (w.rank == 0) {  // one element
+    w.rank = 1;
+    w.dims[0] = 1;
+  }
+  return w;
 }
 
-template <Binary op>
-void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
-  static_assert(Shape::kMaxRank == 6, "elementwise_binary.comp's push block holds 6 axes");
-  const Binary code = op == kAdd && (attrs.flags & kReluOutput) ? kAddRelu : op;
-  struct {
-    uint64_t a, b, y;
-    uint32_t n;
-    uint32_t dims[6], sa[6], sb[6];
-  } push{address(in[0]), address(in[1]), address(out), count32(out.numel(), "binary op"), {}, {}, {}};
-  count32(in[0].numel(), "binary op");
-  count32(in[1].numel(), "binary op");
-  const Shape& s = out.shape;
-  for (int i = 0; i < 6; ++i) push.dims[i] = i < 6 - s.rank() ? 1 : uint32_t(s[i - (6 - s.rank())]);
-  broadcast_strides(in[0].shape, s, push.sa);
-  broadcast_strides(in[1].shape, s, push.sb);
-  const bool flat = in[0].shape == s && in[1].shape == s;
-  r.dispatch("elementwise_binary", {kGroup, uint32_t(code), uint32_t(flat)}, push, r.groups(push.n, kGroup));
+void to_push(const std::array<int64_t, kAxes>& v, uint32_t* out) {
+  for (int i = 0; i < kAxes; ++i) out[i] = uint32_t(v[size_t(i)]);
 }
-
-// ---- copies: elementwise_copy.comp ----
-
-enum CopyMode : uint32_t { kCopy4, kCopy8, kToIndex };
 
 // Row-major strides of `s` (elements).
-std::array<int64_t, Shape::kMaxRank> strides_of(const Shape& s) {
-  std::array<int64_t, Shape::kMaxRank> st{};
+Strides strides_of(const Shape& s) {
+  Strides st{};
   int64_t stride = 1;
   for (int d = s.rank() - 1; d >= 0; --d) {
     st[size_t(d)] = stride;
@@ -122,28 +128,62 @@ std::array<int64_t, Shape::kMaxRank> strides_of(const Shape& s) {
   return st;
 }
 
-// One strided copy over an index space of shape `dims` (see elementwise_copy.comp):
-// per axis d of dims, the source and destination strides ss[d] and sd[d].
-void copy(Recorder& r, CopyMode mode, const KernelArg& src, const KernelArg& dst, const Shape& dims,
-          const std::array<int64_t, Shape::kMaxRank>& ss, const std::array<int64_t, Shape::kMaxRank>& sd,
-          int64_t src_base, int64_t dst_base) {
+// Strides of `s` broadcast to `out` (NumPy's rule: shapes aligned at their
+// last axis), 0 along the axes where s is broadcast.
+Strides broadcast_strides(const Shape& s, const Shape& out) {
+  Strides st{};
+  int64_t stride = 1;
+  for (int d = out.rank() - 1; d >= 0; --d) {
+    const int sd = d - (out.rank() - s.rank());
+    const int64_t n = sd >= 0 ? s[sd] : 1;
+    st[size_t(d)] = n == 1 ? 0 : stride;
+    stride *= n;
+  }
+  return st;
+}
+
+// elementwise_binary.comp's OP codes.
+enum Binary : uint32_t { kAdd, kAddRelu, kSub, kMul, kDiv, kMaximum, kMinimum, kGreaterEqual };
+
+template <Binary op>
+void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+  const Binary code = op == kAdd && (attrs.flags & kReluOutput) ? kAddRelu : op;
+  count32(in[0].numel(), "binary op");
+  count32(in[1].numel(), "binary op");
+  const Walk<2> w = walk<2>(out.shape, {broadcast_strides(in[0].shape, out.shape), broadcast_strides(in[1].shape, out.shape)});
+  struct {
+    uint64_t a, b, y;
+    uint32_t n;
+    uint32_t dims[6], sa[6], sb[6];
+  } push{address(in[0]), address(in[1]), address(out), count32(out.numel(), "binary op"), {}, {}, {}};
+  to_push(w.dims, push.dims);
+  to_push(w.strides[0], push.sa);
+  to_push(w.strides[1], push.sb);
+  r.dispatch("elementwise_binary", {kGroup, uint32_t(code), uint32_t(w.rank)}, push, r.groups(push.n, kGroup));
+}
+
+// ---- copies: elementwise_copy.comp ----
+
+enum CopyMode : uint32_t { kCopy4, kCopy8, kToIndex };
+
+// One strided copy over the index space `shape`, with source strides ss and
+// destination strides sd along its axes (see elementwise_copy.comp).
+void copy(Recorder& r, CopyMode mode, const KernelArg& src, const KernelArg& dst, const Shape& shape,
+          const Strides& ss, const Strides& sd, int64_t src_base, int64_t dst_base) {
   count32(src.numel(), "copy");
   count32(dst.numel(), "copy");
+  const Walk<2> w = walk<2>(shape, {ss, sd});
   struct {
     uint64_t src, dst;
     uint32_t n, src_base, dst_base;
     uint32_t dims[6], ss[6], sd[6];
-  } push{address(src), address(dst), count32(dims.numel(), "copy"), uint32_t(src_base), uint32_t(dst_base),
+  } push{address(src), address(dst), count32(shape.numel(), "copy"), uint32_t(src_base), uint32_t(dst_base),
          {}, {}, {}};
   if (push.n == 0) return;
-  const int pad = 6 - dims.rank();
-  for (int i = 0; i < 6; ++i) {
-    const bool real = i >= pad;
-    push.dims[i] = real ? uint32_t(dims[i - pad]) : 1;
-    push.ss[i] = real ? uint32_t(ss[size_t(i - pad)]) : 0;
-    push.sd[i] = real ? uint32_t(sd[size_t(i - pad)]) : 0;
-  }
-  r.dispatch("elementwise_copy", {kGroup, uint32_t(mode)}, push, r.groups(push.n, kGroup));
+  to_push(w.dims, push.dims);
+  to_push(w.strides[0], push.ss);
+  to_push(w.strides[1], push.sd);
+  r.dispatch("elementwise_copy", {kGroup, uint32_t(mode), uint32_t(w.rank)}, push, r.groups(push.n, kGroup));
 }
 
 CopyMode copy_mode(const KernelArg& a) { return dtype_size(a.dtype) == 8 ? kCopy8 : kCopy4; }

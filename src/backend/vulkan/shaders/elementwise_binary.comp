@@ -1,12 +1,13 @@
 #version 450
 #include "common.glsl"
 // y = op(a, b) with NumPy broadcasting, op chosen by constant 1
-// (kernels/elementwise.cpp's Binary codes). With constant 2 (FLAT) both
-// operands have the output's shape; otherwise element i's offsets come from
-// its coordinates in dims (the output's shape, rank dims padded with leading
-// 1s to 6) and each operand's strides, 0 along its broadcast axes.
+// (kernels/elementwise.cpp's Binary codes). Element i's coordinates in
+// dims[0, RANK) (row-major; RANK is constant 2) give its offsets in a and b
+// through their strides sa and sb, 0 along broadcast axes. The kernel drops
+// size-1 axes and merges the ones it can, so two operands of the output's
+// shape are one axis of stride 1, and no division.
 layout(constant_id = 1) const uint OP = 0;
-layout(constant_id = 2) const bool FLAT = false;
+layout(constant_id = 2) const int RANK = 6;
 layout(push_constant) uniform Push {
   F32 a; F32 b; F32 y;
   uint n;
@@ -29,18 +30,15 @@ float f(float a, float b) {
 
 void main() {
   FOR_EACH(i, p.n) {
-    uint ia = i, ib = i;
-    if (!FLAT) {
-      ia = 0;
-      ib = 0;
-      uint rem = i;
-      for (int d = 5; d >= 0; --d) {
-        const uint c = rem % p.dims[d];
-        rem /= p.dims[d];
-        ia += c * p.sa[d];
-        ib += c * p.sb[d];
-      }
+    uint ia = 0, ib = 0, rem = i;
+    for (int d = RANK - 1; d > 0; --d) {
+      const uint c = rem % p.dims[d];
+      rem /= p.dims[d];
+      ia += c * p.sa[d];
+      ib += c * p.sb[d];
     }
+    ia += rem * p.sa[0];
+    ib += rem * p.sb[0];
     p.y.v[i] = f(p.a.v[ia], p.b.v[ib]);
   }
 }
