@@ -122,10 +122,12 @@ std::vector<BackwardCase> backward_cases() {
   clamp.clamp_min = -0.5f;
   clamp.clamp_max = 1.0f;
   const Tolerance exact{0, 0}, ulps{1e-6, 0}, cancel{1e-6, 1e-6}, one_minus{1e-6, 2.5e-7};
-  return {{OpKind::ReluBackward, exact},      {OpKind::SigmoidBackward, ulps},  {OpKind::TanhBackward, one_minus},
-          {OpKind::RsqrtBackward, ulps},      {OpKind::GeluBackward, cancel},   {OpKind::GeluTanhBackward, cancel},
-          {OpKind::SiluBackward, cancel},     {OpKind::EluBackward, ulps, elu}, {OpKind::LeakyReluBackward, exact, leaky},
-          {OpKind::SoftplusBackward, ulps},   {OpKind::ErfBackward, ulps},      {OpKind::ClampBackward, exact, clamp}};
+  return {{OpKind::ReluBackward, exact},          {OpKind::SigmoidBackward, ulps},
+          {OpKind::TanhBackward, one_minus},      {OpKind::RsqrtBackward, ulps},
+          {OpKind::GeluBackward, cancel},         {OpKind::GeluTanhBackward, cancel},
+          {OpKind::SiluBackward, cancel},         {OpKind::EluBackward, ulps, elu},
+          {OpKind::LeakyReluBackward, exact, leaky}, {OpKind::SoftplusBackward, ulps},
+          {OpKind::ErfBackward, ulps},            {OpKind::ClampBackward, exact, clamp}};
 }
 
 constexpr double kSubnormal = 1e-37;
@@ -155,7 +157,8 @@ TEST(VulkanElementwise, Unary) {
 
 TEST(VulkanElementwise, UnarySpecialValues) {
   TG_VULKAN_OR_SKIP(vk);
-  for (const UnaryCase& u : unary_cases()) expect_op(vk, u.op, u.attrs, {from(special_values())}, u.tol.rtol, kSubnormal);
+  for (const UnaryCase& u : unary_cases())
+    expect_op(vk, u.op, u.attrs, {from(special_values())}, u.tol.rtol, kSubnormal);
 }
 
 // Wider ranges where the functions change regime: exp's overflow and underflow,
@@ -213,7 +216,8 @@ TEST(VulkanElementwise, Backward) {
       if (b.op == OpKind::SigmoidBackward || b.op == OpKind::TanhBackward) {
         float* p = v.data<float>();
         for (int64_t i = 0; i < v.numel(); ++i)
-          if (std::isfinite(p[i])) p[i] = b.op == OpKind::TanhBackward ? std::tanh(p[i]) : 0.5f + 0.5f * std::tanh(p[i]);
+          if (std::isfinite(p[i]))
+            p[i] = b.op == OpKind::TanhBackward ? std::tanh(p[i]) : 0.5f + 0.5f * std::tanh(p[i]);
       }
       const Tensor g = test_support::random_tensor(s, seed++);
       expect_op(vk, b.op, b.attrs, {v, g}, b.tol.rtol, b.tol.atol);
@@ -225,7 +229,8 @@ TEST(VulkanElementwise, BackwardSpecialValues) {
   const std::vector<float> v = special_values();
   std::vector<float> g(v.size());
   for (size_t i = 0; i < g.size(); ++i) g[i] = i % 5 == 4 ? -kInf : (i % 7 == 6 ? NAN : 1.0f - 0.37f * float(i % 11));
-  for (const BackwardCase& b : backward_cases()) expect_op(vk, b.op, b.attrs, {from(v), from(g)}, b.tol.rtol, b.tol.atol + kSubnormal);
+  for (const BackwardCase& b : backward_cases())
+    expect_op(vk, b.op, b.attrs, {from(v), from(g)}, b.tol.rtol, b.tol.atol + kSubnormal);
 }
 
 TEST(VulkanElementwise, BackwardSweep) {
@@ -235,7 +240,8 @@ TEST(VulkanElementwise, BackwardSweep) {
     v.push_back(float(i) * 0.0037f);
     g.push_back(1.0f);
   }
-  for (const BackwardCase& b : backward_cases()) expect_op(vk, b.op, b.attrs, {from(v), from(g)}, b.tol.rtol, b.tol.atol + kSubnormal);
+  for (const BackwardCase& b : backward_cases())
+    expect_op(vk, b.op, b.attrs, {from(v), from(g)}, b.tol.rtol, b.tol.atol + kSubnormal);
 }
 
 namespace {
@@ -320,7 +326,8 @@ constexpr DType kDTypes[] = {DType::Float32, DType::Int32, DType::Int64};
 
 TEST(VulkanElementwise, Transpose) {
   TG_VULKAN_OR_SKIP(vk);
-  const std::vector<Shape> shapes{{1, 1}, {3, 5}, {33, 65}, {2, 3, 31}, {2, 1, 4, 3}, {2, 3, 1, 2, 5}, {2, 1, 3, 2, 2, 3}};
+  const std::vector<Shape> shapes{{1, 1},       {3, 5},          {33, 65},          {2, 3, 31},
+                                  {2, 1, 4, 3}, {2, 3, 1, 2, 5}, {2, 1, 3, 2, 2, 3}};
   uint32_t seed = 0;
   for (const Shape& s : shapes)
     for (int a = 0; a < s.rank(); ++a)
@@ -342,7 +349,8 @@ TEST(VulkanElementwise, SliceAndBackward) {
   for (const Shape& s : shapes)
     for (int axis = 0; axis < s.rank(); ++axis) {
       const int64_t n = s[axis];
-      for (auto [start, length] : {std::pair<int64_t, int64_t>{0, n}, {0, 1}, {n - 1, 1}, {n / 3, n - n / 3}, {1, n - 2}}) {
+      const std::pair<int64_t, int64_t> ranges[] = {{0, n}, {0, 1}, {n - 1, 1}, {n / 3, n - n / 3}, {1, n - 2}};
+      for (auto [start, length] : ranges) {
         // An empty output has no memory for the graph to bind.
         if (length <= 0) continue;
         OpAttrs at;
@@ -383,7 +391,8 @@ TEST(VulkanElementwise, Concat) {
 
 TEST(VulkanElementwise, ToIndex) {
   TG_VULKAN_OR_SKIP(vk);
-  std::vector<float> v{0.0f, -0.0f, 1.0f, -1.0f, 7.0f, -300.0f, 16777216.0f, -16777216.0f, 2147483520.0f, -2147483648.0f};
+  std::vector<float> v{0.0f,         -0.0f,        1.0f,          -1.0f,         7.0f,
+                       -300.0f,      16777216.0f, -16777216.0f, 2147483520.0f, -2147483648.0f};
   for (int i = 0; i < 1000; ++i) v.push_back(float(i * 37 % 1001 - 500));
   expect_op(vk, OpKind::ToIndex, {}, {from(v)}, 0, 0);
   for (const Shape& s : test_support::elementwise_shapes()) {

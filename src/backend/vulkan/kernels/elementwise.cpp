@@ -150,7 +150,8 @@ void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
   const Binary code = op == kAdd && (attrs.flags & kReluOutput) ? kAddRelu : op;
   count32(in[0].numel(), "binary op");
   count32(in[1].numel(), "binary op");
-  const Walk<2> w = walk<2>(out.shape, {broadcast_strides(in[0].shape, out.shape), broadcast_strides(in[1].shape, out.shape)});
+  const Walk<2> w =
+      walk<2>(out.shape, {broadcast_strides(in[0].shape, out.shape), broadcast_strides(in[1].shape, out.shape)});
   struct {
     uint64_t a, b, y;
     uint32_t n;
