@@ -11,10 +11,11 @@
 //    few ulp, the CPU's libm or SLEEF within 1.
 //  - GELU's tanh form: 3e-5 relative. It is x / (1 + e^t) with t = x (a + b
 //    x^2) rounded in float32, and one ulp of t is |t| ulps of the result
-//    (|t| = 11 at x = -4, up to 88 before y underflows); the CPU rounds t
-//    with or without a fused multiply-add depending on the element (SLEEF's
-//    8 lanes, then the compiler's scalar tail), so the two sides' t differ
-//    by an ulp or two (256 ulps of y seen at x = -9.7).
+//    (|t| = 11 at x = -4, up to 88 before y underflows). t's three roundings
+//    may be fused differently on each side (SLEEF's 8 lanes have no fused
+//    multiply-add, the compiler's scalar tail and a GPU compiler may fuse),
+//    so the two sides' t differ by an ulp or two (256 ulps of y seen at
+//    x = -9.7 on lavapipe).
 //  - TanhBackward, g (1 - y^2): 1e-6 relative plus 2.5e-7 absolute (4 |g|
 //    ulps of 1): 1 - y^2 cancels as |y| nears 1, and whether y^2 is rounded
 //    before the subtraction (a fused multiply-add or not) differs by device.
