@@ -29,6 +29,15 @@ uint32_t team_size(int64_t cols, uint32_t group) {
   return t;
 }
 
+// The team size of the one-workgroup kernels (a scalar out of B rows): the
+// group's time is about B C / group plus the trees' barriers, which grow with
+// the team, so teams stay as small as lets every row of a small batch run at once.
+uint32_t single_group_team(int64_t rows, int64_t cols, uint32_t group) {
+  uint32_t t = team_size(cols, group);
+  while (t > 1 && int64_t(group / t) < rows) t /= 2;
+  return t;
+}
+
 // Workgroups for `rows` rows at group / team rows each (the shaders loop over the rest).
 uint32_t row_groups(const Recorder& r, int64_t rows, uint32_t group, uint32_t team) {
   return r.groups(uint64_t(rows), group / team);
@@ -67,12 +76,13 @@ void cross_entropy(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, c
   } push{address(z),      address(t),       weighted ? address(in[2]) : 0,
          backward ? address(in.back()) : 0, address(out), uint32_t(b), uint32_t(c),
          t.shape.rank() == 1 ? 1u : 0u,     weighted ? 1u : 0u};
-  const uint32_t w = group_size(r), team = team_size(c, w);
+  const uint32_t w = group_size(r);
   if (backward) {
     if (b == 0) return;
+    const uint32_t team = team_size(c, w);
     r.dispatch("loss_xent", {w, 1u, team}, push, row_groups(r, b, w, team));
   } else {
-    r.dispatch("loss_xent", {w, 0u, team}, push, 1);
+    r.dispatch("loss_xent", {w, 0u, single_group_team(b, c, w)}, push, 1);
   }
 }
 
@@ -146,8 +156,8 @@ void metric(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
          uint32_t(c),
          t.shape.rank() == 1 ? 1u : 0u,
          uint32_t(std::clamp<int64_t>(attrs.k, 0, std::numeric_limits<int32_t>::max()))};
-  const uint32_t w = group_size(r), team = team_size(c, w);
-  r.dispatch("loss_metric", {w, uint32_t(op), team}, push, 1);
+  const uint32_t w = group_size(r);
+  r.dispatch("loss_metric", {w, uint32_t(op), single_group_team(z.shape[0], c, w)}, push, 1);
 }
 
 }  // namespace

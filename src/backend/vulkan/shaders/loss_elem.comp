@@ -38,9 +38,12 @@ float element(float pk, float tk) {
     const float r = abs(d);
     return r <= p.a ? 0.5 * d * d : p.a * (r - 0.5 * p.a);
   }
-  // max(z, 0) - z y + log(1 + e^-|z|), which never overflows; NaN kept explicitly by the max.
-  const float zmax = isnan(pk) ? pk : max(pk, 0.0);
-  return zmax - pk * tk + log1p_01(exp(-abs(pk)));
+  // max(z, 0) - z y + log(1 + e^-|z|), which never overflows. max(z, 0) - z y as z (1 - y) for z >= 0,
+  // exact to rounding where it would cancel (z of 1e30, y near 1: 1 - y is exact), as the CPU's double;
+  // infinite z as the CPU's formula (inf - inf y is NaN for y >= 0), NaN explicitly.
+  if (isnan(pk)) return pk;
+  const float lin = isinf(pk) ? max(pk, 0.0) - pk * tk : pk >= 0.0 ? pk * (1.0 - tk) : -pk * tk;
+  return lin + log1p_01(exp(-abs(pk)));
 }
 
 void main() {
