@@ -108,7 +108,9 @@ float group_sum(float v) {
     if (i < s) red_f[i] += red_f[i + s];
   }
   barrier();
-  return red_f[0];
+  const float r = red_f[0];
+  barrier();
+  return r;
 }
 
 uint group_sum_u(uint v) {
@@ -119,7 +121,9 @@ uint group_sum_u(uint v) {
     if (i < s) red_u[i] += red_u[i + s];
   }
   barrier();
-  return red_u[0];
+  const uint r = red_u[0];
+  barrier();
+  return r;
 }
 
 // The rows this workgroup's teams take: row = first + team() for each

@@ -8,6 +8,8 @@
 // 0 mse (p - t)^2; 1 mae |p - t|; 2 huber (a = attribute delta);
 // 3 binary cross-entropy from logits; 4 binary_accuracy: the count of
 // (p > a) == (t > 0.5), a = attribute threshold, unweighted.
+// float32 throughout where the CPU sums in double: an mse difference beyond
+// 1.8e19 overflows its square here, where the CPU's mean may stay finite.
 layout(constant_id = 1) const uint OP = 0;
 layout(push_constant) uniform Push {
   F32 pred;
