@@ -31,7 +31,8 @@ uint32_t team_size(int64_t cols, uint32_t group) {
 
 // The team size of the one-workgroup kernels (a scalar out of B rows): the
 // group's time is about B C / group plus the trees' barriers, which grow with
-// the team, so teams stay as small as lets every row of a small batch run at once.
+// the team, so the team shrinks until the group holds one per row (down to a
+// single invocation): large teams only for batches too small to fill the group.
 uint32_t single_group_team(int64_t rows, int64_t cols, uint32_t group) {
   uint32_t t = team_size(cols, group);
   while (t > 1 && int64_t(group / t) < rows) t /= 2;
@@ -73,9 +74,15 @@ void cross_entropy(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, c
   struct {
     uint64_t z, t, w, g, out;
     uint32_t rows, cols, sparse, weighted;
-  } push{address(z),      address(t),       weighted ? address(in[2]) : 0,
-         backward ? address(in.back()) : 0, address(out), uint32_t(b), uint32_t(c),
-         t.shape.rank() == 1 ? 1u : 0u,     weighted ? 1u : 0u};
+  } push{address(z),
+         address(t),
+         weighted ? address(in[2]) : 0,
+         backward ? address(in.back()) : 0,
+         address(out),
+         uint32_t(b),
+         uint32_t(c),
+         t.shape.rank() == 1 ? 1u : 0u,
+         weighted ? 1u : 0u};
   const uint32_t w = group_size(r);
   if (backward) {
     if (b == 0) return;
