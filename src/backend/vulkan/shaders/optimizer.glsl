@@ -193,74 +193,68 @@ R r_pow(R b, R x) {
   return r_exp(r_mul(x, r_log(b)));
 }
 
-// sin(pi z) and cos(pi z) for z in [0, 1/4], by their Taylor series.
-R r_sinpi(R z) {
-  const R x = r_mul(r_pi(), z), x2 = r_mul(x, x);
+// cos(pi z)^2 for z in [0, 1/2], by the Taylor series of cos(pi z) or, past
+// 1/4, of sin(pi (1/2 - z)), in one loop (each call site of a function is
+// a copy of it in the module).
+R cospi_squared(R z) {
+  const bool sine = r_lt(r_f(0.25), z);
+  const R x = r_mul(r_pi(), sine ? r_sub(r_f(0.5), z) : z), x2 = r_mul(x, x);
+  const int odd = sine ? 1 : 0;
   R s = r_one();
-  for (int k = 11; k >= 1; --k) s = r_sub(r_one(), r_div(r_mul(x2, s), r_f(float((2 * k) * (2 * k + 1)))));
-  return r_mul(x, s);
-}
-R r_cospi(R z) {
-  const R x = r_mul(r_pi(), z), x2 = r_mul(x, x);
-  R s = r_one();
-  for (int k = 11; k >= 1; --k) s = r_sub(r_one(), r_div(r_mul(x2, s), r_f(float((2 * k - 1) * (2 * k)))));
-  return s;
-}
-
-// The CPU's half_cosine, 0.5 (1 + cos(pi x)) for x in [0, 1], as
-// cos(pi x / 2)^2: the same value without the cancellation of 1 + cos near
-// x = 1 (which the pair's precision could not afford).
-R half_cosine(R x) {
-  const R z = r_mul(x, r_f(0.5));
-  const R c = r_le(z, r_f(0.25)) ? r_cospi(z) : r_sinpi(r_sub(r_f(0.5), z));
+  for (int k = 11; k >= 1; --k) s = r_sub(r_one(), r_div(r_mul(x2, s), r_f(float((2 * k - 1 + odd) * (2 * k + odd)))));
+  const R c = sine ? r_mul(x, s) : s;
   return r_mul(c, c);
 }
 
 float value(uint i) { return p.values.v[i]; }
 int64_t step_at(uint i) { return p.steps.v[i]; }
 
-// SGDR's restart period of step t (the CPU's restart_period): start(k) <=
-// done < start(k + 1), start(k) = (1 - t_mul^k) / (1 - t_mul). The
-// logarithm only guesses k; the comparisons settle it as on the CPU.
-R restart_start(R t_mul, int64_t k) { return r_div(r_sub(r_one(), r_powi(t_mul, k)), r_sub(r_one(), t_mul)); }
-
-R cosine_decay_restarts(int64_t t) {
-  const R initial = r_f(value(0)), t_mul = r_f(value(1)), m_mul = r_f(value(2)), alpha = r_f(value(3));
-  const int64_t first = step_at(0);
-  int64_t k;
-  R done;
-  if (value(1) == 1.0) {
-    k = t / first;
-    done = r_div(r_i(t % first), r_i(first));
-  } else {
-    const R whole = r_div(r_i(t), r_i(first));
-    const R arg = r_sub(r_one(), r_mul(whole, r_sub(r_one(), t_mul)));
-    if (r_isnan(arg) || r_le(arg, r_f(0.0)) || value(1) <= 0.0) return r_nan();
-    const float guess = float(r_approx(r_floor(r_div(r_log(arg), r_log(t_mul)))));
-    if (isnan(guess) || isinf(guess)) return r_nan();
-    k = int64_t(clamp(guess, 0.0, 1e9));
-    // Bounded where the CPU's loops are not: a k off by more is not a rounding.
-    for (int i = 0; i < 64 && k > 0 && r_lt(whole, restart_start(t_mul, k)); ++i) k -= 1;
-    for (int i = 0; i < 64 && r_le(restart_start(t_mul, k + 1), whole); ++i) k += 1;
-    done = r_div(r_sub(whole, restart_start(t_mul, k)), r_powi(t_mul, k));
-  }
-  const R decayed = r_mul(r_mul(r_sub(r_one(), alpha), r_powi(m_mul, k)), half_cosine(done));
-  return r_mul(initial, r_add(decayed, alpha));
+// SGDR's restart period start(k) = (1 - t_mul^k) / (1 - t_mul), and t_mul^k.
+R restart_start(R t_mul, int64_t k, out R power) {
+  power = r_powi(t_mul, k);
+  return r_div(r_sub(r_one(), power), r_sub(r_one(), t_mul));
 }
 
-R cosine_decay(int64_t t) {
-  const int64_t decay_steps = step_at(0), warmup_steps = step_at(1);
-  const R initial = r_f(value(0)), alpha = r_f(value(1));
-  R from = initial;
-  int64_t into_decay = t;
-  if (step_at(2) != 0l) {  // warmup_target: a linear ramp to it first, then the decay from it
-    const R target = r_f(value(2));
-    if (t < warmup_steps) return r_add(initial, r_mul(r_sub(target, initial), r_div(r_i(t), r_i(warmup_steps))));
-    from = target;
-    into_decay = t - warmup_steps;
+// The period k of CosineDecayRestarts that t falls in (the CPU's
+// restart_period): start(k) <= done < start(k + 1), with done = t / first
+// periods; returns how much of it is done. The logarithm only guesses k;
+// the comparisons settle it as on the CPU's loops (here bounded: a guess off
+// by more is no rounding).
+R restart_period(int64_t t, R t_mul, out int64_t k) {
+  const int64_t first = step_at(0);
+  if (value(1) == 1.0) {
+    k = t / first;
+    return r_div(r_i(t % first), r_i(first));
   }
-  const R done = r_div(r_i(min(into_decay, decay_steps)), r_i(decay_steps));
-  return r_mul(from, r_add(r_mul(r_sub(r_one(), alpha), half_cosine(done)), alpha));
+  const R done = r_div(r_i(t), r_i(first));
+  R logs[2] = {r_sub(r_one(), r_mul(done, r_sub(r_one(), t_mul))), t_mul};
+  if (r_isnan(logs[0]) || r_le(logs[0], r_f(0.0)) || value(1) <= 0.0) return r_nan();
+  for (int j = 0; j < 2; ++j) logs[j] = r_log(logs[j]);
+  const float guess = float(r_approx(r_floor(r_div(logs[0], logs[1]))));
+  if (isnan(guess) || isinf(guess)) return r_nan();
+  k = int64_t(clamp(guess, 0.0, 1e9));
+  R start = r_f(0.0), power = r_one();  // start(0), t_mul^0
+  bool down = k > 0;
+  for (int i = 0; i < 128; ++i) {
+    R pw;
+    const R s = restart_start(t_mul, down ? k : k + 1, pw);
+    if (down) {  // while start(k) > done: k -= 1
+      if (r_lt(done, s)) {
+        k -= 1;
+        down = k > 0;
+      } else {
+        start = s;
+        power = pw;
+        down = false;
+      }
+    } else {  // while start(k + 1) <= done: k += 1
+      if (!r_le(s, done)) break;
+      k += 1;
+      start = s;
+      power = pw;
+    }
+  }
+  return r_div(r_sub(done, start), power);
 }
 
 R scheduled_learning_rate(int64_t t) {
@@ -274,8 +268,30 @@ R scheduled_learning_rate(int64_t t) {
     const R e = step_at(1) != 0l ? r_i(t / decay_steps) : r_div(r_i(t), r_i(decay_steps));
     return r_mul(r_f(value(0)), r_pow(r_f(value(1)), e));
   }
-  if (KIND == 3) return cosine_decay(t);
-  return cosine_decay_restarts(t);
+  // The cosine decays: from ((1 - alpha) scale half_cosine(done) + alpha).
+  R from = r_f(value(0)), alpha, scale = r_one(), done;
+  if (KIND == 3) {  // kCosineDecay
+    const int64_t decay_steps = step_at(0), warmup_steps = step_at(1);
+    alpha = r_f(value(1));
+    int64_t into_decay = t;
+    if (step_at(2) != 0l) {  // warmup_target: a linear ramp to it first, then the decay from it
+      const R target = r_f(value(2));
+      if (t < warmup_steps) return r_add(from, r_mul(r_sub(target, from), r_div(r_i(t), r_i(warmup_steps))));
+      from = target;
+      into_decay = t - warmup_steps;
+    }
+    done = r_div(r_i(min(into_decay, decay_steps)), r_i(decay_steps));
+  } else {  // kCosineDecayRestarts
+    alpha = r_f(value(3));
+    int64_t k = 0;
+    done = restart_period(t, r_f(value(1)), k);
+    if (r_isnan(done)) return done;
+    scale = r_powi(r_f(value(2)), k);
+  }
+  // The CPU's half_cosine(done) = 0.5 (1 + cos(pi done)), as cos(pi done / 2)^2: the same value without the
+  // cancellation of 1 + cos near done = 1 (which the pair's precision could not afford).
+  const R half_cosine = cospi_squared(r_mul(done, r_f(0.5)));
+  return r_mul(from, r_add(r_mul(r_mul(r_sub(r_one(), alpha), scale), half_cosine), alpha));
 }
 
 void main() {
@@ -284,7 +300,7 @@ void main() {
   if (KIND != 0) p.hyper.v[kLr] = r_float(scheduled_learning_rate(t0));  // before the increment, as Keras
   const int64_t t = t0 + 1;
   p.step.v[0] = t;
-  p.hyper.v[kBiasCorrection1] = r_float(r_div(r_one(), r_sub(r_one(), r_powi(r_f(p.hyper.v[kBeta1]), t))));
-  p.hyper.v[kBiasCorrection2] = r_float(r_div(r_one(), r_sub(r_one(), r_powi(r_f(p.hyper.v[kBeta2]), t))));
+  for (uint j = 0; j < 2; ++j)  // a loop rather than two copies of the arithmetic
+    p.hyper.v[kBiasCorrection1 + j] = r_float(r_div(r_one(), r_sub(r_one(), r_powi(r_f(p.hyper.v[kBeta1 + j]), t))));
   p.hyper.v[kStepDampening] = t == 1l ? 0.0 : p.hyper.v[kDampening];
 }
