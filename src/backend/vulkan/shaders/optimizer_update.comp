@@ -25,7 +25,8 @@ void main() {
     const float param = p.param.v[i];
     // The CPU adds 0 * param without L2 too, so an infinite or NaN param
     // makes the gradient NaN; here the compiler would fold that product away.
-    const float g = L2 ? p.grad.v[i] + wd * param : (isinf(param) || isnan(param) ? uintBitsToFloat(0x7fc00000u) : p.grad.v[i]);
+    const float nan = uintBitsToFloat(0x7fc00000u);
+    const float g = L2 ? p.grad.v[i] + wd * param : (isinf(param) || isnan(param) ? nan : p.grad.v[i]);
     float u;
     if (OP == 0) {  // AdamW
       const float m = b1 * p.a.v[i] + (1.0 - b1) * g;
