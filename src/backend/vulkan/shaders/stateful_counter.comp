@@ -1,0 +1,7 @@
+#version 450
+#include "common.glsl"
+// counter += 1 (AdvanceCounter), one invocation.
+layout(push_constant) uniform Push { I64 counter; } p;
+void main() {
+  if (gl_GlobalInvocationID.x == 0) p.counter.v[0] += 1l;
+}
