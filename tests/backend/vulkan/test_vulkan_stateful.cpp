@@ -2,8 +2,10 @@
 // - ClipValue, AdvanceCounter, Assign, Dropout, PolyakUpdate with tau = 1:
 //   exact (copies, comparisons, integer and hash arithmetic; the dropout mask
 //   and the scaled values equal the CPU's bit for bit).
-// - MovingAverage, PolyakUpdate: float32 rounding of two products and a sum,
-//   1e-6 relative plus 1e-7 absolute (near-cancelling sums).
+// - MovingAverage, PolyakUpdate: float32 rounding of two products and a sum
+//   (the CPU's compiler may fuse one product into the sum, so not bit for
+//   bit): 1e-6 relative plus 1e-6 absolute, the rounding of products up to
+//   about 10 where the sum cancels.
 // - SquaredNorm: 1e-6 relative on the reconstructed sum s 4^e, in both the
 //   double form and the float-pair one (VulkanStatefulNoFp64.All runs this
 //   file with TENSORGRAD_VULKAN_NO_FP64=1); lavapipe agrees within 1e-9.
@@ -94,7 +96,7 @@ TEST(VulkanStateful, MovingAverage) {
       c.attrs.momentum = m;
       c.inputs = {test_support::random_tensor(s, seed++), with_specials(test_support::random_tensor(s, seed++, 3.0f))};
       c.state = {true};
-      test_support::expect_same_as_cpu(c, vk, 1e-6, 1e-7);
+      test_support::expect_same_as_cpu(c, vk, 1e-6, 1e-6);
     }
 }
 
@@ -115,7 +117,7 @@ TEST(VulkanStateful, PolyakUpdate) {
         c.inputs = {target, source, Tensor::from_vector(std::vector<float>{tau}, tau_shape)};
         c.state = {true};
         const double tol = tau == 1.0f ? 0 : 1e-6;
-        test_support::expect_same_as_cpu(c, vk, tol, tau == 1.0f ? 0 : 1e-7);
+        test_support::expect_same_as_cpu(c, vk, tol, tol);
       }
 }
 

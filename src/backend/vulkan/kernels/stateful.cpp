@@ -2,7 +2,7 @@
 // averages, the random stream's counter, dropout and copies between states.
 // Values the CPU reads when it runs (the counter, tau, the norm pair) are
 // read by the shaders too, never when recording: a recorded graph replays.
-#include <algorithm>
+#include <string>
 
 #include "backend/vulkan/kernels/kernels.h"
 
@@ -41,11 +41,13 @@ void polyak_update(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, c
 
 void assign(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg&) {
   if (in[0].data == in[1].data) return;  // as the CPU's: a copy onto itself is no copy
+  const size_t width = dtype_size(in[0].dtype);
+  if (width % sizeof(uint32_t) != 0)  // every dtype is 4 or 8 bytes today; the shader copies 4-byte words
+    throw ValueError(std::string("Vulkan assign: no kernel for ") + dtype_name(in[0].dtype) + " tensors");
   struct {
     uint64_t dst, src;
     uint32_t n;  // 4-byte words
-  } push{address(in[0]), address(in[1]),
-         count32(in[0].numel() * int64_t(dtype_size(in[0].dtype) / sizeof(uint32_t)), "assign")};
+  } push{address(in[0]), address(in[1]), count32(in[0].numel() * int64_t(width / sizeof(uint32_t)), "assign")};
   if (push.n == 0) return;
   r.dispatch("stateful_copy", {kGroup}, push, r.groups(push.n, kGroup));
 }

@@ -1,7 +1,8 @@
 #version 450
 #include "common.glsl"
 // The stateful family's element-wise updates, in place on a; constant 1
-// picks the op (kernels/stateful.cpp's Elementwise codes).
+// picks the op (kernels/stateful.cpp's Elementwise codes). `precise`: two
+// rounded products and a rounded sum on every driver, none fusing them.
 layout(constant_id = 1) const uint OP = 0;
 layout(push_constant) uniform Push { F32 a; F32 b; F32 c; uint n; float s; } p;
 void main() {
