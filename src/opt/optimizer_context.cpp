@@ -626,11 +626,23 @@ StepResult OptimizerContext::run(OptimizerPlan& plan, std::span<const Tensor> x,
   if (train) {
     if (plan.accumulation_scale.valid())
       plan.exe->bind(plan.accumulation_scale, distributed() ? row_sum_seed_ : accumulation_scale_);
-    plan.exe->run(0, plan.split);
-    ++n_steps_;
-    if (++state_->micro_step >= period_) {
-      apply_update(plan, float(period_ == 1 ? options_.batch_size : options_.nbatch_logical));
+    const bool no_host_work = period_ == 1 && !distributed() &&
+                              (!options_.model_hooks || options_.model_hooks->empty()) && hooks_.empty();
+    if (no_host_work) {
+      // Nothing runs on the host between the gradients and the update (no
+      // ranks to reduce over, no hooks, no accumulation): the whole step is
+      // one run, which a device backend submits once.
+      plan.exe->run();
+      ++n_steps_;
+      state_->micro_step = 0;
       r.updated = true;
+    } else {
+      plan.exe->run(0, plan.split);
+      ++n_steps_;
+      if (++state_->micro_step >= period_) {
+        apply_update(plan, float(period_ == 1 ? options_.batch_size : options_.nbatch_logical));
+        r.updated = true;
+      }
     }
   } else {
     for (auto& [state, copy] : plan.kept_state) copy.copy_from(state);

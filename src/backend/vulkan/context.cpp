@@ -79,6 +79,11 @@ std::string refusal(VkPhysicalDevice pd, const VkPhysicalDeviceProperties& props
   api().vkGetPhysicalDeviceFeatures2(pd, &f);
   if (!f12.bufferDeviceAddress) return "it lacks the feature bufferDeviceAddress";
   if (!f.features.shaderInt64) return "it lacks the feature shaderInt64 (the optimizer's step counters and dropout's hash are 64-bit)";
+  VkPhysicalDeviceFloatControlsProperties controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &controls, {}};
+  api().vkGetPhysicalDeviceProperties2(pd, &p2);
+  if (!controls.shaderSignedZeroInfNanPreserveFloat32)
+    return "it lacks shaderSignedZeroInfNanPreserveFloat32 (NaN and infinities must propagate as on the CPU)";
   uint32_t n = 0;
   api().vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
   std::vector<VkQueueFamilyProperties> families(n);

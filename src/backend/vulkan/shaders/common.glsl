@@ -4,6 +4,12 @@
 // is bound. No shader assumes a subgroup size; workgroup sizes come from
 // specialization constant 0.
 #extension GL_EXT_buffer_reference : require
+// The CPU's NaN, infinity and signed-zero semantics in every shader: without
+// SPIR-V's SignedZeroInfNanPreserve execution mode, Vulkan lets a driver
+// assume that none occur (the context refuses a device whose
+// shaderSignedZeroInfNanPreserveFloat32 is false).
+#extension GL_EXT_spirv_intrinsics : require
+spirv_execution_mode(capabilities = [4466], 4461, 32);  // SignedZeroInfNanPreserve for float32
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32 { float v[]; };

@@ -1,9 +1,4 @@
 #version 450
-// The CPU's NaN, infinity and signed-zero semantics: without SPIR-V's
-// SignedZeroInfNanPreserve, Vulkan lets a driver assume that none occur
-// (shaderSignedZeroInfNanPreserveFloat32 says whether a device honours it).
-#extension GL_EXT_spirv_intrinsics : require
-spirv_execution_mode(capabilities = [4466], 4461, 32);  // SignedZeroInfNanPreserve for float32
 #include "common.glsl"
 #include "elementwise.glsl"
 // y = f(x), f chosen by constant 1 (kernels/elementwise.cpp's Unary codes),
