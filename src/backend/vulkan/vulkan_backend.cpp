@@ -181,6 +181,9 @@ class VulkanBackend final : public Backend {
       throw ValueError("Vulkan: an allocation of " + std::to_string(bytes) + " bytes is beyond any device");
     return std::make_shared<VulkanStorage>(context_, bytes);
   }
+  // MatMul and Add take kReluOutput; the other rewrites fold into ops
+  // (convolutions, batch norm) that have no Vulkan kernel yet.
+  FusionOptions fusions() const override { return {true, false, false}; }
   std::unique_ptr<KernelLauncher> make_launcher(double) const override {
     return std::make_unique<VulkanLauncher>(context_);
   }
