@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "vulkan_support.h"
 
@@ -14,6 +16,19 @@ using namespace tensorgrad;
 using test_support::OpCase;
 
 namespace {
+
+// Runs `body` with the GPU's tilings of matmul.comp, then with the CPU
+// implementations' (kernels/matmul.cpp's TENSORGRAD_VULKAN_MATMUL_TILING),
+// whatever the device, so that both sets are tried on lavapipe as on a GPU.
+template <class Body>
+void for_each_tiling(const Body& body) {
+  for (const char* kind : {"gpu", "cpu"}) {
+    SCOPED_TRACE(std::string("tilings of ") + kind);
+    setenv("TENSORGRAD_VULKAN_MATMUL_TILING", kind, 1);
+    body();
+  }
+  unsetenv("TENSORGRAD_VULKAN_MATMUL_TILING");
+}
 
 double max_abs_finite(const Tensor& t) {
   double m = 0;
@@ -46,43 +61,47 @@ const std::vector<Mkn> kShapes{{1, 1, 1},   {1, 7, 5},   {7, 1, 9},    {7, 13, 5
 
 TEST(VulkanMatMul, TwoDimensional) {
   TG_VULKAN_OR_SKIP(vk);
-  uint32_t seed = 1;
-  for (const Mkn& s : kShapes)
-    for (int trans = 0; trans < 4; ++trans)
-      for (int form = 0; form < 4; ++form) {  // bias: form & 1, ReLU: form & 2
-        OpCase c;
-        c.op = OpKind::MatMul;
-        c.attrs.trans_a = trans & 1;
-        c.attrs.trans_b = trans & 2;
-        if (form & 2) c.attrs.flags = kReluOutput;
-        const Tensor a = test_support::random_tensor(stored(s.m, s.k, c.attrs.trans_a), seed++);
-        const Tensor b = test_support::random_tensor(stored(s.k, s.n, c.attrs.trans_b), seed++);
-        c.inputs = {a, b};
-        if (form & 1) c.inputs.push_back(test_support::random_tensor({s.n}, seed++));
-        SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
-                     std::to_string(trans) + " form " + std::to_string(form));
-        test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
-      }
+  for_each_tiling([&] {
+    uint32_t seed = 1;
+    for (const Mkn& s : kShapes)
+      for (int trans = 0; trans < 4; ++trans)
+        for (int form = 0; form < 4; ++form) {  // bias: form & 1, ReLU: form & 2
+          OpCase c;
+          c.op = OpKind::MatMul;
+          c.attrs.trans_a = trans & 1;
+          c.attrs.trans_b = trans & 2;
+          if (form & 2) c.attrs.flags = kReluOutput;
+          const Tensor a = test_support::random_tensor(stored(s.m, s.k, c.attrs.trans_a), seed++);
+          const Tensor b = test_support::random_tensor(stored(s.k, s.n, c.attrs.trans_b), seed++);
+          c.inputs = {a, b};
+          if (form & 1) c.inputs.push_back(test_support::random_tensor({s.n}, seed++));
+          SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
+                       std::to_string(trans) + " form " + std::to_string(form));
+          test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
+        }
+  });
 }
 
 TEST(VulkanMatMul, Batched) {
   TG_VULKAN_OR_SKIP(vk);
-  uint32_t seed = 100;
-  for (const Mkn& s : std::vector<Mkn>{{1, 1, 1}, {1, 5, 7}, {7, 13, 5}, {65, 33, 70}, {9, 1, 4}})
-    for (int trans = 0; trans < 4; ++trans)
-      for (bool relu : {false, true}) {
-        OpCase c;
-        c.op = OpKind::MatMul;
-        c.attrs.trans_a = trans & 1;
-        c.attrs.trans_b = trans & 2;
-        if (relu) c.attrs.flags = kReluOutput;
-        const Tensor a = test_support::random_tensor(stored(3, s.m, s.k, c.attrs.trans_a), seed++);
-        const Tensor b = test_support::random_tensor(stored(3, s.k, s.n, c.attrs.trans_b), seed++);
-        c.inputs = {a, b};
-        SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
-                     std::to_string(trans) + " relu " + std::to_string(relu));
-        test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
-      }
+  for_each_tiling([&] {
+    uint32_t seed = 100;
+    for (const Mkn& s : std::vector<Mkn>{{1, 1, 1}, {1, 5, 7}, {7, 13, 5}, {65, 33, 70}, {9, 1, 4}})
+      for (int trans = 0; trans < 4; ++trans)
+        for (bool relu : {false, true}) {
+          OpCase c;
+          c.op = OpKind::MatMul;
+          c.attrs.trans_a = trans & 1;
+          c.attrs.trans_b = trans & 2;
+          if (relu) c.attrs.flags = kReluOutput;
+          const Tensor a = test_support::random_tensor(stored(3, s.m, s.k, c.attrs.trans_a), seed++);
+          const Tensor b = test_support::random_tensor(stored(3, s.k, s.n, c.attrs.trans_b), seed++);
+          c.inputs = {a, b};
+          SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
+                       std::to_string(trans) + " relu " + std::to_string(relu));
+          test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
+        }
+  });
 }
 
 // More tiles or batch entries than the device's grid holds in one dimension:
@@ -106,28 +125,30 @@ TEST(VulkanMatMul, BeyondTheGrid) {
 
 TEST(VulkanMatMul, NanAndInfinity) {
   TG_VULKAN_OR_SKIP(vk);
-  for (int trans = 0; trans < 4; ++trans)
-    for (int form = 0; form < 4; ++form) {
-      const int64_t m = 37, k = 21, n = 70;
-      OpCase c;
-      c.op = OpKind::MatMul;
-      c.attrs.trans_a = trans & 1;
-      c.attrs.trans_b = trans & 2;
-      if (form & 2) c.attrs.flags = kReluOutput;
-      Tensor a = test_support::random_tensor(stored(m, k, c.attrs.trans_a), 7);
-      Tensor b = test_support::random_tensor(stored(k, n, c.attrs.trans_b), 8);
-      // A(5, 3) = NaN: row 5 of C is NaN; B(4, 66) = inf: column 66 infinite (NaN in row 5).
-      a.data<float>()[c.attrs.trans_a ? 3 * m + 5 : 5 * k + 3] = NAN;
-      b.data<float>()[c.attrs.trans_b ? 66 * k + 4 : 4 * n + 66] = INFINITY;
-      c.inputs = {a, b};
-      if (form & 1) c.inputs.push_back(test_support::random_tensor({n}, 9));
-      SCOPED_TRACE("trans " + std::to_string(trans) + " form " + std::to_string(form));
-      test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, k));
-      const std::vector<double> got = test_support::run_op(c, vk).output;
-      for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(got[size_t(5 * n + j)])) << "C(5, " << j << ")";
-      for (int64_t i = 0; i < m; ++i)
-        if (i != 5) EXPECT_TRUE(std::isinf(got[size_t(i * n + 66)]) || got[size_t(i * n + 66)] == 0) << i;
-    }
+  for_each_tiling([&] {
+    for (int trans = 0; trans < 4; ++trans)
+      for (int form = 0; form < 4; ++form) {
+        const int64_t m = 37, k = 21, n = 70;
+        OpCase c;
+        c.op = OpKind::MatMul;
+        c.attrs.trans_a = trans & 1;
+        c.attrs.trans_b = trans & 2;
+        if (form & 2) c.attrs.flags = kReluOutput;
+        Tensor a = test_support::random_tensor(stored(m, k, c.attrs.trans_a), 7);
+        Tensor b = test_support::random_tensor(stored(k, n, c.attrs.trans_b), 8);
+        // A(5, 3) = NaN: row 5 of C is NaN; B(4, 66) = inf: column 66 infinite (NaN in row 5).
+        a.data<float>()[c.attrs.trans_a ? 3 * m + 5 : 5 * k + 3] = NAN;
+        b.data<float>()[c.attrs.trans_b ? 66 * k + 4 : 4 * n + 66] = INFINITY;
+        c.inputs = {a, b};
+        if (form & 1) c.inputs.push_back(test_support::random_tensor({n}, 9));
+        SCOPED_TRACE("trans " + std::to_string(trans) + " form " + std::to_string(form));
+        test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, k));
+        const std::vector<double> got = test_support::run_op(c, vk).output;
+        for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(got[size_t(5 * n + j)])) << "C(5, " << j << ")";
+        for (int64_t i = 0; i < m; ++i)
+          if (i != 5) EXPECT_TRUE(std::isinf(got[size_t(i * n + 66)]) || got[size_t(i * n + 66)] == 0) << i;
+      }
+  });
 }
 
 TEST(VulkanMatMul, AccumulateGradSum) {
@@ -148,21 +169,23 @@ TEST(VulkanMatMul, AccumulateGradSum) {
 
 TEST(VulkanMatMul, AccumulateGradProduct) {
   TG_VULKAN_OR_SKIP(vk);
-  uint32_t seed = 300;
-  for (const Mkn& s : kShapes)
-    for (int trans = 0; trans < 4; ++trans) {
-      OpCase c;
-      c.op = OpKind::AccumulateGrad;
-      c.attrs.trans_a = trans & 1;
-      c.attrs.trans_b = trans & 2;
-      Tensor acc = test_support::random_tensor({s.m, s.n}, seed++);
-      const Tensor a = test_support::random_tensor(stored(s.m, s.k, c.attrs.trans_a), seed++);
-      const Tensor b = test_support::random_tensor(stored(s.k, s.n, c.attrs.trans_b), seed++);
-      if (s.m * s.n > 2) acc.data<float>()[2] = NAN;
-      c.inputs = {acc, a, b};
-      c.state = {true, false, false};
-      SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
-                   std::to_string(trans));
-      test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
-    }
+  for_each_tiling([&] {
+    uint32_t seed = 300;
+    for (const Mkn& s : kShapes)
+      for (int trans = 0; trans < 4; ++trans) {
+        OpCase c;
+        c.op = OpKind::AccumulateGrad;
+        c.attrs.trans_a = trans & 1;
+        c.attrs.trans_b = trans & 2;
+        Tensor acc = test_support::random_tensor({s.m, s.n}, seed++);
+        const Tensor a = test_support::random_tensor(stored(s.m, s.k, c.attrs.trans_a), seed++);
+        const Tensor b = test_support::random_tensor(stored(s.k, s.n, c.attrs.trans_b), seed++);
+        if (s.m * s.n > 2) acc.data<float>()[2] = NAN;
+        c.inputs = {acc, a, b};
+        c.state = {true, false, false};
+        SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n) + " trans " +
+                     std::to_string(trans));
+        test_support::expect_same_as_cpu(c, vk, 1e-5, product_atol(a, b, s.k));
+      }
+  });
 }
