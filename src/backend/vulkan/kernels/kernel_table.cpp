@@ -12,6 +12,11 @@ const KernelTable& kernel_table() {
     add_loss_kernels(t);
     add_optimizer_kernels(t);
     add_stateful_kernels(t);
+    add_conv_kernels(t);
+    add_window_kernels(t);
+    add_gather_kernels(t);
+    add_batch_norm_kernels(t);
+    add_recurrent_kernels(t);
     return t;
   }();
   return table;

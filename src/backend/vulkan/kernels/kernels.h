@@ -27,5 +27,10 @@ void add_matmul_kernels(KernelTable& t);       // MatMul, AccumulateGrad
 void add_loss_kernels(KernelTable& t);         // softmax, losses and their gradients, metrics
 void add_optimizer_kernels(KernelTable& t);    // optimizer tick and updates
 void add_stateful_kernels(KernelTable& t);     // clipping, moving averages, counters, dropout, state copies
+void add_conv_kernels(KernelTable& t);         // Conv2D and its input and filter gradients
+void add_window_kernels(KernelTable& t);       // max and average pooling and their gradients
+void add_gather_kernels(KernelTable& t);       // Gather (embeddings) and its gradient
+void add_batch_norm_kernels(KernelTable& t);   // batch statistics, batch norm and its gradients
+void add_recurrent_kernels(KernelTable& t);    // the fused LSTM and GRU sequences and their gradients
 
 }  // namespace tensorgrad::vulkan
