@@ -305,6 +305,23 @@ void Model::compile(const OptimizerSpec& optimizer, const std::map<std::string, 
   state_.fusion = target.fusion;
 }
 
+void Model::to(Device device) {
+  check_live("to()");
+  if (!state_.compiled)
+    throw StateError("to(" + device.str() + "): the model is not compiled; compile it for that device instead "
+                     "(compile(..., Device(\"" + device.str() + "\")))");
+  std::shared_ptr<const Backend> on = tensorgrad::backend(device, state_.backend->dtype_policy());
+  if (on == state_.backend) return;
+  const TrainingState kept = training_state();  // copies: the model's own state is replaced below
+  const FusionOptions fusion = state_.fusion;
+  {
+    detail::LoadingScope no_draws;  // the random streams come back from `kept`
+    set_compiled(state_.optimizer, state_.losses, state_.loss_weights, state_.metrics, std::move(on));
+  }
+  set_training_state(kept);
+  state_.fusion = fusion;
+}
+
 OptimizerContext& Model::optimizer_context(int64_t batch_size, int64_t nbatch_logical, LossWeights weights,
                                            int64_t micro_batch) {
   check_live("optimizer_context()");

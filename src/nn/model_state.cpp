@@ -104,7 +104,7 @@ void Model::set_training_state(const TrainingState& s) {
       if (t.defined()) {
         if (!slots) slots = &opt->slots[w.value.raw()];
         Tensor& mine = slot(*slots, k);
-        if (!mine.defined()) mine = Tensor::empty(w.value.shape());
+        if (!mine.defined()) mine = Tensor::empty(w.value.shape(), DType::Float32, w.value.device());
         mine.copy_from(t);
       } else if (slots && slot(*slots, k).defined()) {
         // A state taken before this slot had a value: its starting value.

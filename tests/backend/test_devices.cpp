@@ -453,3 +453,25 @@ TEST(CompiledGraph, ARecordingBackendReplaysPlannedGraphsWithTheCpusBits) {
   EXPECT_EQ(rec.compiles, planned);
   EXPECT_EQ(weight_values(cpu), weight_values(dev));
 }
+
+// Model::to moves a compiled model's weights and whole training state (Adam's
+// moments and iterations, the batch-norm statistics, the random streams) to
+// another device and back: training goes on there as on the model that
+// stayed, bit for bit (the sealed device runs the CPU's kernels).
+TEST(DeviceSeam, ToMovesTheTrainingStateSoTrainingGoesOn) {
+  register_test_kinds();
+  const Tensor x = seam_inputs(12), y = seam_labels(12);
+  nn::FitOptions fo;
+  fo.verbose = 0;
+  fo.batch_size = 4;
+  nn::Sequential stay = seam_model(Device::CPU), moved = seam_model(Device::CPU);
+  EXPECT_EQ(stay.fit(x, y, fo)["loss"], moved.fit(x, y, fo)["loss"]);
+  moved.to(kSealed);
+  for (const nn::Weight& w : moved.weights()) EXPECT_EQ(w.value.device(), kSealed) << w.name;
+  EXPECT_EQ(stay.fit(x, y, fo)["loss"], moved.fit(x, y, fo)["loss"]);
+  moved.to(Device::CPU);
+  EXPECT_EQ(stay.fit(x, y, fo)["loss"], moved.fit(x, y, fo)["loss"]);
+  EXPECT_EQ(weight_values(moved), weight_values(stay));
+  EXPECT_TRUE(throws<StateError>([&] { moved.to(Device("nosuchkind:0")); }, {"nosuchkind"}));
+  EXPECT_EQ(moved.backend()->device(), Device::CPU);
+}

@@ -250,6 +250,18 @@ class Model {
   void compile(const OptimizerSpec& optimizer, const std::map<std::string, Loss>& losses,
                const std::map<std::string, float>& loss_weights = {},
                const std::map<std::string, std::vector<std::string>>& metrics = {}, CompileTarget target = {});
+  /// Moves a compiled model to `device` (PyTorch's Module.to): its weights
+  /// and its whole training state (the optimizer's moments, iterations and
+  /// accumulators, the open accumulation period, the random streams) go
+  /// there, and its graphs are built for that device's backend with the
+  /// same optimizer, losses, metrics and precision, so training goes on
+  /// where it was. compile() for another device moves the weights too but,
+  /// as Keras' compile, starts a fresh optimizer state. Graphs built before
+  /// (a Trainer's) are retired, as by compile. A no-op on the model's own
+  /// device. Throws StateError before compile() or after free(), when the
+  /// device is not available, or when its backend lacks a kernel the model
+  /// needs (naming the op; the model is then left as it was).
+  void to(Device device);
   bool compiled() const { return state_.compiled; }
   /// The backend the model's graphs run on (compile's device; the CPU
   /// before the first compile).
