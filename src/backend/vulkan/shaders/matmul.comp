@@ -39,9 +39,11 @@ layout(push_constant) uniform Push {
 
 const uint TM4 = TM / 4, TN4 = TN / 4, RM4 = RM / 4, RN4 = RN / 4;
 const uint WG = (TM / RM) * (TN / RN);  // the invocations (constant 0 is set to this)
-// The staged slices: sa[kk * TM4 + i4] = A(row0 + 4 i4 .. + 3, k0 + kk), sb likewise B's columns.
-shared vec4 sa[TK * TM4];
-shared vec4 sb[TK * TN4];
+// The staged slices: sa[kk * SA + i4] = A(row0 + 4 i4 .. + 3, k0 + kk), sb likewise B's columns. The
+// rows are one vec4 longer than the tile so that stores along k spread over a GPU's shared memory banks.
+const uint SA = TM4 + 1, SB = TN4 + 1;
+shared vec4 sa[TK * SA];
+shared vec4 sb[TK * SB];
 
 // A(i, k) of batch entry base (zero outside the matrix: the edge tiles' padding adds 0 * 0).
 float load_a(uint base, uint i, uint k) {
@@ -81,7 +83,7 @@ void tile(uint z, uint row0, uint col0) {
       if (e < TK * TM4) {
         const uint kk = TRANS_A != 0 ? e / TM4 : e % TK, i4 = TRANS_A != 0 ? e % TM4 : e / TK;
         const uint i = row0 + 4 * i4, k = k0 + kk;
-        sa[kk * TM4 + i4] =
+        sa[kk * SA + i4] =
             vec4(load_a(a_base, i, k), load_a(a_base, i + 1, k), load_a(a_base, i + 2, k), load_a(a_base, i + 3, k));
       }
     }
@@ -90,15 +92,15 @@ void tile(uint z, uint row0, uint col0) {
       if (e < TK * TN4) {
         const uint kk = TRANS_B != 0 ? e % TK : e / TN4, j4 = TRANS_B != 0 ? e / TK : e % TN4;
         const uint j = col0 + 4 * j4, k = k0 + kk;
-        sb[kk * TN4 + j4] =
+        sb[kk * SB + j4] =
             vec4(load_b(b_base, k, j), load_b(b_base, k, j + 1), load_b(b_base, k, j + 2), load_b(b_base, k, j + 3));
       }
     }
     barrier();
-    [[unroll]] for (uint kk = 0; kk < TK; ++kk) {
+    for (uint kk = 0; kk < TK; ++kk) {
       vec4 av[RM4], bv[RN4];
-      [[unroll]] for (uint q = 0; q < RM4; ++q) av[q] = sa[kk * TM4 + ty * RM4 + q];
-      [[unroll]] for (uint q = 0; q < RN4; ++q) bv[q] = sb[kk * TN4 + tx * RN4 + q];
+      [[unroll]] for (uint q = 0; q < RM4; ++q) av[q] = sa[kk * SA + ty * RM4 + q];
+      [[unroll]] for (uint q = 0; q < RN4; ++q) bv[q] = sb[kk * SB + tx * RN4 + q];
       [[unroll]] for (uint r = 0; r < RM; ++r) {
         [[unroll]] for (uint q = 0; q < RN4; ++q) acc[r][q] = fma(vec4(av[r / 4][r % 4]), bv[q], acc[r][q]);
       }
