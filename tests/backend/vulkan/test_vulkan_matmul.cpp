@@ -189,3 +189,20 @@ TEST(VulkanMatMul, AccumulateGradProduct) {
       }
   });
 }
+
+// K = 0: C is the bias (or 0), and AccumulateGrad's product leaves acc as it is.
+TEST(VulkanMatMul, EmptyInnerDimension) {
+  TG_VULKAN_OR_SKIP(vk);
+  OpCase c;
+  c.op = OpKind::MatMul;
+  c.attrs.flags = kReluOutput;
+  c.inputs = {test_support::random_tensor({5, 0}, 1), test_support::random_tensor({0, 7}, 2),
+              test_support::random_tensor({7}, 3)};
+  test_support::expect_same_as_cpu(c, vk, 0, 0);
+  OpCase d;
+  d.op = OpKind::AccumulateGrad;
+  d.inputs = {test_support::random_tensor({5, 7}, 4), test_support::random_tensor({5, 0}, 5),
+              test_support::random_tensor({0, 7}, 6)};
+  d.state = {true, false, false};
+  test_support::expect_same_as_cpu(d, vk, 0, 0);
+}
