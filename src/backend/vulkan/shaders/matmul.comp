@@ -22,7 +22,7 @@ layout(constant_id = 5) const uint RN = 8;   // columns per invocation (multiple
 layout(constant_id = 6) const uint TRANS_A = 0;  // A stored {K,M}
 layout(constant_id = 7) const uint TRANS_B = 0;  // B stored {N,K}
 
-// kernels/matmul.cpp's Flag bits.
+// kernels/matmul.cpp's kBias, kRelu, kAccumulate.
 const uint FLAG_BIAS = 1u, FLAG_RELU = 2u, FLAG_ACCUMULATE = 4u;
 
 layout(push_constant) uniform Push {
