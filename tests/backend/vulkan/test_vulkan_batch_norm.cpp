@@ -13,7 +13,9 @@
 //   two on Vulkan, and 1 / sqrt is within a few ulps there.
 // - BatchNormBackward: as BatchNorm, per unit of the largest |g k| + |x a| +
 //   |b| (its three terms cancel, exactly so for one row and own statistics).
-// Every kernel also gives the same bits when run twice.
+// Every kernel also gives the same bits when run twice. Models with batch
+// and layer normalization train as on the CPU within test_vulkan_models'
+// tolerance (2e-4 relative plus 1e-5 absolute after a few Adam steps).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -364,4 +366,64 @@ TEST(VulkanBatchNorm, RunsTwiceToTheSameBits) {
   }
 }
 
+std::vector<double> all_weights(const nn::Model& m) {
+  std::vector<double> out;
+  for (const Tensor& w : m.get_weights()) {
+    const std::vector<double> v = test_support::values(w);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// Dense, a normalization, ReLU (on Vulkan the ReLU folds into the BatchNorm
+// and its gradient into both backward ops: kReluOutput), Dense + softmax.
+nn::Sequential normalized_mlp(Device device, bool batch_norm) {
+  nn::clear_session();
+  manual_seed(7);
+  nn::Sequential m({12});
+  // No bias before a batch norm: its gradient is 0 up to rounding, which Adam
+  // would scale into steps of the learning rate, different on each backend.
+  m.add(nn::Dense(16, "linear", !batch_norm));
+  if (batch_norm) m.add(nn::BatchNormalization(0.9f));
+  else m.add(nn::LayerNormalization());
+  m.add(nn::ActivationLayer("relu"));
+  m.add(nn::Dense(4, "softmax"));
+  m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"}, device);
+  return m;
+}
+
+void expect_model_as_on_the_cpu(const std::shared_ptr<const Backend>& vk, bool batch_norm) {
+  constexpr double kRtol = 2e-4, kAtol = 1e-5;
+  const Tensor x = input(Shape{60, 12}, 500, 1.0f, 0.5f);
+  std::vector<int32_t> ids(60);
+  for (size_t r = 0; r < ids.size(); ++r) ids[r] = int32_t((r * 7 + 3) % 4);
+  const Tensor y = Tensor::from_vector(ids, Shape{60});
+  nn::FitOptions fo;
+  fo.epochs = 2;
+  fo.batch_size = 16;  // a short last batch of 12
+  fo.shuffle = false;
+  fo.verbose = 0;
+  nn::Sequential cpu = normalized_mlp(Device::CPU, batch_norm), dev = normalized_mlp(vk->device(), batch_norm);
+  ASSERT_EQ(all_weights(cpu), all_weights(dev));
+  const nn::History hc = cpu.fit(x, y, fo), hd = dev.fit(x, y, fo);
+  for (const char* k : {"loss", "accuracy"}) EXPECT_TRUE(test_support::close(hd[k], hc[k], kRtol, kAtol)) << k;
+  // The weights include the moving mean and variance.
+  EXPECT_TRUE(test_support::close(all_weights(dev), all_weights(cpu), kRtol, kAtol));
+  // Inference: the moving statistics (own_stats false).
+  EXPECT_TRUE(test_support::close(test_support::values(dev.predict(x, 7)), test_support::values(cpu.predict(x, 7)),
+                                  kRtol, kAtol));
+}
+
 }  // namespace
+
+TEST(VulkanBatchNorm, AModelWithBatchNormalizationTrainsAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  expect_model_as_on_the_cpu(vk, true);
+}
+
+// LayerNormalization is composed of ops (Builder::layer_norm) that all have
+// Vulkan kernels.
+TEST(VulkanBatchNorm, AModelWithLayerNormalizationTrainsAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  expect_model_as_on_the_cpu(vk, false);
+}
