@@ -32,10 +32,12 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The shapes of the brief: one row, odd sizes, a convolution's, rank 5, a
-// large batch, and channel counts beyond a workgroup's 16 and off its sizes.
+// One row, odd sizes, a convolution's, rank 5, a large batch, and channel
+// counts off the reductions' group sizes, which take 1, 4, 8 and 16 channels
+// a workgroup (16 from 512 channels).
 std::vector<Shape> shapes() {
-  return {{1, 1}, {1, 5}, {7, 3}, {32, 5}, {4, 6, 6, 8}, {2, 3, 5, 7, 9}, {1000, 64}, {13, 37}, {5000, 3}, {3, 129}};
+  return {{1, 1},   {1, 5},    {7, 3},    {32, 5},  {4, 6, 6, 8}, {2, 3, 5, 7, 9},
+          {1000, 64}, {13, 37}, {5000, 3}, {3, 129}, {20, 600}};
 }
 
 int64_t channels(const Shape& s) { return s[-1]; }
