@@ -285,6 +285,14 @@ TEST(VulkanBatchNorm, ParamGradPropagatesNaNAndInfinity) {
   }
 }
 
+// No rows: the CPU's statistics are 0 (not 0 / 0), and so are its sums.
+TEST(VulkanBatchNorm, NoRowsGiveZeros) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Tensor x = vec({}, Shape{0, 5}), g = vec({}, Shape{0, 5});
+  test_support::expect_same_as_cpu(stats_case(x), vk, 0.0, 0.0);
+  test_support::expect_same_as_cpu(param_grad_case(x, running_stats(5, 30), g, 1e-3f, true), vk, 0.0, 0.0);
+}
+
 OpCase backward_case(const Tensor& x, const Tensor& stats, const Tensor& g, float eps, bool own, bool relu) {
   const int64_t C = channels(x.shape());
   const Tensor gamma = param(C, 21, 1.0f), beta = param(C, 22, 0.3f);
