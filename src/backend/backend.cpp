@@ -145,5 +145,6 @@ const char* dtype_policy_name(DTypePolicy policy) {
 bool built_with_cuda() { return cuda::built(); }
 bool built_with_vulkan() { return vulkan::built(); }
 uint64_t vulkan_driver_allocations() { return vulkan::driver_allocation_count(); }
+void inject_vulkan_fault(VulkanFault fault) { vulkan::inject(fault); }
 
 }  // namespace tensorgrad

@@ -19,6 +19,7 @@ BackendRegistration registration() {
 
 bool built() { return false; }
 uint64_t driver_allocation_count() { return 0; }
+void inject(VulkanFault) {}
 
 }  // namespace tensorgrad::vulkan
 #endif

@@ -202,6 +202,7 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   o.optimizer = optimizer;
   OptimizerContext probe(model_function(), o);  // the loss heads' checks (counts, folding, shapes, metrics)
   if (backend != cpu_backend()) probe.check_kernels(*backend);  // the CPU has every kernel
+  place_weights_on(backend->device());  // may run out of device memory: before anything changes
   state_.losses = losses.size() == 1 ? std::vector<Loss>(n_out, losses[0]) : std::move(losses);
   state_.loss_weights = loss_weights.empty() ? std::vector<float>(n_out, 1.0f) : std::move(loss_weights);
   state_.metrics = metrics.size() == 1 ? std::vector<std::vector<std::string>>(n_out, metrics[0]) : std::move(metrics);
@@ -221,19 +222,22 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   }
   retire_contexts("compile() was called again");
   state_.predict_plans.clear();  // fused for the earlier compile's target
-  place_weights_on(state_.backend->device());
   state_.fusion = FusionOptions{};
   state_.compiled = true;
 }
 
 void Model::place_weights_on(Device device) {
   // Replacing the layer's tensor is enough: graphs bind weights when they
-  // are built, and compile has just retired every built one.
+  // are built, and compile retires every built one. Every copy is made
+  // before any is placed, so a device that runs out of memory halfway
+  // leaves every weight where it was.
+  std::vector<std::pair<Tensor*, Tensor>> moved;
   std::set<const Layer*> seen;
   for_each_layer(*graph_, [&](Layer& l) {
     for (Tensor* t : l.weight_slots())
-      if (t->defined() && t->device() != device) *t = t->to(device);
+      if (t->defined() && t->device() != device) moved.emplace_back(t, t->to(device));
   }, seen);
+  for (auto& [slot, copy] : moved) *slot = std::move(copy);
 }
 
 void Model::compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics,

@@ -248,5 +248,17 @@ bool built_with_vulkan();
 /// nothing in a training step, and this count lets a test tell the two
 /// apart.
 uint64_t vulkan_driver_allocations();
+/// Device failures on demand, for tests of what a program sees when a GPU
+/// fails (fault injection): kOutOfDeviceMemory makes the next device-memory
+/// allocation on a Vulkan device fail as out of memory
+/// (VK_ERROR_OUT_OF_DEVICE_MEMORY: a MemoryError naming the bytes), and
+/// kDeviceLost the next queue submission as a lost device
+/// (VK_ERROR_DEVICE_LOST: an Error saying to reload the last checkpoint;
+/// every later use of that device's memory throws the same, never reading
+/// it), each through the path a real failure takes. kNone clears what is
+/// pending and undoes a simulated loss (the device was never really lost).
+/// No effect without the Vulkan backend.
+enum class VulkanFault { kNone, kOutOfDeviceMemory, kDeviceLost };
+void inject_vulkan_fault(VulkanFault fault);
 
 }  // namespace tensorgrad

@@ -188,11 +188,18 @@ Instance::Instance() {
   }
 }
 
-std::shared_ptr<Context> Context::get(int index) {
-  static std::mutex mutex;
+namespace {
+std::mutex g_contexts_mutex;
+std::map<int, std::shared_ptr<Context>>& made_contexts() {
   static auto* made = new std::map<int, std::shared_ptr<Context>>();  // never destroyed, as the registry
+  return *made;
+}
+}  // namespace
+
+std::shared_ptr<Context> Context::get(int index) {
+  auto* made = &made_contexts();
   Instance& instance = Instance::get();
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(g_contexts_mutex);
   auto it = made->find(index);
   if (it != made->end()) return it->second;
   if (index < 0 || size_t(index) >= instance.physical().size())
@@ -285,8 +292,35 @@ Context::Context(int, VkPhysicalDevice physical, DeviceInfo info) : physical_(ph
 
 Context::~Context() = default;  // contexts live for the process
 
+namespace {
+std::atomic<bool> g_fail_next_allocation{false}, g_fail_next_submit{false};
+}  // namespace
+
+void inject_fault(Fault fault) {
+  switch (fault) {
+    case Fault::kOutOfDeviceMemory: g_fail_next_allocation = true; return;
+    case Fault::kDeviceLost: g_fail_next_submit = true; return;
+    case Fault::kNone: {
+      g_fail_next_allocation = g_fail_next_submit = false;
+      std::lock_guard<std::mutex> lock(g_contexts_mutex);
+      for (auto& [index, context] : made_contexts()) context->clear_lost_for_tests();
+      return;
+    }
+  }
+}
+
+void Context::check_not_lost(const char* what) const {
+  if (lost_)
+    throw Error(std::string("Vulkan: ") + what + " on " + info_.device.str() + " (" + info_.name +
+                "), which was lost (VK_ERROR_DEVICE_LOST: a driver reset or a hung kernel): the weights on it are "
+                "gone; reload the last checkpoint (the models on this device cannot be used any more)");
+}
+
+void Context::clear_lost_for_tests() { lost_ = false; }
+
 Allocation Context::allocate(size_t bytes) {
   Api& a = api();
+  check_not_lost("allocating memory");
   bytes = std::max<size_t>(bytes, 256);
   Allocation out;
   VkBufferCreateInfo binfo{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -302,7 +336,8 @@ Allocation Context::allocate(size_t bytes) {
   VkMemoryAllocateInfo minfo{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &flags};
   minfo.allocationSize = req.size;
   minfo.memoryTypeIndex = device_type_;
-  const VkResult r = a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
+  const VkResult r = g_fail_next_allocation.exchange(false) ? VK_ERROR_OUT_OF_DEVICE_MEMORY
+                                                            : a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
   if (r != VK_SUCCESS) {
     a.vkDestroyBuffer(device_, out.buffer, nullptr);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
@@ -368,12 +403,21 @@ void Context::submit_and_wait(VkCommandBuffer cmd, VkFence fence) {
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   submit.commandBufferCount = 1;
   submit.pCommandBuffers = &cmd;
+  check_not_lost("submitting work");
+  auto checked = [this](VkResult r, const char* what) {
+    if (r == VK_ERROR_DEVICE_LOST) {
+      lost_ = true;
+      check_not_lost(what);
+    }
+    check(r, what);
+  };
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
-    check(a.vkResetFences(device_, 1, &fence), "vkResetFences");
-    check(a.vkQueueSubmit(queue_, 1, &submit, fence), "vkQueueSubmit");
+    checked(a.vkResetFences(device_, 1, &fence), "vkResetFences");
+    checked(g_fail_next_submit.exchange(false) ? VK_ERROR_DEVICE_LOST : a.vkQueueSubmit(queue_, 1, &submit, fence),
+            "vkQueueSubmit");
   }
-  check(a.vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  checked(a.vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
 }
 
 void Context::begin_once() {
@@ -444,6 +488,7 @@ VulkanStorage::~VulkanStorage() { context_->free(a_); }
 
 void VulkanStorage::copy_from_host(size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  context_->check_not_lost("copying memory");
   if (a_.mapped) {
     std::memcpy(a_.mapped + offset, src, bytes);
     return;
@@ -460,6 +505,7 @@ void VulkanStorage::copy_from_host(size_t offset, const void* src, size_t bytes)
 
 void VulkanStorage::copy_to_host(size_t offset, void* dst, size_t bytes) const {
   if (bytes == 0) return;
+  context_->check_not_lost("copying memory");
   if (a_.mapped) {
     std::memcpy(dst, a_.mapped + offset, bytes);
     return;
@@ -479,6 +525,7 @@ void VulkanStorage::copy_to_host(size_t offset, void* dst, size_t bytes) const {
 
 void VulkanStorage::copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) {
   if (bytes == 0) return;
+  context_->check_not_lost("copying memory");
   const auto& from = dynamic_cast<const VulkanStorage&>(src);
   if (a_.mapped && from.a_.mapped) {
     std::memmove(a_.mapped + offset, from.a_.mapped + src_offset, bytes);

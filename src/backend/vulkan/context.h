@@ -3,6 +3,7 @@
 // devices (found once per process), and per device a Context holding the
 // logical device, its compute queue, memory, pipelines and one-shot
 // submissions. Contexts live for the process, as the CPU backend does.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -139,6 +140,14 @@ class Context : public std::enable_shared_from_this<Context> {
   /// needed); only under run_once's lock.
   char* staging_buffer(size_t bytes, VkBuffer& buffer);
 
+  /// Throws Error saying the device was lost and what to do, once a submit
+  /// returned VK_ERROR_DEVICE_LOST: nothing of the device's memory is read
+  /// or written after that.
+  void check_not_lost(const char* what) const;
+  /// The fault-injection tests' undo of a simulated loss (the VkDevice
+  /// itself was never lost).
+  void clear_lost_for_tests();
+
   Context(int index, VkPhysicalDevice physical, DeviceInfo info);
   ~Context();
 
@@ -155,6 +164,7 @@ class Context : public std::enable_shared_from_this<Context> {
   uint32_t host_type_ = UINT32_MAX;    // host-visible, coherent
   uint32_t device_type_ = UINT32_MAX;  // what tensors live in
   bool use_staging_ = false;
+  std::atomic<bool> lost_{false};
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   std::mutex queue_mutex_;
   std::mutex pipeline_mutex_;
@@ -174,6 +184,10 @@ class Context : public std::enable_shared_from_this<Context> {
   Allocation staging_;
   size_t staging_bytes_ = 0;
 };
+
+/// Simulated device failures for tests (backend.h's inject_vulkan_fault).
+enum class Fault { kNone, kOutOfDeviceMemory, kDeviceLost };
+void inject_fault(Fault fault);
 
 /// The driver's host allocations through the devices' allocation callbacks
 /// since the process began.

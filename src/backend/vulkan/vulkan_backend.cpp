@@ -225,4 +225,12 @@ BackendRegistration registration() {
 bool built() { return true; }
 uint64_t driver_allocation_count() { return driver_allocations(); }
 
+void inject(VulkanFault fault) {
+  switch (fault) {
+    case VulkanFault::kNone: inject_fault(Fault::kNone); return;
+    case VulkanFault::kOutOfDeviceMemory: inject_fault(Fault::kOutOfDeviceMemory); return;
+    case VulkanFault::kDeviceLost: inject_fault(Fault::kDeviceLost); return;
+  }
+}
+
 }  // namespace tensorgrad::vulkan

@@ -16,5 +16,7 @@ bool built();
 /// The driver's host allocations through the allocation callbacks given to
 /// its devices (0 without the backend).
 uint64_t driver_allocation_count();
+/// backend.h's inject_vulkan_fault.
+void inject(VulkanFault fault);
 
 }  // namespace tensorgrad::vulkan
