@@ -1,0 +1,73 @@
+#version 450
+#include "common.glsl"
+// GatherBackward: dtable{V, D}[v] = the sum of g{N, D}'s rows i with
+// ids[i] == v, added to 0 in increasing i, the CPU's order: the same bits,
+// without atomics or scratch memory. A workgroup owns `rows` consecutive
+// rows of dtable (lane = row-in-group * lanes + column; a lane takes columns
+// col, col + lanes, ...) and scans the ids once for all of them, CHUNK at a
+// time: each lane counts the hits in its PER consecutive ids, a prefix sum
+// of the counts gives each hit its place, in id order, in a shared list, and
+// each lane then adds the listed g rows of its own row into dtable (its
+// element, only its own: no other invocation touches it). The scan costs
+// N V / rows id reads in all, the additions N D. Ids outside [0, V) match no
+// row: they are skipped, where the CPU would write out of bounds.
+layout(constant_id = 1) const uint PER = 8;  // ids per lane and chunk
+
+layout(push_constant) uniform Push {
+  F32 g;
+  I32 ids;
+  F32 dt;
+  uint n;      // ids
+  uint d;
+  uint vocab;
+  uint rows;   // rows of dtable per workgroup
+  uint lanes;  // lanes per row
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+const uint CHUNK = WG * PER;  // < 2^16: a hit packs its row in group and its place in the chunk
+
+shared uint s_count[WG];
+shared uint s_hit[CHUNK];
+
+void main() {
+  const uint lane = gl_LocalInvocationID.x;
+  const uint r = lane / p.lanes, col0 = lane % p.lanes;
+  for (uint v0 = gl_WorkGroupID.x * p.rows; v0 < p.vocab; v0 += gl_NumWorkGroups.x * p.rows) {
+    const uint v = v0 + r, v_end = min(v0 + p.rows, p.vocab);
+    const bool owns_row = r < p.rows && v < p.vocab;
+    if (owns_row)
+      for (uint col = col0; col < p.d; col += p.lanes) p.dt.v[v * p.d + col] = 0.0;
+    for (uint base = 0; base < p.n; base += CHUNK) {
+      const uint first = base + lane * PER, last = min(first + PER, p.n);
+      uint count = 0;
+      for (uint i = first; i < last; ++i) {
+        const int id = p.ids.v[i];
+        if (id >= int(v0) && id < int(v_end)) ++count;
+      }
+      s_count[lane] = count;
+      barrier();
+      for (uint step = 1; step < WG; step <<= 1) {  // inclusive prefix sum, a fixed tree
+        const uint add = lane >= step ? s_count[lane - step] : 0u;
+        barrier();
+        s_count[lane] += add;
+        barrier();
+      }
+      uint at = s_count[lane] - count;
+      const uint total = s_count[WG - 1];
+      for (uint i = first; i < last; ++i) {
+        const int id = p.ids.v[i];
+        if (id >= int(v0) && id < int(v_end)) s_hit[at++] = ((uint(id) - v0) << 16) | (i - base);
+      }
+      barrier();
+      if (owns_row)
+        for (uint h = 0; h < total; ++h) {
+          const uint e = s_hit[h];
+          if ((e >> 16) != r) continue;
+          const uint i = base + (e & 0xffffu);
+          for (uint col = col0; col < p.d; col += p.lanes) p.dt.v[v * p.d + col] += p.g.v[i * p.d + col];
+        }
+      barrier();  // s_count and s_hit are refilled next
+    }
+  }
+}

@@ -1,0 +1,159 @@
+// The gather Vulkan kernels against the CPU's. Tolerances
+// (|vulkan - cpu| <= atol + rtol |cpu|):
+//  - Gather: exact (a copy).
+//  - GatherBackward: 1e-5 relative. The shader adds each row's gradients to
+//    0 in increasing position, the CPU's order, so it gives the CPU's bits;
+//    the margin leaves room for a future kernel that sums in another fixed
+//    order. Two Vulkan runs must give the same bits.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "vulkan_support.h"
+
+using namespace tensorgrad;
+using test_support::OpCase;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Ids of `shape` in [0, vocab), each id repeated when shape has more
+// elements than vocab.
+Tensor ids(const Shape& shape, int32_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> v(size_t(shape.numel()));
+  for (int32_t& id : v) id = dist(gen);
+  return Tensor::from_vector(v, shape);
+}
+
+// Random values with NaN and infinities where there is room.
+Tensor values(const Shape& s, uint32_t seed) {
+  Tensor t = test_support::random_tensor(s, seed);
+  if (t.numel() >= 40) {
+    t.data<float>()[7] = NAN;
+    t.data<float>()[20] = kInf;
+    t.data<float>()[33] = -kInf;
+  }
+  return t;
+}
+
+Shape with_last(const Shape& s, int64_t d) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < s.rank(); ++i) dims.push_back(s[i]);
+  dims.push_back(d);
+  return Shape(std::span<const int64_t>(dims));
+}
+
+OpCase gather_case(const Tensor& table, const Tensor& id) {
+  OpCase c;
+  c.op = OpKind::Gather;
+  c.inputs = {table, id};
+  return c;
+}
+
+OpCase backward_case(const Tensor& g, const Tensor& id, const Shape& table) {
+  OpCase c;
+  c.op = OpKind::GatherBackward;
+  c.attrs.shape = table;
+  c.inputs = {g, id};
+  return c;
+}
+
+struct Sizes {
+  int64_t vocab, d;
+  Shape ids;
+};
+
+}  // namespace
+
+// Ids of rank 1 and 2, repeated ids, one row, one column, odd widths, rows
+// wider than a workgroup (lanes with several columns), more ids than one
+// chunk of the backward's scan (2048), vocabularies of one and of several
+// workgroups of rows.
+TEST(VulkanGather, GatherAndBackward) {
+  TG_VULKAN_OR_SKIP(vk);
+  const std::vector<Sizes> sizes{{1, 1, {1}},       {1, 5, {9}},        {7, 1, {3, 4}},     {10, 33, {2, 3}},
+                                 {5, 300, {17}},    {300, 1, {5000}},   {7, 3, {4100}},     {1000, 64, {33, 65}},
+                                 {50, 257, {3, 7}}, {2, 8, {1, 2049}}, {513, 5, {2048}}};
+  uint32_t seed = 1;
+  for (const Sizes& s : sizes) {
+    SCOPED_TRACE("table {" + std::to_string(s.vocab) + ", " + std::to_string(s.d) + "}, ids " + s.ids.str());
+    const Shape table_shape{s.vocab, s.d};
+    const Tensor table = values(table_shape, seed++), id = ids(s.ids, int32_t(s.vocab), seed++);
+    test_support::expect_same_as_cpu(gather_case(table, id), vk, 0, 0);
+    const Tensor g = values(with_last(s.ids, s.d), seed++);
+    test_support::expect_same_as_cpu(backward_case(g, id, table_shape), vk, 1e-5, 0);
+  }
+}
+
+// Every id the same (one row takes all the sums), and each id once.
+TEST(VulkanGather, BackwardAllOneIdAndEachIdOnce) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Shape table{40, 6};
+  const Tensor same = Tensor::from_vector(std::vector<int32_t>(3000, 17), Shape{3000});
+  std::vector<int32_t> perm(40);
+  for (int32_t i = 0; i < 40; ++i) perm[size_t(i)] = (i * 7) % 40;
+  const Tensor once = Tensor::from_vector(perm, Shape{40});
+  test_support::expect_same_as_cpu(backward_case(values({3000, 6}, 1), same, table), vk, 1e-5, 0);
+  test_support::expect_same_as_cpu(backward_case(values({40, 6}, 2), once, table), vk, 1e-5, 0);
+}
+
+// Two Vulkan runs give the same bits.
+TEST(VulkanGather, BackwardIsDeterministic) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Shape table{97, 19};
+  const Tensor id = ids({4099}, 97, 5), g = test_support::random_tensor({4099, 19}, 6);
+  const OpCase c = backward_case(g, id, table);
+  const auto a = test_support::run_op(c, vk).output, b = test_support::run_op(c, vk).output;
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0);
+}
+
+// An id outside [0, V): the CPU throws before copying a row; the Vulkan
+// kernel never reads outside the table and writes NaN rows for such ids.
+TEST(VulkanGather, OutOfRangeIdsGiveNaNRows) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Tensor table = test_support::random_tensor({4, 3}, 7);
+  const Tensor id = Tensor::from_vector(std::vector<int32_t>{2, -1, 4, 1 << 30, 0}, Shape{5});
+  const OpCase c = gather_case(table, id);
+  EXPECT_THROW(test_support::run_op(c, cpu_backend()), IndexError);
+  const auto y = test_support::run_op(c, vk).output;
+  ASSERT_EQ(y.size(), 15u);
+  for (int row = 0; row < 5; ++row)
+    for (int col = 0; col < 3; ++col) {
+      const double v = y[size_t(row * 3 + col)];
+      if (row == 0 || row == 4)
+        EXPECT_EQ(v, table.data<float>()[(row == 0 ? 2 : 0) * 3 + col]);
+      else
+        EXPECT_TRUE(std::isnan(v)) << "row " << row;
+    }
+}
+
+// The brief's size: V = 10000, D = 64, N = 4096 (the time of one Vulkan
+// run of the compiled executable is printed).
+TEST(VulkanGather, BackwardLargeVocabulary) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Shape table{10000, 64};
+  const Tensor id = ids({4096}, 10000, 8), g = test_support::random_tensor({4096, 64}, 9);
+  test_support::expect_same_as_cpu(backward_case(g, id, table), vk, 1e-5, 0);
+  Graph graph;
+  const Value gi = graph.input("g", g.shape(), DType::Float32), ii = graph.input("ids", id.shape(), DType::Int32);
+  OpAttrs at;
+  at.shape = table;
+  const Value out = graph.apply(OpKind::GatherBackward, {gi, ii}, at);
+  Executable exe(std::move(graph), {out}, BatchRule{}, vk, FusionOptions::none());
+  exe.bind(gi, g);
+  exe.bind(ii, id);
+  exe.run();
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < 5; ++k) exe.run();
+  (void)exe.output(out).to(Device::CPU);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 5;
+  std::printf("GatherBackward V=10000 D=64 N=4096: %.2f ms per run\n", ms);
+}
