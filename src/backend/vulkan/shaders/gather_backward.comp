@@ -11,7 +11,7 @@
 // element, only its own: no other invocation touches it). The scan costs
 // N V / rows id reads in all, the additions N D. Ids outside [0, V) match no
 // row: they are skipped, where the CPU would write out of bounds.
-layout(constant_id = 1) const uint PER = 8;  // ids per lane and chunk
+layout(constant_id = 1) const uint PER = 8;  // ids per lane and chunk, <= 32
 
 layout(push_constant) uniform Push {
   F32 g;
@@ -27,7 +27,12 @@ layout(push_constant) uniform Push {
 const uint WG = gl_WorkGroupSize.x;
 const uint CHUNK = WG * PER;  // < 2^16: a hit packs its row in group and its place in the chunk
 
+const uint BLOCK = 16;  // the host's workgroups are multiples of 16
+const uint BLOCKS = WG / BLOCK;
+
 shared uint s_count[WG];
+shared uint s_block[BLOCKS];
+shared uint s_total;
 shared uint s_hit[CHUNK];
 
 void main() {
@@ -39,26 +44,44 @@ void main() {
     if (owns_row)
       for (uint col = col0; col < p.d; col += p.lanes) p.dt.v[v * p.d + col] = 0.0;
     for (uint base = 0; base < p.n; base += CHUNK) {
-      const uint first = base + lane * PER, last = min(first + PER, p.n);
-      uint count = 0;
-      for (uint i = first; i < last; ++i) {
-        const int id = p.ids.v[i];
-        if (id >= int(v0) && id < int(v_end)) ++count;
+      const uint first = base + lane * PER;
+      uint hit = 0, count = 0;  // bit k: ids[first + k] is one of the group's rows
+      for (uint k = 0; k < PER; ++k) {
+        const int id = first + k < p.n ? p.ids.v[first + k] : -1;
+        if (id >= int(v0) && id < int(v_end)) {
+          hit |= 1u << k;
+          ++count;
+        }
       }
+      // Each lane's place in the list: an exclusive prefix sum of the counts in
+      // blocks of BLOCK lanes, then over the blocks' totals (4 barriers, which
+      // lavapipe pays dearly for, instead of a tree's 2 log2(WG)).
       s_count[lane] = count;
       barrier();
-      for (uint step = 1; step < WG; step <<= 1) {  // inclusive prefix sum, a fixed tree
-        const uint add = lane >= step ? s_count[lane - step] : 0u;
-        barrier();
-        s_count[lane] += add;
-        barrier();
+      if (lane < BLOCKS) {
+        uint sum = 0;
+        for (uint l = lane * BLOCK; l < (lane + 1) * BLOCK; ++l) {
+          const uint c = s_count[l];
+          s_count[l] = sum;
+          sum += c;
+        }
+        s_block[lane] = sum;
       }
-      uint at = s_count[lane] - count;
-      const uint total = s_count[WG - 1];
-      for (uint i = first; i < last; ++i) {
-        const int id = p.ids.v[i];
-        if (id >= int(v0) && id < int(v_end)) s_hit[at++] = ((uint(id) - v0) << 16) | (i - base);
+      barrier();
+      if (lane == 0) {
+        uint sum = 0;
+        for (uint b = 0; b < BLOCKS; ++b) {
+          const uint c = s_block[b];
+          s_block[b] = sum;
+          sum += c;
+        }
+        s_total = sum;
       }
+      barrier();
+      uint at = s_count[lane] + s_block[lane / BLOCK];
+      const uint total = s_total;
+      for (uint k = 0; k < PER; ++k)
+        if ((hit & (1u << k)) != 0) s_hit[at++] = ((uint(p.ids.v[first + k]) - v0) << 16) | (first + k - base);
       barrier();
       if (owns_row)
         for (uint h = 0; h < total; ++h) {
