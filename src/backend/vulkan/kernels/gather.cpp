@@ -11,7 +11,8 @@ namespace {
 
 constexpr uint32_t kGroup = 256;
 constexpr uint32_t kIdsPerLane = 8;  // gather_backward.comp's PER: chunks of 2048 ids
-constexpr uint32_t kMinGroups = 128;  // enough workgroups for a large GPU, and for lavapipe's threads
+constexpr uint32_t kMinGroups = 64;  // enough workgroups for a large GPU; on lavapipe fewer scans matter more
+constexpr uint32_t kTeamLanes = 16;  // lanes that add one g row (lavapipe runs 8 wide, GPUs 32 or 64)
 static_assert(kGroup * kIdsPerLane <= 65536, "gather_backward.comp packs a place in a chunk in 16 bits");
 
 // in: table{V, D}, ids int32{...}.
@@ -27,20 +28,20 @@ void gather(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const Ke
   r.dispatch("gather", {kGroup}, push, r.groups(push.n, kGroup));
 }
 
-// in: g{..., D}, ids{...}; out: dtable{V, D}. A workgroup scans all the ids
-// for its rows, so the fewer lanes per row (each adding several columns),
-// the more rows per workgroup and the fewer scans (N V / rows id reads): one
-// lane per row, unless that leaves fewer than kMinGroups workgroups (a small
-// vocabulary), then lanes doubled up to D or the workgroup.
+// in: g{..., D}, ids{...}; out: dtable{V, D}. Teams of kTeamLanes lanes
+// (fewer for a narrow D) add whole g rows, so that every lane of a team has
+// work for each hit; a workgroup scans all the ids for its rows, so it owns
+// as many rows as leave kMinGroups workgroups (N V / rows id reads in all).
 void gather_backward(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg& out) {
   count32(in[0].numel(), "gather_backward");
   count32(out.numel(), "gather_backward");
   const uint32_t vocab = uint32_t(out.shape[0]), d = uint32_t(out.shape[1]);
   if (vocab == 0 || d == 0) return;
   uint32_t lanes = 1;
-  while (lanes < kGroup && lanes < d && (vocab + kGroup / lanes - 1) / (kGroup / lanes) < kMinGroups) lanes *= 2;
-  lanes = std::min(lanes, d);
-  const uint32_t rows = kGroup / lanes;
+  while (lanes < kTeamLanes && lanes < d) lanes *= 2;
+  const uint32_t teams = kGroup / lanes;
+  const uint32_t per_team = std::clamp<uint32_t>(vocab / (teams * kMinGroups), 1, 65535 / teams);
+  const uint32_t rows = teams * per_team;
   struct {
     uint64_t g, ids, dt;
     uint32_t n, d, vocab, rows, lanes;
