@@ -175,3 +175,54 @@ TEST(VulkanWindow, MaxTiesGoToTheFirstMaximum) {
       expect_op(vk, OpKind::MaxPool2DBackward, at, {x, g}, 0);
     }
 }
+
+namespace {
+
+std::vector<double> all_weights(const nn::Model& m) {
+  std::vector<double> out;
+  for (const Tensor& w : m.get_weights()) {
+    const std::vector<double> v = test_support::values(w);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// Dense + ReLU reshaped to 6 x 6 x 2 images, max pooling 3x3 stride 1
+// "same" (overlapping; its gradient with the ReLU's folded in, the masked
+// form), average pooling 2x2, a softmax head.
+nn::Sequential pooling_model(Device device) {
+  nn::clear_session();
+  manual_seed(11);
+  nn::Sequential m({10});
+  m.add(nn::Dense(72, "relu"));
+  m.add(nn::Reshape({6, 6, 2}));
+  m.add(nn::MaxPooling2D({3, 3}, {1, 1}, "same"));
+  m.add(nn::AveragePooling2D({2, 2}));
+  m.add(nn::Flatten());
+  m.add(nn::Dense(3, "softmax"));
+  m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"}, device);
+  return m;
+}
+
+}  // namespace
+
+// The kernels through a model's planned graphs, fused forms included:
+// losses and weights within the model tests' 2e-4 relative plus 1e-5
+// absolute after a few Adam steps (the other kernels sum in other orders).
+TEST(VulkanWindow, APoolingModelTrainsAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Tensor x = test_support::random_tensor({48, 10}, 12);
+  std::vector<int32_t> labels(48);
+  for (int32_t i = 0; i < 48; ++i) labels[size_t(i)] = (i * 5 + 1) % 3;
+  const Tensor y = Tensor::from_vector(labels, Shape{48});
+  nn::FitOptions fo;
+  fo.epochs = 2;
+  fo.batch_size = 16;
+  fo.shuffle = false;
+  fo.verbose = 0;
+  nn::Sequential cpu = pooling_model(Device::CPU), dev = pooling_model(vk->device());
+  ASSERT_EQ(all_weights(cpu), all_weights(dev));
+  const nn::History hc = cpu.fit(x, y, fo), hd = dev.fit(x, y, fo);
+  EXPECT_TRUE(test_support::close(hd["loss"], hc["loss"], 2e-4, 1e-5));
+  EXPECT_TRUE(test_support::close(all_weights(dev), all_weights(cpu), 2e-4, 1e-5));
+}
