@@ -57,7 +57,8 @@ std::string str(const Window2D& w) {
 }
 
 bool fits(const Window2D& w, const Shape& x) {
-  return w.dh * (w.kh - 1) + 1 <= x[1] + w.pad_top + w.pad_bottom && w.dw * (w.kw - 1) + 1 <= x[2] + w.pad_left + w.pad_right;
+  return w.dh * (w.kh - 1) + 1 <= x[1] + w.pad_top + w.pad_bottom &&
+         w.dw * (w.kw - 1) + 1 <= x[2] + w.pad_left + w.pad_right;
 }
 
 // x with values on a coarse grid (ties within windows: the first maximum's
@@ -225,4 +226,14 @@ TEST(VulkanWindow, APoolingModelTrainsAsOnTheCpu) {
   const nn::History hc = cpu.fit(x, y, fo), hd = dev.fit(x, y, fo);
   EXPECT_TRUE(test_support::close(hd["loss"], hc["loss"], 2e-4, 1e-5));
   EXPECT_TRUE(test_support::close(all_weights(dev), all_weights(cpu), 2e-4, 1e-5));
+}
+
+// Images of many short rows and of one element per row, in both backward
+// paths (per element and per tiling window).
+TEST(VulkanWindow, ManyShortRows) {
+  TG_VULKAN_OR_SKIP(vk);
+  uint32_t seed = 400;
+  expect_pooling(vk, {1, 7002, 2, 1}, window(2, 2), seed);
+  expect_pooling(vk, {2, 3001, 3, 1}, window(3, 1), seed);
+  expect_pooling(vk, {3, 9, 1, 1}, window(1, 1), seed);
 }

@@ -9,12 +9,9 @@
 layout(constant_id = 1) const uint OP = 0;  // 0 max, 1 average
 
 void main() {
-  FOR_EACH(i, p.n) {
-    const int c = int(i % uint(p.C));
-    uint r = i / uint(p.C);
-    const int ox = int(r % uint(p.Wo));
-    r /= uint(p.Wo);
-    const int oy = int(r % uint(p.Ho)), b = int(r / uint(p.Ho));
+  FOR_EACH(i, uint(p.B * p.Ho * p.Wo * p.C)) {
+    const uvec3 at = grid_at(i, p.Ho, p.Wo * p.C);
+    const int b = int(at.x), oy = int(at.y), ox = int(udiv(at.z, p.div_c)), c = int(at.z) - ox * p.C;
     const Taps t = taps_of(oy, ox);
     precise float acc = OP == 0 ? -kPoolInf : 0.0;
     for (int ky = t.ky0; ky < t.ky1; ++ky)

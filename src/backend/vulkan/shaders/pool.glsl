@@ -2,21 +2,37 @@
 // as the CPU's (src/kernels/window.cpp): output pixel (oy, ox) reads input
 // rows iy = oy*sh - pt + ky*dh and columns ix = ox*sw - pl + kx*dw; taps
 // outside the image are padding, skipped (never counted in averages).
+// The divisions by the channels, the strides and the grid's sizes are
+// multiplications by the host's magic numbers (udiv): lavapipe has no
+// vector integer division (each is 8 scalar ones, most of the time of the
+// backward shader before).
 layout(push_constant) uniform Push {
   F32 a;  // pool: x; max backward: x; average backward: g
   F32 b;  // pool: y; max backward: g; average backward: the ReLU output that masks dx (kMaskNonPositive)
   F32 c;  // the backward ops' dx
-  uint n;  // output elements
   int B, H, W, C, Ho, Wo;
   int kh, kw, sh, sw, dh, dw, pt, pl;
+  uvec2 div_c, div_sh, div_sw;  // udiv's (m, l) for C, sh, sw
+  uvec2 div_rows, div_len;      // and for the grid's rows per image and elements per row
 } p;
+
+// n / d for n < 2^31, given d's (m, l): l = ceil(log2 d), m = ceil(2^(31 + l) / d)
+// (Granlund and Montgomery: exact for 31-bit n).
+uint udiv(uint n, uvec2 d) { return uint((uint64_t(n) * uint64_t(d.x)) >> (31u + d.y)); }
+
+// dh == dw == 1: the taps' bounds without divisions.
+layout(constant_id = 3) const bool DILATED = false;
 
 #define kPoolInf uintBitsToFloat(0x7f800000u)
 
 // The first and one past the last tap inside the image along one axis, for a
 // window starting at i0 (the CPU's first_tap and end_tap).
-int first_tap(int i0, int d) { return i0 >= 0 ? 0 : (-i0 + d - 1) / d; }
+int first_tap(int i0, int d) {
+  if (!DILATED) return max(-i0, 0);
+  return i0 >= 0 ? 0 : (-i0 + d - 1) / d;
+}
 int end_tap(int i0, int d, int k, int n) {
+  if (!DILATED) return max(min(k, n - i0), 0);
   if (i0 + (k - 1) * d < n) return k;
   return i0 >= n ? 0 : min(k, (n - 1 - i0) / d + 1);
 }
@@ -47,4 +63,12 @@ float reciprocal(int n) {
   precise float e = fma(-fn, r, 1.0);
   precise float q = fma(r, e, r);
   return q;
+}
+
+// The grid: rows (b, y) of an image of `rows` rows, row_len elements each
+// (x = the column and channel pairs), walked as one index i; grid_at gives
+// element i's b, y and x.
+uvec3 grid_at(uint i, uint rows, uint row_len) {
+  const uint row = udiv(i, p.div_len), b = udiv(row, p.div_rows);
+  return uvec3(b, row - b * rows, i - row * row_len);
 }
