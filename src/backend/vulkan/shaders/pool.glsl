@@ -4,8 +4,7 @@
 // outside the image are padding, skipped (never counted in averages).
 // The divisions by the channels, the strides and the grid's sizes are
 // multiplications by the host's magic numbers (udiv): lavapipe has no
-// vector integer division (each is 8 scalar ones, most of the time of the
-// backward shader before).
+// vector integer division (each would be 8 scalar ones) and GPUs emulate it.
 layout(push_constant) uniform Push {
   F32 a;  // pool: x; max backward: x; average backward: g
   F32 b;  // pool: y; max backward: g; average backward: the ReLU output that masks dx (kMaskNonPositive)
