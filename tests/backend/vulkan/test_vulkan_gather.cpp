@@ -74,7 +74,7 @@ struct Sizes {
 
 // Ids of rank 1 and 2, repeated ids, one row, one column, odd widths, rows
 // wider than a workgroup (lanes with several columns), more ids than one
-// chunk of the backward's scan (2048), vocabularies of one and of several
+// chunk of the backward's scan (512 ids), vocabularies of one and of several
 // workgroups of rows.
 TEST(VulkanGather, GatherAndBackward) {
   TG_VULKAN_OR_SKIP(vk);
