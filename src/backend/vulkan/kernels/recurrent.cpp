@@ -3,8 +3,9 @@
 // kernels/recurrent.cpp computes. Time is sequential, so each op records one
 // dispatch per step (lstm_step.comp, lstm_backward_step.comp, gru_step.comp,
 // gru_backward_step.comp, the step a push constant) with one invocation per
-// (row, unit) or per block of them; the recorder's barrier between dispatches makes step t - 1's
-// output (or, backward, step t + 1's) visible to step t. The backward ops
+// (row, unit) or per block of them; the recorder's barrier between
+// dispatches makes step t - 1's output (or, backward, step t + 1's) visible
+// to step t. The backward ops
 // carry their per-unit state (the cell gradient, dh z) from step to step in
 // a slot of the output that the next step's invocation for the same unit
 // overwrites, so no scratch memory is needed. With initial states, the
@@ -34,10 +35,13 @@ struct StepPush {
 // one on GPUs, for the most invocations; on CPU implementations, which run
 // every load as a loop over the SIMD lanes, up to 8 rows by 4 units, so
 // that each load feeds several fmas (the {32, 50, 64} LSTM and its backward
-// op: 97 against 422 ms of CPU time on lavapipe). The workgroups are up to 64 invocations
-// along the units (fewer for a narrow layer), the rows along the grid's y.
+// op: 97 against 422 ms of CPU time on lavapipe). The workgroups are up to
+// 64 invocations along the units (fewer for a narrow layer), the rows along
+// the grid's y.
 void record_steps(Recorder& r, const char* shader, StepPush push, bool backward) {
-  if (push.batch == 0 || push.units == 0) return;
+  // No steps: nothing to compute (the CPU kernel leaves a backward op's step T
+  // of initial-state gradients unset then too).
+  if (push.batch == 0 || push.units == 0 || push.steps == 0) return;
   // TENSORGRAD_VULKAN_RECURRENT_BLOCKS=gpu|cpu picks the other kind of
   // device's blocks, so that one device's tests cover both.
   const char* force = std::getenv("TENSORGRAD_VULKAN_RECURRENT_BLOCKS");

@@ -32,7 +32,8 @@ void main() {
     float z[RB * UB * 4u];
     [[unroll]] for (uint r = 0u; r < RB; ++r)
       [[unroll]] for (uint q = 0u; q < UB; ++q)
-        [[unroll]] for (uint k = 0u; k < 4u; ++k) z[(r * UB + q) * 4u + k] = p.xw.v[(bs[r] * p.T + t) * G + k * H + js[q]];
+        [[unroll]] for (uint k = 0u; k < 4u; ++k)
+          z[(r * UB + q) * 4u + k] = p.xw.v[(bs[r] * p.T + t) * G + k * H + js[q]];
     if (has_prev) {
       uint hb[RB];
       [[unroll]] for (uint r = 0u; r < RB; ++r) hb[r] = t > 0u ? (bs[r] * p.T + t - 1u) * K : bs[r] * H;
