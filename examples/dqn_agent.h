@@ -45,6 +45,8 @@ namespace tg = tensorgrad;
 /// Hyper-parameters and budgets of a run.
 struct Config {
   uint64_t seed = 0;
+  /// Where the Q-network trains and acts ("cpu", "vulkan:0", ...).
+  tg::Device device = tg::Device::CPU;
   /// Training environment steps (evaluation steps are not counted).
   int64_t steps = 100000;
   /// Greedy evaluation every this many training steps (and at the end).
@@ -329,7 +331,7 @@ class Agent {
     tg::nn::Sequential q = make_q_network(c);
     const tg::OptimizerSpec spec = c.optimizer == "rmsprop" ? tg::OptimizerSpec::rmsprop({.learning_rate = c.lr})
                                                              : tg::OptimizerSpec::adam(c.lr);
-    q.compile(spec, c.loss);
+    q.compile(spec, c.loss, {}, c.device);
     tg::nn::TrainerOptions opts;
     opts.batch_size = c.batch_size;
     opts.loss_mask = cartpole::CartPole::kActions;  // one weight per output: the one-hot of the action

@@ -64,15 +64,20 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--no-double", no_double, "plain DQN targets instead of Double-DQN");
+  std::string device = "cpu";
+  app.add_option("--device", device, "where the Q-network trains and acts, as PyTorch names devices (cpu, vulkan:0)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   c.double_dqn = !no_double;
 
   try {
+    c.device = tensorgrad::Device(device);
+    (void)tensorgrad::backend(c.device);  // an unavailable device is refused before training starts
     const auto start = std::chrono::steady_clock::now();
     if (threads > 0) tensorgrad::set_num_threads(threads);
     if (!quiet) {
-      std::printf("tensorgrad DQN on CartPole-v1: seed %llu, %lld steps, %d threads\n", (unsigned long long)c.seed,
-                  (long long)c.steps, tensorgrad::num_threads());
+      std::printf("tensorgrad DQN on CartPole-v1: seed %llu, %lld steps, %d threads, on %s\n", (unsigned long long)c.seed,
+                  (long long)c.steps, tensorgrad::num_threads(), c.device.str().c_str());
       std::printf("Q-network 4");
       for (int i = 0; i < c.layers; ++i) std::printf("-%d", c.hidden);
       std::printf("-2 relu, %s lr %g, %s loss, gamma %g, batch %lld, buffer %lld, learning starts %lld, %s target %s, "
