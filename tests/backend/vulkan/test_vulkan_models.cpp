@@ -216,3 +216,38 @@ TEST(VulkanModels, AMissingKernelIsRefusedAtCompile) {
     EXPECT_NE(std::string(e.what()).find("no kernel for op conv2d"), std::string::npos) << e.what();
   }
 }
+
+// An out-of-range class id or token id is an IndexError naming it, and the
+// step's update is not applied, as on the CPU: batches come from the host,
+// where their ids are checked before they are uploaded.
+TEST(VulkanModels, OutOfRangeIdsAreRefusedAndNothingIsUpdated) {
+  TG_VULKAN_OR_SKIP(vk);
+  nn::clear_session();
+  manual_seed(4);
+  nn::Sequential m({5});
+  m.add(nn::Embedding(12, 4));
+  m.add(nn::Flatten());
+  m.add(nn::Dense(3, "softmax"));
+  m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"}, vk->device());
+  std::vector<int32_t> tokens(40), labels(8);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i % 12);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t(i % 3);
+  nn::FitOptions fo;
+  fo.verbose = 0;
+  fo.batch_size = 8;
+  (void)m.fit(Tensor::from_vector(tokens, Shape{8, 5}), Tensor::from_vector(labels, Shape{8}), fo);
+  const std::vector<double> before = all_weights(m);
+  std::vector<int32_t> bad_tokens = tokens, bad_labels = labels;
+  bad_tokens[17] = 12;
+  bad_labels[6] = 3;
+  for (const auto& [x, y, id] : {std::tuple{bad_tokens, labels, std::string("token id 12")},
+                                 std::tuple{tokens, bad_labels, std::string("class id 3")}}) {
+    try {
+      (void)m.fit(Tensor::from_vector(x, Shape{8, 5}), Tensor::from_vector(y, Shape{8}), fo);
+      ADD_FAILURE() << id << " was accepted";
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find(id), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(all_weights(m), before) << id;
+  }
+}
