@@ -78,6 +78,6 @@ TEST(VulkanRuntime, TheOpsWithoutAKernelAreListed) {
   for (size_t i = 0; i < size_t(OpKind::Count); ++i)
     if (!vk->has_kernel(OpKind(i))) missing.push_back(op_info(OpKind(i)).name);
   const std::vector<std::string> expected = {
-      "conv2d", "conv2d_backward_input", "conv2d_backward_filter"};
+      };
   EXPECT_EQ(missing, expected);
 }
