@@ -22,7 +22,7 @@ constexpr uint32_t kBias = 1, kRelu = 2, kAddend = 4, kMask = 8;
 struct Tiling {
   uint32_t tm, tn, tk, rm, rn;
   uint32_t invocations() const { return (tm / rm) * (tn / rn); }
-  uint32_t shared_bytes() const { return tk * (tm + tn) * 4 + tm * 16; }
+  uint32_t shared_bytes() const { return tk * (tm + tn) * 4 + tm * 16 + 2 * tk * 16; }
 };
 
 // The tile side for n columns (or rows): the smallest of 16, 32, 64, 128
@@ -105,7 +105,8 @@ void record(Recorder& r, Mode mode, Push& p, uint64_t m, uint64_t n, uint64_t k,
   const Tiling t = choose_tiling(r, p.m, p.n);
   const uint32_t* lim = r.caps().max_group_count;
   const uint32_t gx = std::min((p.n + t.tn - 1) / t.tn, lim[0]), gy = std::min((p.m + t.tm - 1) / t.tm, lim[1]);
-  r.dispatch("conv", {t.invocations(), t.tm, t.tn, t.tk, t.rm, t.rn, uint32_t(mode)}, p, gx, gy);
+  const uint32_t unit_stride = p.sh == 1 && p.sw == 1 ? 1 : 0;
+  r.dispatch("conv", {t.invocations(), t.tm, t.tn, t.tk, t.rm, t.rn, uint32_t(mode), unit_stride}, p, gx, gy);
 }
 
 // (x{B,H,W,C}, kernel{kh,kw,C,F} [, bias{F}]) -> y{B,Ho,Wo,F} [ReLU].

@@ -21,6 +21,7 @@ layout(constant_id = 3) const uint TK = 16;
 layout(constant_id = 4) const uint RM = 8;
 layout(constant_id = 5) const uint RN = 8;
 layout(constant_id = 6) const uint MODE = 0;
+layout(constant_id = 7) const uint UNIT_STRIDE = 0;  // 1: sh = sw = 1 (mode 1 then divides by no stride)
 
 // kernels/conv.cpp's flag bits.
 const uint FLAG_BIAS = 1u, FLAG_RELU = 2u, FLAG_ADDEND = 4u, FLAG_MASK = 8u;
@@ -59,8 +60,13 @@ const int kOff = -(1 << 29);  // a coordinate no tap brings back into the image
 
 shared vec4 sa[TK * TM4];
 shared vec4 sb[TK * TN4];
-// Per row of the tile: its pixel (modes 0, 1) or tap (mode 2), as below.
+// Per row of the tile: its pixel (modes 0, 1) or tap (mode 2), as below. Per k of the staged slice (two
+// slices: the next one is filled while the current one is multiplied): its tap (modes 0, 1) or pixel
+// (mode 2), and in w the offset of B's row k (mode 1; the kernel's taps are read transposed). The tables
+// pay the divisions that split an index once per row and per k rather than once per staged value: CPU
+// implementations have no vector integer division.
 shared ivec3 rows[TM];
+shared ivec4 ks[2 * TK];
 
 // A pixel of the output grid (modes 0, 2): its window's corner (iy0, ix0) in the image and the offset of
 // that corner's channel 0 in x (negative in the padding). Mode 1: an input pixel (iy + pt, ix + pl) and
@@ -89,8 +95,8 @@ float gather(ivec3 px, ivec3 tp) {
   if (MODE == 1) {
     const int ty = px.x - tp.x, tx = px.y - tp.y;
     if (ty < 0 || tx < 0) return 0.0;
-    const int oy = ty / p.sh, ox = tx / p.sw;
-    if (oy * p.sh != ty || ox * p.sw != tx || oy >= p.ho || ox >= p.wo) return 0.0;
+    const int oy = UNIT_STRIDE != 0 ? ty : ty / p.sh, ox = UNIT_STRIDE != 0 ? tx : tx / p.sw;
+    if ((UNIT_STRIDE == 0 && (oy * p.sh != ty || ox * p.sw != tx)) || oy >= p.ho || ox >= p.wo) return 0.0;
     return p.a.v[px.z + (oy * p.wo + ox) * p.f + tp.z];
   }
   const int iy = px.x + tp.x, ix = px.y + tp.y;
@@ -98,25 +104,31 @@ float gather(ivec3 px, ivec3 tp) {
   return p.a.v[px.z + tp.z];
 }
 
-// A(row0 + 4 i4 .. + 3, k): the rows' info from `rows`, k's computed once for the four.
-vec4 load_a4(uint i4, uint k) {
+// k's entry of the table `ks`.
+ivec4 k_info(uint k) {
+  if (MODE == 2) return ivec4(pixel(k), 0);
+  const ivec3 t = tap(k);
+  return ivec4(t, MODE == 1 ? int(k / uint(p.f)) * p.ch * p.f + t.z : 0);
+}
+
+// A(row0 + 4 i4 .. + 3, k): k's table entry kt, the rows' from `rows`.
+vec4 load_a4(uint i4, uint k, ivec4 kt) {
   if (k >= p.k) return vec4(0.0);
   const uint i = 4 * i4;
   if (MODE == 2) {
-    const ivec3 px = pixel(k);
+    const ivec3 px = kt.xyz;
     return vec4(gather(px, rows[i]), gather(px, rows[i + 1]), gather(px, rows[i + 2]), gather(px, rows[i + 3]));
   }
-  const ivec3 tp = tap(k);
+  const ivec3 tp = kt.xyz;
   return vec4(gather(rows[i], tp), gather(rows[i + 1], tp), gather(rows[i + 2], tp), gather(rows[i + 3], tp));
 }
 
-// B(k, j .. j + 3).
-vec4 load_b4(uint k, uint j) {
+// B(k, j .. j + 3); kt is k's table entry.
+vec4 load_b4(uint k, uint j, ivec4 kt) {
   vec4 v = vec4(0.0);
   if (k >= p.k) return v;
   if (MODE == 1) {  // the kernel {kh kw, C, F}: tap t's {C, F} slice read as {F, C}
-    const uint t = k / uint(p.f), e = k % uint(p.f);
-    const uint base = t * uint(p.ch * p.f) + e;
+    const uint base = uint(kt.w);
     [[unroll]] for (uint q = 0; q < 4; ++q)
       if (j + q < p.n) v[q] = p.b.v[base + (j + q) * uint(p.f)];
     return v;
@@ -136,6 +148,7 @@ void tile(uint row0, uint col0) {
     if (r >= p.m) rows[i] = ivec3(kOff, kOff, 0);
     else rows[i] = MODE == 2 ? tap(r) : pixel(r);
   }
+  for (uint i = lid; i < TK; i += WG) ks[i] = k_info(i);
   barrier();
 
   vec4 acc[RM][RN4];
@@ -143,22 +156,24 @@ void tile(uint row0, uint col0) {
     [[unroll]] for (uint q = 0; q < RN4; ++q) acc[r][q] = vec4(0.0);
   }
 
-  for (uint k0 = 0; k0 < p.k; k0 += TK) {
+  for (uint k0 = 0, slot = 0; k0 < p.k; k0 += TK, slot ^= TK) {
     [[unroll]] for (uint s = 0; s < (TK * TM4 + WG - 1) / WG; ++s) {
       const uint e = lid + s * WG;
       if (e < TK * TM4) {
         const uint kk = ROWS_FAST ? e / TM4 : e % TK, i4 = ROWS_FAST ? e % TM4 : e / TK;
-        sa[kk * TM4 + i4] = load_a4(i4, k0 + kk);
+        sa[kk * TM4 + i4] = load_a4(i4, k0 + kk, ks[slot + kk]);
       }
     }
     [[unroll]] for (uint s = 0; s < (TK * TN4 + WG - 1) / WG; ++s) {
       const uint e = lid + s * WG;
       if (e < TK * TN4) {
         const uint kk = e / TN4, j4 = e % TN4;
-        sb[kk * TN4 + j4] = load_b4(k0 + kk, col0 + 4 * j4);
+        sb[kk * TN4 + j4] = load_b4(k0 + kk, col0 + 4 * j4, ks[slot + kk]);
       }
     }
     barrier();
+    // The next slice's table, into the slot the loads above did not read.
+    for (uint i = lid; i < TK; i += WG) ks[(slot ^ TK) + i] = k_info(k0 + TK + i);
     [[unroll]] for (uint kk = 0; kk < TK; ++kk) {
       vec4 av[RM4], bv[RN4];
       [[unroll]] for (uint q = 0; q < RM4; ++q) av[q] = sa[kk * TM4 + ty * RM4 + q];
