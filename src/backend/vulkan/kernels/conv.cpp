@@ -33,7 +33,7 @@ uint32_t side(uint32_t n, uint32_t most) {
   return s;
 }
 
-// GPUs: tiles of up to 64 x 64 with 4 x 4 to 8 x 8 blocks per invocation.
+// GPUs: tiles of 16 x 16 to 64 x 64 with 4 x 4 to 8 x 8 blocks per invocation.
 // CPU implementations (lavapipe) run every shared or global access as a
 // loop over the SIMD lanes while fmas are cheap, so they take 16 x 16
 // blocks (matmul.cpp measured them) and tiles of up to 128 x 128 while
@@ -54,9 +54,15 @@ Tiling choose_tiling(Recorder& r, uint32_t m, uint32_t n) {
     tm = std::min(tm, side(m, 128));
     t = {tm, tn, 16, 16, tn == 16 ? 4u : 16u};  // a thin N: 4 invocations across rather than padding
   } else {
-    const uint32_t tn = side(n, 64), tm = side(m, 64);
-    t = {tm, tn, 16, std::min(8u, tm / 8), std::min(8u, tn / 8)};
-    if (tm == 16 || tn == 16) t.rm = t.rn = 4;
+    // Smaller tiles while the grid is short of a GPU's few dozen compute units: the filter gradient
+    // ({kh kw C, F}, each element one long sum over the batch's pixels; no scratch for a split sum)
+    // and the small layers would otherwise leave most of them idle.
+    uint32_t tm = side(m, 64), tn = side(n, 64);
+    while (uint64_t((m + tm - 1) / tm) * ((n + tn - 1) / tn) < 64 && (tm > 16 || tn > 16)) {
+      if (tm >= tn) tm /= 2;
+      else tn /= 2;
+    }
+    t = {tm, tn, 16, tm >= 64 ? 8u : 4u, tn >= 64 ? 8u : 4u};
   }
   if (t.invocations() > r.caps().max_group_invocations || t.shared_bytes() > r.caps().max_shared_bytes)
     t = {16, 16, 8, 4, 4};
