@@ -256,8 +256,9 @@ TEST(VulkanConv, RefusesBatchStatsOutput) {
   }
 }
 
-// The time of each op at the CNN's layer (not a check: run with
-// --gtest_also_run_disabled_tests to see it).
+// The time of each op at the CNN's layer on Vulkan and on the CPU, and of a
+// MatMul of the forward's GEMM size (not a check: run with
+// --gtest_also_run_disabled_tests to see it). A run includes its inputs' upload.
 TEST(VulkanConv, DISABLED_Timing) {
   TG_VULKAN_OR_SKIP(vk);
   const ConvShape s{32, 28, 28, 32, 64, 3, 3, 1, true};
@@ -284,13 +285,15 @@ TEST(VulkanConv, DISABLED_Timing) {
     a.window = w;
     a.shape = t.shape;
     const Value out = graph.apply(t.op, ins, a);
-    Executable exe(std::move(graph), {out}, BatchRule{}, vk, FusionOptions::none());
-    for (size_t i = 0; i < t.in.size(); ++i) exe.bind(ins[i], t.in[i]);
-    exe.run();
-    constexpr int kRuns = 5;
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kRuns; ++i) exe.run();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::printf("%s: %.1f ms per run\n", t.name, ms / kRuns);
+    for (const auto& backend : {vk, cpu_backend()}) {
+      Executable exe(Graph(graph), {out}, BatchRule{}, backend, FusionOptions::none());
+      for (size_t i = 0; i < t.in.size(); ++i) exe.bind(ins[i], t.in[i]);
+      exe.run();
+      constexpr int kRuns = 5;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kRuns; ++i) exe.run();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%s on %s: %.1f ms per run\n", t.name, backend == vk ? "vulkan" : "the CPU", ms / kRuns);
+    }
   }
 }

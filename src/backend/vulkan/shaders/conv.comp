@@ -70,11 +70,14 @@ shared ivec4 ks[2 * TK];
 
 // A pixel of the output grid (modes 0, 2): its window's corner (iy0, ix0) in the image and the offset of
 // that corner's channel 0 in x (negative in the padding). Mode 1: an input pixel (iy + pt, ix + pl) and
-// the offset of its image in g.
+// the offset of its image in g; at unit stride, of g's pixel (iy + pt, ix + pl) (off g's grid), so that
+// a tap's value is at a fixed offset from it as in mode 0.
 ivec3 pixel(uint i) {
   if (MODE == 1) {
     const uint hw = uint(p.h * p.w), r = i % hw;
-    return ivec3(int(r / uint(p.w)) + p.pt, int(r % uint(p.w)) + p.pl, int(i / hw) * p.ho * p.wo * p.f);
+    const int y = int(r / uint(p.w)) + p.pt, x = int(r % uint(p.w)) + p.pl;
+    const int image = int(i / hw) * p.ho * p.wo * p.f;
+    return ivec3(y, x, UNIT_STRIDE != 0 ? image + (y * p.wo + x) * p.f : image);
   }
   const uint hw = uint(p.ho * p.wo), r = i % hw;
   const int iy0 = int(r / uint(p.wo)) * p.sh - p.pt, ix0 = int(r % uint(p.wo)) * p.sw - p.pl;
@@ -82,21 +85,22 @@ ivec3 pixel(uint i) {
 }
 
 // A tap (modes 0, 2: ky, kx, c; mode 1: ky, kx, f): its offset from the window's corner and the offset
-// of its value from the corner's channel 0 (mode 1: f).
+// of its value from the corner's channel 0 (mode 1: f; at unit stride, from g at the input pixel).
 ivec3 tap(uint k) {
   const uint inner = MODE == 1 ? uint(p.f) : uint(p.ch);
   const uint t = k / inner, e = k % inner;
   const int dy = int(t / uint(p.kw)) * p.dh, dx = int(t % uint(p.kw)) * p.dw;
-  if (MODE == 1) return ivec3(dy, dx, int(e));
+  if (MODE == 1) return ivec3(dy, dx, UNIT_STRIDE != 0 ? int(e) - (dy * p.wo + dx) * p.f : int(e));
   return ivec3(dy, dx, (dy * p.w + dx) * p.ch + int(e));
 }
 
 float gather(ivec3 px, ivec3 tp) {
   if (MODE == 1) {
     const int ty = px.x - tp.x, tx = px.y - tp.y;
+    if (UNIT_STRIDE != 0) return uint(ty) >= uint(p.ho) || uint(tx) >= uint(p.wo) ? 0.0 : p.a.v[px.z + tp.z];
     if (ty < 0 || tx < 0) return 0.0;
-    const int oy = UNIT_STRIDE != 0 ? ty : ty / p.sh, ox = UNIT_STRIDE != 0 ? tx : tx / p.sw;
-    if ((UNIT_STRIDE == 0 && (oy * p.sh != ty || ox * p.sw != tx)) || oy >= p.ho || ox >= p.wo) return 0.0;
+    const int oy = ty / p.sh, ox = tx / p.sw;
+    if (oy * p.sh != ty || ox * p.sw != tx || oy >= p.ho || ox >= p.wo) return 0.0;
     return p.a.v[px.z + (oy * p.wo + ox) * p.f + tp.z];
   }
   const int iy = px.x + tp.x, ix = px.y + tp.y;
@@ -108,7 +112,7 @@ float gather(ivec3 px, ivec3 tp) {
 ivec4 k_info(uint k) {
   if (MODE == 2) return ivec4(pixel(k), 0);
   const ivec3 t = tap(k);
-  return ivec4(t, MODE == 1 ? int(k / uint(p.f)) * p.ch * p.f + t.z : 0);
+  return ivec4(t, MODE == 1 ? int(k / uint(p.f)) * p.ch * p.f + int(k % uint(p.f)) : 0);
 }
 
 // A(row0 + 4 i4 .. + 3, k): k's table entry kt, the rows' from `rows`.
