@@ -199,24 +199,6 @@ TEST(VulkanModels, SummaryNamesTheDevice) {
   EXPECT_EQ(mlp(Device::CPU).summary().find("Device:"), std::string::npos);
 }
 
-// A model whose graph needs an op without a Vulkan kernel is refused at
-// compile, naming the op (no silent fallback to the CPU).
-TEST(VulkanModels, AMissingKernelIsRefusedAtCompile) {
-  TG_VULKAN_OR_SKIP(vk);
-  nn::clear_session();
-  nn::Sequential m({6, 6, 1});
-  m.add(nn::Conv2D(2, 3));
-  m.add(nn::Flatten());
-  m.add(nn::Dense(2));
-  if (vk->has_kernel(OpKind::Conv2D)) GTEST_SKIP() << "the Vulkan backend has a Conv2D kernel now";
-  try {
-    m.compile(OptimizerSpec::sgd(0.1f), "mse", {}, vk->device());
-    FAIL() << "compiled";
-  } catch (const StateError& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernel for op conv2d"), std::string::npos) << e.what();
-  }
-}
-
 // An out-of-range class id or token id is an IndexError naming it, and the
 // step's update is not applied, as on the CPU: batches come from the host,
 // where their ids are checked before they are uploaded.
