@@ -291,3 +291,38 @@ TEST(VulkanModels, CnnAndRecurrentModelsTrainAsOnTheCpu) {
     EXPECT_TRUE(close(all_weights(dev), all_weights(cpu), kRtol, kAtol));
   }
 }
+
+// Two inputs (token ids through an embedding, features through a dense
+// layer) joined, and two outputs (a class and a regression), fit on both
+// devices.
+TEST(VulkanModels, ATwoInputTwoOutputModelWithAnEmbeddingTrainsAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  auto make = [](Device device) {
+    nn::clear_session();
+    manual_seed(12);
+    const nn::SymbolicTensor ids = nn::Input({6}), feats = nn::Input({4});
+    const nn::SymbolicTensor e = nn::Flatten()(nn::Embedding(9, 3)(ids));
+    const nn::SymbolicTensor h = nn::Concatenate()({e, nn::Dense(5, "relu")(feats)});
+    auto cls = std::make_shared<nn::Dense>(3, "softmax");
+    auto reg = std::make_shared<nn::Dense>(1);
+    cls->set_name("cls");
+    reg->set_name("reg");
+    nn::Model m({ids, feats}, {(*cls)(h), (*reg)(h)});
+    m.compile(OptimizerSpec::adam(1e-2f), std::vector<Loss>{"sparse_categorical_crossentropy", "mse"}, {1.0f, 0.5f},
+              {{"accuracy"}, {"mae"}}, device);
+    return m;
+  };
+  std::vector<float> tokens(24 * 6);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = float((i * 7 + 2) % 9);
+  const std::vector<Tensor> xs{Tensor::from_vector(tokens, Shape{24, 6}), test_support::random_tensor(Shape{24, 4}, 13)};
+  const std::vector<Tensor> ys{class_ids(24, 3), test_support::random_tensor(Shape{24, 1}, 14)};
+  nn::FitOptions fo;
+  fo.epochs = 2;
+  fo.batch_size = 8;
+  fo.shuffle = false;
+  fo.verbose = 0;
+  nn::Model cpu = make(Device::CPU), dev = make(vk->device());
+  const nn::History hc = cpu.fit(xs, ys, fo), hd = dev.fit(xs, ys, fo);
+  expect_histories_close(hd, hc, {"loss", "cls_loss", "reg_loss", "cls_accuracy", "reg_mae"});
+  EXPECT_TRUE(close(all_weights(dev), all_weights(cpu), kRtol, kAtol));
+}

@@ -175,3 +175,23 @@ TEST(VulkanTrainer, ASnapshotPredictsWhileTheTrainerSteps) {
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_LT(losses.back(), losses.front());  // the trainer trained meanwhile
 }
+
+// A DQN's Trainer: a loss mask with one weight per output (the action
+// taken), and gradient accumulation over two steps per update, as on the CPU.
+TEST(VulkanTrainer, LossMasksAndAccumulationAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Tensor x = test_support::random_tensor(Shape{16, 8}, 9), y = test_support::random_tensor(Shape{16, 4}, 10);
+  std::vector<float> mask(16 * 4, 0.0f);
+  for (size_t r = 0; r < 16; ++r) mask[r * 4 + r % 4] = 1.0f;
+  const Tensor w = Tensor::from_vector(mask, Shape{16, 4});
+  nn::TrainerOptions o = trainer_options();
+  o.loss_mask = 4;
+  o.nbatch_logical = 32;
+  manual_seed(15);
+  nn::Trainer tc(q_network(Device::CPU), o);
+  manual_seed(15);
+  nn::Trainer td(q_network(vk->device()), o);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(close({td.step(x, y, w)}, {tc.step(x, y, w)}, kRtol, kAtol)) << "step " << i;
+  EXPECT_EQ(td.n_steps(), tc.n_steps());
+  EXPECT_TRUE(close(all_weights(td.model()), all_weights(tc.model()), kRtol, kAtol));
+}
