@@ -45,6 +45,16 @@ inline std::vector<double> values(const tensorgrad::Tensor& t) {
   return out;
 }
 
+/// Every weight of a model (get_weights order) as doubles, one after another.
+inline std::vector<double> all_weights(const tensorgrad::nn::Model& m) {
+  std::vector<double> out;
+  for (const tensorgrad::Tensor& w : m.get_weights()) {
+    const std::vector<double> v = values(w);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
 /// One op's inputs. `state` inputs are persistent tensors (the first input of
 /// an in-place op, optimizer moments): each backend gets its own copy, and
 /// their values after the run are compared too.

@@ -26,6 +26,7 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 using test_support::OpCase;
 
 namespace {
@@ -374,15 +375,6 @@ TEST(VulkanBatchNorm, RunsTwiceToTheSameBits) {
     expect_deterministic(forward_case(x, stats, channels(s), 1e-3f, true, true, nullptr), vk);
     expect_deterministic(backward_case(x, stats, g, 1e-3f, true, true), vk);
   }
-}
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 // Dense, a normalization, ReLU (on Vulkan the ReLU folds into the BatchNorm

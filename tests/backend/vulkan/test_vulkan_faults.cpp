@@ -9,6 +9,7 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 
 namespace {
 
@@ -31,15 +32,6 @@ Tensor ids(int64_t rows) {
   std::vector<int32_t> v(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) v[size_t(r)] = int32_t(r % 3);
   return Tensor::from_vector(v, Shape{rows});
-}
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 template <class E, class F>

@@ -16,6 +16,7 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 using test_support::OpCase;
 
 namespace {
@@ -159,15 +160,6 @@ TEST(VulkanGather, BackwardLargeVocabulary) {
 }
 
 namespace {
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 // An embedding of 6 token ids (repeated within rows), flattened, a softmax head.
 nn::Sequential embedding_model(Device device) {

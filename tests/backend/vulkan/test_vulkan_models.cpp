@@ -12,6 +12,7 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 using test_support::close;
 
 namespace {
@@ -24,15 +25,6 @@ Tensor class_ids(int64_t rows, int classes) {
   std::vector<int32_t> v(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) v[size_t(r)] = int32_t((r * 7 + 3) % classes);
   return Tensor::from_vector(v, Shape{rows});
-}
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 // The main job's MLP, small: Dense + ReLU, Dropout, Dense + softmax.

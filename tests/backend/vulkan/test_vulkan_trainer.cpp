@@ -12,20 +12,12 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 using test_support::close;
 
 namespace {
 
 constexpr double kRtol = 2e-4, kAtol = 1e-5;
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 // A Q-network's shape: observations in, one value per action out, MSE.
 nn::Sequential q_network(Device device) {

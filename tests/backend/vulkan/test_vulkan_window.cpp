@@ -22,6 +22,7 @@
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
+using test_support::all_weights;
 using test_support::OpCase;
 
 namespace {
@@ -178,15 +179,6 @@ TEST(VulkanWindow, MaxTiesGoToTheFirstMaximum) {
 }
 
 namespace {
-
-std::vector<double> all_weights(const nn::Model& m) {
-  std::vector<double> out;
-  for (const Tensor& w : m.get_weights()) {
-    const std::vector<double> v = test_support::values(w);
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
 
 // Dense + ReLU reshaped to 6 x 6 x 2 images, max pooling 3x3 stride 1
 // "same" (overlapping; its gradient with the ReLU's folded in, the masked
