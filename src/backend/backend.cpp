@@ -65,16 +65,28 @@ class NodeByNode final : public CompiledGraph {
       : program_(program), launcher_(std::move(launcher)) {}
 
   void run(size_t first_step, size_t last_step) override {
+    // end_run may throw (a device backend learns of its kernels' errors
+    // there), so the scope ends the run only when a launch threw, and then
+    // swallows what end_run says: the launch's error is the one to report.
     struct RunScope {
       KernelLauncher& launcher;
+      bool ended = false;
       explicit RunScope(KernelLauncher& l) : launcher(l) { launcher.begin_run(); }
-      ~RunScope() { launcher.end_run(); }
+      ~RunScope() {
+        if (ended) return;
+        try {
+          launcher.end_run();
+        } catch (...) {
+        }
+      }
     } scope(*launcher_);
     for (size_t s = first_step; s < last_step; ++s) {
       const GraphProgram::Step& step = program_.steps[s];
       if (g_profile.enabled) timed(step);
       else launcher_->launch(step.op, step.attrs, program_.inputs(step), program_.output(step));
     }
+    scope.ended = true;
+    launcher_->end_run();
     if (g_profile.enabled && first_step == 0) ++g_profile.runs;
   }
 

@@ -81,6 +81,9 @@ class KernelLauncher {
   virtual ~KernelLauncher() = default;
   /// Brackets the launches of one run (the CPU takes its thread pool in
   /// begin_run, so that set_num_threads between runs takes effect).
+  /// end_run may throw what the run's kernels reported: a device backend
+  /// that queues its launches learns of bad input (an id outside a table:
+  /// IndexError) or a lost device only when it submits them.
   virtual void begin_run() = 0;
   virtual void end_run() = 0;
   /// Runs op on `in`, writing `out` (for in-place ops, their first input),

@@ -318,7 +318,7 @@ void Context::check_not_lost(const char* what) const {
 
 void Context::clear_lost_for_tests() { lost_ = false; }
 
-Allocation Context::allocate(size_t bytes) {
+Allocation Context::allocate(size_t bytes, bool host_visible) {
   Api& a = api();
   check_not_lost("allocating memory");
   bytes = std::max<size_t>(bytes, 256);
@@ -335,7 +335,7 @@ Allocation Context::allocate(size_t bytes) {
   flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
   VkMemoryAllocateInfo minfo{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &flags};
   minfo.allocationSize = req.size;
-  minfo.memoryTypeIndex = device_type_;
+  minfo.memoryTypeIndex = host_visible ? host_type_ : device_type_;
   const VkResult r = g_fail_next_allocation.exchange(false) ? VK_ERROR_OUT_OF_DEVICE_MEMORY
                                                             : a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
   if (r != VK_SUCCESS) {
@@ -350,7 +350,7 @@ Allocation Context::allocate(size_t bytes) {
   VkBufferDeviceAddressInfo ainfo{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
   ainfo.buffer = out.buffer;
   out.address = a.vkGetBufferDeviceAddress(device_, &ainfo);
-  if (!use_staging_) {
+  if (!use_staging_ || host_visible) {
     void* p = nullptr;
     check(a.vkMapMemory(device_, out.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
     out.mapped = static_cast<char*>(p);

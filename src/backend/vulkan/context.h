@@ -107,9 +107,11 @@ class Context : public std::enable_shared_from_this<Context> {
   /// rather than through the memory's own mapping (lavapipe, integrated GPUs).
   bool staging() const { return use_staging_; }
 
-  /// A new buffer of `bytes` (at least 256) with its memory. Throws
-  /// MemoryError naming the bytes when the device has no room.
-  Allocation allocate(size_t bytes);
+  /// A new buffer of `bytes` (at least 256) with its memory: where tensors
+  /// live, or, with `host_visible`, memory the host maps on every device (a
+  /// kernel's status word). Throws MemoryError naming the bytes when the
+  /// device has no room.
+  Allocation allocate(size_t bytes, bool host_visible = false);
   void free(const Allocation& a);
 
   /// The pipeline of embedded shader `name` specialised by `constants`,

@@ -5,6 +5,38 @@
 
 namespace tensorgrad::vulkan {
 
+namespace {
+
+// common.glsl's Status.
+struct StatusWords {
+  uint32_t flag, code;
+  int32_t id;
+  uint32_t position, bound;
+};
+
+}  // namespace
+
+KernelStatus::KernelStatus(std::shared_ptr<Context> context)
+    : context_(std::move(context)), a_(context_->allocate(sizeof(StatusWords), true)) {
+  std::memset(a_.mapped, 0, sizeof(StatusWords));
+}
+
+KernelStatus::~KernelStatus() { context_->free(a_); }
+
+void KernelStatus::throw_if_set() {
+  StatusWords s;
+  std::memcpy(&s, a_.mapped, sizeof s);
+  if (s.flag == 0) return;
+  std::memset(a_.mapped, 0, sizeof s);
+  switch (s.code) {
+    case kGatherId:
+      throw IndexError("gather: id " + std::to_string(s.id) + " at position " + std::to_string(s.position) +
+                       " is outside the table of " + std::to_string(s.bound) + " rows [0, " +
+                       std::to_string(s.bound) + "); map the id into the table or enlarge it");
+  }
+  throw StateError("Vulkan: a kernel reported an unknown status code " + std::to_string(s.code));
+}
+
 void Recorder::dispatch_bytes(std::string_view shader, std::span<const uint32_t> constants, const void* push,
                               size_t bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
   const DeviceCaps& c = caps();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -16,10 +17,41 @@
 
 namespace tensorgrad::vulkan {
 
+/// What kernels report of bad input they cannot throw for, as the CPU's
+/// kernels do (an id outside its table): a few words of host-visible memory
+/// of the graph or launcher whose kernels write them, read after each
+/// submit. Kernels that change state (optimizer updates, moving averages,
+/// target-network updates) read it first and do nothing once it is set, so
+/// a step with a bad id changes no weight, as on the CPU, where the throw
+/// comes before the update. Layout: common.glsl's Status.
+class KernelStatus {
+ public:
+  /// Throws MemoryError as Context::allocate.
+  explicit KernelStatus(std::shared_ptr<Context> context);
+  ~KernelStatus();
+  KernelStatus(const KernelStatus&) = delete;
+  KernelStatus& operator=(const KernelStatus&) = delete;
+  uint64_t address() const { return a_.address; }
+  /// After a submit: when a kernel reported bad input, clears the report
+  /// and throws what the CPU's kernel throws there (IndexError naming the
+  /// id and its position for a gather).
+  void throw_if_set();
+
+  /// common.glsl's Status::code.
+  static constexpr uint32_t kGatherId = 1;
+
+ private:
+  std::shared_ptr<Context> context_;
+  Allocation a_;
+};
+
 class Recorder {
  public:
-  Recorder(Context& context, VkCommandBuffer cmd) : context_(context), cmd_(cmd) {}
+  /// `status`: the KernelStatus address the recorded kernels report to.
+  Recorder(Context& context, VkCommandBuffer cmd, uint64_t status) : context_(context), cmd_(cmd), status_(status) {}
   Context& context() const { return context_; }
+  /// The KernelStatus address, for push constants.
+  uint64_t status() const { return status_; }
   const DeviceCaps& caps() const { return context_.caps(); }
 
   /// Records one dispatch of embedded shader `shader` specialised by
@@ -49,6 +81,7 @@ class Recorder {
  private:
   Context& context_;
   VkCommandBuffer cmd_;
+  uint64_t status_;
   uint32_t dispatches_ = 0;
 };
 

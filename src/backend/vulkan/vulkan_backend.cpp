@@ -3,6 +3,7 @@
 // every run (VulkanGraph), as ggml's Vulkan backend and CUDA graphs do.
 #include "backend/vulkan/vulkan_backend.h"
 
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -18,11 +19,12 @@ namespace tensorgrad::vulkan {
 
 namespace {
 
-// A command pool, its command buffers and a fence, owned by one graph or
-// launcher: replaying needs no Vulkan object made per run.
+// A command pool, its command buffers, a fence and the kernels' status
+// words, owned by one graph or launcher: replaying needs no Vulkan object
+// made per run.
 class Commands {
  public:
-  explicit Commands(std::shared_ptr<Context> context) : context_(std::move(context)) {
+  explicit Commands(std::shared_ptr<Context> context) : context_(std::move(context)), status_(context_) {
     VkCommandPoolCreateInfo pinfo{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     pinfo.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     check(api().vkCreateCommandPool(context_->device(), &pinfo, nullptr, &pool_), "vkCreateCommandPool");
@@ -71,14 +73,26 @@ class Commands {
                                0, nullptr);
     check(api().vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
   }
-  void submit(VkCommandBuffer cmd) { context_->submit_and_wait(cmd, fence_); }
+  // Throws what a kernel of `cmd` reported (KernelStatus::throw_if_set).
+  void submit(VkCommandBuffer cmd) {
+    context_->submit_and_wait(cmd, fence_);
+    status_.throw_if_set();
+  }
   Context& context() const { return *context_; }
+  uint64_t status() const { return status_.address(); }
 
  private:
   std::shared_ptr<Context> context_;
+  KernelStatus status_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
 };
+
+// TG_PROFILE in the environment (backend.cpp prints the profile).
+bool profiling() {
+  static const bool on = std::getenv("TG_PROFILE") != nullptr;
+  return on;
+}
 
 void record_step(Recorder& r, OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
   const Kernel k = kernel_table()[size_t(op)];
@@ -124,7 +138,7 @@ class VulkanGraph final : public CompiledGraph {
 
   void record(Range& range) {
     commands_.begin(range.cmd);
-    Recorder rec(commands_.context(), range.cmd);
+    Recorder rec(commands_.context(), range.cmd, commands_.status());
     for (size_t s = range.first; s < range.last; ++s) {
       const GraphProgram::Step& step = program_.steps[s];
       record_step(rec, step.op, step.attrs, program_.inputs(step), program_.output(step));
@@ -141,14 +155,15 @@ class VulkanGraph final : public CompiledGraph {
 
 // One op at a time (the eager API's path, and Backend's default compile):
 // the ops of one run are recorded into one command buffer and submitted at
-// its end.
+// its end; under TG_PROFILE each op is submitted and waited for on its own,
+// so that the profile's clock around a launch times the kernel.
 class VulkanLauncher final : public KernelLauncher {
  public:
   explicit VulkanLauncher(std::shared_ptr<Context> context)
-      : commands_(std::move(context)), cmd_(commands_.make_buffer()) {}
+      : commands_(std::move(context)), cmd_(commands_.make_buffer()), each_op_(profiling()) {}
   void begin_run() override {
     commands_.begin(cmd_);
-    recorder_.emplace(commands_.context(), cmd_);
+    recorder_.emplace(commands_.context(), cmd_, commands_.status());
   }
   void end_run() override {
     commands_.end(cmd_);
@@ -158,12 +173,17 @@ class VulkanLauncher final : public KernelLauncher {
   }
   void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) override {
     record_step(*recorder_, op, attrs, in, out);
+    if (each_op_) {
+      end_run();
+      begin_run();
+    }
   }
 
  private:
   Commands commands_;
   VkCommandBuffer cmd_;
   std::optional<Recorder> recorder_;
+  bool each_op_;
 };
 
 class VulkanBackend final : public Backend {
@@ -187,7 +207,10 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<KernelLauncher> make_launcher(double) const override {
     return std::make_unique<VulkanLauncher>(context_);
   }
+  // Under TG_PROFILE, node by node through the launcher (Backend's
+  // default), which the profile times op by op.
   std::unique_ptr<CompiledGraph> compile(const GraphProgram& program) const override {
+    if (profiling()) return Backend::compile(program);
     return std::make_unique<VulkanGraph>(context_, program);
   }
 

@@ -24,9 +24,9 @@ void gather(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const Ke
   count32(in[0].numel(), "gather");
   count32(in[1].numel(), "gather");
   struct {
-    uint64_t table, ids, y;
+    uint64_t table, ids, y, status;
     uint32_t n, d, vocab;
-  } push{address(in[0]), address(in[1]), address(out), count32(out.numel(), "gather"),
+  } push{address(in[0]), address(in[1]), address(out), r.status(), count32(out.numel(), "gather"),
          uint32_t(in[0].shape[1]), uint32_t(in[0].shape[0])};
   if (push.n == 0) return;
   r.dispatch("gather", {kGroup}, push, r.groups(push.n, kGroup));

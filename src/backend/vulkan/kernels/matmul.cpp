@@ -57,12 +57,13 @@ void record_matmul(Recorder& r, const OpAttrs& attrs, const KernelArg& a, const 
   count32(a.numel(), op);  // the shader indexes every operand with 32-bit integers
   count32(b.numel(), op);
   struct {
-    uint64_t a, b, c, bias;
+    uint64_t a, b, c, bias, status;
     uint32_t m, n, k, batch, flags;
   } push{address(a),
          address(b),
          address(c),
          bias ? address(*bias) : 0,
+         r.status(),
          uint32_t(c.shape[rank - 2]),
          uint32_t(c.shape[rank - 1]),
          uint32_t(attrs.trans_a ? a.shape[rank - 2] : a.shape[rank - 1]),
@@ -90,9 +91,9 @@ void accumulate_grad(Recorder& r, const OpAttrs& attrs, std::span<const KernelAr
   if (in.size() == 3) return record_matmul(r, attrs, in[1], in[2], nullptr, out, kAccumulate, "accumulate_grad");
   constexpr uint32_t kGroup = 256;
   struct {
-    uint64_t acc, g;
+    uint64_t acc, g, status;
     uint32_t n;
-  } push{address(out), address(in[1]), count32(out.numel(), "accumulate_grad")};
+  } push{address(out), address(in[1]), r.status(), count32(out.numel(), "accumulate_grad")};
   if (push.n == 0) return;
   r.dispatch("matmul_add", {kGroup}, push, r.groups(push.n, kGroup));
 }

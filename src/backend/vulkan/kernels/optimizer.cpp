@@ -15,9 +15,9 @@ constexpr uint32_t kGroup = 256;
 void optimizer_tick(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg&) {
   const bool scheduled = in.size() == 4;
   struct {
-    uint64_t hyper, step, steps, values;
+    uint64_t hyper, step, steps, values, status;
     uint32_t n_steps;
-  } push{address(in[0]), address(in[1]), scheduled ? address(in[2]) : 0, scheduled ? address(in[3]) : 0,
+  } push{address(in[0]), address(in[1]), scheduled ? address(in[2]) : 0, scheduled ? address(in[3]) : 0, r.status(),
          scheduled ? count32(in[2].numel(), "optimizer_tick") : 0};
   r.dispatch(r.caps().float64 ? "optimizer_tick_f64" : "optimizer_tick_f32x2", {1, attrs.flags}, push, 1);
 }
@@ -43,9 +43,9 @@ void update(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
     case kAdagrad: a = address(in[next++]); break;
   }
   struct {
-    uint64_t param, grad, a, b, c, hyper;
+    uint64_t param, grad, a, b, c, hyper, status;
     uint32_t n;
-  } push{address(in[0]), address(in[1]), a, b, c, address(in[next]), count32(in[0].numel(), "optimizer update")};
+  } push{address(in[0]), address(in[1]), a, b, c, address(in[next]), r.status(), count32(in[0].numel(), "optimizer update")};
   r.dispatch("optimizer_update", {kGroup, uint32_t(op), attrs.flags, uint32_t(attrs.zero_grad)}, push,
              r.groups(push.n, kGroup));
 }

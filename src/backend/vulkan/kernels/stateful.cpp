@@ -16,25 +16,27 @@ constexpr uint32_t kGroup = 256;
 enum Elementwise : uint32_t { kClipValue = 0, kMovingAverage = 1, kPolyak = 2 };
 
 struct ElementwisePush {
-  uint64_t a, b, c;
+  uint64_t a, b, c, status;
   uint32_t n;
   float s;
 };
 
 void clip_value(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg&) {
-  const ElementwisePush push{address(in[0]), address(in[0]), address(in[0]), count32(in[0].numel(), "clip_value"),
+  const ElementwisePush push{address(in[0]), address(in[0]), address(in[0]), r.status(), count32(in[0].numel(), "clip_value"),
                              attrs.clip};
   r.dispatch("stateful_elementwise", {kGroup, kClipValue}, push, r.groups(push.n, kGroup));
 }
 
 void moving_average(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg&) {
-  const ElementwisePush push{address(in[0]), address(in[1]), address(in[0]), count32(in[0].numel(), "moving_average"),
+  const ElementwisePush push{address(in[0]), address(in[1]), address(in[0]), r.status(),
+                             count32(in[0].numel(), "moving_average"),
                              attrs.momentum};
   r.dispatch("stateful_elementwise", {kGroup, kMovingAverage}, push, r.groups(push.n, kGroup));
 }
 
 void polyak_update(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg&) {
-  const ElementwisePush push{address(in[0]), address(in[1]), address(in[2]), count32(in[0].numel(), "polyak_update"),
+  const ElementwisePush push{address(in[0]), address(in[1]), address(in[2]), r.status(),
+                             count32(in[0].numel(), "polyak_update"),
                              0.0f};
   r.dispatch("stateful_elementwise", {kGroup, kPolyak}, push, r.groups(push.n, kGroup));
 }
@@ -45,17 +47,17 @@ void assign(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const Ke
   if (width % sizeof(uint32_t) != 0)  // every dtype is 4 or 8 bytes today; the shader copies 4-byte words
     throw ValueError(std::string("Vulkan assign: no kernel for ") + dtype_name(in[0].dtype) + " tensors");
   struct {
-    uint64_t dst, src;
+    uint64_t dst, src, status;
     uint32_t n;  // 4-byte words
-  } push{address(in[0]), address(in[1]), count32(in[0].numel() * int64_t(width / sizeof(uint32_t)), "assign")};
+  } push{address(in[0]), address(in[1]), r.status(), count32(in[0].numel() * int64_t(width / sizeof(uint32_t)), "assign")};
   if (push.n == 0) return;
   r.dispatch("stateful_copy", {kGroup}, push, r.groups(push.n, kGroup));
 }
 
 void advance_counter(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, const KernelArg&) {
   const struct {
-    uint64_t counter;
-  } push{address(in[0])};
+    uint64_t counter, status;
+  } push{address(in[0]), r.status()};
   r.dispatch("stateful_counter", {1}, push, 1);
 }
 

@@ -17,6 +17,30 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer I32 { int v[
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer I64 { int64_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer F64 { double v[]; };
 
+// What a kernel reports of bad input it cannot throw for (recorder.h's
+// KernelStatus): the first invocation to set `flag` writes the rest. Kernels
+// that change state return at once when `flag` is set (skip_update).
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Status {
+  uint flag;
+  uint code;  // KernelStatus::kGatherId, ...
+  int id;
+  uint position;
+  uint bound;
+};
+const uint kStatusGatherId = 1u;
+
+void report(Status s, uint code, int id, uint position, uint bound) {
+  if (atomicCompSwap(s.flag, 0u, 1u) == 0u) {
+    s.code = code;
+    s.id = id;
+    s.position = position;
+    s.bound = bound;
+  }
+}
+// Whether a kernel of this submission reported bad input: then an update
+// kernel leaves its state as it was.
+bool skip_update(Status s) { return s.flag != 0u; }
+
 layout(local_size_x_id = 0) in;
 
 // The grid-stride loop over n items: every invocation of every workgroup.

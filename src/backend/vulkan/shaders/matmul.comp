@@ -30,6 +30,7 @@ layout(push_constant) uniform Push {
   F32 b;
   F32 c;
   F32 bias;
+  Status status;  // read with FLAG_ACCUMULATE only: an accumulation is an update
   uint m;
   uint n;
   uint k;
@@ -126,6 +127,7 @@ void tile(uint z, uint row0, uint col0) {
 }
 
 void main() {
+  if ((p.flags & FLAG_ACCUMULATE) != 0u && skip_update(p.status)) return;
   const uint tiles_m = (p.m + TM - 1) / TM, tiles_n = (p.n + TN - 1) / TN;
   for (uint z = gl_WorkGroupID.z; z < p.batch; z += gl_NumWorkGroups.z)
     for (uint ti = gl_WorkGroupID.y; ti < tiles_m; ti += gl_NumWorkGroups.y)

@@ -15,7 +15,7 @@
 // counts convert exactly (below 2^48 for the pair).
 
 layout(constant_id = 1) const uint KIND = 0;  // an LrScheduleKind
-layout(push_constant) uniform Push { F32 hyper; I64 step; I64 steps; F32 values; uint n_steps; } p;
+layout(push_constant) uniform Push { F32 hyper; I64 step; I64 steps; F32 values; Status status; uint n_steps; } p;
 
 // HyperSlot (ops/op.h).
 const uint kLr = 0, kBeta1 = 1, kBeta2 = 2, kBiasCorrection1 = 5, kBiasCorrection2 = 6, kDampening = 8,
@@ -295,7 +295,7 @@ R scheduled_learning_rate(int64_t t) {
 }
 
 void main() {
-  if (gl_GlobalInvocationID.x != 0) return;
+  if (gl_GlobalInvocationID.x != 0 || skip_update(p.status)) return;
   const int64_t t0 = p.step.v[0];
   if (KIND != 0) p.hyper.v[kLr] = r_float(scheduled_learning_rate(t0));  // before the increment, as Keras
   const int64_t t = t0 + 1;

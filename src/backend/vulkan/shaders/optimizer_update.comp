@@ -9,7 +9,7 @@
 layout(constant_id = 1) const uint OP = 0;
 layout(constant_id = 2) const uint FLAGS = 0;
 layout(constant_id = 3) const bool ZERO_GRAD = false;
-layout(push_constant) uniform Push { F32 param; F32 grad; F32 a; F32 b; F32 c; F32 hyper; uint n; } p;
+layout(push_constant) uniform Push { F32 param; F32 grad; F32 a; F32 b; F32 c; F32 hyper; Status status; uint n; } p;
 
 const uint kL2WeightDecay = 1u, kUseMomentum = 2u, kNesterov = 4u, kCentered = 8u, kEpsInsideSqrt = 16u;
 const bool L2 = (FLAGS & kL2WeightDecay) != 0u, MOMENTUM = (FLAGS & kUseMomentum) != 0u,
@@ -17,6 +17,7 @@ const bool L2 = (FLAGS & kL2WeightDecay) != 0u, MOMENTUM = (FLAGS & kUseMomentum
            INSIDE = (FLAGS & kEpsInsideSqrt) != 0u;
 
 void main() {
+  if (skip_update(p.status)) return;
   // HyperSlot (ops/op.h), read as the CPU's read_step.
   const float lr = p.hyper.v[0], b1 = p.hyper.v[1], b2 = p.hyper.v[2], eps = p.hyper.v[3], wd = p.hyper.v[4];
   const float c1 = p.hyper.v[5], c2 = p.hyper.v[6], mu = p.hyper.v[7], damp = 1.0 - p.hyper.v[9], rho = p.hyper.v[10];

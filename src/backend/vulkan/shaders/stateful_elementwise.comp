@@ -4,8 +4,9 @@
 // picks the op (kernels/stateful.cpp's Elementwise codes). `precise`: two
 // rounded products and a rounded sum on every driver, none fusing them.
 layout(constant_id = 1) const uint OP = 0;
-layout(push_constant) uniform Push { F32 a; F32 b; F32 c; uint n; float s; } p;
+layout(push_constant) uniform Push { F32 a; F32 b; F32 c; Status status; uint n; float s; } p;
 void main() {
+  if (skip_update(p.status)) return;
   if (OP == 0) {  // clip_value: written so that NaN stays NaN, as the CPU's clamp_value
     const float c = p.s;
     FOR_EACH(i, p.n) {
