@@ -10,5 +10,10 @@ namespace tensorgrad::ag::detail {
 /// rounded up to 64 bytes), returned to the cache when its last copy goes.
 /// Throws ValueError for an impossible size, MemoryError when out of memory.
 tensorgrad::Tensor cached_empty(const Shape& shape, DType dtype);
+/// The same on `device`: a block of the device's backend (rounded up to 256
+/// bytes) from the cache of that device. Throws StateError when the device
+/// is not available, MemoryError when it is out of memory even after its
+/// cached blocks were freed.
+tensorgrad::Tensor cached_empty(const Shape& shape, DType dtype, Device device);
 
 }  // namespace tensorgrad::ag::detail

@@ -39,36 +39,93 @@ Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared
 }
 
 namespace {
-// The CPU backend's launchers for this thread, made once: one for work below
-// kernels::kParallelFlops (the calling thread only), one for larger work (the
-// compute pool). The eager API runs on the CPU (DESIGN.md: a CUDA backend
-// serves compiled models first).
-struct EagerLaunchers {
-  std::unique_ptr<KernelLauncher> small = cpu_backend()->make_launcher(0.0);
-  std::unique_ptr<KernelLauncher> large = cpu_backend()->make_launcher(kernels::kParallelFlops);
+// The launchers of one device for this thread, made at its first op: for
+// the CPU one for work below kernels::kParallelFlops (the calling thread
+// only) and one for larger work (the compute pool); a device backend's
+// launcher does not depend on the work, so both are the same kind there.
+struct DeviceLaunchers {
+  Device device;
+  std::shared_ptr<const Backend> backend;
+  std::unique_ptr<KernelLauncher> small, large;
 };
-KernelLauncher& launcher_for(double flops) {
-  thread_local EagerLaunchers launchers;
-  return flops >= kernels::kParallelFlops ? *launchers.large : *launchers.small;
+DeviceLaunchers& launchers_of(Device device) {
+  thread_local std::vector<DeviceLaunchers> made;
+  for (DeviceLaunchers& l : made)
+    if (l.device == device) return l;
+  DeviceLaunchers l{device, backend(device), nullptr, nullptr};  // throws StateError for a device that is not there
+  l.small = l.backend->make_eager_launcher(0.0);
+  l.large = l.backend->make_eager_launcher(kernels::kParallelFlops);
+  made.push_back(std::move(l));
+  return made.back();
 }
 
+thread_local Device g_fill_device = Device::CPU;
+
+// The device every input is on. PyTorch lets a zero-dimension CPU tensor
+// (a scalar) join an op on another device, and so does this; any other
+// mix is an error, as PyTorch's "Expected all tensors to be on the same
+// device".
+Device common_device(OpKind op, std::span<const tensorgrad::Tensor> inputs, const tensorgrad::Tensor& out) {
+  int first = -1;
+  Device device = out.defined() ? out.device() : g_fill_device;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Device d = inputs[i].device();
+    if (d == Device::CPU && inputs[i].shape().rank() == 0) continue;
+    if (first < 0 && !out.defined()) {
+      first = int(i);
+      device = d;
+    } else if (d != device) {
+      const std::string other = first < 0 ? "the output" : "input " + std::to_string(first);
+      throw ValueError(std::string(op_info(op).name) + ": expected all tensors to be on the same device, but " +
+                       other + " is on " + device.str() + " and input " + std::to_string(i) + " on " + d.str() +
+                       "; move one with to(device)");
+    }
+  }
+  if (!inputs.empty() && first < 0 && !out.defined()) {
+    // Only CPU scalars: the op runs on the CPU.
+    return Device::CPU;
+  }
+  return device;
+}
+}  // namespace
+
+DeviceScope::DeviceScope(Device device) : previous_(g_fill_device) { g_fill_device = device; }
+DeviceScope::~DeviceScope() { g_fill_device = previous_; }
+
+tensorgrad::Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return cached_empty(shape, dtype, device);
+}
+
+tensorgrad::Tensor copy_to(const tensorgrad::Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  tensorgrad::Tensor out = cached_empty(t.shape(), t.dtype(), device);
+  out.copy_from(t);
+  return out;
+}
+
+namespace {
 // The op's shape rule on `inputs`, then its kernel writing `out`, or, when
-// `out` is undefined, a result it allocates (a view for view ops).
+// `out` is undefined, a result it allocates (a view for view ops), on the
+// device of its inputs.
 tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs,
                        tensorgrad::Tensor out) {
   Shape shapes[kMaxOpInputs];
   DType dtypes[kMaxOpInputs];
   kernels::TensorRef refs[kMaxOpInputs];
+  tensorgrad::Tensor moved[kMaxOpInputs];  // CPU scalars copied to the op's device
   if (inputs.size() > size_t(kMaxOpInputs))
     throw ValueError(std::string(op_info(op).name) + ": at most " + std::to_string(kMaxOpInputs) + " inputs; got " +
                      std::to_string(inputs.size()));
+  const Device device = common_device(op, inputs, out);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].device() != Device::CPU)
-      throw StateError(std::string(op_info(op).name) + ": input " + std::to_string(i) + " is on " +
-                       device_name(inputs[i].device()) + "; the eager API runs on the CPU: copy it with to(Device::CPU)");
-    shapes[i] = inputs[i].shape();
-    dtypes[i] = inputs[i].dtype();
-    refs[i] = {inputs[i].raw(), shapes[i], dtypes[i]};
+    const tensorgrad::Tensor* in = &inputs[i];
+    if (in->device() != device) {
+      moved[i] = copy_to(*in, device);
+      in = &moved[i];
+    }
+    shapes[i] = in->shape();
+    dtypes[i] = in->dtype();
+    refs[i] = {in->raw(), shapes[i], dtypes[i]};
   }
   // Both need memory a graph's plan lays out beside the convolution's output.
   if (op == OpKind::AttachedBatchStats || (op == OpKind::Conv2D && (attrs.flags & kBatchStatsOutput)))
@@ -84,10 +141,15 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
                        out.shape().str());
   } else if (info.view) {
     return inputs[0].reshape(sig.shape);
-  } else {
-    out = info.in_place ? inputs[0] : cached_empty(sig.shape, sig.dtype);
   }
-  KernelLauncher& launcher = launcher_for(op_flops(op, attrs, {shapes, inputs.size()}, sig.shape));
+  DeviceLaunchers& launchers = launchers_of(device);
+  if (device != Device::CPU && !launchers.backend->has_kernel(op))
+    throw StateError(std::string(info.name) + ": the " + launchers.backend->name() + " backend has no kernel for it on " +
+                     device.str() + "; run it on the CPU (to(Device::CPU)) and move the result back");
+  if (!out.defined()) out = info.in_place ? inputs[0] : empty_on(sig.shape, sig.dtype, device);
+  KernelLauncher& launcher =
+      op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops ? *launchers.large
+                                                                                          : *launchers.small;
   launcher.begin_run();
   launcher.launch(op, attrs, {refs, inputs.size()}, {out.raw(), out.shape(), out.dtype()});
   launcher.end_run();
@@ -319,6 +381,9 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
                        gradient.shape().str());
     if (gradient.dtype() != DType::Float32)
       throw TypeError(std::string("backward: the gradient must be float32; got ") + dtype_name(gradient.dtype()));
+    if (gradient.device() != root.device())
+      throw ValueError("backward: the gradient is on " + gradient.device().str() + " and the tensor on " +
+                       root.device().str() + "; expected both on the same device: move the gradient with to()");
     seed = gradient.data();
   } else {
     if (root.numel() != 1)
@@ -326,6 +391,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
                        root.shape().str() + ". Pass d(loss)/d(this tensor) of that shape, or reduce it first (sum, mean)");
     seed = cached_empty(Shape{}, DType::Float32);
     seed.fill(1.0f);
+    seed = copy_to(seed, root.data().device());
   }
   w.values.push_back(seed);
   const Value seed_value{int32_t(w.values.size() - 1)};
@@ -334,6 +400,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   std::vector<Value> grads;
   {
     NoGradGuard no_grad;
+    DeviceScope on_root_device(root.data().device());  // the gradient rules' filled constants
     grads = backward_walk(values, tape, Value{root_impl->walk_index}, w.wrt, seed_value);
   }
   for (size_t i = 0; i < w.leaves.size(); ++i) {
@@ -342,7 +409,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     const tensorgrad::Tensor& g = values.value(grads[i]);
     if (!leaf.grad.defined()) {
       // A gradient may be a view of another value, or the seed itself: copied.
-      leaf.grad = cached_empty(g.shape(), g.dtype());
+      leaf.grad = empty_on(g.shape(), g.dtype(), g.device());
       leaf.grad.copy_from(g);
     } else {
       const tensorgrad::Tensor in[2] = {leaf.grad, g};
@@ -354,6 +421,9 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   for (TensorImpl* t : w.found) t->walk_index = -1;
   cleanup.indices_set = false;
   w.values.clear();
+  // backward's end is a sync point: the step's gradients are submitted as
+  // one queue, and what its kernels reported is thrown here.
+  if (root.data().device() != Device::CPU) synchronize(root.data().device());
   if (retain_graph) return;
   for (TensorImpl* t : w.found)
     if (t->grad_fn) {

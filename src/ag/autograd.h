@@ -76,13 +76,35 @@ struct Access {
   static Tensor make(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
 };
 
+/// The device ops without inputs (a gradient rule's Fill) make their
+/// result on, on this thread while alive (the CPU outside every scope):
+/// backward sets the root's, an EagerBuilder its module's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
+/// Uninitialised memory for an eager result on `device`: from the caching
+/// allocator on the CPU, from the device's backend elsewhere.
+tensorgrad::Tensor empty_on(const Shape& shape, DType dtype, Device device);
+/// `t` itself when it is on `device`, else a copy there in cached memory.
+tensorgrad::Tensor copy_to(const tensorgrad::Tensor& t, Device device);
+
 /// A leaf over `data` (no copy) with a version counter of its own, or
 /// `version` when it shares memory with another tensor.
 Tensor make_leaf(const tensorgrad::Tensor& data, bool requires_grad, std::shared_ptr<uint64_t> version = nullptr);
 
 /// Runs `op` on `inputs` at once through the op table's shape rule and the
-/// CPU kernel, allocating the result (a view for view ops). Throws what the
-/// shape rule throws.
+/// kernel of the inputs' device, allocating the result there (a view for
+/// view ops). Throws what the shape rule throws; ValueError for inputs on
+/// two devices (a zero-dimension CPU tensor may join any device's op);
+/// StateError when the device's backend has no kernel for `op`.
 tensorgrad::Tensor run_op(OpKind op, const OpAttrs& attrs, std::span<const tensorgrad::Tensor> inputs);
 
 /// run_op writing into `out` (an in-place update: `out` may be inputs[0]).

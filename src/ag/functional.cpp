@@ -33,7 +33,10 @@ void last_dim_only(const char* op, const Tensor& x, int dim) {
 void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what) {
   if (ids.dtype() != DType::Int32)
     throw TypeError(std::string(op) + ": " + what + " must be int32; got " + dtype_name(ids.dtype()));
-  const int32_t* p = ids.data().data<int32_t>();
+  // Ids on a device are checked on the host too: the message names the id
+  // and its position before any kernel reads the table.
+  const tensorgrad::Tensor host = ids.data().to(Device::CPU);
+  const int32_t* p = host.data<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i)
     if (p[i] < 0 || p[i] >= n)
       throw IndexError(std::string(op) + ": " + what + " " + std::to_string(p[i]) + " at position " +
@@ -161,7 +164,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
   at.seed = g.dropout_key();
   tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
   counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
-  return apply(OpKind::Dropout, {x, Tensor(counter)}, at);
+  return apply(OpKind::Dropout, {x, Tensor(detail::copy_to(counter, x.device()))}, at);
 }
 
 Tensor softmax(const Tensor& x, int dim) {

@@ -153,14 +153,38 @@ GradcheckResult gradcheck(const std::function<Tensor(std::span<const Tensor>)>& 
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     w.resize(size_t(y.numel()));
     for (float& v : w) v = dist(rng);
-    if (y.requires_grad()) y.backward(tensor(std::span<const float>(w), out_shape));
+    if (y.requires_grad()) y.backward(tensor(std::span<const float>(w), out_shape).to(y.device()));
     for (size_t c = 0; c < checked.size(); ++c) {
       Tensor g = work[checked[c]].grad();
       analytic[c] = g.defined() ? g.to_vector() : std::vector<float>(size_t(work[checked[c]].numel()), 0.0f);
     }
   }
 
+  // Inputs on a device are perturbed in host copies, uploaded before each
+  // call of fn, and uploaded as they were when the check ends however it
+  // ends.
+  std::vector<std::vector<float>> host(checked.size());
+  for (size_t c = 0; c < checked.size(); ++c)
+    if (work[checked[c]].device() != Device::CPU) host[c] = work[checked[c]].to_vector();
+  auto upload = [&] {
+    for (size_t c = 0; c < checked.size(); ++c)
+      if (!host[c].empty()) {
+        tensorgrad::Tensor memory = work[checked[c]].data();  // shares the input's storage
+        memory.copy_from_host(host[c].data(), host[c].size() * sizeof(float));
+      }
+  };
+  struct Reupload {
+    const std::function<void()> f;
+    ~Reupload() {
+      try {
+        f();
+      } catch (...) {  // a lost device: its memory is gone, and the caller hears of it at the next use
+      }
+    }
+  } reupload{upload};
+
   auto loss = [&]() -> double {
+    upload();
     NoGradGuard no_grad;
     Tensor y = fn(args);
     check_output(y);
@@ -177,7 +201,9 @@ GradcheckResult gradcheck(const std::function<Tensor(std::span<const Tensor>)>& 
   buffers.reserve(checked.size());
   for (size_t c = 0; c < checked.size(); ++c) {
     const Tensor& x = work[checked[c]];
-    buffers.push_back({std::span<float>(x.data().data<float>(), size_t(x.numel())), analytic[c],
+    const std::span<float> values = host[c].empty() ? std::span<float>(x.data().data<float>(), size_t(x.numel()))
+                                                     : std::span<float>(host[c]);
+    buffers.push_back({values, analytic[c],
                        "input " + std::to_string(checked[c]) + " " + x.shape().str()});
   }
   GradcheckResult r = gradcheck_buffers(loss, buffers, options);

@@ -72,6 +72,18 @@ float Tensor::item() const {
 
 std::vector<float> Tensor::to_vector() const { return impl().data.to_vector(); }
 
+Device Tensor::device() const { return impl().data.device(); }
+
+Tensor Tensor::to(Device device) const {
+  const TensorImpl& t = impl();
+  if (t.data.device() == device) return *this;
+  if (t.grad_fn && grad_enabled())
+    throw StateError("to(" + device.str() + "): this tensor was made by op '" + op_info(t.grad_fn->op).name +
+                     "' and gradients do not flow between devices here. Move the leaves (parameters, inputs) with "
+                     "to() and run the ops on the device, or detach() it first");
+  return detail::make_leaf(detail::copy_to(t.data, device), t.requires_grad && grad_enabled());
+}
+
 bool Tensor::requires_grad() const { return impl().requires_grad; }
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
@@ -236,7 +248,9 @@ void manual_seed(uint64_t seed) {
 // ---- factories ----
 
 namespace {
-Tensor made(tensorgrad::Tensor data, const TensorOptions& options) { return Tensor(data, options.requires_grad); }
+Tensor made(tensorgrad::Tensor data, const TensorOptions& options) {
+  return Tensor(detail::copy_to(data, options.device), options.requires_grad);
+}
 }  // namespace
 
 Tensor zeros(const Shape& shape, TensorOptions options) {

@@ -158,4 +158,8 @@ std::shared_ptr<const Backend> backend(Device device) {
   return b;
 }
 
+void synchronize(Device device) { backend(device)->synchronize(); }
+
+DeviceCounters device_counters(Device device) { return backend(device)->counters(); }
+
 }  // namespace tensorgrad

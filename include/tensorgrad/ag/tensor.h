@@ -1,10 +1,14 @@
 #pragma once
-// The eager autograd API (DESIGN.md, layer `ag`), in PyTorch's words: tensors
-// that run each op when it is called and record it for `backward()`. Every op
-// goes through the op table (src/ops/op_table.cpp) and the CPU kernels the
-// graph engine runs, and `backward()` runs the same reverse-mode walk
-// (ops/gradients.h, backward_walk) as Graph::gradients, so eager and graph
-// results are bit-identical at one thread.
+// The eager autograd API, in PyTorch's words: tensors that run each op when
+// it is called and record it for `backward()`. Every op goes through the op
+// table (src/ops/op_table.cpp) and the kernels the graph engine runs, on the
+// device of its inputs (TensorOptions::device, Tensor::to), and `backward()`
+// runs the same reverse-mode walk (ops/gradients.h, backward_walk) as
+// Graph::gradients, so eager and graph results are bit-identical at one
+// thread. On a GPU, ops are queued as PyTorch queues them on a CUDA stream:
+// reading values back (item, to_vector, cpu), backward()'s end and
+// tensorgrad::synchronize(device) wait for them, and an error a kernel
+// reports (an id outside a table) is thrown there.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -26,6 +30,11 @@ struct Access;
 struct TensorOptions {
   DType dtype = DType::Float32;
   bool requires_grad = false;  // only float32 tensors may require gradients
+  /// Where the tensor lives (PyTorch's `device=`): the CPU, or a device the
+  /// backend registry lists (Device("vulkan")). A factory makes the values
+  /// on the host and copies them there once; it throws StateError when the
+  /// device is not available.
+  Device device = Device::CPU;
 };
 
 /// A tensor of the eager API, with reference semantics as torch::Tensor:
@@ -65,10 +74,23 @@ class Tensor {
   DType dtype() const;
   /// The values, sharing memory (a write through it is not seen by the version counter).
   const tensorgrad::Tensor& data() const;
+  /// Where its memory is (torch.Tensor.device).
+  Device device() const;
+  /// This tensor on `device` (torch.Tensor.to): itself when it is there
+  /// already, else a copy. A copy of a tensor that requires grad is a new
+  /// leaf that requires grad (gradients reach the copy, not the source: the
+  /// form module.to() moves parameters in); a tensor made by recorded ops
+  /// cannot be moved while gradient mode is on (StateError: detach() it, or
+  /// move the leaves and run the ops on the device). Throws StateError when
+  /// the device is not available.
+  Tensor to(Device device) const;
+  /// to(Device::CPU).
+  Tensor cpu() const { return to(Device::CPU); }
   /// The single value of a one-element tensor, as float. Throws ValueError
   /// when numel() != 1 (PyTorch's item()).
   float item() const;
-  /// A copy of the values as floats (integers converted).
+  /// A copy of the values as floats (integers converted); from a device,
+  /// copied back to the host, as item() is.
   std::vector<float> to_vector() const;
 
   // ---- autograd ----
@@ -195,10 +217,13 @@ struct MemoryStats {
   uint64_t live_blocks = 0, cached_blocks = 0, cached_bytes = 0;
 };
 MemoryStats memory_stats();
+/// The same for the blocks of `device` (each device has a cache of its
+/// own, as torch.cuda.memory_stats(device)); memory_stats() for the CPU.
+MemoryStats memory_stats(Device device);
 /// Sets hits and misses to 0 (the block counts stay).
 void reset_memory_stats();
-/// Frees every cached block (torch.cuda.empty_cache): the cache holds what
-/// the largest step needed, and never shrinks by itself.
+/// Frees every cached block of every device (torch.cuda.empty_cache): the
+/// cache holds what the largest step needed, and never shrinks by itself.
 void empty_cache();
 
 // ---- factories (torch::zeros, ...). `shape` outermost first. ----

@@ -173,6 +173,18 @@ class CompiledGraph {
   virtual void update(const ProgramChange& change) { (void)change; }
 };
 
+/// What a device backend has done since the process began, for finding
+/// out how work reaches a GPU (a debug counter, as PyTorch's profiler
+/// counts kernel launches): queue submissions, and the kernel dispatches
+/// and pipeline barriers recorded into command buffers (a recorded graph
+/// counts its dispatches once, when it is recorded, however often it is
+/// replayed). All 0 on the CPU.
+struct DeviceCounters {
+  uint64_t submits = 0;
+  uint64_t dispatches = 0;
+  uint64_t barriers = 0;
+};
+
 /// A device's implementation of the engine: memory, kernels, executables.
 /// Selected per model (Model::compile(..., device)); the CPU by default.
 class Backend {
@@ -191,6 +203,19 @@ class Backend {
   /// flop rules, summed over a graph, or one op's): the CPU runs work under
   /// kernels::kParallelFlops on the calling thread.
   virtual std::unique_ptr<KernelLauncher> make_launcher(double flops) const = 0;
+  /// The eager API's launcher for work of `flops`: make_launcher's unless a
+  /// backend queues eager ops (as a CUDA stream does) and runs them in order
+  /// later: then its end_run may return before the work ran, every host
+  /// access of the device's memory and every other run on the device waits
+  /// for the queued work first, and synchronize() waits for it.
+  virtual std::unique_ptr<KernelLauncher> make_eager_launcher(double flops) const { return make_launcher(flops); }
+  /// Waits until every queued eager op of this device ran
+  /// (torch.cuda.synchronize), and throws what their kernels reported (an
+  /// IndexError for an id outside a table) or a lost device. Nothing to
+  /// wait for on the CPU.
+  virtual void synchronize() const {}
+  /// DeviceCounters of this backend's device (zeros unless it counts).
+  virtual DeviceCounters counters() const { return {}; }
   /// The fused ops it has kernels for (FusionOptions: the fusion pass makes
   /// only these); none unless a backend says otherwise, so a new backend
   /// runs every graph unfused.
@@ -236,6 +261,11 @@ const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy);
 /// Device::CUDA (not built: the CUDA backend has no kernels yet), and as
 /// backend(device) otherwise.
 std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy);
+/// backend(device)->synchronize(): waits for the device's queued eager ops
+/// and throws what they reported. Throws StateError as backend().
+void synchronize(Device device);
+/// backend(device)->counters(). Throws StateError as backend().
+DeviceCounters device_counters(Device device);
 /// Whether this build contains the CUDA backend target (TENSORGRAD_CUDA).
 bool built_with_cuda();
 /// Whether this build contains the Vulkan backend (TENSORGRAD_VULKAN): then

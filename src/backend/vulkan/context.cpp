@@ -404,6 +404,7 @@ void Context::submit_and_wait(VkCommandBuffer cmd, VkFence fence) {
   submit.commandBufferCount = 1;
   submit.pCommandBuffers = &cmd;
   check_not_lost("submitting work");
+  counters_.submits.fetch_add(1, std::memory_order_relaxed);
   auto checked = [this](VkResult r, const char* what) {
     if (r == VK_ERROR_DEVICE_LOST) {
       lost_ = true;
@@ -429,6 +430,7 @@ void Context::begin_once() {
   barrier.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
   api().vkCmdPipelineBarrier(once_cmd_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1,
                              &barrier, 0, nullptr, 0, nullptr);
+  counters_.barriers.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Context::end_once() {
@@ -437,6 +439,7 @@ void Context::end_once() {
   barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
   api().vkCmdPipelineBarrier(once_cmd_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
                              &barrier, 0, nullptr, 0, nullptr);
+  counters_.barriers.fetch_add(1, std::memory_order_relaxed);
   check(api().vkEndCommandBuffer(once_cmd_), "vkEndCommandBuffer");
   submit_and_wait(once_cmd_, once_fence_);
 }
@@ -484,10 +487,14 @@ VulkanStorage::VulkanStorage(std::shared_ptr<Context> context, size_t bytes)
 VulkanStorage::VulkanStorage(std::shared_ptr<Context> context, size_t bytes, Allocation a)
     : Storage(context->info().device, reinterpret_cast<void*>(a.address), bytes), context_(std::move(context)), a_(a) {}
 
-VulkanStorage::~VulkanStorage() { context_->free(a_); }
+VulkanStorage::~VulkanStorage() {
+  context_->flush_pending(false);  // queued kernels may still read or write this memory
+  context_->free(a_);
+}
 
 void VulkanStorage::copy_from_host(size_t offset, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  context_->flush_pending();
   context_->check_not_lost("copying memory");
   if (a_.mapped) {
     std::memcpy(a_.mapped + offset, src, bytes);
@@ -505,6 +512,7 @@ void VulkanStorage::copy_from_host(size_t offset, const void* src, size_t bytes)
 
 void VulkanStorage::copy_to_host(size_t offset, void* dst, size_t bytes) const {
   if (bytes == 0) return;
+  context_->flush_pending();
   context_->check_not_lost("copying memory");
   if (a_.mapped) {
     std::memcpy(dst, a_.mapped + offset, bytes);
@@ -525,6 +533,7 @@ void VulkanStorage::copy_to_host(size_t offset, void* dst, size_t bytes) const {
 
 void VulkanStorage::copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) {
   if (bytes == 0) return;
+  context_->flush_pending();
   context_->check_not_lost("copying memory");
   const auto& from = dynamic_cast<const VulkanStorage&>(src);
   if (a_.mapped && from.a_.mapped) {

@@ -90,6 +90,25 @@ struct Pipeline {
   VkPipeline handle = VK_NULL_HANDLE;
 };
 
+/// Kernels recorded but not yet submitted (the eager API's queue of one
+/// device): the Context makes every host access to device memory, every
+/// free and every graph's submission wait for them, so that a queued op
+/// is never overtaken.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  /// Submits what is queued and waits for it. With `report`, throws what
+  /// its kernels reported (KernelStatus) or a lost device; without (a
+  /// destructor's flush) it throws nothing, and a kernel's report stays set
+  /// for the next flush with `report` to throw.
+  virtual void flush(bool report) = 0;
+};
+
+/// What a device has done since its Context was made: backend.h's DeviceCounters.
+struct Counters {
+  std::atomic<uint64_t> submits{0}, dispatches{0}, barriers{0};
+};
+
 /// One logical device.
 class Context : public std::enable_shared_from_this<Context> {
  public:
@@ -142,6 +161,14 @@ class Context : public std::enable_shared_from_this<Context> {
   /// needed); only under run_once's lock.
   char* staging_buffer(size_t bytes, VkBuffer& buffer);
 
+  /// The device's eager queue, set once by its backend (null until then).
+  void set_pending_work(PendingWork* work) { pending_ = work; }
+  /// PendingWork::flush of the eager queue, if there is one.
+  void flush_pending(bool report = true) {
+    if (PendingWork* p = pending_.load()) p->flush(report);
+  }
+  Counters& counters() { return counters_; }
+
   /// Throws Error saying the device was lost and what to do, once a submit
   /// returned VK_ERROR_DEVICE_LOST: nothing of the device's memory is read
   /// or written after that.
@@ -185,6 +212,8 @@ class Context : public std::enable_shared_from_this<Context> {
   VkFence once_fence_ = VK_NULL_HANDLE;
   Allocation staging_;
   size_t staging_bytes_ = 0;
+  std::atomic<PendingWork*> pending_{nullptr};
+  Counters counters_;
 };
 
 /// Simulated device failures for tests (backend.h's inject_vulkan_fault).

@@ -56,6 +56,7 @@ void Recorder::dispatch_bytes(std::string_view shader, std::span<const uint32_t>
     barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
     a.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                            &barrier, 0, nullptr, 0, nullptr);
+    context_.counters().barriers.fetch_add(1, std::memory_order_relaxed);
   }
   const Pipeline p = context_.pipeline(shader, constants);
   a.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle);
@@ -63,6 +64,7 @@ void Recorder::dispatch_bytes(std::string_view shader, std::span<const uint32_t>
   std::memcpy(block, push, bytes);
   a.vkCmdPushConstants(cmd_, context_.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes, block);
   a.vkCmdDispatch(cmd_, gx, gy, gz);
+  context_.counters().dispatches.fetch_add(1, std::memory_order_relaxed);
   ++dispatches_;
 }
 

@@ -61,6 +61,7 @@ class Commands {
     barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
     api().vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                                &barrier, 0, nullptr, 0, nullptr);
+    context_->counters().barriers.fetch_add(1, std::memory_order_relaxed);
   }
   // Ends recording, after a barrier that makes the kernels' writes visible
   // to the host and to later copies.
@@ -71,13 +72,26 @@ class Commands {
     api().vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &barrier, 0, nullptr,
                                0, nullptr);
+    context_->counters().barriers.fetch_add(1, std::memory_order_relaxed);
     check(api().vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
   }
   // Throws what a kernel of `cmd` reported (KernelStatus::throw_if_set).
-  void submit(VkCommandBuffer cmd) {
+  // The eager queue's work goes first unless `cmd` is that queue's.
+  void submit(VkCommandBuffer cmd, bool after_queued = true) {
+    if (after_queued) context_->flush_pending();
     context_->submit_and_wait(cmd, fence_);
     status_.throw_if_set();
   }
+  // submit's form for a destructor: nothing thrown, a kernel's report left
+  // set for the next submit to throw.
+  void submit_quietly(VkCommandBuffer cmd) noexcept {
+    try {
+      context_->submit_and_wait(cmd, fence_);
+    } catch (...) {  // a lost device: every later use of the device says so
+    }
+  }
+  // Throws a report a quiet submit left set.
+  void status_check() { status_.throw_if_set(); }
   Context& context() const { return *context_; }
   uint64_t status() const { return status_.address(); }
 
@@ -186,9 +200,73 @@ class VulkanLauncher final : public KernelLauncher {
   bool each_op_;
 };
 
+// The eager API's queue of one device, as a CUDA stream is PyTorch's: each
+// op is recorded into one command buffer when it is called, and the buffer
+// is submitted at a sync point (a host access of the device's memory, a
+// free, another submission on the device, Backend::synchronize) or once
+// kMaxQueuedOps ops wait, rather than one submit per op. Threads share it
+// (queue order is call order, under the lock).
+class EagerQueue final : public PendingWork {
+ public:
+  static constexpr uint32_t kMaxQueuedOps = 256;
+
+  explicit EagerQueue(std::shared_ptr<Context> context) : commands_(std::move(context)), cmd_(commands_.make_buffer()) {}
+
+  void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!recorder_) {
+      commands_.begin(cmd_);
+      recorder_.emplace(commands_.context(), cmd_, commands_.status());
+    }
+    record_step(*recorder_, op, attrs, in, out);
+    if (recorder_->dispatches() >= kMaxQueuedOps) submit_locked(true);
+  }
+
+  void flush(bool report) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    submit_locked(report);
+  }
+
+ private:
+  void submit_locked(bool report) {
+    if (!recorder_) {
+      if (report) commands_.status_check();
+      return;
+    }
+    commands_.end(cmd_);
+    const bool any = recorder_->dispatches() > 0;
+    recorder_.reset();
+    if (!any) return;
+    if (report) commands_.submit(cmd_, false);
+    else commands_.submit_quietly(cmd_);
+  }
+
+  std::mutex mutex_;
+  Commands commands_;
+  VkCommandBuffer cmd_;
+  std::optional<Recorder> recorder_;  // set while a recording is open
+};
+
+// The eager API's launcher: runs go into the device's EagerQueue.
+class EagerLauncher final : public KernelLauncher {
+ public:
+  explicit EagerLauncher(EagerQueue& queue) : queue_(queue) {}
+  void begin_run() override {}
+  void end_run() override {}
+  void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) override {
+    queue_.launch(op, attrs, in, out);
+  }
+
+ private:
+  EagerQueue& queue_;
+};
+
 class VulkanBackend final : public Backend {
  public:
-  explicit VulkanBackend(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  explicit VulkanBackend(std::shared_ptr<Context> context)
+      : context_(std::move(context)), queue_(std::make_unique<EagerQueue>(context_)) {
+    context_->set_pending_work(queue_.get());
+  }
   Device device() const override { return context_->info().device; }
   std::string name() const override { return "vulkan"; }
   bool has_kernel(OpKind op) const override {
@@ -201,11 +279,23 @@ class VulkanBackend final : public Backend {
       throw ValueError("Vulkan: an allocation of " + std::to_string(bytes) + " bytes is beyond any device");
     return std::make_shared<VulkanStorage>(context_, bytes);
   }
-  // MatMul and Add take kReluOutput; the other rewrites fold into ops
-  // (convolutions, batch norm) that have no Vulkan kernel yet.
+  // The ReLU rewrite only: the batch-statistics rewrite's Conv2D form has
+  // no Vulkan kernel (conv2d throws for kBatchStatsOutput), and the Add
+  // rewrite's fused forms are not checked against the CPU on models here.
   FusionOptions fusions() const override { return {true, false, false}; }
   std::unique_ptr<KernelLauncher> make_launcher(double) const override {
     return std::make_unique<VulkanLauncher>(context_);
+  }
+  // Under TG_PROFILE each eager op is its own submit too, so that the
+  // profile's clock times the kernel.
+  std::unique_ptr<KernelLauncher> make_eager_launcher(double flops) const override {
+    if (profiling()) return make_launcher(flops);
+    return std::make_unique<EagerLauncher>(*queue_);
+  }
+  void synchronize() const override { queue_->flush(true); }
+  DeviceCounters counters() const override {
+    Counters& c = context_->counters();
+    return {c.submits.load(), c.dispatches.load(), c.barriers.load()};
   }
   // Under TG_PROFILE, node by node through the launcher (Backend's
   // default), which the profile times op by op.
@@ -216,6 +306,7 @@ class VulkanBackend final : public Backend {
 
  private:
   std::shared_ptr<Context> context_;
+  std::unique_ptr<EagerQueue> queue_;  // lives with the backend, for the process
 };
 
 }  // namespace
