@@ -19,16 +19,18 @@ struct EagerOptions {
   double validation_split = 0.05;  // the last rows, as the graph job's fit
   uint64_t seed = 0;
   int verbose = 1;  // 0: the result only; 1 and 2: a line per epoch
+  tensorgrad::Device device = tensorgrad::Device::CPU;  // where the model trains (--device)
 };
 
 /// Loss and accuracy of `model` (in eval mode, without recording) on x, y, in batches.
 inline std::pair<double, double> eager_evaluate(ag::nn::Module& model, const tensorgrad::Tensor& x,
-                                                const tensorgrad::Tensor& y, int64_t batch_size) {
+                                                const tensorgrad::Tensor& y, int64_t batch_size,
+                                                tensorgrad::Device device) {
   ag::NoGradGuard no_grad;
   model.eval();
   double loss = 0, correct = 0;
   const int64_t n = x.shape()[0];
-  for (ag::Batch b : ag::DataLoader(ag::Tensor(x), ag::Tensor(y), {.batch_size = batch_size})) {
+  for (ag::Batch b : ag::DataLoader(ag::Tensor(x), ag::Tensor(y), {.batch_size = batch_size, .device = device})) {
     ag::Tensor logits = model(b.x);
     const int64_t rows = logits.size(0);
     loss += double(ag::cross_entropy(logits, b.y).item()) * double(rows);
@@ -46,15 +48,16 @@ inline double train_eager(const tensorgrad::data::MnistFiles& data, const EagerO
   auto model = std::make_shared<ag::nn::Sequential>(std::initializer_list<std::shared_ptr<ag::nn::Module>>{
       std::make_shared<ag::nn::Linear>(784, 500), std::make_shared<ag::nn::ReLU>(),
       std::make_shared<ag::nn::Linear>(500, 10)});
+  model->to(o.device);  // before the optimizer, as in PyTorch
   ag::optim::AdamW optimizer(model->parameters(), o.learning_rate);
   const int64_t n = data.train.x.shape()[0];
   const int64_t n_val = int64_t(double(n) * o.validation_split + 0.5), n_train = n - n_val;
   ag::DataLoader loader(ag::Tensor(data.train.x.rows(0, n_train)), ag::Tensor(data.train.y.rows(0, n_train)),
-                        {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed});
+                        {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed, .device = o.device});
   std::printf("eager: %s, AdamW lr %g weight decay 0.01 (PyTorch's default), batch %lld, %d epochs, %lld "
-              "training rows, %lld validation rows\n",
+              "training rows, %lld validation rows, on %s\n",
               "784-500-10 MLP (ag::nn::Sequential of Linear, ReLU, Linear)", o.learning_rate,
-              (long long)o.batch_size, o.epochs, (long long)n_train, (long long)n_val);
+              (long long)o.batch_size, o.epochs, (long long)n_train, (long long)n_val, o.device.str().c_str());
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
@@ -72,13 +75,13 @@ inline double train_eager(const tensorgrad::data::MnistFiles& data, const EagerO
       std::printf("epoch %2d/%d  loss %.4f", epoch, o.epochs, loss_sum / double(rows));
       if (n_val > 0) {
         auto [vl, va] = eager_evaluate(*model, data.train.x.rows(n_train, n), data.train.y.rows(n_train, n),
-                                       o.batch_size);
+                                       o.batch_size, o.device);
         std::printf("  val_loss %.4f  val_accuracy %.4f", vl, va);
       }
       std::printf("  (%.2f s)\n", seconds);
     }
   }
-  auto [test_loss, test_acc] = eager_evaluate(*model, data.test.x, data.test.y, o.batch_size);
+  auto [test_loss, test_acc] = eager_evaluate(*model, data.test.x, data.test.y, o.batch_size, o.device);
   std::printf("test loss %.4f, test accuracy %.2f%%\n", test_loss, 100.0 * test_acc);
   return test_acc;
 }

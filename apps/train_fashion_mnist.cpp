@@ -273,10 +273,9 @@ int main(int argc, char** argv) {
     if (threads > 0) tg::set_num_threads(threads);
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
-      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32" ||
-          device != tg::Device::CPU)
+      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32")
         throw tg::ValueError("--api eager takes --epochs, --batch-size, --lr, --validation-split, --threads, --seed, "
-                             "--data and --verbose only (the eager API runs on the CPU)");
+                             "--device, --data and --verbose only");
       tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/true);
       fashion::EagerOptions eager;
       eager.epochs = epochs;
@@ -285,6 +284,7 @@ int main(int argc, char** argv) {
       eager.validation_split = validation_split;
       eager.seed = seed;
       eager.verbose = verbose;
+      eager.device = device;
       fashion::train_eager(data, eager);
       return 0;
     }

@@ -99,7 +99,10 @@ tensorgrad::Tensor empty_on(const Shape& shape, DType dtype, Device device) {
 tensorgrad::Tensor copy_to(const tensorgrad::Tensor& t, Device device) {
   if (t.device() == device) return t;
   tensorgrad::Tensor out = cached_empty(t.shape(), t.dtype(), device);
-  out.copy_from(t);
+  if (t.device() == Device::CPU)  // queued with the device's eager ops: a recycled block may still be read by them
+    launchers_of(device).backend->copy_from_host_in_order(*out.storage(), out.storage_offset(), t.raw(), t.nbytes());
+  else
+    out.copy_from(t);
   return out;
 }
 
@@ -409,8 +412,14 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     const tensorgrad::Tensor& g = values.value(grads[i]);
     if (!leaf.grad.defined()) {
       // A gradient may be a view of another value, or the seed itself: copied.
-      leaf.grad = empty_on(g.shape(), g.dtype(), g.device());
-      leaf.grad.copy_from(g);
+      if (g.device() == Device::CPU) {
+        leaf.grad = cached_empty(g.shape(), g.dtype());
+        leaf.grad.copy_from(g);
+      } else {  // queued as an op (g * 1 is exact): a storage copy would wait for the queue
+        OpAttrs one;
+        one.factor = 1.0f;
+        leaf.grad = run_op(OpKind::Scale, one, {&g, 1});
+      }
     } else {
       const tensorgrad::Tensor in[2] = {leaf.grad, g};
       run_op(OpKind::AccumulateGrad, {}, in);

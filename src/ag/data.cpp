@@ -1,6 +1,9 @@
 // Mini-batches over tensors (ag/data.h).
 #include "tensorgrad/ag/data.h"
 
+#include "ag/autograd.h"
+#include "tensorgrad/backend/backend.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -53,6 +56,11 @@ DataLoader::DataLoader(Tensor x, Tensor y, DataLoaderOptions options)
   if (!x.defined()) throw ValueError("DataLoader: the inputs x are undefined");
   if (options.batch_size < 1)
     throw ValueError("DataLoader: batch_size must be >= 1; got " + std::to_string(options.batch_size));
+  if (x.device() != Device::CPU || (y.defined() && y.device() != Device::CPU))
+    throw ValueError("DataLoader: the data set must be on the CPU (it reads rows on the host); got x on " +
+                     x.device().str() + (y.defined() ? " and y on " + y.device().str() : std::string()) +
+                     ". Pass CPU tensors and set DataLoaderOptions::device to get batches on a device");
+  (void)backend(options.device);  // an unavailable device is refused here, not at the first batch
   x_ = x.data();
   n_ = rows_of(x_, "x");
   if (y.defined()) {
@@ -107,6 +115,10 @@ Batch DataLoader::batch_at(size_t b, const std::vector<int64_t>* order) const {
   } else {
     out.x = Tensor(x_.rows(int64_t(begin), int64_t(end)));
     if (y_.defined()) out.y = Tensor(y_.rows(int64_t(begin), int64_t(end)));
+  }
+  if (options_.device != Device::CPU) {
+    out.x = Tensor(detail::copy_to(out.x.data(), options_.device));
+    if (out.y.defined()) out.y = Tensor(detail::copy_to(out.y.data(), options_.device));
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ag/autograd.h"
+#include "tensorgrad/backend/backend.h"
 #include "ops/norm_pair.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/ops/op.h"
@@ -55,17 +56,36 @@ Tensor scalar_i64(int64_t v) {
 }
 double read_number(const Tensor& t, const std::string& name) {
   if (t.numel() != 1) throw ValueError("state dict entry " + name + ": expected one value; got shape " + t.shape().str());
-  if (t.dtype() == DType::Int64) return double(t.data().data<int64_t>()[0]);
+  if (t.dtype() == DType::Int64) return double(t.data().to(Device::CPU).data<int64_t>()[0]);
   return double(t.item());
 }
 int64_t read_int(const Tensor& t, const std::string& name) {
   if (t.numel() != 1) throw ValueError("state dict entry " + name + ": expected one value; got shape " + t.shape().str());
-  if (t.dtype() == DType::Int64) return t.data().data<int64_t>()[0];
-  if (t.dtype() == DType::Int32) return t.data().data<int32_t>()[0];
+  const tensorgrad::Tensor host = t.data().to(Device::CPU);
+  if (t.dtype() == DType::Int64) return host.data<int64_t>()[0];
+  if (t.dtype() == DType::Int32) return host.data<int32_t>()[0];
   return int64_t(t.item());
 }
 
-Tensor zeros_like(const Tensor& p) { return Tensor(tensorgrad::Tensor::zeros(p.shape(), DType::Float32)); }
+// Host bytes into `t` at byte `offset`, after the ops queued on its device so far.
+void copy_in_order(const tensorgrad::Tensor& t, const void* src, size_t bytes, size_t offset = 0) {
+  backend(t.device())->copy_from_host_in_order(*t.storage(), t.storage_offset() + offset, src, bytes);
+}
+
+// An independent copy on `device` (a state dict's tensor is the caller's).
+tensorgrad::Tensor copy_of(const tensorgrad::Tensor& t, Device device) {
+  return t.device() == device ? t.clone() : detail::copy_to(t, device);
+}
+
+// Optimizer state lives where its parameter does (PyTorch makes it with torch.zeros_like).
+Tensor zeros_like(const Tensor& p) {
+  return Tensor(detail::copy_to(tensorgrad::Tensor::zeros(p.shape(), DType::Float32), p.device()));
+}
+tensorgrad::Tensor step_counter(int64_t value, Device device) {
+  tensorgrad::Tensor t = tensorgrad::Tensor::zeros(Shape{1}, DType::Int64);
+  t.data<int64_t>()[0] = value;
+  return detail::copy_to(t, device);
+}
 
 // The group options in the state dict's order, with accessors.
 struct Option {
@@ -181,13 +201,22 @@ void Optimizer::step() {
     ParamGroup& group = groups_[gi];
     fill_defaults(group);  // options a user reset to empty take the defaults again
     validate(group);
+    // The group's hyperparameters live on its parameters' device.
+    for (const Tensor& p : group.params)
+      if (p.defined()) {
+        if (hypers_[gi].device() != p.device()) hypers_[gi] = detail::copy_to(hypers_[gi], p.device());
+        break;
+      }
     const tensorgrad::Tensor& hyper = hypers_[gi];
     // Persistent state is written by copies (DESIGN.md: state lives on the
     // device): the slots the group does not set keep their values.
-    float h[kHyperSize];
-    hyper.copy_to_host(h, sizeof h);
+    // Written whole from the host, in order with the queued ops (on a
+    // device, without reading anything back): the slots OptimizerTick
+    // writes (bias corrections, the step's dampening) it recomputes from
+    // the step count before each update reads them.
+    float h[kHyperSize] = {};
     write_hyper(group, h);
-    tensorgrad::Tensor(hyper).copy_from_host(h, sizeof h);
+    copy_in_order(hyper, h, sizeof h);
     for (const Tensor& p : group.params) {
       if (!p.defined())
         throw StateError(std::string(name()) + ".step: parameter group " + std::to_string(gi) +
@@ -195,7 +224,7 @@ void Optimizer::step() {
       const tensorgrad::Tensor& grad = Access::impl(p)->grad;  // no handle made per step
       if (!grad.defined()) continue;
       ParamState& s = state_[key(p)];
-      if (!s.step.defined()) s.step = tensorgrad::Tensor::zeros(Shape{1}, DType::Int64);
+      if (!s.step.defined()) s.step = step_counter(0, p.device());
       update(group, p, grad, s, hyper);
       bump_version(p);
     }
@@ -291,14 +320,13 @@ void Optimizer::load_state_dict(const nn::StateDict& dict) {
       if (t->dtype() != DType::Float32)
         throw ValueError("optimizer state for parameter " + std::to_string(i) + ": " + b + " is " +
                          dtype_name(t->dtype()) + " in the state dict, not float32");
-      s.buffers.emplace_back(b, Tensor(t->data().clone()));
+      s.buffers.emplace_back(b, Tensor(copy_of(t->data(), params[i].device())));
     }
     const Tensor* step = dict.find(prefix + "step");
     if (step) used.insert(prefix + "step");
     if (!step && !any) continue;
-    s.step = tensorgrad::Tensor::zeros(Shape{1}, DType::Int64);
     // PyTorch's SGD keeps no step: a momentum buffer means the first step is done.
-    s.step.data<int64_t>()[0] = step ? read_int(*step, prefix + "step") : 1;
+    s.step = step_counter(step ? read_int(*step, prefix + "step") : 1, params[i].device());
     loaded.emplace_back(key(params[i]), std::move(s));
   }
   for (const auto& entry : dict)
@@ -372,7 +400,7 @@ void SGD::update(const ParamGroup& g, const Tensor& param, const tensorgrad::Ten
     s.buffers.emplace_back("momentum_buffer", zeros_like(param));
     buf = &s.buffers.back().second;
     const float no_dampening = 0.0f;
-    tensorgrad::Tensor(hyper).copy_from_host(&no_dampening, sizeof no_dampening, kStepDampening * sizeof(float));
+    copy_in_order(hyper, &no_dampening, sizeof no_dampening, kStepDampening * sizeof(float));
   }
   run_in_place(OpKind::SgdUpdate, at, {param.data(), grad, buf->data(), hyper});
 }

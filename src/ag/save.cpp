@@ -1,6 +1,8 @@
 // Eager modules and state dicts in GGUF files (ag/save.h).
 #include "tensorgrad/ag/save.h"
 
+#include "tensorgrad/backend/backend.h"
+
 #include <cstdint>
 #include <ctime>
 #include <fstream>
@@ -310,6 +312,20 @@ std::shared_ptr<nn::Module> load(const std::string& path, const ModuleBuilder& f
   }
   module->eval();
   return module;
+}
+
+std::shared_ptr<nn::Module> load(const std::string& path, Device device, const ModuleBuilder& factory) {
+  (void)backend(device);  // an unavailable device is refused before the file is read
+  std::shared_ptr<nn::Module> module = load(path, factory);
+  module->to(device);
+  return module;
+}
+
+nn::StateDict load_state_dict(const std::string& path, Device device, const std::string& kind) {
+  (void)backend(device);
+  nn::StateDict dict;
+  for (const auto& [name, t] : load_state_dict(path, kind)) dict.insert(name, t.to(device));
+  return dict;
 }
 
 }  // namespace tensorgrad::ag

@@ -32,6 +32,11 @@ struct DataLoaderOptions {
   /// gives the same sequence of epochs; ag::default_generator() is never
   /// touched (PyTorch's DataLoader(generator=torch.Generator().manual_seed(seed))).
   uint64_t seed = 0;
+  /// Where batches are handed out (PyTorch users write batch.to(device)
+  /// in the loop; here the loader does it): each batch is assembled on the
+  /// host and copied to the device once. The data set itself stays on the
+  /// CPU.
+  Device device = Device::CPU;
 };
 
 /// Mini-batches of consecutive rows of x {N, ...} and y {N, ...}

@@ -101,4 +101,13 @@ std::shared_ptr<nn::Module> load(const std::string& path, const ModuleBuilder& f
 /// Throws as load() for the file's problems (IOError, FormatError).
 nn::StateDict load_state_dict(const std::string& path, const std::string& kind = kStateDictKind);
 
+/// load(path, factory), with the module's parameters and buffers placed on
+/// `device` (Module::to; the R package's `device=` argument, PyTorch's
+/// `map_location`). Throws as load(), and StateError when the device is
+/// not available (before the file is read).
+std::shared_ptr<nn::Module> load(const std::string& path, Device device, const ModuleBuilder& factory = {});
+/// load_state_dict(path, kind) with every tensor on `device`. Throws as
+/// load_state_dict(), and StateError when the device is not available.
+nn::StateDict load_state_dict(const std::string& path, Device device, const std::string& kind = kStateDictKind);
+
 }  // namespace tensorgrad::ag

@@ -214,6 +214,16 @@ class Backend {
   /// IndexError for an id outside a table) or a lost device. Nothing to
   /// wait for on the CPU.
   virtual void synchronize() const {}
+  /// Copies `bytes` host bytes from `src` into [offset, offset + bytes) of
+  /// `dst` (this device's memory) in order with the queued eager ops: after
+  /// those queued before it, before those queued after it (a small copy is
+  /// queued itself, as cudaMemcpyAsync on a stream; a large one waits for
+  /// the queue). `src` may be reused when this returns. The default copies
+  /// at once (Storage::copy_from_host), which is in order for a backend
+  /// that queues nothing.
+  virtual void copy_from_host_in_order(Storage& dst, size_t offset, const void* src, size_t bytes) const {
+    dst.copy_from_host(offset, src, bytes);
+  }
   /// DeviceCounters of this backend's device (zeros unless it counts).
   virtual DeviceCounters counters() const { return {}; }
   /// The fused ops it has kernels for (FusionOptions: the fusion pass makes

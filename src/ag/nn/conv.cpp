@@ -158,9 +158,10 @@ Tensor BatchNormBase::forward(const Tensor& input) {
     const float m = float(momentum_);
     running_mean.mul_(1.0f - m).add_(mean, m);
     running_var.mul_(1.0f - m).add_(var, m);
-    tensorgrad::Tensor count = tensorgrad::Tensor::empty(Shape{}, DType::Int64);
-    count.data<int64_t>()[0] = num_batches_tracked.data().data<int64_t>()[0] + 1;
-    num_batches_tracked.copy_(Tensor(count));
+    // Counted where the counter lives (on a device, without a read back).
+    const tensorgrad::Tensor counter = num_batches_tracked.data().reshape(Shape{1});
+    ag::detail::run_into(OpKind::AdvanceCounter, {}, {&counter, 1}, counter);
+    ++ag::detail::Access::impl(num_batches_tracked)->version();
   }
   return y;
 }

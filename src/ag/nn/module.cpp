@@ -1,5 +1,8 @@
 #include "tensorgrad/ag/nn/module.h"
 
+#include "ag/autograd.h"
+#include "tensorgrad/backend/backend.h"
+
 #include <map>
 #include <mutex>
 #include <set>
@@ -131,6 +134,19 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
 Module& Module::train(bool on) {
   training_ = on;
   for (auto& [n, child] : children_) child->train(on);
+  return *this;
+}
+
+Module& Module::to(Device device) {
+  (void)backend(device);  // an unavailable device moves nothing
+  std::vector<std::pair<std::string, Tensor>> all;
+  collect("", true, true, all);
+  collect("", false, true, all);
+  for (auto& [name, t] : all) {
+    ag::detail::TensorImpl& impl = *ag::detail::Access::impl(t);
+    impl.data = ag::detail::copy_to(impl.data, device);
+    if (impl.grad.defined()) impl.grad = ag::detail::copy_to(impl.grad, device);
+  }
   return *this;
 }
 

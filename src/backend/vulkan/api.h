@@ -57,6 +57,7 @@ namespace tensorgrad::vulkan {
   X(vkCmdDispatch)                      \
   X(vkCmdPipelineBarrier)               \
   X(vkCmdCopyBuffer)                    \
+  X(vkCmdUpdateBuffer)                  \
   X(vkCreateFence)                      \
   X(vkDestroyFence)                     \
   X(vkResetFences)                      \

@@ -227,6 +227,38 @@ class EagerQueue final : public PendingWork {
     submit_locked(report);
   }
 
+  // vkCmdUpdateBuffer's limits: at most 65,536 bytes, offset and size
+  // multiples of 4. Larger copies go through the storage after a flush.
+  static bool queueable(size_t offset, size_t bytes) {
+    return bytes > 0 && bytes <= 65536 && offset % 4 == 0 && bytes % 4 == 0;
+  }
+
+  // Queues a host-to-device copy of a few bytes (a scalar, an optimizer's
+  // hyperparameters) between the kernels: the bytes go into the command
+  // buffer, with a barrier on each side (earlier kernels may still read the
+  // old values; later ones read the new).
+  void update(VkBuffer buffer, size_t offset, const void* src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!recorder_) {
+      commands_.begin(cmd_);
+      recorder_.emplace(commands_.context(), cmd_, commands_.status());
+    }
+    Counters& c = commands_.context().counters();
+    VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    before.srcAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    before.dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    api().vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                               &before, 0, nullptr, 0, nullptr);
+    api().vkCmdUpdateBuffer(cmd_, buffer, offset, bytes, src);
+    VkMemoryBarrier after{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    api().vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                               &after, 0, nullptr, 0, nullptr);
+    c.barriers.fetch_add(2, std::memory_order_relaxed);
+    ++updates_;
+  }
+
  private:
   void submit_locked(bool report) {
     if (!recorder_) {
@@ -234,8 +266,9 @@ class EagerQueue final : public PendingWork {
       return;
     }
     commands_.end(cmd_);
-    const bool any = recorder_->dispatches() > 0;
+    const bool any = recorder_->dispatches() > 0 || updates_ > 0;
     recorder_.reset();
+    updates_ = 0;
     if (!any) return;
     if (report) commands_.submit(cmd_, false);
     else commands_.submit_quietly(cmd_);
@@ -245,6 +278,7 @@ class EagerQueue final : public PendingWork {
   Commands commands_;
   VkCommandBuffer cmd_;
   std::optional<Recorder> recorder_;  // set while a recording is open
+  uint32_t updates_ = 0;              // copies queued in the open recording
 };
 
 // The eager API's launcher: runs go into the device's EagerQueue.
@@ -293,6 +327,17 @@ class VulkanBackend final : public Backend {
     return std::make_unique<EagerLauncher>(*queue_);
   }
   void synchronize() const override { queue_->flush(true); }
+  void copy_from_host_in_order(Storage& dst, size_t offset, const void* src, size_t bytes) const override {
+    auto* vk = dynamic_cast<VulkanStorage*>(&dst);
+    if (!vk || vk->device() != device())
+      throw ValueError("Vulkan copy_from_host_in_order: the destination is not memory of " + device().str());
+    if (offset > vk->nbytes() || bytes > vk->nbytes() - offset)
+      throw IndexError("Vulkan copy_from_host_in_order: bytes [" + std::to_string(offset) + ", " +
+                       std::to_string(offset + bytes) + ") are outside a storage of " + std::to_string(vk->nbytes()));
+    context_->check_not_lost("copying memory");
+    if (EagerQueue::queueable(offset, bytes)) queue_->update(vk->buffer(), offset, src, bytes);
+    else vk->copy_from_host(offset, src, bytes);  // waits for the queue first
+  }
   DeviceCounters counters() const override {
     Counters& c = context_->counters();
     return {c.submits.load(), c.dispatches.load(), c.barriers.load()};

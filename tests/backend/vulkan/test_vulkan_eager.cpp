@@ -4,6 +4,7 @@
 // relative plus 1e-5 absolute), and the errors of mixing devices.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -233,7 +234,11 @@ TEST(VulkanEager, OpsAreQueuedAndSubmittedTogetherAtASyncPoint) {
   EXPECT_EQ(queued.submits, before.submits);
   EXPECT_EQ(queued.dispatches - before.dispatches, 20u);
   EXPECT_EQ(x.to_vector(), std::vector<float>(64, 1048576.0f));  // 2^20: the read waits for the queue
-  EXPECT_EQ(device_counters(kVulkan).submits, before.submits + 1);
+  // The queue's one submit, and where the host cannot map device memory
+  // (discrete GPUs, TENSORGRAD_VULKAN_STAGING=1) one more for the copy back.
+  const uint64_t read = device_counters(kVulkan).submits - before.submits;
+  EXPECT_GE(read, 1u);
+  EXPECT_LE(read, 2u);
 }
 
 TEST(VulkanEager, AHostCopyOrAFreeNeverOvertakesQueuedOps) {
@@ -289,4 +294,157 @@ TEST(VulkanEager, GradcheckPassesOnCompositeFunctionsOnTheDevice) {
   }
   EXPECT_EQ(x.to_vector(), x_before);  // perturbed on the host and put back on the device
   EXPECT_FALSE(x.grad().defined());
+}
+
+namespace {
+
+// A module of every kind the eager MLPs use: batch norm (running statistics
+// and its counter updated on the device), dropout (the counter-based
+// stream, the same masks on both devices), and linear layers. No bias
+// before the batch norm: its gradient is zero up to rounding, which Adam and
+// RMSprop turn into full-size steps of either sign on either device.
+std::shared_ptr<ag::nn::Sequential> small_net() {
+  ag::manual_seed(21);
+  return std::make_shared<ag::nn::Sequential>(std::initializer_list<std::shared_ptr<ag::nn::Module>>{
+      std::make_shared<ag::nn::Linear>(6, 16, false), std::make_shared<ag::nn::BatchNorm1d>(16),
+      std::make_shared<ag::nn::ReLU>(), std::make_shared<ag::nn::Dropout>(0.25f),
+      std::make_shared<ag::nn::Linear>(16, 3)});
+}
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::pair<std::string, std::vector<float>>> state, optimizer_state;
+};
+
+// Five steps of `make_optimizer` with gradient clipping on `device`.
+template <class MakeOptimizer>
+Trained train_five_steps(Device device, MakeOptimizer make_optimizer) {
+  auto net = small_net();
+  net->to(device);
+  auto opt = make_optimizer(net->parameters());
+  ag::Generator g(4);
+  const ag::Tensor x = ag::randn({12, 6}, {}, &g).to(device);
+  const ag::Tensor y = ag::randn({12, 3}, {}, &g).to(device);
+  Trained t;
+  for (int step = 0; step < 5; ++step) {
+    opt->zero_grad();
+    const ag::Tensor loss = ag::mse_loss((*net)(x), y);
+    loss.backward();
+    ag::optim::clip_grad_norm_(net->parameters(), 0.5);
+    opt->step();
+    t.losses.push_back(loss.item());
+  }
+  for (const auto& [name, v] : net->state_dict()) {
+    EXPECT_EQ(v.device(), device) << name;
+    t.state.emplace_back(name, v.to_vector());
+  }
+  for (const auto& [name, v] : opt->state_dict()) {
+    if (name.rfind("state.", 0) == 0) EXPECT_EQ(v.device(), device) << name;
+    t.optimizer_state.emplace_back(name, v.to_vector());
+  }
+  return t;
+}
+
+void expect_same_training(const Trained& gpu, const Trained& cpu) {
+  expect_close(gpu.losses, cpu.losses, "losses");
+  ASSERT_EQ(gpu.state.size(), cpu.state.size());
+  for (size_t i = 0; i < cpu.state.size(); ++i) {
+    EXPECT_EQ(gpu.state[i].first, cpu.state[i].first);
+    expect_close(gpu.state[i].second, cpu.state[i].second, cpu.state[i].first);
+  }
+  ASSERT_EQ(gpu.optimizer_state.size(), cpu.optimizer_state.size());
+  for (size_t i = 0; i < cpu.optimizer_state.size(); ++i) {
+    EXPECT_EQ(gpu.optimizer_state[i].first, cpu.optimizer_state[i].first);
+    expect_close(gpu.optimizer_state[i].second, cpu.optimizer_state[i].second, cpu.optimizer_state[i].first);
+  }
+}
+
+}  // namespace
+
+TEST(VulkanEager, AModuleTrainsAsOnTheCpuWithEveryOptimizer) {
+  TG_VULKAN_OR_SKIP(vk);
+  {
+    SCOPED_TRACE("adamw");
+    auto adamw = [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::AdamW>(p, 1e-2); };
+    expect_same_training(train_five_steps(kVulkan, adamw), train_five_steps(Device::CPU, adamw));
+  }
+  {
+    SCOPED_TRACE("sgd");
+    auto sgd = [](std::vector<ag::Tensor> p) {
+      return std::make_unique<ag::optim::SGD>(p, 5e-2, 0.9, 0.0, 1e-4, true);
+    };
+    expect_same_training(train_five_steps(kVulkan, sgd), train_five_steps(Device::CPU, sgd));
+  }
+  {
+    SCOPED_TRACE("rmsprop");
+    auto rms = [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::RMSprop>(p, 1e-2); };
+    expect_same_training(train_five_steps(kVulkan, rms), train_five_steps(Device::CPU, rms));
+  }
+}
+
+TEST(VulkanEager, StateDictsMoveBetweenDevicesExactly) {
+  TG_VULKAN_OR_SKIP(vk);
+  auto on_gpu = small_net();
+  on_gpu->to(kVulkan);
+  {
+    ag::NoGradGuard no_grad;
+    for (ag::Tensor& p : on_gpu->parameters()) p.add_(0.125f);  // differs from a fresh net
+  }
+  auto on_cpu = small_net();
+  on_cpu->load_state_dict(on_gpu->state_dict());
+  for (const auto& [name, v] : on_cpu->state_dict()) {
+    EXPECT_EQ(v.device(), Device::CPU) << name;
+    EXPECT_EQ(v.to_vector(), on_gpu->state_dict().find(name)->to_vector()) << name;
+  }
+  // Saved from the device, loaded onto it (the `device=` of the R package).
+  const std::string path = ::testing::TempDir() + "/vulkan_eager_module.gguf";
+  ag::save(*on_gpu, path);
+  const std::shared_ptr<ag::nn::Module> back = ag::load(path, kVulkan);
+  for (const auto& [name, v] : back->state_dict()) {
+    EXPECT_EQ(v.device(), kVulkan) << name;
+    EXPECT_EQ(v.to_vector(), on_cpu->state_dict().find(name)->to_vector()) << name;
+  }
+  for (const auto& [name, v] : ag::load_state_dict(path, kVulkan)) EXPECT_EQ(v.device(), kVulkan) << name;
+  std::remove(path.c_str());
+}
+
+// How an eager training step reaches the device: the forward and backward
+// ops are queued and submitted once at backward()'s end; the optimizer's
+// updates are queued and go with the next step's submit (or the loss read
+// back). Reported as test properties; the bound fails if ops are submitted
+// one by one again.
+TEST(VulkanEager, ATrainingStepIsAFewSubmits) {
+  TG_VULKAN_OR_SKIP(vk);
+  auto net = small_net();
+  net->to(kVulkan);
+  ag::optim::AdamW opt(net->parameters(), 1e-3);
+  ag::Generator g(8);
+  ag::DataLoader loader(ag::randn({64, 6}, {}, &g), ag::randn({64, 3}, {}, &g),
+                        {.batch_size = 16, .device = kVulkan});
+  auto epoch = [&] {
+    for (ag::Batch b : loader) {
+      EXPECT_EQ(b.x.device(), kVulkan);
+      opt.zero_grad();
+      const ag::Tensor loss = ag::mse_loss((*net)(b.x), b.y);
+      loss.backward();
+      opt.step();
+    }
+  };
+  epoch();  // warm-up: pipelines, cached blocks
+  synchronize(kVulkan);
+  const DeviceCounters before = device_counters(kVulkan);
+  epoch();
+  synchronize(kVulkan);
+  const DeviceCounters after = device_counters(kVulkan);
+  const double steps = double(loader.size());
+  const double submits = double(after.submits - before.submits) / steps;
+  const double dispatches = double(after.dispatches - before.dispatches) / steps;
+  const double barriers = double(after.barriers - before.barriers) / steps;
+  RecordProperty("submits_per_step", std::to_string(submits));
+  RecordProperty("dispatches_per_step", std::to_string(dispatches));
+  RecordProperty("barriers_per_step", std::to_string(barriers));
+  std::printf("eager step on %s: %.2f submits, %.1f dispatches, %.1f barriers per step\n", kVulkan.str().c_str(),
+              submits, dispatches, barriers);
+  EXPECT_LE(submits, 2.0);
+  EXPECT_GE(dispatches, 20.0);  // the step's ops all ran on the device
 }

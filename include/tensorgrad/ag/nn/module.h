@@ -93,6 +93,15 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
+  /// Moves every parameter and buffer (and a parameter's grad()) of this
+  /// module and its children to `device`, in place, as torch.nn.Module.to:
+  /// handles the module and its callers hold stay valid and now see the
+  /// device's memory, so a module moved before its optimizer is made trains
+  /// there. Returns *this. Throws StateError when the device is not
+  /// available (nothing moved then), MemoryError when it runs out of memory
+  /// (what was moved stays moved; move it back or load a state dict).
+  Module& to(Device device);
+
   /// Every parameter's grad() reset: undefined with set_to_none (PyTorch's
   /// default), else zeroed in place.
   void zero_grad(bool set_to_none = true);
