@@ -47,7 +47,7 @@ void all_reduce_gradients(Communicator& comm, const std::vector<ag::Tensor>& par
     ag::Tensor g = p.grad();
     if (!g.defined()) {
       ag::Tensor handle = p;  // shares the parameter: its gradient is the parameter's
-      handle.set_grad(ag::Tensor(tensorgrad::Tensor::zeros(p.data().shape())));
+      handle.set_grad(ag::Tensor(tensorgrad::Tensor::zeros(p.data().shape()).to(p.device())));
       g = p.grad();
     }
     tensorgrad::Tensor(g.data()).copy_from_host(flat.data() + at, n * sizeof(float));

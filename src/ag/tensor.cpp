@@ -116,6 +116,9 @@ void Tensor::set_grad(const Tensor& grad) {
   if (grad.shape() != shape() || grad.dtype() != dtype())
     throw ShapeError("set_grad: the gradient must be " + std::string(dtype_name(dtype())) + " " + shape().str() +
                      "; got " + dtype_name(grad.dtype()) + " " + grad.shape().str());
+  if (grad.device() != device())
+    throw ValueError("set_grad: the gradient is on " + grad.device().str() + " and this tensor on " +
+                     device().str() + "; a gradient lives on its tensor's device: move it with to()");
   impl_->grad = grad.data();
 }
 

@@ -101,16 +101,20 @@ void broadcast_training_state(Model& model, dist::Communicator& comm) {
     entries.push_back({"position in the accumulation period", &micro_step});
   }
   std::vector<std::pair<std::string, std::string>> settings = model_settings(model);
-  for (const Entry& e : entries) {
-    if (e.tensor->device() != Device::CPU)
-      throw StateError("broadcast_training_state: the " + e.name + " is on " + device_name(e.tensor->device()) +
-                       "; data-parallel training broadcasts CPU tensors (device collectives are not built yet)");
+  for (const Entry& e : entries)
     settings.push_back({e.name, std::string(dtype_name(e.tensor->dtype())) + " " + e.tensor->shape().str()});
-  }
   check_ranks_agree(comm, settings, "models",
                     "Build and compile the same model on every rank (and restore a checkpoint on every rank, or on "
                     "none)");
-  for (const Entry& e : entries) comm.broadcast(*e.tensor, 0);
+  for (const Entry& e : entries) {
+    if (e.tensor->device() == Device::CPU) {
+      comm.broadcast(*e.tensor, 0);
+      continue;
+    }
+    Tensor host = e.tensor->to(Device::CPU);  // MPI sends host memory; once, at the start of training
+    comm.broadcast(host, 0);
+    e.tensor->copy_from(host);
+  }
   if (OptimizerState* s = model.state_.opt_state.get()) s->micro_step = micro_step.data<int64_t>()[0];
   std::ostringstream stream;
   stream << model.random_stream();

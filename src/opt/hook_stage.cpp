@@ -81,10 +81,14 @@ void OptimizerContext::apply_update(OptimizerPlan& plan, float rows) {
 // / sum(rows_r): the mean over the global batch, a short one included.
 void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows, bool row_sums) {
   Tensor& message = state_->gradients_with_rows;
-  if (message.device() != Device::CPU)
-    throw StateError("data-parallel training reduces gradients on the CPU; this model's are on " +
-                     std::string(device_name(message.device())) + " (device collectives are not built yet)");
-  float* p = message.data<float>();
+  // MPI reduces host memory: a device's gradients travel through a host
+  // copy (device collectives, as NCCL's, are not built).
+  const bool on_device = message.device() != Device::CPU;
+  if (on_device) {
+    host_message_.resize(size_t(message.numel()));
+    message.copy_to_host(host_message_.data(), message.nbytes());
+  }
+  float* p = on_device ? host_message_.data() : message.data<float>();
   const size_t n = size_t(message.numel()) - 1;
   if (!row_sums)
     for (size_t i = 0; i < n; ++i) p[i] *= rows;
@@ -95,6 +99,7 @@ void OptimizerContext::reduce_over_ranks(dist::Communicator& comm, float rows, b
     throw StateError("data-parallel update with no rows on any rank: every rank joined without a batch");
   const float inv = 1.0f / total;
   for (size_t i = 0; i < n; ++i) p[i] *= inv;
+  if (on_device) message.copy_from_host(p, message.nbytes());
 }
 
 void OptimizerContext::add_gradient_hook(GradientHook hook) {

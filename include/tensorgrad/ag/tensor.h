@@ -107,7 +107,8 @@ class Tensor {
   Tensor grad() const;
   /// Replaces the stored gradient (undefined: none, as PyTorch's
   /// `zero_grad(set_to_none=True)`). Throws ShapeError when a defined
-  /// gradient's shape differs from the tensor's.
+  /// gradient's shape differs from the tensor's, ValueError when it is on
+  /// another device.
   void set_grad(const Tensor& grad);
   /// Computes d(this)/d(leaf) for every leaf that this tensor depends on and
   /// that requires grad, and adds it to the leaf's grad(). `gradient` is

@@ -257,6 +257,10 @@ class OptimizerContext {
   std::vector<double> metric_sums_;
   Tensor accumulation_scale_;  // {} float32: the gradient seed, batch_size / nbatch_logical (1 without accumulation)
   Tensor row_sum_seed_;        // {} float32: batch_size, the seed in data-parallel training
+  // Data-parallel training on a device: the gradients (and row count)
+  // copied to the host for the reduction over ranks and back, one copy
+  // each way per step; sized at the first step.
+  std::vector<float> host_message_;
 };
 
 }  // namespace tensorgrad

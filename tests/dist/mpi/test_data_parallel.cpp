@@ -23,6 +23,7 @@
 #include "tensorgrad/nn/data_parallel.h"
 #include "tensorgrad/nn/sequential.h"
 #include "tensorgrad/nn/trainer.h"
+#include "tensorgrad/tensorgrad.h"
 
 using namespace tensorgrad;
 using test_support::throws;
@@ -349,4 +350,74 @@ TEST(DataParallel, JoinStepWithoutACommunicatorSaysWhatItIsFor) {
   auto comm = communicator();
   EXPECT_TRUE(throws<ValueError>([&] { m.fit(x, y, {.batch_size = comm->size() - 1, .verbose = 0, .communicator = comm}); },
                                  {"batch_size", "ranks"}));
+}
+
+namespace {
+// Vulkan's first device, or the reason there is none (every rank sees the
+// same machine, so all ranks skip alike).
+bool vulkan_or_reason(std::string& reason) {
+  try {
+    (void)backend(Device("vulkan"));
+    return true;
+  } catch (const StateError& e) {
+    reason = e.what();
+    return false;
+  }
+}
+
+std::vector<Tensor> on_host(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.to(Device::CPU));
+  return out;
+}
+}  // namespace
+
+// A model on a Vulkan device: its gradients go to the host for the
+// reduction and back; the ranks stay bit-identical and match one process
+// on the global batch (the same device), as on the CPU.
+TEST(DataParallel, TrainerStepsOnAVulkanDeviceEqualOneProcess) {
+  std::string why;
+  if (!vulkan_or_reason(why)) GTEST_SKIP() << "no Vulkan device: " << why;
+  auto comm = communicator();
+  const int R = comm->size(), r = comm->rank();
+  const int64_t B = 8;
+  nn::Sequential model = classifier(7, 64);
+  model.compile(OptimizerSpec::adam(0.01f), "sparse_categorical_crossentropy", {}, Device("vulkan"));
+  nn::Trainer one(model, {.batch_size = B * R});
+  nn::Trainer mine(model, {.batch_size = B, .communicator = comm});
+  for (int step = 0; step < 10; ++step) {
+    const auto [x, y] = make_rows(B * R, 300 + uint64_t(step));
+    one.step(x, y);
+    mine.step(x.rows(B * r, B * (r + 1)), y.rows(B * r, B * (r + 1)));
+    ASSERT_EQ(ranks_differing(*comm, on_host(mine.model().get_weights())), 0) << "step " << step;
+  }
+  EXPECT_LT(relative_difference(on_host(mine.model().get_weights()), on_host(one.model().get_weights())), 1e-5);
+}
+
+// The eager path: parameters on a Vulkan device, their mean gradient over
+// the ranks back on the device, the same bits on every rank.
+TEST(DataParallel, AllReduceGradientsOfVulkanParameters) {
+  std::string why;
+  if (!vulkan_or_reason(why)) GTEST_SKIP() << "no Vulkan device: " << why;
+  dist::Communicator c;
+  const int r = c.rank(), n = c.size();
+  const Device vk("vulkan");
+  ag::Tensor w = ag::full({3, 5}, 0.5f, {.requires_grad = true, .device = vk});
+  ag::Tensor unused = ag::zeros({2}, {.requires_grad = true, .device = vk});
+  std::vector<float> xv(15);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(r + 1) * 0.1f * float(i + 1);
+  const ag::Tensor x = ag::tensor(std::span<const float>(xv), {3, 5}).to(vk);
+  ag::sum(ag::mul(w, x)).backward();
+  dist::all_reduce_gradients(c, {w, unused}, 16);
+  EXPECT_EQ(w.grad().device(), vk);
+  const std::vector<float> g = w.grad().to_vector();
+  for (size_t i = 0; i < g.size(); ++i) {
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum += float(k + 1) * 0.1f * float(i + 1);
+    EXPECT_NEAR(g[i], sum / float(n), 1e-5f * std::abs(sum)) << i;
+  }
+  ASSERT_TRUE(unused.grad().defined());
+  EXPECT_EQ(unused.grad().device(), vk);
+  for (float v : unused.grad().to_vector()) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(ranks_differing(c, {w.grad().data().to(Device::CPU)}), 0);
 }
