@@ -168,6 +168,10 @@ class Context : public std::enable_shared_from_this<Context> {
     if (PendingWork* p = pending_.load()) p->flush(report);
   }
   Counters& counters() { return counters_; }
+  /// Records one global memory barrier into `cmd` (writes of `src_access`
+  /// at `src_stage` made visible to `dst_access` at `dst_stage`) and counts it.
+  void barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessFlags src_access,
+               VkPipelineStageFlags dst_stage, VkAccessFlags dst_access);
 
   /// Throws Error saying the device was lost and what to do, once a submit
   /// returned VK_ERROR_DEVICE_LOST: nothing of the device's memory is read

@@ -51,12 +51,8 @@ void Recorder::dispatch_bytes(std::string_view shader, std::span<const uint32_t>
     // Every dispatch may read what an earlier one wrote: one global memory
     // barrier between consecutive dispatches (ggml's Vulkan backend does the
     // same, keyed on dependencies).
-    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-    barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-    a.vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
-                           &barrier, 0, nullptr, 0, nullptr);
-    context_.counters().barriers.fetch_add(1, std::memory_order_relaxed);
+    context_.barrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
   }
   const Pipeline p = context_.pipeline(shader, constants);
   a.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle);
