@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "tensorgrad/ag/data.h"
@@ -321,4 +323,26 @@ TEST(Ag, UndefinedGroupParameterIsAStateErrorAndAHugeBatchSizeIsOneBatch) {
   size_t batches = 0;
   for (ag::Batch b : loader) batches += b.x.size(0) == 4;
   EXPECT_EQ(batches, 1u);
+}
+
+namespace {
+std::string printed(const ag::Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+}  // namespace
+
+TEST(Ag, PrintsAsPyTorchDoes) {
+  EXPECT_EQ(printed(ag::tensor({1.0f, 2.0f, 3.0f, 4.5f}, {2, 2})),
+            "tensor([[1.0000, 2.0000],\n        [3.0000, 4.5000]])");
+  EXPECT_EQ(printed(ag::full({}, 2.5f, {.requires_grad = true})), "tensor(2.5000, requires_grad=True)");
+  const ag::Tensor x = ag::ones({2}, {.requires_grad = true});
+  EXPECT_EQ(printed(ag::mul(x, x)), "tensor([1.0000, 1.0000], grad_fn=<mul>)");
+  const std::vector<int32_t> ids{3, -1};
+  EXPECT_EQ(printed(ag::tensor(std::span<const int32_t>(ids), {2})), "tensor([3, -1], dtype=int32)");
+  EXPECT_EQ(printed(ag::zeros({2, 1, 2})), "tensor([[[0.0000, 0.0000]],\n\n        [[0.0000, 0.0000]]])");
+  EXPECT_EQ(printed(ag::arange(2000.0)),
+            "tensor([0.0000, 1.0000, 2.0000, ..., 1997.0000, 1998.0000, 1999.0000])");
+  EXPECT_EQ(printed(ag::Tensor()), "tensor(undefined)");
 }

@@ -11,6 +11,7 @@
 // reports (an id outside a table) is thrown there.
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <random>
 #include <span>
@@ -158,6 +159,14 @@ class Tensor {
   std::shared_ptr<detail::TensorImpl> impl_;
   friend struct detail::Access;
 };
+
+/// Writes the tensor as PyTorch prints one: "tensor([[1.0000, 2.0000],
+/// [3.0000, 4.0000]], device='vulkan:0', requires_grad=True)": values with
+/// four decimals (integers as integers), more than 1000 elements summarised
+/// with "..." (three items at each edge of every dimension), then the
+/// device, dtype and grad_fn or requires_grad where they are not the
+/// defaults. A tensor on a device is copied back (a sync point).
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /// Turns gradient recording off on this thread while alive (torch::NoGradGuard):
 /// ops made under it do not record and their results do not require grad.

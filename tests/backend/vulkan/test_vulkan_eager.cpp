@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,9 @@ TEST(VulkanEager, FactoriesPlaceTensorsAndCopiesComeBackExactly) {
   EXPECT_EQ(back.device(), Device::CPU);
   EXPECT_EQ(back.to_vector(), on_cpu.to_vector());
   EXPECT_EQ(ag::full({}, 2.5f, on(kVulkan)).item(), 2.5f);
+  std::ostringstream printed;
+  printed << ag::full({2}, 1.0f, on(kVulkan));  // copied back to print
+  EXPECT_EQ(printed.str(), "tensor([1.0000, 1.0000], device='vulkan:0')");
   // to() of a tensor already there is the tensor itself (shared memory).
   EXPECT_EQ(on_gpu.to(kVulkan).data().raw(), on_gpu.data().raw());
 }
