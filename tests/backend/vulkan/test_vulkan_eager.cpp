@@ -452,3 +452,25 @@ TEST(VulkanEager, ATrainingStepIsAFewSubmits) {
   EXPECT_LE(submits, 2.0);
   EXPECT_GE(dispatches, 20.0);  // the step's ops all ran on the device
 }
+
+TEST(VulkanEager, BadPlacementsAreTypedErrorsThatSayWhatToDo) {
+  TG_VULKAN_OR_SKIP(vk);
+  const Device missing("vulkan", 64);
+  EXPECT_THROW(ag::zeros({2}, on(missing)), StateError);
+  auto net = small_net();
+  const std::vector<float> before = net->parameters()[0].to_vector();
+  EXPECT_THROW(net->to(missing), StateError);
+  EXPECT_EQ(net->parameters()[0].device(), Device::CPU);  // nothing moved
+  EXPECT_EQ(net->parameters()[0].to_vector(), before);
+  const ag::Tensor on_gpu = ag::ones({4, 2}, on(kVulkan));
+  try {
+    ag::DataLoader loader(on_gpu, {.batch_size = 2});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("DataLoaderOptions::device"), std::string::npos) << e.what();
+  }
+  ag::Tensor w = ag::ones({2}, on(kVulkan, true));
+  EXPECT_THROW(w.set_grad(ag::ones({2})), ValueError);
+  EXPECT_THROW(ag::mul(w, w).backward(ag::ones({2})), ValueError);  // the gradient must be on the tensor's device
+  EXPECT_THROW(ag::load(::testing::TempDir() + "/none.gguf", missing), StateError);  // before the file is read
+}
