@@ -126,9 +126,14 @@ Tensor cat(std::span<const Tensor> tensors, int dim = 0);
 Tensor cat(std::initializer_list<Tensor> tensors, int dim = 0);
 /// Rows of x {N, ...} picked by int32 `index` {K} -> {K, ...} (torch.index_select
 /// along dim 0). The gradient adds up over repeated indices. Ids must be in
-/// [0, N): checked, IndexError naming the first bad one.
+/// [0, N): checked, IndexError naming the first bad one. Ids on a GPU are
+/// checked by the kernel instead (no read back): the IndexError names one
+/// bad id and comes at the next sync point (a read back, backward()'s end,
+/// synchronize), as CUDA's device-side assert does, and no optimizer update
+/// queued before it is thrown changes anything.
 Tensor index_select(const Tensor& x, const Tensor& index);
-/// weight {V, D} rows for int32 ids of any shape -> {ids..., D} (torch.nn.functional.embedding).
+/// weight {V, D} rows for int32 ids of any shape -> {ids..., D}
+/// (torch.nn.functional.embedding). Ids checked as index_select's.
 Tensor embedding(const Tensor& ids, const Tensor& weight);
 
 // ---- convolution and pooling, channels-last as the engine ----
