@@ -149,6 +149,10 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
   if (device != Device::CPU && !launchers.backend->has_kernel(op))
     throw StateError(std::string(info.name) + ": the " + launchers.backend->name() + " backend has no kernel for it on " +
                      device.str() + "; run it on the CPU (to(Device::CPU)) and move the result back");
+  if (info.in_place && !out.defined() && inputs[0].device() != device)  // a CPU scalar cannot be written on a device
+    throw ValueError(std::string(info.name) + ": updates its first input in place, which is on " +
+                     inputs[0].device().str() + " while the op runs on " + device.str() +
+                     "; move that input with to(device) first");
   if (!out.defined()) out = info.in_place ? inputs[0] : empty_on(sig.shape, sig.dtype, device);
   KernelLauncher& launcher =
       op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops ? *launchers.large

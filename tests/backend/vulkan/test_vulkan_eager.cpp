@@ -488,4 +488,16 @@ TEST(VulkanEager, BadPlacementsAreTypedErrorsThatSayWhatToDo) {
   EXPECT_THROW(w.set_grad(ag::ones({2})), ValueError);
   EXPECT_THROW(ag::mul(w, w).backward(ag::ones({2})), ValueError);  // the gradient must be on the tensor's device
   EXPECT_THROW(ag::load(::testing::TempDir() + "/none.gguf", missing), StateError);  // before the file is read
+  // A state update whose state is a CPU scalar and whose value is on the
+  // device: the scalar may join the op, but cannot be written there.
+  ag::EagerBuilder b;
+  const Value state = b.input(ag::zeros({}));
+  const Value value = b.input(ag::ones({}, on(kVulkan)));
+  try {
+    b.apply(OpKind::MovingAverage, {state, value}, OpAttrs{});
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("in place"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(b.tensor(state).item(), 0.0f);
 }
