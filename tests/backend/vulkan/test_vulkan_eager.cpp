@@ -501,3 +501,28 @@ TEST(VulkanEager, BadPlacementsAreTypedErrorsThatSayWhatToDo) {
   }
   EXPECT_EQ(b.tensor(state).item(), 0.0f);
 }
+
+// Moving a module after its optimizer made state on the CPU: the next step
+// is refused (the state is on another device), and nothing is updated. As
+// in PyTorch, move the module first, then make the optimizer.
+TEST(VulkanEager, AStepWithOptimizerStateLeftOnAnotherDeviceIsRefused) {
+  TG_VULKAN_OR_SKIP(vk);
+  auto net = small_net();
+  ag::optim::AdamW opt(net->parameters(), 1e-2);
+  const ag::Tensor x = ag::randn({4, 6}), y = ag::randn({4, 3});
+  ag::mse_loss((*net)(x), y).backward();
+  opt.step();  // Adam's moments now exist, on the CPU
+  net->to(kVulkan);
+  opt.zero_grad();
+  ag::mse_loss((*net)(x.to(kVulkan)), y.to(kVulkan)).backward();
+  std::vector<std::vector<float>> before;
+  for (const ag::Tensor& p : net->parameters()) before.push_back(p.to_vector());
+  try {
+    opt.step();
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("same device"), std::string::npos) << e.what();
+  }
+  const std::vector<ag::Tensor> after = net->parameters();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].to_vector(), before[i]) << "parameter " << i;
+}
