@@ -92,10 +92,6 @@ Device common_device(OpKind op, std::span<const tensorgrad::Tensor> inputs, cons
 DeviceScope::DeviceScope(Device device) : previous_(g_fill_device) { g_fill_device = device; }
 DeviceScope::~DeviceScope() { g_fill_device = previous_; }
 
-tensorgrad::Tensor empty_on(const Shape& shape, DType dtype, Device device) {
-  return cached_empty(shape, dtype, device);
-}
-
 tensorgrad::Tensor copy_to(const tensorgrad::Tensor& t, Device device) {
   if (t.device() == device) return t;
   tensorgrad::Tensor out = cached_empty(t.shape(), t.dtype(), device);
@@ -153,7 +149,7 @@ tensorgrad::Tensor run(OpKind op, const OpAttrs& attrs, std::span<const tensorgr
     throw ValueError(std::string(info.name) + ": updates its first input in place, which is on " +
                      inputs[0].device().str() + " while the op runs on " + device.str() +
                      "; move that input with to(device) first");
-  if (!out.defined()) out = info.in_place ? inputs[0] : empty_on(sig.shape, sig.dtype, device);
+  if (!out.defined()) out = info.in_place ? inputs[0] : cached_empty(sig.shape, sig.dtype, device);
   KernelLauncher& launcher =
       op_flops(op, attrs, {shapes, inputs.size()}, sig.shape) >= kernels::kParallelFlops ? *launchers.large
                                                                                           : *launchers.small;

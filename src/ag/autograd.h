@@ -90,9 +90,6 @@ class DeviceScope {
   Device previous_;
 };
 
-/// Uninitialised memory for an eager result on `device`: from the caching
-/// allocator on the CPU, from the device's backend elsewhere.
-tensorgrad::Tensor empty_on(const Shape& shape, DType dtype, Device device);
 /// `t` itself when it is on `device`, else a copy there in cached memory.
 tensorgrad::Tensor copy_to(const tensorgrad::Tensor& t, Device device);
 

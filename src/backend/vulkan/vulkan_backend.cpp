@@ -207,10 +207,7 @@ class EagerQueue final : public PendingWork {
 
   void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!recorder_) {
-      commands_.begin(cmd_);
-      recorder_.emplace(commands_.context(), cmd_, commands_.status());
-    }
+    open_locked();
     record_step(*recorder_, op, attrs, in, out);
     if (recorder_->dispatches() >= kMaxQueuedOps) submit_locked(true);
   }
@@ -232,10 +229,7 @@ class EagerQueue final : public PendingWork {
   // old values; later ones read the new).
   void update(VkBuffer buffer, size_t offset, const void* src, size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!recorder_) {
-      commands_.begin(cmd_);
-      recorder_.emplace(commands_.context(), cmd_, commands_.status());
-    }
+    open_locked();
     Context& c = commands_.context();
     c.barrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
               VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
@@ -246,6 +240,13 @@ class EagerQueue final : public PendingWork {
   }
 
  private:
+  // Starts a recording unless one is open.
+  void open_locked() {
+    if (recorder_) return;
+    commands_.begin(cmd_);
+    recorder_.emplace(commands_.context(), cmd_, commands_.status());
+  }
+
   void submit_locked(bool report) {
     if (!recorder_) {
       if (report) commands_.status_check();
