@@ -5,6 +5,7 @@
 // (backend/registry.h). The CPU backend always exists; CUDA's is a stub in
 // this version (a build option that checks the toolkit and the device, with
 // no kernels yet).
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -183,6 +184,9 @@ struct DeviceCounters {
   uint64_t submits = 0;
   uint64_t dispatches = 0;
   uint64_t barriers = 0;
+  /// Ops recorded, by OpKind (indexed by size_t(kind)): an op counts once
+  /// however many dispatches its kernel records, or none (a view).
+  std::array<uint64_t, size_t(OpKind::Count)> ops{};
 };
 
 /// A device's implementation of the engine: memory, kernels, executables.

@@ -3,6 +3,7 @@
 // devices (found once per process), and per device a Context holding the
 // logical device, its compute queue, memory, pipelines and one-shot
 // submissions. Contexts live for the process, as the CPU backend does.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -107,6 +108,7 @@ class PendingWork {
 /// What a device has done since its Context was made: backend.h's DeviceCounters.
 struct Counters {
   std::atomic<uint64_t> submits{0}, dispatches{0}, barriers{0};
+  std::array<std::atomic<uint64_t>, size_t(OpKind::Count)> ops{};
 };
 
 /// One logical device.

@@ -106,6 +106,7 @@ void record_step(Recorder& r, OpKind op, const OpAttrs& attrs, std::span<const K
   if (!k)  // check_kernels refused such graphs when they were planned
     throw StateError(std::string("the vulkan backend has no kernel for op ") + op_info(op).name);
   k(r, attrs, in, out);
+  r.context().counters().ops[size_t(op)].fetch_add(1, std::memory_order_relaxed);
 }
 
 // A planned graph as command buffers: one per range of steps the executable
@@ -327,7 +328,9 @@ class VulkanBackend final : public Backend {
   }
   DeviceCounters counters() const override {
     Counters& c = context_->counters();
-    return {c.submits.load(), c.dispatches.load(), c.barriers.load()};
+    DeviceCounters out{c.submits.load(), c.dispatches.load(), c.barriers.load(), {}};
+    for (size_t i = 0; i < out.ops.size(); ++i) out.ops[i] = c.ops[i].load();
+    return out;
   }
   // Under TG_PROFILE, node by node through the launcher (Backend's
   // default), which the profile times op by op.

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ struct EagerCase {
   std::string name;
   std::vector<Shape> shapes;
   std::function<ag::Tensor(const std::vector<ag::Tensor>&, Device)> f;
+  int backward_passes = 1;  // more: the gradients accumulate into .grad
 };
 
 struct CaseRun {
@@ -55,11 +57,14 @@ CaseRun run_case(const EagerCase& c, Device device) {
     ag::Tensor host = ag::randn(s, {}, &g);
     xs.push_back(host.to(device).requires_grad_());
   }
-  const ag::Tensor y = c.f(xs, device);
-  EXPECT_EQ(y.device(), device) << c.name;
-  // A weighted sum, so that every output element's gradient differs.
-  const ag::Tensor w = ag::rand(y.shape(), {}, &g).to(device);
-  ag::sum(ag::mul(y, w)).backward();
+  ag::Tensor y;
+  for (int pass = 0; pass < c.backward_passes; ++pass) {
+    y = c.f(xs, device);
+    EXPECT_EQ(y.device(), device) << c.name;
+    // A weighted sum, so that every output element's gradient differs.
+    const ag::Tensor w = ag::rand(y.shape(), {}, &g).to(device);
+    ag::sum(ag::mul(y, w)).backward();
+  }
   CaseRun r;
   r.output = y.to_vector();
   for (const ag::Tensor& x : xs) r.grads.push_back(x.grad().defined() ? x.grad().to_vector() : std::vector<float>());
@@ -80,6 +85,7 @@ std::vector<EagerCase> cases() {
       {"maximum_minimum", {{7}, {7}}, [](T x, Device) { return ag::add(ag::maximum(x[0], x[1]), ag::minimum(x[0], x[1])); }},
       {"matmul", {{5, 7}, {7, 3}}, [](T x, Device) { return ag::matmul(x[0], x[1]); }},
       {"linear", {{6, 4}, {3, 4}, {3}}, [](T x, Device) { return ag::linear(x[0], x[1], x[2]); }},
+      {"accumulated_gradients", {{6, 4}, {3, 4}}, [](T x, Device) { return ag::linear(x[0], x[1]); }, 2},
       {"transpose", {{2, 3, 4}}, [](T x, Device) { return ag::transpose(x[0], 0, 2); }},
       {"activations", {{5, 6}}, [](T x, Device) {
          return ag::add(ag::add(ag::relu(x[0]), ag::sigmoid(x[0])),
@@ -120,6 +126,31 @@ std::vector<EagerCase> cases() {
        }},
       {"cross_entropy", {{4, 5}}, [](T x, Device d) {
          return ag::cross_entropy(x[0], ids_on({0, 4, 2, 2}, {4}, d));
+       }},
+      {"dropout", {{6, 8}}, [](T x, Device) {
+         ag::Generator g(9);  // the counter-based stream: the same mask on every device
+         return ag::dropout(x[0], 0.3f, true, &g);
+       }},
+      // The recurrent and attention modules, made with one seed and moved
+      // to the device, so that both runs have the same weights.
+      {"lstm", {{2, 4, 3}}, [](T x, Device d) {
+         ag::manual_seed(31);
+         ag::nn::LSTM lstm(3, 5);
+         lstm.to(d);
+         return lstm.forward(x[0]);
+       }},
+      {"gru", {{2, 4, 3}}, [](T x, Device d) {
+         ag::manual_seed(32);
+         ag::nn::GRU gru(3, 5);
+         gru.to(d);
+         return gru.forward(x[0]);
+       }},
+      {"multihead_attention", {{2, 5, 8}}, [](T x, Device d) {
+         ag::manual_seed(33);
+         ag::nn::MultiheadAttention mha(8, 2);
+         mha.to(d);
+         const ag::nn::MultiheadAttentionOutput o = mha.forward(x[0], x[0], x[0]);
+         return ag::add(o.attn_output, ag::sum(o.attn_weights));
        }},
   };
 }
@@ -525,4 +556,54 @@ TEST(VulkanEager, AStepWithOptimizerStateLeftOnAnotherDeviceIsRefused) {
   }
   const std::vector<ag::Tensor> after = net->parameters();
   for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].to_vector(), before[i]) << "parameter " << i;
+}
+
+// The op list decides what the eager tests must reach: every op that
+// computes is run on the device by the cases above (functions and their
+// gradients), by an optimizer step of each kind with both clippings, or is
+// named here with the reason the eager API never records it. A new op in
+// the list fails this test until a case reaches it or it is named.
+TEST(VulkanEager, TheCasesReachEveryOpOfTheOpList) {
+  TG_VULKAN_OR_SKIP(vk);
+  const std::map<OpKind, std::string> not_eager = {
+      {OpKind::MeanLastAxis, "the model API's lowering of a mean over the last axis; ag::mean runs mean_axis"},
+      {OpKind::ToIndex, "the model API's float class labels; ag::cross_entropy takes int32 ids"},
+      {OpKind::Accuracy, "a metric of Model::compile; the eager API has no metric ops"},
+      {OpKind::BinaryAccuracy, "a metric of Model::compile; the eager API has no metric ops"},
+      {OpKind::TopKAccuracy, "a metric of Model::compile; the eager API has no metric ops"},
+      {OpKind::AdagradUpdate, "the model API's Adagrad; ag::optim has SGD, Adam, AdamW and RMSprop"},
+      {OpKind::MovingAverage, "the model API's BatchNormalization state; ag::nn::BatchNorm1d/2d update "
+                              "their running statistics with mul and add"},
+      {OpKind::PolyakUpdate, "the Trainer's target networks (soft updates)"},
+      {OpKind::Assign, "the model API's state writes (the Trainer's hard target update, recurrent state)"},
+  };
+  synchronize(kVulkan);
+  const DeviceCounters before = device_counters(kVulkan);
+  for (const EagerCase& c : cases()) run_case(c, kVulkan);
+  auto adamw = [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::AdamW>(p, 1e-2); };
+  auto sgd = [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::SGD>(p, 5e-2, 0.9); };
+  auto rms = [](std::vector<ag::Tensor> p) { return std::make_unique<ag::optim::RMSprop>(p, 1e-2); };
+  train_five_steps(kVulkan, adamw);
+  train_five_steps(kVulkan, sgd);
+  train_five_steps(kVulkan, rms);
+  {
+    auto net = small_net();
+    net->to(kVulkan);
+    ag::mse_loss((*net)(ag::ones({4, 6}, on(kVulkan))), ag::zeros({4, 3}, on(kVulkan))).backward();
+    ag::optim::clip_grad_value_(net->parameters(), 0.01);
+  }
+  synchronize(kVulkan);
+  const DeviceCounters after = device_counters(kVulkan);
+  for (size_t i = 0; i < size_t(OpKind::Count); ++i) {
+    const OpKind op = OpKind(i);
+    const OpInfo& info = op_info(op);
+    const bool reached = after.ops[i] > before.ops[i];
+    if (op == OpKind::Leaf || info.view) continue;
+    if (not_eager.count(op)) {
+      EXPECT_FALSE(reached) << info.name << " is named as never recorded by the eager API, yet it ran: "
+                            << not_eager.at(op);
+    } else {
+      EXPECT_TRUE(reached) << info.name << ": no eager case runs it on the device; add one, or name the op with why";
+    }
+  }
 }
