@@ -271,11 +271,12 @@ struct TapeEntry {
 // training loop reuses the lists' memory (emptied, not freed, after each walk).
 struct BackwardScratch {
   std::vector<TensorImpl*> found, stack, leaves;
+  std::vector<TensorImpl*> first_grads;  // leaves whose .grad this backward makes
   std::vector<TapeEntry> entries;
   std::vector<Value> inputs, wrt;
   std::vector<tensorgrad::Tensor> values;
   void clear() {
-    found.clear(), stack.clear(), leaves.clear(), entries.clear(), inputs.clear(), wrt.clear();
+    found.clear(), stack.clear(), leaves.clear(), first_grads.clear(), entries.clear(), inputs.clear(), wrt.clear();
     values.clear();  // releases the walk's tensors: their blocks go back to the cache
   }
 };
@@ -411,6 +412,7 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
     TensorImpl& leaf = *w.leaves[i];
     const tensorgrad::Tensor& g = values.value(grads[i]);
     if (!leaf.grad.defined()) {
+      w.first_grads.push_back(&leaf);
       // A gradient may be a view of another value, or the seed itself: copied.
       if (g.device() == Device::CPU) {
         leaf.grad = cached_empty(g.shape(), g.dtype());
@@ -431,8 +433,18 @@ void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   cleanup.indices_set = false;
   w.values.clear();
   // backward's end is a sync point: the step's gradients are submitted as
-  // one queue, and what its kernels reported is thrown here.
-  if (root.data().device() != Device::CPU) synchronize(root.data().device());
+  // one queue, and what its kernels reported is thrown here. Then no
+  // gradient is left behind, as on the CPU, whose kernels throw before the
+  // leaves get one: the accumulations were skipped by the kernels
+  // (skip_update), and the first gradients are taken back.
+  if (root.data().device() != Device::CPU) {
+    try {
+      synchronize(root.data().device());
+    } catch (...) {
+      for (TensorImpl* leaf : w.first_grads) leaf->grad = tensorgrad::Tensor();
+      throw;
+    }
+  }
   if (retain_graph) return;
   for (TensorImpl* t : w.found)
     if (t->grad_fn) {

@@ -34,11 +34,12 @@ void last_dim_only(const char* op, const Tensor& x, int dim) {
 // themselves (the Vulkan backend's reports a bad id and its position, and
 // the IndexError comes at the next sync point, as CUDA's device-side
 // asserts do), so ids on a device are not read back for it.
-void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what, bool gathered = false) {
+void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what) {
   if (ids.dtype() != DType::Int32)
     throw TypeError(std::string(op) + ": " + what + " must be int32; got " + dtype_name(ids.dtype()));
-  if (gathered && ids.device() != Device::CPU) return;
-  // Other ids on a device are read back and checked on the host.
+  // On a device the kernel checks them (an IndexError at the next sync
+  // point), so that no op waits for the queue to read them back.
+  if (ids.device() != Device::CPU) return;
   const tensorgrad::Tensor host = ids.data().to(Device::CPU);
   const int32_t* p = host.data<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i)
@@ -251,7 +252,7 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   if (x.dim() < 1) throw ShapeError("index_select: needs a tensor with rows; got a scalar");
   if (index.dim() != 1) throw ShapeError("index_select: the index must be {K}; got " + index.shape().str());
   const Shape& s = x.shape();
-  check_ids("index_select", index, s[0], "index", true);
+  check_ids("index_select", index, s[0], "index");
   const int64_t row = s[0] == 0 ? 0 : s.numel() / s[0];
   Tensor rows = apply(OpKind::Gather, {reshape(x, Shape{s[0], row}), index});
   Shape out = s;
@@ -261,7 +262,7 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
 
 Tensor embedding(const Tensor& ids, const Tensor& weight) {
   if (weight.dim() != 2) throw ShapeError("embedding: the weight must be {num_embeddings, dim}; got " + weight.shape().str());
-  check_ids("embedding", ids, weight.size(0), "id", true);
+  check_ids("embedding", ids, weight.size(0), "id");
   return apply(OpKind::Gather, {weight, ids});
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "tensorgrad/core/dtype.h"
+#include "kernels/index_errors.h"
 #include "tensorgrad/core/kernel_arg.h"
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/ops/op.h"

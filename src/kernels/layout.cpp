@@ -78,6 +78,12 @@ void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y) {
 }
 
 // y[i, :] = table[ids[i], :]; ids were range-checked where they entered.
+IndexError gather_id_error(int64_t id, int64_t position, int64_t rows) {
+  return IndexError("gather: id " + std::to_string(id) + " at position " + std::to_string(position) +
+                    " is outside the table of " + std::to_string(rows) + " rows [0, " + std::to_string(rows) +
+                    "); map the id into the table or enlarge it");
+}
+
 void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx) {
   const int64_t d = table.shape[1], n = ids.numel();
   const float* t = table.f();
@@ -87,9 +93,7 @@ void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, co
   const int64_t vocab = table.shape[0];
   for (int64_t i = 0; i < n; ++i)
     if (id[i] < 0 || id[i] >= vocab)
-      throw IndexError("gather: id " + std::to_string(id[i]) + " at position " + std::to_string(i) +
-                       " is outside the table of " + std::to_string(vocab) + " rows [0, " + std::to_string(vocab) +
-                       "); map the id into the table or enlarge it");
+      throw gather_id_error(id[i], i, vocab);
   float* out = y.f();
   parallel_for(ctx.pool, size_t(n), 256, [=](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) std::memcpy(out + i * size_t(d), t + size_t(id[i]) * size_t(d), size_t(d) * sizeof(float));

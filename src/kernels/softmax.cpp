@@ -82,6 +82,12 @@ void log_softmax_backward(const KernelCall& k) {
   });
 }
 
+IndexError class_id_error(int64_t id, int64_t position, int64_t classes) {
+  return IndexError("cross_entropy: class id " + std::to_string(id) + " at position " + std::to_string(position) +
+                    " is outside [0, " + std::to_string(classes) + "); the logits have " + std::to_string(classes) +
+                    " classes");
+}
+
 // in: logits{B,C}, labels ({B,C} float or {B} int32) [, weights{B}]
 // out: scalar sum_i w_i * CE_i / B (Keras' "sum over batch size" reduction).
 void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out) {
@@ -96,7 +102,9 @@ void softmax_cross_entropy(std::span<const TensorRef> in, const TensorRef& out) 
     const double log_s = r.log_s();
     double li = 0;  // sum_j t_j * -log softmax_j, with -log softmax_j = log_s - (z_j - m)
     if (sparse) {
-      li = log_s - (zi[t.i()[i]] - r.m);
+      const int32_t id = t.i()[i];
+      if (id < 0 || id >= c) throw class_id_error(id, i, c);
+      li = log_s - (zi[id] - r.m);
     } else {
       const float* ti = t.f() + i * c;
       for (int64_t j = 0; j < c; ++j)
@@ -126,6 +134,7 @@ void softmax_cross_entropy_backward(std::span<const TensorRef> in, const TensorR
       tsum = 0.0f;
       for (int64_t j = 0; j < c; ++j) tsum += t.f()[i * c + j];
     }
+    if (sparse && (t.i()[i] < 0 || t.i()[i] >= c)) throw class_id_error(t.i()[i], i, c);
     const float p_scale = tsum / r.s;
     for (int64_t j = 0; j < c; ++j) {
       const float target = sparse ? (t.i()[i] == j ? 1.0f : 0.0f) : t.f()[i * c + j];

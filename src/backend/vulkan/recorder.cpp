@@ -1,6 +1,8 @@
 // Recorder::dispatch_bytes (recorder.h).
 #include "backend/vulkan/recorder.h"
 
+#include "kernels/index_errors.h"
+
 #include <string>
 
 namespace tensorgrad::vulkan {
@@ -30,9 +32,9 @@ void KernelStatus::throw_if_set() {
   std::memset(a_.mapped, 0, sizeof s);
   switch (s.code) {
     case kGatherId:
-      throw IndexError("gather: id " + std::to_string(s.id) + " at position " + std::to_string(s.position) +
-                       " is outside the table of " + std::to_string(s.bound) + " rows [0, " +
-                       std::to_string(s.bound) + "); map the id into the table or enlarge it");
+      throw kernels::gather_id_error(s.id, s.position, s.bound);
+    case kClassId:
+      throw kernels::class_id_error(s.id, s.position, s.bound);
   }
   throw StateError("Vulkan: a kernel reported an unknown status code " + std::to_string(s.code));
 }

@@ -33,12 +33,14 @@ class KernelStatus {
   KernelStatus& operator=(const KernelStatus&) = delete;
   uint64_t address() const { return a_.address; }
   /// After a submit: when a kernel reported bad input, clears the report
-  /// and throws what the CPU's kernel throws there (IndexError naming the
-  /// id and its position for a gather).
+  /// and throws what the CPU throws there (IndexError naming the id and its
+  /// position: a gather's id, a cross-entropy's class id).
   void throw_if_set();
 
   /// common.glsl's Status::code.
   static constexpr uint32_t kGatherId = 1;
+  /// A class id of a sparse cross-entropy outside [0, classes).
+  static constexpr uint32_t kClassId = 2;
 
  private:
   std::shared_ptr<Context> context_;

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vulkan_support.h"
@@ -272,6 +273,30 @@ TEST(VulkanEager, AnIdOutsideTheTableIsAnIndexErrorAtTheNextSyncPoint) {
   // Once reported, the device runs as before.
   EXPECT_EQ(ag::embedding(ids_on({2}, {1}, kVulkan), table).to_vector(),
             (std::vector<float>{before[4], before[5]}));
+}
+
+TEST(VulkanEager, AClassIdOutsideTheLogitsIsAnIndexErrorAsOnTheCpu) {
+  TG_VULKAN_OR_SKIP(vk);
+  for (const Device device : {Device::CPU, kVulkan}) {
+    SCOPED_TRACE(device.str());
+    ag::Tensor logits = ag::randn({3, 4}, on(device, true));
+    const std::vector<float> before = logits.to_vector();
+    ag::optim::SGD opt({logits}, 0.5);
+    try {
+      // On the device the kernel checks the ids: nothing is read back
+      // before the op, and the error comes at backward()'s end.
+      ag::cross_entropy(logits, ids_on({0, 3, -2}, {3}, device)).backward();
+      FAIL() << "expected IndexError";
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find("cross_entropy: class id -2 at position 2 is outside [0, 4)"),
+                std::string::npos)
+          << e.what();
+    }
+    opt.step();  // no gradient was set: nothing moves
+    EXPECT_EQ(logits.to_vector(), before);
+    EXPECT_FLOAT_EQ(ag::cross_entropy(logits, ids_on({0, 3, 1}, {3}, device)).item(),
+                    ag::cross_entropy(logits.cpu(), ids_on({0, 3, 1}, {3}, Device::CPU)).item());
+  }
 }
 
 TEST(VulkanEager, OpsAreQueuedAndSubmittedTogetherAtASyncPoint) {
@@ -606,4 +631,53 @@ TEST(VulkanEager, TheCasesReachEveryOpOfTheOpList) {
       EXPECT_TRUE(reached) << info.name << ": no eager case runs it on the device; add one, or name the op with why";
     }
   }
+}
+
+// Threads share a device's queue and its memory cache (as PyTorch's threads
+// share a CUDA stream and allocator): two threads training a module each
+// get what each gets alone. The modules are made before the threads start
+// and have no dropout: both draw from the one global generator.
+TEST(VulkanEager, TwoThreadsTrainOnOneDeviceAsEachAlone) {
+  TG_VULKAN_OR_SKIP(vk);
+  struct Job {
+    std::shared_ptr<ag::nn::Sequential> net;
+    ag::Tensor x, y;
+    std::vector<float> losses, weights;
+  };
+  auto make = [](uint64_t seed) {
+    ag::manual_seed(seed);
+    Job j;
+    j.net = std::make_shared<ag::nn::Sequential>(std::initializer_list<std::shared_ptr<ag::nn::Module>>{
+        std::make_shared<ag::nn::Linear>(6, 32, false), std::make_shared<ag::nn::BatchNorm1d>(32),
+        std::make_shared<ag::nn::ReLU>(), std::make_shared<ag::nn::Linear>(32, 3)});
+    j.net->to(kVulkan);
+    ag::Generator g(seed);
+    j.x = ag::randn({16, 6}, {}, &g).to(kVulkan);
+    j.y = ag::randn({16, 3}, {}, &g).to(kVulkan);
+    return j;
+  };
+  auto train = [](Job& j) {
+    ag::optim::AdamW opt(j.net->parameters(), 1e-2);
+    for (int step = 0; step < 20; ++step) {
+      opt.zero_grad();
+      const ag::Tensor loss = ag::mse_loss((*j.net)(j.x), j.y);
+      loss.backward();
+      opt.step();
+      j.losses.push_back(loss.item());
+    }
+    for (const ag::Tensor& p : j.net->parameters())
+      for (float v : p.to_vector()) j.weights.push_back(v);
+  };
+  Job alone_a = make(1), alone_b = make(2);
+  train(alone_a);
+  train(alone_b);
+  Job a = make(1), b = make(2);
+  std::thread ta([&] { train(a); });
+  std::thread tb([&] { train(b); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(a.losses, alone_a.losses);
+  EXPECT_EQ(b.losses, alone_b.losses);
+  EXPECT_EQ(a.weights, alone_a.weights);
+  EXPECT_EQ(b.weights, alone_b.weights);
 }

@@ -420,4 +420,15 @@ TEST(DataParallel, AllReduceGradientsOfVulkanParameters) {
   EXPECT_EQ(unused.grad().device(), vk);
   for (float v : unused.grad().to_vector()) EXPECT_EQ(v, 0.0f);
   EXPECT_EQ(ranks_differing(c, {w.grad().data().to(Device::CPU)}), 0);
+  // Parameters on two devices: refused on every rank before any message.
+  const int64_t sent = c.collective_calls();
+  ag::Tensor on_cpu = ag::zeros({2}, {.requires_grad = true});
+  try {
+    dist::all_reduce_gradients(c, {w, on_cpu});
+    ADD_FAILURE() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 0 is on vulkan:0 and parameter 1 on cpu"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(c.collective_calls(), sent);
 }

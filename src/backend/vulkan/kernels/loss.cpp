@@ -74,6 +74,7 @@ void cross_entropy(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, c
   struct {
     uint64_t z, t, w, g, out;
     uint32_t rows, cols, sparse, weighted;
+    uint64_t status;
   } push{address(z),
          address(t),
          weighted ? address(in[2]) : 0,
@@ -82,7 +83,8 @@ void cross_entropy(Recorder& r, const OpAttrs&, std::span<const KernelArg> in, c
          uint32_t(b),
          uint32_t(c),
          t.shape.rank() == 1 ? 1u : 0u,
-         weighted ? 1u : 0u};
+         weighted ? 1u : 0u,
+         r.status()};
   const uint32_t w = group_size(r);
   if (backward) {
     if (b == 0) return;

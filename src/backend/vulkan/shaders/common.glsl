@@ -22,12 +22,13 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer F64 { double
 // that change state return at once when `flag` is set (skip_update).
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Status {
   uint flag;
-  uint code;  // KernelStatus::kGatherId, ...
+  uint code;  // KernelStatus::kGatherId, kClassId
   int id;
   uint position;
   uint bound;
 };
 const uint kStatusGatherId = 1u;
+const uint kStatusClassId = 2u;
 
 void report(Status s, uint code, int id, uint position, uint bound) {
   if (atomicCompSwap(s.flag, 0u, 1u) == 0u) {

@@ -7,8 +7,9 @@
 // Constant 1: 0 forward, one workgroup: out[0] = sum_i w_i CE_i / B, each
 //   team summing its rows in order, then a tree over the teams;
 // 1 backward, a grid: out = (softmax sum(t) - t) w_i g[0] / B.
-// A class id outside [0, C) makes its row's loss (and gradient row) NaN: no
-// read out of bounds (the CPU's forward reads z[id] unchecked).
+// A class id outside [0, C) makes its row's loss (and gradient row) NaN,
+// reads nothing out of bounds, and is reported in the status words (the
+// host throws the CPU's IndexError after the submit).
 layout(constant_id = 1) const uint OP = 0;
 layout(push_constant) uniform Push {
   F32 z;
@@ -20,6 +21,7 @@ layout(push_constant) uniform Push {
   uint cols;
   uint sparse;
   uint weighted;
+  Status status;
 } p;
 
 void main() {
@@ -34,6 +36,7 @@ void main() {
     const RowStats st = row_stats(p.z, at, n);
     const int id = p.sparse != 0 && live ? ids.v[row] : 0;
     const bool id_ok = p.sparse == 0 || (id >= 0 && uint(id) < p.cols);
+    if (live && !id_ok && l == 0) report(p.status, kStatusClassId, id, row, p.cols);
     const float wi = p.weighted != 0 && live ? p.w.v[row] : 1.0;
     if (OP == 0) {
       const float log_s = st.bad ? nan_value() : log(st.s);
