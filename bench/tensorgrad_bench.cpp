@@ -37,6 +37,11 @@
 //               {in, out} layout, uniform in +-1/sqrt(fan_in) as torch's
 //               Linear. Counter us_per_step, timed as rlstep. The peers are
 //               bench/eager_peer_pytorch.py and bench/eager_peer_libtorch/.
+//   eager_step_vulkan, eager_adam_step_vulkan  the two eager steps on the
+//               first Vulkan device, each timed step ending with
+//               synchronize(); counters submits_per_step,
+//               dispatches_per_step, barriers_per_step (an error row when
+//               there is no Vulkan device).
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -48,6 +53,7 @@
 //   TG_REPS     repetitions of every benchmark (default: mlp 3, others 5)
 //   TG_WINOGRAD 0: the direct convolution kernels only
 //               (tensorgrad::set_winograd_convolutions(false)), to compare
+//   TG_DEVICE_STEPS  timed steps of the _vulkan benchmarks (default 500)
 // Example:
 //   TG_THREADS=2 build/bench/tensorgrad_bench --benchmark_filter=rlstep
 #include <benchmark/benchmark.h>
@@ -57,6 +63,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -245,8 +252,9 @@ tg::nn::Sequential make_rl_model() {
 // Times `step()` (returning the loss) once per iteration after 200 warm-up
 // steps, as the peers do. Counter us_per_step: the median.
 template <class Step>
-void time_steps(benchmark::State& state, Step step) {
+void time_steps(benchmark::State& state, Step step, const std::function<void()>& after_warm_up = [] {}) {
   for (int i = 0; i < 200; ++i) benchmark::DoNotOptimize(step());
+  after_warm_up();
   std::vector<double> times;
   times.reserve(size_t(state.max_iterations));
   for (auto _ : state) {
@@ -305,9 +313,26 @@ void BM_rlstep(benchmark::State& state) {
   }
 }
 
+// A device's eager steps are queued: each timed step ends with
+// synchronize() (as PyTorch's CUDA benchmarks call torch.cuda.synchronize),
+// and the device's submits, dispatches and barriers per step are counted.
+void count_device_work(benchmark::State& state, tg::Device device, const tg::DeviceCounters& before) {
+  if (device == tg::Device::CPU) return;
+  const tg::DeviceCounters after = tg::device_counters(device);
+  const double n = double(state.iterations());
+  state.counters["submits_per_step"] = double(after.submits - before.submits) / n;
+  state.counters["dispatches_per_step"] = double(after.dispatches - before.dispatches) / n;
+  state.counters["barriers_per_step"] = double(after.barriers - before.barriers) / n;
+}
+
+void end_step(tg::Device device) {
+  if (device != tg::Device::CPU) tg::synchronize(device);
+}
+
 // The eager small step (issue 11): every op of forward, backward and update
-// runs when called; nothing is traced or replayed.
-void BM_eager_step(benchmark::State& state) {
+// runs when called; nothing is traced or replayed. On `device` (the CPU, or
+// eager_step_vulkan) the parameters and the batch are placed there.
+void BM_eager_step(benchmark::State& state, tg::Device device) {
   try {
     namespace ag = tg::ag;
     std::mt19937_64 rng(7);
@@ -317,14 +342,16 @@ void BM_eager_step(benchmark::State& state) {
       std::uniform_real_distribution<float> u(-k, k);
       float* p = t.data<float>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
-      return ag::Tensor(t, /*requires_grad=*/true);
+      return ag::Tensor(t, /*requires_grad=*/true).to(device);
     };
     ag::Tensor w1 = param(tg::Shape{4, 64}, 4), b1 = param(tg::Shape{64}, 4);
     ag::Tensor w2 = param(tg::Shape{64, 64}, 64), b2 = param(tg::Shape{64}, 64);
     ag::Tensor w3 = param(tg::Shape{64, 2}, 64), b3 = param(tg::Shape{2}, 64);
-    const ag::Tensor x(normal(tg::Shape{32, 4}, rng)), y(normal(tg::Shape{32, 2}, rng));
+    const ag::Tensor x = ag::Tensor(normal(tg::Shape{32, 4}, rng)).to(device);
+    const ag::Tensor y = ag::Tensor(normal(tg::Shape{32, 2}, rng)).to(device);
     ag::Tensor* params[] = {&w1, &b1, &w2, &b2, &w3, &b3};
     const float lr = 1e-2f;
+    tg::DeviceCounters before;
     time_steps(state, [&] {
       ag::Tensor h = ag::relu(ag::matmul(x, w1) + b1);
       h = ag::relu(ag::matmul(h, w2) + b2);
@@ -340,8 +367,10 @@ void BM_eager_step(benchmark::State& state) {
       }
       // The loss is not read back (the peers do not call item() either).
       benchmark::DoNotOptimize(loss.data().raw());
+      end_step(device);
       return 0.0f;
-    });
+    }, [&] { before = device == tg::Device::CPU ? tg::DeviceCounters{} : tg::device_counters(device); });
+    count_device_work(state, device, before);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -352,7 +381,7 @@ void BM_eager_step(benchmark::State& state) {
 // forward, backward, step, every op run when called. The peers are the
 // shared peers' rlstep (torch.nn.Sequential and torch.optim.Adam, written the
 // same way). Also counts the caching allocator's misses per timed step.
-void BM_eager_adam_step(benchmark::State& state) {
+void BM_eager_adam_step(benchmark::State& state, tg::Device device) {
   try {
     namespace ag = tg::ag;
     ag::manual_seed(0);
@@ -360,21 +389,30 @@ void BM_eager_adam_step(benchmark::State& state) {
         std::make_shared<ag::nn::Linear>(4, 64), std::make_shared<ag::nn::ReLU>(),
         std::make_shared<ag::nn::Linear>(64, 64), std::make_shared<ag::nn::ReLU>(),
         std::make_shared<ag::nn::Linear>(64, 2)});
+    net->to(device);
     ag::optim::Adam opt(net->parameters(), 1e-3);
     std::mt19937_64 rng(7);
-    const ag::Tensor x(normal(tg::Shape{32, 4}, rng)), y(normal(tg::Shape{32, 2}, rng));
+    const ag::Tensor x = ag::Tensor(normal(tg::Shape{32, 4}, rng)).to(device);
+    const ag::Tensor y = ag::Tensor(normal(tg::Shape{32, 2}, rng)).to(device);
     auto step = [&] {
       opt.zero_grad();
       ag::Tensor loss = ag::mse_loss((*net)(x), y);
       loss.backward();
       opt.step();
       benchmark::DoNotOptimize(loss.data().raw());
+      end_step(device);
       return 0.0f;
     };
     for (int i = 0; i < 200; ++i) step();
-    ag::reset_memory_stats();
-    time_steps(state, step);
-    state.counters["cache_misses_per_step"] = double(ag::memory_stats().misses) / double(state.iterations());
+    tg::DeviceCounters before;
+    uint64_t misses = 0;
+    time_steps(state, step, [&] {
+      misses = ag::memory_stats(device).misses;
+      before = device == tg::Device::CPU ? tg::DeviceCounters{} : tg::device_counters(device);
+    });
+    state.counters["cache_misses_per_step"] =
+        double(ag::memory_stats(device).misses - misses) / double(state.iterations());
+    count_device_work(state, device, before);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -495,11 +533,21 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("trainer_predict_row", BM_trainer_predict_row)
       ->Iterations(20000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("eager_step", BM_eager_step)
+  benchmark::RegisterBenchmark("eager_step", BM_eager_step, tg::Device::CPU)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("eager_adam_step", BM_eager_adam_step)
+  benchmark::RegisterBenchmark("eager_adam_step", BM_eager_adam_step, tg::Device::CPU)
       ->Iterations(2000)->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  // The same steps on the first Vulkan device (a GPU, or lavapipe on the
+  // CPU); an error row where there is none. Fewer steps: a lavapipe step
+  // takes milliseconds.
+  const tg::Device vulkan("vulkan");
+  benchmark::RegisterBenchmark("eager_step_vulkan", BM_eager_step, vulkan)
+      ->Iterations(env_int("TG_DEVICE_STEPS", 500))->Repetitions(small_reps)->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("eager_adam_step_vulkan", BM_eager_adam_step, vulkan)
+      ->Iterations(env_int("TG_DEVICE_STEPS", 500))->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);
   struct Named {
     const char* name;
