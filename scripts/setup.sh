@@ -23,7 +23,9 @@ Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through s
              libopenmpi-dev and openmpi-bin (the MPI communicator and its tests),
              mesa-vulkan-drivers and vulkan-validationlayers (the Vulkan tests run on
              lavapipe, Mesa's Vulkan driver on the CPU, one of them under the validation
-             layer), and nodejs and npm when no `node` is installed (the third-party GGUF check)
+             layer), doxygen and graphviz (the API reference, scripts/docs.sh, which a
+             test builds and fails on any warning), and nodejs and npm when no `node`
+             is installed (the third-party GGUF check)
   --vulkan   adds what running on a Vulkan device needs: the loader (libvulkan1) and Mesa's
              drivers (mesa-vulkan-drivers: lavapipe, and the AMD and Intel GPUs' drivers);
              NVIDIA's driver comes from NVIDIA
@@ -75,6 +77,7 @@ if ((want_test)); then
     libopenmpi-dev openmpi-bin       # the dist layer's MPI communicator and its mpiexec tests
     mesa-vulkan-drivers              # lavapipe: the Vulkan tests run on the CPU
     vulkan-validationlayers          # the Vulkan tests' validation-layer entry
+    doxygen graphviz                 # the API reference (scripts/docs.sh); Docs.DoxygenNoWarnings
   )
 fi
 if ((want_vulkan)); then

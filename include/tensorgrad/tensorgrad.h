@@ -48,3 +48,44 @@
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"
 #include "tensorgrad/opt/schedules.h"
+
+// The namespaces, for the API reference (scripts/docs.sh).
+
+/// \namespace tensorgrad
+/// The library: tensors, shapes and devices (core), the op set and the
+/// Builder interface (ops), lazy graphs and their memory plans (graph),
+/// backends and executables (backend), optimizers, losses, metrics and
+/// learning-rate schedules (opt).
+
+/// \namespace tensorgrad::nn
+/// Keras-style models: layers, the functional Model and Sequential, fit,
+/// callbacks, and the Trainer for loops of one's own (keras.Model,
+/// keras.layers, keras.callbacks).
+
+/// \namespace tensorgrad::nn::initializers
+/// Keras' weight initializers by their Keras names.
+
+/// \namespace tensorgrad::ag
+/// The eager autograd API in PyTorch's words: tensors that run each op when
+/// it is called and record it for backward() (torch.Tensor, torch.autograd),
+/// the functional ops, data loading, saving and data-parallel helpers.
+
+/// \namespace tensorgrad::ag::nn
+/// Eager modules (torch.nn): Module, its state dict, and the built-in layers.
+
+/// \namespace tensorgrad::ag::optim
+/// Eager optimizers, learning-rate schedulers and gradient clipping
+/// (torch.optim, torch.optim.lr_scheduler, torch.nn.utils.clip_grad_*).
+
+/// \namespace tensorgrad::io
+/// Files: GGUF reading and writing, saving and loading models, weights and
+/// checkpoints (Keras' model.save and load_model), and the callbacks that
+/// write them.
+
+/// \namespace tensorgrad::dist
+/// Data-parallel training over MPI: the communicator, gradient buckets and
+/// the splitting of batches over ranks (as Horovod and
+/// torch.distributed).
+
+/// \namespace tensorgrad::data
+/// Data sets on disk: IDX files (MNIST, Fashion-MNIST).

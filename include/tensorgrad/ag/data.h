@@ -17,7 +17,11 @@ namespace tensorgrad::ag {
 /// One mini-batch: rows of the inputs and the same rows of the targets
 /// (undefined when the loader has no targets). Neither requires grad.
 struct Batch {
+  /// x: the inputs' rows {rows, ...}; y: the targets' rows {rows, ...}, or
+  /// undefined.
+  ///@{
   Tensor x, y;
+  ///@}
 };
 
 /// The DataLoader's settings, by torch.utils.data.DataLoader's names.
@@ -62,14 +66,20 @@ class DataLoader {
   /// One epoch's batches, produced as they are dereferenced.
   class Iterator {
    public:
+    /// An input iterator whose batches are values, made on dereference.
+    ///@{
     using iterator_category = std::input_iterator_tag;
     using value_type = Batch;
     using difference_type = std::ptrdiff_t;
     using pointer = void;
     using reference = Batch;
+    ///@}
+    /// An iterator of no loader (compares by batch index only).
     Iterator() = default;
     /// The current batch (computed on each call).
     Batch operator*() const;
+    /// Moves to the next batch.
+    ///@{
     Iterator& operator++() {
       ++batch_;
       return *this;
@@ -79,9 +89,12 @@ class DataLoader {
       ++batch_;
       return old;
     }
+    ///@}
     /// Iterators compare by batch index (of the same loader).
+    ///@{
     bool operator==(const Iterator& other) const { return batch_ == other.batch_; }
     bool operator!=(const Iterator& other) const { return batch_ != other.batch_; }
+    ///@}
 
    private:
     friend class DataLoader;
@@ -93,12 +106,14 @@ class DataLoader {
   /// Starts an epoch: with shuffle, draws a new permutation of the rows from
   /// the loader's generator.
   Iterator begin();
+  /// Past the epoch's last batch (index size()).
   Iterator end() const;
 
   /// Batches per epoch: ceil(N / batch_size), or floor with drop_last (PyTorch's len(loader)).
   size_t size() const;
   /// Rows in the data set (N).
   int64_t num_samples() const { return n_; }
+  /// The options the loader was made with.
   const DataLoaderOptions& options() const { return options_; }
   /// The shuffling stream; reseed it (manual_seed) to replay epochs from the start.
   Generator& generator() { return generator_; }

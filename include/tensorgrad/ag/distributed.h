@@ -1,7 +1,7 @@
 #pragma once
-// Data-parallel training in hand-written eager loops (issue 14): the
-// gradients of every rank averaged, as PyTorch's DistributedDataParallel and
-// Horovod's DistributedOptimizer do, on the dist layer's communicator.
+// Data-parallel training in hand-written eager loops: the gradients of every
+// rank averaged, as PyTorch's DistributedDataParallel and Horovod's
+// DistributedOptimizer do, on a dist::Communicator.
 #include <cstddef>
 #include <vector>
 

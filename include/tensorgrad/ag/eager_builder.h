@@ -1,8 +1,8 @@
 #pragma once
-// A Builder that runs every op at once on ag tensors (DESIGN.md: "the same
-// ops run at once through the same Builder interface"), so code written
-// against Builder (the layers of tensorgrad::nn, gradient rules, a user's
-// own model functions) runs eagerly and records for ag's backward.
+// A Builder that runs every op at once on ag tensors (the same ops as a
+// Graph's, through the same Builder interface), so code written against
+// Builder (the layers of tensorgrad::nn, gradient rules, a user's own model
+// functions) runs eagerly and records for ag's backward.
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -45,8 +45,10 @@ class EagerBuilder final : public Builder {
   /// counter_value() (a graph's advanced counter, eagerly).
   Value rng_counter() override;
   /// The counter's value (0 at construction); set it before the ops that use it.
+  ///@{
   uint64_t counter_value() const { return counter_; }
   void set_counter_value(uint64_t counter);
+  ///@}
 
  private:
   std::vector<Tensor> values_;

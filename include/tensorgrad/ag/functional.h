@@ -17,32 +17,50 @@ namespace tensorgrad::ag {
 
 // ---- arithmetic, with NumPy / PyTorch broadcasting ----
 
+/// a + b, a - b, a * b element-wise with broadcasting (torch.add, torch.sub,
+/// torch.mul).
+///@{
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+///@}
 /// Element-wise max / min with broadcasting; the gradient goes to a where
 /// a >= b (a <= b), else to b (ties to a). NaN in either gives NaN.
+///@{
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+///@}
 /// 1 where a >= b, else 0 (float32, broadcasting; torch.ge as a float mask). No gradient flows through it.
 Tensor ge(const Tensor& a, const Tensor& b);
+/// add, sub and mul as operators.
+///@{
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+///@}
+/// -x (x scaled by -1).
 Tensor operator-(const Tensor& x);
+/// x + s, s + x, x - s and s - x: the scalar as a {} tensor, broadcast.
+///@{
 Tensor operator+(const Tensor& x, float s);
 Tensor operator+(float s, const Tensor& x);
 Tensor operator-(const Tensor& x, float s);
 Tensor operator-(float s, const Tensor& x);
+///@}
 /// x * s (the engine's Scale op).
+///@{
 Tensor operator*(const Tensor& x, float s);
 Tensor operator*(float s, const Tensor& x);
+///@}
 
 /// a / b, element-wise with broadcasting (IEEE division: x / 0 is inf or NaN, as PyTorch).
 Tensor div(const Tensor& a, const Tensor& b);
+/// div as operators; a scalar is a {} tensor, broadcast.
+///@{
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator/(const Tensor& x, float s);
 Tensor operator/(float s, const Tensor& x);
+///@}
 
 /// a {M, K} x b {K, N} -> {M, N}, or batched: a {B, M, K} x b {B, K, N} ->
 /// {B, M, N} (torch.bmm; equal B, no broadcasting of the batch).
@@ -58,9 +76,13 @@ Tensor t(const Tensor& x);
 
 // ---- element-wise functions ----
 
+/// max(x, 0), 1 / (1 + e^-x), tanh(x), element by element (torch.relu,
+/// torch.sigmoid, torch.tanh).
+///@{
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+///@}
 /// GELU (Hendrycks & Gimpel 2016), element by element, any shape, as
 /// torch.nn.functional.gelu(x, approximate): "none" (the default) is the
 /// exact x Phi(x) = x (1 + erf(x / sqrt 2)) / 2; "tanh" its tanh
@@ -68,15 +90,22 @@ Tensor tanh(const Tensor& x);
 /// gelu(approximate=True)). NaN stays NaN. ValueError for any other
 /// `approximate`, naming the two it takes; TypeError for a non-float32 x.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+/// x sigmoid(x) (torch.nn.functional.silu, Keras' swish).
 Tensor silu(const Tensor& x);
+/// x where x > 0, else alpha (e^x - 1) (torch.nn.functional.elu).
 Tensor elu(const Tensor& x, float alpha = 1.0f);
+/// x where x > 0, else negative_slope x (torch.nn.functional.leaky_relu,
+/// PyTorch's default slope).
 Tensor leaky_relu(const Tensor& x, float negative_slope = 0.01f);
+/// log(1 + e^x), computed without overflow (torch.nn.functional.softplus).
 Tensor softplus(const Tensor& x);
 /// 1 / sqrt(x).
 Tensor rsqrt(const Tensor& x);
+/// e^x.
 Tensor exp(const Tensor& x);
 /// Natural logarithm (log(0) = -inf, log of a negative number NaN, as PyTorch).
 Tensor log(const Tensor& x);
+/// Square root (NaN below 0).
 Tensor sqrt(const Tensor& x);
 /// The error function, erf(x) = 2 / sqrt(pi) int_0^x e^(-t^2) dt, element
 /// by element, any shape (torch.erf): erf(+-inf) = +-1, NaN stays NaN. Its
@@ -96,21 +125,27 @@ Tensor clamp(const Tensor& x, float min, float max);
 Tensor dropout(const Tensor& x, float p = 0.5f, bool training = true, Generator* generator = nullptr);
 /// Softmax / log-softmax along `dim`; only the last dimension is built
 /// (ValueError for another: move that axis last first).
+///@{
 Tensor softmax(const Tensor& x, int dim = -1);
 Tensor log_softmax(const Tensor& x, int dim = -1);
+///@}
 
 // ---- reductions and shapes ----
 
 /// Sum / mean of every element -> a tensor of shape {}.
+///@{
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+///@}
 /// Sum / mean / max along `dim` (negative counts from the end): the
 /// dimension dropped, or kept as 1 with `keepdim` (torch.sum(x, dim,
 /// keepdim), torch.amax). amax's gradient goes to the first maximal element,
 /// and a NaN in a slice gives NaN. IndexError for a dim outside the tensor.
+///@{
 Tensor sum(const Tensor& x, int dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int dim, bool keepdim = false);
 Tensor amax(const Tensor& x, int dim, bool keepdim = false);
+///@}
 /// The same elements under `shape` (a view: shared memory and version
 /// counter, no copy). ShapeError when the element counts differ.
 Tensor reshape(const Tensor& x, const Shape& shape);
@@ -122,8 +157,10 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
 /// The tensors joined along `dim` (torch.cat): same rank and dtype, equal
 /// outside `dim`. One tensor gives a copy of it; none is a ValueError.
+///@{
 Tensor cat(std::span<const Tensor> tensors, int dim = 0);
 Tensor cat(std::initializer_list<Tensor> tensors, int dim = 0);
+///@}
 /// Rows of x {N, ...} picked by int32 `index` {K} -> {K, ...} (torch.index_select
 /// along dim 0). The gradient adds up over repeated indices. Ids must be in
 /// [0, N): checked, IndexError naming the first bad one. Ids on a GPU are
@@ -139,15 +176,17 @@ Tensor embedding(const Tensor& ids, const Tensor& weight);
 // ---- convolution and pooling, channels-last as the engine ----
 
 /// x {N, H, W, C} convolved with weight {kh, kw, C, F} (the engine's
-/// layout; the PyTorch-layout Conv2d module is eager part 2) plus bias {F}
+/// layout; the Conv2d module, ag/nn/conv.h, takes PyTorch's) plus bias {F}
 /// when defined -> {N, Ho, Wo, F}. Zero padding of `padding` pixels on
 /// every side.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
               int64_t padding = 0, int64_t dilation = 1);
 /// Max / average pooling of x {N, H, W, C} over kernel x kernel windows;
 /// stride 0 means stride = kernel (as PyTorch's default). Averages exclude padding.
+///@{
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
+///@}
 
 /// Batch normalization over every axis but the last (channels-last, so
 /// {N, C} or {N, H, W, C}): (x - mean) / sqrt(var + eps) * weight + bias,
@@ -155,7 +194,7 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t p
 /// biased variance over the batch, their gradient included); without, they
 /// are running_mean and running_var {C}, which must then be given. This
 /// function does not update running statistics (PyTorch's does when given
-/// them in training; the BatchNorm modules of eager part 2 will).
+/// them in training; the BatchNorm modules of ag/nn/conv.h do).
 /// ShapeError for channel counts that differ, ValueError for eps <= 0 or
 /// missing running statistics in evaluation.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training = true,

@@ -39,7 +39,9 @@ struct GradcheckOptions {
   /// (relu at 0, max-pool ties, l1 at equality) must stay > h away from it.
   float eps = 1e-2f;
   /// Per element: |numeric - analytic| <= atol + rtol * |numeric|.
+  ///@{
   double atol = 1e-3, rtol = 1e-2;
+  ///@}
   /// Every checked input's gradient (numeric or analytic) must reach this
   /// magnitude in some element, else the check is vacuous and fails.
   double min_grad = 1e-2;
@@ -57,14 +59,18 @@ struct GradcheckInputReport {
   /// Numeric gradient d(loss)/d(input), flat, one value per element.
   std::vector<float> numeric;
   /// Largest |numeric| and |analytic| over the input's elements.
+  ///@{
   double max_abs_numeric = 0, max_abs_analytic = 0;
+  ///@}
   /// The element with the largest error / tolerance ratio (-1 for an empty
   /// input) and that ratio (> 1: the element fails; infinite when a value is
   /// not finite).
+  ///@{
   int64_t worst_index = -1;
   double worst_error = 0;
-  bool mismatch = false;  // some element fails the tolerance
-  bool vacuous = false;   // max(max_abs_numeric, max_abs_analytic) < min_grad
+  ///@}
+  bool mismatch = false;  ///< some element fails the tolerance
+  bool vacuous = false;   ///< max(max_abs_numeric, max_abs_analytic) < min_grad
 };
 
 /// The outcome of gradcheck / gradcheck_buffers.
@@ -83,16 +89,20 @@ struct GradcheckResult {
   /// `index` is the flat row-major element index (-1 when nothing was
   /// checked), `error` = |numeric - analytic| / (atol + rtol * |numeric|),
   /// so the element fails when error > 1.
+  ///@{
   size_t input = 0;
   int64_t index = -1;
   double analytic = 0, numeric = 0, error = 0;
+  ///@}
   /// The smallest, over checked inputs, of the input's largest |gradient|
   /// (numeric or analytic): below min_grad the check is vacuous.
   double max_abs_grad = 0;
   /// One report per checked input, in order (gradcheck: only the inputs
   /// that require grad; `checked_inputs` gives their positions).
+  ///@{
   std::vector<GradcheckInputReport> inputs;
   std::vector<size_t> checked_inputs;
+  ///@}
 };
 
 /// One buffer gradcheck_buffers perturbs: `values` is the memory the loss
@@ -100,9 +110,9 @@ struct GradcheckResult {
 /// gradient to check, of the same length; `label` names the buffer in
 /// messages ("input 0 {3, 4}", "parameter 'w' {4, 5}").
 struct GradcheckBuffer {
-  std::span<float> values;
-  std::span<const float> analytic;
-  std::string label;
+  std::span<float> values;          ///< the memory the loss reads
+  std::span<const float> analytic;  ///< the gradient to check, values.size() long
+  std::string label;                ///< the buffer's name in messages
 };
 
 /// The numeric core of gradcheck: for each buffer and each element x of it,

@@ -33,18 +33,21 @@ namespace tensorgrad::ag::optim {
 /// (`opt.param_groups()[0].lr = 0.01`). Options an optimizer does not use
 /// stay empty.
 struct ParamGroup {
-  std::vector<Tensor> params;
-  std::optional<double> lr;
-  std::optional<double> weight_decay;
-  std::optional<double> momentum;            // SGD, RMSprop
-  std::optional<double> dampening;           // SGD
-  std::optional<bool> nesterov;              // SGD
-  std::optional<std::array<double, 2>> betas;  // Adam, AdamW
-  std::optional<double> eps;                 // Adam, AdamW, RMSprop
-  std::optional<double> alpha;               // RMSprop
-  std::optional<bool> centered;              // RMSprop
+  std::vector<Tensor> params;                  ///< the group's parameters (leaves requiring grad)
+  std::optional<double> lr;                    ///< the learning rate, >= 0
+  std::optional<double> weight_decay;          ///< >= 0; Adam, SGD, RMSprop: L2; AdamW: decoupled
+  std::optional<double> momentum;              ///< SGD, RMSprop
+  std::optional<double> dampening;             ///< SGD
+  std::optional<bool> nesterov;                ///< SGD
+  std::optional<std::array<double, 2>> betas;  ///< Adam, AdamW: the moments' decays, each in [0, 1)
+  std::optional<double> eps;                   ///< Adam, AdamW, RMSprop: added to the denominator, >= 0
+  std::optional<double> alpha;                 ///< RMSprop: the decay of the mean square
+  std::optional<bool> centered;                ///< RMSprop
 
+  /// No parameters, every option empty.
   ParamGroup() = default;
+  /// `params` with every option empty (the optimizer's defaults); implicit,
+  /// so that a list of tensors converts, as in PyTorch.
   ParamGroup(std::vector<Tensor> params) : params(std::move(params)) {}  // NOLINT: a list converts, as in PyTorch
 };
 
@@ -69,15 +72,19 @@ class Optimizer {
   /// group's options became invalid (checked as at construction).
   void step();
 
+  /// The groups in order, every option the optimizer uses filled in; an
+  /// option changed here (lr by a scheduler) applies from the next step().
+  ///@{
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  ///@}
   /// Adds a group; empty options take the defaults. ValueError for an empty
   /// list, a parameter that does not require grad or is in another group
   /// already, or invalid options (PyTorch's messages).
   void add_param_group(ParamGroup group);
 
-  /// The optimizer's state with PyTorch's numbering (parameters indexed over
-  /// all groups in order): `state.<i>.step` (int64 {}), `state.<i>.<buffer>`
+  /// The optimizer's state with PyTorch's numbering. Parameters are indexed
+  /// over all groups in order: `state.<i>.step` (int64 {}), `state.<i>.<buffer>`
   /// (exp_avg, exp_avg_sq, momentum_buffer, square_avg, grad_avg), and per
   /// group `param_groups.<g>.<option>` (float32 {}; nesterov and centered
   /// int64 {} 0/1; betas as betas.0 and betas.1) and `param_groups.<g>.params`
@@ -99,11 +106,11 @@ class Optimizer {
   /// add_param_group for each; ValueError for an empty list.
   void add_param_groups(std::vector<ParamGroup> groups);
 
-  // One parameter's state: the step count (int64 {1}, OptimizerTick's) and
-  // the named buffers in PyTorch's order.
+  /// One parameter's state: the step count and the named buffers.
   struct ParamState {
-    tensorgrad::Tensor step;
-    std::vector<std::pair<std::string, Tensor>> buffers;
+    tensorgrad::Tensor step;  ///< int64 {1}: the updates so far, which OptimizerTick advances
+    std::vector<std::pair<std::string, Tensor>> buffers;  ///< by PyTorch's names, in its order
+    /// The buffer named `name`, or null when the parameter has none yet.
     Tensor* find(const std::string& name);
   };
   /// Checks a group's options (filled), throwing PyTorch's ValueError.
@@ -132,10 +139,15 @@ class Optimizer {
 /// second on); nesterov needs momentum > 0 and dampening 0.
 class SGD : public Optimizer {
  public:
+  /// torch.optim.SGD's arguments, the defaults of every group. Throws
+  /// ValueError (PyTorch's messages) for a negative lr, momentum or weight
+  /// decay, nesterov without momentum or with dampening, or an empty list.
+  ///@{
   SGD(std::vector<ParamGroup> params, double lr, double momentum = 0, double dampening = 0, double weight_decay = 0,
       bool nesterov = false);
   SGD(std::vector<Tensor> params, double lr, double momentum = 0, double dampening = 0, double weight_decay = 0,
       bool nesterov = false);
+  ///@}
   const char* name() const override { return "SGD"; }
 
  protected:
@@ -150,13 +162,19 @@ class SGD : public Optimizer {
 /// (decoupled: p *= 1 - lr wd). State: step, exp_avg, exp_avg_sq.
 class Adam : public Optimizer {
  public:
+  /// torch.optim.Adam's arguments and defaults. Throws ValueError (PyTorch's
+  /// messages) for a negative lr, eps or weight decay, a beta outside
+  /// [0, 1), or an empty list.
+  ///@{
   Adam(std::vector<ParamGroup> params, double lr = 1e-3, std::array<double, 2> betas = {0.9, 0.999},
        double eps = 1e-8, double weight_decay = 0);
   Adam(std::vector<Tensor> params, double lr = 1e-3, std::array<double, 2> betas = {0.9, 0.999}, double eps = 1e-8,
        double weight_decay = 0);
+  ///@}
   const char* name() const override { return "Adam"; }
 
  protected:
+  /// AdamW's way in: `decoupled` chooses AdamW's weight decay.
   Adam(std::vector<ParamGroup> params, ParamGroup defaults, bool decoupled);
   void validate(const ParamGroup& group) const override;
   void write_hyper(const ParamGroup& group, float* hyper) const override;
@@ -168,12 +186,18 @@ class Adam : public Optimizer {
   bool decoupled_ = false;
 };
 
+/// torch.optim.AdamW: Adam with decoupled weight decay (p *= 1 - lr wd
+/// before the update; Loshchilov and Hutter, 2019), weight decay 1e-2 by
+/// default. State: step, exp_avg, exp_avg_sq.
 class AdamW : public Adam {
  public:
+  /// torch.optim.AdamW's arguments and defaults; throws as Adam's.
+  ///@{
   AdamW(std::vector<ParamGroup> params, double lr = 1e-3, std::array<double, 2> betas = {0.9, 0.999},
         double eps = 1e-8, double weight_decay = 1e-2);
   AdamW(std::vector<Tensor> params, double lr = 1e-3, std::array<double, 2> betas = {0.9, 0.999}, double eps = 1e-8,
         double weight_decay = 1e-2);
+  ///@}
   const char* name() const override { return "AdamW"; }
 };
 
@@ -181,10 +205,15 @@ class AdamW : public Adam {
 /// State: step, square_avg, momentum_buffer (momentum > 0), grad_avg (centered).
 class RMSprop : public Optimizer {
  public:
+  /// torch.optim.RMSprop's arguments and defaults. Throws ValueError
+  /// (PyTorch's messages) for a negative lr, alpha, eps, weight decay or
+  /// momentum, or an empty list.
+  ///@{
   RMSprop(std::vector<ParamGroup> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
           double weight_decay = 0, double momentum = 0, bool centered = false);
   RMSprop(std::vector<Tensor> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
           double weight_decay = 0, double momentum = 0, bool centered = false);
+  ///@}
   const char* name() const override { return "RMSprop"; }
 
  protected:
@@ -208,10 +237,15 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
+  /// Advances last_epoch() by one and sets every group's lr to the schedule
+  /// there (call after the optimizer's step(), as PyTorch). Throws
+  /// StateError when the optimizer's number of groups changed since.
   void step();
   /// The lr of each group set by the last step (torch's get_last_lr()).
   const std::vector<double>& get_last_lr() const { return last_lr_; }
+  /// The steps taken (0 after construction, which takes the first).
   int64_t last_epoch() const { return last_epoch_; }
+  /// Each group's lr at construction, rounded to float32.
   const std::vector<double>& base_lrs() const { return base_lrs_; }
 
   /// `last_epoch` (int64 {}), `_step_count` (int64 {}), `base_lrs.<g>` (float32 {}).
@@ -221,6 +255,7 @@ class LRScheduler {
   void load_state_dict(const nn::StateDict& dict);
 
  protected:
+  /// Records the groups' base lrs; the optimizer must outlive the scheduler.
   explicit LRScheduler(Optimizer& optimizer);
   /// The first step (call at the end of a subclass' constructor).
   void initial_step() { step(); }
@@ -237,6 +272,7 @@ class LRScheduler {
 /// base_lr * gamma^(epoch / step_size) (integer division).
 class StepLR : public LRScheduler {
  public:
+  /// Throws ValueError for a step_size <= 0.
   StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
 
  protected:
@@ -250,6 +286,7 @@ class StepLR : public LRScheduler {
 /// base_lr * gamma^epoch.
 class ExponentialLR : public LRScheduler {
  public:
+  /// `gamma`: the factor per step.
   ExponentialLR(Optimizer& optimizer, double gamma);
 
  protected:
@@ -262,6 +299,7 @@ class ExponentialLR : public LRScheduler {
 /// eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2 (PyTorch's closed form).
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// Throws ValueError for a T_max <= 0.
   CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0);
 
  protected:
@@ -275,6 +313,7 @@ class CosineAnnealingLR : public LRScheduler {
 /// base_lr * lr_lambda(epoch) (one function for every group).
 class LambdaLR : public LRScheduler {
  public:
+  /// Throws ValueError for an empty lr_lambda.
   LambdaLR(Optimizer& optimizer, std::function<double(int64_t epoch)> lr_lambda);
 
  protected:

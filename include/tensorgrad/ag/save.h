@@ -1,15 +1,14 @@
 #pragma once
-// Saving and loading eager modules and state dicts as GGUF files (the seed
-// ag_save.R's ag_save_model / ag_load_model, in PyTorch's words: torch.save
-// of a state_dict and load_state_dict; DESIGN.md, io layer).
+// Saving and loading eager modules and state dicts as GGUF files (PyTorch's
+// torch.save of a state_dict and load_state_dict).
 //
-// Like the seed (marshal variant "M2"), the live module is not serialised:
-// the file holds the state dict (every parameter and buffer by its dotted
-// name, "0.weight", "bn.running_mean") and, for a module, a description of
-// its architecture from which built-in modules are rebuilt: each module's
-// type, its config() values and its named children, recursively, as JSON.
-// A module of a user's type is rebuilt by a factory given to load (the
-// seed's model_fn) or by one registered with nn::register_module_type.
+// As with PyTorch's state dicts, the live module is not serialised: the file
+// holds the state dict (every parameter and buffer by its dotted name,
+// "0.weight", "bn.running_mean") and, for a module, a description of its
+// architecture from which built-in modules are rebuilt: each module's type,
+// its config() values and its named children, recursively, as JSON. A module
+// of a user's type is rebuilt by a factory given to load or by one registered
+// with nn::register_module_type.
 //
 // File layout (GGUF v3, written crash-safely by io::GGUFWriter::write, so
 // the target holds either its old contents or the whole new file):
@@ -32,7 +31,7 @@
 // are tensorgrad's. Loading ignores them: files without them (written before
 // they were added) load as well. tensorgrad-inspect shows them.
 //
-// File kinds (tensorgrad.file_kind), next to the io layer's "model",
+// File kinds (tensorgrad.file_kind), next to the "model",
 // "weights" and "checkpoint" (io/saving.h), whose layouts differ:
 //   "state_dict"      a module's state dict, with or without its architecture
 //                     (ag::save of a Module, or of Module::state_dict())
@@ -50,38 +49,40 @@
 namespace tensorgrad::ag {
 
 /// The documented file kinds (see above).
+///@{
 inline constexpr const char* kStateDictKind = "state_dict";
 inline constexpr const char* kOptimizerStateKind = "optimizer_state";
 inline constexpr const char* kSchedulerStateKind = "scheduler_state";
+///@}
 
 /// Saves `module`'s architecture and state dict (every parameter and buffer;
-/// the seed's ag_save_model, torch.save(model.state_dict())) to `path` as a
-/// "state_dict" file. The training flag is not saved (load returns the module
-/// in eval mode). Throws ValueError for a state-dict key longer than GGUF's
-/// 63-byte tensor-name limit (naming the key); IOError when the file cannot
-/// be written (what was at `path` is kept).
+/// torch.save(model.state_dict())) to `path` as a "state_dict" file. The
+/// training flag is not saved (load returns the module in eval mode). Throws
+/// ValueError for a state-dict key longer than GGUF's 63-byte tensor-name
+/// limit (naming the key); IOError when the file cannot be written (what was
+/// at `path` is kept).
 io::WriteStats save(const nn::Module& module, const std::string& path);
 
 /// Saves a state dict alone (no architecture) as a file of `kind`: an
 /// optimizer's or scheduler's state_dict() ("optimizer_state",
 /// "scheduler_state"), or a module's ("state_dict"). Throws ValueError for an
-/// empty kind or one of the io layer's kinds ("model", "weights",
+/// empty kind or one of io/saving.h's kinds ("model", "weights",
 /// "checkpoint"), for a key longer than 63 bytes (naming it) or an undefined
 /// tensor; IOError as above.
 io::WriteStats save(const nn::StateDict& dict, const std::string& path, const std::string& kind = kStateDictKind);
 
-/// Builds a fresh module of the saved architecture (the seed's model_fn).
+/// Builds a fresh module of the saved architecture (a factory given to load).
 using ModuleBuilder = std::function<std::shared_ptr<nn::Module>()>;
 
-/// Loads a module saved by save(const Module&, ...) (the seed's
-/// ag_load_model): built by `factory()` when one is given (it takes
-/// precedence over the stored architecture, as the seed's model_fn argument
-/// does), else rebuilt from the stored architecture through
-/// nn::module_from_config (built-in types need no factory; a Sequential gets
-/// its children back in order). Then the file's state dict is loaded strictly
-/// (Module::load_state_dict) and the module is returned in eval mode.
-/// Building the module does not advance ag::default_generator() (its state is
-/// restored afterwards), so loading draws nothing from the user's stream.
+/// Loads a module saved by save(const Module&, ...) (torch.load followed by
+/// load_state_dict): built by `factory()` when one is given (it takes
+/// precedence over the stored architecture), else rebuilt from the stored
+/// architecture through nn::module_from_config (built-in types need no
+/// factory; a Sequential gets its children back in order). Then the file's
+/// state dict is loaded strictly (Module::load_state_dict) and the module is
+/// returned in eval mode. Building the module does not advance
+/// ag::default_generator() (its state is restored afterwards), so loading
+/// draws nothing from the user's stream.
 ///
 /// Throws IOError for a missing or unreadable file; FormatError for a file
 /// that is not GGUF or not tensorgrad's ("not a tensorgrad state dict"), a
@@ -102,9 +103,8 @@ std::shared_ptr<nn::Module> load(const std::string& path, const ModuleBuilder& f
 nn::StateDict load_state_dict(const std::string& path, const std::string& kind = kStateDictKind);
 
 /// load(path, factory), with the module's parameters and buffers placed on
-/// `device` (Module::to; the R package's `device=` argument, PyTorch's
-/// `map_location`). Throws as load(), and StateError when the device is
-/// not available (before the file is read).
+/// `device` (Module::to; PyTorch's `map_location`). Throws as load(), and
+/// StateError when the device is not available (before the file is read).
 std::shared_ptr<nn::Module> load(const std::string& path, Device device, const ModuleBuilder& factory = {});
 /// load_state_dict(path, kind) with every tensor on `device`. Throws as
 /// load_state_dict(), and StateError when the device is not available.

@@ -29,8 +29,8 @@ struct Access;
 
 /// What a factory makes (torch::TensorOptions, reduced to what tensorgrad has).
 struct TensorOptions {
-  DType dtype = DType::Float32;
-  bool requires_grad = false;  // only float32 tensors may require gradients
+  DType dtype = DType::Float32;  ///< the element type (torch's dtype=)
+  bool requires_grad = false;    ///< only float32 tensors may require gradients
   /// Where the tensor lives (PyTorch's `device=`): the CPU, or a device the
   /// backend registry lists (Device("vulkan")). A factory makes the values
   /// on the host and copies them there once; it throws StateError when the
@@ -66,12 +66,17 @@ class Tensor {
   /// every use of the tensor and of the views made from it.
   static Tensor from_blob(void* data, const Shape& shape, TensorOptions options = {});
 
+  /// Whether it holds a tensor (false for a default-constructed one).
   bool defined() const { return impl_ != nullptr; }
+  /// The shape, outermost first (torch.Tensor.shape).
   const Shape& shape() const;
   /// Size of dimension `d`; negative counts from the end. Throws IndexError outside [-dim, dim).
   int64_t size(int d) const;
+  /// The rank: the number of dimensions (0 for a scalar).
   int dim() const { return shape().rank(); }
+  /// The number of elements (1 for a scalar).
   int64_t numel() const { return shape().numel(); }
+  /// The element type.
   DType dtype() const;
   /// The values, sharing memory (a write through it is not seen by the version counter).
   const tensorgrad::Tensor& data() const;
@@ -95,6 +100,8 @@ class Tensor {
   std::vector<float> to_vector() const;
 
   // ---- autograd ----
+  /// Whether gradients are computed for it (torch.Tensor.requires_grad): set
+  /// on a leaf, inherited by what recorded ops make from it.
   bool requires_grad() const;
   /// Marks a leaf as requiring gradients (or not). Throws ValueError for a
   /// non-float32 tensor, StateError for a non-leaf (its flag follows its inputs).
@@ -146,8 +153,10 @@ class Tensor {
   /// this *= value.
   Tensor& mul_(float value);
   /// Every element set to 0 / to `value` (float32 tensors).
+  ///@{
   Tensor& zero_();
   Tensor& fill_(float value);
+  ///@}
   /// Copies `src` (broadcast to this shape, same dtype) into this memory.
   Tensor& copy_(const Tensor& src);
   /// Clamps every element to [min, max] (either may be infinite; ValueError when min > max).
@@ -173,7 +182,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 /// Guards nest; each restores the mode it found.
 class NoGradGuard {
  public:
+  /// Turns recording off, remembering the mode it found.
   NoGradGuard();
+  /// Restores the mode the constructor found.
   ~NoGradGuard();
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
@@ -192,14 +203,19 @@ bool grad_enabled();
 /// mask eagerly and in a graph.
 class Generator {
  public:
+  /// A stream started as manual_seed(seed) starts it.
   explicit Generator(uint64_t seed = 0) { manual_seed(seed); }
   /// Restarts the stream: the engine from `seed`, the dropout key `seed`, counter 0.
   void manual_seed(uint64_t seed);
+  /// The value last given to manual_seed (torch.Generator.initial_seed).
   uint64_t initial_seed() const { return seed_; }
+  /// The Mersenne twister rand, randn and the loaders' shuffles draw from.
   std::mt19937_64& engine() { return engine_; }
+  /// The key of the dropout stream: the value given to manual_seed.
   uint64_t dropout_key() const { return seed_; }
   /// The next dropout call's counter.
   uint64_t dropout_counter() const { return counter_; }
+  /// Sets the next dropout call's counter (to replay a stream).
   void set_dropout_counter(uint64_t counter) { counter_ = counter; }
   /// Returns the counter and advances it.
   uint64_t next_dropout_counter() { return counter_++; }
@@ -223,9 +239,16 @@ void manual_seed(uint64_t seed);
 /// blocks reused; `live_blocks` are in use, `cached_blocks` /
 /// `cached_bytes` wait for reuse.
 struct MemoryStats {
+  /// Blocks reused, and blocks that had to be allocated.
+  ///@{
   uint64_t hits = 0, misses = 0;
+  ///@}
+  /// Blocks in use; blocks and bytes waiting for reuse.
+  ///@{
   uint64_t live_blocks = 0, cached_blocks = 0, cached_bytes = 0;
+  ///@}
 };
+/// The CPU cache's counts now.
 MemoryStats memory_stats();
 /// The same for the blocks of `device` (each device has a cache of its
 /// own, as torch.cuda.memory_stats(device)); memory_stats() for the CPU.
@@ -238,21 +261,29 @@ void empty_cache();
 
 // ---- factories (torch::zeros, ...). `shape` outermost first. ----
 
+/// Every element 0 / 1, of options.dtype (torch::zeros, torch::ones).
+///@{
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
+///@}
 /// Every element `value` (float32 only: TypeError otherwise).
 Tensor full(const Shape& shape, float value, TensorOptions options = {});
 /// Uniform in [0, 1) / standard normal, float32, from `generator` (default_generator() when null).
+///@{
 Tensor rand(const Shape& shape, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor randn(const Shape& shape, TensorOptions options = {}, Generator* generator = nullptr);
+///@}
 /// start, start + step, ... below `end` (above it for a negative step), as
 /// torch.arange; float32 or int32 per options.dtype. Throws ValueError for
 /// step 0 or a step pointing away from `end`.
 Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
+/// 0, 1, ... below `end` (torch.arange(end)).
 Tensor arange(double end, TensorOptions options = {});
 /// A float32 tensor holding a copy of `values` (shape.numel() of them, else ShapeError).
+///@{
 Tensor tensor(std::span<const float> values, const Shape& shape, TensorOptions options = {});
 Tensor tensor(std::initializer_list<float> values, const Shape& shape, TensorOptions options = {});
+///@}
 /// An int32 tensor holding a copy of `values` (class ids, row indices).
 Tensor tensor(std::span<const int32_t> values, const Shape& shape);
 

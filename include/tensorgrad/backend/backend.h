@@ -70,8 +70,10 @@ bool bfloat16_convolutions_supported();
 /// thread count. Off: the direct kernels for every convolution (to compare
 /// against, as PyTorch's torch.backends flags choose algorithms).
 /// Process-wide; read at each convolution. Neither function throws.
+///@{
 void set_winograd_convolutions(bool enabled);
 bool winograd_convolutions();
+///@}
 
 /// Runs one backend's kernels, holding what its kernels need besides their
 /// tensors (the CPU's: the thread pool, or none for small work). Made by
@@ -85,8 +87,10 @@ class KernelLauncher {
   /// end_run may throw what the run's kernels reported: a device backend
   /// that queues its launches learns of bad input (an id outside a table:
   /// IndexError) or a lost device only when it submits them.
+  ///@{
   virtual void begin_run() = 0;
   virtual void end_run() = 0;
+  ///@}
   /// Runs op on `in`, writing `out` (for in-place ops, their first input),
   /// on this backend's device: every argument's address is this device's
   /// (KernelArg). Kernels trust their inputs (shape rules checked them when
@@ -121,7 +125,7 @@ struct GraphProgram {
   /// The fused graph the steps come from (names and planned shapes, for
   /// messages and profiles); owned by the Executable.
   const Graph* graph = nullptr;
-  std::vector<Step> steps;
+  std::vector<Step> steps;  ///< the kernel calls, in schedule order
   /// Every step's output and inputs, in step order. An input that is not
   /// bound yet has a null address; the Executable never runs a step whose
   /// arguments include one.
@@ -137,10 +141,12 @@ struct GraphProgram {
   int64_t rows = 0;
 
   /// A step's output argument and its input arguments.
+  ///@{
   const KernelArg& output(const Step& step) const { return args[step.first_arg]; }
   std::span<const KernelArg> inputs(const Step& step) const {
     return {args.data() + step.first_arg + 1, step.n_inputs};
   }
+  ///@}
 };
 
 /// What changed in a GraphProgram since its compiled graph last saw it.
@@ -181,9 +187,9 @@ class CompiledGraph {
 /// counts its dispatches once, when it is recorded, however often it is
 /// replayed). All 0 on the CPU.
 struct DeviceCounters {
-  uint64_t submits = 0;
-  uint64_t dispatches = 0;
-  uint64_t barriers = 0;
+  uint64_t submits = 0;     ///< queue submissions
+  uint64_t dispatches = 0;  ///< kernel dispatches recorded
+  uint64_t barriers = 0;    ///< pipeline barriers recorded
   /// Ops recorded, by OpKind (indexed by size_t(kind)): an op counts once
   /// however many dispatches its kernel records, or none (a view).
   std::array<uint64_t, size_t(OpKind::Count)> ops{};
@@ -297,7 +303,7 @@ bool built_with_vulkan();
 uint64_t vulkan_driver_allocations();
 /// Device failures on demand, for tests of what a program sees when a GPU
 /// fails (fault injection): kOutOfDeviceMemory makes the next device-memory
-/// allocation on a Vulkan device fail as out of memory
+/// allocation on a Vulkan device (each call one more) fail as out of memory
 /// (VK_ERROR_OUT_OF_DEVICE_MEMORY: a MemoryError naming the bytes), and
 /// kDeviceLost the next queue submission as a lost device
 /// (VK_ERROR_DEVICE_LOST: an Error saying to reload the last checkpoint;
@@ -305,7 +311,9 @@ uint64_t vulkan_driver_allocations();
 /// it), each through the path a real failure takes. kNone clears what is
 /// pending and undoes a simulated loss (the device was never really lost).
 /// No effect without the Vulkan backend.
+///@{
 enum class VulkanFault { kNone, kOutOfDeviceMemory, kDeviceLost };
 void inject_vulkan_fault(VulkanFault fault);
+///@}
 
 }  // namespace tensorgrad

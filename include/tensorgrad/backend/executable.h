@@ -1,8 +1,7 @@
 #pragma once
-// Runs a planned graph on a backend's device (DESIGN.md, backend layer):
-// the CPU by default. Each executable owns its arena: separate executables
-// never share scratch memory, so a prediction can never disturb a training
-// step's buffers.
+// Runs a planned graph on a backend's device: the CPU by default. Each
+// executable owns its arena: separate executables never share scratch memory,
+// so a prediction can never disturb a training step's buffers.
 #include <array>
 #include <memory>
 #include <span>
@@ -19,16 +18,19 @@ namespace tensorgrad {
 /// built at two batch sizes (make_batch_rule): per node, each dimension of
 /// its shape and of attrs.shape is fixed or `factor * rows`, and the op's
 /// float parameter (OpInfo::param) is fixed or, where the op list declares it
-/// BatchScaling::InverseRows, `constant / rows` (a mean over the batch). Every
-/// other attribute must be equal at both sizes. With it, an
-/// Executable planned for `max_rows` runs any batch up to it in the same
-/// arena (DESIGN.md: a graph planned for a maximum batch runs any batch up to it).
+/// BatchScaling::InverseRows, `constant / rows` (a mean over the batch).
+/// Every other attribute must be equal at both sizes. With it, an Executable
+/// planned for `max_rows` runs any batch up to it in the same arena.
 struct BatchRule {
-  using Factors = std::array<int64_t, Shape::kMaxRank>;  // 0: fixed; else the size per row
-  int64_t max_rows = 0;                                   // 0: no rule (exact batch only)
-  std::vector<Factors> shape, attr_shape;                 // per node
-  std::vector<double> param_times_rows;                   // per node: 0 when the op's parameter is fixed
-  std::vector<float OpAttrs::*> param_field;              // per node: the field param_times_rows sets
+  /// Per dimension: 0 when fixed; else the size per row.
+  using Factors = std::array<int64_t, Shape::kMaxRank>;
+  int64_t max_rows = 0;                                   ///< 0: no rule (exact batch only)
+  /// Per node: how its shape and its attrs.shape follow the rows.
+  ///@{
+  std::vector<Factors> shape, attr_shape;
+  ///@}
+  std::vector<double> param_times_rows;                   ///< per node: 0 when the op's parameter is fixed
+  std::vector<float OpAttrs::*> param_field;              ///< per node: the field param_times_rows sets
 };
 
 /// Compares `at_max` (built for `max_rows`) with `probe` (the same
@@ -61,7 +63,9 @@ class Executable {
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
 
+  /// The graph as planned (after fusion).
   const Graph& graph() const { return graph_; }
+  /// The backend that runs it.
   const Backend& backend() const { return *backend_; }
 
   /// Binds an input leaf to `tensor` for the following runs. A tensor on
@@ -109,7 +113,9 @@ class Executable {
   /// ShapeError for rows outside [1, max_rows] or, without a rule, other
   /// than the planned batch.
   void set_rows(int64_t rows);
+  /// The rows the next run covers.
   int64_t rows() const { return rows_; }
+  /// The most rows set_rows takes (0 without a batch rule).
   int64_t max_rows() const { return rule_.max_rows; }
 
   /// The graph's dropout counter (Graph::rng_counter_tensor), which the
@@ -117,8 +123,11 @@ class Executable {
   /// before any dropout reads it; 0 for a graph without dropout. Reading and
   /// setting it are copies to and from that persistent tensor (a graph
   /// without dropout ignores a set).
+  ///@{
   uint64_t rng_counter() const;
   void set_rng_counter(uint64_t c);
+  ///@}
+  /// The arena's size in bytes (MemoryPlan::arena_bytes).
   size_t arena_bytes() const { return plan_.arena_bytes; }
 
  private:

@@ -32,7 +32,7 @@ struct DeviceInfo {
   Device device;
   /// What the device says it is: the CPU's model name, a GPU's product name.
   std::string name;
-  DeviceType type = DeviceType::kCpu;
+  DeviceType type = DeviceType::kCpu;  ///< what kind of device it is
   /// The device's memory in bytes (the host's physical memory for the CPU
   /// and for CPU implementations); 0 when it does not say.
   uint64_t memory_bytes = 0;

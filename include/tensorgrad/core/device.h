@@ -47,6 +47,7 @@ class Device {
   /// ("cuda:0", "vulkan:1").
   std::string str() const;
 
+  /// The same kind and index.
   friend constexpr bool operator==(const Device&, const Device&) = default;
 
  private:

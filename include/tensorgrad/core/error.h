@@ -1,5 +1,5 @@
 #pragma once
-// Error types of tensorgrad (DESIGN.md, "Conventions users see").
+// Error types of tensorgrad.
 // Every user mistake throws one of these; nothing aborts. Messages say what was
 // expected, what came, and what to do.
 #include <stdexcept>

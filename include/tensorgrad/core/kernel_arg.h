@@ -17,11 +17,15 @@ namespace tensorgrad {
 /// may dereference it. f() and i() type it for kernels whose device
 /// addresses are host pointers (the CPU's); they never read memory.
 struct KernelArg {
-  void* data = nullptr;
-  Shape shape;
-  DType dtype = DType::Float32;
+  void* data = nullptr;          ///< the device address of element 0
+  Shape shape;                   ///< the shape at the current run's rows
+  DType dtype = DType::Float32;  ///< the element type
+  /// `data` as float32 or int32 elements (no check of dtype).
+  ///@{
   float* f() const { return static_cast<float*>(data); }
   int32_t* i() const { return static_cast<int32_t*>(data); }
+  ///@}
+  /// The number of elements.
   int64_t numel() const { return shape.numel(); }
 };
 

@@ -1,6 +1,6 @@
 #pragma once
-// How much memory a plan may ask for (DESIGN.md: bad input is refused with an
-// exception before it costs anything).
+// How much memory a plan may ask for: bad input is refused with an exception
+// before it costs anything.
 #include <cstdint>
 #include <string>
 

@@ -8,7 +8,7 @@ namespace tensorgrad {
 /// streams draw from (as torch.manual_seed / keras.utils.set_random_seed).
 /// The same seed and thread count give bit-identical training.
 void manual_seed(uint64_t seed);
-/// The seed last given to manual_seed (default 0).
+/// The value last given to manual_seed (default 0).
 uint64_t initial_seed();
 /// The global generator (a 64-bit Mersenne twister). One thread at a time.
 std::mt19937_64& global_generator();

@@ -13,14 +13,16 @@ namespace tensorgrad {
 /// allocates: shapes are recomputed on hot paths.
 class Shape {
  public:
-  static constexpr int kMaxRank = 6;
+  static constexpr int kMaxRank = 6;  ///< the most dimensions a shape holds
 
+  /// The scalar shape {}.
   Shape() = default;
   /// Throws ShapeError for a negative dimension or more than kMaxRank of them.
   Shape(std::initializer_list<int64_t> dims);
   /// Same checks as the initializer-list form.
   explicit Shape(std::span<const int64_t> dims);
 
+  /// The number of dimensions (0 for a scalar).
   int rank() const { return rank_; }
   /// Dimension i; negative i counts from the end (-1 is the last).
   /// Throws IndexError when i is outside [-rank, rank).
@@ -43,10 +45,16 @@ class Shape {
   /// "{2, 3}".
   std::string str() const;
 
+  /// Iteration over the dimensions, outermost first.
+  ///@{
   const int64_t* begin() const { return dims_.data(); }
   const int64_t* end() const { return dims_.data() + rank_; }
+  ///@}
+  /// Equal ranks and dimensions.
+  ///@{
   bool operator==(const Shape& o) const;
   bool operator!=(const Shape& o) const { return !(*this == o); }
+  ///@}
 
  private:
   [[noreturn]] void throw_out_of_range(int i) const;

@@ -20,8 +20,11 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   virtual ~Storage() = default;
 
+  /// The device the memory is on.
   Device device() const { return device_; }
+  /// The memory's size in bytes.
   size_t nbytes() const { return nbytes_; }
+  /// The device address of byte 0.
   void* data() const { return data_; }
 
   /// Copies `bytes` host bytes from `src` into [offset, offset + bytes).
@@ -35,6 +38,8 @@ class Storage {
   virtual void copy_within_device(size_t offset, const Storage& src, size_t src_offset, size_t bytes) = 0;
 
  protected:
+  /// For a backend's subclass: `nbytes` at device address `data` on
+  /// `device`, which the subclass owns and frees.
   Storage(Device device, void* data, size_t nbytes) : device_(device), data_(data), nbytes_(nbytes) {}
 
  private:

@@ -53,16 +53,23 @@ class Tensor {
   /// result is the caller's responsibility to avoid.
   static Tensor view(const float* data, const Shape& shape);
 
+  /// Whether it holds memory (false for a default-constructed tensor).
   bool defined() const { return storage_ != nullptr; }
+  /// The shape, outermost first.
   const Shape& shape() const { return shape_; }
+  /// The element type.
   DType dtype() const { return dtype_; }
   /// The device of the storage (CPU for an undefined tensor).
   Device device() const { return storage_ ? storage_->device() : Device::CPU; }
+  /// The number of elements (1 for a scalar {}).
   int64_t numel() const { return shape_.numel(); }
+  /// The elements' size in bytes.
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   /// The memory this tensor views, and where in it (bytes) element 0 is.
+  ///@{
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   size_t storage_offset() const;
+  ///@}
 
   /// The device address of element 0 (a host pointer for a CPU tensor): for
   /// kernels of the tensor's device, not for host code on another device.
@@ -109,8 +116,11 @@ class Tensor {
   DType dtype_ = DType::Float32;
 };
 
+/// Tensor::data for the element types there are: float32, int32, int64.
+///@{
 template <> float* Tensor::data<float>() const;
 template <> int32_t* Tensor::data<int32_t>() const;
 template <> int64_t* Tensor::data<int64_t>() const;
+///@}
 
 }  // namespace tensorgrad

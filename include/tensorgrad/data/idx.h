@@ -36,8 +36,8 @@ namespace tensorgrad::data {
 /// Raw IDX array: dims outermost first, unsigned-byte elements (type code 0x08).
 /// `values.size()` is the product of `dims` (1 for zero dimensions).
 struct IdxArray {
-  std::vector<int64_t> dims;
-  std::vector<uint8_t> values;
+  std::vector<int64_t> dims;    ///< the dimensions, outermost first
+  std::vector<uint8_t> values;  ///< the elements, row-major
 };
 
 /// Reads one file in Yann LeCun's MNIST IDX format, plain or gzipped.
@@ -83,14 +83,14 @@ Tensor read_idx_labels(const std::string& path);
 
 /// A dataset split: inputs `x` (float32) and class ids `y` (int32, shape {n}).
 struct Dataset {
-  Tensor x;
-  Tensor y;
+  Tensor x;  ///< the inputs, one row per example
+  Tensor y;  ///< the class ids {n}
 };
 
 /// The standard train and test splits of MNIST or Fashion-MNIST.
 struct MnistFiles {
-  Dataset train;
-  Dataset test;
+  Dataset train;  ///< the train-* files
+  Dataset test;   ///< the t10k-* files
 };
 
 /// Loads MNIST or Fashion-MNIST (Yann LeCun's MNIST IDX format) from

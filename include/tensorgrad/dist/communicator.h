@@ -1,8 +1,7 @@
 #pragma once
-// The dist layer's communicator (DESIGN.md: `dist` sits between `backend`
-// and `opt`): MPI's collectives for data-parallel training, as Horovod and
-// torch.distributed's MPI backend use them. tensorgrad has no transport of
-// its own; without MPI at build time (TENSORGRAD_MPI=OFF, or AUTO without
+// The communicator of data-parallel training: MPI's collectives, as Horovod
+// and torch.distributed's MPI backend use them. tensorgrad has no transport
+// of its own; without MPI at build time (TENSORGRAD_MPI=OFF, or AUTO without
 // libopenmpi-dev) every constructor throws StateError.
 #include <cstddef>
 #include <cstdint>
@@ -48,12 +47,16 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   /// This process's rank in [0, size()), and the number of ranks.
+  ///@{
   int rank() const { return rank_; }
   int size() const { return size_; }
+  ///@}
   /// Ranks on this machine (MPI_COMM_TYPE_SHARED), and this one's index
   /// among them: threads per rank default to cores / local_size().
+  ///@{
   int local_size() const { return local_size_; }
   int local_rank() const { return local_rank_; }
+  ///@}
 
   /// Combines `data` (float32, in place) over all ranks: the element-wise
   /// sum, or the sum divided by size() for Average. Spans longer than
@@ -79,8 +82,10 @@ class Communicator {
   /// its broadcast (MPI_Bcast). Counts one collective per call (per INT_MAX
   /// elements); with one rank it sends nothing. The double form is for logs
   /// and counts.
+  ///@{
   void reduce_broadcast(std::span<float> data);
   void reduce_broadcast(std::span<double> data);
+  ///@}
   /// Copies `root`'s bytes of `tensor` (any dtype, CPU) into every rank's
   /// `tensor`, which must have the same byte size everywhere. Throws as
   /// all_reduce (but any dtype), IndexError for a bad root.

@@ -20,7 +20,10 @@ namespace tensorgrad::dist {
 /// every row goes to one rank and the shares differ by at most one row
 /// (PyTorch's DistributedSampler without padding). {0, 1}: the whole batch.
 struct Shard {
+  /// This rank and the number of ranks.
+  ///@{
   int rank = 0, ranks = 1;
+  ///@}
   /// This rank's place in `comm` ({0, 1} for null: one process).
   static Shard of(const Communicator* comm) { return comm ? Shard{comm->rank(), comm->size()} : Shard{}; }
   /// The first row of this rank's share of a batch of `rows` rows.

@@ -38,6 +38,7 @@ struct FusionOptions {
   FusionOptions operator&(const FusionOptions& o) const {
     return {relu && o.relu, add && o.add, batch_stats && o.batch_stats};
   }
+  /// The same rewrites allowed.
   bool operator==(const FusionOptions&) const = default;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
-// Lazy graphs of op nodes (the static path of DESIGN.md): built once, planned
-// once, run every step. Nodes are appended in creation order, which is a
-// topological order since an op's inputs exist before it.
+// Lazy graphs of op nodes (static graphs, as ggml's ggml_cgraph): built once,
+// planned once, run every step. Nodes are appended in creation order, which
+// is a topological order since an op's inputs exist before it.
 #include <array>
 #include <span>
 #include <string>
@@ -21,18 +21,19 @@ enum class NodeRole : uint8_t { Op, Input, Parameter, State };
 /// One node of a Graph: an op applied to earlier nodes, or a leaf (input,
 /// parameter, state) with its memory bound from outside.
 struct Node {
-  static constexpr int kMaxInputs = 6;  // RMSprop's update: param, grad, three states, hyper
-  OpKind op = OpKind::Leaf;
-  OpAttrs attrs;
-  std::array<Value, kMaxInputs> inputs{};
-  int n_inputs = 0;
-  Shape shape;
-  DType dtype = DType::Float32;
-  NodeRole role = NodeRole::Op;
-  bool trainable = false;  // parameters only
-  Tensor bound;            // parameters and state: their persistent memory
-  std::string name;        // leaves: for messages and gradient names
+  static constexpr int kMaxInputs = 6;  ///< the most inputs an op takes (RMSprop's update: param, grad, three states, hyper)
+  OpKind op = OpKind::Leaf;                ///< the op; Leaf for inputs, parameters and state
+  OpAttrs attrs;                           ///< the op's attributes
+  std::array<Value, kMaxInputs> inputs{};  ///< the first n_inputs are the op's inputs, in order
+  int n_inputs = 0;                        ///< how many of `inputs` are used
+  Shape shape;                             ///< the output's shape, batch included
+  DType dtype = DType::Float32;            ///< the output's dtype
+  NodeRole role = NodeRole::Op;            ///< what the node is
+  bool trainable = false;  ///< parameters only
+  Tensor bound;            ///< parameters and state: their persistent memory
+  std::string name;        ///< leaves: for messages and gradient names
 
+  /// The op's inputs: the first n_inputs entries of `inputs`.
   std::span<const Value> input_values() const { return {inputs.data(), size_t(n_inputs)}; }
 };
 
@@ -76,7 +77,9 @@ class Graph final : public Builder {
   DType dtype(Value v) const override { return node(v).dtype; }
   /// Throws IndexError for a handle that is not in this graph.
   const Node& node(Value v) const;
+  /// Every node, in creation (topological) order; a Value's index is its place here.
   const std::vector<Node>& nodes() const { return nodes_; }
+  /// The number of nodes.
   size_t size() const { return nodes_.size(); }
   /// Parameters with trainable = true, in creation order.
   std::vector<Value> trainable_parameters() const;
@@ -87,7 +90,7 @@ class Graph final : public Builder {
   /// several ops accumulates their gradients. Only nodes on a path from some
   /// wrt to the loss get a gradient: data inputs cost nothing.
   std::vector<Value> gradients(Value loss, std::span<const Value> wrt, float seed = 1.0f);
-  /// The same with the seed a scalar {} float32 value of the graph (an
+  /// The same with `seed` a scalar {} float32 value of the graph (an
   /// input set per run: gradient accumulation's rows / logical batch).
   /// Throws ShapeError when `seed` is not a scalar.
   std::vector<Value> gradients(Value loss, std::span<const Value> wrt, Value seed);
@@ -103,12 +106,12 @@ class Graph final : public Builder {
 
 /// Where every node's memory goes when a graph runs.
 struct MemoryPlan {
-  std::vector<int64_t> offset;    // byte offset in the arena; -1 when not in the arena
-  std::vector<int32_t> schedule;  // nodes to run, in order (dead nodes pruned)
-  std::vector<int32_t> views;     // view nodes (Reshape): no kernel, their input's memory
-  std::vector<int64_t> view_offsets;  // per view: where it starts, in bytes from its input's memory (0; or
-                                      // AttachedBatchStats: the statistics a Conv2D writes just before its output)
-  size_t arena_bytes = 0;
+  std::vector<int64_t> offset;    ///< per node: byte offset in the arena; -1 when not in the arena
+  std::vector<int32_t> schedule;  ///< nodes to run, in order (dead nodes pruned)
+  std::vector<int32_t> views;     ///< view nodes (Reshape): no kernel, their input's memory
+  std::vector<int64_t> view_offsets;  ///< per view: where it starts, in bytes from its input's memory (0; or
+                                      ///< AttachedBatchStats: the statistics a Conv2D writes just before its output)
+  size_t arena_bytes = 0;  ///< the arena's size in bytes
 };
 
 /// Plans one arena for every intermediate of `graph` from liveness: a node's

@@ -19,13 +19,17 @@ namespace tensorgrad::io {
 /// (and any other string) with ValueError, as not implemented.
 struct SaveFreq {
   /// "epoch".
+  ///@{
   SaveFreq(const char* when) : when(when) {}
   SaveFreq(std::string when) : when(std::move(when)) {}
+  ///@}
   /// Every `batches` batches (refused: not built).
+  ///@{
   SaveFreq(int batches) : batches(batches) {}
   SaveFreq(int64_t batches) : batches(batches) {}
-  std::string when;
-  std::optional<int64_t> batches;
+  ///@}
+  std::string when;               ///< "epoch", or empty when a count was given
+  std::optional<int64_t> batches;  ///< the count of batches, when one was given
 };
 
 /// BackupAndRestore's arguments by Keras' names and with its constructor's
@@ -35,8 +39,8 @@ struct SaveFreq {
 struct BackupAndRestoreOptions {
   /// The folder of the backup; required (an empty one is a ValueError).
   std::string backup_dir{};
-  SaveFreq save_freq = "epoch";
-  bool delete_checkpoint = true;
+  SaveFreq save_freq = "epoch";   ///< when to back up; only "epoch" is built
+  bool delete_checkpoint = true;  ///< delete the backup when a fit ends normally
 };
 
 /// Backs up the whole training state at the end of every epoch and, when a
@@ -120,13 +124,13 @@ struct ModelCheckpointOptions {
   /// The file to save to, with placeholders; required (an empty one is a
   /// ValueError).
   std::string filepath{};
-  std::string monitor = "val_loss";
-  int verbose = 0;
-  bool save_best_only = false;
-  bool save_weights_only = false;
-  nn::MonitorMode mode = nn::MonitorMode::Auto;
-  SaveFreq save_freq = "epoch";
-  std::optional<double> initial_value_threshold = std::nullopt;
+  std::string monitor = "val_loss";              ///< the log key save_best_only watches
+  int verbose = 0;                               ///< 1: print a line per save
+  bool save_best_only = false;                   ///< save only when `monitor` improves
+  bool save_weights_only = false;                ///< io::save_weights instead of io::save_model
+  nn::MonitorMode mode = nn::MonitorMode::Auto;  ///< which way `monitor` improves
+  SaveFreq save_freq = "epoch";                  ///< when to save; only "epoch" is built
+  std::optional<double> initial_value_threshold = std::nullopt;  ///< the first best, when given
 };
 
 /// Saves the model or its weights after every epoch

@@ -1,7 +1,8 @@
 #pragma once
-// GGUF version 3 files (ggml's docs/gguf.md), the io layer's container
-// (DESIGN.md): a header, typed key/value metadata, a table of tensor infos and
-// the tensors' data, each aligned to general.alignment (default 32).
+// GGUF version 3 files (ggml's docs/gguf.md), the container of every file
+// tensorgrad saves: a header, typed key/value metadata, a table of tensor
+// infos and the tensors' data, each aligned to general.alignment (default
+// 32).
 //
 // Dimension order: GGUF lists a tensor's dimensions as ggml's ne[0], ne[1],
 // ..., ne[0] the fastest-varying (innermost) axis. tensorgrad's shapes list
@@ -44,35 +45,35 @@ const char* value_type_name(ValueType type);
 /// `ints` (unsigned values as their bit pattern), floats in `floats`,
 /// strings in `strings`: a scalar is one element, an array its elements.
 struct MetadataValue {
-  ValueType type = ValueType::UInt64;
-  ValueType element_type = ValueType::UInt8;  // for Array: its elements' type
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  std::vector<std::string> strings;
+  ValueType type = ValueType::UInt64;         ///< the value's type; Array for an array
+  ValueType element_type = ValueType::UInt8;  ///< for Array: its elements' type
+  std::vector<int64_t> ints;                  ///< integers and bools (0/1); unsigned ones as their bits
+  std::vector<double> floats;                 ///< FLOAT32 and FLOAT64 values
+  std::vector<std::string> strings;           ///< STRING values
 };
 
 /// One key/value pair, in file order.
 struct MetadataEntry {
-  std::string key;
-  MetadataValue value;
+  std::string key;      ///< the key ("general.architecture")
+  MetadataValue value;  ///< its value
 };
 
 /// One tensor of a file, as its tensor-info table gives it.
 struct TensorInfo {
-  std::string name;
-  TensorType type = TensorType::F32;
-  Shape shape;          // tensorgrad's order, outermost first (the file's ne reversed)
-  uint64_t offset = 0;  // of the data, from the start of the file, in bytes
-  uint64_t nbytes = 0;
+  std::string name;                   ///< its name, at most 63 bytes
+  TensorType type = TensorType::F32;  ///< its element type in the file
+  Shape shape;          ///< tensorgrad's order, outermost first (the file's ne reversed)
+  uint64_t offset = 0;  ///< of the data, from the start of the file, in bytes
+  uint64_t nbytes = 0;  ///< the data's size in bytes
 };
 
 /// Time spent by GGUFWriter::write, in seconds: building the header and
 /// copying data to the file (`write`), and the fsync of the file and its
 /// folder (`fsync`), reported apart because it depends on the disk.
 struct WriteStats {
-  double write_seconds = 0.0;
-  double fsync_seconds = 0.0;
-  uint64_t bytes = 0;
+  double write_seconds = 0.0;  ///< building the header and writing, in seconds
+  double fsync_seconds = 0.0;  ///< fsync of the file and its folder, in seconds
+  uint64_t bytes = 0;          ///< the file's size in bytes
 };
 
 /// Collects metadata and tensors, then writes one GGUF v3 file. Holds the
@@ -88,6 +89,7 @@ class GGUFWriter {
   /// as C strings), or "general.alignment" (the writer
   /// writes that key itself from the constructor's alignment). Keys are
   /// written in the order they were set.
+  ///@{
   void set_string(const std::string& key, const std::string& value);
   void set_bool(const std::string& key, bool value);
   void set_u32(const std::string& key, uint32_t value);
@@ -96,11 +98,15 @@ class GGUFWriter {
   void set_i64(const std::string& key, int64_t value);
   void set_f32(const std::string& key, float value);
   void set_f64(const std::string& key, double value);
-  /// Arrays (random-number state is stored as UINT64 arrays).
+  ///@}
+  /// Arrays (random-number state is stored as UINT64 arrays); the keys as
+  /// for scalars.
+  ///@{
   void set_u64_array(const std::string& key, std::span<const uint64_t> values);
   void set_i64_array(const std::string& key, std::span<const int64_t> values);
   void set_f64_array(const std::string& key, std::span<const double> values);
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
+  ///@}
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
   /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
   /// int32 one as I32, an int64 one as I64. Throws ValueError for a name
@@ -146,8 +152,11 @@ class GGUFFile {
   static GGUFFile parse(std::span<const uint8_t> bytes);
   /// Moves the mapping and tables; the moved-from object may only be
   /// assigned to or destroyed (any other call throws StateError).
+  ///@{
   GGUFFile(GGUFFile&&) noexcept;
   GGUFFile& operator=(GGUFFile&&) noexcept;
+  ///@}
+  /// Unmaps the file.
   ~GGUFFile();
 
   /// The file's GGUF version (always 3: open refuses others).
@@ -159,8 +168,10 @@ class GGUFFile {
   /// Every key/value pair, in file order. On a temporary file (as in
   /// `for (auto& e : GGUFFile::open(p).metadata())`) a copy, so the loop
   /// never reads a file already closed.
+  ///@{
   const std::vector<MetadataEntry>& metadata() const&;
   std::vector<MetadataEntry> metadata() &&;
+  ///@}
   /// The value of `key`, or null.
   const MetadataValue* find(const std::string& key) const;
   /// Typed access; each throws FormatError naming the key (and the file)
@@ -168,6 +179,7 @@ class GGUFFile {
   /// are accepted: get_u32 takes UINT8/16/32, get_u64 any unsigned integer,
   /// get_i64 any signed integer, get_f64 FLOAT32 or FLOAT64; the array
   /// getters likewise for their elements.
+  ///@{
   std::string get_string(const std::string& key) const;
   uint32_t get_u32(const std::string& key) const;
   uint64_t get_u64(const std::string& key) const;
@@ -178,10 +190,13 @@ class GGUFFile {
   std::vector<int64_t> get_i64_array(const std::string& key) const;
   std::vector<double> get_f64_array(const std::string& key) const;
   std::vector<std::string> get_string_array(const std::string& key) const;
+  ///@}
 
   /// The tensor table, in file order (a copy on a temporary file, as metadata()).
+  ///@{
   const std::vector<TensorInfo>& tensors() const&;
   std::vector<TensorInfo> tensors() &&;
+  ///@}
   /// The tensor named `name`, or null.
   const TensorInfo* find_tensor(const std::string& name) const;
   /// A new tensor holding the tensor's values: float32 for F32, F16 and BF16
@@ -204,9 +219,11 @@ class GGUFFile {
 };
 
 /// IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN).
+///@{
 uint16_t float_to_f16(float value);
 float f16_to_float(uint16_t value);
 uint16_t float_to_bf16(float value);
 float bf16_to_float(uint16_t value);
+///@}
 
 }  // namespace tensorgrad::io

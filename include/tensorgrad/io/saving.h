@@ -1,7 +1,7 @@
 #pragma once
 // Saving and loading models, weights and training checkpoints as GGUF files
-// (DESIGN.md, io layer; Keras' model.save / keras.saving.load_model,
-// save_weights / load_weights, and exact resume of a Trainer).
+// (Keras' model.save / keras.saving.load_model, save_weights / load_weights,
+// and exact resume of a Trainer).
 //
 // Every file carries general.architecture = "tensorgrad",
 // tensorgrad.file_kind ("model", "weights", "checkpoint" or "state_dict") and
@@ -62,25 +62,25 @@ void register_loss(const std::string& name, LossFunction function);
 /// Saves only the weights by name (Keras' save_weights): every weight of
 /// the model, batch-norm statistics included; `weight_type` as save_model.
 WriteStats save_weights(const nn::Model& model, const std::string& path, TensorType weight_type = TensorType::F32);
-/// Loads weights by name into `model` (Keras' load_weights; the seed
-/// ag_save.R's checks). Every name of the model must be in the file with the
-/// same shape, and every name in the file in the model; otherwise nothing is
-/// changed and ValueError lists the names missing in the file, the names not
-/// in the model, and each shape mismatch as "name: model {a, b} vs file {c,
-/// d}". With skip_mismatch (Keras' argument), the weights that match are
-/// loaded and the rest are left as they are, with a warning listing them.
-/// Reads a "model" or "checkpoint" file's weights too. Throws IOError and
-/// FormatError as load_model, StateError for a freed model.
+/// Loads weights by name into `model` (Keras' load_weights). Every name of
+/// the model must be in the file with the same shape, and every name in the
+/// file in the model; otherwise nothing is changed and ValueError lists the
+/// names missing in the file, the names not in the model, and each shape
+/// mismatch as "name: model {a, b} vs file {c, d}". With skip_mismatch
+/// (Keras' argument), the weights that match are loaded and the rest are left
+/// as they are, with a warning listing them. Reads a "model" or "checkpoint"
+/// file's weights too. Throws IOError and FormatError as load_model,
+/// StateError for a freed model.
 void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch = false);
 
-/// Saves everything a Trainer needs to continue exactly (DESIGN.md, "One
-/// training state per model"): weights, optimizer state by weight name
-/// (moments, 64-bit step counter, learning rate, gradient accumulators of an
-/// unfinished accumulation window with its micro-step count), the model's
-/// random stream and dropout counter, and the trainer's step counter. At the
-/// same thread count, N steps, save, load (in another process too), M steps
-/// give bit for bit what N + M steps give. Throws StateError for a freed
-/// trainer, IOError when the file cannot be written.
+/// Saves everything a Trainer needs to continue exactly (the model's one
+/// training state): weights, optimizer state by weight name (moments, 64-bit
+/// step counter, learning rate, gradient accumulators of an unfinished
+/// accumulation window with its micro-step count), the model's random stream
+/// and dropout counter, and the trainer's step counter. At the same thread
+/// count, N steps, save, load (in another process too), M steps give bit for
+/// bit what N + M steps give. Throws StateError for a freed trainer, IOError
+/// when the file cannot be written.
 WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path);
 /// Restores a checkpoint into a trainer made from a model of the same
 /// architecture and optimizer. Throws ValueError listing missing, unexpected
@@ -100,10 +100,10 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path);
 /// with "tensorgrad.fit.initial_epoch" = `initial_epoch`, the epoch a
 /// resumed fit starts at (the number of epochs completed), and the state of
 /// each of `callbacks` (Callback::get_state): callback i's numbers under
-/// "tensorgrad.callbacks.<i>.<Type>.value.<key>", its tensors as
-/// "callbacks/<i>/<j>" (named by position: GGUF's names stop at 63 bytes)
-/// with their names in "tensorgrad.callbacks.<i>.<Type>.tensor_names", and
-/// the types in order in "tensorgrad.callbacks.types"; <Type> is the
+/// "tensorgrad.callbacks.{i}.{Type}.value.{key}", its tensors as
+/// "callbacks/{i}/{j}" (named by position: GGUF's names stop at 63 bytes)
+/// with their names in "tensorgrad.callbacks.{i}.{Type}.tensor_names", and
+/// the types in order in "tensorgrad.callbacks.types"; {Type} is the
 /// callback's Callback::type(). io::BackupAndRestore
 /// writes its backups with it. The architecture (with every layer's
 /// configuration, dropout seeds included) is stored too: load_checkpoint

@@ -25,8 +25,8 @@ using Logs = std::map<std::string, double>;
 /// Numbers by name in `values` (an absent optional value is an absent key);
 /// tensors by name, in order, in `tensors`.
 struct CallbackState {
-  std::map<std::string, double> values;
-  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, double> values;                 ///< numbers by name
+  std::vector<std::pair<std::string, Tensor>> tensors;  ///< tensors by name, in the callback's order
   /// No values and no tensors: a callback that keeps nothing.
   bool empty() const { return values.empty() && tensors.empty(); }
 };
@@ -42,12 +42,16 @@ class Callback {
   /// The model being trained; throws StateError outside fit (set by fit
   /// before on_train_begin, cleared after on_train_end).
   Model& model() const;
+  /// Sets (or, with null, clears) what model() returns; fit calls it, a loop
+  /// of one's own that drives callbacks calls it likewise.
   void set_model(Model* model) { model_ = model; }
   /// The callbacks of the fit in progress in the order fit calls them (the
   /// given ones, then the History, then the progress printer); empty outside
   /// fit. Set by fit (CallbackList) with the model: io::BackupAndRestore
   /// finds the callbacks whose state it saves here.
   const std::vector<Callback*>& fit_callbacks() const;
+  /// Sets what fit_callbacks() returns (null: none); the list must outlive
+  /// the fit.
   void set_fit_callbacks(const std::vector<Callback*>* callbacks) { fit_callbacks_ = callbacks; }
   /// In data-parallel training (FitOptions::communicator) this process's
   /// rank and the job's number of ranks (torch.distributed's rank and
@@ -57,8 +61,11 @@ class Callback {
   /// ModelCheckpoint, BackupAndRestore's backups) does so on rank 0 only, as
   /// Horovod's recipe: a callback of a user's that writes should check
   /// rank() == 0 alike. Set by fit (CallbackList) with the model.
+  ///@{
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  ///@}
+  /// Sets what rank() and world_size() return.
   void set_rank(int rank, int world_size) { rank_ = rank, world_size_ = world_size; }
 
   /// The callback's type name, which checkpoints record with its state
@@ -88,18 +95,26 @@ class Callback {
   /// until an epoch has run (PlotHistory, ModelCheckpoint's best) says true.
   virtual bool keeps_state() const { return !get_state().empty(); }
 
+  /// Once when fit starts, before the first epoch (logs empty). Default:
+  /// nothing, as every hook.
   virtual void on_train_begin(Logs& logs) { (void)logs; }
+  /// Once when fit ends, stopped early or not; logs: the last epoch's.
   virtual void on_train_end(Logs& logs) { (void)logs; }
+  /// Before epoch `epoch`'s first batch (logs empty; a callback may add keys
+  /// that on_epoch_end's logs then hold, as the learning-rate callbacks do).
   virtual void on_epoch_begin(int epoch, Logs& logs) { (void)epoch, (void)logs; }
   /// logs: the epoch's training metrics and, after validation, "val_" ones.
   virtual void on_epoch_end(int epoch, Logs& logs) { (void)epoch, (void)logs; }
+  /// Before training batch `batch` of the epoch (logs empty).
   virtual void on_train_batch_begin(int64_t batch, Logs& logs) { (void)batch, (void)logs; }
   /// logs: the running means over the epoch's batches so far.
   virtual void on_train_batch_end(int64_t batch, Logs& logs) { (void)batch, (void)logs; }
   /// Around fit's validation pass; on_test_end gets the validation metrics
   /// without the "val_" prefix, as Keras.
+  ///@{
   virtual void on_test_begin(Logs& logs) { (void)logs; }
   virtual void on_test_end(Logs& logs) { (void)logs; }
+  ///@}
 
  private:
   Model* model_ = nullptr;

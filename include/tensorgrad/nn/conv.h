@@ -40,26 +40,34 @@ class Conv2D : public Layer {
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 
  protected:
+  /// The public constructor's checks and arguments, with the automatic name
+  /// made from `prefix` (Conv1D's "conv1d").
   Conv2D(const char* prefix, int64_t filters, std::array<int64_t, 2> kernel_size, std::array<int64_t, 2> strides,
          const std::string& padding, std::array<int64_t, 2> dilation_rate, const std::string& activation,
          bool use_bias);
-  // x4 {B, H, W, C} -> {B, Ho, Wo, filters}; a ReLU activation is done
-  // inside the convolution's pass (kReluOutput).
+  /// x4 {B, H, W, C} -> {B, Ho, Wo, filters}; a ReLU activation is done
+  /// inside the convolution's pass (kReluOutput).
   Value convolve(Builder& b, Value x4) const;
-  // The layer's activation on convolve's output (ReLU: already done).
+  /// The layer's activation on convolve's output (ReLU: already done).
   Value activate(Builder& b, Value y) const;
-  // Declares kernel {kernel_shape...} (Glorot uniform) and the bias; the
-  // layout is Keras' (Conv1D's kernel is {k, C, F}).
+  /// Declares kernel {kernel_shape...} (Glorot uniform) and the bias; the
+  /// layout is Keras' (Conv1D's kernel is {k, C, F}).
   void declare_weights(const Shape& kernel_shape);
 
-  int64_t filters_;
+  int64_t filters_;  ///< output channels
+  /// Kernel size, strides and dilation along H and W (Conv1D: {1, k}, ...).
+  ///@{
   std::array<int64_t, 2> kernel_size_, strides_, dilation_;
-  Padding padding_;
-  Activation activation_;
-  bool use_bias_;
-  Window2D window_;
-  Shape in_shape_;  // {H, W, C}
+  ///@}
+  Padding padding_;         ///< "valid" or "same"
+  Activation activation_;   ///< applied after the bias
+  bool use_bias_;           ///< whether there is a bias
+  Window2D window_;         ///< the window for the built input shape (pads resolved)
+  Shape in_shape_;          ///< {H, W, C}, as built
+  /// The weights' handles (bias_ invalid without a bias).
+  ///@{
   WeightId kernel_, bias_;
+  ///@}
 };
 
 /// 1-D convolution over sequences (keras.layers.Conv1D): input {steps, C_in},
@@ -104,6 +112,8 @@ class Pooling2D : public Layer {
   Window2D window_;
 };
 
+/// Max pooling (keras.layers.MaxPooling2D): the largest value of each
+/// window, NaN when the window holds one.
 class MaxPooling2D : public Pooling2D {
  public:
   /// strides {0, 0} means pool_size.
@@ -112,6 +122,8 @@ class MaxPooling2D : public Pooling2D {
       : Pooling2D("max_pooling2d", true, pool_size, strides, padding) {}
 };
 
+/// Average pooling (keras.layers.AveragePooling2D): the mean of each
+/// window's input pixels, padding not counted.
 class AveragePooling2D : public Pooling2D {
  public:
   /// strides {0, 0} means pool_size.
@@ -131,6 +143,7 @@ class GlobalPooling2D : public Layer {
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 
  protected:
+  /// The maximum (`is_max`) or the mean, with automatic names from `prefix`.
   GlobalPooling2D(const char* prefix, bool is_max) : Layer(prefix), is_max_(is_max) {}
 
  private:
@@ -138,13 +151,17 @@ class GlobalPooling2D : public Layer {
   Window2D window_;
 };
 
+/// The mean over H and W (keras.layers.GlobalAveragePooling2D): {H, W, C} -> {C}.
 class GlobalAveragePooling2D : public GlobalPooling2D {
  public:
+  /// Named "global_average_pooling2d", "global_average_pooling2d_1", ...
   GlobalAveragePooling2D() : GlobalPooling2D("global_average_pooling2d", false) {}
 };
 
+/// The maximum over H and W (keras.layers.GlobalMaxPooling2D): {H, W, C} -> {C}.
 class GlobalMaxPooling2D : public GlobalPooling2D {
  public:
+  /// Named "global_max_pooling2d", "global_max_pooling2d_1", ...
   GlobalMaxPooling2D() : GlobalPooling2D("global_max_pooling2d", true) {}
 };
 

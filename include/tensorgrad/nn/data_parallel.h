@@ -1,7 +1,7 @@
 #pragma once
-// Data-parallel training (issue 14; PyTorch's DistributedDataParallel and
-// Horovod on MPI): the same program on every rank, each rank training on its
-// share of every global batch, the gradients reduced in the hook stage
+// Data-parallel training (PyTorch's DistributedDataParallel and Horovod on
+// MPI): the same program on every rank, each rank training on its share of
+// every global batch, the gradients reduced in the hook stage
 // (OptimizerState::communicator). Model::fit turns it on with
 // FitOptions::communicator, the Trainer with TrainerOptions::communicator;
 // this header has what both use, for loops of one's own.
@@ -18,7 +18,7 @@
 
 namespace tensorgrad::nn {
 
-// Rank-splitting, votes and agreement are the dist layer's
+// Rank-splitting, votes and agreement are tensorgrad::dist's
 // (dist/sharding.h); their nn names stay for code written against them.
 using dist::abort_job;
 using dist::check_ranks_agree;
@@ -86,19 +86,28 @@ std::shared_ptr<LoopGroup> data_parallel_group(std::shared_ptr<dist::Communicato
 struct FitShare {
   /// This process's rows of a full batch, and of the logical batch
   /// (gradient accumulation; 0: none).
+  ///@{
   int64_t batch_size = 0, nbatch_logical = 0;
+  ///@}
   /// The loop's group (data_parallel_group), null for one process.
   std::shared_ptr<LoopGroup> group;
   /// This process's rows of each batch of `global`: `global` itself for one
   /// process, else a ShardedSource owning it.
   std::unique_ptr<BatchSource> source(std::unique_ptr<BatchSource> global) const;
-  dist::Shard shard;
+  dist::Shard shard;  ///< this process's rank and the number of ranks
 };
 
 /// What the ranks of a fit must agree on (the global batches' shape).
 struct FitShape {
+  /// The training rows, the global batch and logical batch, and the
+  /// validation rows.
+  ///@{
   int64_t rows = 0, batch_size = 0, nbatch_logical = 0, validation_rows = 0;
+  ///@}
+  /// Whether the rows are shuffled, and whether sample weights are given.
+  ///@{
   bool shuffle = false, weighted = false;
+  ///@}
 };
 
 /// Model::fit's share of each batch for `shape` (its batch_size at most its

@@ -1,6 +1,6 @@
 #pragma once
-// Keras-style layers (DESIGN.md, nn layer). A layer is built once for its
-// input shape (which creates its weights, drawn from the global seed) and then
+// Keras-style layers (keras.layers). A layer is built once for its input
+// shape (which creates its weights, drawn from the global seed) and then
 // called into any Builder: the training graph, the prediction graph, or the
 // eager API (ag::EagerBuilder), all sharing the same weight tensors.
 #include <functional>
@@ -19,9 +19,9 @@ namespace tensorgrad::nn {
 
 /// A named weight: "<layer>/<weight>" with Keras' names ("dense/kernel").
 struct Weight {
-  std::string name;
-  Tensor value;
-  bool trainable = true;
+  std::string name;       ///< "<layer>/<weight>"
+  Tensor value;           ///< the weight's tensor itself (not a copy)
+  bool trainable = true;  ///< updated by the optimizer (declared trainable, layer trainable)
   /// false for running statistics (batch-norm moving mean and variance):
   /// target-network updates copy them whole instead of averaging.
   bool averaged = true;
@@ -29,7 +29,8 @@ struct Weight {
 
 /// Makes a weight's first value for its shape (Keras' initializers): a
 /// tensor of exactly that shape, drawn from the global generator where it is
-/// random (core/random.h), so weights follow the seed in declaration order.
+/// random (core/random.h), so weights are drawn after a manual_seed in
+/// declaration order.
 using Initializer = std::function<Tensor(const Shape& shape)>;
 
 /// Keras' built-in initializers by their Keras names.
@@ -47,7 +48,9 @@ Initializer orthogonal();
 Initializer random_uniform(float low, float high);
 /// Every element `value` (Keras' Zeros, Ones, Constant).
 Initializer constant(float value);
+/// Every element 0 (Keras' Zeros).
 inline Initializer zeros() { return constant(0.0f); }
+/// Every element 1 (Keras' Ones).
 inline Initializer ones() { return constant(1.0f); }
 }  // namespace initializers
 
@@ -58,13 +61,13 @@ struct WeightSpec {
   /// The weight's own name ("kernel"); the layer's listing prefixes it with
   /// the layer's name ("dense/kernel"), which saved files and state dicts use.
   std::string name;
-  Shape shape;
-  Initializer initializer;
+  Shape shape;              ///< the weight's full shape
+  Initializer initializer;  ///< makes the first value; required
   /// false for state that no gradient reaches (batch-norm moving statistics,
   /// Keras' non_trainable_weights): never updated by the optimizer, and
   /// copied whole, not averaged, by target-network updates.
   bool trainable = true;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32;  ///< the weight's dtype (the initializer must make it)
 };
 
 /// A layer's handle on one of its declared weights (what add_weight
@@ -72,7 +75,9 @@ struct WeightSpec {
 /// copies of the layer (clone); invalid until the weight is declared.
 class WeightId {
  public:
+  /// Invalid: no weight yet.
   WeightId() = default;
+  /// Whether it names a declared weight.
   bool valid() const { return index_ >= 0; }
 
  private:
@@ -103,8 +108,8 @@ std::shared_ptr<Layer> clone_layer(const T& layer) {
 
 /// How a layer is being called.
 struct CallOptions {
-  bool training = false;   // dropout active, batch statistics (and their moving averages updated)
-  bool calibrate = false;  // batch normalization: set the moving statistics to this batch's, exactly
+  bool training = false;   ///< dropout active, batch statistics (and their moving averages updated)
+  bool calibrate = false;  ///< batch normalization: set the moving statistics to this batch's, exactly
 };
 
 struct LayerCall;
@@ -114,18 +119,23 @@ struct LayerCall;
 /// graph between its inputs and outputs. Copies share the same node.
 class SymbolicTensor {
  public:
+  /// Undefined: no call.
   SymbolicTensor() = default;
   /// Output `index` of `call` (a nested model with several outputs has one
   /// call and a tensor per output).
   explicit SymbolicTensor(std::shared_ptr<const LayerCall> call, int index = 0)
       : call_(std::move(call)), index_(index) {}
+  /// Whether it comes from a call (a default-constructed one does not).
   bool defined() const { return call_ != nullptr; }
   /// Shape without the batch, and dtype. Throw StateError when undefined.
+  ///@{
   const Shape& shape() const;
   DType dtype() const;
+  ///@}
   /// The name of the layer that made it (or of the Input); for output k > 0
   /// of a nested model, that model's name for the output.
   const std::string& name() const;
+  /// The call that made it (null when undefined).
   const std::shared_ptr<const LayerCall>& call() const { return call_; }
   /// Which of the call's outputs this is (0 but for nested models).
   int index() const { return index_; }
@@ -149,6 +159,8 @@ enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, L
 /// Keras 3's default), "softplus"; throws ValueError for any other name,
 /// listing these.
 Activation activation_from_name(const std::string& name);
+/// The Keras name of `a` ("relu"; "linear" for Linear), as
+/// activation_from_name reads it back.
 const char* activation_name(Activation a);
 /// Applies `a` to x (softmax along the last axis), as Keras' activation of
 /// that name. Throws ValueError for a value that is none of the enumerators
@@ -161,22 +173,30 @@ Value apply_activation(Builder& b, Activation a, Value x);
 /// and io::load_model hands it to the type's factory (register_layer).
 class LayerConfig {
  public:
+  /// One argument's value: a flag, an integer, a number, a string or a list
+  /// of integers (a shape, kernel sizes).
   using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
+  /// An empty configuration of no named type.
   LayerConfig() = default;
   /// `type` names the layer type in error messages.
   explicit LayerConfig(std::string type) : type_(std::move(type)) {}
   /// Sets `key` (replacing an earlier value).
   LayerConfig& set(const std::string& key, Value value);
+  /// Whether `key` is set.
   bool has(const std::string& key) const { return values_.count(key) != 0; }
   /// Typed access; each throws ValueError naming the layer type, the key and
   /// what it holds when the key is missing or of another kind. get_double
   /// also reads an integer; get_int refuses a fractional double.
+  ///@{
   bool get_bool(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
   std::string get_string(const std::string& key) const;
   std::vector<int64_t> get_ints(const std::string& key) const;
+  ///@}
+  /// Every key and its value, sorted by key.
   const std::map<std::string, Value>& values() const { return values_; }
+  /// The layer type the configuration is for (the constructor's).
   const std::string& type() const { return type_; }
 
  private:
@@ -195,6 +215,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual ~Layer() = default;
   /// The layer's name: Keras' automatic one ("dense", "dense_1", ...) unless set.
   const std::string& name() const { return name_; }
+  /// Renames the layer; do it before calling the layer, since a call records
+  /// the name the layer had then (LayerCall::name).
   void set_name(std::string name) { name_ = std::move(name); }
   /// Keras' class name ("Dense").
   virtual const char* type() const = 0;
@@ -228,8 +250,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// the shape that came and the one it needs; ValueError for a layer of one
   /// input called on several (or an undefined tensor); TypeError for int32
   /// tensors into a layer that is not an Embedding.
+  ///@{
   SymbolicTensor operator()(const SymbolicTensor& x);
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs);
+  ///@}
   /// Its weights, in declaration order (Keras order), named
   /// "<layer>/<weight>", trainable where declared so and the layer is
   /// trainable. The default lists what add_weight declared; a layer that
@@ -244,7 +268,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// run, naming the weight.
   virtual std::vector<Tensor*> weight_slots();
   /// Checks a model input this layer reads directly (the first layer): token
-  /// ids for Embedding. Throws the DESIGN.md error naming the bad value.
+  /// ids for Embedding. Throws ValueError for an id that is not a whole
+  /// number, IndexError for one outside the vocabulary, naming the value and
+  /// where it is (row and step).
   virtual void validate_input(const Tensor& x) const { (void)x; }
   /// The activation the layer ends with ("relu", "softmax", "linear"), or
   /// null for layers that are not activations (pooling, normalization, ...).
@@ -266,9 +292,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// (added to a second model: a shared layer, as in Keras) keeps its
   /// weights. Throws ShapeError when it was built for another input shape.
   Shape build_once(const Shape& input_shape);
+  /// Whether build() has run.
   bool built() const { return built_; }
 
  protected:
+  /// Names the layer `name_prefix`, then `name_prefix`_1, ... (Keras'
+  /// automatic names; clear_session restarts them).
   explicit Layer(const char* name_prefix);
   /// Copies configuration, name and weights' handles (clone_layer then
   /// deep-copies the weights), never the graph copy of the original.
@@ -292,8 +321,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   WeightId add_weight(WeightSpec spec);
   /// The weight's tensor. Throws StateError when `id` is not declared (the
   /// layer was not built).
+  ///@{
   Tensor& weight(WeightId id);
   const Tensor& weight(WeightId id) const;
+  ///@}
   /// The weight bound into `b` under its listed name ("dense/kernel"), with
   /// a gradient only where declared trainable and the layer is trainable.
   /// Throws StateError naming the layer when it has not been built.
@@ -325,6 +356,7 @@ class Dense : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   const char* output_activation() const override { return activation_name(activation_); }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  /// The output width.
   int64_t units() const { return units_; }
 
  private:
@@ -376,6 +408,7 @@ class Dropout : public Layer {
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  /// The probability of dropping an element.
   float rate() const { return rate_; }
 
  private:
@@ -401,15 +434,17 @@ std::shared_ptr<Layer> layer_from_config(const std::string& type, const LayerCon
 /// symbolic tensors it was called on, and its output's shape and dtype. An
 /// Input is a call without a layer.
 struct LayerCall {
-  std::shared_ptr<Layer> layer;  // null for an Input
-  std::vector<SymbolicTensor> inputs;
-  Shape shape;  // output, without the batch
-  DType dtype = DType::Float32;
-  std::string name;  // the Input's name, or the layer's name when called
-  // A nested model's call with several outputs: the shapes of outputs 1..
-  // (output 0's is `shape`), and every output's name ("model/output").
+  std::shared_ptr<Layer> layer;        ///< null for an Input
+  std::vector<SymbolicTensor> inputs;  ///< what the layer was called on, in order
+  Shape shape;                         ///< output, without the batch
+  DType dtype = DType::Float32;        ///< the output's dtype
+  std::string name;                    ///< the Input's name, or the layer's name when called
+  /// A nested model's call with several outputs: the shapes of outputs 1 on
+  /// (output 0's is `shape`), and every output's name ("model/output").
+  ///@{
   std::vector<Shape> more_shapes;
   std::vector<std::string> output_names;
+  ///@}
 };
 
 }  // namespace tensorgrad::nn

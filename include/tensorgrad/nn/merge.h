@@ -22,6 +22,7 @@ class Merge : public Layer {
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
 
  protected:
+  /// Automatic names from `prefix` ("add", "add_1", ...).
   explicit Merge(const char* prefix) : Layer(prefix) {}
   /// The merged value of two or more inputs (already checked).
   virtual Value merge(Builder& b, std::span<const Value> inputs) const = 0;
@@ -114,6 +115,7 @@ class Concatenate : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  /// The axis joined along (negative counts from the end).
   int axis() const { return axis_; }
 
  private:

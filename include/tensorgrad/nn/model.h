@@ -1,9 +1,8 @@
 #pragma once
-// keras.Model in C++: the one model the library is written on (DESIGN.md,
-// "One model contract"). A functional model is the graph of layer calls
-// between Input()s and outputs; Sequential (nn/sequential.h) builds one a
-// layer at a time. compile, fit, evaluate, predict, summary, clone and the
-// Trainer take any Model.
+// keras.Model in C++: the one model class the library is written on. A
+// functional model is the graph of layer calls between Input()s and outputs;
+// Sequential (nn/sequential.h) builds one a layer at a time. compile, fit,
+// evaluate, predict, summary, clone and the Trainer take any Model.
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,8 +31,11 @@ namespace tensorgrad::nn {
 struct FitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (to continue an
   /// earlier fit: History and callbacks see those numbers).
+  ///@{
   int epochs = 1;
   int initial_epoch = 0;
+  ///@}
+  /// Rows per training step (the last batch of an epoch may have fewer).
   int64_t batch_size = 32;
   /// Rows per optimizer update (gradient accumulation); 0 = batch_size; else
   /// an exact multiple of batch_size (ValueError otherwise). With
@@ -49,13 +51,17 @@ struct FitOptions {
   /// output, in the model's order (Keras' validation_data = (x_list,
   /// y_list)). Takes precedence over validation_split; giving both this and
   /// validation_data is a ValueError.
+  ///@{
   std::vector<Tensor> validation_x{}, validation_y{};
+  ///@}
   /// One weight per row of validation_data ({rows} or {rows, 1}; Keras'
   /// third element of validation_data); undefined = all ones. With
   /// validation_split, the validation rows keep their sample_weight instead
   /// (split with the rows, as Keras). ValueError without validation_data
   /// (or validation_x).
   Tensor validation_sample_weight{};
+  /// Shuffle the training rows before every epoch, from the model's random
+  /// stream (random_stream()).
   bool shuffle = true;
   /// One weight per row, {rows} or {rows, 1}, for every output; undefined =
   /// all ones. Each output's loss is sum(w * loss_row) / rows (Keras' sum
@@ -98,32 +104,38 @@ struct FitOptions {
   std::shared_ptr<dist::Communicator> communicator{};
 };
 
-/// One batch from a generator (the seed's list(inputs = , labels = )): one
+/// One batch from a generator (Keras' (x, y, sample_weight) tuple): one
 /// tensor per model input and one per output, in the model's order, with
 /// the same rows, and optional per-row weights ({rows} or {rows, 1}).
 struct Batch {
+  /// The inputs (x) and the targets (y), one tensor each per model input
+  /// and output.
+  ///@{
   std::vector<Tensor> x, y;
-  Tensor sample_weight;
+  ///@}
+  Tensor sample_weight;  ///< {rows} or {rows, 1}; undefined = all ones
 };
 
-/// A batch source with the seed's contract (ggmlR's fit_generator.R): each
-/// call returns the next batch, or std::nullopt to end the epoch. A finite
+/// A batch source for Model::fit (Keras' fit with a generator): each call
+/// returns the next batch, or std::nullopt to end the epoch. A finite
 /// generator must restart itself: after returning nullopt, its next call
 /// gives the first batch of the next epoch. An infinite one never returns
-/// nullopt and needs steps_per_epoch. It must not touch the model (it may
-/// run on a producer thread while the model trains).
+/// nullopt and needs steps_per_epoch. It must not touch the model (it may run
+/// on a producer thread while the model trains).
 using Generator = std::function<std::optional<Batch>()>;
 
-/// Options of Model::fit from a generator (Keras' and the seed's names); an
-/// aggregate, as FitOptions. Designated initializers must keep the order of
-/// the fields: epochs, initial_epoch, steps_per_epoch, batch_size,
-/// nbatch_logical, validation_generator, validation_steps, prefetch,
-/// verbose, callbacks, communicator.
+/// Options of Model::fit from a generator (Keras' names); an aggregate, as
+/// FitOptions. Designated initializers must keep the order of the fields:
+/// epochs, initial_epoch, steps_per_epoch, batch_size, nbatch_logical,
+/// validation_generator, validation_steps, prefetch, verbose, callbacks,
+/// communicator.
 struct GeneratorFitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (History and callbacks
   /// see those numbers; the progress line counts from 1).
+  ///@{
   int epochs = 1;
   int initial_epoch = 0;
+  ///@}
   /// Batches per epoch; 0: until the generator returns nullopt. With a
   /// number, a generator that ends early makes a short epoch (a warning
   /// says "d of s").
@@ -136,23 +148,27 @@ struct GeneratorFitOptions {
   /// batch_size; the generator does not see it. A batch of fewer rows is a
   /// short micro-batch: it counts as one of the period's nbatch_logical /
   /// batch_size batches and its loss is scaled by its rows over
-  /// nbatch_logical (every row weighs the same in the update; a departure
-  /// from the seed, which needs full batches). A period an epoch leaves
-  /// incomplete is applied at the epoch's end (a smaller step, its rows
-  /// over nbatch_logical), so nothing carries into the next epoch or fit.
+  /// nbatch_logical (every row weighs the same in the update). A period an
+  /// epoch leaves incomplete is applied at the epoch's end (a smaller step,
+  /// its rows over nbatch_logical), so nothing carries into the next epoch or
+  /// fit.
   int64_t nbatch_logical = 0;
   /// Validation after every epoch from a generator of the same contract, for
   /// validation_steps batches (0: until it returns nullopt); val_* keys are
   /// NaN for an epoch where it gives nothing.
+  ///@{
   Generator validation_generator{};
   int64_t validation_steps = 0;
+  ///@}
   /// Batches the generator runs ahead on a producer thread; 0 calls it on
   /// the calling thread. Either way it is called exactly as often, never past
   /// an epoch's end.
   int prefetch = 2;
   /// As FitOptions.
+  ///@{
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks{};
+  ///@}
   /// Data-parallel training (see FitOptions::communicator): each rank calls
   /// its own generator (its own part of the data; batch_size and
   /// nbatch_logical are per rank here). An epoch ends when every rank's
@@ -166,25 +182,28 @@ class FunctionalGraph;
 /// Where a model's graphs run, in what precision and with which fused ops:
 /// compile's last argument. A Device or a DTypePolicy converts to it.
 struct CompileTarget {
-  Device device = Device::CPU;
-  DTypePolicy policy = DTypePolicy::kFloat32;
+  Device device = Device::CPU;                 ///< the device whose backend runs the graphs
+  DTypePolicy policy = DTypePolicy::kFloat32;  ///< the precision (Keras' dtype policy)
   /// The fusion pass's rewrites for the model's graphs (training,
   /// evaluation, prediction), as far as the backend has the fused kernels;
   /// FusionOptions::none() runs them as written (the same values up to
   /// rounding; the CPU's fused kernels give the same bits). The compile
   /// overloads that take a backend object use the default.
   FusionOptions fusion;
+  /// The CPU in float32 with every fusion.
   CompileTarget() = default;
+  /// `d` in precision `p`; implicit, so that compile takes a Device.
   CompileTarget(Device d, DTypePolicy p = DTypePolicy::kFloat32) : device(d), policy(p) {}  // NOLINT: converts
+  /// The CPU in precision `p`; implicit, so that compile takes a DTypePolicy.
   CompileTarget(DTypePolicy p) : policy(p) {}                                                // NOLINT: converts
 };
 
 /// A model (keras.Model): inputs, named outputs, and the layers between.
 /// Functional: `Model(inputs, outputs)` over symbolic tensors; Sequential
 /// derives from it. A Model called on a symbolic tensor is a layer sharing
-/// its weights (operator()). One thread at a time (DESIGN.md): calls on one
-/// model from two threads at once, predict included, share its scratch
-/// memory and must be serialised.
+/// its weights (operator()). One thread at a time: calls on one model from
+/// two threads at once, predict included, share its scratch memory and must
+/// be serialised.
 class Model {
  public:
   /// The graph of layer calls between `inputs` (made by Input()) and
@@ -196,12 +215,16 @@ class Model {
   /// is empty. An input no output uses is logged as a warning (as Keras).
   Model(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
         const std::string& name = "");
+  /// The same for one input and one output.
   Model(const SymbolicTensor& input, const SymbolicTensor& output, const std::string& name = "");
+  /// Releases the weights and graphs (free() does so early).
   virtual ~Model();
   /// Moving hands everything on; the moved-from model is released (every
   /// method then throws StateError).
+  ///@{
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
+  ///@}
 
   /// Sets the optimizer, one loss for every output (a Keras name: "mse",
   /// "mae", "huber", "binary_crossentropy", "categorical_crossentropy",
@@ -262,10 +285,13 @@ class Model {
   /// device is not available, or when its backend lacks a kernel the model
   /// needs (naming the op; the model is then left as it was).
   void to(Device device);
+  /// Whether the model is compiled: compile() succeeded, and neither free()
+  /// nor a change of the graph (Sequential::add) has undone it since.
   bool compiled() const { return state_.compiled; }
   /// The backend the model's graphs run on (compile's device; the CPU
   /// before the first compile).
   const std::shared_ptr<const Backend>& backend() const { return state_.backend; }
+  /// The device of backend().
   Device device() const { return state_.backend->device(); }
   /// The precision compile() chose (kFloat32 before the first compile).
   DTypePolicy dtype_policy() const { return state_.backend->dtype_policy(); }
@@ -273,9 +299,11 @@ class Model {
   const OptimizerSpec& optimizer() const { return state_.optimizer; }
   /// The first output's loss kind (the loss of a one-output model).
   LossKind loss() const;
-  /// Every output's loss, loss weight and metrics, in output order.
+  /// Every output's loss and loss weight, in output order.
+  ///@{
   const std::vector<Loss>& losses() const { return state_.losses; }
   const std::vector<float>& loss_weights() const { return state_.loss_weights; }
+  ///@}
   /// The metrics of the first output (of a one-output model).
   std::vector<std::string> metrics() const;
   /// The metrics of every output, in output order.
@@ -287,12 +315,16 @@ class Model {
   /// before compile; ValueError for a rate not positive and finite; and
   /// set_learning_rate TypeError under a schedule (as Keras: the rate is not
   /// settable; compile without the schedule to set it by hand).
+  ///@{
   double learning_rate() const;
   void set_learning_rate(double lr);
+  ///@}
   /// Keras' model.stop_training: a callback sets it to end fit after the
   /// current hook (see Callback). fit clears it when it starts.
+  ///@{
   bool stop_training() const { return state_.stop_training; }
   void set_stop_training(bool stop) { state_.stop_training = stop; }
+  ///@}
   /// Moves the first epoch of the fit in progress (Keras 3's
   /// model._initial_epoch): a callback calls it in on_train_begin
   /// (io::BackupAndRestore, after restoring a backup), and fit then runs
@@ -307,8 +339,10 @@ class Model {
   /// (batch-norm statistics) included (Keras' get_weights); set_weights
   /// copies them back, throwing ValueError for the wrong count and
   /// ShapeError for a wrong shape, naming the weight, before changing any.
+  ///@{
   std::vector<Tensor> get_weights() const;
   void set_weights(const std::vector<Tensor>& values);
+  ///@}
   /// The training state beside the weights (nn/training_state.h): the
   /// optimizer state (hyper-parameters, iterations, every weight's slots,
   /// the open accumulation period), the dropout counter and the random
@@ -350,7 +384,7 @@ class Model {
   History fit(const std::map<std::string, Tensor>& x, const std::map<std::string, Tensor>& y,
               const FitOptions& options = {});
 
-  /// Trains from a generator (the seed's ggml_fit_opt_gen, with Keras'
+  /// Trains from a generator (Keras' Model.fit with a generator, with its
   /// epochs/initial_epoch). Returns the History as the in-memory fit. An
   /// epoch whose first call gives nothing stops training with a warning
   /// ("trained k of n epochs"). An exception thrown by the generator is
@@ -360,8 +394,8 @@ class Model {
   /// ValueError for a negative steps_per_epoch, validation_steps or prefetch,
   /// an initial_epoch outside [0, epochs), an empty generator; ShapeError for
   /// a batch with the wrong number of tensors, rows that differ between its
-  /// tensors, more rows than batch_size, or a wrong feature shape (naming
-  /// the batch number); and the label errors of the in-memory fit.
+  /// tensors, more rows than batch_size, or a wrong feature shape (naming the
+  /// batch number); and the label errors of the in-memory fit.
   History fit(const Generator& generator, const GeneratorFitOptions& options);
 
   /// One training step on one batch (Keras' train_on_batch; the level
@@ -394,8 +428,11 @@ class Model {
   /// weights) differ in rows, and the input and label errors of fit.
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32,
                                          const Tensor& sample_weight = {});
+  /// The same with one tensor per input and per output, in the model's order.
   std::map<std::string, double> evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                                          int64_t batch_size = 32, const Tensor& sample_weight = {});
+  /// The same by input and output name (ValueError naming an unknown or
+  /// missing name).
   std::map<std::string, double> evaluate(const std::map<std::string, Tensor>& x,
                                          const std::map<std::string, Tensor>& y, int64_t batch_size = 32,
                                          const Tensor& sample_weight = {});
@@ -477,22 +514,26 @@ class Model {
   /// a Trainer made from the model. Throws ValueError unless bytes is a
   /// positive multiple of 4 (whole float32 elements), StateError after free().
   void set_gradient_bucket_bytes(size_t bytes);
+  /// The bucket size set_gradient_bucket_bytes set, in bytes.
   size_t gradient_bucket_bytes() const { return state_.gradient_bucket_bytes; }
 
   /// Bytes of every arena the model holds now (training, evaluation and
   /// prediction plans), and the number of those plans: bounded however many
   /// batch sizes were used (see optimizer_context).
+  ///@{
   size_t arena_bytes() const;
   size_t plan_count() const;
+  ///@}
 
-  /// Fixes every BatchNormalization layer's moving statistics: later
-  /// training steps still normalize with batch statistics but no longer
-  /// update them (as the seeds' freeze). Applies to graphs built from now on.
+  /// Fixes every BatchNormalization layer's moving statistics: later training
+  /// steps still normalize with batch statistics but no longer update them.
+  /// Applies to graphs built from now on.
   void freeze_bn_stats(bool freeze = true);
   /// Sets every BatchNormalization layer's moving mean and variance to the
   /// exact statistics of the first min(rows, 1024) rows of x, computed in one
-  /// batch (the recalibration the seeds run after fit). Throws as predict.
+  /// batch (a recalibration to run after fit). Throws as predict.
   void calibrate_bn(const Tensor& x);
+  /// The same for a model of several inputs (one tensor per input).
   void calibrate_bn(std::span<const Tensor> x);
 
   /// An independent copy: the same graph of layers (names, configuration)
@@ -500,10 +541,11 @@ class Model {
   /// stays shared in the copy), compiled like this one when this one is, with
   /// fresh optimizer state. Throws StateError after free().
   Model clone() const;
-  /// Releases the model's weights and graphs early (as the seeds' free()).
+  /// Releases the model's weights and graphs early.
   /// Idempotent; afterwards every method throws StateError. The destructor
   /// releases everything anyway.
   virtual void free();
+  /// Whether free() has run (or the model was moved from).
   bool released() const { return state_.released; }
   /// "Functional", or "Sequential" (Keras' class names, for summary()).
   virtual const char* type() const { return "Functional"; }
@@ -520,16 +562,26 @@ class Model {
   const std::vector<const LayerCall*>& layer_calls() const;
   /// The layer named `name`; throws ValueError listing the layer names.
   std::shared_ptr<Layer> get_layer(const std::string& name) const;
+  /// The model's name: the constructor's, or a unique default ("functional",
+  /// "functional_1", ...).
   const std::string& name() const { return state_.name; }
   /// Inputs and outputs as symbolic tensors (to build new models over this
   /// one's graph: feature extraction, as Keras' model.inputs/outputs).
+  ///@{
   const std::vector<SymbolicTensor>& inputs() const;
   const std::vector<SymbolicTensor>& outputs() const;
+  ///@}
+  /// The inputs' and outputs' names, in the model's order (the keys fit,
+  /// evaluate and predict take by name).
+  ///@{
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
+  ///@}
   /// The first input's and first output's shape, without the batch.
+  ///@{
   const Shape& input_shape() const;
   const Shape& output_shape() const;
+  ///@}
   /// The forward pass as a function the optimizer context builds graphs from.
   ModelFunction model_function() const;
   /// Keras' table of layers, output shapes and parameter counts; a
@@ -541,8 +593,10 @@ class Model {
   /// twice in one graph shares it, as a Siamese encoder). The model must
   /// have as many inputs as tensors given, of the same shapes (ShapeError),
   /// and one output (ValueError otherwise: use call_outputs).
+  ///@{
   SymbolicTensor operator()(const SymbolicTensor& x) const;
   SymbolicTensor operator()(const std::vector<SymbolicTensor>& inputs) const;
+  ///@}
   /// The same for a model of any number of outputs: one symbolic tensor per
   /// output, in the model's order, named "<model>/<output>" when there are
   /// several (Keras returns a list from model(inputs)). The outputs come from
@@ -556,7 +610,9 @@ class Model {
   /// dropped, and a compiled model must be compiled again.
   void set_graph(const std::vector<SymbolicTensor>& inputs, const std::vector<SymbolicTensor>& outputs,
                  const char* why);
+  /// Throws StateError naming `call` after free().
   void check_live(const char* call) const;
+  /// The graph of layer calls (null until Sequential has a layer).
   std::shared_ptr<const FunctionalGraph> graph_;
 
  private:

@@ -9,12 +9,11 @@ namespace tensorgrad::nn {
 /// Training uses the batch's mean and (biased) variance over every axis but
 /// the last, and updates moving_mean and moving_variance every training step
 /// with Keras' momentum: moving = momentum * moving + (1 - momentum) * batch,
-/// as persistent tensors updated by graph ops (the seeds' ggml steps never
-/// update them; here they move). Prediction uses the moving statistics. A
-/// layer with trainable = false runs in inference mode (as Keras); with
-/// freeze_stats set, training uses batch statistics but leaves the moving
-/// ones unchanged. Weights: gamma (ones), beta (zeros), moving_mean (zeros),
-/// moving_variance (ones), each {channels}.
+/// as persistent tensors updated by ops of the training graph. Prediction uses
+/// the moving statistics. A layer with trainable = false runs in inference
+/// mode (as Keras); with freeze_stats set, training uses batch statistics but
+/// leaves the moving ones unchanged. Weights: gamma (ones), beta (zeros),
+/// moving_mean (zeros), moving_variance (ones), each {channels}.
 class BatchNormalization : public Layer {
  public:
   LayerConfig config() const override;

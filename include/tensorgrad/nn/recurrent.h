@@ -44,18 +44,26 @@ class RecurrentLayer : public Layer {
   /// ({gates*units} or {2, gates*units}).
   RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates, Shape bias_shape,
                  Initializer bias = initializers::zeros());
+  /// The three weights as values of one Builder.
   struct Bound {
+    /// kernel {features, gates*units}, recurrent_kernel {units,
+    /// gates*units}, bias of bias_shape_.
+    ///@{
     Value kernel, recurrent_kernel, bias;
+    ///@}
   };
   /// The weights bound into `b`; throws StateError before build().
   Bound bind(Builder& b) const;
 
-  int64_t units_;
-  bool return_sequences_;
-  int64_t gates_;
-  Shape bias_shape_;  // {gates*units} or {2, gates*units}
-  Initializer bias_initializer_;
+  int64_t units_;                 ///< the state's width
+  bool return_sequences_;         ///< output every step, not only the last
+  int64_t gates_;                 ///< gate blocks: 4 (LSTM) or 3 (GRU)
+  Shape bias_shape_;              ///< {gates*units} or {2, gates*units}
+  Initializer bias_initializer_;  ///< makes the bias's first value
+  /// The weights' handles.
+  ///@{
   WeightId kernel_, recurrent_kernel_, bias_;
+  ///@}
 };
 
 /// Long short-term memory (keras.layers.LSTM, Hochreiter & Schmidhuber

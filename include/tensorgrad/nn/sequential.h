@@ -23,8 +23,11 @@ class Sequential : public Model {
   /// ValueError naming the first call that breaks the chain otherwise, and
   /// `model` is then left as it was.
   explicit Sequential(Model&& model);
+  /// As Model's moves: the moved-from model is released.
+  ///@{
   Sequential(Sequential&&) noexcept;
   Sequential& operator=(Sequential&&) noexcept;
+  ///@}
 
   /// Appends a layer and builds it for the current output shape (a layer
   /// already built, shared with another model, keeps its weights). Throws

@@ -1,6 +1,6 @@
 #pragma once
-// A training context you step yourself (the seeds' ggml_trainer(), trainer.R):
-// it outlives any single call, so a loop written by the user (reinforcement
+// A training context you step yourself (as ggml's ggml_opt_context is): it
+// outlives any single call, so a loop written by the user (reinforcement
 // learning above all: a replay buffer still being filled, rollout and
 // optimisation at different rates, a target network refreshed now and then)
 // takes one optimizer step at a time while weights, Adam moments and the
@@ -13,7 +13,7 @@
 
 namespace tensorgrad::nn {
 
-/// Options of a Trainer (the seed's ggml_trainer arguments); an aggregate, so
+/// Options of a Trainer; an aggregate, so
 /// `Trainer(model, {.batch_size = 64, .nbatch_logical = 256})` names what it
 /// sets. Designated initializers must keep the order of the fields:
 /// batch_size, nbatch_logical, loss_mask, weight_decay,
@@ -38,16 +38,15 @@ struct TrainerOptions {
   /// unset = the model's (default 25 MiB). A positive multiple of 4, else
   /// ValueError.
   std::optional<size_t> gradient_bucket_bytes = std::nullopt;
-  /// Data-parallel training (issue 14; see FitOptions::communicator): every
-  /// rank makes a trainer with the same model and options and steps it on
-  /// its own batches, in the same order; each update reduces the gradients
-  /// over the ranks (before clipping, one reduce_broadcast per gradient
-  /// bucket) to the sum of the ranks' row-sums over their total rows, so the
-  /// weights stay identical on every rank. The constructor broadcasts rank
-  /// 0's weights and optimizer state (ValueError on every rank when the
-  /// models differ). step() returns this rank's loss; an exception in step()
-  /// or join_step() ends the job (nn/data_parallel.h: MPI_Abort(1)). Null:
-  /// one process.
+  /// Data-parallel training (see FitOptions::communicator): every rank makes
+  /// a trainer with the same model and options and steps it on its own
+  /// batches, in the same order; each update reduces the gradients over the
+  /// ranks (before clipping, one reduce_broadcast per gradient bucket) to the
+  /// sum of the ranks' row-sums over their total rows, so the weights stay
+  /// identical on every rank. The constructor broadcasts rank 0's weights and
+  /// optimizer state (ValueError on every rank when the models differ).
+  /// step() returns this rank's loss; an exception in step() or join_step()
+  /// ends the job (nn/data_parallel.h: MPI_Abort(1)). Null: one process.
   std::shared_ptr<dist::Communicator> communicator = nullptr;
 };
 
@@ -64,8 +63,10 @@ class Trainer {
   Trainer(const Model& model, const TrainerOptions& options = {});
   ~Trainer();
   /// Moving hands the context on; the moved-from trainer is released.
+  ///@{
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
+  ///@}
 
   /// One forward and backward pass on exactly batch_size rows; the weights
   /// update when the accumulation period completes. x {batch, input_shape...},
@@ -93,6 +94,8 @@ class Trainer {
   /// the moving statistics and the dropout stream stay as they were (see
   /// EvalOptions), so steps go on exactly as without the call.
   float eval(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {}, const EvalOptions& options = {});
+  /// The same for a model of several inputs or outputs (one tensor each, in
+  /// the model's order).
   float eval(std::span<const Tensor> x, std::span<const Tensor> y, std::span<const Tensor> sample_weight = {},
              const EvalOptions& options = {});
   /// Outputs from the current weights for any number of rows, in batches of
@@ -155,8 +158,10 @@ class Trainer {
   /// current iterations), as Model::learning_rate. StateError after free().
   double learning_rate() const;
   /// The earlier names of set_learning_rate and learning_rate.
+  ///@{
   [[deprecated("use set_learning_rate")]] void set_lr(float lr) { set_learning_rate(lr); }
   [[deprecated("use learning_rate")]] float lr() const { return float(learning_rate()); }
+  ///@}
   /// Calls of step() so far (and of join_step()), counted on from a state set
   /// by set_training_state.
   int64_t n_steps() const;
@@ -180,11 +185,13 @@ class Trainer {
   /// architecture and configuration). Valid until the trainer is freed,
   /// moved from or destroyed. Throws StateError after free().
   const Model& training_model() const;
+  /// Rows of every step() (TrainerOptions::batch_size).
   int64_t batch_size() const { return options_.batch_size; }
   /// Early release; idempotent (Model::free).
   void free();
   /// Whether free() ran or the trainer was moved from (Model::released).
   bool released() const { return freed_; }
+  /// The earlier name of released().
   [[deprecated("use released")]] bool freed() const { return released(); }
 
  private:

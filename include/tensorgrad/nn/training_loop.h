@@ -85,6 +85,7 @@ class TensorSource final : public BatchSource {
   int64_t batches_per_epoch() const override;
   int64_t batch_size() const override { return batch_size_; }
   const std::string& label() const override { return label_; }
+  /// The rows held (every tensor's first axis).
   int64_t rows() const { return rows_; }
 
  private:
@@ -104,16 +105,16 @@ class TensorSource final : public BatchSource {
 /// warnings then name as such).
 enum class SourceRole { kTraining, kValidation };
 
-/// Batches from a Generator with the seed's contract (see Generator). With
-/// prefetch > 0 the generator runs on a producer thread at most `prefetch`
-/// batches ahead; it is never called past an epoch's end (a nullopt, or
-/// `limit` calls) and the next epoch's calls start at start_epoch, so it is
-/// called exactly as often as with prefetch 0 (on the reading thread) when
-/// every epoch is read to its end, as fit does. A loop that starts a new
-/// epoch before the last one ended discards the batches fetched ahead (the
-/// generator was called for them; with prefetch 0 it was not). An
-/// exception thrown by the generator is rethrown from next() as the same
-/// object, after a warning naming the batch. stop() (and the destructor)
+/// Batches from a Generator, called as its contract says (see Generator).
+/// With prefetch > 0 the generator runs on a producer thread at most
+/// `prefetch` batches ahead; it is never called past an epoch's end (a
+/// nullopt, or `limit` calls) and the next epoch's calls start at
+/// start_epoch, so it is called exactly as often as with prefetch 0 (on the
+/// reading thread) when every epoch is read to its end, as fit does. A loop
+/// that starts a new epoch before the last one ended discards the batches
+/// fetched ahead (the generator was called for them; with prefetch 0 it was
+/// not). An exception thrown by the generator is rethrown from next() as the
+/// same object, after a warning naming the batch. stop() (and the destructor)
 /// waits for a call in progress and joins the producer: a generator that
 /// never returns blocks it.
 class GeneratorSource final : public BatchSource {
@@ -182,6 +183,7 @@ class LoopGroup {
   /// This member's index in [0, members()): callbacks learn it
   /// (Callback::rank(); only member 0 prints and writes files).
   virtual int member() const = 0;
+  /// The number of members (the world size).
   virtual int members() const = 0;
 };
 
@@ -198,10 +200,14 @@ class CallbackList {
   /// callback.
   CallbackList(Model& model, const std::vector<std::shared_ptr<Callback>>& callbacks, int verbose, int epochs,
                int64_t steps, const LoopGroup* group = nullptr);
+  /// Detaches the model, the callback list and the rank from every callback.
   ~CallbackList();
   CallbackList(const CallbackList&) = delete;
   CallbackList& operator=(const CallbackList&) = delete;
 
+  /// Each calls the Callback hook of the same name on every callback, in
+  /// order, with the same `logs` (so a callback sees what earlier ones added).
+  ///@{
   void on_train_begin(Logs& logs);
   void on_train_end(Logs& logs);
   void on_epoch_begin(int epoch, Logs& logs);
@@ -210,6 +216,7 @@ class CallbackList {
   void on_train_batch_end(int64_t batch, Logs& logs);
   void on_test_begin(Logs& logs);
   void on_test_end(Logs& logs);
+  ///@}
 
   /// What the run records (returned by fit).
   History history;
@@ -228,13 +235,16 @@ class EpochLogs {
   explicit EpochLogs(const Model& model);
   /// Adds one batch's result (what train_on_batch or test_on_batch returned).
   void add(const StepResult& result);
-  /// The means so far; every value NaN when no batch was added (the seed's NA).
+  /// The means so far; every value NaN (no value) when no batch was added.
   Logs logs() const;
   /// These sums added over every member of `group` (LoopGroup::add_up:
   /// every member gets the same bits). Collective.
   EpochLogs reduced(LoopGroup& group) const;
+  /// The batches and rows added so far.
+  ///@{
   int64_t batches() const { return batches_; }
   int64_t rows() const { return rows_; }
+  ///@}
 
  private:
   const Model* model_;
@@ -287,19 +297,25 @@ EpochLogs train_epoch(Model& model, BatchSource& source, int epoch, CallbackList
 Logs test_epoch(Model& model, BatchSource& source, int64_t steps = 0, int epoch = -1, LoopGroup* group = nullptr,
                 bool* warned = nullptr);
 
-/// Options of fit_loop (Keras' and the seed's names; see GeneratorFitOptions).
+/// Options of fit_loop (Keras' names; see GeneratorFitOptions).
 struct LoopOptions {
   /// Epochs initial_epoch .. epochs - 1 run (Keras).
+  ///@{
   int epochs = 1;
   int initial_epoch = 0;
+  ///@}
   /// Batches per epoch (0: until the source ends); with a number, a source
   /// that ends sooner gives a short epoch (warned "d of s").
   int64_t steps_per_epoch = 0;
   /// Validation batches per epoch (0: until the validation source ends).
   int64_t validation_steps = 0;
+  /// As FitOptions: rows per optimizer update (0: every batch updates),
+  /// the progress output, and the callbacks.
+  ///@{
   int64_t nbatch_logical = 0;
   int verbose = 1;
   std::vector<std::shared_ptr<Callback>> callbacks;
+  ///@}
   /// The processes running this loop together, each over its own sources
   /// (data-parallel training: nn/data_parallel.h's data_parallel_group): the
   /// loop runs inside LoopGroup::run, starts from the first member's state

@@ -55,8 +55,10 @@ struct TrainingState {
   /// A Trainer's: its steps so far (Trainer::n_steps) and its accumulation
   /// period in batches (nbatch_logical / batch_size). 0 in a Model's: fit
   /// counts epochs, and its periods depend on each fit's options.
+  ///@{
   int64_t steps = 0;
   int64_t accumulation_period = 0;
+  ///@}
 };
 
 }  // namespace tensorgrad::nn

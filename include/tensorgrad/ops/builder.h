@@ -11,8 +11,11 @@ namespace tensorgrad {
 
 /// A handle to a value inside a Builder (a graph node; an ag tensor in an ag::EagerBuilder).
 struct Value {
-  int32_t id = -1;
+  int32_t id = -1;  ///< the builder's index of the value; -1: none
+  /// Whether it refers to a value (a default-constructed one does not:
+  /// an absent optional input).
   bool valid() const { return id >= 0; }
+  /// The same value of the same builder.
   bool operator==(const Value&) const = default;
 };
 
@@ -31,9 +34,12 @@ class Builder {
   /// `trainable` false: no gradient flows to it, no update, no decay.
   virtual Value parameter(const Tensor& tensor, const char* name, bool trainable) = 0;
   /// Shape and dtype of a value; throw IndexError for a handle this builder did not make.
+  ///@{
   virtual Shape shape(Value v) const = 0;
   virtual DType dtype(Value v) const = 0;
+  ///@}
 
+  /// apply() with the inputs as a braced list: `b.apply(OpKind::Add, {x, y})`.
   Value apply(OpKind op, std::initializer_list<Value> inputs, const OpAttrs& attrs = {}) {
     return apply(op, std::span<const Value>(inputs.begin(), inputs.size()), attrs);
   }
@@ -49,9 +55,14 @@ class Builder {
   /// F.linear). Rank 2 only. Throws as matmul, and ShapeError when bias is
   /// not {N}.
   Value matmul(Value a, Value b, Value bias, bool trans_a = false, bool trans_b = false);
+  /// a + b, a - b and a * b element-wise with NumPy broadcasting. Throw
+  /// ShapeError naming both shapes when they do not broadcast, TypeError for
+  /// a non-float32 operand.
+  ///@{
   Value add(Value a, Value b) { return apply(OpKind::Add, {a, b}); }
   Value sub(Value a, Value b) { return apply(OpKind::Sub, {a, b}); }
   Value mul(Value a, Value b) { return apply(OpKind::Mul, {a, b}); }
+  ///@}
   /// a / b with NumPy broadcasting (shape as Add; IEEE division: x / 0 is
   /// +-inf or NaN). Throws ShapeError naming both shapes when they do not
   /// broadcast, TypeError for a non-float32 operand.
@@ -91,11 +102,20 @@ class Builder {
   Value minimum(Value a, Value b) { return apply(OpKind::Minimum, {a, b}); }
   /// x * s.
   Value scale(Value x, float s);
+  /// max(x, 0), 1 / (1 + e^-x) and tanh(x), element-wise; x float32 (else
+  /// TypeError), any shape. ReLU propagates NaN.
+  ///@{
   Value relu(Value x) { return apply(OpKind::Relu, {x}); }
   Value sigmoid(Value x) { return apply(OpKind::Sigmoid, {x}); }
   Value tanh(Value x) { return apply(OpKind::Tanh, {x}); }
+  ///@}
+  /// Softmax and log-softmax along the last axis (torch.softmax(x, -1)),
+  /// computed stably (the row's max subtracted first); x float32 (else
+  /// TypeError).
+  ///@{
   Value softmax(Value x) { return apply(OpKind::Softmax, {x}); }
   Value log_softmax(Value x) { return apply(OpKind::LogSoftmax, {x}); }
+  ///@}
   /// Mean over rows of weights[i] * cross-entropy(softmax(logits[i]), labels[i]).
   Value softmax_cross_entropy(Value logits, Value labels, Value weights = {});
   /// sum(weights * (pred - target)^2) / numel(pred), weights optional.
@@ -119,13 +139,17 @@ class Builder {
   /// builder's rng_counter() otherwise, so a graph and an eager builder at the
   /// same counter drop the same elements.
   Value dropout(Value x, float rate, uint64_t seed, Value counter = {});
-  /// The int64 {1} counter that dropout draws from (DESIGN.md: the random
-  /// stream is a persistent tensor): in a Graph the model's counter, advanced
-  /// by one at the start of every run by an op the first call adds; in an
-  /// eager builder its own counter. Throws Error in a builder that has none.
+  /// The int64 {1} counter that dropout draws from (the random stream is a
+  /// tensor that persists between runs): in a Graph the model's counter,
+  /// advanced by one at the start of every run by an op the first call adds;
+  /// in an eager builder its own counter. Throws Error in a builder that has
+  /// none.
   virtual Value rng_counter() = 0;
+  /// The sum and the mean of every element of x: a scalar {}.
+  ///@{
   Value sum(Value x) { return apply(OpKind::Sum, {x}); }
   Value mean(Value x) { return apply(OpKind::Mean, {x}); }
+  ///@}
   /// x summed down to `shape` (the adjoint of broadcasting); x itself when already that shape.
   Value sum_to(Value x, const Shape& shape);
   /// x expanded to `shape` by NumPy broadcasting; x itself when already that shape.

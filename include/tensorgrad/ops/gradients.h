@@ -25,9 +25,9 @@ inline constexpr int kMaxOpInputs = 6;
 /// One recorded op application: the op, its attributes and its inputs. A leaf
 /// (an input, parameter or state) is op Leaf with no inputs.
 struct Application {
-  OpKind op = OpKind::Leaf;
-  OpAttrs attrs;
-  std::span<const Value> inputs;
+  OpKind op = OpKind::Leaf;       ///< the op; Leaf for a leaf
+  OpAttrs attrs;                  ///< its attributes
+  std::span<const Value> inputs;  ///< its inputs, in order (empty for a leaf)
 };
 
 /// What the walk reads: the values of one Builder in the order they were made,
@@ -36,8 +36,9 @@ struct Application {
 class Tape {
  public:
   virtual ~Tape() = default;
+  /// The number of values recorded.
   virtual size_t size() const = 0;
-  /// Only valid until the builder records its next op: the walk appends
+  /// The application whose output is Value{i}, for i < size(). Only valid until the builder records its next op: the walk appends
   /// gradient ops to the same builder, which may move the tape's storage.
   virtual Application application(size_t i) const = 0;
 };

@@ -36,29 +36,30 @@ enum class OpKind : uint8_t {
 /// The clip thresholds are not here but in the clipping ops' attrs.clip
 /// (fixed at compile, like the optimizer's modes).
 enum HyperSlot : int {
-  kLr,               // learning rate: set from the host, or under a schedule written by OptimizerTick
-  kBeta1, kBeta2,    // Adam's moment decays
-  kEps,              // Adam, RMSprop, Adagrad: epsilon
-  kWeightDecay,      // decoupled (p *= 1 - lr wd) or L2 (g += wd p), per kL2WeightDecay
-  kBiasCorrection1,  // Adam: 1 / (1 - beta1^t), written by OptimizerTick
-  kBiasCorrection2,  // Adam: 1 / (1 - beta2^t), written by OptimizerTick
-  kMomentum,         // SGD, RMSprop: the momentum factor
-  kDampening,        // SGD: PyTorch's dampening
-  kStepDampening,    // SGD: the dampening of this step, written by OptimizerTick: 0 at t = 1, else kDampening
-  kRho,              // RMSprop: the decay of the mean square (Keras' rho, PyTorch's alpha)
-  kHyperSize
+  kLr,               ///< learning rate: set from the host, or under a schedule written by OptimizerTick
+  kBeta1,            ///< Adam's decay of the first moment (beta_1)
+  kBeta2,            ///< Adam's decay of the second moment (beta_2)
+  kEps,              ///< Adam, RMSprop, Adagrad: epsilon
+  kWeightDecay,      ///< decoupled (p *= 1 - lr wd) or L2 (g += wd p), per kL2WeightDecay
+  kBiasCorrection1,  ///< Adam: 1 / (1 - beta1^t), written by OptimizerTick
+  kBiasCorrection2,  ///< Adam: 1 / (1 - beta2^t), written by OptimizerTick
+  kMomentum,         ///< SGD, RMSprop: the momentum factor
+  kDampening,        ///< SGD: PyTorch's dampening
+  kStepDampening,    ///< SGD: the dampening of this step, written by OptimizerTick: 0 at t = 1, else kDampening
+  kRho,              ///< RMSprop: the decay of the mean square (Keras' rho, PyTorch's alpha)
+  kHyperSize         ///< the number of slots: the hyper tensor's length, not a slot
 };
 
 /// Modes of the update and clipping ops (OpAttrs::flags), fixed when the
 /// graph is built; the numbers they use are in the hyper tensor.
 enum OptimizerFlag : uint32_t {
-  kL2WeightDecay = 1u << 0,  // g += wd p before the update (PyTorch's weight_decay) instead of p *= 1 - lr wd
-  kUseMomentum = 1u << 1,    // SGD, RMSprop: a momentum buffer input
-  kNesterov = 1u << 2,       // SGD: Nesterov momentum (with kUseMomentum)
-  kCentered = 1u << 3,       // RMSprop: a mean-gradient input; the variance estimate is v - mean^2
-  kEpsInsideSqrt = 1u << 4,  // RMSprop, Adagrad: divide by sqrt(v + eps) (Keras), not sqrt(v) + eps (PyTorch)
-  kClipNormEps = 1u << 5,    // ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
-  kNonFiniteNormToNaN = 1u << 6,  // ClipNorm: an inf or NaN norm sets the gradient to NaN (TensorFlow's rule)
+  kL2WeightDecay = 1u << 0,  ///< g += wd p before the update (PyTorch's weight_decay) instead of p *= 1 - lr wd
+  kUseMomentum = 1u << 1,    ///< SGD, RMSprop: a momentum buffer input
+  kNesterov = 1u << 2,       ///< SGD: Nesterov momentum (with kUseMomentum)
+  kCentered = 1u << 3,       ///< RMSprop: a mean-gradient input; the variance estimate is v - mean^2
+  kEpsInsideSqrt = 1u << 4,  ///< RMSprop, Adagrad: divide by sqrt(v + eps) (Keras), not sqrt(v) + eps (PyTorch)
+  kClipNormEps = 1u << 5,    ///< ClipNorm: PyTorch's coefficient min(1, c / (norm + 1e-6)), not Keras' c / max(norm, c)
+  kNonFiniteNormToNaN = 1u << 6,  ///< ClipNorm: an inf or NaN norm sets the gradient to NaN (TensorFlow's rule)
 };
 
 /// The mode of MaxPool2DBackward, AvgPool2DBackward and Conv2DBackwardInput
@@ -105,24 +106,40 @@ constexpr bool takes_relu_output(OpKind op) {
 /// (opt/schedules.h). Step counts stay int64 so that they are exact at any
 /// size; rates are float32, as the user gave them.
 enum LrScheduleKind : uint32_t {
-  kConstantLr = 0,          // no schedule inputs; hyper[kLr] is set from the host
-  kPiecewiseConstantDecay,  // steps {boundaries..., INT64_MAX}, values {values...}: one step per value, the
-                            //   last an end marker, so the rate is values[i] for the first i with t <= steps[i]
-  kExponentialDecay,        // steps {decay_steps, staircase 0/1}, values {initial_learning_rate, decay_rate}
-  kCosineDecay,             // steps {decay_steps, warmup_steps, has warmup_target 0/1},
-                            //   values {initial_learning_rate, alpha, warmup_target}
-  kCosineDecayRestarts,     // steps {first_decay_steps}, values {initial_learning_rate, t_mul, m_mul, alpha}
+  kConstantLr = 0,          ///< no schedule inputs; hyper[kLr] is set from the host
+  kPiecewiseConstantDecay,  ///< steps {boundaries..., INT64_MAX}, values {values...}: one step per value, the
+                            ///<   last an end marker, so the rate is values[i] for the first i with t <= steps[i]
+  kExponentialDecay,        ///< steps {decay_steps, staircase 0/1}, values {initial_learning_rate, decay_rate}
+  kCosineDecay,             ///< steps {decay_steps, warmup_steps, has warmup_target 0/1},
+                            ///<   values {initial_learning_rate, alpha, warmup_target}
+  kCosineDecayRestarts,     ///< steps {first_decay_steps}, values {initial_learning_rate, t_mul, m_mul, alpha}
 };
 
 /// A sliding window over the two spatial axes of {B, H, W, C} (convolution
 /// patches and pooling). Pads are in input pixels.
 struct Window2D {
-  int64_t kh = 1, kw = 1;                // window size
-  int64_t sh = 1, sw = 1;                // strides
-  int64_t dh = 1, dw = 1;                // dilation
+  /// The window's height and width, in taps.
+  ///@{
+  int64_t kh = 1, kw = 1;
+  ///@}
+  /// The strides along H and W, in input pixels.
+  ///@{
+  int64_t sh = 1, sw = 1;
+  ///@}
+  /// The dilations along H and W: input pixels between two taps.
+  ///@{
+  int64_t dh = 1, dw = 1;
+  ///@}
+  /// Zero padding on each side, in input pixels (Keras' "same" pads the
+  /// bottom and right one more when the total is odd).
+  ///@{
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  ///@}
+  /// The output height for an input of height `h`: floor((h + pads - dh (kh - 1) - 1) / sh) + 1.
   int64_t out_h(int64_t h) const { return (h + pad_top + pad_bottom - dh * (kh - 1) - 1) / sh + 1; }
+  /// The output width for an input of width `w`, as out_h.
   int64_t out_w(int64_t w) const { return (w + pad_left + pad_right - dw * (kw - 1) - 1) / sw + 1; }
+  /// Equal when every field is.
   bool operator==(const Window2D&) const = default;
 };
 
@@ -133,45 +150,56 @@ struct Window2D {
 /// backend/executable.h relies on: a field added here is compared there
 /// without further code).
 struct OpAttrs {
-  bool trans_a = false, trans_b = false;  // MatMul, AccumulateGrad's product form
-  float value = 0.0f;                     // Fill: the constant
-  float factor = 0.0f;                    // Scale: the multiplier
-  float rate = 0.0f;                      // Dropout: the probability of dropping an element, in [0, 1)
-  float alpha = 0.0f;                     // Elu, EluBackward: the negative side's scale
-  float negative_slope = 0.0f;            // LeakyRelu, LeakyReluBackward
-  float exponent = 0.0f;                  // Pow
-  float delta = 0.0f;                     // HuberLoss, HuberLossBackward: the quadratic zone's half-width, > 0
-  float threshold = 0.0f;                 // BinaryAccuracy: predictions above it count as 1
-  float clip = 0.0f;                      // ClipValue: the bound; ClipNorm: the largest norm
-  float momentum = 0.0f;                  // MovingAverage: the old state's weight
-  float eps = 0.0f;                       // BatchNorm, BatchNormParamGrad, BatchNormBackward: epsilon, > 0
-  bool own_stats = false;                 // BatchNorm, BatchNormBackward: the statistics are the input's own,
-                                          // so their gradient folds into dx
-  int64_t k = 0;                          // TopKAccuracy: how many top scores count, >= 1
-  uint64_t seed = 0;                      // Dropout: the stream's key
-  bool zero_grad = false;                 // optimizer update: clear the gradient accumulator after use
-  uint32_t flags = 0;                     // optimizer updates and clipping: OptimizerFlag bits;
-                                          // MaxPool2DBackward, AvgPool2DBackward, Conv2DBackwardInput:
-                                          // kMaskNonPositive;
-                                          // MatMul, Conv2D, BatchNorm, Add,
-                                          // BatchNormParamGrad, BatchNormBackward: kReluOutput;
-                                          // Conv2D: kBatchStatsOutput;
-                                          // OptimizerTick: an LrScheduleKind
-  Shape shape;                            // SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
-  int axis = 0;                           // Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
-  int axis2 = 0;                          // Transpose: the axis swapped with `axis`
-  bool keepdim = false;                   // SumAxis / MeanAxis / MaxAxis: keep the reduced axis as size 1
-  float clamp_min = -INFINITY, clamp_max = INFINITY;  // Clamp / ClampBackward bounds
-  int64_t start = 0, length = 0;          // Slice, SliceBackward: `length` entries from `start`
-  Window2D window;                        // pooling, Conv2D and their backward ops
+  /// MatMul, AccumulateGrad's product form
+  ///@{
+  bool trans_a = false, trans_b = false;
+  ///@}
+  float value = 0.0f;                     ///< Fill: the constant
+  float factor = 0.0f;                    ///< Scale: the multiplier
+  float rate = 0.0f;                      ///< Dropout: the probability of dropping an element, in [0, 1)
+  float alpha = 0.0f;                     ///< Elu, EluBackward: the negative side's scale
+  float negative_slope = 0.0f;            ///< LeakyRelu, LeakyReluBackward
+  float exponent = 0.0f;                  ///< Pow
+  float delta = 0.0f;                     ///< HuberLoss, HuberLossBackward: the quadratic zone's half-width, > 0
+  float threshold = 0.0f;                 ///< BinaryAccuracy: predictions above it count as 1
+  float clip = 0.0f;                      ///< ClipValue: the bound; ClipNorm: the largest norm
+  float momentum = 0.0f;                  ///< MovingAverage: the old state's weight
+  float eps = 0.0f;                       ///< BatchNorm, BatchNormParamGrad, BatchNormBackward: epsilon, > 0
+  bool own_stats = false;                 ///< BatchNorm, BatchNormBackward: the statistics are the input's own,
+                                          ///< so their gradient folds into dx
+  int64_t k = 0;                          ///< TopKAccuracy: how many top scores count, >= 1
+  uint64_t seed = 0;                      ///< Dropout: the stream's key
+  bool zero_grad = false;                 ///< optimizer update: clear the gradient accumulator after use
+  uint32_t flags = 0;                     ///< optimizer updates and clipping: OptimizerFlag bits;
+                                          ///< MaxPool2DBackward, AvgPool2DBackward, Conv2DBackwardInput:
+                                          ///< kMaskNonPositive;
+                                          ///< MatMul, Conv2D, BatchNorm, Add,
+                                          ///< BatchNormParamGrad, BatchNormBackward: kReluOutput;
+                                          ///< Conv2D: kBatchStatsOutput;
+                                          ///< OptimizerTick: an LrScheduleKind
+  Shape shape;                            ///< SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
+  int axis = 0;                           ///< Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
+  int axis2 = 0;                          ///< Transpose: the axis swapped with `axis`
+  bool keepdim = false;                   ///< SumAxis / MeanAxis / MaxAxis: keep the reduced axis as size 1
+  /// Clamp / ClampBackward bounds
+  ///@{
+  float clamp_min = -INFINITY, clamp_max = INFINITY;
+  ///@}
+  /// Slice, SliceBackward: `length` entries from `start`
+  ///@{
+  int64_t start = 0, length = 0;
+  ///@}
+  Window2D window;                        ///< pooling, Conv2D and their backward ops
+  /// Equal when every field is: two applications of an op with equal
+  /// attributes compute the same function.
   bool operator==(const OpAttrs&) const = default;
 };
 
 /// What an op does to memory (ops/op_list.h's effect column).
 enum class OpEffect : uint8_t {
-  Computes,  // writes a new output
-  InPlace,   // writes its first input; the output aliases it
-  View,      // the output is its first input's memory, unchanged (Reshape)
+  Computes,  ///< writes a new output
+  InPlace,   ///< writes its first input; the output aliases it
+  View,      ///< the output is its first input's memory, unchanged (Reshape)
 };
 
 /// How an op's float parameter (OpInfo::param) depends on the batch size
@@ -179,18 +207,21 @@ enum class OpEffect : uint8_t {
 /// batch and planned for fewer rows (backend/executable.h's BatchRule), so
 /// every attribute that depends on the batch must say how.
 enum class BatchScaling : uint8_t {
-  Fixed,        // the same at every batch size
-  InverseRows,  // c / rows (a mean's 1 / n): rescaled when the graph runs fewer rows
+  Fixed,        ///< the same at every batch size
+  InverseRows,  ///< c / rows (a mean's 1 / n): rescaled when the graph runs fewer rows
 };
 
 /// Static facts of an op: its line of the op list (ops/op_list.h).
 struct OpInfo {
-  const char* name;
+  const char* name;  ///< the op's name in messages and graph dumps ("matmul")
+  /// The fewest and the most inputs the op takes.
+  ///@{
   int min_inputs, max_inputs;
-  bool in_place;      // writes its first input; the output aliases it
-  bool view = false;  // the output is its first input's memory, unchanged (Reshape)
-  float OpAttrs::*param = nullptr;  // the op's one float parameter, or none
-  BatchScaling param_batch = BatchScaling::Fixed;  // how param depends on the batch size
+  ///@}
+  bool in_place;      ///< writes its first input; the output aliases it
+  bool view = false;  ///< the output is its first input's memory, unchanged (Reshape)
+  float OpAttrs::*param = nullptr;  ///< the op's one float parameter, or none
+  BatchScaling param_batch = BatchScaling::Fixed;  ///< how param depends on the batch size
 };
 /// The facts of `op`; throws std::out_of_range for OpKind::Count.
 const OpInfo& op_info(OpKind op);
@@ -203,8 +234,8 @@ OpAttrs op_param_attrs(OpKind op, float value);
 
 /// Result of a shape rule.
 struct OpSignature {
-  Shape shape;
-  DType dtype = DType::Float32;
+  Shape shape;                   ///< the output's shape
+  DType dtype = DType::Float32;  ///< the output's dtype
 };
 
 /// The shape rule of `op`: the output shape and dtype from the inputs'.

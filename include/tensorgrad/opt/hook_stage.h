@@ -20,8 +20,8 @@ class OptimizerContext;
 
 /// A trainable gradient as the hook stage sees it.
 struct NamedGradient {
-  std::string name;
-  Tensor grad;  // view of the gradient (averaged over the logical batch) in the model's flat buffer, writable
+  std::string name;  ///< the weight's name, "<layer>/<weight>"
+  Tensor grad;  ///< view of the gradient (averaged over the logical batch) in the model's flat buffer, writable
 };
 /// Called between backward and update with every trainable gradient (gradient
 /// clipping, all-reduce, inspection). May modify the gradients in place. A
@@ -57,8 +57,10 @@ class GradientBuffer {
   const Tensor& flat() const { return flat_; }
   /// The weights that get a gradient from the loss, in the model's order,
   /// each a writable view of its range of flat() with the weight's shape.
+  ///@{
   std::span<NamedGradient> tensors() { return tensors_; }
   std::span<const NamedGradient> tensors() const { return tensors_; }
+  ///@}
   /// Bytes of flat() (4 per element); 0 before the first step.
   size_t bytes() const { return flat_.defined() ? flat_.nbytes() : 0; }
   /// The bucket size in bytes, a positive multiple of 4

@@ -40,13 +40,17 @@ using LossFunction = std::function<Value(Builder& b, Value y_true, Value y_pred)
 /// One output's loss: a built-in one by its Keras name, or a custom function
 /// with a name of its own (for messages and History keys).
 struct Loss {
-  LossKind kind = LossKind::MeanSquaredError;
-  std::string name = "mse";
-  LossFunction function;  // Custom only
+  LossKind kind = LossKind::MeanSquaredError;  ///< which loss; Custom for a function
+  std::string name = "mse";  ///< the Keras name, or the custom loss's own
+  LossFunction function;     ///< Custom only
+  /// Mean squared error.
   Loss() = default;
-  /// A built-in loss by name; throws as loss_from_name.
+  /// A built-in loss by name; throws as loss_from_name. Implicit, so "mse"
+  /// reads as a loss.
+  ///@{
   Loss(const char* name);         // NOLINT: implicit, so "mse" reads as a loss
   Loss(const std::string& name);  // NOLINT
+  ///@}
   /// A custom loss; throws ValueError for an empty function or name.
   Loss(std::string name, LossFunction function);
 };

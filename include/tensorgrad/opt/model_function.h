@@ -17,9 +17,9 @@ namespace tensorgrad {
 /// or int32 for token ids), and an optional check of values the graph cannot
 /// check (token ids against a vocabulary).
 struct InputSpec {
-  std::string name;
-  Shape shape;
-  DType dtype = DType::Float32;
+  std::string name;              ///< the input's name (Input()'s)
+  Shape shape;                   ///< without the batch
+  DType dtype = DType::Float32;  ///< float32, or int32 for token ids
   /// Given x as {rows, shape...} in float32 or int32; throws the error that
   /// fits the bad value (IndexError for a token id outside the vocabulary),
   /// naming it.
@@ -42,8 +42,10 @@ struct InputSpec {
 /// full outputs (probabilities after a softmax); a loss head folds a final
 /// softmax into cross-entropy by looking at the op that produced the output.
 struct ModelFunction {
-  std::vector<InputSpec> inputs;
-  std::vector<std::string> output_names;
+  std::vector<InputSpec> inputs;          ///< one per model input, in order
+  std::vector<std::string> output_names;  ///< one per output, in order
+  /// Builds the forward pass into `b`; `training` selects dropout and batch
+  /// statistics.
   std::function<std::vector<Value>(Builder& b, std::span<const Value> inputs, bool training)> forward;
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// Everything of the opt layer in one include: losses and metrics by their
+// Everything of tensorgrad::opt in one include: losses and metrics by their
 // Keras names, the optimizer settings and state, what a model must give an
 // optimizer context, the context itself and its hook stage, and the
 // learning-rate schedules.

@@ -28,8 +28,10 @@ struct OptimizerPlan;
 class OptimizerPlans {
  public:
   /// Bytes of every arena held, and the number of plans.
+  ///@{
   size_t arena_bytes() const;
   size_t count() const;
+  ///@}
 
  private:
   friend class OptimizerContext;
@@ -54,7 +56,7 @@ struct EvalOptions {
 
 /// Options of an optimizer context.
 struct OptimizerContextOptions {
-  int64_t batch_size = 32;
+  int64_t batch_size = 32;  ///< rows of every step and evaluation, exactly
   /// Rows per optimizer update; an exact multiple of micro_batch (0 =
   /// micro_batch). Gradients are averaged over the logical batch: the loss
   /// of each physical batch is scaled by batch_size / nbatch_logical (ggml
@@ -74,8 +76,8 @@ struct OptimizerContextOptions {
   /// Metric names per output (Keras names, see metric_from_name); empty =
   /// none, else one list for every output or one list per output.
   std::vector<std::vector<std::string>> metrics;
-  LossWeights weights = LossWeights::None;
-  OptimizerSpec optimizer;
+  LossWeights weights = LossWeights::None;  ///< the form of the sample weights step() takes
+  OptimizerSpec optimizer;                  ///< the optimizer and its settings
   /// Rows the graphs are planned for (0 = batch_size), at least batch_size.
   /// A graph that scales with its batch is planned once for the capacity and
   /// run at batch_size rows; one that does not is planned for batch_size.
@@ -101,17 +103,23 @@ struct OptimizerContextOptions {
 /// What one step or evaluation measured. The spans point into the context
 /// and stay valid until its next step() or evaluate().
 struct StepResult {
-  float loss = 0.0f;       // total loss of the batch (unscaled by accumulation)
-  int64_t correct = -1;    // first output's first accuracy metric: rows counted right; -1 without one
-  int64_t rows = 0;
-  bool updated = false;    // whether this step applied an optimizer update
-  std::span<const float> output_losses;  // per output, before loss_weights
+  float loss = 0.0f;       ///< total loss of the batch (unscaled by accumulation)
+  int64_t correct = -1;    ///< first output's first accuracy metric: rows counted right; -1 without one
+  int64_t rows = 0;        ///< the batch's rows (0 for join_step)
+  bool updated = false;    ///< whether this step applied an optimizer update
+  std::span<const float> output_losses;  ///< per output, before loss_weights
   /// Every output's metrics in order (output 0's first), each summed over
   /// the batch's rows: divide by the rows for the batch's value (rmse: the
   /// sum of squared errors per row; take the root after dividing).
   std::span<const double> metric_sums;
 };
 
+/// A model's training and evaluation graphs for one batch size (as ggml's
+/// ggml_opt_context): the forward pass, one loss head per output, the
+/// backward pass, gradient accumulation, the hook stage and the optimizer
+/// update, built and planned once, then run by step() and evaluate(). Every
+/// context of one model shares its OptimizerState, so contexts for other
+/// batch sizes continue the same optimizer.
 class OptimizerContext {
  public:
   /// A context for exactly `options.batch_size` rows; the training graph is
@@ -123,6 +131,8 @@ class OptimizerContext {
   /// TypeError when the model cannot be built for its losses.
   OptimizerContext(const ModelFunction& model, const OptimizerContextOptions& options,
                    std::shared_ptr<OptimizerState> state = nullptr);
+  /// Releases what only this context holds; the shared state and plans live
+  /// on in their other holders.
   ~OptimizerContext();
 
   /// One forward and backward pass; the optimizer updates the weights when
@@ -164,6 +174,7 @@ class OptimizerContext {
   /// nothing after the first call of each mode.
   StepResult evaluate(std::span<const Tensor> x, std::span<const Tensor> y,
                       std::span<const Tensor> sample_weight = {}, const EvalOptions& options = {});
+  /// One input, one output.
   StepResult evaluate(const Tensor& x, const Tensor& y, const Tensor& sample_weight = {},
                       const EvalOptions& options = {});
 
@@ -171,6 +182,7 @@ class OptimizerContext {
   /// when rows < 0) with the same rules and errors as step(), without running
   /// anything.
   void check_targets(size_t output, const Tensor& y, const Tensor& sample_weight, int64_t rows) const;
+  /// The same for output 0.
   void check_targets(const Tensor& y, const Tensor& sample_weight, int64_t rows) const {
     check_targets(0, y, sample_weight, rows);
   }
@@ -189,6 +201,7 @@ class OptimizerContext {
   /// Sets the bucket size of the hook stage from the next hook call on;
   /// throws ValueError unless bytes is a positive multiple of 4.
   void set_gradient_bucket_bytes(size_t bytes);
+  /// The bucket size, in bytes.
   size_t gradient_bucket_bytes() const { return options_.gradient_bucket_bytes; }
   /// Sets the learning rate from the next update on. Throws ValueError
   /// unless lr is positive and finite, and TypeError when the optimizer has
@@ -198,7 +211,10 @@ class OptimizerContext {
   /// or with a schedule its value at the current iterations (Keras'
   /// optimizer.learning_rate).
   float learning_rate() const;
+  /// Rows of every step (options().batch_size).
   int64_t batch_size() const { return options_.batch_size; }
+  /// Steps per optimizer update: nbatch_logical / micro_batch (1 without
+  /// accumulation).
   int64_t accumulation_period() const { return period_; }
   /// Calls of step().
   int64_t n_steps() const { return n_steps_; }
@@ -209,7 +225,9 @@ class OptimizerContext {
   /// freed model's memory goes); every later step(), evaluate() or learning
   /// rate call throws StateError saying `why` (the model changed).
   void retire(const std::string& why);
+  /// The options the context was made with.
   const OptimizerContextOptions& options() const { return options_; }
+  /// The optimizer state it updates (shared with the model's other contexts).
   const std::shared_ptr<OptimizerState>& state() const { return state_; }
   /// Number of model outputs.
   size_t n_outputs() const;
@@ -256,7 +274,7 @@ class OptimizerContext {
   std::vector<float> output_losses_;
   std::vector<double> metric_sums_;
   Tensor accumulation_scale_;  // {} float32: the gradient seed, batch_size / nbatch_logical (1 without accumulation)
-  Tensor row_sum_seed_;        // {} float32: batch_size, the seed in data-parallel training
+  Tensor row_sum_seed_;        // {} float32: batch_size, the gradient seed in data-parallel training
   // Data-parallel training on a device: the gradients (and row count)
   // copied to the host for the reduction over ranks and back, one copy
   // each way per step; sized at the first step.

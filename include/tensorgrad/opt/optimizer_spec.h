@@ -23,14 +23,17 @@ namespace tensorgrad {
 /// learning_rate_schedule, as Keras' learning_rate given a schedule, replaces
 /// learning_rate: `{.learning_rate_schedule = ExponentialDecay{0.1f, 100, 0.5f}, .momentum = 0.9f}`).
 struct SGDOptions {
-  float learning_rate = 0.01f;
-  std::optional<LearningRateSchedule> learning_rate_schedule;
-  float momentum = 0.0f;
-  bool nesterov = false;
-  float dampening = 0.0f;  // PyTorch's; Keras has none
-  float weight_decay = 0.0f;
-  bool decoupled_weight_decay = true;
+  float learning_rate = 0.01f;  ///< the constant rate, > 0 (unused with a schedule)
+  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  float momentum = 0.0f;        ///< in [0, 1]; 0: no momentum buffer
+  bool nesterov = false;        ///< Nesterov momentum (needs momentum > 0, dampening 0)
+  float dampening = 0.0f;       ///< PyTorch's; Keras has none
+  float weight_decay = 0.0f;    ///< in [0, 1]; 0: none
+  bool decoupled_weight_decay = true;  ///< Keras' decay of the weights; false: PyTorch's L2 on the gradient
+  /// Gradient clipping, at most one set; 0 = off (see OptimizerSpec::clipnorm).
+  ///@{
   float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+  ///@}
 };
 
 /// Keyword arguments of OptimizerSpec::rmsprop, in the order of Keras 3's
@@ -40,16 +43,19 @@ struct SGDOptions {
 /// 1e-8f, .epsilon_inside_sqrt = false}` (rho is its alpha), with
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct RMSpropOptions {
-  float learning_rate = 1e-3f;
-  std::optional<LearningRateSchedule> learning_rate_schedule;
-  float rho = 0.9f;
-  float momentum = 0.0f;
-  float epsilon = 1e-7f;
-  bool centered = false;
-  bool epsilon_inside_sqrt = true;
-  float weight_decay = 0.0f;
-  bool decoupled_weight_decay = true;
+  float learning_rate = 1e-3f;  ///< the constant rate, > 0 (unused with a schedule)
+  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  float rho = 0.9f;             ///< the decay of the mean square, in [0, 1) (PyTorch's alpha)
+  float momentum = 0.0f;        ///< in [0, 1]; 0: no momentum buffer
+  float epsilon = 1e-7f;        ///< > 0, added to the denominator
+  bool centered = false;        ///< divide by the variance estimate instead of the mean square
+  bool epsilon_inside_sqrt = true;  ///< sqrt(v + epsilon) (Keras); false: sqrt(v) + epsilon (PyTorch)
+  float weight_decay = 0.0f;    ///< in [0, 1]; 0: none
+  bool decoupled_weight_decay = true;  ///< Keras' decay of the weights; false: PyTorch's L2 on the gradient
+  /// Gradient clipping, at most one set; 0 = off (see OptimizerSpec::clipnorm).
+  ///@{
   float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+  ///@}
 };
 
 /// Keyword arguments of OptimizerSpec::adagrad, in the order of Keras 3's
@@ -59,14 +65,17 @@ struct RMSpropOptions {
 /// .epsilon = 1e-10f, .epsilon_inside_sqrt = false}`, with
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct AdagradOptions {
-  float learning_rate = 1e-3f;
-  std::optional<LearningRateSchedule> learning_rate_schedule;
-  float initial_accumulator_value = 0.1f;
-  float epsilon = 1e-7f;
-  bool epsilon_inside_sqrt = true;
-  float weight_decay = 0.0f;
-  bool decoupled_weight_decay = true;
+  float learning_rate = 1e-3f;  ///< the constant rate, > 0 (unused with a schedule)
+  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  float initial_accumulator_value = 0.1f;  ///< the starting sum of squared gradients, >= 0
+  float epsilon = 1e-7f;        ///< > 0, added to the denominator
+  bool epsilon_inside_sqrt = true;  ///< sqrt(v + epsilon) (Keras); false: sqrt(v) + epsilon (PyTorch)
+  float weight_decay = 0.0f;    ///< in [0, 1]; 0: none
+  bool decoupled_weight_decay = true;  ///< Keras' decay of the weights; false: PyTorch's L2 on the gradient
+  /// Gradient clipping, at most one set; 0 = off (see OptimizerSpec::clipnorm).
+  ///@{
   float clipnorm = 0.0f, clipvalue = 0.0f, global_clipnorm = 0.0f;
+  ///@}
 };
 
 /// Optimizer settings: which optimizer, its hyper-parameters, weight decay
@@ -96,8 +105,9 @@ struct AdagradOptions {
 /// complete (and, in data-parallel training, reduced across ranks) and before the user's
 /// gradient hooks and the update, as graph ops on the device.
 struct OptimizerSpec {
+  /// The optimizers: Adam is AdamW with no weight decay.
   enum class Kind { AdamW, SGD, RMSprop, Adagrad };
-  Kind kind = Kind::AdamW;
+  Kind kind = Kind::AdamW;  ///< which optimizer; its fields below say which apply
   /// The constant learning rate, when there is no schedule.
   float learning_rate = 1e-3f;
   /// Keras' learning_rate given a LearningRateSchedule (opt/schedules.h):
@@ -108,7 +118,9 @@ struct OptimizerSpec {
   /// optimizer updates: with gradient accumulation, one per period.
   std::optional<LearningRateSchedule> learning_rate_schedule;
   /// Adam's moment decays and every optimizer's epsilon (SGD: unused).
+  ///@{
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-8f;
+  ///@}
   /// In [0, 1]; 0 = none. Decoupled or L2 per decoupled_weight_decay.
   float weight_decay = 0.0f;
   /// True: p <- p (1 - lr wd) before the update (Keras 3, PyTorch's AdamW).
@@ -144,7 +156,9 @@ struct OptimizerSpec {
   /// it scales to NaN, as TensorFlow's clip_by_global_norm documents, so the
   /// divergence reaches the weights and the loss (TerminateOnNaN), and is
   /// logged once per process.
+  ///@{
   float clipnorm = 0.0f, global_clipnorm = 0.0f, clipvalue = 0.0f;
+  ///@}
 
   /// AdamW (PyTorch and ggml defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8)
   /// with decoupled weight decay.
@@ -154,8 +168,10 @@ struct OptimizerSpec {
   static OptimizerSpec adam(float learning_rate = 1e-3f);
   /// AdamW and Adam whose learning rate follows `schedule` (Keras'
   /// `keras.optimizers.AdamW(learning_rate=schedule)`); throws as validate().
+  ///@{
   static OptimizerSpec adamw(const LearningRateSchedule& schedule, float weight_decay = 0.0f);
   static OptimizerSpec adam(const LearningRateSchedule& schedule);
+  ///@}
   /// Plain SGD: p <- p * (1 - lr * weight_decay) - lr * g. (Kept for its
   /// callers; its second argument is the weight decay, not Keras' momentum:
   /// use the SGDOptions form for momentum.)
@@ -188,7 +204,7 @@ const char* optimizer_name(OptimizerSpec::Kind kind);
 /// from the context so that contexts for other batch sizes continue the same
 /// optimizer (as a Keras optimizer lives across fit calls).
 struct OptimizerState {
-  Tensor hyper;  // {kHyperSize} float32, see HyperSlot
+  Tensor hyper;  ///< {kHyperSize} float32, see HyperSlot
   /// {1} int64: optimizer updates applied so far (Keras' `iterations`, the t
   /// of Adam's bias corrections). A persistent tensor the update graph
   /// advances; writable, to resume a run.
@@ -196,12 +212,12 @@ struct OptimizerState {
   /// A parameter's optimizer state, each {parameter shape} float32, made
   /// when a graph first uses it (undefined when its optimizer has none):
   struct Slots {
-    Tensor m;         // AdamW: first moment; RMSprop centered: mean gradient
-    Tensor v;         // AdamW: second moment; RMSprop: mean square; Adagrad: sum of squares
-    Tensor momentum;  // SGD and RMSprop with momentum: the momentum buffer
-    Tensor acc;       // gradient accumulator: accumulation period > 1, or clipping
+    Tensor m;         ///< AdamW: first moment; RMSprop centered: mean gradient
+    Tensor v;         ///< AdamW: second moment; RMSprop: mean square; Adagrad: sum of squares
+    Tensor momentum;  ///< SGD and RMSprop with momentum: the momentum buffer
+    Tensor acc;       ///< gradient accumulator: accumulation period > 1, or clipping
   };
-  std::unordered_map<const void*, Slots> slots;  // by parameter memory
+  std::unordered_map<const void*, Slots> slots;  ///< by parameter memory
   /// The model's flat gradient buffer, which the hook stage's buckets cut
   /// (see GradientBuffer): {n} float32 on the model's device,
   /// every trainable weight's gradient one after another in the order of the
@@ -227,10 +243,10 @@ struct OptimizerState {
   std::shared_ptr<dist::Communicator> communicator;
   /// Where one trainable weight's gradient lies in `gradients`.
   struct GradientRange {
-    const void* parameter = nullptr;  // the weight's memory (the key of `slots`)
-    std::string name;                 // "<layer>/<weight>"
-    Shape shape;                      // the weight's shape
-    int64_t offset = 0;               // first element in `gradients`
+    const void* parameter = nullptr;  ///< the weight's memory (the key of `slots`)
+    std::string name;                 ///< "<layer>/<weight>"
+    Shape shape;                      ///< the weight's shape
+    int64_t offset = 0;               ///< first element in `gradients`
   };
   /// The layout of `gradients`, in order; empty until it is made.
   std::vector<GradientRange> gradient_layout;
@@ -238,7 +254,7 @@ struct OptimizerState {
   /// must be zero between updates, and the hook stage of a graph without
   /// accumulation clears it after use).
   bool gradients_accumulate = false;
-  int64_t micro_step = 0;                        // physical steps since the last update
+  int64_t micro_step = 0;                        ///< physical steps since the last update
   /// {1} int64: the model's dropout counter, a persistent tensor every
   /// training graph of the model binds (Graph::set_rng_counter) and advances
   /// once per run, so that no two steps (of any batch size) share a mask.
@@ -248,7 +264,10 @@ struct OptimizerState {
   /// reads of it (LrScheduleKind in ops/op.h): `schedule_steps` {n} int64 and
   /// `schedule_values` {m} float32, persistent; both undefined without one.
   std::optional<LearningRateSchedule> learning_rate_schedule;
+  /// The schedule's numbers as the update graph reads them (see above).
+  ///@{
   Tensor schedule_steps, schedule_values;
+  ///@}
   /// Fresh state for `spec` (step 0, no moments yet) on `device`, where the
   /// update graph that reads it runs (the model's backend's device); throws
   /// as spec.validate(), and StateError as allocate_storage for a device

@@ -24,8 +24,8 @@ namespace tensorgrad {
 /// are update counts, strictly increasing; values are learning rates
 /// (finite, >= 0), one more than the boundaries.
 struct PiecewiseConstantDecay {
-  std::vector<int64_t> boundaries;
-  std::vector<float> values;
+  std::vector<int64_t> boundaries;  ///< update counts, strictly increasing
+  std::vector<float> values;        ///< learning rates, one more than the boundaries
 };
 
 /// As Keras' keras.optimizers.schedules.ExponentialDecay:
@@ -33,10 +33,10 @@ struct PiecewiseConstantDecay {
 /// floored with staircase (the rate drops every decay_steps updates).
 /// decay_steps >= 1 updates; decay_rate positive and finite (above 1 grows).
 struct ExponentialDecay {
-  float initial_learning_rate = 0.0f;
-  int64_t decay_steps = 0;
-  float decay_rate = 0.0f;
-  bool staircase = false;
+  float initial_learning_rate = 0.0f;  ///< the rate at step 0, > 0
+  int64_t decay_steps = 0;             ///< updates per factor of decay_rate, >= 1
+  float decay_rate = 0.0f;             ///< the factor every decay_steps updates
+  bool staircase = false;              ///< floor the exponent: drop in steps
 };
 
 /// As Keras' keras.optimizers.schedules.CosineDecay, with its optional linear
@@ -50,11 +50,11 @@ struct ExponentialDecay {
 /// decay_steps >= 1, warmup_steps >= 0 (updates); alpha in [0, 1] (the floor
 /// as a fraction of the rate decayed from).
 struct CosineDecay {
-  float initial_learning_rate = 0.0f;
-  int64_t decay_steps = 0;
-  float alpha = 0.0f;
-  std::optional<float> warmup_target;
-  int64_t warmup_steps = 0;
+  float initial_learning_rate = 0.0f;  ///< the rate at step 0
+  int64_t decay_steps = 0;             ///< updates the decay takes, >= 1
+  float alpha = 0.0f;                  ///< the final rate as a fraction of the decayed-from rate, in [0, 1]
+  std::optional<float> warmup_target;  ///< the rate the warm-up reaches, > 0; none: no warm-up
+  int64_t warmup_steps = 0;            ///< updates the warm-up takes, >= 0
 };
 
 /// As Keras' keras.optimizers.schedules.CosineDecayRestarts (SGDR,
@@ -67,11 +67,11 @@ struct CosineDecay {
 /// that shrink run out after first_decay_steps / (1 - t_mul) updates, where
 /// Keras' rate turns NaN); m_mul > 0; alpha in [0, 1].
 struct CosineDecayRestarts {
-  float initial_learning_rate = 0.0f;
-  int64_t first_decay_steps = 0;
-  float t_mul = 2.0f;
-  float m_mul = 1.0f;
-  float alpha = 0.0f;
+  float initial_learning_rate = 0.0f;  ///< the rate at step 0, > 0
+  int64_t first_decay_steps = 0;       ///< updates of the first period, >= 1
+  float t_mul = 2.0f;                  ///< each period's length over the previous one's, >= 1
+  float m_mul = 1.0f;                  ///< each period's starting amplitude over the previous one's, > 0
+  float alpha = 0.0f;                  ///< the floor as a fraction of initial_learning_rate, in [0, 1]
 };
 
 /// One of Keras' schedules (Keras' LearningRateSchedule classes).

@@ -293,15 +293,17 @@ Context::Context(int, VkPhysicalDevice physical, DeviceInfo info) : physical_(ph
 Context::~Context() = default;  // contexts live for the process
 
 namespace {
-std::atomic<bool> g_fail_next_allocation{false}, g_fail_next_submit{false};
+std::atomic<int> g_failing_allocations{0};
+std::atomic<bool> g_fail_next_submit{false};
 }  // namespace
 
 void inject_fault(Fault fault) {
   switch (fault) {
-    case Fault::kOutOfDeviceMemory: g_fail_next_allocation = true; return;
+    case Fault::kOutOfDeviceMemory: ++g_failing_allocations; return;
     case Fault::kDeviceLost: g_fail_next_submit = true; return;
     case Fault::kNone: {
-      g_fail_next_allocation = g_fail_next_submit = false;
+      g_failing_allocations = 0;
+      g_fail_next_submit = false;
       std::lock_guard<std::mutex> lock(g_contexts_mutex);
       for (auto& [index, context] : made_contexts()) context->clear_lost_for_tests();
       return;
@@ -336,8 +338,11 @@ Allocation Context::allocate(size_t bytes, bool host_visible) {
   VkMemoryAllocateInfo minfo{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &flags};
   minfo.allocationSize = req.size;
   minfo.memoryTypeIndex = host_visible ? host_type_ : device_type_;
-  const VkResult r = g_fail_next_allocation.exchange(false) ? VK_ERROR_OUT_OF_DEVICE_MEMORY
-                                                            : a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
+  int failing = g_failing_allocations.load();
+  while (failing > 0 && !g_failing_allocations.compare_exchange_weak(failing, failing - 1)) {
+  }
+  const VkResult r =
+      failing > 0 ? VK_ERROR_OUT_OF_DEVICE_MEMORY : a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
   if (r != VK_SUCCESS) {
     a.vkDestroyBuffer(device_, out.buffer, nullptr);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)

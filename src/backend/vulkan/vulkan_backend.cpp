@@ -209,6 +209,8 @@ class EagerQueue final : public PendingWork {
   void launch(OpKind op, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     open_locked();
+    // Its inputs may be cached blocks: nothing else would notice the loss.
+    recorder_->context().check_not_lost("running an op");
     record_step(*recorder_, op, attrs, in, out);
     if (recorder_->dispatches() >= kMaxQueuedOps) submit_locked(true);
   }

@@ -5,6 +5,10 @@
 // compile for the CPU fails cleanly), and the checkpoint trains on.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "test_files.h"
 #include "vulkan_support.h"
 
@@ -105,4 +109,57 @@ TEST(VulkanFaults, ALostDeviceSaysToReloadTheCheckpoint) {
   nn::Model back = io::load_model(path);
   (void)back.fit(x, y, fo);
   EXPECT_EQ(back.backend()->device(), Device::CPU);
+}
+
+// The eager API meets the same failures. A refused allocation is retried
+// once after the block cache is emptied (as PyTorch's caching allocator
+// does); one the device cannot hold is a MemoryError naming the bytes, and
+// a module that cannot move stays where it was. A lost device is an Error
+// at the next sync point, after which every use of its tensors says so;
+// CPU tensors and what was saved before are intact.
+TEST(VulkanFaults, EagerTensorsOutOfMemoryAndOnALostDevice) {
+  TG_VULKAN_OR_SKIP(vk);
+  FaultGuard guard;
+  const Device device = vk->device();
+  ag::TensorOptions on_device;
+  on_device.device = device;
+  ag::empty_cache();
+  (void)ag::zeros({12, 34}, on_device);  // leaves a block in the cache
+  ASSERT_EQ(ag::memory_stats(device).cached_blocks, 1u);
+  inject_vulkan_fault(VulkanFault::kOutOfDeviceMemory);
+  EXPECT_EQ(ag::sum(ag::zeros({12345, 7}, on_device)).item(), 0.0f);
+  EXPECT_EQ(ag::memory_stats(device).cached_blocks, 2u);  // the new blocks, given back; the old one freed
+
+  const int64_t huge = int64_t(1) << 22;  // {huge, huge} floats: 64 TiB
+  const std::string oom = message_of<MemoryError>([&] { (void)ag::zeros({huge, huge}, on_device); });
+  EXPECT_NE(oom.find("70368744177664 bytes"), std::string::npos) << oom;
+
+  ag::manual_seed(3);
+  ag::nn::Linear layer(5, 7);
+  const std::vector<float> weight = layer.weight.to_vector();
+  ag::empty_cache();
+  inject_vulkan_fault(VulkanFault::kOutOfDeviceMemory);  // twice: the retry fails too
+  inject_vulkan_fault(VulkanFault::kOutOfDeviceMemory);
+  EXPECT_NE(message_of<MemoryError>([&] { layer.to(device); }).find("bytes"), std::string::npos);
+  for (const ag::Tensor& p : layer.parameters()) EXPECT_EQ(p.device(), Device::CPU);
+  EXPECT_EQ(layer.weight.to_vector(), weight);
+  test_support::TempDir dir;
+  const std::string path = dir / "layer.gguf";
+  layer.to(device);
+  ag::save(layer, path);
+  const ag::Tensor x = ag::ones({3, 5}, on_device);
+  const ag::Tensor cpu_x = ag::ones({3, 5});
+  inject_vulkan_fault(VulkanFault::kDeviceLost);
+  const std::string what = message_of<Error>([&] { (void)ag::sum(layer(x)).item(); });
+  EXPECT_NE(what.find("lost"), std::string::npos) << what;
+  const std::vector<std::pair<const char*, std::function<void()>>> uses = {
+      {"an op", [&] { (void)layer(x); }},
+      {"a read back", [&] { (void)x.to_vector(); }},
+      {"a move", [&] { (void)x.cpu(); }},
+      {"a save", [&] { ag::save(layer, dir / "after.gguf"); }}};
+  for (const auto& [use, call] : uses) EXPECT_NE(message_of<Error>(call).find("was lost"), std::string::npos) << use;
+  // What was saved before loads onto the CPU and runs.
+  const std::shared_ptr<ag::nn::Module> back = ag::load(path);
+  EXPECT_EQ(back->parameters()[0].to_vector(), weight);
+  EXPECT_EQ((*back)(cpu_x).shape(), Shape({3, 7}));
 }

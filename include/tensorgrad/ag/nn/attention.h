@@ -17,7 +17,11 @@ namespace tensorgrad::ag::nn {
 /// averaged over heads {N, L, S} (always batch first, as torch); undefined
 /// without need_weights.
 struct MultiheadAttentionOutput {
+  /// attn_output {N, L, E} ({L, N, E} without batch_first); attn_weights
+  /// {N, L, S}, averaged over heads, undefined without need_weights.
+  ///@{
   Tensor attn_output, attn_weights;
+  ///@}
 };
 
 /// Multi-head scaled dot-product attention, as torch.nn.MultiheadAttention
@@ -35,6 +39,8 @@ struct MultiheadAttentionOutput {
 /// num_heads < 1 and when embed_dim % num_heads != 0.
 class MultiheadAttention : public Module {
  public:
+  /// torch.nn.MultiheadAttention's arguments, but batch_first by default
+  /// (tensorgrad's sequences are batch first); throws as the class says.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool bias = true, bool batch_first = true);
   const char* type() const override { return "MultiheadAttention"; }
   /// embed_dim, num_heads, bias, batch_first.
@@ -60,12 +66,19 @@ class MultiheadAttention : public Module {
   /// Self-attention without masks: forward(x, x, x, {}, {}, false).attn_output.
   Tensor forward(const Tensor& x) override;
 
+  /// E, the number of heads, and d = E / num_heads.
+  ///@{
   int64_t embed_dim() const { return embed_dim_; }
   int64_t num_heads() const { return num_heads_; }
   int64_t head_dim() const { return embed_dim_ / num_heads_; }
+  ///@}
 
+  /// in_proj_weight {3E, E}: W_q, W_k, W_v stacked; in_proj_bias {3E},
+  /// undefined without bias.
+  ///@{
   Tensor in_proj_weight, in_proj_bias;  // in_proj_bias undefined without bias
-  std::shared_ptr<Linear> out_proj;
+  ///@}
+  std::shared_ptr<Linear> out_proj;  ///< E -> E, the output projection (child "out_proj")
 
  private:
   int64_t embed_dim_, num_heads_;

@@ -37,13 +37,19 @@ namespace tensorgrad::ag::nn {
 /// that is not {N, H, W, in_channels} or is smaller than the dilated kernel.
 class Conv2d : public Module {
  public:
+  /// torch.nn.Conv2d's arguments and defaults, square (one int each);
+  /// throws as the class says.
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
          int64_t dilation = 1, bool bias = true);
   const char* type() const override { return "Conv2d"; }
   /// in_channels, out_channels, kernel_size, stride, padding, dilation, bias.
   ModuleConfig config() const override;
   Tensor forward(const Tensor& input) override;
+  /// weight {out_channels, in_channels, kernel_size, kernel_size}; bias
+  /// {out_channels}, undefined without one.
+  ///@{
   Tensor weight, bias;  // bias undefined without one
+  ///@}
 
  private:
   int64_t in_, out_, kernel_, stride_, padding_, dilation_;
@@ -75,10 +81,19 @@ class BatchNormBase : public Module {
  public:
   ModuleConfig config() const override;  // num_features, eps, momentum, affine, track_running_stats
   Tensor forward(const Tensor& input) override;
-  Tensor weight, bias;                                          // undefined without affine
-  Tensor running_mean, running_var, num_batches_tracked;        // undefined without track_running_stats
+  /// The scale and shift {C}; undefined without affine.
+  ///@{
+  Tensor weight, bias;
+  ///@}
+  /// The running statistics {C} and the batch count {}; undefined without
+  /// track_running_stats.
+  ///@{
+  Tensor running_mean, running_var, num_batches_tracked;
+  ///@}
 
  protected:
+  /// torch.nn's _BatchNorm arguments; `name` is the module type in
+  /// messages. Throws as the class says.
   BatchNormBase(const char* name, int64_t num_features, double eps, double momentum, bool affine,
                 bool track_running_stats);
   /// Throws ShapeError unless `input` has a rank this module takes.
@@ -94,6 +109,7 @@ class BatchNormBase : public Module {
 /// the channels last) -> the same shape. See BatchNormBase.
 class BatchNorm1d : public BatchNormBase {
  public:
+  /// torch.nn.BatchNorm1d's arguments and defaults.
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                        bool track_running_stats = true)
       : BatchNormBase("BatchNorm1d", num_features, eps, momentum, affine, track_running_stats) {}
@@ -107,6 +123,7 @@ class BatchNorm1d : public BatchNormBase {
 /// See BatchNormBase.
 class BatchNorm2d : public BatchNormBase {
  public:
+  /// torch.nn.BatchNorm2d's arguments and defaults.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                        bool track_running_stats = true)
       : BatchNormBase("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}
@@ -127,12 +144,16 @@ class BatchNorm2d : public BatchNormBase {
 /// LayerNorm and the shape for an input whose last dimension is not D.
 class LayerNorm : public Module {
  public:
+  /// torch.nn.LayerNorm's arguments and defaults (normalized_shape one int: D).
   explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   const char* type() const override { return "LayerNorm"; }
   /// normalized_shape, eps, elementwise_affine.
   ModuleConfig config() const override;
   Tensor forward(const Tensor& input) override;
-  Tensor weight, bias;  // undefined without elementwise_affine
+  /// The scale and shift {D}; undefined without elementwise_affine.
+  ///@{
+  Tensor weight, bias;
+  ///@}
 
  private:
   int64_t d_;
@@ -147,12 +168,13 @@ class LayerNorm : public Module {
 /// id outside [0, num_embeddings).
 class Embedding : public Module {
  public:
+  /// torch.nn.Embedding's first two arguments.
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   const char* type() const override { return "Embedding"; }
   /// num_embeddings, embedding_dim.
   ModuleConfig config() const override;
   Tensor forward(const Tensor& ids) override;
-  Tensor weight;
+  Tensor weight;  ///< {num_embeddings, embedding_dim}
 
  private:
   int64_t v_, d_;
@@ -167,6 +189,7 @@ class Embedding : public Module {
 /// is smaller than the window.
 class MaxPool2d : public Module {
  public:
+  /// torch.nn.MaxPool2d's first three arguments (stride 0: kernel_size).
   explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
   const char* type() const override { return "MaxPool2d"; }
   /// kernel_size, stride (resolved: kernel_size when given 0), padding.
@@ -183,6 +206,7 @@ class MaxPool2d : public Module {
 /// errors as MaxPool2d's. config() records count_include_pad = false.
 class AvgPool2d : public Module {
  public:
+  /// torch.nn.AvgPool2d's first three arguments (stride 0: kernel_size).
   explicit AvgPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0);
   const char* type() const override { return "AvgPool2d"; }
   /// kernel_size, stride, padding, count_include_pad (false).

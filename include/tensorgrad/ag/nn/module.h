@@ -30,12 +30,19 @@ class StateDict {
   const Tensor* find(const std::string& name) const;
   /// The tensor named `name`; IndexError naming it when absent.
   const Tensor& at(const std::string& name) const;
+  /// Whether `name` is there.
   bool contains(const std::string& name) const { return find(name) != nullptr; }
+  /// The number of entries.
   size_t size() const { return items_.size(); }
+  /// Whether there is no entry.
   bool empty() const { return items_.empty(); }
+  /// Every (name, tensor) in insertion order.
   const std::vector<std::pair<std::string, Tensor>>& items() const { return items_; }
+  /// Iteration over items(): `for (const auto& [name, t] : dict)`.
+  ///@{
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
+  ///@}
 
  private:
   std::vector<std::pair<std::string, Tensor>> items_;
@@ -44,9 +51,10 @@ class StateDict {
 /// What load_state_dict did not match (torch's _IncompatibleKeys), and, for
 /// strict = false, what it therefore skipped.
 struct LoadResult {
-  std::vector<std::string> missing_keys;     // in the module, not in the dict
-  std::vector<std::string> unexpected_keys;  // in the dict, not in the module
-  std::vector<std::string> shape_mismatches; // "name: model {a, b} vs file {c, d}" (also skipped)
+  std::vector<std::string> missing_keys;     ///< in the module, not in the dict
+  std::vector<std::string> unexpected_keys;  ///< in the dict, not in the module
+  std::vector<std::string> shape_mismatches; ///< "name: model {a, b} vs file {c, d}" (also skipped)
+  /// Whether everything matched.
   bool ok() const { return missing_keys.empty() && unexpected_keys.empty() && shape_mismatches.empty(); }
   /// One line per problem, for messages.
   std::string str() const;
@@ -76,21 +84,34 @@ class Module {
   /// The module applied to one input. Modules with other signatures (several
   /// inputs or outputs) have their own forward and throw ValueError here.
   virtual Tensor forward(const Tensor& input);
+  /// forward(input), as calling a torch.nn.Module.
   Tensor operator()(const Tensor& input) { return forward(input); }
 
   /// Parameters (and their dotted names), this module's first, then each
   /// child's in registration order; a tensor reached twice is listed once.
+  /// Without `recurse`, this module's own only.
+  ///@{
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  ///@}
+  /// Buffers (and their dotted names), in the same order as parameters.
+  ///@{
   std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  ///@}
+  /// The direct children (and their names), in registration order.
+  ///@{
   std::vector<std::shared_ptr<Module>> children() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+  ///@}
 
   /// Training mode (dropout active, batch statistics) for this module and
   /// every child; eval() is train(false). Returns *this, as PyTorch.
+  ///@{
   Module& train(bool on = true);
   Module& eval() { return train(false); }
+  ///@}
+  /// Whether the module is in training mode (torch's module.training).
   bool is_training() const { return training_; }
 
   /// Moves every parameter and buffer (and a parameter's grad()) of this
@@ -151,12 +172,17 @@ namespace detail {
 std::map<std::string, std::function<std::shared_ptr<Module>(const ModuleConfig&)>>& module_registry();
 }  // namespace detail
 
-/// Builds a module of a registered type from its configuration (the
-/// state-dict loader's way of rebuilding built-in modules). Built-in types
-/// are registered already. Throws ValueError for an unknown type, listing
-/// the known ones and saying to call register_module_type.
+/// Builds a module of one type from its configuration (the state-dict
+/// loader's way of rebuilding modules, ag::load).
 using ModuleFactory = std::function<std::shared_ptr<Module>(const ModuleConfig&)>;
+/// Registers the factory of a user's module type, so ag::load can rebuild
+/// it: `type` is what the module's type() returns. Registering a type again
+/// replaces its factory. Throws ValueError for an empty factory.
 void register_module_type(const std::string& type, ModuleFactory factory);
+/// A new module of config.type() built from `config` by its registered
+/// factory. Built-in types are registered already. Throws ValueError for an
+/// unknown type, listing the known ones and saying to call
+/// register_module_type.
 std::shared_ptr<Module> module_from_config(const ModuleConfig& config);
 
 }  // namespace tensorgrad::ag::nn

@@ -18,11 +18,18 @@ namespace tensorgrad::ag::nn {
 /// (PyTorch's default). Input {..., in_features}. ValueError for a size < 1.
 class Linear : public Module {
  public:
+  /// torch.nn.Linear's arguments.
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   const char* type() const override { return "Linear"; }
+  /// in_features, out_features, bias.
   ModuleConfig config() const override;
+  /// input {..., in_features} -> {..., out_features}.
   Tensor forward(const Tensor& input) override;
+  /// weight {out_features, in_features}; bias {out_features}, undefined
+  /// without one.
+  ///@{
   Tensor weight, bias;  // bias undefined without one
+  ///@}
 
  private:
   int64_t in_, out_;
@@ -31,28 +38,35 @@ class Linear : public Module {
 /// Modules applied in order (torch.nn.Sequential); children named "0", "1", ...
 class Sequential : public Module {
  public:
+  /// No modules yet: push_back adds them.
   Sequential() = default;
+  /// The modules in order, as push_back each.
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   const char* type() const override { return "Sequential"; }
   /// Appends a module as the next child (named by its position).
   Sequential& push_back(std::shared_ptr<Module> module);
+  /// Each module's forward on the previous one's output.
   Tensor forward(const Tensor& input) override;
+  /// The number of modules.
   size_t size() const { return named_children().size(); }
   /// Child i; IndexError outside [0, size()).
   std::shared_ptr<Module> operator[](size_t i) const;
 };
 
-/// Element-wise activation modules (torch.nn.ReLU, ...), without parameters.
+/// max(x, 0), element-wise (torch.nn.ReLU). The other activation modules
+/// below are likewise element-wise and without parameters.
 class ReLU : public Module {
  public:
   const char* type() const override { return "ReLU"; }
   Tensor forward(const Tensor& x) override;
 };
+/// 1 / (1 + e^-x), element-wise (torch.nn.Sigmoid).
 class Sigmoid : public Module {
  public:
   const char* type() const override { return "Sigmoid"; }
   Tensor forward(const Tensor& x) override;
 };
+/// tanh(x), element-wise (torch.nn.Tanh).
 class Tanh : public Module {
  public:
   const char* type() const override { return "Tanh"; }
@@ -66,27 +80,33 @@ class Tanh : public Module {
 /// other string, naming both.
 class GELU : public Module {
  public:
+  /// Throws ValueError for an `approximate` other than "none" or "tanh".
   explicit GELU(std::string approximate = "none");
   const char* type() const override { return "GELU"; }
   ModuleConfig config() const override;
   Tensor forward(const Tensor& x) override;
+  /// "none" or "tanh".
   const std::string& approximate() const { return approximate_; }
 
  private:
   std::string approximate_;
 };
+/// x sigmoid(x), element-wise (torch.nn.SiLU, ag::silu).
 class SiLU : public Module {
  public:
   const char* type() const override { return "SiLU"; }
   Tensor forward(const Tensor& x) override;
 };
+/// log(1 + e^x), element-wise (torch.nn.Softplus with beta 1, ag::softplus).
 class Softplus : public Module {
  public:
   const char* type() const override { return "Softplus"; }
   Tensor forward(const Tensor& x) override;
 };
+/// x where x > 0, else alpha (e^x - 1) (torch.nn.ELU, ag::elu).
 class ELU : public Module {
  public:
+  /// The negative side's scale, PyTorch's default 1.
   explicit ELU(float alpha = 1.0f) : alpha_(alpha) {}
   const char* type() const override { return "ELU"; }
   ModuleConfig config() const override;
@@ -95,8 +115,10 @@ class ELU : public Module {
  private:
   float alpha_;
 };
+/// x where x > 0, else negative_slope x (torch.nn.LeakyReLU, ag::leaky_relu).
 class LeakyReLU : public Module {
  public:
+  /// The negative side's slope, PyTorch's default 0.01.
   explicit LeakyReLU(float negative_slope = 0.01f) : slope_(negative_slope) {}
   const char* type() const override { return "LeakyReLU"; }
   ModuleConfig config() const override;
@@ -108,6 +130,8 @@ class LeakyReLU : public Module {
 /// Softmax along the last dimension (dim -1, the one the kernels take).
 class Softmax : public Module {
  public:
+  /// `dim` as ag::softmax takes it: forward throws ValueError for any but
+  /// the last.
   explicit Softmax(int dim = -1) : dim_(dim) {}
   const char* type() const override { return "Softmax"; }
   ModuleConfig config() const override;
@@ -133,6 +157,7 @@ class Flatten : public Module {
 /// ValueError for p outside [0, 1).
 class Dropout : public Module {
  public:
+  /// The drop probability, PyTorch's default 0.5.
   explicit Dropout(float p = 0.5f);
   const char* type() const override { return "Dropout"; }
   ModuleConfig config() const override;

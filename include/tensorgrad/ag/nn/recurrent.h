@@ -17,7 +17,11 @@ namespace tensorgrad::ag::nn {
 /// What LSTM::forward returns: output {N, T, H} ({T, N, H} without
 /// batch_first) and the final states h_n, c_n, each {num_layers, N, H}.
 struct LSTMOutput {
+  /// output: the last layer's h at every step; h_n and c_n: every layer's
+  /// last hidden and cell state.
+  ///@{
   Tensor output, h_n, c_n;
+  ///@}
 };
 
 /// What LSTM and GRU share (torch.nn.RNNBase): the sizes, the per-layer
@@ -26,18 +30,31 @@ class RNNBase : public Module {
  public:
   /// input_size, hidden_size, num_layers, bias, batch_first.
   ModuleConfig config() const override;
+  /// The constructor's sizes: features per input step, H, and stacked layers.
+  ///@{
   int64_t input_size() const { return input_size_; }
   int64_t hidden_size() const { return hidden_size_; }
   int64_t num_layers() const { return num_layers_; }
+  ///@}
 
  protected:
   /// Registers weight_ih_l{k}, weight_hh_l{k} (and the biases) for `gates`
   /// gate blocks per layer, U(-1/sqrt(H), 1/sqrt(H)). ValueError for a size < 1.
   RNNBase(const char* type, int64_t gates, int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias,
           bool batch_first);
+  /// The sizes, as their accessors return them.
+  ///@{
   int64_t input_size_, hidden_size_, num_layers_;
+  ///@}
+  /// Whether there are biases; whether inputs and outputs are {N, T, ...}
+  /// rather than {T, N, ...}.
+  ///@{
   bool bias_, batch_first_;
-  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;  // per layer; biases undefined without bias
+  ///@}
+  /// The registered parameters, per layer; biases undefined without bias.
+  ///@{
+  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;
+  ///@}
 };
 
 /// A multi-layer long short-term memory, as torch.nn.LSTM (without its
@@ -53,6 +70,8 @@ class RNNBase : public Module {
 /// bias_ih, bias_hh (torch's). ValueError for a size < 1.
 class LSTM : public RNNBase {
  public:
+  /// torch.nn.LSTM's arguments, but batch_first by default (tensorgrad's
+  /// sequences are batch first). ValueError for a size < 1.
   LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = true);
   const char* type() const override { return "LSTM"; }
   /// x {N, T, input_size} ({T, N, input_size} without batch_first), and
@@ -70,7 +89,11 @@ class LSTM : public RNNBase {
 /// What GRU::forward returns: output {N, T, H} ({T, N, H} without
 /// batch_first) and the final state h_n {num_layers, N, H}.
 struct GRUOutput {
+  /// output: the last layer's h at every step; h_n: every layer's last
+  /// hidden state.
+  ///@{
   Tensor output, h_n;
+  ///@}
 };
 
 /// A multi-layer gated recurrent unit, as torch.nn.GRU (without dropout and
@@ -82,6 +105,8 @@ struct GRUOutput {
 /// Initialisation, state-dict order and errors as LSTM.
 class GRU : public RNNBase {
  public:
+  /// torch.nn.GRU's arguments, but batch_first by default, as LSTM's.
+  /// ValueError for a size < 1.
   GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = true);
   const char* type() const override { return "GRU"; }
   /// x {N, T, input_size} ({T, N, input_size} without batch_first), and
