@@ -251,7 +251,7 @@ class Model {
   /// device has no backend here ("no CUDA device ...") or its backend has no
   /// kernel for an op the model's training or evaluation graph needs (naming
   /// the op; no silent fallback to the CPU), ValueError for mixed_bfloat16 on
-  /// CUDA. Every overload takes it last.
+  /// any device but the CPU. Every overload takes it last.
   void compile(const OptimizerSpec& optimizer, const Loss& loss, const std::vector<std::string>& metrics = {},
                CompileTarget target = {});
   /// The same on a backend object (a custom backend; backend(Device) gives

@@ -24,7 +24,7 @@ namespace tensorgrad {
 /// learning_rate: `{.learning_rate_schedule = ExponentialDecay{0.1f, 100, 0.5f}, .momentum = 0.9f}`).
 struct SGDOptions {
   float learning_rate = 0.01f;  ///< the constant rate, > 0 (unused with a schedule)
-  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  std::optional<LearningRateSchedule> learning_rate_schedule{};  ///< replaces learning_rate when set
   float momentum = 0.0f;        ///< in [0, 1]; 0: no momentum buffer
   bool nesterov = false;        ///< Nesterov momentum (needs momentum > 0, dampening 0)
   float dampening = 0.0f;       ///< PyTorch's; Keras has none
@@ -44,7 +44,7 @@ struct SGDOptions {
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct RMSpropOptions {
   float learning_rate = 1e-3f;  ///< the constant rate, > 0 (unused with a schedule)
-  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  std::optional<LearningRateSchedule> learning_rate_schedule{};  ///< replaces learning_rate when set
   float rho = 0.9f;             ///< the decay of the mean square, in [0, 1) (PyTorch's alpha)
   float momentum = 0.0f;        ///< in [0, 1]; 0: no momentum buffer
   float epsilon = 1e-7f;        ///< > 0, added to the denominator
@@ -66,7 +66,7 @@ struct RMSpropOptions {
 /// `.decoupled_weight_decay = false` for its weight_decay.
 struct AdagradOptions {
   float learning_rate = 1e-3f;  ///< the constant rate, > 0 (unused with a schedule)
-  std::optional<LearningRateSchedule> learning_rate_schedule;  ///< replaces learning_rate when set
+  std::optional<LearningRateSchedule> learning_rate_schedule{};  ///< replaces learning_rate when set
   float initial_accumulator_value = 0.1f;  ///< the starting sum of squared gradients, >= 0
   float epsilon = 1e-7f;        ///< > 0, added to the denominator
   bool epsilon_inside_sqrt = true;  ///< sqrt(v + epsilon) (Keras); false: sqrt(v) + epsilon (PyTorch)
@@ -116,7 +116,7 @@ struct OptimizerSpec {
   /// set_learning_rate throws TypeError (as Keras). Every optimizer, and
   /// decoupled weight decay, uses the scheduled rate. Its steps are
   /// optimizer updates: with gradient accumulation, one per period.
-  std::optional<LearningRateSchedule> learning_rate_schedule;
+  std::optional<LearningRateSchedule> learning_rate_schedule{};
   /// Adam's moment decays and every optimizer's epsilon (SGD: unused).
   ///@{
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-8f;

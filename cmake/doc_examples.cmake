@@ -1,0 +1,182 @@
+# The C++ examples of the documentation, extracted from the Markdown so that
+# the test suite compiles every one of them (docs/CMakeLists.txt uses it;
+# docs/README.md states the rules for writers).
+#
+# Every fenced block opened by ```cpp in a guide is extracted into a
+# translation unit of its own. Other fences (```sh, ```cmake, ```text, and
+# ```c++ for an excerpt of a source file that does not compile alone) are
+# left alone. A block is one of:
+#
+#   a program      it has `int main(`: compiled and linked against tensorgrad
+#                  as written, and run by CTest (DocsExample.<guide>_<n>)
+#                  unless its first line is a comment starting
+#                  `// compile-only` (it needs data, MPI, a GPU or a long run;
+#                  the rest of that line says why);
+#   declarations   its first line is `// declarations`: classes and functions
+#                  at namespace scope, compiled and linked, not run;
+#   a fragment     anything else: statements, placed in the body of a
+#                  function. A first line `// fragment: <parameters>` declares
+#                  what the statements assume exists, as the function's
+#                  parameter list (`// fragment: tg::nn::Model& model,
+#                  const tg::Tensor& x`); compiled and linked, not run.
+#
+# Declarations and fragments see `#include <tensorgrad/tensorgrad.h>`, `namespace
+# tg = tensorgrad;` and `namespace ag = tensorgrad::ag;`; their own #include
+# lines are moved to the top of the file. Each sits in a namespace of its own,
+# so blocks never clash. Compile errors point at the guide's lines (#line).
+#
+# Script mode, to look at what a guide's blocks become:
+#   cmake -DTG_DOC=docs/eager.md -DTG_DOC_OUT=/tmp/doc -P cmake/doc_examples.cmake
+# writes /tmp/doc/eager_<n>.cpp and prints each block's kind and line.
+
+if(CMAKE_SCRIPT_MODE_FILE AND NOT CMAKE_PARENT_LIST_FILE)
+  cmake_minimum_required(VERSION 3.25)  # script mode: today's policies
+endif()
+
+# The name blocks of `md` are known by: the file's name without ".md", with
+# every character other than a letter, digit, '-' or '_' made '_'; the
+# index docs/README.md is "docs_README", apart from the top-level README.
+function(tg_doc_name md out_var)
+  get_filename_component(name "${md}" NAME_WE)
+  get_filename_component(dir "${md}" DIRECTORY)
+  get_filename_component(dir "${dir}" NAME)
+  if(name STREQUAL "README" AND dir STREQUAL "docs")
+    set(name "docs_README")
+  endif()
+  string(REGEX REPLACE "[^A-Za-z0-9_-]" "_" name "${name}")
+  set(${out_var} "${name}" PARENT_SCOPE)
+endfunction()
+
+# Reads the ```cpp blocks of `md`. Sets, in the caller's scope,
+# <prefix>_COUNT and, for i in 1..COUNT, <prefix>_<i>_KIND (program,
+# compile-only, declarations or fragment), <prefix>_<i>_LINE (the line of
+# the block's first line in `md`), <prefix>_<i>_PARAMS (a fragment's
+# parameters) and <prefix>_<i>_SOURCE (the translation unit's text).
+function(tg_doc_parse md prefix)
+  file(READ "${md}" text)
+  tg_doc_name("${md}" guide)
+  set(rest "${text}")
+  set(line 1)  # the line `rest` starts on
+  set(n 0)
+  while(TRUE)
+    # An opening fence: ```cpp on a line of its own (indented or not, with
+    # or without more words after a space: they are ignored).
+    string(REGEX MATCH "(^|\n)[ \t]*```cpp([ \t][^\n]*)?\r?\n" open "${rest}")
+    if(open STREQUAL "")
+      break()
+    endif()
+    string(FIND "${rest}" "${open}" at)
+    string(LENGTH "${open}" open_length)
+    math(EXPR body_at "${at} + ${open_length}")
+    string(SUBSTRING "${rest}" 0 ${body_at} before)
+    string(REPLACE "\n" "" flat "${before}")
+    string(LENGTH "${before}" a)
+    string(LENGTH "${flat}" b)
+    math(EXPR line "${line} + ${a} - ${b}")  # the block's first line
+    string(SUBSTRING "${rest}" ${body_at} -1 rest)
+    # The closing fence: ``` alone on its line.
+    string(REGEX MATCH "(^|\n)[ \t]*```[ \t\r]*(\n|$)" close "${rest}")
+    if(close STREQUAL "")
+      message(FATAL_ERROR "${md}:${line}: a ```cpp block is not closed")
+    endif()
+    string(FIND "${rest}" "${close}" end)
+    string(SUBSTRING "${rest}" 0 ${end} body)
+    string(LENGTH "${close}" close_length)
+    math(EXPR after "${end} + ${close_length}")
+    string(SUBSTRING "${rest}" 0 ${after} consumed)
+    string(SUBSTRING "${rest}" ${after} -1 rest)
+    math(EXPR n "${n} + 1")
+
+    string(REGEX MATCH "^[ \t]*//[^\n]*" first "${body}")
+    string(STRIP "${first}" first)
+    if(body MATCHES "(^|[^A-Za-z0-9_])int[ \t]+main[ \t]*\\(")
+      if(first MATCHES "^// compile-only")
+        set(kind compile-only)
+      else()
+        set(kind program)
+      endif()
+    elseif(first MATCHES "^// declarations")
+      set(kind declarations)
+    else()
+      set(kind fragment)
+    endif()
+    set(params "")
+    if(kind STREQUAL "fragment" AND first MATCHES "^// fragment:(.*)$")
+      string(STRIP "${CMAKE_MATCH_1}" params)
+    endif()
+
+    set(origin "// Generated by cmake/doc_examples.cmake from ${md}, ```cpp block ${n} (line ${line}).\n// Do not edit: edit the guide.\n")
+    if(kind STREQUAL "program" OR kind STREQUAL "compile-only")
+      set(source "${origin}#line ${line} \"${md}\"\n${body}\n")
+    else()
+      # #include lines move to the top; an empty line keeps the numbering.
+      string(REGEX MATCHALL "(^|\n)[ \t]*#[ \t]*include[^\n]*" includes "${body}")
+      string(REGEX REPLACE "(^|\n)[ \t]*#[ \t]*include[^\n]*" "\\1" body "${body}")
+      set(include_text "")
+      foreach(include IN LISTS includes)
+        string(STRIP "${include}" include)
+        string(APPEND include_text "${include}\n")
+      endforeach()
+      set(source "${origin}#include <tensorgrad/tensorgrad.h>\n${include_text}")
+      string(APPEND source "namespace tg = tensorgrad;\nnamespace ag = tensorgrad::ag;\n")
+      string(REPLACE "-" "_" ns "doc_${guide}_${n}")  # a '-' in the guide's name is no identifier
+      string(APPEND source "namespace ${ns} {\n")
+      if(kind STREQUAL "fragment")
+        string(APPEND source "void fragment(${params}) {\n#line ${line} \"${md}\"\n${body}\n}\n")
+      else()
+        string(APPEND source "#line ${line} \"${md}\"\n${body}\n")
+      endif()
+      string(APPEND source "}  // namespace\n")
+    endif()
+
+    set(${prefix}_${n}_KIND "${kind}" PARENT_SCOPE)
+    set(${prefix}_${n}_LINE "${line}" PARENT_SCOPE)
+    set(${prefix}_${n}_PARAMS "${params}" PARENT_SCOPE)
+    set(${prefix}_${n}_SOURCE "${source}" PARENT_SCOPE)
+    # Count the lines of the block and its fences for the next one.
+    string(REPLACE "\n" "" flat "${consumed}")
+    string(LENGTH "${consumed}" a)
+    string(LENGTH "${flat}" b)
+    math(EXPR line "${line} + ${a} - ${b}")
+  endwhile()
+  set(${prefix}_COUNT ${n} PARENT_SCOPE)
+endfunction()
+
+# Writes the blocks of `md` as <out_dir>/<guide>_<n>.cpp (a file whose
+# contents did not change keeps its time stamp, so it is not recompiled) and
+# sets, in the caller's scope, what tg_doc_parse sets under the guide's name
+# and <guide>_<i>_FILE.
+function(tg_doc_extract md out_dir)
+  tg_doc_name("${md}" guide)
+  tg_doc_parse("${md}" "${guide}")
+  file(MAKE_DIRECTORY "${out_dir}")
+  set(${guide}_COUNT ${${guide}_COUNT} PARENT_SCOPE)
+  if(${guide}_COUNT GREATER 0)
+    foreach(i RANGE 1 ${${guide}_COUNT})
+      set(file "${out_dir}/${guide}_${i}.cpp")
+      file(WRITE "${file}.tmp" "${${guide}_${i}_SOURCE}")
+      file(COPY_FILE "${file}.tmp" "${file}" ONLY_IF_DIFFERENT)
+      file(REMOVE "${file}.tmp")
+      foreach(field KIND LINE PARAMS)
+        set(${guide}_${i}_${field} "${${guide}_${i}_${field}}" PARENT_SCOPE)
+      endforeach()
+      set(${guide}_${i}_FILE "${file}" PARENT_SCOPE)
+    endforeach()
+  endif()
+endfunction()
+
+if(CMAKE_SCRIPT_MODE_FILE AND NOT CMAKE_PARENT_LIST_FILE)
+  if(NOT TG_DOC OR NOT TG_DOC_OUT)
+    message(FATAL_ERROR "usage: cmake -DTG_DOC=<guide.md> -DTG_DOC_OUT=<folder> -P cmake/doc_examples.cmake")
+  endif()
+  get_filename_component(TG_DOC "${TG_DOC}" ABSOLUTE)
+  tg_doc_extract("${TG_DOC}" "${TG_DOC_OUT}")
+  tg_doc_name("${TG_DOC}" guide)
+  if(${guide}_COUNT GREATER 0)
+    foreach(i RANGE 1 ${${guide}_COUNT})
+      message(STATUS "${guide}_${i}: ${${guide}_${i}_KIND}, line ${${guide}_${i}_LINE} -> ${${guide}_${i}_FILE}")
+    endforeach()
+  else()
+    message(STATUS "${TG_DOC}: no ```cpp blocks")
+  endif()
+endif()
