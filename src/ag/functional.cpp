@@ -321,6 +321,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target) {
+  if (logits.defined() && target.defined() && logits.dim() == 2 && target.dim() == 1 &&
+      target.dtype() != DType::Int32)
+    throw TypeError("cross_entropy: class ids (a target of shape " + target.shape().str() + ") must be int32; got " +
+                    dtype_name(target.dtype()) + ". Convert them, or pass probabilities of the logits' shape " +
+                    logits.shape().str());
   if (logits.dim() == 2 && target.dtype() == DType::Int32 && target.dim() == 1)
     check_ids("cross_entropy", target, logits.size(1), "class id");
   return apply(OpKind::SoftmaxCrossEntropy, {logits, target});

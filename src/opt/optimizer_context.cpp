@@ -550,7 +550,7 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
       if (y.shape().row_size() != outputs || (ce && outputs > 1 && y.shape().rank() != 2))
         throw ShapeError(std::string(loss) + " takes " + (ce ? "one-hot rows" : "targets") + " of shape " +
                          h.shape.with_rows(n).str() + " (the model has " + std::to_string(outputs) +
-                         " outputs per row); got " + y.shape().str() +
+                         (outputs == 1 ? " output" : " outputs") + " per row); got " + y.shape().str() +
                          (ce && y.shape().row_size() == 1 ? ": class ids need sparse_categorical_crossentropy" : ""));
       check_finite(y, h.y_name.c_str());
       if (h.loss.kind == LossKind::BinaryCrossentropy) {

@@ -206,6 +206,8 @@ TEST(Ag, ShapeAndDtypeErrorsNameTheOpAndBothShapes) {
                            {"index_select", "2", "[0, 2)"}));
   EXPECT_TRUE(test_support::throws<IndexError>([&] { ag::cross_entropy(a, ids03); },
                            {"cross_entropy", "3", "[0, 3)"}));
+  EXPECT_TRUE(test_support::throws<TypeError>([&] { ag::cross_entropy(a, ag::zeros(Shape{2})); },
+                          {"cross_entropy: class ids", "{2}", "must be int32; got float32", "probabilities", "{2, 3}"}));
   EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::mse_loss(a, ag::ones(Shape{3, 2})); },
                           {"mse_loss", "{2, 3}", "{3, 2}"}));
 }

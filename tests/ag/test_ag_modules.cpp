@@ -107,7 +107,7 @@ TEST(AgModules, StrictLoadListsEveryMismatchAndCopiesNothing) {
                          std::make_shared<agnn::Linear>(6, 2)};
   const std::vector<float> before = model->parameters()[0].to_vector();
   EXPECT_TRUE(test_support::throws<ValueError>([&] { model->load_state_dict(other.state_dict()); },
-                                               {"0.weight: model {8, 4} vs file {6, 4}", "missing key: 3.weight",
+                                               {"0.weight: model {8, 4} vs state dict {6, 4}", "missing key: 3.weight",
                                                 "missing key: 3.bias", "unexpected key: 2.weight",
                                                 "unexpected key: 2.bias", "strict = false"}));
   EXPECT_EQ(model->parameters()[0].to_vector(), before);

@@ -181,7 +181,7 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
       continue;
     }
     if (src->shape() != target.shape()) {
-      r.shape_mismatches.push_back(name + ": model " + target.shape().str() + " vs file " + src->shape().str());
+      r.shape_mismatches.push_back(name + ": model " + target.shape().str() + " vs state dict " + src->shape().str());
       continue;
     }
     if (src->dtype() != target.dtype())
