@@ -47,12 +47,15 @@ struct Printer {
       if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
         os << "...";
         i = n - kEdgeItems - 1;
-        os << (d + 1 == shape.rank() ? ", " : ",\n" + std::string(size_t(indent + 1), ' '));
+        if (d + 1 == shape.rank()) os << ", ";
+        else os << ",\n" << std::string(size_t(indent + 1), ' ');
         continue;
       }
       block(d + 1, at + i * stride, indent + 1);
-      if (i + 1 < n) os << (d + 1 == shape.rank() ? ", " : "," + std::string(size_t(shape.rank() - d - 1), '\n') +
-                                                             std::string(size_t(indent + 1), ' '));
+      if (i + 1 < n) {
+        if (d + 1 == shape.rank()) os << ", ";
+        else os << ',' << std::string(size_t(shape.rank() - d - 1), '\n') << std::string(size_t(indent + 1), ' ');
+      }
     }
     os << ']';
   }

@@ -139,7 +139,7 @@ std::string python_str(double x) {
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) out.append(".").append(digits, 1);
   char tail[16];
   std::snprintf(tail, sizeof tail, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
   return out + tail;
@@ -169,7 +169,8 @@ std::string format_value(const Piece& p, double value, bool integer) {
     if (integer) return pad(std::to_string(int64_t(value)), p);
     return pad(python_str(value), p);
   }
-  std::string printf_spec = "%" + p.sign + (p.zero ? "0" : "") + (p.width ? std::to_string(p.width) : "");
+  std::string printf_spec = "%";  // appended, not "%" + ...: GCC 12 warns falsely (-Wrestrict) on that form
+  printf_spec.append(p.sign).append(p.zero ? "0" : "").append(p.width ? std::to_string(p.width) : "");
   char buf[512];
   if (p.type == 'd') {
     if (!integer)
