@@ -147,8 +147,16 @@ std::string WeightMatch::describe() const {
 
 void check_weights_match(const GGUFFile& f, const WeightMatch& m, const char* call) {
   if (m.complete()) return;
+  // Names that differ on both sides are most often layers numbered again
+  // (Keras' rule: dense, dense_1, ... per process), not another architecture.
+  const std::string renamed =
+      !m.missing_in_file.empty() && !m.not_in_model.empty()
+          ? "\nIf the architecture is the same, the layers' names differ: layer names are numbered per process "
+            "(dense, dense_1, ...), so build the model after nn::clear_session() or name its layers as in the file"
+          : "";
   throw ValueError(std::string(call) + ": the weights in " + f.path() + " do not match the model's (nothing was " +
-                   "loaded):" + m.describe() + "\nLoad into a model of the same architecture, or pass skip_mismatch");
+                   "loaded):" + m.describe() + renamed +
+                   "\nLoad into a model of the same architecture, or pass skip_mismatch");
 }
 
 void read_matched(const GGUFFile& f, const WeightMatch& m) {
