@@ -69,6 +69,7 @@ packages=(
   libfp16-dev                        # IEEE half-precision conversion for F16 tensors in GGUF files
   dataset-fashion-mnist              # the main job's data, /usr/share/datasets/fashion-mnist
   libvulkan-dev glslc                # the Vulkan backend: its headers, and its shaders compiled at build
+  libonnx-dev libprotobuf-dev        # ONNX import (io::load_onnx): ONNX 1.12's protobuf classes
 )
 if ((want_test)); then
   packages+=(
@@ -78,6 +79,7 @@ if ((want_test)); then
     mesa-vulkan-drivers              # lavapipe: the Vulkan tests run on the CPU
     vulkan-validationlayers          # the Vulkan tests' validation-layer entry
     doxygen graphviz                 # the API reference (scripts/docs.sh); Docs.DoxygenNoWarnings
+    libonnx-testdata                 # ONNX's backend test cases, read by the ONNX import tests
   )
 fi
 if ((want_vulkan)); then
