@@ -12,6 +12,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -36,13 +38,15 @@ constexpr int64_t kMaxElements = int64_t(1) << 31;
 constexpr int kMinOpset = 7, kMaxOpset = 17;
 
 const char* const kSupported =
-    "Add, Constant, Div, Dropout, Elu, Erf, Exp, Flatten, Gemm, Identity, LeakyRelu, Log, LogSoftmax, MatMul, Mul, "
-    "Relu, Sigmoid, Softmax, Sqrt, Sub, Tanh";
+    "Add, Clip, Concat, Constant, Div, Dropout, Elu, Erf, Exp, Flatten, Gemm, Identity, LeakyRelu, Log, LogSoftmax, "
+    "MatMul, Mul, Neg, Pow, ReduceMax, ReduceMean, ReduceSum, Relu, Reshape, Sigmoid, Softmax, Softplus, Sqrt, "
+    "Squeeze, Sub, Tanh, Transpose, Unsqueeze";
 
 // One ONNX attribute, as the lowerings read it.
 struct Attr {
   int64_t i = 0;
   float f = 0.0f;
+  std::vector<int64_t> ints;
   bool set = false;
 };
 
@@ -55,6 +59,14 @@ struct NodeSpec {
   std::vector<int> slots;  // per ONNX input: index into weights, or -1 for an activation
   std::vector<std::pair<std::string, Tensor>> weights;  // ONNX name, value
   std::vector<bool> weight_trainable;
+  // int64 constant inputs (Reshape's shape, Squeeze's axes from opset 13),
+  // by ONNX input slot: read as attributes, not operands.
+  std::map<int, std::vector<int64_t>> int_inputs;
+  std::map<int, size_t> weight_at;  // ONNX input slot -> index into weights
+  float scalar_input(int slot, float fallback) const {
+    auto it = weight_at.find(slot);
+    return it == weight_at.end() ? fallback : weights[it->second].second.data<float>()[0];
+  }
 
   int64_t int_attr(const std::string& name, int64_t fallback) const {
     auto it = attrs.find(name);
@@ -63,6 +75,20 @@ struct NodeSpec {
   float float_attr(const std::string& name, float fallback) const {
     auto it = attrs.find(name);
     return it != attrs.end() && it->second.set ? it->second.f : fallback;
+  }
+  // A list attribute, or (from the opsets that moved it to an input) the
+  // int64 constant at input `slot`; `found` says whether either was given.
+  std::vector<int64_t> ints(const std::string& name, int slot, bool* found = nullptr) const {
+    if (auto it = attrs.find(name); it != attrs.end() && it->second.set) {
+      if (found) *found = true;
+      return it->second.ints;
+    }
+    if (auto it = int_inputs.find(slot); it != int_inputs.end()) {
+      if (found) *found = true;
+      return it->second;
+    }
+    if (found) *found = false;
+    return {};
   }
   std::string where() const {
     return op_type + " node '" + node_name + "' (opset " + std::to_string(opset) + ")";
@@ -88,6 +114,94 @@ Value lower(const NodeSpec& n, Builder& b, std::span<const Value> x) {
   if (op == "LeakyRelu") return unary(OpKind::LeakyRelu, n.float_attr("alpha", 0.01f));
   if (op == "Elu") return unary(OpKind::Elu, n.float_attr("alpha", 1.0f));
   if (op == "Identity" || op == "Dropout") return x[0];
+  if (op == "Neg") return b.scale(x[0], -1.0f);
+  if (op == "Softplus") return unary(OpKind::Softplus);
+  if (op == "Pow") return b.pow(x[0], n.scalar_input(1, 1.0f));
+  if (op == "Clip")
+    return b.clamp(x[0], n.scalar_input(1, n.float_attr("min", -INFINITY)),
+                   n.scalar_input(2, n.float_attr("max", INFINITY)));
+  const Shape s0 = b.shape(x[0]);
+  const int rank = s0.rank();
+  auto axis_of = [&](int64_t a, int r) {
+    const int64_t ax = a < 0 ? a + r : a;
+    if (ax <= 0 || ax >= r)
+      throw unsupported(n, "axis " + std::to_string(a) + " of a rank-" + std::to_string(r) +
+                               " tensor (axis 0 is the batch, which an op may not change)");
+    return int(ax);
+  };
+  if (op == "Reshape") {
+    const std::vector<int64_t> target = n.ints("shape", 1);
+    std::vector<int64_t> dims;
+    int64_t known = 1, infer = -1;
+    for (size_t i = 0; i < target.size(); ++i) {
+      // The first entry is the batch, whatever the exporter wrote there.
+      int64_t d = i == 0 ? s0[0] : target[i] == 0 && n.int_attr("allowzero", 0) == 0 ? s0[int(i)] : target[i];
+      if (d == -1) infer = int64_t(i);
+      else known *= d;
+      dims.push_back(d);
+    }
+    if (infer >= 0) dims[size_t(infer)] = known > 0 ? s0.numel() / known : 0;
+    return b.reshape(x[0], Shape(dims));
+  }
+  if (op == "Squeeze" || op == "Unsqueeze") {
+    const std::vector<int64_t> axes = n.ints("axes", 1);
+    std::vector<int64_t> dims;
+    for (int d = 0; d < rank; ++d) dims.push_back(s0[d]);
+    if (op == "Squeeze") {
+      std::set<int> drop;
+      for (int64_t a : axes) drop.insert(axis_of(a, rank));
+      if (axes.empty())
+        for (int d = 1; d < rank; ++d)
+          if (s0[d] == 1) drop.insert(d);
+      std::vector<int64_t> out;
+      for (int d = 0; d < rank; ++d)
+        if (!drop.count(d)) out.push_back(dims[size_t(d)]);
+        else if (dims[size_t(d)] != 1) throw unsupported(n, "squeezing an axis whose size is not 1");
+      return b.reshape(x[0], Shape(out));
+    }
+    const int out_rank = rank + int(axes.size());
+    std::set<int> add;
+    for (int64_t a : axes) add.insert(axis_of(a, out_rank));
+    std::vector<int64_t> out;
+    size_t next = 0;
+    for (int d = 0; d < out_rank; ++d) out.push_back(add.count(d) ? 1 : dims[next++]);
+    return b.reshape(x[0], Shape(out));
+  }
+  if (op == "Transpose") {
+    std::vector<int64_t> perm = n.ints("perm", -1);
+    if (perm.empty())
+      for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
+    if (int(perm.size()) != rank || perm[0] != 0)
+      throw unsupported(n, "a permutation that moves the batch axis (perm[0] must be 0)");
+    // The permutation as swaps of two axes, from the first axis on.
+    std::vector<int64_t> at(static_cast<size_t>(rank));  // at[i]: which input axis sits at position i
+    for (int d = 0; d < rank; ++d) at[size_t(d)] = d;
+    Value y = x[0];
+    for (int i = 1; i < rank; ++i) {
+      int j = i;
+      while (at[size_t(j)] != perm[size_t(i)]) ++j;
+      if (j != i) {
+        y = b.transpose(y, i, j);
+        std::swap(at[size_t(i)], at[size_t(j)]);
+      }
+    }
+    return y;
+  }
+  if (op == "Concat") return b.concat(x, axis_of(n.int_attr("axis", 0), rank));
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") {
+    bool given = false;
+    std::vector<int64_t> axes = n.ints("axes", 1, &given);
+    if (!given || (axes.empty() && n.int_attr("noop_with_empty_axes", 0) == 0))
+      throw unsupported(n, "a reduction over every axis, the batch's included (a model computes row by row)");
+    const bool keep = n.int_attr("keepdims", 1) != 0;
+    std::vector<int> sorted;
+    for (int64_t a : axes) sorted.push_back(axis_of(a, rank));
+    std::sort(sorted.rbegin(), sorted.rend());  // the highest first, so the others keep their index
+    Value y = x[0];
+    for (int a : sorted)
+      y = op == "ReduceMean" ? b.mean_axis(y, a, keep) : op == "ReduceSum" ? b.sum_axis(y, a, keep) : b.max_axis(y, a, keep);
+    return y;
+  }
   if (op == "Add") return b.add(x[0], x[1]);
   if (op == "Sub") return b.sub(x[0], x[1]);
   if (op == "Mul") return b.mul(x[0], x[1]);
@@ -139,11 +253,29 @@ void check_node(const NodeSpec& n) {
   const std::string& op = n.op_type;
   auto activation = [&](size_t i) { return i < n.slots.size() && n.slots[i] < 0; };
   auto weight = [&](size_t i) { return i < n.slots.size() && n.slots[i] >= 0; };
-  static const std::set<std::string> unary = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "LeakyRelu",
-                                              "Elu", "Identity", "Softmax", "LogSoftmax", "Flatten"};
+  static const std::set<std::string> unary = {"Relu",    "Sigmoid", "Tanh",      "Erf",     "Exp",     "Log",
+                                              "Sqrt",    "LeakyRelu", "Elu",     "Identity", "Softmax", "LogSoftmax",
+                                              "Flatten", "Neg",     "Softplus",  "Transpose"};
+  // Ops whose later inputs are int64 constants (shapes, axes), held apart.
+  static const std::set<std::string> shaped = {"Reshape", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum",
+                                               "ReduceMax"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   if (unary.count(op)) {
     if (n.slots.size() != 1 || !activation(0)) throw unsupported(n, "expected one input computed by the model");
+  } else if (shaped.count(op)) {
+    if (n.slots.empty() || !activation(0) || n.slots.size() > 1)
+      throw unsupported(n, "expected its data computed by the model and its shape or axes as int64 constants");
+    if (op == "Reshape" && !n.int_inputs.count(1)) throw unsupported(n, "Reshape needs its target shape as a constant");
+  } else if (op == "Concat") {
+    for (size_t i = 0; i < n.slots.size(); ++i)
+      if (!activation(i)) throw unsupported(n, "Concat of a constant (only tensors computed by the model are joined)");
+  } else if (op == "Pow" || op == "Clip") {
+    if (n.slots.empty() || !activation(0)) throw unsupported(n, "expected its input computed by the model");
+    for (size_t i = 1; i < n.slots.size(); ++i)
+      if (!weight(i)) throw unsupported(n, "its exponent or bounds must be constants of the file");
+    for (const auto& [slot, w] : n.weight_at)
+      if (n.weights[w].second.numel() != 1) throw unsupported(n, "its exponent or bounds must be scalars");
+    if (op == "Pow" && !n.weight_at.count(1)) throw unsupported(n, "Pow needs its exponent");
   } else if (op == "Dropout") {
     if (n.slots.empty() || !activation(0)) throw unsupported(n, "expected its data input computed by the model");
   } else if (binary.count(op)) {
@@ -255,6 +387,26 @@ Tensor read_tensor(const onnx::TensorProto& t, const std::string& what) {
   return out;
 }
 
+// An int64 initializer or Constant (a shape, axes) as values.
+std::vector<int64_t> read_ints(const onnx::TensorProto& t, const std::string& what) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    throw ValueError("load_onnx: " + what + " keeps its data in an external file, which is not read yet");
+  const int64_t n = checked_elements(t.dims(), what);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  if (!t.raw_data().empty()) {
+    if (int64_t(t.raw_data().size()) != n * 8)
+      throw FormatError("load_onnx: " + what + " holds " + std::to_string(t.raw_data().size()) +
+                        " bytes of data for " + std::to_string(n) + " int64 elements");
+    std::memcpy(v.data(), t.raw_data().data(), size_t(n) * 8);
+  } else {
+    if (t.int64_data_size() != n)
+      throw FormatError("load_onnx: " + what + " holds " + std::to_string(t.int64_data_size()) + " values for " +
+                        std::to_string(n) + " elements");
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = t.int64_data(int(i));
+  }
+  return v;
+}
+
 std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
   std::string s;
   for (char c : raw) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
@@ -294,8 +446,13 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
 
   const onnx::GraphProto& graph = model.graph();
   std::map<std::string, Tensor> constants;  // initializers and Constant outputs
+  std::map<std::string, std::vector<int64_t>> int_constants;  // int64 ones: shapes and axes
   std::set<std::string> from_file;          // the initializers (trainable unless frozen)
   for (const onnx::TensorProto& t : graph.initializer()) {
+    if (t.data_type() == onnx::TensorProto::INT64) {
+      int_constants[t.name()] = read_ints(t, "initializer '" + t.name() + "'");
+      continue;
+    }
     constants[t.name()] = read_tensor(t, "initializer '" + t.name() + "'");
     from_file.insert(t.name());
   }
@@ -340,12 +497,17 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       at.set = true;
       at.i = a.i();
       at.f = a.f();
+      at.ints.assign(a.ints().begin(), a.ints().end());
     }
     if (node.output_size() < 1) throw FormatError("load_onnx: " + spec->where() + " has no output");
     if (spec->op_type == "Constant") {
       if (!node.attribute_size() || !node.attribute(0).has_t())
         throw unsupported(*spec, "a Constant without a tensor value attribute ('value')");
-      constants[node.output(0)] = read_tensor(node.attribute(0).t(), "Constant '" + node.output(0) + "'");
+      const onnx::TensorProto& t = node.attribute(0).t();
+      if (t.data_type() == onnx::TensorProto::INT64)
+        int_constants[node.output(0)] = read_ints(t, "Constant '" + node.output(0) + "'");
+      else
+        constants[node.output(0)] = read_tensor(t, "Constant '" + node.output(0) + "'");
       continue;
     }
     std::vector<nn::SymbolicTensor> args;
@@ -354,7 +516,10 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     for (int i = 0; i < n_inputs; ++i) {
       const std::string& name = node.input(i);
       if (name.empty()) continue;  // an absent optional input
-      if (auto c = constants.find(name); c != constants.end()) {
+      if (auto c = int_constants.find(name); c != int_constants.end()) {
+        spec->int_inputs[i] = c->second;
+      } else if (auto c = constants.find(name); c != constants.end()) {
+        spec->weight_at[i] = spec->weights.size();
         spec->slots.push_back(int(spec->weights.size()));
         spec->weights.emplace_back(name, c->second);
         spec->weight_trainable.push_back(options.trainable && from_file.count(name) != 0);

@@ -34,10 +34,14 @@ bool onnx_available();
 /// rebuild an imported model's layers yet (load the ONNX file again).
 ///
 /// The ops read so far: Gemm (transA 0), MatMul (by a weight), Add, Sub,
-/// Mul, Div (NumPy broadcasting), Relu, LeakyRelu, Elu, Sigmoid, Tanh,
-/// Erf, Exp, Log, Sqrt, Softmax and LogSoftmax (the last axis), Flatten
-/// (axis 1), Identity, Dropout (the identity in inference, as the
-/// exporters write it), Constant.
+/// Mul, Div (NumPy broadcasting), Neg, Pow (a scalar exponent), Clip,
+/// Relu, LeakyRelu, Elu, Softplus, Sigmoid, Tanh, Erf, Exp, Log, Sqrt,
+/// Softmax and LogSoftmax (the last axis), Flatten (axis 1), Reshape (to a
+/// constant shape; its first entry is the batch), Squeeze, Unsqueeze,
+/// Transpose and Concat (not across the batch axis), ReduceMean, ReduceSum
+/// and ReduceMax (over given axes other than the batch's), Identity,
+/// Dropout (the identity in inference, as the exporters write it),
+/// Constant.
 ///
 /// Throws IOError when the file cannot be read; FormatError for a file
 /// that is not a well-formed ONNX model (a truncated or corrupt protobuf, a
