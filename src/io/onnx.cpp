@@ -13,6 +13,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -38,14 +39,27 @@ constexpr int64_t kMaxElements = int64_t(1) << 31;
 constexpr int kMinOpset = 7, kMaxOpset = 17;
 
 const char* const kSupported =
-    "Add, Clip, Concat, Constant, Div, Dropout, Elu, Erf, Exp, Flatten, Gemm, Identity, LeakyRelu, Log, LogSoftmax, "
-    "MatMul, Mul, Neg, Pow, ReduceMax, ReduceMean, ReduceSum, Relu, Reshape, Sigmoid, Softmax, Softplus, Sqrt, "
-    "Squeeze, Sub, Tanh, Transpose, Unsqueeze";
+    "Add, AveragePool, BatchNormalization, Clip, Concat, Constant, Conv, Div, Dropout, Elu, Erf, Exp, Flatten, Gemm, "
+    "GlobalAveragePool, Identity, LeakyRelu, Log, LogSoftmax, MatMul, MaxPool, Mul, Neg, Pow, ReduceMax, ReduceMean, "
+    "ReduceSum, Relu, Reshape, Sigmoid, Softmax, Softplus, Sqrt, Squeeze, Sub, Tanh, Transpose, Unsqueeze";
+
+// The ops that read an image in ONNX's NCHW and run here on the engine's
+// NHWC (channels last): their input is converted once, and their output
+// stays NHWC for the ops that do not care (element-wise ones) until an op
+// that reads the layout needs NCHW again.
+const std::set<std::string> kImageOps = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                         "BatchNormalization"};
+// The ops that give the same result in either layout (the constants they
+// read are converted to NHWC at import).
+const std::set<std::string> kLayoutFree = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "LeakyRelu",
+                                           "Elu", "Identity", "Dropout", "Neg", "Softplus", "Clip", "Pow",
+                                           "Add", "Sub", "Mul", "Div"};
 
 // One ONNX attribute, as the lowerings read it.
 struct Attr {
   int64_t i = 0;
   float f = 0.0f;
+  std::string s;
   std::vector<int64_t> ints;
   bool set = false;
 };
@@ -206,6 +220,29 @@ Value lower(const NodeSpec& n, Builder& b, std::span<const Value> x) {
   if (op == "Sub") return b.sub(x[0], x[1]);
   if (op == "Mul") return b.mul(x[0], x[1]);
   if (op == "Div") return b.div(x[0], x[1]);
+  if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+    // x is NHWC here; a Conv weight was made {kh, kw, C, F} at import.
+    const std::vector<int64_t> k =
+        op == "Conv" ? std::vector<int64_t>{b.shape(x[1])[0], b.shape(x[1])[1]} : n.ints("kernel_shape", -1);
+    const std::vector<int64_t> st = n.ints("strides", -1), dl = n.ints("dilations", -1), pd = n.ints("pads", -1);
+    OpAttrs at;
+    at.window.kh = k.at(0);
+    at.window.kw = k.at(1);
+    if (st.size() == 2) at.window.sh = st[0], at.window.sw = st[1];
+    if (dl.size() == 2) at.window.dh = dl[0], at.window.dw = dl[1];
+    if (pd.size() == 4) at.window.pad_top = pd[0], at.window.pad_left = pd[1], at.window.pad_bottom = pd[2],
+                        at.window.pad_right = pd[3];
+    if (op != "Conv") return b.windowed(op == "MaxPool" ? OpKind::MaxPool2D : OpKind::AvgPool2D, x[0], at.window);
+    if (x.size() > 2) return b.apply(OpKind::Conv2D, {x[0], x[1], x[2]}, at);
+    return b.apply(OpKind::Conv2D, {x[0], x[1]}, at);
+  }
+  if (op == "GlobalAveragePool") return b.mean_axis(b.mean_axis(x[0], 1, true), 2, true);
+  if (op == "BatchNormalization") {
+    // Inference form, per channel (the last axis here): (x - mean) / sqrt(var + eps) * scale + bias.
+    const float eps = n.float_attr("epsilon", 1e-5f);
+    const Value inv = b.apply(OpKind::Rsqrt, {b.add(x[4], b.fill({}, eps))});
+    return b.add(b.mul(b.sub(x[0], x[3]), b.mul(inv, x[1])), x[2]);
+  }
   if (op == "Softmax" || op == "LogSoftmax") {
     const Shape s = b.shape(x[0]);
     // Before opset 13 the axis (default 1) flattens the input into 2-D; on
@@ -260,6 +297,11 @@ void check_node(const NodeSpec& n) {
   static const std::set<std::string> shaped = {"Reshape", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum",
                                                "ReduceMax"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
+  if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+    auto it = n.attrs.find("auto_pad");
+    if (it != n.attrs.end() && it->second.set && it->second.s != "NOTSET" && it->second.s != "VALID")
+      throw unsupported(n, "auto_pad = " + it->second.s + " (give explicit pads)");
+  }
   if (unary.count(op)) {
     if (n.slots.size() != 1 || !activation(0)) throw unsupported(n, "expected one input computed by the model");
   } else if (shaped.count(op)) {
@@ -276,6 +318,27 @@ void check_node(const NodeSpec& n) {
     for (const auto& [slot, w] : n.weight_at)
       if (n.weights[w].second.numel() != 1) throw unsupported(n, "its exponent or bounds must be scalars");
     if (op == "Pow" && !n.weight_at.count(1)) throw unsupported(n, "Pow needs its exponent");
+  } else if (op == "Conv") {
+    if (n.slots.size() < 2 || !activation(0) || !weight(1) || (n.slots.size() > 2 && !weight(2)))
+      throw unsupported(n, "Conv is read as an image computed by the model and weights of the file");
+    if (n.int_attr("group", 1) != 1) throw unsupported(n, "a grouped convolution (group != 1)");
+    if (n.weights[size_t(n.slots[1])].second.shape().rank() != 4) throw unsupported(n, "a convolution that is not 2-D");
+  } else if (op == "MaxPool" || op == "AveragePool") {
+    if (n.slots.size() != 1 || !activation(0)) throw unsupported(n, "expected one input computed by the model");
+    if (n.ints("kernel_shape", -1).size() != 2) throw unsupported(n, "a pooling that is not 2-D");
+    if (n.int_attr("ceil_mode", 0) != 0) throw unsupported(n, "ceil_mode = 1");
+    if (n.int_attr("storage_order", 0) != 0) throw unsupported(n, "storage_order = 1");
+    if (op == "AveragePool")
+      for (int64_t p : n.ints("pads", -1))
+        if (p != 0) throw unsupported(n, "an AveragePool with padding (its count_include_pad rule is not read)");
+  } else if (op == "GlobalAveragePool") {
+    if (n.slots.size() != 1 || !activation(0)) throw unsupported(n, "expected one input computed by the model");
+  } else if (op == "BatchNormalization") {
+    if (n.slots.size() != 5 || !activation(0))
+      throw unsupported(n, "expected an input computed by the model and scale, bias, mean and variance of the file");
+    for (size_t i = 1; i < 5; ++i)
+      if (!weight(i)) throw unsupported(n, "its scale, bias, mean and variance must be weights of the file");
+    if (n.int_attr("training_mode", 0) != 0) throw unsupported(n, "training_mode = 1");
   } else if (op == "Dropout") {
     if (n.slots.empty() || !activation(0)) throw unsupported(n, "expected its data input computed by the model");
   } else if (binary.count(op)) {
@@ -387,6 +450,34 @@ Tensor read_tensor(const onnx::TensorProto& t, const std::string& what) {
   return out;
 }
 
+// A rank-4 tensor with its axes permuted (out axis i = in axis perm[i]).
+Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
+  const Shape s = t.shape();
+  Shape out{s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]};
+  Tensor r = Tensor::empty(out);
+  int64_t in_stride[4];
+  in_stride[3] = 1;
+  for (int d = 2; d >= 0; --d) in_stride[d] = in_stride[d + 1] * s[d + 1];
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  int64_t i = 0;
+  for (int64_t a = 0; a < out[0]; ++a)
+    for (int64_t b = 0; b < out[1]; ++b)
+      for (int64_t c = 0; c < out[2]; ++c)
+        for (int64_t d = 0; d < out[3]; ++d)
+          dst[i++] = src[a * in_stride[perm[0]] + b * in_stride[perm[1]] + c * in_stride[perm[2]] +
+                         d * in_stride[perm[3]]];
+  return r;
+}
+
+// A constant of rank <= 4 with leading 1s up to rank 4 (NumPy's
+// broadcasting aligns it so against an NCHW image).
+Tensor padded_to_4(const Tensor& t) {
+  std::vector<int64_t> dims(size_t(4 - t.shape().rank()), 1);
+  for (int d = 0; d < t.shape().rank(); ++d) dims.push_back(t.shape()[d]);
+  return t.reshape(Shape(dims));
+}
+
 // An int64 initializer or Constant (a shape, axes) as values.
 std::vector<int64_t> read_ints(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL)
@@ -483,6 +574,25 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
   for (const onnx::ValueInfoProto& v : graph.output()) outputs_wanted.insert(v.name());
 
   std::set<std::string> taken;
+  std::set<std::string> nhwc;  // activations held channels-last
+  std::map<std::pair<std::string, bool>, nn::SymbolicTensor> converted;
+  // `x` (activation `name`) in NHWC (to_nhwc) or NCHW, by one Transpose
+  // layer made the first time it is asked for.
+  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, bool to_nhwc,
+                       const std::string& layer_as = "") {
+    auto key = std::make_pair(name, to_nhwc);
+    if (auto it = converted.find(key); it != converted.end()) return it->second;
+    auto spec = std::make_shared<NodeSpec>();
+    spec->op_type = "Transpose";
+    spec->node_name = name + (to_nhwc ? "_to_nhwc" : "_to_nchw");
+    spec->opset = opset;
+    spec->attrs["perm"].set = true;
+    spec->attrs["perm"].ints = to_nhwc ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 3, 1, 2};
+    spec->slots.push_back(-1);
+    auto layer = std::make_shared<OnnxNode>(spec);
+    layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
+    return converted[key] = (*layer)(x);
+  };
   for (int k = 0; k < graph.node_size(); ++k) {
     const onnx::NodeProto& node = graph.node(k);
     if (!node.domain().empty() && node.domain() != "ai.onnx")
@@ -498,6 +608,7 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       at.i = a.i();
       at.f = a.f();
       at.ints.assign(a.ints().begin(), a.ints().end());
+      at.s = a.s();
     }
     if (node.output_size() < 1) throw FormatError("load_onnx: " + spec->where() + " has no output");
     if (spec->op_type == "Constant") {
@@ -511,6 +622,7 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       continue;
     }
     std::vector<nn::SymbolicTensor> args;
+    std::vector<std::string> arg_names;
     int n_inputs = node.input_size();
     if (spec->op_type == "Dropout") n_inputs = 1;  // ratio and training_mode: inference only
     for (int i = 0; i < n_inputs; ++i) {
@@ -526,6 +638,7 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       } else if (auto a = activations.find(name); a != activations.end()) {
         spec->slots.push_back(-1);
         args.push_back(a->second);
+        arg_names.push_back(name);
       } else {
         throw FormatError("load_onnx: " + spec->where() + " reads '" + name +
                           "', which no input, initializer or earlier node defines (the nodes must be in "
@@ -535,17 +648,42 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     if (args.empty())
       throw unsupported(*spec, "all its inputs are constants (shape computations are not folded yet)");
     check_node(*spec);
+    // Layouts: an image op reads NHWC; a layout-free op keeps NHWC when an
+    // input has it (its other images and its constants are converted); any
+    // other op reads the file's NCHW.
+    const std::string& op = spec->op_type;
+    bool any_nhwc = false;
+    for (const std::string& a : arg_names) any_nhwc = any_nhwc || nhwc.count(a);
+    const bool out_nhwc = kImageOps.count(op) || (kLayoutFree.count(op) && any_nhwc);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const bool is_nhwc = nhwc.count(arg_names[i]) != 0;
+      if (out_nhwc && !is_nhwc) {
+        if (args[i].shape().rank() != 3)
+          throw unsupported(*spec, "an image input that is not {N, C, H, W}");
+        args[i] = to_layout(arg_names[i], args[i], true);
+      } else if (!out_nhwc && is_nhwc) {
+        args[i] = to_layout(arg_names[i], args[i], false);
+      }
+    }
+    if (op == "Conv") {  // {F, C, kh, kw} -> the engine's {kh, kw, C, F}
+      Tensor& w = spec->weights[size_t(spec->slots[1])].second;
+      w = permuted(w, {2, 3, 1, 0});
+    } else if (out_nhwc && kLayoutFree.count(op)) {
+      for (auto& [name, w] : spec->weights)
+        if (w.shape().rank() >= 1 && w.numel() > 1) w = permuted(padded_to_4(w), {0, 2, 3, 1});
+    }
     auto layer = std::make_shared<OnnxNode>(spec);
     const bool is_output = outputs_wanted.count(node.output(0)) != 0;
-    layer->set_name(layer_name(is_output ? node.output(0) : spec->node_name, taken));
+    layer->set_name(layer_name(is_output && !out_nhwc ? node.output(0) : spec->node_name, taken));
     activations[node.output(0)] = args.size() == 1 ? (*layer)(args[0]) : (*layer)(args);
+    if (out_nhwc) nhwc.insert(node.output(0));
   }
   std::vector<nn::SymbolicTensor> outputs;
   for (const onnx::ValueInfoProto& v : graph.output()) {
     auto a = activations.find(v.name());
     if (a == activations.end())
       throw ValueError("load_onnx: output '" + v.name() + "' is not computed from the inputs by a node read here");
-    outputs.push_back(a->second);
+    outputs.push_back(nhwc.count(v.name()) ? to_layout(v.name(), a->second, false, v.name()) : a->second);
   }
   if (inputs.empty() || outputs.empty())
     throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");

@@ -33,7 +33,17 @@ bool onnx_available();
 /// a model loaded from the same file) as any other; io::load_model cannot
 /// rebuild an imported model's layers yet (load the ONNX file again).
 ///
-/// The ops read so far: Gemm (transA 0), MatMul (by a weight), Add, Sub,
+/// Images: an input read by a convolution or pooling is taken in the
+/// file's NCHW layout; the model converts it to the engine's NHWC once, at
+/// its first image op, keeps NHWC through the element-wise ops after it, and
+/// converts back before an op that reads the layout (Flatten, Reshape, ...)
+/// or an output, so callers give and get what the file does.
+///
+/// The ops read so far: Conv (2-D, group 1, explicit pads), MaxPool and
+/// AveragePool (2-D, ceil_mode 0; AveragePool without padding),
+/// GlobalAveragePool, BatchNormalization (inference: its scale and bias
+/// train, its statistics stay the file's), Gemm (transA 0), MatMul (by a
+/// weight), Add, Sub,
 /// Mul, Div (NumPy broadcasting), Neg, Pow (a scalar exponent), Clip,
 /// Relu, LeakyRelu, Elu, Softplus, Sigmoid, Tanh, Erf, Exp, Log, Sqrt,
 /// Softmax and LogSoftmax (the last axis), Flatten (axis 1), Reshape (to a
