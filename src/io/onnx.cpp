@@ -245,11 +245,11 @@ Value lower(const NodeSpec& n, Builder& b, std::span<const Value> x) {
   }
   if (op == "Softmax" || op == "LogSoftmax") {
     const Shape s = b.shape(x[0]);
-    // Before opset 13 the axis (default 1) flattens the input into 2-D; on
-    // a 2-D input that is the last axis too.
+    // Before opset 13 the axis (default 1) flattens the input into 2-D at
+    // that axis: at the last axis, the same softmax as from opset 13.
     const int64_t axis = n.int_attr("axis", n.opset < 13 ? 1 : -1);
     const int64_t last = s.rank() - 1;
-    if (!(axis == -1 || axis == last) || (n.opset < 13 && s.rank() != 2 && axis != last))
+    if (axis != -1 && axis != last)
       throw unsupported(n, "a softmax over axis " + std::to_string(axis) + " of a rank-" + std::to_string(s.rank()) +
                                " input (only the last axis is read)");
     return op == "Softmax" ? b.softmax(x[0]) : b.log_softmax(x[0]);

@@ -65,12 +65,10 @@ void set_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
   a->set_i(v);
 }
 
+// n values uniform in [-1, 1] drawn from `seed`.
 std::vector<float> uniform(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
+  return test_support::uniform(Shape{int64_t(n)}, rng, -1.0f, 1.0f).to_vector();
 }
 
 // PyTorch's export of Linear(4, 8) -> ReLU -> Linear(8, 3) -> Softmax:
