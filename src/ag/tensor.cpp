@@ -254,9 +254,21 @@ namespace {
 Tensor made(tensorgrad::Tensor data, const TensorOptions& options) {
   return Tensor(detail::copy_to(data, options.device), options.requires_grad);
 }
+
+// A float32 constant made where it lives: on a device by the Fill kernel,
+// so that nothing of its size is allocated or copied on the host.
+Tensor filled(const Shape& shape, float value, const TensorOptions& options) {
+  if (options.device == Device::CPU) return made(tensorgrad::Tensor::full(shape, value), options);
+  detail::DeviceScope on(options.device);
+  OpAttrs at;
+  at.shape = shape;
+  at.value = value;
+  return Tensor(detail::run_op(OpKind::Fill, at, {}), options.requires_grad);
+}
 }  // namespace
 
 Tensor zeros(const Shape& shape, TensorOptions options) {
+  if (options.dtype == DType::Float32) return filled(shape, 0.0f, options);
   return made(tensorgrad::Tensor::zeros(shape, options.dtype), options);
 }
 
@@ -276,7 +288,7 @@ Tensor full(const Shape& shape, float value, TensorOptions options) {
   if (options.dtype != DType::Float32)
     throw TypeError(std::string("full: only float32 tensors can be filled with a float; asked for ") +
                     dtype_name(options.dtype));
-  return made(tensorgrad::Tensor::full(shape, value), options);
+  return filled(shape, value, options);
 }
 
 namespace {

@@ -330,7 +330,16 @@ Allocation Context::allocate(size_t bytes, bool host_visible) {
   binfo.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   binfo.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  check(a.vkCreateBuffer(device_, &binfo, nullptr, &out.buffer), "vkCreateBuffer");
+  // A buffer or its memory refused for its size: a MemoryError naming the bytes.
+  auto refused = [&](VkResult r, const char* call) {
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+      throw MemoryError("out of memory on " + info_.device.str() + " (" + info_.name + "): allocating " +
+                        std::to_string(bytes) + " bytes failed with " + result_name(r) +
+                        "; use a smaller batch or model, or free other models on this device");
+    check(r, call);
+  };
+  const VkResult created = a.vkCreateBuffer(device_, &binfo, nullptr, &out.buffer);
+  if (created != VK_SUCCESS) refused(created, "vkCreateBuffer");
   VkMemoryRequirements req;
   a.vkGetBufferMemoryRequirements(device_, out.buffer, &req);
   VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
@@ -345,11 +354,7 @@ Allocation Context::allocate(size_t bytes, bool host_visible) {
       failing > 0 ? VK_ERROR_OUT_OF_DEVICE_MEMORY : a.vkAllocateMemory(device_, &minfo, nullptr, &out.memory);
   if (r != VK_SUCCESS) {
     a.vkDestroyBuffer(device_, out.buffer, nullptr);
-    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
-      throw MemoryError("out of memory on " + info_.device.str() + " (" + info_.name + "): allocating " +
-                        std::to_string(bytes) + " bytes failed with " + result_name(r) +
-                        "; use a smaller batch or model, or free other models on this device");
-    check(r, "vkAllocateMemory");
+    refused(r, "vkAllocateMemory");
   }
   check(a.vkBindBufferMemory(device_, out.buffer, out.memory, 0), "vkBindBufferMemory");
   VkBufferDeviceAddressInfo ainfo{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
