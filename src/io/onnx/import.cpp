@@ -1,0 +1,578 @@
+// io::load_onnx (io/onnx.h): an ONNX graph read with libonnx's protobuf
+// classes, each node made one layer ("OnnxNode") of a functional model. A
+// node's operands are the model's activations (symbolic tensors) or the
+// file's constants (initializers, Constant nodes), which the layer holds as
+// weights; nodes of constants only are folded at import (io/onnx/fold.cpp);
+// the lowering of each op (io/onnx/lower.cpp) serves both the layer's shape
+// rule (on a scratch graph) and its call.
+#include "tensorgrad/io/onnx.h"
+
+#include "tensorgrad/core/error.h"
+
+#ifdef TENSORGRAD_WITH_ONNX
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/onnx/node.h"
+#include "tensorgrad/core/logging.h"
+#include "tensorgrad/graph/graph.h"
+#include "tensorgrad/nn/layers.h"
+
+namespace tensorgrad::io {
+
+namespace {
+
+using namespace onnx_import;
+
+// What the reader accepts before allocating: a file or a tensor beyond these
+// is refused as malformed rather than allocated.
+constexpr int64_t kMaxFileBytes = int64_t(1) << 31;
+constexpr int64_t kMaxElements = int64_t(1) << 31;
+
+// The ops that read an image in ONNX's NCHW and run here on the engine's
+// NHWC (channels last): their input is converted once, and their output
+// stays NHWC for the ops that do not care (element-wise ones) until an op
+// that reads the layout needs NCHW again.
+const std::set<std::string> kImageOps = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                                         "BatchNormalization"};
+// The ops that give the same result in either layout (the constants they
+// read are converted to NHWC at import).
+const std::set<std::string> kLayoutFree = {"Relu",  "Sigmoid", "Tanh",     "Erf",        "Exp",         "Log",
+                                           "Sqrt",  "LeakyRelu", "Elu",    "Identity",   "Dropout",     "Neg",
+                                           "Softplus", "Clip", "Pow",      "Add",        "Sub",         "Mul",
+                                           "Div",   "Abs",     "Reciprocal", "Softsign", "HardSigmoid", "HardSwish",
+                                           "Selu",  "Celu",    "PRelu",    "Max",        "Min",         "Sum",
+                                           "Mean",  "Cast"};
+
+class OnnxNode final : public nn::Layer {
+ public:
+  explicit OnnxNode(std::shared_ptr<const NodeSpec> spec) : Layer("onnx_node"), spec_(std::move(spec)) {}
+  const char* type() const override { return "OnnxNode"; }
+
+  Shape build(const Shape& input_shape) override { return build_inputs({&input_shape, 1}); }
+  Shape build_inputs(std::span<const Shape> shapes) override {
+    if (ids_.empty())
+      for (size_t i = 0; i < spec_->weights.size(); ++i) {
+        const Tensor value = spec_->weights[i].second;
+        ids_.push_back(add_weight({spec_->weights[i].first, value.shape(),
+                                   [value](const Shape&) { return value.clone(); },
+                                   spec_->weight_trainable[i], value.dtype()}));
+      }
+    // The shape rule is the lowering's, run on a scratch graph of one row.
+    Graph g;
+    std::vector<Value> operands;
+    size_t next = 0;
+    for (int slot : spec_->slots) {
+      if (slot >= 0) {
+        operands.push_back(g.parameter(spec_->weights[size_t(slot)].second, "w", false));
+      } else {
+        Shape s = shapes[next];
+        if (s.rank() >= Shape::kMaxRank)
+          throw unsupported(*spec_, "an input of rank " + std::to_string(s.rank() + 1) + " (at most " +
+                                        std::to_string(Shape::kMaxRank) + " dimensions are read)");
+        std::vector<int64_t> dims{1};
+        for (int d = 0; d < s.rank(); ++d) dims.push_back(s[d]);
+        operands.push_back(g.input("x" + std::to_string(next), Shape(dims)));
+        ++next;
+      }
+    }
+    out_shapes_.clear();
+    for (Value v : lower(*spec_, g, operands)) {
+      const Shape out = g.shape(v);
+      if (out.rank() < 2 || out[0] != 1)
+        throw unsupported(*spec_, "its result " + out.str() + " has no batch dimension and no other");
+      std::vector<int64_t> dims;
+      for (int d = 1; d < out.rank(); ++d) dims.push_back(out[d]);
+      out_shapes_.emplace_back(dims);
+    }
+    return out_shapes_.at(0);
+  }
+  // The shapes of every output (without the batch), once built.
+  const std::vector<Shape>& output_shapes() const { return out_shapes_; }
+  Value call(Builder& b, Value x, const nn::CallOptions& options) override { return call_inputs(b, {&x, 1}, options); }
+  Value call_inputs(Builder& b, std::span<const Value> inputs, const nn::CallOptions& options) override {
+    return call_outputs(b, inputs, options).at(0);
+  }
+  std::vector<Value> call_outputs(Builder& b, std::span<const Value> inputs, const nn::CallOptions&) override {
+    std::vector<Value> operands;
+    size_t next = 0;
+    for (int slot : spec_->slots) operands.push_back(slot >= 0 ? bind_weight(b, ids_[size_t(slot)]) : inputs[next++]);
+    return lower(*spec_, b, operands);
+  }
+  std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
+  nn::LayerConfig config() const override {
+    nn::LayerConfig c(type());
+    c.set("op_type", spec_->op_type).set("onnx_node", spec_->node_name);
+    return c;
+  }
+
+ private:
+  std::shared_ptr<const NodeSpec> spec_;
+  std::vector<nn::WeightId> ids_;
+  std::vector<Shape> out_shapes_;
+};
+
+int64_t checked_elements(const google::protobuf::RepeatedField<int64_t>& dims, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > kMaxElements / d))
+      throw FormatError("load_onnx: " + what + " has an impossible shape (a dimension " + std::to_string(d) +
+                        ", or more than 2^31 elements)");
+    n *= d;
+  }
+  return n;
+}
+
+// The bytes of a tensor's raw_data for n elements of `width` bytes, checked.
+const std::string& raw_bytes(const onnx::TensorProto& t, int64_t n, int width, const char* type,
+                             const std::string& what) {
+  if (int64_t(t.raw_data().size()) != n * width)
+    throw FormatError("load_onnx: " + what + " holds " + std::to_string(t.raw_data().size()) + " bytes of data for " +
+                      std::to_string(n) + " " + type + " elements");
+  return t.raw_data();
+}
+
+void check_count(int have, int64_t n, const std::string& what) {
+  if (have != n)
+    throw FormatError("load_onnx: " + what + " holds " + std::to_string(have) + " values for " + std::to_string(n) +
+                      " elements");
+}
+
+// An initializer or Constant value (little-endian, as ONNX writes it):
+// float32 as it is, float64 converted to float32 with a warning, int64,
+// int32 and bool as int64 constants (shapes, axes, indices, masks).
+Constant read_constant(const onnx::TensorProto& t, const std::string& what) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    throw ValueError("load_onnx: " + what + " keeps its data in an external file, which is not read yet");
+  const int64_t n = checked_elements(t.dims(), what);
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  Constant c;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+      c.f = Tensor::empty(Shape(dims));
+      float* p = c.f.data<float>();
+      if (!t.raw_data().empty()) {
+        std::memcpy(p, raw_bytes(t, n, 4, "float32", what).data(), size_t(n) * 4);
+      } else {
+        check_count(t.float_data_size(), n, what);
+        for (int64_t i = 0; i < n; ++i) p[i] = t.float_data(int(i));
+      }
+      return c;
+    }
+    case onnx::TensorProto::DOUBLE: {
+      log_message(LogLevel::Warning, "load_onnx: " + what + " is float64; converted to float32");
+      c.f = Tensor::empty(Shape(dims));
+      float* p = c.f.data<float>();
+      if (!t.raw_data().empty()) {
+        const std::string& raw = raw_bytes(t, n, 8, "float64", what);
+        for (int64_t i = 0; i < n; ++i) {
+          double d;
+          std::memcpy(&d, raw.data() + i * 8, 8);
+          p[i] = float(d);
+        }
+      } else {
+        check_count(t.double_data_size(), n, what);
+        for (int64_t i = 0; i < n; ++i) p[i] = float(t.double_data(int(i)));
+      }
+      return c;
+    }
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::BOOL: {
+      c.is_int = true;
+      c.ints.dims = dims;
+      c.ints.v.resize(size_t(n));
+      const int width = t.data_type() == onnx::TensorProto::INT64 ? 8 : t.data_type() == onnx::TensorProto::INT32 ? 4 : 1;
+      if (!t.raw_data().empty()) {
+        const std::string& raw = raw_bytes(t, n, width, width == 8 ? "int64" : width == 4 ? "int32" : "bool", what);
+        for (int64_t i = 0; i < n; ++i) {
+          if (width == 8) {
+            std::memcpy(&c.ints.v[size_t(i)], raw.data() + i * 8, 8);
+          } else if (width == 4) {
+            int32_t v;
+            std::memcpy(&v, raw.data() + i * 4, 4);
+            c.ints.v[size_t(i)] = v;
+          } else {
+            c.ints.v[size_t(i)] = raw[size_t(i)] != 0;
+          }
+        }
+      } else if (width == 8) {
+        check_count(t.int64_data_size(), n, what);
+        for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int64_data(int(i));
+      } else {
+        check_count(t.int32_data_size(), n, what);  // int32 and bool are held in int32_data
+        for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int32_data(int(i));
+      }
+      return c;
+    }
+    default:
+      throw TypeError("load_onnx: " + what + " has ONNX data type " + std::to_string(t.data_type()) +
+                      "; float32, float64 (converted), int64, int32 and bool tensors are read");
+  }
+}
+
+// A rank-4 tensor with its axes permuted (out axis i = in axis perm[i]).
+Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
+  const Shape s = t.shape();
+  Shape out{s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]};
+  Tensor r = Tensor::empty(out);
+  int64_t in_stride[4];
+  in_stride[3] = 1;
+  for (int d = 2; d >= 0; --d) in_stride[d] = in_stride[d + 1] * s[d + 1];
+  const float* src = t.data<float>();
+  float* dst = r.data<float>();
+  int64_t i = 0;
+  for (int64_t a = 0; a < out[0]; ++a)
+    for (int64_t b = 0; b < out[1]; ++b)
+      for (int64_t c = 0; c < out[2]; ++c)
+        for (int64_t d = 0; d < out[3]; ++d)
+          dst[i++] = src[a * in_stride[perm[0]] + b * in_stride[perm[1]] + c * in_stride[perm[2]] +
+                         d * in_stride[perm[3]]];
+  return r;
+}
+
+// A constant of rank <= 4 with leading 1s up to rank 4 (NumPy's
+// broadcasting aligns it so against an NCHW image).
+Tensor padded_to_4(const Tensor& t) {
+  std::vector<int64_t> dims(size_t(4 - t.shape().rank()), 1);
+  for (int d = 0; d < t.shape().rank(); ++d) dims.push_back(t.shape()[d]);
+  return t.reshape(Shape(dims));
+}
+
+std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
+  std::string s;
+  for (char c : raw) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
+  if (s.empty()) s = "onnx_node";
+  std::string name = s;
+  for (int k = 1; taken.count(name); ++k) name = s + "_" + std::to_string(k);
+  taken.insert(name);
+  return name;
+}
+
+// A value of the graph as the importer holds it: computed by the model (an
+// activation, channels-last when `nhwc`) or known at import.
+struct Held {
+  bool is_activation = false;
+  nn::SymbolicTensor x;
+  bool nhwc = false;
+  Constant constant;
+  bool from_file = false;  // an initializer (trainable unless frozen)
+};
+
+}  // namespace
+
+bool onnx_available() { return true; }
+
+nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IOError("load_onnx: cannot open '" + path + "'; check the path");
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes)
+    throw FormatError("load_onnx: '" + path + "' is " + std::to_string(size) +
+                      " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
+  in.seekg(0);
+  std::string bytes(size_t(size), '\0');
+  if (!in.read(bytes.data(), size)) throw IOError("load_onnx: reading '" + path + "' failed");
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes))
+    throw FormatError("load_onnx: '" + path + "' is not an ONNX model (the protobuf is truncated or corrupt)");
+  if (!model.has_graph()) throw FormatError("load_onnx: '" + path + "' has no graph");
+
+  int opset = 0;
+  for (const onnx::OperatorSetIdProto& o : model.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = int(o.version());
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw ValueError("load_onnx: '" + path + "' uses opset " + std::to_string(opset) + "; opsets " +
+                     std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
+                     " are read (export with opset_version in that range)");
+
+  const onnx::GraphProto& graph = model.graph();
+  std::map<std::string, Held> values;
+  for (const onnx::TensorProto& t : graph.initializer()) {
+    Held h;
+    h.constant = read_constant(t, "initializer '" + t.name() + "'");
+    h.from_file = true;
+    values[t.name()] = std::move(h);
+  }
+  std::vector<nn::SymbolicTensor> inputs;
+  for (const onnx::ValueInfoProto& v : graph.input()) {
+    if (values.count(v.name())) continue;  // an initializer listed as an input (older exporters)
+    const onnx::TypeProto_Tensor& tt = v.type().tensor_type();
+    if (tt.elem_type() != onnx::TensorProto::FLOAT)
+      throw TypeError("load_onnx: input '" + v.name() + "' has ONNX data type " + std::to_string(tt.elem_type()) +
+                      "; only float32 inputs are read so far");
+    const auto& dims = tt.shape().dim();
+    if (dims.size() < 2)
+      throw ValueError("load_onnx: input '" + v.name() + "' has " + std::to_string(dims.size()) +
+                       " dimension(s); an input needs a batch dimension first and at least one more");
+    std::vector<int64_t> shape;
+    for (int d = 1; d < dims.size(); ++d) {
+      if (!dims[d].has_dim_value() || dims[d].dim_value() <= 0)
+        throw ValueError("load_onnx: input '" + v.name() + "' has a symbolic or empty dimension " + std::to_string(d) +
+                         "; only the first (the batch) may be symbolic");
+      shape.push_back(dims[d].dim_value());
+    }
+    Held h;
+    h.is_activation = true;
+    h.x = nn::Input(Shape(shape), DType::Float32, v.name());
+    inputs.push_back(h.x);
+    values[v.name()] = std::move(h);
+  }
+  std::set<std::string> outputs_wanted;
+  for (const onnx::ValueInfoProto& v : graph.output()) outputs_wanted.insert(v.name());
+
+  std::set<std::string> taken;
+  std::map<std::string, std::string> not_given;  // outputs the lowerings do not give (Dropout's mask), by node
+  std::map<std::pair<std::string, bool>, nn::SymbolicTensor> converted;
+  // Activation `name` in NHWC (to_nhwc) or NCHW, by one Transpose layer made
+  // the first time it is asked for.
+  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, bool to_nhwc,
+                       const std::string& layer_as = "") {
+    auto key = std::make_pair(name, to_nhwc);
+    if (auto it = converted.find(key); it != converted.end()) return it->second;
+    auto spec = std::make_shared<NodeSpec>();
+    spec->op_type = "Transpose";
+    spec->node_name = name + (to_nhwc ? "_to_nhwc" : "_to_nchw");
+    spec->opset = opset;
+    spec->attrs["perm"].set = true;
+    spec->attrs["perm"].ints = to_nhwc ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 3, 1, 2};
+    spec->slots.push_back(-1);
+    auto layer = std::make_shared<OnnxNode>(spec);
+    layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
+    return converted[key] = (*layer)(x);
+  };
+  for (int k = 0; k < graph.node_size(); ++k) {
+    const onnx::NodeProto& node = graph.node(k);
+    auto spec = std::make_shared<NodeSpec>();
+    spec->op_type = node.op_type();
+    spec->node_name = node.name().empty() ? node.op_type() + "_" + std::to_string(k) : node.name();
+    spec->opset = opset;
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      throw ValueError("load_onnx: node '" + spec->node_name + "' is in domain '" + node.domain() +
+                       "'; only ONNX's default domain is read");
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      Attr& at = spec->attrs[a.name()];
+      at.set = true;
+      at.i = a.i();
+      at.f = a.f();
+      at.ints.assign(a.ints().begin(), a.ints().end());
+      at.s = a.s();
+      if (a.has_t()) {
+        const Constant c = read_constant(a.t(), spec->where() + " attribute '" + a.name() + "'");
+        if (c.is_int ? c.ints.v.size() != 1 : c.f.numel() != 1) {
+          if (spec->op_type != "Constant") throw unsupported(*spec, "a tensor attribute of more than one value");
+        } else {
+          at.tensor_is_int = c.is_int;
+          at.tensor_value = c.is_int ? double(c.ints.v[0]) : double(c.f.data<float>()[0]);
+        }
+      }
+    }
+    if (node.output_size() < 1) throw FormatError("load_onnx: " + spec->where() + " has no output");
+    if (spec->op_type == "Constant") {
+      Held h;
+      if (node.attribute_size() == 1 && node.attribute(0).has_t()) {
+        h.constant = read_constant(node.attribute(0).t(), "Constant '" + node.output(0) + "'");
+      } else if (spec->has_attr("value_float") || spec->has_attr("value_floats")) {
+        std::vector<float> f = spec->has_attr("value_float")
+                                   ? std::vector<float>{spec->float_attr("value_float", 0.0f)}
+                                   : std::vector<float>(node.attribute(0).floats().begin(), node.attribute(0).floats().end());
+        h.constant.f = Tensor::from_vector(std::span<const float>(f),
+                                           spec->has_attr("value_float") ? Shape{} : Shape{int64_t(f.size())});
+      } else if (spec->has_attr("value_int") || spec->has_attr("value_ints")) {
+        h.constant.is_int = true;
+        h.constant.ints.v = spec->has_attr("value_int") ? std::vector<int64_t>{spec->int_attr("value_int", 0)}
+                                                        : spec->attrs.at("value_ints").ints;
+        if (!spec->has_attr("value_int")) h.constant.ints.dims = {int64_t(h.constant.ints.v.size())};
+      } else {
+        throw unsupported(*spec, "a Constant without a tensor, float or int value");
+      }
+      values[node.output(0)] = std::move(h);
+      continue;
+    }
+    spec->n_outputs = node.output_size();
+    std::vector<const Held*> operands;  // per ONNX slot, null when absent
+    bool any_activation = false;
+    int n_inputs = node.input_size();
+    if (spec->op_type == "Dropout") {
+      // Its ratio matters in training mode only, which is refused.
+      if (n_inputs > 2 && !node.input(2).empty()) {
+        auto t = values.find(node.input(2));
+        if (t == values.end() || !t->second.constant.is_int ||
+            std::any_of(t->second.constant.ints.v.begin(), t->second.constant.ints.v.end(), [](int64_t v) { return v != 0; }))
+          throw unsupported(*spec, "a Dropout in training mode (training_mode true or computed)");
+      }
+      if (spec->int_attr("is_test", 1) == 0 && opset < 7) throw unsupported(*spec, "a Dropout with is_test = 0");
+      n_inputs = 1;
+    }
+    for (int i = 0; i < n_inputs; ++i) {
+      const std::string& name = node.input(i);
+      if (name.empty()) {  // an absent optional input
+        operands.push_back(nullptr);
+        continue;
+      }
+      auto it = values.find(name);
+      if (auto u = not_given.find(name); u != not_given.end())
+        throw unsupported(*spec, "it reads '" + name + "', an output of " + u->second + " that is not computed");
+      if (it == values.end())
+        throw FormatError("load_onnx: " + spec->where() + " reads '" + name +
+                          "', which no input, initializer or earlier node defines (the nodes must be in "
+                          "topological order, without cycles)");
+      operands.push_back(&it->second);
+      any_activation = any_activation || it->second.is_activation;
+    }
+    const std::string& op = spec->op_type;
+    // Operands by kind: activations in order, float constants as weights,
+    // int64 constants as the shapes and axes the lowering reads.
+    std::vector<nn::SymbolicTensor> args;
+    std::vector<bool> args_nhwc;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const Held* h = operands[i];
+      if (!h) continue;
+      if (h->is_activation) {
+        spec->slots.push_back(-1);
+        args.push_back(h->x);
+        args_nhwc.push_back(h->nhwc);
+      } else if (h->constant.is_int) {
+        spec->int_inputs[int(i)] = h->constant.ints;
+      } else {
+        spec->weight_at[int(i)] = spec->weights.size();
+        spec->slots.push_back(int(spec->weights.size()));
+        spec->weights.emplace_back(node.input(int(i)), h->constant.f);
+        spec->weight_trainable.push_back(options.trainable && h->from_file);
+      }
+    }
+    if (op == "Shape" && any_activation) {
+      // The activation's shape in the file's layout, its batch as the marker.
+      const Held& h = *operands.at(0);
+      const Shape s = h.x.shape();
+      IntValue full{{s.rank() + 1}, {kBatch}};
+      for (int d = 0; d < s.rank(); ++d) full.v.push_back(s[h.nhwc ? (d + s.rank() - 1) % s.rank() : d]);
+      const int64_t r = int64_t(full.v.size());
+      int64_t start = spec->int_attr("start", 0), end = spec->int_attr("end", r);
+      start = std::clamp<int64_t>(start < 0 ? start + r : start, 0, r);
+      end = std::clamp<int64_t>(end < 0 ? end + r : end, start, r);
+      Held h_out;
+      h_out.constant.is_int = true;
+      h_out.constant.ints = {{end - start}, std::vector<int64_t>(full.v.begin() + start, full.v.begin() + end)};
+      values[node.output(0)] = std::move(h_out);
+      continue;
+    }
+    if (!any_activation) {
+      std::vector<const Constant*> in;
+      for (const Held* h : operands) in.push_back(h ? &h->constant : nullptr);
+      spec->constant_fold = true;
+      std::vector<Constant> out = fold(*spec, in);
+      for (size_t i = 0; i < out.size() && i < size_t(node.output_size()); ++i) {
+        Held h;
+        h.constant = std::move(out[i]);
+        values[node.output(int(i))] = std::move(h);
+      }
+      continue;
+    }
+    check_node(*spec);
+    // Layouts: an image op reads NHWC; a layout-free op keeps NHWC when an
+    // input has it (its other images and its constants are converted); any
+    // other op reads the file's NCHW.
+    bool any_nhwc = false;
+    for (bool b : args_nhwc) any_nhwc = any_nhwc || b;
+    const bool out_nhwc = kImageOps.count(op) || (kLayoutFree.count(op) && any_nhwc);
+    std::vector<std::string> arg_names;
+    for (int i = 0; i < n_inputs; ++i)
+      if (operands[size_t(i)] && operands[size_t(i)]->is_activation) arg_names.push_back(node.input(i));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (out_nhwc && !args_nhwc[i]) {
+        if (args[i].shape().rank() != 3) throw unsupported(*spec, "an image input that is not {N, C, H, W}");
+        args[i] = to_layout(arg_names[i], args[i], true);
+      } else if (!out_nhwc && args_nhwc[i]) {
+        args[i] = to_layout(arg_names[i], args[i], false);
+      }
+    }
+    if (op == "PRelu" && opset < 7 && spec->weight_at.count(1)) {
+      // Before opset 7 a slope of C values is per channel (axis 1).
+      Tensor& w = spec->weights[spec->weight_at.at(1)].second;
+      if (w.shape().rank() == 1 && w.numel() > 1) {
+        std::vector<int64_t> d{w.numel()};
+        d.resize(size_t(args[0].shape().rank()), 1);
+        w = w.reshape(Shape(d));
+      }
+    }
+    if (op == "Conv") {  // {F, C, kh, kw} -> the engine's {kh, kw, C, F}
+      Tensor& w = spec->weights[size_t(spec->slots[1])].second;
+      w = permuted(w, {2, 3, 1, 0});
+    } else if (out_nhwc && kLayoutFree.count(op)) {
+      for (auto& [name, w] : spec->weights)
+        if (w.shape().rank() >= 1 && w.numel() > 1) w = permuted(padded_to_4(w), {0, 2, 3, 1});
+    }
+    auto layer = std::make_shared<OnnxNode>(spec);
+    const bool is_output = outputs_wanted.count(node.output(0)) != 0;
+    layer->set_name(layer_name(is_output && !out_nhwc ? node.output(0) : spec->node_name, taken));
+    nn::SymbolicTensor first;
+    try {
+      first = args.size() == 1 ? (*layer)(args[0]) : (*layer)(args);
+    } catch (const ShapeError& e) {
+      throw FormatError("load_onnx: " + spec->where() + ": its inputs' shapes do not fit it: " + e.what());
+    }
+    const std::vector<Shape>& shapes = layer->output_shapes();
+    if (shapes.size() > 1) {
+      // Several outputs (Split, LayerNormalization's statistics): one call, a tensor per output.
+      auto call = std::const_pointer_cast<nn::LayerCall>(first.call());
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        if (i > 0) call->more_shapes.push_back(shapes[i]);
+        call->output_names.push_back(layer->name() + (i ? "/" + std::to_string(i) : ""));
+      }
+    }
+    for (int i = 0; i < node.output_size(); ++i) {
+      if (node.output(i).empty()) continue;
+      if (size_t(i) >= shapes.size()) {  // an error only when read
+        not_given[node.output(i)] = spec->where();
+        continue;
+      }
+      Held h;
+      h.is_activation = true;
+      h.x = nn::SymbolicTensor(first.call(), i);
+      h.nhwc = out_nhwc;
+      values[node.output(i)] = std::move(h);
+    }
+  }
+  std::vector<nn::SymbolicTensor> outputs;
+  for (const onnx::ValueInfoProto& v : graph.output()) {
+    auto a = values.find(v.name());
+    if (a == values.end() || !a->second.is_activation)
+      throw ValueError("load_onnx: output '" + v.name() + "' is not computed from the inputs by a node read here");
+    outputs.push_back(a->second.nhwc ? to_layout(v.name(), a->second.x, false, v.name()) : a->second.x);
+  }
+  if (inputs.empty() || outputs.empty())
+    throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");
+  return nn::Model(inputs, outputs, options.name.empty() ? graph.name() : options.name);
+}
+
+}  // namespace tensorgrad::io
+
+#else  // built without ONNX
+
+namespace tensorgrad::io {
+
+bool onnx_available() { return false; }
+
+nn::Model load_onnx(const std::string& path, const OnnxOptions&) {
+  throw StateError("load_onnx('" + path +
+                   "'): this build of tensorgrad has no ONNX support; install libonnx-dev (scripts/setup.sh does) "
+                   "and configure again with -DTENSORGRAD_ONNX=AUTO or ON");
+}
+
+}  // namespace tensorgrad::io
+
+#endif

@@ -1,0 +1,122 @@
+// The ONNX importer's inner parts (io::load_onnx, io/onnx.h): a node as the
+// importer holds it, the lowering of each op onto Builder ops, and the
+// folding of nodes whose inputs are all constants (shape computations).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/tensor.h"
+#include "tensorgrad/ops/builder.h"
+
+namespace tensorgrad::io::onnx_import {
+
+constexpr int kMinOpset = 6, kMaxOpset = 17;
+
+// Stands for the batch size in a folded shape (the Shape of an activation):
+// a model plans for any batch, so the importer never knows it. It may be
+// moved around (Gather, Concat, Slice) but not computed with.
+constexpr int64_t kBatch = std::numeric_limits<int64_t>::min() / 2;
+
+// An int64 tensor known at import: a shape, axes, indices.
+struct IntValue {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> v;
+};
+
+// One ONNX attribute, as the lowerings read it (a tensor attribute: its
+// first element, as ConstantOfShape's value).
+struct Attr {
+  int64_t i = 0;
+  float f = 0.0f;
+  std::string s;
+  std::vector<int64_t> ints;
+  bool tensor_is_int = false;
+  double tensor_value = 0.0;
+  bool set = false;
+};
+
+// A node as a layer: its op, attributes, and for each ONNX input slot either
+// the next activation (weight index -1) or a constant held as a weight.
+struct NodeSpec {
+  std::string op_type, node_name;
+  int opset = 0;
+  // Set while folding constants: every axis is free (no batch).
+  bool constant_fold = false;
+  int n_outputs = 1;
+  std::map<std::string, Attr> attrs;
+  std::vector<int> slots;  // per ONNX input: index into weights, or -1 for an activation
+  std::vector<std::pair<std::string, Tensor>> weights;  // ONNX name, value
+  std::vector<bool> weight_trainable;
+  // int64 constant inputs (Reshape's shape, Squeeze's axes from opset 13),
+  // by ONNX input slot: read as attributes, not operands.
+  std::map<int, IntValue> int_inputs;
+  std::map<int, size_t> weight_at;  // ONNX input slot -> index into weights
+
+  float scalar_input(int slot, float fallback) const {
+    auto it = weight_at.find(slot);
+    return it == weight_at.end() ? fallback : weights[it->second].second.data<float>()[0];
+  }
+  bool has_attr(const std::string& name) const {
+    auto it = attrs.find(name);
+    return it != attrs.end() && it->second.set;
+  }
+  int64_t int_attr(const std::string& name, int64_t fallback) const {
+    return has_attr(name) ? attrs.at(name).i : fallback;
+  }
+  float float_attr(const std::string& name, float fallback) const {
+    return has_attr(name) ? attrs.at(name).f : fallback;
+  }
+  std::string string_attr(const std::string& name, const std::string& fallback) const {
+    return has_attr(name) ? attrs.at(name).s : fallback;
+  }
+  // A list attribute, or (from the opsets that moved it to an input) the
+  // int64 constant at input `slot`; `found` says whether either was given.
+  std::vector<int64_t> ints(const std::string& name, int slot, bool* found = nullptr) const {
+    if (has_attr(name)) {
+      if (found) *found = true;
+      return attrs.at(name).ints;
+    }
+    if (auto it = int_inputs.find(slot); it != int_inputs.end()) {
+      if (found) *found = true;
+      return it->second.v;
+    }
+    if (found) *found = false;
+    return {};
+  }
+  std::string where() const {
+    return op_type + " node '" + node_name + "' (opset " + std::to_string(opset) + ")";
+  }
+};
+
+// The ops read, for error messages.
+extern const char* const kSupported;
+
+ValueError unsupported(const NodeSpec& n, const std::string& what);
+
+// Checks the node's operands at import (what the lowering assumes).
+void check_node(const NodeSpec& n);
+
+// The node written with Builder ops on `operands` (slot order, activations
+// and bound weights mixed as the file has them): one value per output.
+std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> operands);
+
+// A constant at import: int64 (shapes, axes, indices) or float32.
+struct Constant {
+  bool is_int = false;
+  IntValue ints;
+  Tensor f;
+};
+
+// The outputs of a node whose inputs are all constants (by slot; null for an
+// absent optional input), computed at import. Throws ValueError (through
+// unsupported) for an op that is not folded.
+std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> inputs);
+
+}  // namespace tensorgrad::io::onnx_import

@@ -1,0 +1,89 @@
+// Models exported by PyTorch 1.13's ONNX exporter (tests/fixtures/
+// make_onnx_pytorch.py, run offline; the files are checked in under
+// tests/fixtures/onnx/) import and give PyTorch's outputs; the imported MLP
+// trains on Fashion-MNIST.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "tensorgrad/data/idx.h"
+#include "tensorgrad/io/onnx.h"
+
+#ifdef TENSORGRAD_WITH_ONNX
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace tensorgrad;
+
+namespace {
+
+const std::string kFixtures = TENSORGRAD_ONNX_FIXTURES;
+
+// An ONNX TensorProto file as float32 (int64 token ids as int32).
+Tensor read_pb(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::TensorProto t;
+  if (!t.ParseFromIstream(&in)) throw IOError("cannot read " + path);
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (t.data_type() == onnx::TensorProto::INT64) {
+    std::vector<int32_t> v(t.raw_data().size() / 8);
+    for (size_t i = 0; i < v.size(); ++i) {
+      int64_t x;
+      std::memcpy(&x, t.raw_data().data() + i * 8, 8);
+      v[i] = int32_t(x);
+    }
+    return Tensor::from_vector(std::span<const int32_t>(v), Shape(dims));
+  }
+  Tensor out = Tensor::empty(Shape(dims));
+  std::memcpy(out.data<float>(), t.raw_data().data(), size_t(out.numel()) * 4);
+  return out;
+}
+
+// The fixture `name` imported and run on its stored input, against PyTorch's output.
+void expect_matches_pytorch(const std::string& name) {
+  SCOPED_TRACE(name);
+  nn::Model model = io::load_onnx(kFixtures + "/" + name + ".onnx");
+  const Tensor x = read_pb(kFixtures + "/" + name + ".input_0.pb");
+  const Tensor want = read_pb(kFixtures + "/" + name + ".output_0.pb");
+  const std::vector<Tensor> got = model.predict(std::vector<Tensor>{x}, x.shape()[0]);
+  ASSERT_EQ(got.at(0).shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const float g = got[0].data<float>()[i], w = want.data<float>()[i];
+    EXPECT_NEAR(g, w, 1e-5f * std::abs(w) + 1e-6f) << "element " << i;
+  }
+}
+
+}  // namespace
+
+TEST(OnnxPytorch, TheMainJobsMlpCnnAndResnetGivePytorchsOutputs) {
+  for (const char* name : {"mlp", "cnn", "resnet"}) expect_matches_pytorch(name);
+}
+
+// The imported MLP (PyTorch's initial weights) trained one epoch with fit
+// on Fashion-MNIST: its test accuracy rises from chance.
+TEST(OnnxPytorch, TheImportedMlpTrainsOnFashionMnist) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << dir << " not installed (Debian: dataset-fashion-mnist)";
+  const data::MnistFiles d = data::load_mnist(dir);
+  nn::Model model = io::load_onnx(kFixtures + "/mlp.onnx");
+  model.compile(OptimizerSpec::adam(1e-3f), "sparse_categorical_crossentropy", {"accuracy"});
+  const double before = model.evaluate(d.test.x, d.test.y, 1000).at("accuracy");
+  nn::FitOptions fo;
+  fo.epochs = 1;
+  fo.batch_size = 128;
+  fo.verbose = 0;
+  model.fit(d.train.x, d.train.y, fo);
+  const double after = model.evaluate(d.test.x, d.test.y, 1000).at("accuracy");
+  std::printf("imported MLP: test accuracy %.4f before, %.4f after one epoch\n", before, after);
+  EXPECT_LT(before, 0.3);
+  EXPECT_GT(after, 0.8);
+}
+
+#endif
