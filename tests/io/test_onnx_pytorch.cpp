@@ -66,6 +66,13 @@ TEST(OnnxPytorch, TheMainJobsMlpCnnAndResnetGivePytorchsOutputs) {
   for (const char* name : {"mlp", "cnn", "resnet"}) expect_matches_pytorch(name);
 }
 
+// Token ids - embedding - LSTM or GRU (forward and bidirectional, PyTorch's
+// batch_first, exported sequence first with zero initial states made from
+// the input's shape) - the last step - dense.
+TEST(OnnxPytorch, LstmAndGruTextClassifiersGivePytorchsOutputs) {
+  for (const char* name : {"lstm", "lstm_bidirectional", "gru", "gru_bidirectional"}) expect_matches_pytorch(name);
+}
+
 // The imported MLP (PyTorch's initial weights) trained one epoch with fit
 // on Fashion-MNIST: its test accuracy rises from chance.
 TEST(OnnxPytorch, TheImportedMlpTrainsOnFashionMnist) {

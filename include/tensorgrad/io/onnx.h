@@ -22,45 +22,62 @@ struct OnnxOptions {
 /// the CMake option TENSORGRAD_ONNX).
 bool onnx_available();
 
-/// Loads the ONNX model at `path` (ONNX's protobuf format, opsets 7 to 17)
+/// Loads the ONNX model at `path` (ONNX's protobuf format, opsets 6 to 17)
 /// as a functional model. The graph's inputs become Inputs whose first
 /// dimension is the batch (symbolic or not: the model then runs any
-/// batch); its outputs are the model's, named by their ONNX names.
-/// Initializers become weights named "<layer>/<ONNX name>" in the file's
-/// layout (a Gemm with transB = 1 multiplies by the transpose without a
-/// copy). Each node becomes one layer of type "OnnxNode", so the model
-/// compiles, trains and saves its weights (save_weights, load_weights into
-/// a model loaded from the same file) as any other; io::load_model cannot
-/// rebuild an imported model's layers yet (load the ONNX file again).
+/// batch); float32 inputs stay float32, int64 and int32 inputs (token ids
+/// for an embedding) are taken as int32 and checked against the table they
+/// index when the model runs. Its outputs are the model's, in the file's
+/// order and layout. Initializers become weights named
+/// "<layer>/<ONNX name>" (a Conv weight converted to {kh, kw, C, F}, LSTM
+/// and GRU weights to a kernel, recurrent kernel and bias per direction;
+/// float64 ones converted to float32 with a warning). Nodes whose inputs
+/// are all constants (the shape computations exporters write: Shape,
+/// Gather, Concat, Unsqueeze, Range, ConstantOfShape ...) are computed at
+/// import, the batch size kept symbolic; every other node becomes one layer
+/// of type "OnnxNode", so the model compiles, trains and saves its weights
+/// (save_weights, load_weights into a model loaded from the same file) as
+/// any other; io::load_model cannot rebuild an imported model's layers yet
+/// (load the ONNX file again).
 ///
-/// Images: an input read by a convolution or pooling is taken in the
+/// Layouts: an input read by a convolution or pooling is taken in the
 /// file's NCHW layout; the model converts it to the engine's NHWC once, at
 /// its first image op, keeps NHWC through the element-wise ops after it, and
-/// converts back before an op that reads the layout (Flatten, Reshape, ...)
-/// or an output, so callers give and get what the file does.
+/// converts back before an op that reads the layout or at an output. A
+/// Transpose that moves the batch axis (a sequence-first LSTM's input, as
+/// PyTorch exports batch_first layers) only relabels axes; an op other than
+/// LSTM, GRU, a reshape that keeps the batch apart or an element-wise one
+/// on such a tensor is refused.
 ///
-/// The ops read so far: Conv (2-D, group 1, explicit pads), MaxPool and
-/// AveragePool (2-D, ceil_mode 0; AveragePool without padding),
-/// GlobalAveragePool, BatchNormalization (inference: its scale and bias
-/// train, its statistics stay the file's), Gemm (transA 0), MatMul (by a
-/// weight), Add, Sub,
-/// Mul, Div (NumPy broadcasting), Neg, Pow (a scalar exponent), Clip,
-/// Relu, LeakyRelu, Elu, Softplus, Sigmoid, Tanh, Erf, Exp, Log, Sqrt,
-/// Softmax and LogSoftmax (the last axis), Flatten (axis 1), Reshape (to a
-/// constant shape; its first entry is the batch), Squeeze, Unsqueeze,
-/// Transpose and Concat (not across the batch axis), ReduceMean, ReduceSum
-/// and ReduceMax (over given axes other than the batch's), Identity,
-/// Dropout (the identity in inference, as the exporters write it),
-/// Constant.
+/// Ops read: Conv (2-D, group 1; pads, strides, dilations, auto_pad),
+/// MaxPool, AveragePool (ceil_mode, count_include_pad), GlobalAveragePool,
+/// GlobalMaxPool, BatchNormalization (inference form: its scale and bias
+/// train, its statistics stay the file's), LayerNormalization, Gemm (the
+/// batch as A's rows), MatMul (activations by a 2-D weight, a weight by
+/// activations, or two batched activations of one rank), LSTM and GRU
+/// (forward, reverse, bidirectional; ONNX's gate orders; zero initial
+/// states; GRU with linear_before_reset = 1, as PyTorch exports), Gather
+/// (constant indices, or an embedding table by token ids), element-wise Add,
+/// Sub, Mul, Div, Max, Min, Sum, Mean (NumPy broadcasting), Neg, Abs,
+/// Reciprocal, Pow (a scalar exponent), Clip, Relu, LeakyRelu, PRelu, Elu,
+/// Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish, Sigmoid, Tanh,
+/// Erf, Exp, Log, Sqrt, Softmax and LogSoftmax (any axis but the batch),
+/// Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice
+/// (step 1), Pad (constant), Expand, Cast (to float32), ReduceMean, Sum,
+/// Max, Min, L1, L2, SumSquare, LogSum and LogSumExp (over axes other than
+/// the batch's), Identity, Dropout (inference), Constant, and on constants
+/// also Shape, Size, Range, ConstantOfShape, Equal, Less, Greater, Where.
 ///
 /// Throws IOError when the file cannot be read; FormatError for a file
 /// that is not a well-formed ONNX model (a truncated or corrupt protobuf, a
-/// node reading an undefined value, a weight whose data does not fit its
-/// shape, an absurd dimension); ValueError for an op or attribute this
-/// importer does not read (naming the op type, the node and the opset, and
-/// listing the ops it reads), an opset outside 7 to 17, or an input without
-/// a batch dimension; TypeError for tensor types other than float32 (and
-/// int64 shapes); StateError when the build has no ONNX support
+/// node reading an undefined value or one of a later node (a cycle), a
+/// weight whose data does not fit its shape, an absurd dimension refused
+/// before allocating, inputs whose shapes do not fit a node); ValueError
+/// for an op or attribute this importer does not read (naming the op type,
+/// the node and the opset, and listing the ops it reads), an op across the
+/// batch axis, an opset outside 6 to 17, or an input without a batch
+/// dimension; TypeError for tensor types other than float32, float64, int64,
+/// int32 and bool; StateError when the build has no ONNX support
 /// (onnx_available() is false).
 nn::Model load_onnx(const std::string& path, const OnnxOptions& options = {});
 

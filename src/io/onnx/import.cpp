@@ -61,6 +61,10 @@ class OnnxNode final : public nn::Layer {
  public:
   explicit OnnxNode(std::shared_ptr<const NodeSpec> spec) : Layer("onnx_node"), spec_(std::move(spec)) {}
   const char* type() const override { return "OnnxNode"; }
+  // An embedding (a Gather of a table of the file) reads the model's token ids.
+  bool takes_token_ids() const override {
+    return spec_->op_type == "Gather" && spec_->slots.size() == 2 && spec_->slots[0] >= 0;
+  }
 
   Shape build(const Shape& input_shape) override { return build_inputs({&input_shape, 1}); }
   Shape build_inputs(std::span<const Shape> shapes) override {
@@ -85,7 +89,8 @@ class OnnxNode final : public nn::Layer {
                                         std::to_string(Shape::kMaxRank) + " dimensions are read)");
         std::vector<int64_t> dims{1};
         for (int d = 0; d < s.rank(); ++d) dims.push_back(s[d]);
-        operands.push_back(g.input("x" + std::to_string(next), Shape(dims)));
+        operands.push_back(g.input("x" + std::to_string(next), Shape(dims),
+                                   takes_token_ids() ? DType::Int32 : DType::Float32));
         ++next;
       }
     }
@@ -263,14 +268,46 @@ std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
 }
 
 // A value of the graph as the importer holds it: computed by the model (an
-// activation, channels-last when `nhwc`) or known at import.
+// activation) or known at import. An activation is held with the batch
+// first and its other axes in some order: held axis i is the file's axis
+// perm[i] (empty: the file's order). So NCHW images run as NHWC, and a
+// Transpose that moves the batch (a sequence-first recurrent layer's input)
+// is only a relabelling.
 struct Held {
   bool is_activation = false;
   nn::SymbolicTensor x;
-  bool nhwc = false;
+  std::vector<int64_t> perm;
   Constant constant;
   bool from_file = false;  // an initializer (trainable unless frozen)
+  // Zeros whose shape holds the batch (the initial states an exporter makes
+  // from the input's Shape): read as absent states, refused elsewhere.
+  bool batch_zeros = false;
 };
+
+std::vector<int64_t> identity_perm(int64_t rank) {
+  std::vector<int64_t> p(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) p[size_t(i)] = i;
+  return p;
+}
+
+// The file's dimensions of an activation, the batch as kBatch.
+std::vector<int64_t> file_dims(const Held& h) {
+  const Shape s = h.x.shape();
+  const std::vector<int64_t> perm = h.perm.empty() ? identity_perm(s.rank() + 1) : h.perm;
+  std::vector<int64_t> d(perm.size());
+  d[size_t(perm[0])] = kBatch;
+  for (size_t i = 1; i < perm.size(); ++i) d[size_t(perm[i])] = s[int(i) - 1];
+  return d;
+}
+
+// Whether `perm` holds the file's axes in order but for the batch, moved first.
+bool batch_moved(const std::vector<int64_t>& perm) {
+  for (size_t i = 1, next = 0; i < perm.size(); ++i, ++next) {
+    if (int64_t(next) == perm[0]) ++next;
+    if (perm[i] != int64_t(next)) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -311,9 +348,12 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
   for (const onnx::ValueInfoProto& v : graph.input()) {
     if (values.count(v.name())) continue;  // an initializer listed as an input (older exporters)
     const onnx::TypeProto_Tensor& tt = v.type().tensor_type();
-    if (tt.elem_type() != onnx::TensorProto::FLOAT)
+    // int64 and int32 inputs are token ids, taken as int32 (checked against
+    // the table they index when the model runs).
+    const bool ids = tt.elem_type() == onnx::TensorProto::INT64 || tt.elem_type() == onnx::TensorProto::INT32;
+    if (tt.elem_type() != onnx::TensorProto::FLOAT && !ids)
       throw TypeError("load_onnx: input '" + v.name() + "' has ONNX data type " + std::to_string(tt.elem_type()) +
-                      "; only float32 inputs are read so far");
+                      "; float32 inputs and int64 or int32 token ids are read");
     const auto& dims = tt.shape().dim();
     if (dims.size() < 2)
       throw ValueError("load_onnx: input '" + v.name() + "' has " + std::to_string(dims.size()) +
@@ -327,7 +367,7 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     }
     Held h;
     h.is_activation = true;
-    h.x = nn::Input(Shape(shape), DType::Float32, v.name());
+    h.x = nn::Input(Shape(shape), ids ? DType::Int32 : DType::Float32, v.name());
     inputs.push_back(h.x);
     values[v.name()] = std::move(h);
   }
@@ -336,19 +376,23 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
 
   std::set<std::string> taken;
   std::map<std::string, std::string> not_given;  // outputs the lowerings do not give (Dropout's mask), by node
-  std::map<std::pair<std::string, bool>, nn::SymbolicTensor> converted;
-  // Activation `name` in NHWC (to_nhwc) or NCHW, by one Transpose layer made
-  // the first time it is asked for.
-  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, bool to_nhwc,
-                       const std::string& layer_as = "") {
-    auto key = std::make_pair(name, to_nhwc);
+  std::map<std::pair<std::string, std::vector<int64_t>>, nn::SymbolicTensor> converted;
+  // Activation `name` (held as `from`) held as `to`, by one Transpose layer
+  // made the first time it is asked for.
+  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, std::vector<int64_t> from,
+                       std::vector<int64_t> to, const std::string& layer_as = "") {
+    const int64_t rank = x.shape().rank() + 1;
+    if (from.empty()) from = identity_perm(rank);
+    if (to.empty()) to = identity_perm(rank);
+    if (from == to) return x;
+    auto key = std::make_pair(name, to);
     if (auto it = converted.find(key); it != converted.end()) return it->second;
     auto spec = std::make_shared<NodeSpec>();
     spec->op_type = "Transpose";
-    spec->node_name = name + (to_nhwc ? "_to_nhwc" : "_to_nchw");
+    spec->node_name = name + "_transposed";
     spec->opset = opset;
     spec->attrs["perm"].set = true;
-    spec->attrs["perm"].ints = to_nhwc ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 3, 1, 2};
+    for (int64_t axis : to) spec->attrs["perm"].ints.push_back(std::find(from.begin(), from.end(), axis) - from.begin());
     spec->slots.push_back(-1);
     auto layer = std::make_shared<OnnxNode>(spec);
     layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
@@ -434,32 +478,38 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       any_activation = any_activation || it->second.is_activation;
     }
     const std::string& op = spec->op_type;
+    for (const Held* h : operands)
+      if (h && h->batch_zeros && !((op == "LSTM" || op == "GRU") && h != operands[0]))
+        throw unsupported(*spec, "a constant whose shape depends on the batch size (read only as the initial "
+                                 "states of LSTM and GRU)");
     // Operands by kind: activations in order, float constants as weights,
     // int64 constants as the shapes and axes the lowering reads.
     std::vector<nn::SymbolicTensor> args;
-    std::vector<bool> args_nhwc;
+    std::vector<const Held*> arg_held;
+    std::vector<std::string> arg_names;
     for (size_t i = 0; i < operands.size(); ++i) {
       const Held* h = operands[i];
-      if (!h) continue;
+      if (!h || h->batch_zeros) continue;
       if (h->is_activation) {
         spec->slots.push_back(-1);
         args.push_back(h->x);
-        args_nhwc.push_back(h->nhwc);
+        arg_held.push_back(h);
+        arg_names.push_back(node.input(int(i)));
       } else if (h->constant.is_int) {
         spec->int_inputs[int(i)] = h->constant.ints;
       } else {
         spec->weight_at[int(i)] = spec->weights.size();
         spec->slots.push_back(int(spec->weights.size()));
-        spec->weights.emplace_back(node.input(int(i)), h->constant.f);
+        // A weight's name may not hold '/' (the listing joins layer and weight with it).
+        std::string weight_name = node.input(int(i));
+        std::replace(weight_name.begin(), weight_name.end(), '/', '.');
+        spec->weights.emplace_back(weight_name, h->constant.f);
         spec->weight_trainable.push_back(options.trainable && h->from_file);
       }
     }
     if (op == "Shape" && any_activation) {
       // The activation's shape in the file's layout, its batch as the marker.
-      const Held& h = *operands.at(0);
-      const Shape s = h.x.shape();
-      IntValue full{{s.rank() + 1}, {kBatch}};
-      for (int d = 0; d < s.rank(); ++d) full.v.push_back(s[h.nhwc ? (d + s.rank() - 1) % s.rank() : d]);
+      const IntValue full{{}, file_dims(*operands.at(0))};
       const int64_t r = int64_t(full.v.size());
       int64_t start = spec->int_attr("start", 0), end = spec->int_attr("end", r);
       start = std::clamp<int64_t>(start < 0 ? start + r : start, 0, r);
@@ -473,6 +523,15 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     if (!any_activation) {
       std::vector<const Constant*> in;
       for (const Held* h : operands) in.push_back(h ? &h->constant : nullptr);
+      if (op == "ConstantOfShape" && in.at(0) && in[0]->is_int &&
+          std::find(in[0]->ints.v.begin(), in[0]->ints.v.end(), kBatch) != in[0]->ints.v.end()) {
+        if (spec->has_attr("value") && spec->attrs.at("value").tensor_value != 0.0)
+          throw unsupported(*spec, "a constant whose shape depends on the batch size, not zeros");
+        Held h;
+        h.batch_zeros = true;
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
       spec->constant_fold = true;
       std::vector<Constant> out = fold(*spec, in);
       for (size_t i = 0; i < out.size() && i < size_t(node.output_size()); ++i) {
@@ -482,23 +541,123 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       }
       continue;
     }
-    check_node(*spec);
-    // Layouts: an image op reads NHWC; a layout-free op keeps NHWC when an
-    // input has it (its other images and its constants are converted); any
-    // other op reads the file's NCHW.
-    bool any_nhwc = false;
-    for (bool b : args_nhwc) any_nhwc = any_nhwc || b;
-    const bool out_nhwc = kImageOps.count(op) || (kLayoutFree.count(op) && any_nhwc);
-    std::vector<std::string> arg_names;
-    for (int i = 0; i < n_inputs; ++i)
-      if (operands[size_t(i)] && operands[size_t(i)]->is_activation) arg_names.push_back(node.input(i));
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (out_nhwc && !args_nhwc[i]) {
-        if (args[i].shape().rank() != 3) throw unsupported(*spec, "an image input that is not {N, C, H, W}");
-        args[i] = to_layout(arg_names[i], args[i], true);
-      } else if (!out_nhwc && args_nhwc[i]) {
-        args[i] = to_layout(arg_names[i], args[i], false);
+    if (op == "Transpose") {
+      // A relabelling of the held axes: new file axis j is old file axis p[j].
+      const Held& in = *arg_held.at(0);
+      const int64_t rank = in.x.shape().rank() + 1;
+      std::vector<int64_t> p = spec->ints("perm", -1);
+      if (p.empty())
+        for (int64_t d = rank - 1; d >= 0; --d) p.push_back(d);
+      std::vector<int64_t> sorted = p;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted != identity_perm(rank)) throw FormatError("load_onnx: " + spec->where() + ": perm is not a permutation of its input's axes");
+      std::vector<int64_t> inverse(p.size()), held = in.perm.empty() ? identity_perm(rank) : in.perm;
+      for (size_t j = 0; j < p.size(); ++j) inverse[size_t(p[j])] = int64_t(j);
+      for (int64_t& axis : held) axis = inverse[size_t(axis)];
+      Held h = in;
+      h.perm = held == identity_perm(rank) ? std::vector<int64_t>{} : held;
+      values[node.output(0)] = std::move(h);
+      continue;
+    }
+    if ((op == "Squeeze" || op == "Unsqueeze" || op == "Reshape") && !arg_held.at(0)->perm.empty() &&
+        arg_held[0]->perm[0] != 0 && batch_moved(arg_held[0]->perm)) {
+      // On a tensor whose batch is not the file's first axis: the file's
+      // result shape, held with the batch first, when the axes before the
+      // batch keep their elements.
+      const std::vector<int64_t> in_dims = file_dims(*arg_held[0]);
+      std::vector<int64_t> out;
+      if (op == "Reshape") {
+        const std::vector<int64_t> t = spec->ints("shape", 1);
+        int64_t known = 1, infer = -1, row = 1;
+        for (int64_t d : in_dims) row *= d == kBatch ? 1 : d;
+        for (size_t i = 0; i < t.size(); ++i) {
+          const int64_t d = t[i] == 0 && i < in_dims.size() ? in_dims[i] : t[i];
+          if (d == -1) infer = int64_t(i);
+          else if (d != kBatch) known *= d;
+          out.push_back(d);
+        }
+        if (infer >= 0) out[size_t(infer)] = known > 0 ? row / known : 0;
+      } else {
+        std::vector<int64_t> axes = spec->ints("axes", 1);
+        const int64_t r = int64_t(in_dims.size()) + (op == "Unsqueeze" ? int64_t(axes.size()) : 0);
+        for (int64_t& a : axes) a = a < 0 ? a + r : a;
+        out = in_dims;
+        if (op == "Squeeze") {
+          std::sort(axes.rbegin(), axes.rend());
+          for (int64_t a : axes) {
+            if (a < 0 || a >= int64_t(out.size()) || out[size_t(a)] != 1)
+              throw unsupported(*spec, "squeezing an axis whose size is not 1");
+            out.erase(out.begin() + a);
+          }
+        } else {
+          std::sort(axes.begin(), axes.end());
+          for (int64_t a : axes) {
+            if (a < 0 || a > int64_t(out.size())) throw unsupported(*spec, "an axis out of range");
+            out.insert(out.begin() + a, 1);
+          }
+        }
       }
+      auto prefix = [](const std::vector<int64_t>& d) {
+        int64_t p = 1;
+        for (int64_t x : d) {
+          if (x == kBatch) return p;
+          p *= x;
+        }
+        return int64_t(-1);
+      };
+      if (std::count(out.begin(), out.end(), kBatch) != 1 || prefix(out) != prefix(in_dims))
+        throw unsupported(*spec, "a reshape that moves elements across the batch axis");
+      const int64_t b = std::find(out.begin(), out.end(), kBatch) - out.begin();
+      auto reshape = std::make_shared<NodeSpec>(*spec);
+      reshape->op_type = "Reshape";
+      reshape->attrs.clear();
+      reshape->int_inputs.clear();
+      IntValue target{{}, {kBatch}};
+      std::vector<int64_t> perm{b};
+      for (int64_t i = 0; i < int64_t(out.size()); ++i)
+        if (i != b) target.v.push_back(out[size_t(i)]), perm.push_back(i);
+      target.dims = {int64_t(target.v.size())};
+      reshape->int_inputs[1] = target;
+      auto layer = std::make_shared<OnnxNode>(reshape);
+      layer->set_name(layer_name(spec->node_name, taken));
+      Held h;
+      h.is_activation = true;
+      h.x = (*layer)(args[0]);
+      h.perm = perm;
+      values[node.output(0)] = std::move(h);
+      continue;
+    }
+    check_node(*spec);
+    // Layouts: an image op reads NHWC; a recurrent op reads its sequence
+    // batch first; a layout-free op keeps its first input's layout (its other
+    // inputs and its constants are converted); any other op reads the file's.
+    std::vector<std::vector<int64_t>> want(args.size());
+    std::vector<int64_t> out_perm;
+    if (kImageOps.count(op)) {
+      for (size_t i = 0; i < args.size(); ++i)
+        if (args[i].shape().rank() != 3) throw unsupported(*spec, "an image input that is not {N, C, H, W}");
+      want.assign(args.size(), {0, 2, 3, 1});
+      out_perm = {0, 2, 3, 1};
+    } else if (op == "LSTM" || op == "GRU") {
+      if (spec->int_attr("layout", 0) == 0) want[0] = {1, 0, 2};
+    } else if (kLayoutFree.count(op)) {
+      for (const Held* h : arg_held)
+        if (!h->perm.empty()) {
+          out_perm = h->perm;
+          break;
+        }
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (!out_perm.empty() && args[i].shape().rank() + 1 != int(out_perm.size()))
+          throw unsupported(*spec, "inputs of different ranks, one held in another layout");
+        want[i] = out_perm;
+      }
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::vector<int64_t>& from = arg_held[i]->perm;
+      if (!from.empty() && from[0] != 0 && (want[i].empty() || want[i][0] != from[0]))
+        throw unsupported(*spec, "an input whose batch is its axis " + std::to_string(from[0]) +
+                                     " (the batch must be the first axis here)");
+      args[i] = to_layout(arg_names[i], args[i], from, want[i]);
     }
     if (op == "PRelu" && opset < 7 && spec->weight_at.count(1)) {
       // Before opset 7 a slope of C values is per channel (axis 1).
@@ -512,13 +671,19 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     if (op == "Conv") {  // {F, C, kh, kw} -> the engine's {kh, kw, C, F}
       Tensor& w = spec->weights[size_t(spec->slots[1])].second;
       w = permuted(w, {2, 3, 1, 0});
-    } else if (out_nhwc && kLayoutFree.count(op)) {
+    } else if (op == "LSTM" || op == "GRU") {
+      recurrent_weights(*spec);
+    } else if (!out_perm.empty() && kLayoutFree.count(op)) {
       for (auto& [name, w] : spec->weights)
-        if (w.shape().rank() >= 1 && w.numel() > 1) w = permuted(padded_to_4(w), {0, 2, 3, 1});
+        if (w.shape().rank() >= 1 && w.numel() > 1) {
+          if (out_perm.size() != 4 || w.shape().rank() > 4)
+            throw unsupported(*spec, "a constant against a tensor held in another layout");
+          w = permuted(padded_to_4(w), {int(out_perm[0]), int(out_perm[1]), int(out_perm[2]), int(out_perm[3])});
+        }
     }
     auto layer = std::make_shared<OnnxNode>(spec);
     const bool is_output = outputs_wanted.count(node.output(0)) != 0;
-    layer->set_name(layer_name(is_output && !out_nhwc ? node.output(0) : spec->node_name, taken));
+    layer->set_name(layer_name(is_output && out_perm.empty() ? node.output(0) : spec->node_name, taken));
     nn::SymbolicTensor first;
     try {
       first = args.size() == 1 ? (*layer)(args[0]) : (*layer)(args);
@@ -543,7 +708,10 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
       Held h;
       h.is_activation = true;
       h.x = nn::SymbolicTensor(first.call(), i);
-      h.nhwc = out_nhwc;
+      h.perm = out_perm;
+      // A recurrent op's Y {T, dirs, B, H} and states {dirs, B, H}, held batch first.
+      if ((op == "LSTM" || op == "GRU") && spec->int_attr("layout", 0) == 0)
+        h.perm = i == 0 ? std::vector<int64_t>{2, 0, 1, 3} : std::vector<int64_t>{1, 0, 2};
       values[node.output(i)] = std::move(h);
     }
   }
@@ -552,7 +720,11 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
     auto a = values.find(v.name());
     if (a == values.end() || !a->second.is_activation)
       throw ValueError("load_onnx: output '" + v.name() + "' is not computed from the inputs by a node read here");
-    outputs.push_back(a->second.nhwc ? to_layout(v.name(), a->second.x, false, v.name()) : a->second.x);
+    const std::vector<int64_t>& perm = a->second.perm;
+    if (!perm.empty() && perm[0] != 0)
+      throw ValueError("load_onnx: output '" + v.name() + "' has its batch on axis " + std::to_string(perm[0]) +
+                       "; a model's outputs have the batch first");
+    outputs.push_back(to_layout(v.name(), a->second.x, perm, {}, v.name()));
   }
   if (inputs.empty() || outputs.empty())
     throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");

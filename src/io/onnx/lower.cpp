@@ -9,6 +9,7 @@
 #include <set>
 
 #include "io/onnx/node.h"
+#include "tensorgrad/ops/gradients.h"
 
 namespace tensorgrad::io::onnx_import {
 
@@ -54,6 +55,19 @@ Value permute(Builder& b, Value x, const std::vector<int64_t>& perm) {
     }
   }
   return x;
+}
+
+// Any number of values joined along `axis`, in groups of the most one Concat takes.
+Value concat_all(Builder& b, std::vector<Value> parts, int axis) {
+  while (parts.size() > 1) {
+    std::vector<Value> next;
+    for (size_t i = 0; i < parts.size(); i += kMaxOpInputs) {
+      const size_t n = std::min<size_t>(kMaxOpInputs, parts.size() - i);
+      next.push_back(n == 1 ? parts[i] : b.concat(std::span<const Value>(parts.data() + i, n), axis));
+    }
+    parts = std::move(next);
+  }
+  return parts.at(0);
 }
 
 std::vector<int64_t> dims_of(const Shape& s) {
@@ -252,7 +266,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     if (!n.constant_fold && out[0] != s0[0]) throw unsupported(n, "an Expand along the batch axis");
     return one(b.broadcast_to(x[0], shape_of(out)));
   }
-  if (op == "Concat") return one(b.concat(x, axis_of(n.int_attr("axis", 0), rank)));
+  if (op == "Concat") return one(concat_all(b, std::vector<Value>(x.begin(), x.end()), axis_of(n.int_attr("axis", 0), rank)));
   if (op == "Slice") {
     // Opset 10 moved starts, ends, axes and steps from attributes to inputs.
     const std::vector<int64_t> starts = n.ints("starts", 1), ends = n.ints("ends", 2);
@@ -296,6 +310,12 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     }
     return out;
   }
+  if (op == "Gather" && n.slots[0] >= 0) {
+    // An embedding: rows of a table of the file picked by the model's token ids.
+    if (n.int_attr("axis", 0) != 0 || b.shape(x[0]).rank() != 2)
+      throw unsupported(n, "a Gather of a constant that is not rows of a 2-D table (axis 0)");
+    return one(b.apply(OpKind::Gather, {x[0], x[1]}));
+  }
   if (op == "Gather") {
     // Constant indices along a non-batch axis of the data: the picked slices joined.
     const int axis = axis_of(n.int_attr("axis", 0), rank);
@@ -308,7 +328,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       parts.push_back(b.slice(x[0], axis, k, 1));
     }
     if (parts.empty()) throw unsupported(n, "a Gather of no indices");
-    Value y = parts.size() == 1 ? parts[0] : b.concat(parts, axis);
+    Value y = concat_all(b, parts, axis);
     std::vector<int64_t> dims;
     for (int d = 0; d < axis; ++d) dims.push_back(s0[d]);
     dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
@@ -540,6 +560,41 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     out.set(r - 1, w[r - 1]);
     return one(b.reshape(y, out));
   }
+  if (op == "LSTM" || op == "GRU") {
+    // Weights per direction as recurrent_weights made them; x[0] is {B, T, I}.
+    const bool lstm = op == "LSTM";
+    const int per_dir = lstm ? 3 : 4;
+    const int dirs = int(x.size() - 1) / per_dir;
+    const std::string direction = n.string_attr("direction", "forward");
+    const int64_t batch = s0[0], steps = s0[1], inputs = s0[2];
+    const int64_t h = b.shape(x[2])[0];
+    auto reversed = [&](Value v) {  // along the time axis
+      if (steps == 1) return v;
+      std::vector<Value> parts;
+      for (int64_t t = steps - 1; t >= 0; --t) parts.push_back(b.slice(v, 1, t, 1));
+      return concat_all(b, parts, 1);
+    };
+    std::vector<Value> ys, hs, cs;
+    for (int d = 0; d < dirs; ++d) {
+      const Value* w = &x[size_t(1 + d * per_dir)];
+      const bool reverse = direction == "reverse" || d == 1;
+      Value xw = b.reshape(b.matmul(b.reshape(x[0], Shape{batch * steps, inputs}), w[0]),
+                           Shape{batch, steps, b.shape(w[0])[1]});
+      xw = b.add(xw, w[2]);
+      if (reverse) xw = reversed(xw);
+      const Value seq = lstm ? b.apply(OpKind::LstmSequence, {xw, w[1]}) : b.apply(OpKind::GruSequence, {xw, w[1], w[3]});
+      Value hy = b.slice(seq, 2, 0, h), cy = lstm ? b.slice(seq, 2, h, h) : Value{};
+      // The final state is the last step the direction ran.
+      hs.push_back(b.slice(hy, 1, steps - 1, 1));
+      if (lstm) cs.push_back(b.slice(cy, 1, steps - 1, 1));
+      if (reverse) hy = reversed(hy);
+      ys.push_back(b.reshape(hy, Shape{batch, steps, 1, h}));
+    }
+    auto joined = [&](const std::vector<Value>& v, int axis) { return concat_all(b, v, axis); };
+    std::vector<Value> out{joined(ys, 2), joined(hs, 1)};  // Y {B, T, dirs, H}, Y_h {B, dirs, H}
+    if (lstm) out.push_back(joined(cs, 1));
+    return out;
+  }
   if (op == "Gemm") {
     const bool trans_a = n.int_attr("transA", 0) != 0, trans_b = n.int_attr("transB", 0) != 0;
     const float alpha = n.float_attr("alpha", 1.0f), beta = n.float_attr("beta", 1.0f);
@@ -567,10 +622,12 @@ void check_node(const NodeSpec& n) {
   if (op == "Cast" && n.int_attr("to", 1) != 1)
     throw unsupported(n, "a Cast of a computed tensor to ONNX type " + std::to_string(n.int_attr("to", 1)) +
                              " (computed tensors are float32)");
-  if (op == "Gather" && !n.int_inputs.count(1))
-    throw unsupported(n, "a Gather whose indices are not constants of the file");
+  const bool embedding = op == "Gather" && n.slots.size() == 2 && weight(0) && activation(1);
+  if (op == "Gather" && !n.int_inputs.count(1) && !embedding)
+    throw unsupported(n, "a Gather whose indices are not constants of the file, nor token ids of a model input");
   if (kUnary.count(op)) {
     if (n.slots.size() != 1 || !activation(0)) throw unsupported(n, "expected one input computed by the model");
+  } else if (embedding) {
   } else if (kShaped.count(op)) {
     if (n.slots.empty() || !activation(0) || n.slots.size() > 1)
       throw unsupported(n, "expected its data computed by the model and its shape, axes or indices as int64 "
@@ -613,6 +670,20 @@ void check_node(const NodeSpec& n) {
       throw unsupported(n, "activations times a weight of rank other than 2");
     if (weight(0) && n.weights[size_t(n.slots[0])].second.shape().rank() != 2)
       throw unsupported(n, "a weight of rank other than 2 times activations");
+  } else if (op == "LSTM" || op == "GRU") {
+    if (!activation(0) || !weight(1) || !weight(2) || std::count(n.slots.begin(), n.slots.end(), -1) != 1)
+      throw unsupported(n, "expected a sequence computed by the model, W and R of the file, and no initial "
+                           "states but zeros");
+    if (n.int_inputs.count(4) || n.weight_at.count(4)) throw unsupported(n, "sequence_lens (sequences of one length are read)");
+    if (n.weight_at.count(7)) throw unsupported(n, "peephole weights (P)");
+    if (n.has_attr("activations") || n.has_attr("clip") || n.int_attr("input_forget", 0) != 0)
+      throw unsupported(n, "activations, clip or input_forget other than the defaults");
+    if (op == "GRU" && n.int_attr("linear_before_reset", 0) != 1)
+      throw unsupported(n, "linear_before_reset = 0 (the reset gate applied before the recurrent product; "
+                           "PyTorch's export, linear_before_reset = 1, is read)");
+    const std::string dir = n.string_attr("direction", "forward");
+    if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+      throw unsupported(n, "direction '" + dir + "'");
   } else if (op == "Gemm") {
     if (n.slots.size() < 2 || !activation(0) || !weight(1))
       throw unsupported(n, "Gemm is read as activations times a weight of the file (plus a bias)");
@@ -626,6 +697,70 @@ void check_node(const NodeSpec& n) {
   if (op == "MaxPool" && n.n_outputs > 1) throw unsupported(n, "MaxPool's Indices output");
   if (op == "AveragePool" && n.int_attr("ceil_mode", 0) != 0 && n.int_attr("count_include_pad", 0) != 0)
     throw unsupported(n, "ceil_mode with count_include_pad");
+}
+
+void recurrent_weights(NodeSpec& n) {
+  const bool lstm = n.op_type == "LSTM";
+  const int64_t gates = lstm ? 4 : 3;
+  const Tensor W = n.weights[n.weight_at.at(1)].second, R = n.weights[n.weight_at.at(2)].second;
+  const bool trainable = n.weight_trainable[n.weight_at.at(1)];
+  const std::string name = n.weights[n.weight_at.at(1)].first;
+  if (W.shape().rank() != 3 || R.shape().rank() != 3)
+    throw FormatError("load_onnx: " + n.where() + ": W and R must be {directions, gates * hidden, ...}");
+  const int64_t dirs = W.shape()[0], h = R.shape()[2], in = W.shape()[2];
+  if (dirs != (n.string_attr("direction", "forward") == "bidirectional" ? 2 : 1) || W.shape()[1] != gates * h ||
+      R.shape() != Shape{dirs, gates * h, h} || (n.has_attr("hidden_size") && n.int_attr("hidden_size", 0) != h))
+    throw FormatError("load_onnx: " + n.where() + ": W " + W.shape().str() + " and R " + R.shape().str() +
+                      " do not fit its direction and hidden size");
+  Tensor B = Tensor::zeros({dirs, 2 * gates * h});
+  if (n.weight_at.count(3)) {
+    B = n.weights[n.weight_at.at(3)].second;
+    if (B.shape() != Shape{dirs, 2 * gates * h})
+      throw FormatError("load_onnx: " + n.where() + ": B is " + B.shape().str() + "; expected " +
+                        Shape{dirs, 2 * gates * h}.str());
+  }
+  // The engine's gate k is ONNX's gate from[k]: LSTM i, f, c, o from i, o, f, c.
+  const std::vector<int64_t> from = lstm ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{0, 1, 2};
+  // {rows, gates * h} from ONNX's {gates * h, cols} of direction d: transposed, gates reordered.
+  auto kernel = [&](const Tensor& t, int64_t d, int64_t cols) {
+    Tensor out = Tensor::empty({cols, gates * h});
+    const float* src = t.data<float>() + d * gates * h * cols;
+    float* dst = out.data<float>();
+    for (int64_t g = 0; g < gates; ++g)
+      for (int64_t u = 0; u < h; ++u)
+        for (int64_t c = 0; c < cols; ++c) dst[c * gates * h + g * h + u] = src[(from[size_t(g)] * h + u) * cols + c];
+    return out;
+  };
+  auto bias = [&](int64_t d, int64_t part) {  // part 0: Wb, 1: Rb
+    Tensor out = Tensor::empty({gates * h});
+    const float* src = B.data<float>() + d * 2 * gates * h + part * gates * h;
+    for (int64_t g = 0; g < gates; ++g)
+      for (int64_t u = 0; u < h; ++u) out.data<float>()[g * h + u] = src[from[size_t(g)] * h + u];
+    return out;
+  };
+  n.weights.clear();
+  n.weight_trainable.clear();
+  n.weight_at.clear();
+  n.slots = {-1};
+  auto add = [&](const std::string& what, Tensor t) {
+    n.slots.push_back(int(n.weights.size()));
+    n.weights.emplace_back(what, std::move(t));
+    n.weight_trainable.push_back(trainable);
+  };
+  for (int64_t d = 0; d < dirs; ++d) {
+    const std::string dir = d == 0 && n.string_attr("direction", "forward") != "reverse" ? "forward" : "reverse";
+    add(name + "." + dir + ".kernel", kernel(W, d, in));
+    add(name + "." + dir + ".recurrent_kernel", kernel(R, d, h));
+    if (lstm) {
+      Tensor b = bias(d, 0);
+      const Tensor rb = bias(d, 1);
+      for (int64_t i = 0; i < gates * h; ++i) b.data<float>()[i] += rb.data<float>()[i];
+      add(name + "." + dir + ".bias", b);
+    } else {
+      add(name + "." + dir + ".bias", bias(d, 0));
+      add(name + "." + dir + ".recurrent_bias", bias(d, 1));
+    }
+  }
 }
 
 }  // namespace tensorgrad::io::onnx_import

@@ -107,6 +107,12 @@ void check_node(const NodeSpec& n);
 // and bound weights mixed as the file has them): one value per output.
 std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> operands);
 
+// An LSTM or GRU node's W, R and B (ONNX's {directions, gates * H, ...},
+// gates i, o, f, c and z, r, h) made the engine's per direction: kernel
+// {I, gates * H}, recurrent kernel {H, gates * H}, bias {gates * H} (gates
+// i, f, c, o and z, r, n) and, for GRU, the recurrent bias.
+void recurrent_weights(NodeSpec& n);
+
 // A constant at import: int64 (shapes, axes, indices) or float32.
 struct Constant {
   bool is_int = false;
