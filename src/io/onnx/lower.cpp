@@ -70,6 +70,18 @@ Value concat_all(Builder& b, std::vector<Value> parts, int axis) {
   return parts.at(0);
 }
 
+// The axes of s before `axis`, then the rest as one (LayerNormalization's
+// and opset < 13 Softmax's view of their input).
+std::vector<int64_t> flattened_from(const Shape& s, int axis) {
+  std::vector<int64_t> flat;
+  int64_t rest = 1;
+  for (int i = 0; i < s.rank(); ++i)
+    if (i < axis) flat.push_back(s[i]);
+    else rest *= s[i];
+  flat.push_back(rest);
+  return flat;
+}
+
 std::vector<int64_t> dims_of(const Shape& s) {
   std::vector<int64_t> d;
   for (int i = 0; i < s.rank(); ++i) d.push_back(s[i]);
@@ -477,12 +489,8 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     if (axis < (n.constant_fold ? 0 : 1) || axis >= rank)
       throw unsupported(n, "axis " + std::to_string(n.int_attr("axis", -1)) + " of a rank-" + std::to_string(rank) +
                                " input (the batch is not normalized over)");
-    std::vector<int64_t> flat;
-    int64_t d = 1;
-    for (int i = 0; i < rank; ++i)
-      if (i < axis) flat.push_back(s0[i]);
-      else d *= s0[i];
-    flat.push_back(d);
+    const std::vector<int64_t> flat = flattened_from(s0, int(axis));
+    const int64_t d = flat.back();
     const float eps = n.float_attr("epsilon", 1e-5f);
     const Value xf = b.reshape(x[0], Shape(flat));
     const Value gamma = b.reshape(x[1], Shape{d});
@@ -509,13 +517,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       if (axis == rank - 1) return one(soft(x[0]));
       if (axis < (n.constant_fold ? 0 : 1) || axis >= rank)
         throw unsupported(n, "a softmax over the batch axis");
-      std::vector<int64_t> flat;
-      int64_t d = 1;
-      for (int i = 0; i < rank; ++i)
-        if (i < axis) flat.push_back(s0[i]);
-        else d *= s0[i];
-      flat.push_back(d);
-      return one(b.reshape(soft(b.reshape(x[0], Shape(flat))), s0));
+      return one(b.reshape(soft(b.reshape(x[0], Shape(flattened_from(s0, int(axis))))), s0));
     }
     const int axis = axis_of(n.int_attr("axis", -1), rank);
     if (axis == rank - 1) return one(soft(x[0]));
