@@ -1,9 +1,12 @@
-// tensorgrad-inspect: prints what a GGUF file holds: its version and
+// tensorgrad-inspect: prints what a GGUF or ONNX file holds. For GGUF: its version and
 // alignment, which tensorgrad wrote it and when (the provenance keys of
 // ag::save, when the file has them), every metadata key with its type and
 // value, and a table of its
 // tensors (name, type, shape in tensorgrad's order, bytes). Long strings and
-// arrays are abbreviated unless --full is given. A missing or malformed file
+// arrays are abbreviated unless --full is given. For ONNX (a file that does
+// not start with GGUF's magic): its producer, opset, inputs and outputs with
+// their types and dimensions, how many nodes of each op type, and a table of
+// its initializers. A missing or malformed file
 // prints "tensorgrad-inspect: <reason>" to stderr and exits with status 1.
 #include <CLI/CLI.hpp>
 
@@ -14,6 +17,7 @@
 
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/io/gguf.h"
+#include "tensorgrad/io/onnx.h"
 
 namespace tg = tensorgrad;
 namespace io = tensorgrad::io;
@@ -147,17 +151,73 @@ void inspect(const std::string& path, bool full) {
   std::printf("  %" PRIu64 " bytes of tensor data in all\n", total);
 }
 
+std::string dims_of(const std::vector<std::string>& d) {
+  std::string out = "{";
+  for (size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + d[i];
+  return out + "}";
+}
+
+void inspect_onnx(const std::string& path, bool full) {
+  io::OnnxInfo f;
+  try {
+    f = io::read_onnx_info(path);
+  } catch (const tg::FormatError& e) {
+    throw tg::FormatError("'" + path + "' is not a GGUF file (no GGUF magic), and reading it as ONNX: " + e.what());
+  }
+  auto text = [&](const std::string& s) { return escape(s, full ? s.size() : std::min(s.size(), kShortString)); };
+  std::printf("file:      %s\n", path.c_str());
+  std::printf("format:    ONNX, IR version %" PRId64 ", opset %d\n", f.ir_version, f.opset);
+  std::printf("producer:  %s %s\n", text(f.producer_name).c_str(), text(f.producer_version).c_str());
+  std::printf("graph:     %s\n", text(f.graph_name).c_str());
+  for (const auto* group : {&f.inputs, &f.outputs}) {
+    std::printf("\n%s (%zu):\n", group == &f.inputs ? "inputs" : "outputs", group->size());
+    for (const io::OnnxValueInfo& v : *group)
+      std::printf("  %s  %s  %s\n", text(v.name).c_str(), v.type.c_str(), dims_of(v.dims).c_str());
+  }
+  int nodes = 0;
+  for (const auto& [op, n] : f.op_counts) nodes += n;
+  std::printf("\nnodes (%d):\n", nodes);
+  for (const auto& [op, n] : f.op_counts) std::printf("  %-24s %d\n", text(op).c_str(), n);
+  std::printf("\ninitializers (%zu):\n", f.initializers.size());
+  size_t name_width = 4;
+  int64_t total = 0;
+  for (const io::OnnxTensorInfo& t : f.initializers) {
+    name_width = std::max(name_width, text(t.name).size());
+    total += t.bytes;
+  }
+  if (!full) name_width = std::min<size_t>(name_width, 48);
+  std::printf("  %-*s  %-7s  %-20s  %12s\n", int(name_width), "name", "type", "shape", "bytes");
+  for (const io::OnnxTensorInfo& t : f.initializers) {
+    std::vector<std::string> d;
+    for (int64_t x : t.dims) d.push_back(std::to_string(x));
+    std::printf("  %-*s  %-7s  %-20s  %12" PRId64 "\n", int(name_width), text(t.name).c_str(), t.type.c_str(),
+                dims_of(d).c_str(), t.bytes);
+  }
+  std::printf("  %" PRId64 " bytes of initializer data in all\n", total);
+}
+
+// Whether the file starts with GGUF's magic (else it is read as ONNX).
+bool is_gguf(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return true;  // the GGUF reader says why it cannot be opened
+  char magic[4] = {};
+  const size_t n = std::fread(magic, 1, 4, f);
+  std::fclose(f);
+  return n == 4 && std::string(magic, 4) == "GGUF";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Print the metadata and tensor table of a GGUF file"};
+  CLI::App app{"Print the metadata and tensor table of a GGUF file, or the summary of an ONNX file"};
   std::string path;
   bool full = false;
-  app.add_option("file", path, "the GGUF file")->required();
+  app.add_option("file", path, "the GGUF or ONNX file")->required();
   app.add_flag("--full", full, "print every array element and whole strings");
   CLI11_PARSE(app, argc, argv);
   try {
-    inspect(path, full);
+    if (is_gguf(path)) inspect(path, full);
+    else inspect_onnx(path, full);
   } catch (const tg::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tensorgrad-inspect: %s\n", e.what());

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Fuzzes tensorgrad's GGUF reader with libFuzzer (fuzz/README.md). Not part of
-# the build or test commands: run it by hand after changing src/io/gguf.cpp.
+# Fuzzes tensorgrad's GGUF reader or ONNX importer with libFuzzer
+# (fuzz/README.md). Not part of the build or test commands: run it by hand
+# after changing src/io/gguf.cpp or src/io/onnx/.
 #
-#   scripts/fuzz.sh [RUNS]      RUNS executions (default 10000000), then the
-#                               corpus is merge-minimised into fuzz/corpus/
+#   scripts/fuzz.sh [RUNS]        the GGUF reader: RUNS executions (default
+#                                 10000000), then the corpus is
+#                                 merge-minimised into fuzz/corpus/
+#   scripts/fuzz.sh onnx [RUNS]   the ONNX importer (default 1000000 runs),
+#                                 from the small models of Debian's
+#                                 libonnx-testdata; corpus fuzz/onnx-corpus/
 #
 # Builds the library and fuzz/gguf_fuzzer with clang (CXX, default clang++-14;
 # Debian 12: apt-get install clang-14 libclang-rt-14-dev) and
@@ -18,7 +23,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs="${1:-10000000}"
+target=gguf
+if [[ "${1:-}" == onnx || "${1:-}" == gguf ]]; then
+  target="$1"
+  shift
+fi
+if [[ "$target" == onnx ]]; then
+  runs="${1:-1000000}"; corpus=fuzz/onnx-corpus; seeds=fuzz/onnx-seeds
+else
+  runs="${1:-10000000}"; corpus=fuzz/corpus; seeds=fuzz/seeds
+fi
+fuzzer=build-fuzz/fuzz/${target}_fuzzer
 [[ "$runs" =~ ^[0-9]+$ ]] || { echo "fuzz: RUNS must be a number of executions, got '$runs'" >&2; exit 2; }
 cxx="${CXX:-clang++-14}"
 command -v "$cxx" >/dev/null || {
@@ -33,22 +48,32 @@ cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithD
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DTENSORGRAD_BUILD_FUZZ=ON -DTENSORGRAD_BUILD_TESTS=OFF -DTENSORGRAD_BUILD_BENCH=OFF \
   -DTENSORGRAD_BUILD_APPS=OFF -DTENSORGRAD_NATIVE=OFF >/dev/null
-nice -n 10 cmake --build build-fuzz -j"$jobs" --target gguf_fuzzer gguf_seeds
+if [[ "$target" == onnx ]]; then
+  nice -n 10 cmake --build build-fuzz -j"$jobs" --target onnx_fuzzer
+else
+  nice -n 10 cmake --build build-fuzz -j"$jobs" --target gguf_fuzzer gguf_seeds
+fi
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
-rm -rf fuzz/seeds && mkdir -p fuzz/seeds fuzz/corpus fuzz/findings
-build-fuzz/fuzz/gguf_seeds fuzz/seeds
+rm -rf "$seeds" && mkdir -p "$seeds" "$corpus" fuzz/findings
+if [[ "$target" == onnx ]]; then
+  # ONNX's own backend test models of at most max_len bytes (Debian's libonnx-testdata).
+  find /usr/include/onnx/backend/test/data -name model.onnx -size -"$max_len"c |
+    while read -r f; do cp "$f" "$seeds/$(echo "$f" | md5sum | cut -c1-16).onnx"; done
+else
+  build-fuzz/fuzz/gguf_seeds "$seeds"
+fi
 
 # New inputs go to the first folder (a scratch copy); the others are read.
-work=build-fuzz/corpus-work
+work=build-fuzz/corpus-work-$target
 mkdir -p "$work"
-log=build-fuzz/fuzz.log
+log=build-fuzz/fuzz-$target.log
 echo "fuzz: $runs executions, log in $log"
 set +e +o pipefail
-nice -n 10 build-fuzz/fuzz/gguf_fuzzer -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix=fuzz/findings/ "$work" fuzz/seeds fuzz/corpus 2>&1 | tee "$log" |
+nice -n 10 "$fuzzer" -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix=fuzz/findings/ "$work" "$seeds" "$corpus" 2>&1 | tee "$log" |
   grep --line-buffered -E '^#[0-9]+[[:space:]]+(pulse|DONE|INITED)|ERROR|SUMMARY|Test unit written'
 status=${PIPESTATUS[0]}
 set -e -o pipefail
@@ -58,17 +83,17 @@ if ((status != 0)); then
 fi
 grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1
 
-# Merge-minimise everything into a fresh corpus, then replace fuzz/corpus/.
+# Merge-minimise everything into a fresh corpus, then replace the committed one.
 rm -rf build-fuzz/corpus-merged && mkdir -p build-fuzz/corpus-merged
-nice -n 10 build-fuzz/fuzz/gguf_fuzzer -merge=1 -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
-  build-fuzz/corpus-merged fuzz/corpus fuzz/seeds "$work" >build-fuzz/merge.log 2>&1 || {
+nice -n 10 "$fuzzer" -merge=1 -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+  build-fuzz/corpus-merged "$corpus" "$seeds" "$work" >build-fuzz/merge.log 2>&1 || {
   echo "fuzz: the merge failed, see build-fuzz/merge.log" >&2
   exit 1
 }
-rm -rf fuzz/corpus && mv build-fuzz/corpus-merged fuzz/corpus
-files=$(find fuzz/corpus -type f | wc -l)
-bytes=$(du -sb fuzz/corpus | cut -f1)
-echo "fuzz: fuzz/corpus holds $files files, $bytes bytes"
+rm -rf "$corpus" && mv build-fuzz/corpus-merged "$corpus"
+files=$(find "$corpus" -type f | wc -l)
+bytes=$(du -sb "$corpus" | cut -f1)
+echo "fuzz: $corpus holds $files files, $bytes bytes"
 if ((bytes > 1048576)); then
   echo "fuzz: the corpus is over 1 MB; lower max_len in scripts/fuzz.sh before committing it" >&2
   exit 1

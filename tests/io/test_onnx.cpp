@@ -19,6 +19,8 @@
 #include <memory>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <span>
 #include <map>
 #include <random>
 #include <set>
@@ -470,6 +472,32 @@ TEST(Onnx, TheBackendCasesThatLoadPass) {
   RecordProperty("passed", passed);
   for (const std::string& f : failed) ADD_FAILURE() << "failed: " << f;
   EXPECT_GE(passed, 250);
+}
+
+// The fuzzing corpus (fuzz/onnx-corpus/, made by scripts/fuzz.sh onnx) as a
+// regression suite: every file imports and predicts a row of zeros, or is
+// refused with a tensorgrad::Error; any other exception fails.
+TEST(Onnx, EveryFuzzCorpusFileImportsOrGivesATypedError) {
+  const std::filesystem::path dir = TENSORGRAD_ONNX_CORPUS;
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << dir << " not present";
+  int imported = 0, refused = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      nn::Model model = io::parse_onnx(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+      std::vector<Tensor> zeros;
+      for (const nn::SymbolicTensor& x : model.inputs()) zeros.push_back(Tensor::zeros(x.shape().with_batch(1), x.dtype()));
+      (void)model.predict(zeros, 1);
+      ++imported;
+    } catch (const Error&) {
+      ++refused;
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << e.path().filename() << ": " << ex.what();
+    }
+  }
+  std::printf("ONNX fuzz corpus: %d imported, %d refused with a typed error\n", imported, refused);
+  EXPECT_GT(imported + refused, 0);
 }
 
 #else

@@ -4,6 +4,7 @@
 // trains on Fashion-MNIST.
 #include <gtest/gtest.h>
 
+#include "model_gradient_check.h"
 #include "test_support.h"
 #include "tensorgrad/data/idx.h"
 #include "tensorgrad/io/onnx.h"
@@ -71,6 +72,19 @@ TEST(OnnxPytorch, TheMainJobsMlpCnnAndResnetGivePytorchsOutputs) {
 // the input's shape) - the last step - dense.
 TEST(OnnxPytorch, LstmAndGruTextClassifiersGivePytorchsOutputs) {
   for (const char* name : {"lstm", "lstm_bidirectional", "gru", "gru_bidirectional"}) expect_matches_pytorch(name);
+}
+
+// An import's gradients (every trainable weight: recurrent kernels and
+// biases per direction, an embedding table, dense layers) agree with central
+// finite differences. The smooth models: a step of 1e-2 across a ReLU's or a
+// max pooling's kink (the CNN's) makes the difference quotient meaningless.
+TEST(OnnxPytorch, ImportedModelsGradientsMatchFiniteDifferences) {
+  for (const char* name : {"lstm_bidirectional", "gru"}) {
+    SCOPED_TRACE(name);
+    nn::Model model = io::load_onnx(kFixtures + "/" + name + ".onnx");
+    const Tensor x = read_pb(kFixtures + "/" + name + ".input_0.pb");
+    EXPECT_EQ(test_support::check_gradients(model, {x.rows(0, 2)}, 7), "");
+  }
 }
 
 // The imported MLP (PyTorch's initial weights) trained one epoch with fit

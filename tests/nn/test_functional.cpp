@@ -3,6 +3,7 @@
 // models, merge layers, and the errors of a bad graph.
 #include <gtest/gtest.h>
 
+#include "model_gradient_check.h"
 #include "test_support.h"
 
 #include <cmath>
@@ -18,6 +19,7 @@
 using namespace tensorgrad;
 using namespace tensorgrad::nn;
 using test_support::throws;
+using test_support::check_gradients;
 using test_support::uniform;
 
 namespace {
@@ -28,65 +30,6 @@ void set_weight(const std::shared_ptr<nn::Layer>& layer, size_t i, std::vector<f
   Tensor(t).copy_from(Tensor::from_vector(v, t.shape()));
 }
 
-// Central finite differences of sum(outputs * projections) against the
-// graph's gradients, for every trainable weight of the model: empty when
-// all agree, else what differs.
-std::string check_gradients(const Model& model, const std::vector<Tensor>& xs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const ModelFunction f = model.model_function();
-  Graph g;
-  std::vector<Value> in;
-  for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(f.inputs[i].name, xs[i].shape()));
-  const std::vector<Value> outs = f.forward(g, in, false);
-  std::vector<Tensor> projections;
-  Value loss;
-  for (Value o : outs) {
-    projections.push_back(uniform(g.shape(o), rng, -1.0f, 1.0f));
-    const Value term = g.sum(g.mul(o, g.input("w" + std::to_string(projections.size()), g.shape(o))));
-    loss = loss.valid() ? g.add(loss, term) : term;
-  }
-  const std::vector<Value> params = g.trainable_parameters();
-  std::vector<Tensor> bound;
-  for (Value p : params) bound.push_back(g.node(p).bound);
-  const std::vector<Value> grads = g.gradients(loss, params);
-  std::vector<Value> results{loss};
-  for (Value v : grads) {
-    if (!v.valid()) return "a weight got no gradient";
-    results.push_back(v);
-  }
-  Executable exe(std::move(g), results);
-  for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
-  for (size_t i = 0; i < projections.size(); ++i) {
-    const Node* w = nullptr;
-    for (const Node& n : exe.graph().nodes())
-      if (n.role == NodeRole::Input && n.name == "w" + std::to_string(i + 1)) w = &n;
-    exe.bind(Value{int32_t(w - exe.graph().nodes().data())}, projections[i]);
-  }
-  auto run = [&] {
-    exe.run();
-    return double(exe.scalar(loss));
-  };
-  run();
-  std::vector<std::vector<float>> analytic;
-  for (Value v : grads) analytic.push_back(exe.output(v).to_vector());
-  const float h = 1e-2f;
-  for (size_t p = 0; p < bound.size(); ++p) {
-    float* x = bound[p].data<float>();
-    for (int64_t k = 0; k < bound[p].numel(); ++k) {
-      const float saved = x[k];
-      x[k] = saved + h;
-      const double lp = run();
-      x[k] = saved - h;
-      const double lm = run();
-      x[k] = saved;
-      const double num = (lp - lm) / (2.0 * double(h)), ana = analytic[p][size_t(k)];
-      if (std::fabs(num - ana) > 1e-2 * std::max(1.0, std::fabs(num)))
-        return "weight " + std::to_string(p) + "[" + std::to_string(k) + "]: numeric " + std::to_string(num) +
-               ", analytic " + std::to_string(ana);
-    }
-  }
-  return "";
-}
 }  // namespace
 
 TEST(Functional, ResidualModelComputesWhatItsGraphSays) {

@@ -83,3 +83,24 @@ TEST(Inspect, ShowsWhichTensorgradWroteAnEagerFileAndWhen) {
     EXPECT_NE(out.find(want), std::string::npos) << "no \"" << want << "\" in:\n" << out;
 #endif
 }
+
+// An ONNX file (a PyTorch export checked in under tests/fixtures/onnx/): its
+// producer, opset, inputs and outputs, op counts and initializers; a file
+// that is neither GGUF nor ONNX names both.
+TEST(Inspect, SummarizesAnOnnxFile) {
+#if !defined(TENSORGRAD_INSPECT) || !defined(TENSORGRAD_WITH_ONNX)
+  GTEST_SKIP() << "tensorgrad-inspect or ONNX support is not built";
+#else
+  const auto [rc, out] = run(std::string(TENSORGRAD_INSPECT) + " " + TENSORGRAD_ONNX_FIXTURES + "/lstm.onnx");
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* want : {"ONNX, IR version", "opset 14", "pytorch", "input_0  INT64  {batch, 7}",
+                           "output  FLOAT  {batch, 4}", "LSTM", "Gather", "embed.weight", "{50, 8}", "1600"})
+    EXPECT_NE(out.find(want), std::string::npos) << "no \"" << want << "\" in:\n" << out;
+  test_support::TempDir dir("tg_inspect_onnx");
+  std::ofstream(dir / "junk.bin", std::ios::binary) << "\x08\x07\x12\xff\xff\xff\xff\x0f not a protobuf";
+  const auto [rc2, out2] = run(std::string(TENSORGRAD_INSPECT) + " " + (dir / "junk.bin"));
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_NE(out2.find("not a GGUF file"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("not an ONNX model"), std::string::npos) << out2;
+#endif
+}

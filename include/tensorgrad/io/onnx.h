@@ -2,7 +2,11 @@
 // ONNX import: a trained model from PyTorch's exporter (torch.onnx.export) or
 // any other ONNX writer, as a functional nn::Model that predicts what the
 // file computes and can be compiled and trained further.
+#include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tensorgrad/nn/model.h"
 
@@ -17,6 +21,37 @@ struct OnnxOptions {
   /// The model's name; empty: the ONNX graph's name.
   std::string name = "";
 };
+
+/// A graph input or output as an ONNX file declares it.
+struct OnnxValueInfo {
+  std::string name;
+  std::string type;               ///< ONNX's element type name ("FLOAT", "INT64", ...)
+  std::vector<std::string> dims;  ///< each a size, or the symbolic name ("batch"), or "?"
+};
+
+/// An initializer of an ONNX file.
+struct OnnxTensorInfo {
+  std::string name;
+  std::string type;           ///< ONNX's element type name
+  std::vector<int64_t> dims;  ///< ONNX's order (outermost first)
+  int64_t bytes = 0;          ///< of its data in the file (0 for external data)
+};
+
+/// What an ONNX file holds, read without importing it (as
+/// onnx.helper.printable_graph summarizes a model).
+struct OnnxInfo {
+  int64_t ir_version = 0;
+  std::string producer_name, producer_version, graph_name;
+  int opset = 0;  ///< of ONNX's default domain
+  std::vector<OnnxValueInfo> inputs, outputs;  ///< inputs without the initializers listed as inputs
+  std::vector<std::pair<std::string, int>> op_counts;  ///< op type and node count, by op type
+  std::vector<OnnxTensorInfo> initializers;           ///< in the file's order
+};
+
+/// Reads the summary of the ONNX file at `path`. Throws IOError when it
+/// cannot be read, FormatError when it is not an ONNX model, StateError
+/// without ONNX support.
+OnnxInfo read_onnx_info(const std::string& path);
 
 /// Whether this build reads ONNX files (built with Debian's libonnx-dev:
 /// the CMake option TENSORGRAD_ONNX).
@@ -80,5 +115,10 @@ bool onnx_available();
 /// int32 and bool; StateError when the build has no ONNX support
 /// (onnx_available() is false).
 nn::Model load_onnx(const std::string& path, const OnnxOptions& options = {});
+
+/// load_onnx of a model held in memory (the bytes of an ONNX file, as
+/// onnx.load_from_string reads them); messages name it '<memory>'. Throws
+/// as load_onnx, but no IOError.
+nn::Model parse_onnx(std::span<const uint8_t> bytes, const OnnxOptions& options = {});
 
 }  // namespace tensorgrad::io

@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/onnx/node.h"
@@ -309,25 +310,15 @@ bool batch_moved(const std::vector<int64_t>& perm) {
   return true;
 }
 
-}  // namespace
-
-bool onnx_available() { return true; }
-
-nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw IOError("load_onnx: cannot open '" + path + "'; check the path");
-  const std::streamoff size = in.tellg();
-  if (size < 0 || size > kMaxFileBytes)
-    throw FormatError("load_onnx: '" + path + "' is " + std::to_string(size) +
+// The model in `bytes`; `path` names it in messages ('<memory>' for parse_onnx).
+nn::Model import_model(std::string_view bytes, const std::string& path, const OnnxOptions& options) {
+  if (int64_t(bytes.size()) > kMaxFileBytes)
+    throw FormatError("load_onnx: '" + path + "' is " + std::to_string(bytes.size()) +
                       " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
-  in.seekg(0);
-  std::string bytes(size_t(size), '\0');
-  if (!in.read(bytes.data(), size)) throw IOError("load_onnx: reading '" + path + "' failed");
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes))
+  if (!model.ParseFromArray(bytes.data(), int(bytes.size())))
     throw FormatError("load_onnx: '" + path + "' is not an ONNX model (the protobuf is truncated or corrupt)");
   if (!model.has_graph()) throw FormatError("load_onnx: '" + path + "' has no graph");
-
   int opset = 0;
   for (const onnx::OperatorSetIdProto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = int(o.version());
@@ -731,6 +722,28 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
   return nn::Model(inputs, outputs, options.name.empty() ? graph.name() : options.name);
 }
 
+}  // namespace
+
+bool onnx_available() { return true; }
+
+nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IOError("load_onnx: cannot open '" + path + "'; check the path");
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes)
+    throw FormatError("load_onnx: '" + path + "' is " + std::to_string(size) +
+                      " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
+  in.seekg(0);
+  std::string bytes(size_t(size), '\0');
+  if (!in.read(bytes.data(), size)) throw IOError("load_onnx: reading '" + path + "' failed");
+  return import_model(bytes, path, options);
+}
+
+nn::Model parse_onnx(std::span<const uint8_t> bytes, const OnnxOptions& options) {
+  return import_model(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "<memory>",
+                      options);
+}
+
 }  // namespace tensorgrad::io
 
 #else  // built without ONNX
@@ -743,6 +756,11 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions&) {
   throw StateError("load_onnx('" + path +
                    "'): this build of tensorgrad has no ONNX support; install libonnx-dev (scripts/setup.sh does) "
                    "and configure again with -DTENSORGRAD_ONNX=AUTO or ON");
+}
+
+nn::Model parse_onnx(std::span<const uint8_t>, const OnnxOptions&) {
+  throw StateError("parse_onnx: this build of tensorgrad has no ONNX support; install libonnx-dev (scripts/setup.sh "
+                   "does) and configure again with -DTENSORGRAD_ONNX=AUTO or ON");
 }
 
 }  // namespace tensorgrad::io
