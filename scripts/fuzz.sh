@@ -60,7 +60,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 rm -rf "$seeds" && mkdir -p "$seeds" "$corpus" fuzz/findings
 if [[ "$target" == onnx ]]; then
   # ONNX's own backend test models of at most max_len bytes (Debian's libonnx-testdata).
-  find /usr/include/onnx/backend/test/data -name model.onnx -size -"$max_len"c |
+  find -L /usr/include/onnx/backend/test/data -name model.onnx -size -"$max_len"c |
     while read -r f; do cp "$f" "$seeds/$(echo "$f" | md5sum | cut -c1-16).onnx"; done
 else
   build-fuzz/fuzz/gguf_seeds "$seeds"

@@ -259,6 +259,19 @@ TEST(Onnx, AnExportedCnnOnNchwImagesPredictsAsByHandAndTrains) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i]) + 1e-5) << i;
   for (const nn::Weight& w : model.weights())
     if (w.name.find("conv.weight") != std::string::npos) EXPECT_EQ(w.value.shape(), Shape({3, 3, 3, 4}));
+  // The batch norm is Keras' layer: its moving statistics start as the
+  // file's, are not trained, and update in training.
+  auto moving_mean = [&] {
+    for (const nn::Weight& w : model.weights())
+      if (w.name.find("moving_mean") != std::string::npos) {
+        EXPECT_FALSE(w.trainable);
+        return w.value.to_vector();
+      }
+    ADD_FAILURE() << "no moving_mean weight";
+    return std::vector<float>{};
+  };
+  const std::vector<float> file_mean = moving_mean();
+  for (size_t c = 0; c < file_mean.size(); ++c) EXPECT_EQ(file_mean[c], cnn.mean[c]) << c;
   model.compile(OptimizerSpec::adam(1e-2f), "mse");
   const std::vector<float> xs = uniform(16 * 3 * 6 * 6, 30), ys = uniform(16 * 2, 31);
   nn::FitOptions fo;
@@ -267,6 +280,8 @@ TEST(Onnx, AnExportedCnnOnNchwImagesPredictsAsByHandAndTrains) {
   fo.verbose = 0;
   const nn::History h = model.fit(Tensor::from_vector(xs, {16, 3, 6, 6}), Tensor::from_vector(ys, {16, 2}), fo);
   EXPECT_LT(h.history.at("loss").back(), h.history.at("loss").front());
+  const std::vector<float> trained_mean = moving_mean();
+  for (size_t c = 0; c < file_mean.size(); ++c) EXPECT_NE(trained_mean[c], file_mean[c]) << c;
 }
 
 TEST(Onnx, FrozenWeightsAndOpsetsOlderThan13) {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
+#include <set>
 
 #include "io/onnx/node.h"
 #include "tensorgrad/ag/eager_builder.h"
@@ -20,9 +22,14 @@ namespace {
 // What the folder computes with: small int64 tensors (shapes and indices).
 constexpr int64_t kMaxFolded = int64_t(1) << 24;
 
+// The element count of `dims`, or more than kMaxFolded when it is beyond
+// what is folded (without overflowing).
 int64_t count(const std::vector<int64_t>& dims) {
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims) {
+    if (d < 0) return kMaxFolded + 1;
+    n = d > 0 && n > kMaxFolded / d ? kMaxFolded + 1 : n * d;
+  }
   return n;
 }
 
@@ -117,8 +124,10 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     no_batch(s), no_batch(l), no_batch(d);
     if (s.v.size() != 1 || l.v.size() != 1 || d.v.size() != 1 || d.v[0] == 0)
       throw unsupported(n, "Range needs scalar start, limit and a non-zero delta");
-    const int64_t steps = std::max<int64_t>((l.v[0] - s.v[0] + d.v[0] - (d.v[0] > 0 ? 1 : -1)) / d.v[0], 0);
-    if (steps > kMaxFolded) throw FormatError("load_onnx: " + n.where() + ": a Range of " + std::to_string(steps) + " values");
+    // ceil((limit - start) / delta), in double: int64 arithmetic may overflow on a file's values.
+    const double span = std::ceil((double(l.v[0]) - double(s.v[0])) / double(d.v[0]));
+    if (span > double(kMaxFolded)) throw FormatError("load_onnx: " + n.where() + ": a Range of more than 2^24 values");
+    const int64_t steps = std::max<int64_t>(int64_t(span), 0);
     std::vector<int64_t> v;
     for (int64_t i = 0; i < steps; ++i) v.push_back(s.v[0] + i * d.v[0]);
     return int_result({steps}, v);
@@ -152,7 +161,16 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     return int_result(dims, v);
   }
   if (!all_int) {
-    // A float node of constants: the model's own lowering, run now.
+    // A float node of constants: the model's own lowering, run now, for the
+    // ops whose lowering reads the file's layout as it is.
+    static const std::set<std::string> kFoldable = {
+        "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "LeakyRelu", "Elu", "Selu", "Celu", "Identity",
+        "Dropout", "Neg", "Abs", "Reciprocal", "Softsign", "HardSigmoid", "HardSwish", "Softplus", "PRelu", "Pow",
+        "Clip", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Reshape", "Flatten", "Squeeze",
+        "Unsqueeze", "Transpose", "Expand", "Concat", "Slice", "Split", "Gather", "Pad", "ReduceMean", "ReduceSum",
+        "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+        "Softmax", "LogSoftmax", "MatMul", "Gemm", "LayerNormalization"};
+    if (!kFoldable.count(op)) throw unsupported(n, "a " + op + " of constants only (not folded at import)");
     if (!n.int_inputs.empty() && std::any_of(n.int_inputs.begin(), n.int_inputs.end(), [](const auto& e) {
           return std::find(e.second.v.begin(), e.second.v.end(), kBatch) != e.second.v.end();
         }))
@@ -199,9 +217,12 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     std::vector<int64_t> t = ints_of(1).v;
     int64_t known = 1, infer = -1;
     for (size_t i = 0; i < t.size(); ++i) {
-      if (t[i] == 0 && n.int_attr("allowzero", 0) == 0) t[i] = a.dims.at(i);
+      if (t[i] == 0 && n.int_attr("allowzero", 0) == 0) {
+        if (i >= a.dims.size()) throw FormatError("load_onnx: " + n.where() + ": a 0 (copy) past its input's rank");
+        t[i] = a.dims[i];
+      }
       if (t[i] == -1) infer = int64_t(i);
-      else known *= t[i];
+      else known = checked_mul(known, t[i], n);
     }
     if (infer >= 0 && known > 0) t[size_t(infer)] = int64_t(a.v.size()) / known;
     if (count(t) != int64_t(a.v.size())) throw unsupported(n, "a reshape that changes the element count");
@@ -216,7 +237,13 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     for (int64_t i = 0; i < axis; ++i) outer *= dims[size_t(i)];
     std::vector<int64_t> v;
     dims[size_t(axis)] = 0;
-    for (size_t k = 0; k < in.size(); ++k) dims[size_t(axis)] += ints_of(k).dims.at(size_t(axis));
+    for (size_t k = 0; k < in.size(); ++k) {
+      const std::vector<int64_t>& d = ints_of(k).dims;
+      for (size_t i = 0; i < a.dims.size(); ++i)
+        if (d.size() != a.dims.size() || (int64_t(i) != axis && d[i] != a.dims[i]))
+          throw FormatError("load_onnx: " + n.where() + ": inputs whose shapes differ off the axis");
+      dims[size_t(axis)] += d[size_t(axis)];
+    }
     for (int64_t o = 0; o < outer; ++o)
       for (size_t k = 0; k < in.size(); ++k) {
         const IntValue& p = ints_of(k);
@@ -263,11 +290,28 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     return int_result({int64_t(v.size())}, v);
   }
   using Fn = std::function<int64_t(int64_t, int64_t)>;
+  // x op y, refused as malformed when it overflows int64.
+  auto overflow = [&] { return FormatError("load_onnx: " + n.where() + ": an int64 overflow"); };
   const std::map<std::string, Fn> binary = {
-      {"Add", [](int64_t x, int64_t y) { return x + y; }},
-      {"Sub", [](int64_t x, int64_t y) { return x - y; }},
-      {"Mul", [](int64_t x, int64_t y) { return x * y; }},
-      {"Div", [](int64_t x, int64_t y) { return y == 0 ? 0 : x / y; }},
+      {"Add", [&](int64_t x, int64_t y) {
+         int64_t r;
+         if (__builtin_add_overflow(x, y, &r)) throw overflow();
+         return r;
+       }},
+      {"Sub", [&](int64_t x, int64_t y) {
+         int64_t r;
+         if (__builtin_sub_overflow(x, y, &r)) throw overflow();
+         return r;
+       }},
+      {"Mul", [&](int64_t x, int64_t y) {
+         int64_t r;
+         if (__builtin_mul_overflow(x, y, &r)) throw overflow();
+         return r;
+       }},
+      {"Div", [&](int64_t x, int64_t y) {
+         if (y == -1 && x == std::numeric_limits<int64_t>::min()) throw overflow();
+         return y == 0 ? int64_t(0) : x / y;
+       }},
       {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
       {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
       {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
@@ -290,7 +334,8 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
   if (op == "Neg") {
     no_batch(a);
     std::vector<int64_t> v = a.v;
-    for (int64_t& x : v) x = -x;
+    for (int64_t& x : v)
+      if (__builtin_sub_overflow(int64_t(0), x, &x)) throw overflow();
     return int_result(a.dims, v);
   }
   if (op == "Where") {

@@ -31,6 +31,7 @@
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/graph/graph.h"
 #include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/normalization.h"
 
 namespace tensorgrad::io {
 
@@ -42,6 +43,8 @@ using namespace onnx_import;
 // is refused as malformed rather than allocated.
 constexpr int64_t kMaxFileBytes = int64_t(1) << 31;
 constexpr int64_t kMaxElements = int64_t(1) << 31;
+// The most values a row of any node's result may hold (1 GiB of float32).
+constexpr int64_t kMaxRowElements = int64_t(1) << 28;
 
 // The ops that read an image in ONNX's NCHW and run here on the engine's
 // NHWC (channels last): their input is converted once, and their output
@@ -102,6 +105,11 @@ class OnnxNode final : public nn::Layer {
         throw unsupported(*spec_, "its result " + out.str() + " has no batch dimension and no other");
       std::vector<int64_t> dims;
       for (int d = 1; d < out.rank(); ++d) dims.push_back(out[d]);
+      int64_t values = 1;
+      for (int64_t d : dims) values = d > 0 && values > kMaxRowElements / d ? kMaxRowElements + 1 : values * d;
+      if (values > kMaxRowElements)
+        throw FormatError("load_onnx: " + spec_->where() + ": its result " + out.str() +
+                          " holds more than 2^28 values a row (an absurd size, refused before allocating)");
       out_shapes_.emplace_back(dims);
     }
     return out_shapes_.at(0);
@@ -168,29 +176,32 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what) {
   Constant c;
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: {
+      // The data is checked against the shape before anything is allocated.
+      const std::string* raw = t.raw_data().empty() ? nullptr : &raw_bytes(t, n, 4, "float32", what);
+      if (!raw) check_count(t.float_data_size(), n, what);
       c.f = Tensor::empty(Shape(dims));
       float* p = c.f.data<float>();
-      if (!t.raw_data().empty()) {
-        std::memcpy(p, raw_bytes(t, n, 4, "float32", what).data(), size_t(n) * 4);
+      if (raw) {
+        std::memcpy(p, raw->data(), size_t(n) * 4);
       } else {
-        check_count(t.float_data_size(), n, what);
         for (int64_t i = 0; i < n; ++i) p[i] = t.float_data(int(i));
       }
       return c;
     }
     case onnx::TensorProto::DOUBLE: {
+      const std::string* raw_data = t.raw_data().empty() ? nullptr : &raw_bytes(t, n, 8, "float64", what);
+      if (!raw_data) check_count(t.double_data_size(), n, what);
       log_message(LogLevel::Warning, "load_onnx: " + what + " is float64; converted to float32");
       c.f = Tensor::empty(Shape(dims));
       float* p = c.f.data<float>();
-      if (!t.raw_data().empty()) {
-        const std::string& raw = raw_bytes(t, n, 8, "float64", what);
+      if (raw_data) {
+        const std::string& raw = *raw_data;
         for (int64_t i = 0; i < n; ++i) {
           double d;
           std::memcpy(&d, raw.data() + i * 8, 8);
           p[i] = float(d);
         }
       } else {
-        check_count(t.double_data_size(), n, what);
         for (int64_t i = 0; i < n; ++i) p[i] = float(t.double_data(int(i)));
       }
       return c;
@@ -200,10 +211,12 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what) {
     case onnx::TensorProto::BOOL: {
       c.is_int = true;
       c.ints.dims = dims;
-      c.ints.v.resize(size_t(n));
       const int width = t.data_type() == onnx::TensorProto::INT64 ? 8 : t.data_type() == onnx::TensorProto::INT32 ? 4 : 1;
+      if (!t.raw_data().empty()) raw_bytes(t, n, width, width == 8 ? "int64" : width == 4 ? "int32" : "bool", what);
+      else check_count(width == 8 ? t.int64_data_size() : t.int32_data_size(), n, what);
+      c.ints.v.resize(size_t(n));
       if (!t.raw_data().empty()) {
-        const std::string& raw = raw_bytes(t, n, width, width == 8 ? "int64" : width == 4 ? "int32" : "bool", what);
+        const std::string& raw = t.raw_data();
         for (int64_t i = 0; i < n; ++i) {
           if (width == 8) {
             std::memcpy(&c.ints.v[size_t(i)], raw.data() + i * 8, 8);
@@ -216,10 +229,8 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what) {
           }
         }
       } else if (width == 8) {
-        check_count(t.int64_data_size(), n, what);
         for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int64_data(int(i));
-      } else {
-        check_count(t.int32_data_size(), n, what);  // int32 and bool are held in int32_data
+      } else {  // int32 and bool are held in int32_data
         for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int32_data(int(i));
       }
       return c;
@@ -498,6 +509,11 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
         spec->weight_trainable.push_back(options.trainable && h->from_file);
       }
     }
+    if ((op == "Shape" || op == "Transpose") && (operands.size() != 1 || !operands[0]))
+      throw FormatError("load_onnx: " + spec->where() + " needs exactly one input");
+    if ((op == "LSTM" || op == "GRU") && !args.empty() && args[0].shape().rank() != 2)
+      throw unsupported(*spec, "a sequence input of rank " + std::to_string(args[0].shape().rank() + 1) +
+                                   " (expected {T, B, I})");
     if (op == "Shape" && any_activation) {
       // The activation's shape in the file's layout, its batch as the marker.
       const IntValue full{{}, file_dims(*operands.at(0))};
@@ -564,7 +580,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
         for (size_t i = 0; i < t.size(); ++i) {
           const int64_t d = t[i] == 0 && i < in_dims.size() ? in_dims[i] : t[i];
           if (d == -1) infer = int64_t(i);
-          else if (d != kBatch) known *= d;
+          else if (d != kBatch) known = checked_mul(known, d, *spec);
           out.push_back(d);
         }
         if (infer >= 0) out[size_t(infer)] = known > 0 ? row / known : 0;
@@ -624,7 +640,9 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
     // inputs and its constants are converted); any other op reads the file's.
     std::vector<std::vector<int64_t>> want(args.size());
     std::vector<int64_t> out_perm;
-    if (kImageOps.count(op)) {
+    if (op == "BatchNormalization" && args.size() == 1 && args[0].shape().rank() == 1) {
+      // {N, C}: the channels are already last.
+    } else if (kImageOps.count(op)) {
       for (size_t i = 0; i < args.size(); ++i)
         if (args[i].shape().rank() != 3) throw unsupported(*spec, "an image input that is not {N, C, H, W}");
       want.assign(args.size(), {0, 2, 3, 1});
@@ -671,6 +689,30 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
             throw unsupported(*spec, "a constant against a tensor held in another layout");
           w = permuted(padded_to_4(w), {int(out_perm[0]), int(out_perm[1]), int(out_perm[2]), int(out_perm[3])});
         }
+    }
+    if (op == "BatchNormalization" && options.trainable) {
+      // Keras' batch-norm layer over the channels (last here): gamma and beta
+      // train, the moving statistics start as the file's and update in
+      // training (ONNX's momentum is Keras'); frozen, the inference form below.
+      auto bn = std::make_shared<nn::BatchNormalization>(spec->float_attr("momentum", 0.9f),
+                                                         spec->float_attr("epsilon", 1e-5f));
+      bn->set_name(layer_name(spec->node_name, taken));
+      Held h;
+      h.is_activation = true;
+      h.x = (*bn)(args[0]);
+      h.perm = out_perm;
+      const std::vector<nn::Weight> w = bn->weights();  // gamma, beta, moving mean, moving variance
+      for (size_t i = 0; i < 4; ++i) {
+        const Tensor& from = spec->weights[spec->weight_at.at(int(i) + 1)].second;
+        if (from.shape() != w.at(i).value.shape())
+          throw FormatError("load_onnx: " + spec->where() + ": input " + std::to_string(i + 1) + " is " +
+                            from.shape().str() + "; expected " + w.at(i).value.shape().str() + " (one per channel)");
+        Tensor(w[i].value).copy_from(from);
+      }
+      values[node.output(0)] = std::move(h);
+      for (int i = 1; i < node.output_size(); ++i)
+        if (!node.output(i).empty()) not_given[node.output(i)] = spec->where();
+      continue;
     }
     auto layer = std::make_shared<OnnxNode>(spec);
     const bool is_output = outputs_wanted.count(node.output(0)) != 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -107,6 +108,14 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
                                std::to_string(Shape::kMaxRank) + " dimensions are read)");
     return Shape(dims);
   };
+  // Operand counts, checked here too: folding reaches this without check_node.
+  static const std::map<std::string, std::pair<size_t, size_t>> kOperands = {
+      {"PRelu", {2, 2}}, {"MatMul", {2, 2}}, {"Gemm", {2, 3}}, {"Conv", {2, 3}}, {"BatchNormalization", {5, 5}},
+      {"LayerNormalization", {2, 3}}};
+  if (x.empty()) throw unsupported(n, "a node without a tensor input");
+  if (auto it = kOperands.find(op); it != kOperands.end() && (x.size() < it->second.first || x.size() > it->second.second))
+    throw FormatError("load_onnx: " + n.where() + ": " + std::to_string(x.size()) + " tensor inputs; expected " +
+                      std::to_string(it->second.first) + " to " + std::to_string(it->second.second));
   auto one = [](Value v) { return std::vector<Value>{v}; };
   auto unary = [&](OpKind kind, float param = 0.0f) { return b.unary(kind, x[0], param); };
   auto abs = [&](Value v) { return b.add(b.relu(v), b.relu(b.scale(v, -1.0f))); };
@@ -204,7 +213,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       if (i == 0 && !n.constant_fold) d = s0[0];  // the batch: checked below
       if (d == kBatch) throw unsupported(n, "a shape that moves the batch size off the first axis");
       if (d == -1) infer = int64_t(i);
-      else known *= d;
+      else known = checked_mul(known, d, n);
       dims.push_back(d);
     }
     if (!n.constant_fold && target[0] != kBatch && target[0] != 0) {
@@ -212,7 +221,8 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       // batch when the other entries keep each row's elements together.
       int64_t rest = 1;
       bool rest_infers = false;
-      for (size_t i = 1; i < dims.size(); ++i) rest_infers |= dims[i] == -1, rest *= dims[i] == -1 ? 1 : dims[i];
+      for (size_t i = 1; i < dims.size(); ++i)
+        rest_infers |= dims[i] == -1, rest = checked_mul(rest, dims[i] == -1 ? 1 : dims[i], n);
       const int64_t row = s0.numel() / std::max<int64_t>(s0[0], 1);
       if (rest_infers ? row % std::max<int64_t>(rest, 1) != 0 : rest != row)
         throw unsupported(n, "a Reshape whose target moves elements between rows of the batch");
@@ -259,7 +269,11 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     std::vector<int64_t> perm = n.ints("perm", -1);
     if (perm.empty())
       for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
-    if (int(perm.size()) != rank) throw unsupported(n, "a permutation of another rank than its input's");
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (int d = 0; d < int(sorted.size()); ++d)
+      if (sorted[size_t(d)] != d || int(perm.size()) != rank)
+        throw FormatError("load_onnx: " + n.where() + ": perm is not a permutation of its input's axes");
     if (perm[0] != 0 && !n.constant_fold)
       throw unsupported(n, "a permutation that moves the batch axis (perm[0] must be 0)");
     return one(permute(b, x[0], perm));
@@ -285,6 +299,8 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     std::vector<int64_t> axes = n.ints("axes", 3), steps = n.ints("steps", 4);
     if (axes.empty())
       for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+    if (ends.size() != starts.size() || axes.size() != starts.size() || (!steps.empty() && steps.size() != starts.size()))
+      throw FormatError("load_onnx: " + n.where() + ": starts, ends, axes and steps of different lengths");
     Value y = x[0];
     for (size_t i = 0; i < starts.size(); ++i) {
       if (!steps.empty() && steps[i] != 1) throw unsupported(n, "a Slice with a step other than 1");
@@ -311,6 +327,8 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
                                  std::to_string(n.n_outputs) + " unequal parts without sizes");
       sizes.assign(size_t(n.n_outputs), s0[axis] / n.n_outputs);
     }
+    for (int64_t len : sizes)
+      if (len < 0 || len > s0[axis]) throw unsupported(n, "a split size outside the axis");
     if (int(sizes.size()) != n.n_outputs ||
         std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) != s0[axis])
       throw unsupported(n, "split sizes that do not add up to the axis, one per output");
@@ -673,7 +691,8 @@ void check_node(const NodeSpec& n) {
     if (weight(0) && n.weights[size_t(n.slots[0])].second.shape().rank() != 2)
       throw unsupported(n, "a weight of rank other than 2 times activations");
   } else if (op == "LSTM" || op == "GRU") {
-    if (!activation(0) || !weight(1) || !weight(2) || std::count(n.slots.begin(), n.slots.end(), -1) != 1)
+    if (!activation(0) || !n.weight_at.count(1) || !n.weight_at.count(2) ||
+        std::count(n.slots.begin(), n.slots.end(), -1) != 1)
       throw unsupported(n, "expected a sequence computed by the model, W and R of the file, and no initial "
                            "states but zeros");
     if (n.int_inputs.count(4) || n.weight_at.count(4)) throw unsupported(n, "sequence_lens (sequences of one length are read)");

@@ -61,7 +61,12 @@ struct NodeSpec {
 
   float scalar_input(int slot, float fallback) const {
     auto it = weight_at.find(slot);
-    return it == weight_at.end() ? fallback : weights[it->second].second.data<float>()[0];
+    if (it == weight_at.end()) return fallback;
+    const Tensor& t = weights[it->second].second;
+    if (t.numel() != 1)
+      throw ValueError("load_onnx: " + where() + ": input " + std::to_string(slot) + " holds " +
+                       std::to_string(t.numel()) + " values; a scalar is read");
+    return t.data<float>()[0];
   }
   bool has_attr(const std::string& name) const {
     auto it = attrs.find(name);
@@ -94,6 +99,14 @@ struct NodeSpec {
     return op_type + " node '" + node_name + "' (opset " + std::to_string(opset) + ")";
   }
 };
+
+// a * b for sizes a file gives; FormatError on overflow (a malformed shape).
+inline int64_t checked_mul(int64_t a, int64_t b, const NodeSpec& n) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw FormatError("load_onnx: " + n.where() + ": sizes whose product overflows int64 (an absurd shape)");
+  return r;
+}
 
 // The ops read, for error messages.
 extern const char* const kSupported;
