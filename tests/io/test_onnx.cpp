@@ -284,6 +284,59 @@ TEST(Onnx, AnExportedCnnOnNchwImagesPredictsAsByHandAndTrains) {
   for (size_t c = 0; c < file_mean.size(); ++c) EXPECT_NE(trained_mean[c], file_mean[c]) << c;
 }
 
+// ONNX's external data: an initializer's bytes in a file beside the model
+// (location, offset, length) read as if inline; a location leaving the
+// model's folder, a length that does not fit, and a model in memory with
+// external data are refused.
+TEST(Onnx, ExternalDataIsReadFromTheModelsFolderOnly) {
+  const Mlp mlp;
+  onnx::ModelProto m = mlp.proto();
+  onnx::TensorProto* w = m.mutable_graph()->mutable_initializer(0);  // fc1.weight {8, 4}
+  const std::string bytes = w->raw_data();
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "onnx_external";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "weights.bin", std::ios::binary) << std::string(16, 'x') << bytes;
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto set = [&](onnx::TensorProto* t, const std::string& location, const std::string& length) {
+    t->clear_external_data();
+    for (const auto& [k, v] : {std::pair<std::string, std::string>{"location", location}, {"offset", "16"},
+                               {"length", length}}) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+  };
+  set(w, "weights.bin", std::to_string(bytes.size()));
+  {
+    std::ofstream out(dir / "mlp.onnx", std::ios::binary);
+    m.SerializeToOstream(&out);
+  }
+  nn::Model model = io::load_onnx((dir / "mlp.onnx").string());
+  const std::vector<float> x = uniform(2 * 4, 5);
+  const std::vector<float> got = model.predict(Tensor::from_vector(x, {2, 4})).to_vector();
+  const std::vector<double> want = mlp.forward(x, 2);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-6) << i;
+
+  set(w, "../weights.bin", std::to_string(bytes.size()));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { io::load_onnx(write(m, "escape.onnx")); },
+                                               {"'../weights.bin'", "outside the model's folder"}));
+  set(w, "weights.bin", "12");
+  {
+    std::ofstream out(dir / "short.onnx", std::ios::binary);
+    m.SerializeToOstream(&out);
+  }
+  EXPECT_TRUE(test_support::throws<FormatError>([&] { io::load_onnx((dir / "short.onnx").string()); },
+                                                {"fc1.weight", "12 bytes of external data", "32 elements"}));
+  const std::string serialized = m.SerializeAsString();
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [&] {
+        io::parse_onnx(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(serialized.data()), serialized.size()));
+      },
+      {"external file", "load_onnx on the file"}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Onnx, FrozenWeightsAndOpsetsOlderThan13) {
   const Mlp mlp;
   nn::Model model = io::load_onnx(write(mlp.proto(11), "mlp11.onnx"), {.trainable = false});

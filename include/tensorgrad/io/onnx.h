@@ -66,7 +66,9 @@ bool onnx_available();
 /// order and layout. Initializers become weights named
 /// "<layer>/<ONNX name>" (a Conv weight converted to {kh, kw, C, F}, LSTM
 /// and GRU weights to a kernel, recurrent kernel and bias per direction;
-/// float64 ones converted to float32 with a warning). Nodes whose inputs
+/// float64 ones converted to float32 with a warning; external data, ONNX's
+/// form for models over 2 GiB, read from files in the model's own folder).
+/// Nodes whose inputs
 /// are all constants (the shape computations exporters write: Shape,
 /// Gather, Concat, Unsqueeze, Range, ConstantOfShape ...) are computed at
 /// import, the batch size kept symbolic; every other node becomes one layer
@@ -86,8 +88,10 @@ bool onnx_available();
 ///
 /// Ops read: Conv (2-D, group 1; pads, strides, dilations, auto_pad),
 /// MaxPool, AveragePool (ceil_mode, count_include_pad), GlobalAveragePool,
-/// GlobalMaxPool, BatchNormalization (inference form: its scale and bias
-/// train, its statistics stay the file's), LayerNormalization, Gemm (the
+/// GlobalMaxPool, BatchNormalization (Keras' BatchNormalization layer over
+/// the channels: gamma and beta train, the moving statistics start as the
+/// file's and update in training with the file's momentum; with
+/// `trainable = false`, the inference form), LayerNormalization, Gemm (the
 /// batch as A's rows), MatMul (activations by a 2-D weight, a weight by
 /// activations, or two batched activations of one rank), LSTM and GRU
 /// (forward, reverse, bidirectional; ONNX's gate orders; zero initial
@@ -107,10 +111,12 @@ bool onnx_available();
 /// that is not a well-formed ONNX model (a truncated or corrupt protobuf, a
 /// node reading an undefined value or one of a later node (a cycle), a
 /// weight whose data does not fit its shape, an absurd dimension refused
-/// before allocating, inputs whose shapes do not fit a node); ValueError
+/// before allocating, inputs whose shapes do not fit a node, external data
+/// whose offset and length do not fit its file or its shape); ValueError
 /// for an op or attribute this importer does not read (naming the op type,
 /// the node and the opset, and listing the ops it reads), an op across the
-/// batch axis, an opset outside 6 to 17, or an input without a batch
+/// batch axis, external data outside the model's folder (or given to
+/// parse_onnx), an opset outside 6 to 17, or an input without a batch
 /// dimension; TypeError for tensor types other than float32, float64, int64,
 /// int32 and bool; StateError when the build has no ONNX support
 /// (onnx_available() is false).

@@ -18,6 +18,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -168,9 +169,66 @@ void check_count(int have, int64_t n, const std::string& what) {
 // An initializer or Constant value (little-endian, as ONNX writes it):
 // float32 as it is, float64 converted to float32 with a warning, int64,
 // int32 and bool as int64 constants (shapes, axes, indices, masks).
-Constant read_constant(const onnx::TensorProto& t, const std::string& what) {
-  if (t.data_location() == onnx::TensorProto::EXTERNAL)
-    throw ValueError("load_onnx: " + what + " keeps its data in an external file, which is not read yet");
+Constant read_constant(const onnx::TensorProto& t, const std::string& what, const std::string& folder);
+
+// A tensor whose data is in an external file (ONNX's external data: a
+// location relative to the model's folder, an offset and a length), read
+// into raw_data. A location outside the model's folder is refused.
+Constant read_external(const onnx::TensorProto& t, const std::string& what, const std::string& folder) {
+  if (folder.empty())
+    throw ValueError("load_onnx: " + what + " keeps its data in an external file; a model in memory has no folder "
+                     "to read it from (use load_onnx on the file)");
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const onnx::StringStringEntryProto& e : t.external_data()) {
+    try {
+      if (e.key() == "location") location = e.value();
+      else if (e.key() == "offset") offset = std::stoll(e.value());
+      else if (e.key() == "length") length = std::stoll(e.value());
+    } catch (const std::exception&) {
+      throw FormatError("load_onnx: " + what + " has external data key '" + e.key() + "' = '" + e.value() +
+                        "', not a number");
+    }
+  }
+  const std::filesystem::path rel(location);
+  bool escapes = location.empty() || rel.is_absolute();
+  for (const std::filesystem::path& part : rel) escapes = escapes || part == "..";
+  if (escapes)
+    throw ValueError("load_onnx: " + what + " keeps its data in '" + location +
+                     "', outside the model's folder; external data is read only from the model's own folder");
+  const std::filesystem::path file = std::filesystem::path(folder) / rel;
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  if (!in) throw IOError("load_onnx: " + what + " keeps its data in '" + file.string() + "', which cannot be opened");
+  const int64_t size = int64_t(in.tellg());
+  if (length < 0) length = size - offset;
+  if (offset < 0 || length < 0 || length > kMaxFileBytes || offset > size - length)
+    throw FormatError("load_onnx: " + what + ": offset " + std::to_string(offset) + " and length " +
+                      std::to_string(length) + " do not lie in '" + file.string() + "' (" + std::to_string(size) +
+                      " bytes)");
+  const int type = t.data_type();
+  const int64_t width = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::INT32 ? 4
+                        : type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT64 ? 8
+                        : type == onnx::TensorProto::BOOL                                       ? 1
+                                                                                                : 0;
+  if (width == 0)
+    throw TypeError("load_onnx: " + what + " has ONNX data type " + std::to_string(type) +
+                    "; float32, float64 (converted), int64, int32 and bool tensors are read");
+  if (length != checked_elements(t.dims(), what) * width)  // checked before reading anything
+    throw FormatError("load_onnx: " + what + " has " + std::to_string(length) + " bytes of external data for " +
+                      std::to_string(checked_elements(t.dims(), what)) + " elements of " + std::to_string(width) +
+                      " bytes");
+  onnx::TensorProto inline_copy = t;
+  inline_copy.clear_external_data();
+  inline_copy.set_data_location(onnx::TensorProto::DEFAULT);
+  std::string* raw = inline_copy.mutable_raw_data();
+  raw->resize(size_t(length));
+  in.seekg(offset);
+  if (!in.read(raw->data(), length)) throw IOError("load_onnx: reading '" + file.string() + "' failed");
+  return read_constant(inline_copy, what, folder);
+}
+
+Constant read_constant(const onnx::TensorProto& t, const std::string& what, const std::string& folder) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return read_external(t, what, folder);
   const int64_t n = checked_elements(t.dims(), what);
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
   Constant c;
@@ -321,8 +379,10 @@ bool batch_moved(const std::vector<int64_t>& perm) {
   return true;
 }
 
-// The model in `bytes`; `path` names it in messages ('<memory>' for parse_onnx).
-nn::Model import_model(std::string_view bytes, const std::string& path, const OnnxOptions& options) {
+// The model in `bytes`; `path` names it in messages ('<memory>' for
+// parse_onnx), `folder` is where its external data lies (none in memory).
+nn::Model import_model(std::string_view bytes, const std::string& path, const std::string& folder,
+                       const OnnxOptions& options) {
   if (int64_t(bytes.size()) > kMaxFileBytes)
     throw FormatError("load_onnx: '" + path + "' is " + std::to_string(bytes.size()) +
                       " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
@@ -342,7 +402,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
   std::map<std::string, Held> values;
   for (const onnx::TensorProto& t : graph.initializer()) {
     Held h;
-    h.constant = read_constant(t, "initializer '" + t.name() + "'");
+    h.constant = read_constant(t, "initializer '" + t.name() + "'", folder);
     h.from_file = true;
     values[t.name()] = std::move(h);
   }
@@ -417,7 +477,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
       at.ints.assign(a.ints().begin(), a.ints().end());
       at.s = a.s();
       if (a.has_t()) {
-        const Constant c = read_constant(a.t(), spec->where() + " attribute '" + a.name() + "'");
+        const Constant c = read_constant(a.t(), spec->where() + " attribute '" + a.name() + "'", folder);
         if (c.is_int ? c.ints.v.size() != 1 : c.f.numel() != 1) {
           if (spec->op_type != "Constant") throw unsupported(*spec, "a tensor attribute of more than one value");
         } else {
@@ -430,7 +490,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const On
     if (spec->op_type == "Constant") {
       Held h;
       if (node.attribute_size() == 1 && node.attribute(0).has_t()) {
-        h.constant = read_constant(node.attribute(0).t(), "Constant '" + node.output(0) + "'");
+        h.constant = read_constant(node.attribute(0).t(), "Constant '" + node.output(0) + "'", folder);
       } else if (spec->has_attr("value_float") || spec->has_attr("value_floats")) {
         std::vector<float> f = spec->has_attr("value_float")
                                    ? std::vector<float>{spec->float_attr("value_float", 0.0f)}
@@ -778,11 +838,12 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
   in.seekg(0);
   std::string bytes(size_t(size), '\0');
   if (!in.read(bytes.data(), size)) throw IOError("load_onnx: reading '" + path + "' failed");
-  return import_model(bytes, path, options);
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return import_model(bytes, path, parent.empty() ? "." : parent.string(), options);
 }
 
 nn::Model parse_onnx(std::span<const uint8_t> bytes, const OnnxOptions& options) {
-  return import_model(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "<memory>",
+  return import_model(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "<memory>", "",
                       options);
 }
 
