@@ -5,25 +5,25 @@
 // libonnx-testdata) whose ops are read pass at ONNX's tolerances.
 #include <gtest/gtest.h>
 
-#include "test_support.h"
 #include "tensorgrad/io/onnx.h"
+#include "test_support.h"
 
 #ifdef TENSORGRAD_WITH_ONNX
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
-#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <span>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,8 +47,10 @@ void add_input(onnx::GraphProto& g, const std::string& name, const std::vector<i
   tt->set_elem_type(onnx::TensorProto::FLOAT);
   for (size_t i = 0; i < dims.size(); ++i) {
     onnx::TensorShapeProto_Dimension* d = tt->mutable_shape()->add_dim();
-    if (i == 0 && batch_symbolic) d->set_dim_param("batch");
-    else d->set_dim_value(dims[i]);
+    if (i == 0 && batch_symbolic)
+      d->set_dim_param("batch");
+    else
+      d->set_dim_value(dims[i]);
   }
 }
 
@@ -225,14 +227,15 @@ struct Cnn {
                   if (y < 0 || y >= 6 || z < 0 || z >= 6) continue;
                   acc += double(x[size_t(((b * 3 + c) * 6 + y) * 6 + z)]) * w[size_t(((f * 3 + c) * 3 + u) * 3 + v)];
                 }
-            const double bn = (acc - mean[size_t(f)]) / std::sqrt(double(var[size_t(f)]) + 1e-5) * gamma[size_t(f)] +
-                              beta[size_t(f)];
+            const double bn =
+                (acc - mean[size_t(f)]) / std::sqrt(double(var[size_t(f)]) + 1e-5) * gamma[size_t(f)] + beta[size_t(f)];
             r[i][j] = std::max(bn, 0.0);
           }
         double sum = 0;
         for (int i = 0; i < 3; ++i)
           for (int j = 0; j < 3; ++j)
-            sum += std::max(std::max(r[2 * i][2 * j], r[2 * i][2 * j + 1]), std::max(r[2 * i + 1][2 * j], r[2 * i + 1][2 * j + 1]));
+            sum += std::max(std::max(r[2 * i][2 * j], r[2 * i][2 * j + 1]),
+                            std::max(r[2 * i + 1][2 * j], r[2 * i + 1][2 * j + 1]));
         feat[f] = sum / 9.0;
       }
       for (int o = 0; o < 2; ++o) {
@@ -300,8 +303,8 @@ TEST(Onnx, ExternalDataIsReadFromTheModelsFolderOnly) {
   w->set_data_location(onnx::TensorProto::EXTERNAL);
   auto set = [&](onnx::TensorProto* t, const std::string& location, const std::string& length) {
     t->clear_external_data();
-    for (const auto& [k, v] : {std::pair<std::string, std::string>{"location", location}, {"offset", "16"},
-                               {"length", length}}) {
+    for (const auto& [k, v] :
+         {std::pair<std::string, std::string>{"location", location}, {"offset", "16"}, {"length", length}}) {
       auto* e = t->add_external_data();
       e->set_key(k);
       e->set_value(v);
@@ -331,7 +334,8 @@ TEST(Onnx, ExternalDataIsReadFromTheModelsFolderOnly) {
   const std::string serialized = m.SerializeAsString();
   EXPECT_TRUE(test_support::throws<ValueError>(
       [&] {
-        io::parse_onnx(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(serialized.data()), serialized.size()));
+        io::parse_onnx(
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(serialized.data()), serialized.size()));
       },
       {"external file", "load_onnx on the file"}));
   std::filesystem::remove_all(dir);
@@ -365,8 +369,7 @@ TEST(Onnx, MalformedAndUnsupportedFilesAreTypedErrors) {
   EXPECT_THROW(io::load_onnx(::testing::TempDir() + "/truncated.onnx"), FormatError);
 
   onnx::ModelProto old = mlp.proto(5);
-  EXPECT_TRUE(test_support::throws<ValueError>([&] { io::load_onnx(write(old, "old.onnx")); },
-                                               {"opset 5", "6 to 17"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { io::load_onnx(write(old, "old.onnx")); }, {"opset 5", "6 to 17"}));
   onnx::ModelProto unknown = mlp.proto();
   unknown.mutable_graph()->mutable_node(1)->set_op_type("Hardmax");
   EXPECT_TRUE(test_support::throws<ValueError>([&] { io::load_onnx(write(unknown, "hardmax.onnx")); },
@@ -381,8 +384,8 @@ TEST(Onnx, MalformedAndUnsupportedFilesAreTypedErrors) {
                                                 {"fc1.weight", "12 bytes", "32 float32 elements"}));
   onnx::ModelProto huge = mlp.proto();
   huge.mutable_graph()->mutable_initializer(0)->set_dims(0, int64_t(1) << 40);
-  EXPECT_TRUE(test_support::throws<FormatError>([&] { io::load_onnx(write(huge, "huge.onnx")); },
-                                                {"impossible shape"}));
+  EXPECT_TRUE(
+      test_support::throws<FormatError>([&] { io::load_onnx(write(huge, "huge.onnx")); }, {"impossible shape"}));
 }
 
 namespace {
@@ -525,16 +528,19 @@ TEST(Onnx, TheBackendCasesThatLoadPass) {
             ok = std::abs(g - w) <= 1e-7f + 1e-3f * std::abs(w) || (std::isnan(g) && std::isnan(w)) || g == w;
           }
         }
-        if (ok) ++passed;
-        else failed.push_back(name);
+        if (ok)
+          ++passed;
+        else
+          failed.push_back(name);
       } catch (const std::exception& e) {
         failed.push_back(name + " (" + e.what() + ")");
       }
     }
   }
-  std::printf("ONNX backend cases: run %d, passed %d (%d with inputs bound as initializers), skipped %d "
-              "(unsupported op) and %d (other reasons, below)\n",
-              run, passed, bound, skipped_op, skipped_other);
+  std::printf(
+      "ONNX backend cases: run %d, passed %d (%d with inputs bound as initializers), skipped %d "
+      "(unsupported op) and %d (other reasons, below)\n",
+      run, passed, bound, skipped_op, skipped_other);
   for (const auto& [r, n] : reasons) std::printf("  %4d  %s\n", n, r.c_str());
   RecordProperty("run", run);
   RecordProperty("passed", passed);
@@ -553,9 +559,11 @@ TEST(Onnx, EveryFuzzCorpusFileImportsOrGivesATypedError) {
     std::ifstream in(e.path(), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     try {
-      nn::Model model = io::parse_onnx(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+      nn::Model model =
+          io::parse_onnx(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
       std::vector<Tensor> zeros;
-      for (const nn::SymbolicTensor& x : model.inputs()) zeros.push_back(Tensor::zeros(x.shape().with_batch(1), x.dtype()));
+      for (const nn::SymbolicTensor& x : model.inputs())
+        zeros.push_back(Tensor::zeros(x.shape().with_batch(1), x.dtype()));
       (void)model.predict(zeros, 1);
       ++imported;
     } catch (const Error&) {
@@ -572,8 +580,8 @@ TEST(Onnx, EveryFuzzCorpusFileImportsOrGivesATypedError) {
 
 TEST(Onnx, WithoutOnnxLoadOnnxSaysHowToGetIt) {
   EXPECT_FALSE(tensorgrad::io::onnx_available());
-  EXPECT_TRUE(test_support::throws<tensorgrad::StateError>(
-      [] { tensorgrad::io::load_onnx("model.onnx"); }, {"no ONNX support", "libonnx-dev"}));
+  EXPECT_TRUE(test_support::throws<tensorgrad::StateError>([] { tensorgrad::io::load_onnx("model.onnx"); },
+                                                           {"no ONNX support", "libonnx-dev"}));
 }
 
 #endif

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "model_gradient_check.h"
-#include "test_support.h"
 #include "tensorgrad/data/idx.h"
 #include "tensorgrad/io/onnx.h"
+#include "test_support.h"
 
 #ifdef TENSORGRAD_WITH_ONNX
 

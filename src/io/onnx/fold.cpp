@@ -110,9 +110,11 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     const IntValue& shape = ints_of(0);
     no_batch(shape);
     for (int64_t d : shape.v)
-      if (d < 0 || d > kMaxFolded) throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
+      if (d < 0 || d > kMaxFolded)
+        throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
     const int64_t total = count(shape.v);
-    if (total > kMaxFolded) throw FormatError("load_onnx: " + n.where() + ": a constant of " + std::to_string(total) + " elements");
+    if (total > kMaxFolded)
+      throw FormatError("load_onnx: " + n.where() + ": a constant of " + std::to_string(total) + " elements");
     const Attr a = n.has_attr("value") ? n.attrs.at("value") : Attr{};
     if (a.tensor_is_int) return int_result(shape.v, std::vector<int64_t>(size_t(total), int64_t(a.tensor_value)));
     Constant c;
@@ -163,13 +165,62 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
   if (!all_int) {
     // A float node of constants: the model's own lowering, run now, for the
     // ops whose lowering reads the file's layout as it is.
-    static const std::set<std::string> kFoldable = {
-        "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "LeakyRelu", "Elu", "Selu", "Celu", "Identity",
-        "Dropout", "Neg", "Abs", "Reciprocal", "Softsign", "HardSigmoid", "HardSwish", "Softplus", "PRelu", "Pow",
-        "Clip", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "Reshape", "Flatten", "Squeeze",
-        "Unsqueeze", "Transpose", "Expand", "Concat", "Slice", "Split", "Gather", "Pad", "ReduceMean", "ReduceSum",
-        "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
-        "Softmax", "LogSoftmax", "MatMul", "Gemm", "LayerNormalization"};
+    static const std::set<std::string> kFoldable = {"Relu",
+                                                    "Sigmoid",
+                                                    "Tanh",
+                                                    "Erf",
+                                                    "Exp",
+                                                    "Log",
+                                                    "Sqrt",
+                                                    "LeakyRelu",
+                                                    "Elu",
+                                                    "Selu",
+                                                    "Celu",
+                                                    "Identity",
+                                                    "Dropout",
+                                                    "Neg",
+                                                    "Abs",
+                                                    "Reciprocal",
+                                                    "Softsign",
+                                                    "HardSigmoid",
+                                                    "HardSwish",
+                                                    "Softplus",
+                                                    "PRelu",
+                                                    "Pow",
+                                                    "Clip",
+                                                    "Add",
+                                                    "Sub",
+                                                    "Mul",
+                                                    "Div",
+                                                    "Max",
+                                                    "Min",
+                                                    "Sum",
+                                                    "Mean",
+                                                    "Reshape",
+                                                    "Flatten",
+                                                    "Squeeze",
+                                                    "Unsqueeze",
+                                                    "Transpose",
+                                                    "Expand",
+                                                    "Concat",
+                                                    "Slice",
+                                                    "Split",
+                                                    "Gather",
+                                                    "Pad",
+                                                    "ReduceMean",
+                                                    "ReduceSum",
+                                                    "ReduceMax",
+                                                    "ReduceMin",
+                                                    "ReduceL1",
+                                                    "ReduceL2",
+                                                    "ReduceLogSum",
+                                                    "ReduceLogSumExp",
+                                                    "ReduceSumSquare",
+                                                    "Softmax",
+                                                    "LogSoftmax",
+                                                    "MatMul",
+                                                    "Gemm",
+                                                    "LayerNormalization"};
     if (!kFoldable.count(op)) throw unsupported(n, "a " + op + " of constants only (not folded at import)");
     if (!n.int_inputs.empty() && std::any_of(n.int_inputs.begin(), n.int_inputs.end(), [](const auto& e) {
           return std::find(e.second.v.begin(), e.second.v.end(), kBatch) != e.second.v.end();
@@ -221,8 +272,10 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
         if (i >= a.dims.size()) throw FormatError("load_onnx: " + n.where() + ": a 0 (copy) past its input's rank");
         t[i] = a.dims[i];
       }
-      if (t[i] == -1) infer = int64_t(i);
-      else known = checked_mul(known, t[i], n);
+      if (t[i] == -1)
+        infer = int64_t(i);
+      else
+        known = checked_mul(known, t[i], n);
     }
     if (infer >= 0 && known > 0) t[size_t(infer)] = int64_t(a.v.size()) / known;
     if (count(t) != int64_t(a.v.size())) throw unsupported(n, "a reshape that changes the element count");
@@ -292,31 +345,35 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
   using Fn = std::function<int64_t(int64_t, int64_t)>;
   // x op y, refused as malformed when it overflows int64.
   auto overflow = [&] { return FormatError("load_onnx: " + n.where() + ": an int64 overflow"); };
-  const std::map<std::string, Fn> binary = {
-      {"Add", [&](int64_t x, int64_t y) {
-         int64_t r;
-         if (__builtin_add_overflow(x, y, &r)) throw overflow();
-         return r;
-       }},
-      {"Sub", [&](int64_t x, int64_t y) {
-         int64_t r;
-         if (__builtin_sub_overflow(x, y, &r)) throw overflow();
-         return r;
-       }},
-      {"Mul", [&](int64_t x, int64_t y) {
-         int64_t r;
-         if (__builtin_mul_overflow(x, y, &r)) throw overflow();
-         return r;
-       }},
-      {"Div", [&](int64_t x, int64_t y) {
-         if (y == -1 && x == std::numeric_limits<int64_t>::min()) throw overflow();
-         return y == 0 ? int64_t(0) : x / y;
-       }},
-      {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
-      {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
-      {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
-      {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
-      {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
+  const std::map<std::string, Fn> binary = {{"Add",
+                                             [&](int64_t x, int64_t y) {
+                                               int64_t r;
+                                               if (__builtin_add_overflow(x, y, &r)) throw overflow();
+                                               return r;
+                                             }},
+                                            {"Sub",
+                                             [&](int64_t x, int64_t y) {
+                                               int64_t r;
+                                               if (__builtin_sub_overflow(x, y, &r)) throw overflow();
+                                               return r;
+                                             }},
+                                            {"Mul",
+                                             [&](int64_t x, int64_t y) {
+                                               int64_t r;
+                                               if (__builtin_mul_overflow(x, y, &r)) throw overflow();
+                                               return r;
+                                             }},
+                                            {"Div",
+                                             [&](int64_t x, int64_t y) {
+                                               if (y == -1 && x == std::numeric_limits<int64_t>::min())
+                                                 throw overflow();
+                                               return y == 0 ? int64_t(0) : x / y;
+                                             }},
+                                            {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
+                                            {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
+                                            {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
+                                            {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
+                                            {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
   if (auto it = binary.find(op); it != binary.end()) {
     const IntValue& b = ints_of(1);
     // The batch marker may only be compared, or pass through Max/Min with -1 (NumPy's "keep").
@@ -328,7 +385,8 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     if (!broadcast_dims(a.dims, b.dims, dims)) throw unsupported(n, "shapes that do not broadcast");
     std::vector<int64_t> v(size_t(count(dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i)
-      v[size_t(i)] = it->second(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
+      v[size_t(i)] =
+          it->second(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
     return int_result(dims, v);
   }
   if (op == "Neg") {
@@ -346,7 +404,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     std::vector<int64_t> v(size_t(count(dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i)
       v[size_t(i)] = a.v[size_t(broadcast_index(i, dims, a.dims))] ? x.v[size_t(broadcast_index(i, dims, x.dims))]
-                                                                     : y.v[size_t(broadcast_index(i, dims, y.dims))];
+                                                                   : y.v[size_t(broadcast_index(i, dims, y.dims))];
     return int_result(dims, v);
   }
   if (op == "Expand") {

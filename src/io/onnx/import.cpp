@@ -5,9 +5,8 @@
 // weights; nodes of constants only are folded at import (io/onnx/fold.cpp);
 // the lowering of each op (io/onnx/lower.cpp) serves both the layer's shape
 // rule (on a scratch graph) and its call.
-#include "tensorgrad/io/onnx.h"
-
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/io/onnx.h"
 
 #ifdef TENSORGRAD_WITH_ONNX
 
@@ -51,16 +50,14 @@ constexpr int64_t kMaxRowElements = int64_t(1) << 28;
 // NHWC (channels last): their input is converted once, and their output
 // stays NHWC for the ops that do not care (element-wise ones) until an op
 // that reads the layout needs NCHW again.
-const std::set<std::string> kImageOps = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                                         "BatchNormalization"};
+const std::set<std::string> kImageOps = {"Conv",          "MaxPool",           "AveragePool", "GlobalAveragePool",
+                                         "GlobalMaxPool", "BatchNormalization"};
 // The ops that give the same result in either layout (the constants they
 // read are converted to NHWC at import).
-const std::set<std::string> kLayoutFree = {"Relu",  "Sigmoid", "Tanh",     "Erf",        "Exp",         "Log",
-                                           "Sqrt",  "LeakyRelu", "Elu",    "Identity",   "Dropout",     "Neg",
-                                           "Softplus", "Clip", "Pow",      "Add",        "Sub",         "Mul",
-                                           "Div",   "Abs",     "Reciprocal", "Softsign", "HardSigmoid", "HardSwish",
-                                           "Selu",  "Celu",    "PRelu",    "Max",        "Min",         "Sum",
-                                           "Mean",  "Cast"};
+const std::set<std::string> kLayoutFree = {
+    "Relu",        "Sigmoid",   "Tanh", "Erf",  "Exp",   "Log", "Sqrt", "LeakyRelu", "Elu",  "Identity",   "Dropout",
+    "Neg",         "Softplus",  "Clip", "Pow",  "Add",   "Sub", "Mul",  "Div",       "Abs",  "Reciprocal", "Softsign",
+    "HardSigmoid", "HardSwish", "Selu", "Celu", "PRelu", "Max", "Min",  "Sum",       "Mean", "Cast"};
 
 class OnnxNode final : public nn::Layer {
  public:
@@ -76,9 +73,9 @@ class OnnxNode final : public nn::Layer {
     if (ids_.empty())
       for (size_t i = 0; i < spec_->weights.size(); ++i) {
         const Tensor value = spec_->weights[i].second;
-        ids_.push_back(add_weight({spec_->weights[i].first, value.shape(),
-                                   [value](const Shape&) { return value.clone(); },
-                                   spec_->weight_trainable[i], value.dtype()}));
+        ids_.push_back(
+            add_weight({spec_->weights[i].first, value.shape(), [value](const Shape&) { return value.clone(); },
+                        spec_->weight_trainable[i], value.dtype()}));
       }
     // The shape rule is the lowering's, run on a scratch graph of one row.
     Graph g;
@@ -94,8 +91,8 @@ class OnnxNode final : public nn::Layer {
                                         std::to_string(Shape::kMaxRank) + " dimensions are read)");
         std::vector<int64_t> dims{1};
         for (int d = 0; d < s.rank(); ++d) dims.push_back(s[d]);
-        operands.push_back(g.input("x" + std::to_string(next), Shape(dims),
-                                   takes_token_ids() ? DType::Int32 : DType::Float32));
+        operands.push_back(
+            g.input("x" + std::to_string(next), Shape(dims), takes_token_ids() ? DType::Int32 : DType::Float32));
         ++next;
       }
     }
@@ -176,15 +173,19 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what, cons
 // into raw_data. A location outside the model's folder is refused.
 Constant read_external(const onnx::TensorProto& t, const std::string& what, const std::string& folder) {
   if (folder.empty())
-    throw ValueError("load_onnx: " + what + " keeps its data in an external file; a model in memory has no folder "
+    throw ValueError("load_onnx: " + what +
+                     " keeps its data in an external file; a model in memory has no folder "
                      "to read it from (use load_onnx on the file)");
   std::string location;
   int64_t offset = 0, length = -1;
   for (const onnx::StringStringEntryProto& e : t.external_data()) {
     try {
-      if (e.key() == "location") location = e.value();
-      else if (e.key() == "offset") offset = std::stoll(e.value());
-      else if (e.key() == "length") length = std::stoll(e.value());
+      if (e.key() == "location")
+        location = e.value();
+      else if (e.key() == "offset")
+        offset = std::stoll(e.value());
+      else if (e.key() == "length")
+        length = std::stoll(e.value());
     } catch (const std::exception&) {
       throw FormatError("load_onnx: " + what + " has external data key '" + e.key() + "' = '" + e.value() +
                         "', not a number");
@@ -206,7 +207,7 @@ Constant read_external(const onnx::TensorProto& t, const std::string& what, cons
                       std::to_string(length) + " do not lie in '" + file.string() + "' (" + std::to_string(size) +
                       " bytes)");
   const int type = t.data_type();
-  const int64_t width = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::INT32 ? 4
+  const int64_t width = type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::INT32    ? 4
                         : type == onnx::TensorProto::DOUBLE || type == onnx::TensorProto::INT64 ? 8
                         : type == onnx::TensorProto::BOOL                                       ? 1
                                                                                                 : 0;
@@ -269,9 +270,13 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what, cons
     case onnx::TensorProto::BOOL: {
       c.is_int = true;
       c.ints.dims = dims;
-      const int width = t.data_type() == onnx::TensorProto::INT64 ? 8 : t.data_type() == onnx::TensorProto::INT32 ? 4 : 1;
-      if (!t.raw_data().empty()) raw_bytes(t, n, width, width == 8 ? "int64" : width == 4 ? "int32" : "bool", what);
-      else check_count(width == 8 ? t.int64_data_size() : t.int32_data_size(), n, what);
+      const int width = t.data_type() == onnx::TensorProto::INT64   ? 8
+                        : t.data_type() == onnx::TensorProto::INT32 ? 4
+                                                                    : 1;
+      if (!t.raw_data().empty())
+        raw_bytes(t, n, width, width == 8 ? "int64" : width == 4 ? "int32" : "bool", what);
+      else
+        check_count(width == 8 ? t.int64_data_size() : t.int32_data_size(), n, what);
       c.ints.v.resize(size_t(n));
       if (!t.raw_data().empty()) {
         const std::string& raw = t.raw_data();
@@ -314,8 +319,8 @@ Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
     for (int64_t b = 0; b < out[1]; ++b)
       for (int64_t c = 0; c < out[2]; ++c)
         for (int64_t d = 0; d < out[3]; ++d)
-          dst[i++] = src[a * in_stride[perm[0]] + b * in_stride[perm[1]] + c * in_stride[perm[2]] +
-                         d * in_stride[perm[3]]];
+          dst[i++] =
+              src[a * in_stride[perm[0]] + b * in_stride[perm[1]] + c * in_stride[perm[2]] + d * in_stride[perm[3]]];
   return r;
 }
 
@@ -385,7 +390,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
                        const OnnxOptions& options) {
   if (int64_t(bytes.size()) > kMaxFileBytes)
     throw FormatError("load_onnx: '" + path + "' is " + std::to_string(bytes.size()) +
-                      " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
+                      " bytes; an ONNX protobuf holds at most 2 GiB (larger models keep their weights in "
+                      "external data files)");
   onnx::ModelProto model;
   if (!model.ParseFromArray(bytes.data(), int(bytes.size())))
     throw FormatError("load_onnx: '" + path + "' is not an ONNX model (the protobuf is truncated or corrupt)");
@@ -454,7 +460,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     spec->node_name = name + "_transposed";
     spec->opset = opset;
     spec->attrs["perm"].set = true;
-    for (int64_t axis : to) spec->attrs["perm"].ints.push_back(std::find(from.begin(), from.end(), axis) - from.begin());
+    for (int64_t axis : to)
+      spec->attrs["perm"].ints.push_back(std::find(from.begin(), from.end(), axis) - from.begin());
     spec->slots.push_back(-1);
     auto layer = std::make_shared<OnnxNode>(spec);
     layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
@@ -492,9 +499,9 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       if (node.attribute_size() == 1 && node.attribute(0).has_t()) {
         h.constant = read_constant(node.attribute(0).t(), "Constant '" + node.output(0) + "'", folder);
       } else if (spec->has_attr("value_float") || spec->has_attr("value_floats")) {
-        std::vector<float> f = spec->has_attr("value_float")
-                                   ? std::vector<float>{spec->float_attr("value_float", 0.0f)}
-                                   : std::vector<float>(node.attribute(0).floats().begin(), node.attribute(0).floats().end());
+        std::vector<float> f = spec->has_attr("value_float") ? std::vector<float>{spec->float_attr("value_float", 0.0f)}
+                                                             : std::vector<float>(node.attribute(0).floats().begin(),
+                                                                                  node.attribute(0).floats().end());
         h.constant.f = Tensor::from_vector(std::span<const float>(f),
                                            spec->has_attr("value_float") ? Shape{} : Shape{int64_t(f.size())});
       } else if (spec->has_attr("value_int") || spec->has_attr("value_ints")) {
@@ -517,7 +524,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       if (n_inputs > 2 && !node.input(2).empty()) {
         auto t = values.find(node.input(2));
         if (t == values.end() || !t->second.constant.is_int ||
-            std::any_of(t->second.constant.ints.v.begin(), t->second.constant.ints.v.end(), [](int64_t v) { return v != 0; }))
+            std::any_of(t->second.constant.ints.v.begin(), t->second.constant.ints.v.end(),
+                        [](int64_t v) { return v != 0; }))
           throw unsupported(*spec, "a Dropout in training mode (training_mode true or computed)");
       }
       if (spec->int_attr("is_test", 1) == 0 && opset < 7) throw unsupported(*spec, "a Dropout with is_test = 0");
@@ -542,8 +550,9 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     const std::string& op = spec->op_type;
     for (const Held* h : operands)
       if (h && h->batch_zeros && !((op == "LSTM" || op == "GRU") && h != operands[0]))
-        throw unsupported(*spec, "a constant whose shape depends on the batch size (read only as the initial "
-                                 "states of LSTM and GRU)");
+        throw unsupported(*spec,
+                          "a constant whose shape depends on the batch size (read only as the initial "
+                          "states of LSTM and GRU)");
     // Operands by kind: activations in order, float constants as weights,
     // int64 constants as the shapes and axes the lowering reads.
     std::vector<nn::SymbolicTensor> args;
@@ -572,8 +581,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     if ((op == "Shape" || op == "Transpose") && (operands.size() != 1 || !operands[0]))
       throw FormatError("load_onnx: " + spec->where() + " needs exactly one input");
     if ((op == "LSTM" || op == "GRU") && !args.empty() && args[0].shape().rank() != 2)
-      throw unsupported(*spec, "a sequence input of rank " + std::to_string(args[0].shape().rank() + 1) +
-                                   " (expected {T, B, I})");
+      throw unsupported(
+          *spec, "a sequence input of rank " + std::to_string(args[0].shape().rank() + 1) + " (expected {T, B, I})");
     if (op == "Shape" && any_activation) {
       // The activation's shape in the file's layout, its batch as the marker.
       const IntValue full{{}, file_dims(*operands.at(0))};
@@ -617,7 +626,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         for (int64_t d = rank - 1; d >= 0; --d) p.push_back(d);
       std::vector<int64_t> sorted = p;
       std::sort(sorted.begin(), sorted.end());
-      if (sorted != identity_perm(rank)) throw FormatError("load_onnx: " + spec->where() + ": perm is not a permutation of its input's axes");
+      if (sorted != identity_perm(rank))
+        throw FormatError("load_onnx: " + spec->where() + ": perm is not a permutation of its input's axes");
       std::vector<int64_t> inverse(p.size()), held = in.perm.empty() ? identity_perm(rank) : in.perm;
       for (size_t j = 0; j < p.size(); ++j) inverse[size_t(p[j])] = int64_t(j);
       for (int64_t& axis : held) axis = inverse[size_t(axis)];
@@ -639,8 +649,10 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         for (int64_t d : in_dims) row *= d == kBatch ? 1 : d;
         for (size_t i = 0; i < t.size(); ++i) {
           const int64_t d = t[i] == 0 && i < in_dims.size() ? in_dims[i] : t[i];
-          if (d == -1) infer = int64_t(i);
-          else if (d != kBatch) known = checked_mul(known, d, *spec);
+          if (d == -1)
+            infer = int64_t(i);
+          else if (d != kBatch)
+            known = checked_mul(known, d, *spec);
           out.push_back(d);
         }
         if (infer >= 0) out[size_t(infer)] = known > 0 ? row / known : 0;
@@ -819,8 +831,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
                        "; a model's outputs have the batch first");
     outputs.push_back(to_layout(v.name(), a->second.x, perm, {}, v.name()));
   }
-  if (inputs.empty() || outputs.empty())
-    throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");
+  if (inputs.empty() || outputs.empty()) throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");
   return nn::Model(inputs, outputs, options.name.empty() ? graph.name() : options.name);
 }
 
@@ -834,7 +845,8 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions& options) {
   const std::streamoff size = in.tellg();
   if (size < 0 || size > kMaxFileBytes)
     throw FormatError("load_onnx: '" + path + "' is " + std::to_string(size) +
-                      " bytes; a model of more than 2 GiB keeps its weights in external data, not read yet");
+                      " bytes; an ONNX protobuf holds at most 2 GiB (larger models keep their weights in "
+                      "external data files)");
   in.seekg(0);
   std::string bytes(size_t(size), '\0');
   if (!in.read(bytes.data(), size)) throw IOError("load_onnx: reading '" + path + "' failed");
@@ -862,8 +874,9 @@ nn::Model load_onnx(const std::string& path, const OnnxOptions&) {
 }
 
 nn::Model parse_onnx(std::span<const uint8_t>, const OnnxOptions&) {
-  throw StateError("parse_onnx: this build of tensorgrad has no ONNX support; install libonnx-dev (scripts/setup.sh "
-                   "does) and configure again with -DTENSORGRAD_ONNX=AUTO or ON");
+  throw StateError(
+      "parse_onnx: this build of tensorgrad has no ONNX support; install libonnx-dev (scripts/setup.sh "
+      "does) and configure again with -DTENSORGRAD_ONNX=AUTO or ON");
 }
 
 }  // namespace tensorgrad::io

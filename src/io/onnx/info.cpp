@@ -1,8 +1,7 @@
 // io::read_onnx_info (io/onnx.h): an ONNX file summarized from its protobuf,
 // for tensorgrad-inspect and for callers that look before importing.
-#include "tensorgrad/io/onnx.h"
-
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/io/onnx.h"
 
 #ifdef TENSORGRAD_WITH_ONNX
 

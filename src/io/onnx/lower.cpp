@@ -30,16 +30,16 @@ ValueError unsupported(const NodeSpec& n, const std::string& what) {
 namespace {
 
 // The operand kinds each op takes, for check_node.
-const std::set<std::string> kUnary = {"Relu",     "Sigmoid",  "Tanh",        "Erf",       "Exp",     "Log",
-                                      "Sqrt",     "LeakyRelu", "Elu",        "Identity",  "Softmax", "LogSoftmax",
-                                      "Flatten",  "Neg",      "Softplus",    "Transpose", "Abs",     "Reciprocal",
-                                      "Softsign", "HardSigmoid", "HardSwish", "Selu",     "Celu",    "Cast",
-                                      "GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool"};
+const std::set<std::string> kUnary = {"Relu",          "Sigmoid",    "Tanh",       "Erf",      "Exp",
+                                      "Log",           "Sqrt",       "LeakyRelu",  "Elu",      "Identity",
+                                      "Softmax",       "LogSoftmax", "Flatten",    "Neg",      "Softplus",
+                                      "Transpose",     "Abs",        "Reciprocal", "Softsign", "HardSigmoid",
+                                      "HardSwish",     "Selu",       "Celu",       "Cast",     "GlobalAveragePool",
+                                      "GlobalMaxPool", "MaxPool",    "AveragePool"};
 // Ops whose later inputs are int64 constants (shapes, axes, pads), held apart.
-const std::set<std::string> kShaped = {"Reshape",   "Squeeze",         "Unsqueeze",  "ReduceMean", "ReduceSum",
-                                       "ReduceMax", "ReduceMin",       "ReduceL1",   "ReduceL2",   "ReduceLogSum",
-                                       "ReduceLogSumExp", "ReduceSumSquare", "Slice", "Split",     "Expand",
-                                       "Gather"};
+const std::set<std::string> kShaped = {
+    "Reshape",  "Squeeze",      "Unsqueeze",       "ReduceMean",      "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1",
+    "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Slice",     "Split",     "Expand",    "Gather"};
 const std::set<std::string> kVariadic = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean"};
 
 // x with its axes permuted (out axis i = in axis perm[i]), as swaps of two axes.
@@ -77,8 +77,10 @@ std::vector<int64_t> flattened_from(const Shape& s, int axis) {
   std::vector<int64_t> flat;
   int64_t rest = 1;
   for (int i = 0; i < s.rank(); ++i)
-    if (i < axis) flat.push_back(s[i]);
-    else rest *= s[i];
+    if (i < axis)
+      flat.push_back(s[i]);
+    else
+      rest *= s[i];
   flat.push_back(rest);
   return flat;
 }
@@ -109,11 +111,15 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     return Shape(dims);
   };
   // Operand counts, checked here too: folding reaches this without check_node.
-  static const std::map<std::string, std::pair<size_t, size_t>> kOperands = {
-      {"PRelu", {2, 2}}, {"MatMul", {2, 2}}, {"Gemm", {2, 3}}, {"Conv", {2, 3}}, {"BatchNormalization", {5, 5}},
-      {"LayerNormalization", {2, 3}}};
+  static const std::map<std::string, std::pair<size_t, size_t>> kOperands = {{"PRelu", {2, 2}},
+                                                                             {"MatMul", {2, 2}},
+                                                                             {"Gemm", {2, 3}},
+                                                                             {"Conv", {2, 3}},
+                                                                             {"BatchNormalization", {5, 5}},
+                                                                             {"LayerNormalization", {2, 3}}};
   if (x.empty()) throw unsupported(n, "a node without a tensor input");
-  if (auto it = kOperands.find(op); it != kOperands.end() && (x.size() < it->second.first || x.size() > it->second.second))
+  if (auto it = kOperands.find(op);
+      it != kOperands.end() && (x.size() < it->second.first || x.size() > it->second.second))
     throw FormatError("load_onnx: " + n.where() + ": " + std::to_string(x.size()) + " tensor inputs; expected " +
                       std::to_string(it->second.first) + " to " + std::to_string(it->second.second));
   auto one = [](Value v) { return std::vector<Value>{v}; };
@@ -212,8 +218,10 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       int64_t d = target[i] == 0 && n.int_attr("allowzero", 0) == 0 ? s0[int(i)] : target[i];
       if (i == 0 && !n.constant_fold) d = s0[0];  // the batch: checked below
       if (d == kBatch) throw unsupported(n, "a shape that moves the batch size off the first axis");
-      if (d == -1) infer = int64_t(i);
-      else known = checked_mul(known, d, n);
+      if (d == -1)
+        infer = int64_t(i);
+      else
+        known = checked_mul(known, d, n);
       dims.push_back(d);
     }
     if (!n.constant_fold && target[0] != kBatch && target[0] != 0) {
@@ -253,8 +261,10 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
           if (s0[d] == 1) drop.insert(d);
       std::vector<int64_t> out;
       for (int d = 0; d < rank; ++d)
-        if (!drop.count(d)) out.push_back(dims[size_t(d)]);
-        else if (dims[size_t(d)] != 1) throw unsupported(n, "squeezing an axis whose size is not 1");
+        if (!drop.count(d))
+          out.push_back(dims[size_t(d)]);
+        else if (dims[size_t(d)] != 1)
+          throw unsupported(n, "squeezing an axis whose size is not 1");
       return one(b.reshape(x[0], Shape(out)));
     }
     const int out_rank = rank + int(axes.size());
@@ -292,14 +302,16 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     if (!n.constant_fold && out[0] != s0[0]) throw unsupported(n, "an Expand along the batch axis");
     return one(b.broadcast_to(x[0], shape_of(out)));
   }
-  if (op == "Concat") return one(concat_all(b, std::vector<Value>(x.begin(), x.end()), axis_of(n.int_attr("axis", 0), rank)));
+  if (op == "Concat")
+    return one(concat_all(b, std::vector<Value>(x.begin(), x.end()), axis_of(n.int_attr("axis", 0), rank)));
   if (op == "Slice") {
     // Opset 10 moved starts, ends, axes and steps from attributes to inputs.
     const std::vector<int64_t> starts = n.ints("starts", 1), ends = n.ints("ends", 2);
     std::vector<int64_t> axes = n.ints("axes", 3), steps = n.ints("steps", 4);
     if (axes.empty())
       for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-    if (ends.size() != starts.size() || axes.size() != starts.size() || (!steps.empty() && steps.size() != starts.size()))
+    if (ends.size() != starts.size() || axes.size() != starts.size() ||
+        (!steps.empty() && steps.size() != starts.size()))
       throw FormatError("load_onnx: " + n.where() + ": starts, ends, axes and steps of different lengths");
     Value y = x[0];
     for (size_t i = 0; i < starts.size(); ++i) {
@@ -329,8 +341,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     }
     for (int64_t len : sizes)
       if (len < 0 || len > s0[axis]) throw unsupported(n, "a split size outside the axis");
-    if (int(sizes.size()) != n.n_outputs ||
-        std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) != s0[axis])
+    if (int(sizes.size()) != n.n_outputs || std::accumulate(sizes.begin(), sizes.end(), int64_t(0)) != s0[axis])
       throw unsupported(n, "split sizes that do not add up to the axis, one per output");
     std::vector<Value> out;
     int64_t at = 0;
@@ -428,7 +439,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       return one(b.reshape(y, Shape(d)));
     }
     for (int a : sorted)
-      y = op == "ReduceMean"                      ? b.mean_axis(y, a, keep)
+      y = op == "ReduceMean"                       ? b.mean_axis(y, a, keep)
           : op == "ReduceMax" || op == "ReduceMin" ? b.max_axis(y, a, keep)
                                                    : b.sum_axis(y, a, keep);
     if (op == "ReduceMin") y = b.scale(y, -1.0f);
@@ -533,8 +544,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       int64_t axis = n.int_attr("axis", 1);
       if (axis < 0) axis += rank;
       if (axis == rank - 1) return one(soft(x[0]));
-      if (axis < (n.constant_fold ? 0 : 1) || axis >= rank)
-        throw unsupported(n, "a softmax over the batch axis");
+      if (axis < (n.constant_fold ? 0 : 1) || axis >= rank) throw unsupported(n, "a softmax over the batch axis");
       return one(b.reshape(soft(b.reshape(x[0], Shape(flattened_from(s0, int(axis))))), s0));
     }
     const int axis = axis_of(n.int_attr("axis", -1), rank);
@@ -566,16 +576,18 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     }
     // Two batched operands {..., M, K} x {..., K, N} with the same leading axes.
     const int r = a.rank();
-    if (w.rank() != r || r < 3) throw unsupported(n, "a MatMul of operands of ranks " + std::to_string(r) + " and " +
-                                                         std::to_string(w.rank()) + " (read: activations times a 2-D "
-                                                         "weight, or two operands of one rank >= 3)");
+    if (w.rank() != r || r < 3)
+      throw unsupported(n, "a MatMul of operands of ranks " + std::to_string(r) + " and " + std::to_string(w.rank()) +
+                               " (read: activations times a 2-D "
+                               "weight, or two operands of one rank >= 3)");
     int64_t lead = 1;
     for (int i = 0; i < r - 2; ++i) {
-      if (a[i] != w[i]) throw unsupported(n, "batched operands whose leading axes differ (" + a.str() + ", " + w.str() + ")");
+      if (a[i] != w[i])
+        throw unsupported(n, "batched operands whose leading axes differ (" + a.str() + ", " + w.str() + ")");
       lead *= a[i];
     }
-    const Value y = b.matmul(b.reshape(x[0], Shape{lead, a[r - 2], a[r - 1]}),
-                             b.reshape(x[1], Shape{lead, w[r - 2], w[r - 1]}));
+    const Value y =
+        b.matmul(b.reshape(x[0], Shape{lead, a[r - 2], a[r - 1]}), b.reshape(x[1], Shape{lead, w[r - 2], w[r - 1]}));
     Shape out = a;
     out.set(r - 1, w[r - 1]);
     return one(b.reshape(y, out));
@@ -602,7 +614,8 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
                            Shape{batch, steps, b.shape(w[0])[1]});
       xw = b.add(xw, w[2]);
       if (reverse) xw = reversed(xw);
-      const Value seq = lstm ? b.apply(OpKind::LstmSequence, {xw, w[1]}) : b.apply(OpKind::GruSequence, {xw, w[1], w[3]});
+      const Value seq =
+          lstm ? b.apply(OpKind::LstmSequence, {xw, w[1]}) : b.apply(OpKind::GruSequence, {xw, w[1], w[3]});
       Value hy = b.slice(seq, 2, 0, h), cy = lstm ? b.slice(seq, 2, h, h) : Value{};
       // The final state is the last step the direction ran.
       hs.push_back(b.slice(hy, 1, steps - 1, 1));
@@ -650,8 +663,9 @@ void check_node(const NodeSpec& n) {
   } else if (embedding) {
   } else if (kShaped.count(op)) {
     if (n.slots.empty() || !activation(0) || n.slots.size() > 1)
-      throw unsupported(n, "expected its data computed by the model and its shape, axes or indices as int64 "
-                           "constants");
+      throw unsupported(n,
+                        "expected its data computed by the model and its shape, axes or indices as int64 "
+                        "constants");
     if ((op == "Reshape" || op == "Expand") && !n.int_inputs.count(1))
       throw unsupported(n, op + " needs its target shape as a constant (or computed from shapes)");
   } else if (op == "Concat") {
@@ -693,18 +707,20 @@ void check_node(const NodeSpec& n) {
   } else if (op == "LSTM" || op == "GRU") {
     if (!activation(0) || !n.weight_at.count(1) || !n.weight_at.count(2) ||
         std::count(n.slots.begin(), n.slots.end(), -1) != 1)
-      throw unsupported(n, "expected a sequence computed by the model, W and R of the file, and no initial "
-                           "states but zeros");
-    if (n.int_inputs.count(4) || n.weight_at.count(4)) throw unsupported(n, "sequence_lens (sequences of one length are read)");
+      throw unsupported(n,
+                        "expected a sequence computed by the model, W and R of the file, and no initial "
+                        "states but zeros");
+    if (n.int_inputs.count(4) || n.weight_at.count(4))
+      throw unsupported(n, "sequence_lens (sequences of one length are read)");
     if (n.weight_at.count(7)) throw unsupported(n, "peephole weights (P)");
     if (n.has_attr("activations") || n.has_attr("clip") || n.int_attr("input_forget", 0) != 0)
       throw unsupported(n, "activations, clip or input_forget other than the defaults");
     if (op == "GRU" && n.int_attr("linear_before_reset", 0) != 1)
-      throw unsupported(n, "linear_before_reset = 0 (the reset gate applied before the recurrent product; "
-                           "PyTorch's export, linear_before_reset = 1, is read)");
+      throw unsupported(n,
+                        "linear_before_reset = 0 (the reset gate applied before the recurrent product; "
+                        "PyTorch's export, linear_before_reset = 1, is read)");
     const std::string dir = n.string_attr("direction", "forward");
-    if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
-      throw unsupported(n, "direction '" + dir + "'");
+    if (dir != "forward" && dir != "reverse" && dir != "bidirectional") throw unsupported(n, "direction '" + dir + "'");
   } else if (op == "Gemm") {
     if (n.slots.size() < 2 || !activation(0) || !weight(1))
       throw unsupported(n, "Gemm is read as activations times a weight of the file (plus a bias)");

@@ -51,7 +51,7 @@ struct NodeSpec {
   bool constant_fold = false;
   int n_outputs = 1;
   std::map<std::string, Attr> attrs;
-  std::vector<int> slots;  // per ONNX input: index into weights, or -1 for an activation
+  std::vector<int> slots;                               // per ONNX input: index into weights, or -1 for an activation
   std::vector<std::pair<std::string, Tensor>> weights;  // ONNX name, value
   std::vector<bool> weight_trainable;
   // int64 constant inputs (Reshape's shape, Squeeze's axes from opset 13),
@@ -95,9 +95,7 @@ struct NodeSpec {
     if (found) *found = false;
     return {};
   }
-  std::string where() const {
-    return op_type + " node '" + node_name + "' (opset " + std::to_string(opset) + ")";
-  }
+  std::string where() const { return op_type + " node '" + node_name + "' (opset " + std::to_string(opset) + ")"; }
 };
 
 // a * b for sizes a file gives; FormatError on overflow (a malformed shape).
