@@ -75,17 +75,24 @@ TEST(OnnxPytorch, LstmAndGruTextClassifiersGivePytorchsOutputs) {
 }
 
 // An import's gradients (every trainable weight: recurrent kernels and
-// biases per direction, an embedding table, dense layers) agree with central
+// biases per direction, an embedding table, dense layers, attention
+// projections and layer norms) agree with central
 // finite differences. The smooth models: a step of 1e-2 across a ReLU's or a
 // max pooling's kink (the CNN's) makes the difference quotient meaningless.
 TEST(OnnxPytorch, ImportedModelsGradientsMatchFiniteDifferences) {
-  for (const char* name : {"lstm_bidirectional", "gru"}) {
+  for (const char* name : {"lstm_bidirectional", "gru", "transformer_encoder"}) {
     SCOPED_TRACE(name);
     nn::Model model = io::load_onnx(kFixtures + "/" + name + ".onnx");
     const Tensor x = read_pb(kFixtures + "/" + name + ".input_0.pb");
     EXPECT_EQ(test_support::check_gradients(model, {x.rows(0, 2)}, 7), "");
   }
 }
+
+// nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, norm_first=True,
+// activation="gelu") as PyTorch 1.13 exports it at opset 14: its attention
+// runs sequence first and folds the batch into the heads ({L, B * 4, 4}),
+// which the import holds as {B, L, 4, 4} without moving data.
+TEST(OnnxPytorch, ATransformerEncoderLayerGivesPytorchsOutputs) { expect_matches_pytorch("transformer_encoder"); }
 
 // The imported MLP (PyTorch's initial weights) trained one epoch with fit
 // on Fashion-MNIST: its test accuracy rises from chance.

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 
+#include "io/onnx/held.h"
 #include "io/onnx/node.h"
 #include "tensorgrad/ag/eager_builder.h"
 
@@ -83,7 +84,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
   };
   auto no_batch = [&](const IntValue& v) {
     for (int64_t x : v.v)
-      if (x == kBatch) throw unsupported(n, "arithmetic on the batch size (a model plans for any batch)");
+      if (is_batch(x)) throw unsupported(n, "arithmetic on the batch size (a model plans for any batch)");
   };
   bool any_int = false, all_int = true;
   for (const Constant* c : in)
@@ -223,7 +224,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
                                                     "LayerNormalization"};
     if (!kFoldable.count(op)) throw unsupported(n, "a " + op + " of constants only (not folded at import)");
     if (!n.int_inputs.empty() && std::any_of(n.int_inputs.begin(), n.int_inputs.end(), [](const auto& e) {
-          return std::find(e.second.v.begin(), e.second.v.end(), kBatch) != e.second.v.end();
+          return std::any_of(e.second.v.begin(), e.second.v.end(), is_batch);
         }))
       throw unsupported(n, "a constant whose shape depends on the batch size");
     ag::EagerBuilder eager;
@@ -376,8 +377,20 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
                                             {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
   if (auto it = binary.find(op); it != binary.end()) {
     const IntValue& b = ints_of(1);
-    // The batch marker may only be compared, or pass through Max/Min with -1 (NumPy's "keep").
-    if (op != "Equal") no_batch(a), no_batch(b);
+    // The batch size B may be multiplied by a positive number, the product
+    // divided by a divisor of its factor, and compared with a multiple of B;
+    // nothing else is known of it.
+    auto with_batch = [&](int64_t x, int64_t y) -> int64_t {
+      const bool bx = is_batch(x), by = is_batch(y);
+      if (!bx && !by) return it->second(x, y);
+      if (op == "Mul" && bx != by) {
+        const int64_t k = batch_factor(bx ? x : y), c = bx ? y : x;
+        if (c > 0 && c < kMaxBatchFactor / k) return batch_times(k * c);
+      }
+      if (op == "Div" && bx && !by && y > 0 && batch_factor(x) % y == 0) return batch_times(batch_factor(x) / y);
+      if (op == "Equal" && bx && by) return int64_t(x == y);
+      throw unsupported(n, "arithmetic on the batch size other than multiplying it (a model plans for any batch)");
+    };
     if (op == "Div")
       for (int64_t y : b.v)
         if (y == 0) throw unsupported(n, "an int64 division by zero");
@@ -386,7 +399,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     std::vector<int64_t> v(size_t(count(dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i)
       v[size_t(i)] =
-          it->second(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
+          with_batch(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
     return int_result(dims, v);
   }
   if (op == "Neg") {

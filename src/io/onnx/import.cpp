@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/onnx/held.h"
 #include "io/onnx/node.h"
 #include "tensorgrad/core/logging.h"
 #include "tensorgrad/graph/graph.h"
@@ -304,34 +305,6 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what, cons
   }
 }
 
-// A rank-4 tensor with its axes permuted (out axis i = in axis perm[i]).
-Tensor permuted(const Tensor& t, const std::array<int, 4>& perm) {
-  const Shape s = t.shape();
-  Shape out{s[perm[0]], s[perm[1]], s[perm[2]], s[perm[3]]};
-  Tensor r = Tensor::empty(out);
-  int64_t in_stride[4];
-  in_stride[3] = 1;
-  for (int d = 2; d >= 0; --d) in_stride[d] = in_stride[d + 1] * s[d + 1];
-  const float* src = t.data<float>();
-  float* dst = r.data<float>();
-  int64_t i = 0;
-  for (int64_t a = 0; a < out[0]; ++a)
-    for (int64_t b = 0; b < out[1]; ++b)
-      for (int64_t c = 0; c < out[2]; ++c)
-        for (int64_t d = 0; d < out[3]; ++d)
-          dst[i++] =
-              src[a * in_stride[perm[0]] + b * in_stride[perm[1]] + c * in_stride[perm[2]] + d * in_stride[perm[3]]];
-  return r;
-}
-
-// A constant of rank <= 4 with leading 1s up to rank 4 (NumPy's
-// broadcasting aligns it so against an NCHW image).
-Tensor padded_to_4(const Tensor& t) {
-  std::vector<int64_t> dims(size_t(4 - t.shape().rank()), 1);
-  for (int d = 0; d < t.shape().rank(); ++d) dims.push_back(t.shape()[d]);
-  return t.reshape(Shape(dims));
-}
-
 std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
   std::string s;
   for (char c : raw) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
@@ -343,15 +316,17 @@ std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
 }
 
 // A value of the graph as the importer holds it: computed by the model (an
-// activation) or known at import. An activation is held with the batch
-// first and its other axes in some order: held axis i is the file's axis
-// perm[i] (empty: the file's order). So NCHW images run as NHWC, and a
-// Transpose that moves the batch (a sequence-first recurrent layer's input)
-// is only a relabelling.
+// activation) or known at import. An activation's engine tensor has the
+// batch first; the file's view of it is `perm` (every file axis one held
+// axis: held axis i is file axis perm[i]; empty, the file's order) or, when
+// file axes merge held axes, `groups` (io/onnx/held.h). So NCHW images run
+// as NHWC, a Transpose that moves the batch only relabels, and attention's
+// {L, B * heads, d} is the held {B, L, heads, d}.
 struct Held {
   bool is_activation = false;
   nn::SymbolicTensor x;
   std::vector<int64_t> perm;
+  Groups groups;
   Constant constant;
   bool from_file = false;  // an initializer (trainable unless frozen)
   // Zeros whose shape holds the batch (the initial states an exporter makes
@@ -365,23 +340,55 @@ std::vector<int64_t> identity_perm(int64_t rank) {
   return p;
 }
 
-// The file's dimensions of an activation, the batch as kBatch.
-std::vector<int64_t> file_dims(const Held& h) {
-  const Shape s = h.x.shape();
-  const std::vector<int64_t> perm = h.perm.empty() ? identity_perm(s.rank() + 1) : h.perm;
-  std::vector<int64_t> d(perm.size());
-  d[size_t(perm[0])] = kBatch;
-  for (size_t i = 1; i < perm.size(); ++i) d[size_t(perm[i])] = s[int(i) - 1];
+Groups groups_of(const Held& h) {
+  if (!h.groups.empty()) return h.groups;
+  return h.perm.empty() ? identity_groups(h.x.shape().rank() + 1) : groups_from_perm(h.perm);
+}
+
+// The held dims, the batch's (held[0]) as 1.
+std::vector<int64_t> held_dims(const nn::SymbolicTensor& x) {
+  std::vector<int64_t> d{1};
+  for (int i = 0; i < x.shape().rank(); ++i) d.push_back(x.shape()[i]);
   return d;
 }
 
-// Whether `perm` holds the file's axes in order but for the batch, moved first.
-bool batch_moved(const std::vector<int64_t>& perm) {
-  for (size_t i = 1, next = 0; i < perm.size(); ++i, ++next) {
-    if (int64_t(next) == perm[0]) ++next;
-    if (perm[i] != int64_t(next)) return false;
+// The file's dimensions of an activation, batch multiples coded.
+std::vector<int64_t> file_dims(const Held& h) { return onnx_import::file_dims(groups_of(h), held_dims(h.x)); }
+
+// Sets the view of h.x to `g`, as a perm when every group is one held axis.
+void set_view(Held& h, const Groups& g) {
+  const int64_t held_rank = h.x.shape().rank() + 1;
+  std::vector<int64_t> perm;
+  h.perm.clear();
+  h.groups.clear();
+  if (!singleton_perm(g, held_rank, &perm)) h.groups = g;
+  else if (perm != identity_perm(held_rank)) h.perm = perm;
+}
+
+// Whether the file sees the held tensor as it is.
+bool canonical(const Held& h) { return h.perm.empty() && h.groups.empty(); }
+
+// A constant of rank <= r broadcast against a tensor the file sees with
+// rank r, made for the held tensor whose held axis i is file axis perm[i].
+Tensor held_constant(const Tensor& t, const std::vector<int64_t>& perm) {
+  const int r = int(perm.size());
+  std::vector<int64_t> file(size_t(r - t.shape().rank()), 1);
+  for (int d = 0; d < t.shape().rank(); ++d) file.push_back(t.shape()[d]);
+  std::vector<int64_t> held(perm.size()), stride(perm.size());
+  for (int i = 0; i < r; ++i) held[size_t(i)] = file[size_t(perm[size_t(i)])];
+  int64_t s = 1;
+  for (int j = r - 1; j >= 0; --j) stride[size_t(j)] = s, s *= file[size_t(j)];
+  Tensor out = Tensor::empty(Shape(held));
+  const float* src = t.data<float>();
+  float* dst = out.data<float>();
+  std::vector<int64_t> idx(perm.size(), 0);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    int64_t from = 0;
+    for (int i = 0; i < r; ++i) from += idx[size_t(i)] * stride[size_t(perm[size_t(i)])];
+    dst[k] = src[from];
+    for (int i = r - 1; i >= 0 && ++idx[size_t(i)] == held[size_t(i)]; --i) idx[size_t(i)] = 0;
   }
-  return true;
+  return out;
 }
 
 // The model in `bytes`; `path` names it in messages ('<memory>' for
@@ -467,6 +474,95 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
     return converted[key] = (*layer)(x);
   };
+  // A layer of the importer's own making on held tensors.
+  auto own_layer = [&](std::shared_ptr<NodeSpec> spec, const std::vector<nn::SymbolicTensor>& xs) {
+    auto layer = std::make_shared<OnnxNode>(spec);
+    layer->set_name(layer_name(spec->node_name, taken));
+    try {
+      return xs.size() == 1 ? (*layer)(xs[0]) : (*layer)(xs);
+    } catch (const ShapeError& e) {
+      throw FormatError("load_onnx: " + spec->where() + ": its inputs' shapes do not fit it: " + e.what());
+    }
+  };
+  // x with its held axes reordered: held axis i of the result is held axis order[i] of x.
+  auto held_transpose = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& order) {
+    if (order == identity_perm(int64_t(order.size()))) return x;
+    auto key = std::make_pair(name + "#held", order);
+    if (auto it = converted.find(key); it != converted.end()) return it->second;
+    auto spec = std::make_shared<NodeSpec>();
+    spec->op_type = "Transpose";
+    spec->node_name = name + "_transposed";
+    spec->opset = opset;
+    spec->attrs["perm"].set = true;
+    spec->attrs["perm"].ints = order;
+    spec->slots.push_back(-1);
+    return converted[key] = own_layer(spec, {x});
+  };
+  // A view of x with the held dims `dims` (without the batch).
+  auto held_reshape = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& dims) {
+    auto spec = std::make_shared<NodeSpec>();
+    spec->op_type = "Reshape";
+    spec->node_name = name + "_view";
+    spec->opset = opset;
+    IntValue target{{int64_t(dims.size()) + 1}, {kBatch}};
+    target.v.insert(target.v.end(), dims.begin(), dims.end());
+    spec->int_inputs[1] = target;
+    spec->slots.push_back(-1);
+    return own_layer(spec, {x});
+  };
+  // h's held tensor with the file axes `tail` (negative: from the end) last,
+  // in that order, each one held axis; the other held axes first (in the
+  // file's order when `front_file_order`, else as held), the batch first.
+  struct Arranged {
+    nn::SymbolicTensor x;
+    Groups groups;
+  };
+  auto arrange = [&](const Held& h, const std::string& name, std::vector<int64_t> tail, bool front_file_order,
+                     const NodeSpec& at) {
+    const Groups g = groups_of(h);
+    const std::vector<int64_t> dims = held_dims(h.x);
+    const int64_t r = int64_t(g.size());
+    for (int64_t& t : tail) t = t < 0 ? t + r : t;
+    auto in_tail = [&](int64_t a) {
+      for (int64_t t : tail)
+        if (std::find(g[size_t(t)].begin(), g[size_t(t)].end(), a) != g[size_t(t)].end()) return true;
+      return false;
+    };
+    std::vector<int64_t> order;
+    if (front_file_order) {
+      for (int64_t j = 0; j < r; ++j)
+        if (std::find(tail.begin(), tail.end(), j) == tail.end()) order.insert(order.end(), g[size_t(j)].begin(), g[size_t(j)].end());
+    } else {
+      for (int64_t a = 0; a < int64_t(dims.size()); ++a)
+        if (!in_tail(a)) order.push_back(a);
+    }
+    if (order.empty() || order[0] != 0)
+      throw unsupported(at, "an op along an axis that holds the batch, or after axes the batch follows");
+    const size_t front = order.size();
+    std::vector<int64_t> new_dims;
+    for (size_t i = 1; i < front; ++i) new_dims.push_back(dims[size_t(order[i])]);
+    bool merge = false;
+    for (int64_t t : tail) {
+      int64_t p = 1;
+      for (int64_t a : g[size_t(t)]) p *= dims[size_t(a)], order.push_back(a);
+      merge = merge || g[size_t(t)].size() != 1;
+      new_dims.push_back(p);
+    }
+    Arranged out;
+    out.x = held_transpose(name, h.x, order);
+    if (merge) out.x = held_reshape(name, out.x, new_dims);
+    out.groups.resize(size_t(r));
+    for (int64_t j = 0; j < r; ++j) {
+      const auto t = std::find(tail.begin(), tail.end(), j);
+      if (t != tail.end()) {
+        out.groups[size_t(j)] = {int64_t(front) + (t - tail.begin())};
+      } else {
+        for (int64_t a : g[size_t(j)])
+          out.groups[size_t(j)].push_back(std::find(order.begin(), order.begin() + int64_t(front), a) - order.begin());
+      }
+    }
+    return out;
+  };
   for (int k = 0; k < graph.node_size(); ++k) {
     const onnx::NodeProto& node = graph.node(k);
     auto spec = std::make_shared<NodeSpec>();
@@ -529,7 +625,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
           throw unsupported(*spec, "a Dropout in training mode (training_mode true or computed)");
       }
       if (spec->int_attr("is_test", 1) == 0 && opset < 7) throw unsupported(*spec, "a Dropout with is_test = 0");
-      n_inputs = 1;
+      n_inputs = std::min(n_inputs, 1);
     }
     for (int i = 0; i < n_inputs; ++i) {
       const std::string& name = node.input(i);
@@ -600,7 +696,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       std::vector<const Constant*> in;
       for (const Held* h : operands) in.push_back(h ? &h->constant : nullptr);
       if (op == "ConstantOfShape" && in.at(0) && in[0]->is_int &&
-          std::find(in[0]->ints.v.begin(), in[0]->ints.v.end(), kBatch) != in[0]->ints.v.end()) {
+          std::any_of(in[0]->ints.v.begin(), in[0]->ints.v.end(), is_batch)) {
         if (spec->has_attr("value") && spec->attrs.at("value").tensor_value != 0.0)
           throw unsupported(*spec, "a constant whose shape depends on the batch size, not zeros");
         Held h;
@@ -618,93 +714,195 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       continue;
     }
     if (op == "Transpose") {
-      // A relabelling of the held axes: new file axis j is old file axis p[j].
+      // A relabelling: new file axis j is old file axis p[j].
       const Held& in = *arg_held.at(0);
-      const int64_t rank = in.x.shape().rank() + 1;
+      const Groups g = groups_of(in);
       std::vector<int64_t> p = spec->ints("perm", -1);
       if (p.empty())
-        for (int64_t d = rank - 1; d >= 0; --d) p.push_back(d);
+        for (int64_t d = int64_t(g.size()) - 1; d >= 0; --d) p.push_back(d);
       std::vector<int64_t> sorted = p;
       std::sort(sorted.begin(), sorted.end());
-      if (sorted != identity_perm(rank))
+      if (sorted != identity_perm(int64_t(g.size())))
         throw FormatError("load_onnx: " + spec->where() + ": perm is not a permutation of its input's axes");
-      std::vector<int64_t> inverse(p.size()), held = in.perm.empty() ? identity_perm(rank) : in.perm;
-      for (size_t j = 0; j < p.size(); ++j) inverse[size_t(p[j])] = int64_t(j);
-      for (int64_t& axis : held) axis = inverse[size_t(axis)];
+      Groups moved;
+      for (int64_t j : p) moved.push_back(g[size_t(j)]);
       Held h = in;
-      h.perm = held == identity_perm(rank) ? std::vector<int64_t>{} : held;
+      set_view(h, moved);
       values[node.output(0)] = std::move(h);
       continue;
     }
-    if ((op == "Squeeze" || op == "Unsqueeze" || op == "Reshape") && !arg_held.at(0)->perm.empty() &&
-        arg_held[0]->perm[0] != 0 && batch_moved(arg_held[0]->perm)) {
-      // On a tensor whose batch is not the file's first axis: the file's
-      // result shape, held with the batch first, when the axes before the
-      // batch keep their elements.
-      const std::vector<int64_t> in_dims = file_dims(*arg_held[0]);
+    const bool merged = std::any_of(arg_held.begin(), arg_held.end(), [](const Held* h) { return !h->groups.empty(); });
+    const bool batch_off_first = std::any_of(arg_held.begin(), arg_held.end(), [](const Held* h) {
+      return !h->groups.empty() || (!h->perm.empty() && h->perm[0] != 0);
+    });
+    if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
+      // The file's result shape, batch multiples coded; a view of the held
+      // tensor when it regroups its axes (io/onnx/held.h).
+      const Held& in = *arg_held.at(0);
+      const std::vector<int64_t> in_dims = file_dims(in);
       std::vector<int64_t> out;
       if (op == "Reshape") {
         const std::vector<int64_t> t = spec->ints("shape", 1);
-        int64_t known = 1, infer = -1, row = 1;
-        for (int64_t d : in_dims) row *= d == kBatch ? 1 : d;
+        int64_t in_total = 1, known = 1, infer = -1;
+        bool target_batch = false;
+        for (int64_t d : in_dims) in_total = checked_mul(in_total, is_batch(d) ? batch_factor(d) : d, *spec);
         for (size_t i = 0; i < t.size(); ++i) {
-          const int64_t d = t[i] == 0 && i < in_dims.size() ? in_dims[i] : t[i];
-          if (d == -1)
-            infer = int64_t(i);
-          else if (d != kBatch)
-            known = checked_mul(known, d, *spec);
+          const int64_t d = t[i] == 0 && spec->int_attr("allowzero", 0) == 0 && i < in_dims.size() ? in_dims[i] : t[i];
+          if (d == -1) infer = int64_t(i);
+          else if (d < 0 && !is_batch(d)) throw FormatError("load_onnx: " + spec->where() + ": a dimension " + std::to_string(d));
+          else known = checked_mul(known, is_batch(d) ? batch_factor(d) : d, *spec);
+          target_batch = target_batch || is_batch(d);
           out.push_back(d);
         }
-        if (infer >= 0) out[size_t(infer)] = known > 0 ? row / known : 0;
+        if (infer >= 0) {
+          if (known <= 0 || in_total % known != 0) throw unsupported(*spec, "a reshape that changes the element count");
+          out[size_t(infer)] = target_batch ? in_total / known : batch_times(in_total / known);
+        }
       } else {
         std::vector<int64_t> axes = spec->ints("axes", 1);
         const int64_t r = int64_t(in_dims.size()) + (op == "Unsqueeze" ? int64_t(axes.size()) : 0);
-        for (int64_t& a : axes) a = a < 0 ? a + r : a;
+        for (int64_t& ax : axes) ax = ax < 0 ? ax + r : ax;
         out = in_dims;
         if (op == "Squeeze") {
+          if (axes.empty())
+            for (int64_t i = 0; i < int64_t(out.size()); ++i)
+              if (out[size_t(i)] == 1) axes.push_back(i);
           std::sort(axes.rbegin(), axes.rend());
-          for (int64_t a : axes) {
-            if (a < 0 || a >= int64_t(out.size()) || out[size_t(a)] != 1)
+          for (int64_t ax : axes) {
+            if (ax < 0 || ax >= int64_t(out.size()) || out[size_t(ax)] != 1)
               throw unsupported(*spec, "squeezing an axis whose size is not 1");
-            out.erase(out.begin() + a);
+            out.erase(out.begin() + ax);
           }
         } else {
           std::sort(axes.begin(), axes.end());
-          for (int64_t a : axes) {
-            if (a < 0 || a > int64_t(out.size())) throw unsupported(*spec, "an axis out of range");
-            out.insert(out.begin() + a, 1);
+          for (int64_t ax : axes) {
+            if (ax < 0 || ax > int64_t(out.size())) throw unsupported(*spec, "an axis out of range");
+            out.insert(out.begin() + ax, 1);
           }
         }
       }
-      auto prefix = [](const std::vector<int64_t>& d) {
-        int64_t p = 1;
-        for (int64_t x : d) {
-          if (x == kBatch) return p;
-          p *= x;
+      // The file's own target holds a batch multiple, or the batch off the first axis.
+      const std::vector<int64_t> raw = op == "Reshape" ? spec->ints("shape", 1) : std::vector<int64_t>{};
+      bool coded_target = false;
+      for (size_t i = 0; i < raw.size(); ++i) coded_target = coded_target || (is_batch(raw[i]) && (i != 0 || raw[i] != kBatch));
+      if (!canonical(in) || coded_target) {
+        Regrouped r;
+        if (std::count_if(out.begin(), out.end(), is_batch) != 1 || !regroup(groups_of(in), held_dims(in.x), out, r))
+          throw unsupported(*spec, "a reshape that moves elements across the batch axis");
+        Held h;
+        h.is_activation = true;
+        h.x = in.x;
+        const std::vector<int64_t> before = held_dims(in.x);
+        if (r.held_dims != std::vector<int64_t>(before.begin() + 1, before.end()))
+          h.x = held_reshape(spec->node_name, in.x, r.held_dims);
+        set_view(h, r.groups);
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
+    }
+    if (batch_off_first) {
+      // Ops on a tensor whose batch is not the file's first axis, or is
+      // merged with another: done on the held tensor where the op allows.
+      const bool weight_matmul = (op == "MatMul" || op == "Gemm") && args.size() == 1 && spec->slots.size() >= 2 &&
+                                 spec->slots[0] == -1 && spec->slots[1] >= 0 && spec->int_attr("transA", 0) == 0 &&
+                                 spec->weights[size_t(spec->slots[1])].second.shape().rank() == 2;
+      const bool last_axis_softmax =
+          (op == "Softmax" || op == "LogSoftmax") &&
+          (spec->int_attr("axis", opset < 13 ? 1 : -1) == -1 ||
+           spec->int_attr("axis", opset < 13 ? 1 : -1) == int64_t(groups_of(*arg_held[0]).size()) - 1);
+      if (weight_matmul || last_axis_softmax) {
+        // Row by row over the file's last axis: that axis made the held tensor's last.
+        const Arranged in = arrange(*arg_held[0], arg_names[0], {-1}, false, *spec);
+        auto row_spec = std::make_shared<NodeSpec>(*spec);
+        if (last_axis_softmax) row_spec->attrs["axis"] = Attr{.i = -1, .set = true}, row_spec->opset = 13;
+        Held h;
+        h.is_activation = true;
+        h.x = own_layer(row_spec, {in.x});
+        set_view(h, in.groups);
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
+      if (op == "MatMul" && args.size() == 2 && groups_of(*arg_held[0]).size() >= 3 &&
+          groups_of(*arg_held[0]).size() == groups_of(*arg_held[1]).size()) {
+        // Batched: each operand as {leading held axes..., rows, columns}.
+        const Arranged l = arrange(*arg_held[0], arg_names[0], {-2, -1}, true, *spec);
+        const Arranged r = arrange(*arg_held[1], arg_names[1], {-2, -1}, true, *spec);
+        std::vector<int64_t> ld = held_dims(l.x), rd = held_dims(r.x);
+        if (ld.size() != rd.size() || !std::equal(ld.begin() + 1, ld.end() - 2, rd.begin() + 1))
+          throw unsupported(*spec, "batched operands whose leading axes differ");
+        Held h;
+        h.is_activation = true;
+        h.x = own_layer(std::make_shared<NodeSpec>(*spec), {l.x, r.x});
+        set_view(h, l.groups);
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
+      if (op == "Slice") {
+        // Along file axes that are single held axes other than the batch.
+        const Held& in = *arg_held[0];
+        const Groups g = groups_of(in);
+        std::vector<int64_t> axes = spec->ints("axes", 3);
+        const std::vector<int64_t> starts = spec->ints("starts", 1), ends = spec->ints("ends", 2),
+                                   steps = spec->ints("steps", 4);
+        if (axes.empty())
+          for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+        if (ends.size() != starts.size() || axes.size() != starts.size() ||
+            (!steps.empty() && steps.size() != starts.size()))
+          throw FormatError("load_onnx: " + spec->where() + ": starts, ends, axes and steps of different lengths");
+        auto held_spec = std::make_shared<NodeSpec>(*spec);
+        held_spec->opset = 13;
+        held_spec->attrs.clear();
+        held_spec->int_inputs.clear();
+        IntValue s_v{{int64_t(starts.size())}, starts}, e_v{{int64_t(ends.size())}, ends}, a_v{{int64_t(axes.size())}, {}};
+        for (int64_t ax : axes) {
+          const int64_t j = ax < 0 ? ax + int64_t(g.size()) : ax;
+          if (j < 0 || j >= int64_t(g.size()) || g[size_t(j)].size() != 1 || g[size_t(j)][0] == 0)
+            throw unsupported(*spec, "a Slice along an axis merged with others or with the batch");
+          a_v.v.push_back(g[size_t(j)][0]);
         }
-        return int64_t(-1);
-      };
-      if (std::count(out.begin(), out.end(), kBatch) != 1 || prefix(out) != prefix(in_dims))
-        throw unsupported(*spec, "a reshape that moves elements across the batch axis");
-      const int64_t b = std::find(out.begin(), out.end(), kBatch) - out.begin();
-      auto reshape = std::make_shared<NodeSpec>(*spec);
-      reshape->op_type = "Reshape";
-      reshape->attrs.clear();
-      reshape->int_inputs.clear();
-      IntValue target{{}, {kBatch}};
-      std::vector<int64_t> perm{b};
-      for (int64_t i = 0; i < int64_t(out.size()); ++i)
-        if (i != b) target.v.push_back(out[size_t(i)]), perm.push_back(i);
-      target.dims = {int64_t(target.v.size())};
-      reshape->int_inputs[1] = target;
-      auto layer = std::make_shared<OnnxNode>(reshape);
-      layer->set_name(layer_name(spec->node_name, taken));
-      Held h;
-      h.is_activation = true;
-      h.x = (*layer)(args[0]);
-      h.perm = perm;
-      values[node.output(0)] = std::move(h);
-      continue;
+        held_spec->int_inputs[1] = s_v;
+        held_spec->int_inputs[2] = e_v;
+        held_spec->int_inputs[3] = a_v;
+        if (!steps.empty()) held_spec->int_inputs[4] = IntValue{{int64_t(steps.size())}, steps};
+        Held h;
+        h.is_activation = true;
+        h.x = own_layer(held_spec, {in.x});
+        set_view(h, g);
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
+      if (merged && kLayoutFree.count(op)) {
+        // Element-wise on tensors seen alike: the others held as the first; scalar constants only.
+        for (const auto& [name, w] : spec->weights)
+          if (w.numel() != 1) throw unsupported(*spec, "a constant against a tensor whose batch is merged with another axis");
+        const Groups g0 = groups_of(*arg_held[0]);
+        const std::vector<int64_t> d0 = held_dims(args[0]);
+        std::vector<nn::SymbolicTensor> aligned{args[0]};
+        for (size_t i = 1; i < args.size(); ++i) {
+          const Groups gi = groups_of(*arg_held[i]);
+          const std::vector<int64_t> di = held_dims(args[i]);
+          std::vector<int64_t> order(d0.size(), -1);  // order[held axis of the first] = held axis of this one
+          bool alike = gi.size() == g0.size() && di.size() == d0.size();
+          for (size_t j = 0; alike && j < g0.size(); ++j) {
+            alike = gi[j].size() == g0[j].size();
+            for (size_t k2 = 0; alike && k2 < g0[j].size(); ++k2) {
+              order[size_t(g0[j][k2])] = gi[j][k2];
+              alike = di[size_t(gi[j][k2])] == d0[size_t(g0[j][k2])];
+            }
+          }
+          if (!alike) throw unsupported(*spec, "inputs held in different layouts");
+          aligned.push_back(held_transpose(arg_names[i], args[i], order));
+        }
+        Held h;
+        h.is_activation = true;
+        h.x = own_layer(std::make_shared<NodeSpec>(*spec), aligned);
+        set_view(h, g0);
+        values[node.output(0)] = std::move(h);
+        continue;
+      }
+      if (merged)
+        throw unsupported(*spec, "an input whose batch is merged with another axis (read by MatMul, Gemm, Softmax, "
+                                 "Slice, Reshape, Transpose and element-wise ops)");
     }
     check_node(*spec);
     // Layouts: an image op reads NHWC; a recurrent op reads its sequence
@@ -751,15 +949,15 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     }
     if (op == "Conv") {  // {F, C, kh, kw} -> the engine's {kh, kw, C, F}
       Tensor& w = spec->weights[size_t(spec->slots[1])].second;
-      w = permuted(w, {2, 3, 1, 0});
+      w = held_constant(w, {2, 3, 1, 0});
     } else if (op == "LSTM" || op == "GRU") {
       recurrent_weights(*spec);
     } else if (!out_perm.empty() && kLayoutFree.count(op)) {
       for (auto& [name, w] : spec->weights)
         if (w.shape().rank() >= 1 && w.numel() > 1) {
-          if (out_perm.size() != 4 || w.shape().rank() > 4)
-            throw unsupported(*spec, "a constant against a tensor held in another layout");
-          w = permuted(padded_to_4(w), {int(out_perm[0]), int(out_perm[1]), int(out_perm[2]), int(out_perm[3])});
+          if (w.shape().rank() > int(out_perm.size()))
+            throw unsupported(*spec, "a constant of higher rank than the tensor it is applied to");
+          w = held_constant(w, out_perm);
         }
     }
     if (op == "BatchNormalization" && options.trainable) {
@@ -826,7 +1024,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     if (a == values.end() || !a->second.is_activation)
       throw ValueError("load_onnx: output '" + v.name() + "' is not computed from the inputs by a node read here");
     const std::vector<int64_t>& perm = a->second.perm;
-    if (!perm.empty() && perm[0] != 0)
+    if (!a->second.groups.empty() || (!perm.empty() && perm[0] != 0))
       throw ValueError("load_onnx: output '" + v.name() + "' has its batch on axis " + std::to_string(perm[0]) +
                        "; a model's outputs have the batch first");
     outputs.push_back(to_layout(v.name(), a->second.x, perm, {}, v.name()));

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 
+#include "io/onnx/held.h"
 #include "io/onnx/node.h"
 #include "tensorgrad/ops/gradients.h"
 
@@ -139,8 +140,9 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
   auto target_dims = [&](const std::vector<int64_t>& t) {
     std::vector<int64_t> d = t;
     for (size_t i = 0; i < d.size(); ++i)
-      if (d[i] == kBatch) {
-        if (i != 0 || n.constant_fold) throw unsupported(n, "a shape that moves the batch size off the first axis");
+      if (is_batch(d[i])) {
+        if (i != 0 || d[i] != kBatch || n.constant_fold)
+          throw unsupported(n, "a shape that moves the batch size off the first axis");
         d[i] = s0[0];
       }
     return d;
@@ -217,7 +219,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     for (size_t i = 0; i < target.size(); ++i) {
       int64_t d = target[i] == 0 && n.int_attr("allowzero", 0) == 0 ? s0[int(i)] : target[i];
       if (i == 0 && !n.constant_fold) d = s0[0];  // the batch: checked below
-      if (d == kBatch) throw unsupported(n, "a shape that moves the batch size off the first axis");
+      if (is_batch(d)) throw unsupported(n, "a shape that moves the batch size off the first axis");
       if (d == -1)
         infer = int64_t(i);
       else
@@ -320,7 +322,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       if (a < 0 || a >= rank) throw unsupported(n, "axis " + std::to_string(axes[i]) + " out of range");
       if (a == 0 && !n.constant_fold) {
         // The batch axis only whole, whatever the batch size.
-        if (starts[i] != 0 || (ends[i] < (int64_t(1) << 31) && ends[i] != kBatch))
+        if (starts[i] != 0 || (ends[i] < (int64_t(1) << 31) && !is_batch(ends[i])))
           throw unsupported(n, "a Slice of part of the batch axis");
         continue;
       }
@@ -458,6 +460,14 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     if (st.size() == 2) w.sh = st[0], w.sw = st[1];
     if (dl.size() == 2) w.dh = dl[0], w.dw = dl[1];
     if (pd.size() == 4) w.pad_top = pd[0], w.pad_left = pd[1], w.pad_bottom = pd[2], w.pad_right = pd[3];
+    constexpr int64_t kMaxWindow = int64_t(1) << 20;
+    for (int64_t v : {w.kh, w.kw, w.sh, w.sw, w.dh, w.dw})
+      if (v < 1 || v > kMaxWindow)
+        throw FormatError("load_onnx: " + n.where() + ": a kernel size, stride or dilation of " + std::to_string(v) +
+                          " (expected 1 to 2^20)");
+    for (int64_t v : {w.pad_top, w.pad_left, w.pad_bottom, w.pad_right})
+      if (v < 0 || v > kMaxWindow)
+        throw FormatError("load_onnx: " + n.where() + ": a padding of " + std::to_string(v) + " (expected 0 to 2^20)");
     const std::string auto_pad = n.string_attr("auto_pad", "NOTSET");
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       // The output has ceil(size / stride) pixels; the odd pixel of padding
@@ -631,12 +641,21 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
   if (op == "Gemm") {
     const bool trans_a = n.int_attr("transA", 0) != 0, trans_b = n.int_attr("transB", 0) != 0;
     const float alpha = n.float_attr("alpha", 1.0f), beta = n.float_attr("beta", 1.0f);
-    Value y = b.matmul(x[0], x[1], trans_a, trans_b);
+    // A tensor held with its rows on several axes (the importer keeps the
+    // batch apart from the axes merged with it): every axis but the last are rows.
+    const int64_t k = s0[rank - 1];
+    const Value a = rank == 2 || trans_a ? x[0] : b.reshape(x[0], Shape{s0.numel() / std::max<int64_t>(k, 1), k});
+    Value y = b.matmul(a, x[1], trans_a, trans_b);
     if (alpha != 1.0f) y = b.scale(y, alpha);
     if (x.size() > 2) {
       Value c = x[2];
       if (beta != 1.0f) c = b.scale(c, beta);
       y = b.add(y, c);
+    }
+    if (rank > 2 && !trans_a) {
+      Shape out = s0;
+      out.set(rank - 1, b.shape(y)[1]);
+      y = b.reshape(y, out);
     }
     return one(y);
   }
