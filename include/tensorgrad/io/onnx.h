@@ -24,14 +24,14 @@ struct OnnxOptions {
 
 /// A graph input or output as an ONNX file declares it.
 struct OnnxValueInfo {
-  std::string name;
+  std::string name;               ///< the value's name in the graph
   std::string type;               ///< ONNX's element type name ("FLOAT", "INT64", ...)
   std::vector<std::string> dims;  ///< each a size, or the symbolic name ("batch"), or "?"
 };
 
 /// An initializer of an ONNX file.
 struct OnnxTensorInfo {
-  std::string name;
+  std::string name;           ///< the initializer's name in the graph
   std::string type;           ///< ONNX's element type name
   std::vector<int64_t> dims;  ///< ONNX's order (outermost first)
   int64_t bytes = 0;          ///< of its data in the file (0 for external data)
@@ -40,10 +40,13 @@ struct OnnxTensorInfo {
 /// What an ONNX file holds, read without importing it (as
 /// onnx.helper.printable_graph summarizes a model).
 struct OnnxInfo {
-  int64_t ir_version = 0;
-  std::string producer_name, producer_version, graph_name;
-  int opset = 0;  ///< of ONNX's default domain
-  std::vector<OnnxValueInfo> inputs, outputs;  ///< inputs without the initializers listed as inputs
+  int64_t ir_version = 0;        ///< the ONNX IR version the file declares
+  std::string producer_name;     ///< e.g. "pytorch"
+  std::string producer_version;  ///< e.g. "1.13.0"
+  std::string graph_name;        ///< the graph's name
+  int opset = 0;                 ///< of ONNX's default domain
+  std::vector<OnnxValueInfo> inputs;   ///< the graph's inputs but the initializers listed as inputs
+  std::vector<OnnxValueInfo> outputs;  ///< the graph's outputs
   std::vector<std::pair<std::string, int>> op_counts;  ///< op type and node count, by op type
   std::vector<OnnxTensorInfo> initializers;           ///< in the file's order
 };
@@ -82,9 +85,11 @@ bool onnx_available();
 /// its first image op, keeps NHWC through the element-wise ops after it, and
 /// converts back before an op that reads the layout or at an output. A
 /// Transpose that moves the batch axis (a sequence-first LSTM's input, as
-/// PyTorch exports batch_first layers) only relabels axes; an op other than
-/// LSTM, GRU, a reshape that keeps the batch apart or an element-wise one
-/// on such a tensor is refused.
+/// PyTorch exports batch_first layers) only relabels axes, and a Reshape
+/// that folds the batch into another axis (attention's {L, B * heads, d})
+/// only regroups the held axes ({B, L, heads, d}); MatMul, Gemm, Softmax,
+/// Slice and element-wise ops run on such tensors as held, any other op on
+/// them is refused.
 ///
 /// Ops read: Conv (2-D, group 1; pads, strides, dilations, auto_pad),
 /// MaxPool, AveragePool (ceil_mode, count_include_pad), GlobalAveragePool,
@@ -123,7 +128,7 @@ bool onnx_available();
 nn::Model load_onnx(const std::string& path, const OnnxOptions& options = {});
 
 /// load_onnx of a model held in memory (the bytes of an ONNX file, as
-/// onnx.load_from_string reads them); messages name it '<memory>'. Throws
+/// onnx.load_from_string reads them); messages name it "&lt;memory&gt;". Throws
 /// as load_onnx, but no IOError.
 nn::Model parse_onnx(std::span<const uint8_t> bytes, const OnnxOptions& options = {});
 

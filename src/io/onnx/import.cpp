@@ -785,7 +785,10 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       const std::vector<int64_t> raw = op == "Reshape" ? spec->ints("shape", 1) : std::vector<int64_t>{};
       bool coded_target = false;
       for (size_t i = 0; i < raw.size(); ++i) coded_target = coded_target || (is_batch(raw[i]) && (i != 0 || raw[i] != kBatch));
-      if (!canonical(in) || coded_target) {
+      // A tensor the file sees batch first, its axes only reordered (NHWC),
+      // takes the file's order and the Reshape as written (below).
+      const bool batch_first_perm = in.groups.empty() && (in.perm.empty() || in.perm[0] == 0);
+      if (!batch_first_perm || coded_target) {
         Regrouped r;
         if (std::count_if(out.begin(), out.end(), is_batch) != 1 || !regroup(groups_of(in), held_dims(in.x), out, r))
           throw unsupported(*spec, "a reshape that moves elements across the batch axis");
