@@ -346,35 +346,28 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
   using Fn = std::function<int64_t(int64_t, int64_t)>;
   // x op y, refused as malformed when it overflows int64.
   auto overflow = [&] { return FormatError("load_onnx: " + n.where() + ": an int64 overflow"); };
-  const std::map<std::string, Fn> binary = {{"Add",
-                                             [&](int64_t x, int64_t y) {
-                                               int64_t r;
-                                               if (__builtin_add_overflow(x, y, &r)) throw overflow();
-                                               return r;
-                                             }},
-                                            {"Sub",
-                                             [&](int64_t x, int64_t y) {
-                                               int64_t r;
-                                               if (__builtin_sub_overflow(x, y, &r)) throw overflow();
-                                               return r;
-                                             }},
-                                            {"Mul",
-                                             [&](int64_t x, int64_t y) {
-                                               int64_t r;
-                                               if (__builtin_mul_overflow(x, y, &r)) throw overflow();
-                                               return r;
-                                             }},
-                                            {"Div",
-                                             [&](int64_t x, int64_t y) {
-                                               if (y == -1 && x == std::numeric_limits<int64_t>::min())
-                                                 throw overflow();
-                                               return y == 0 ? int64_t(0) : x / y;
-                                             }},
-                                            {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
-                                            {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
-                                            {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
-                                            {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
-                                            {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
+  // One checked op: `op` says whether x op y overflowed, writing it to r.
+  auto checked = [&](bool (*op)(int64_t, int64_t, int64_t*)) {
+    return Fn([&, op](int64_t x, int64_t y) {
+      int64_t r;
+      if (op(x, y, &r)) throw overflow();
+      return r;
+    });
+  };
+  const std::map<std::string, Fn> binary = {
+      {"Add", checked([](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); })},
+      {"Sub", checked([](int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); })},
+      {"Mul", checked([](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); })},
+      {"Div",
+       [&](int64_t x, int64_t y) {
+         if (y == -1 && x == std::numeric_limits<int64_t>::min()) throw overflow();
+         return y == 0 ? int64_t(0) : x / y;
+       }},
+      {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
+      {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
+      {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
+      {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
+      {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
   if (auto it = binary.find(op); it != binary.end()) {
     const IntValue& b = ints_of(1);
     // The batch size B may be multiplied by a positive number, the product

@@ -59,8 +59,10 @@ inline std::vector<int64_t> file_dims(const Groups& g, const std::vector<int64_t
     int64_t p = 1;
     bool batch = false;
     for (int64_t a : group) {
-      if (a == 0) batch = true;
-      else p *= held[size_t(a)];
+      if (a == 0)
+        batch = true;
+      else
+        p *= held[size_t(a)];
     }
     d.push_back(batch ? batch_times(p) : p);
   }

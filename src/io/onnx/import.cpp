@@ -361,12 +361,12 @@ void set_view(Held& h, const Groups& g) {
   std::vector<int64_t> perm;
   h.perm.clear();
   h.groups.clear();
-  if (!singleton_perm(g, held_rank, &perm)) h.groups = g;
-  else if (perm != identity_perm(held_rank)) h.perm = perm;
+  if (!singleton_perm(g, held_rank, &perm))
+    h.groups = g;
+  else if (perm != identity_perm(held_rank))
+    h.perm = perm;
 }
 
-// Whether the file sees the held tensor as it is.
-bool canonical(const Held& h) { return h.perm.empty() && h.groups.empty(); }
 
 // A constant of rank <= r broadcast against a tensor the file sees with
 // rank r, made for the held tensor whose held axis i is file axis perm[i].
@@ -452,42 +452,24 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
   std::set<std::string> taken;
   std::map<std::string, std::string> not_given;  // outputs the lowerings do not give (Dropout's mask), by node
   std::map<std::pair<std::string, std::vector<int64_t>>, nn::SymbolicTensor> converted;
-  // Activation `name` (held as `from`) held as `to`, by one Transpose layer
-  // made the first time it is asked for.
-  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, std::vector<int64_t> from,
-                       std::vector<int64_t> to, const std::string& layer_as = "") {
-    const int64_t rank = x.shape().rank() + 1;
-    if (from.empty()) from = identity_perm(rank);
-    if (to.empty()) to = identity_perm(rank);
-    if (from == to) return x;
-    auto key = std::make_pair(name, to);
-    if (auto it = converted.find(key); it != converted.end()) return it->second;
-    auto spec = std::make_shared<NodeSpec>();
-    spec->op_type = "Transpose";
-    spec->node_name = name + "_transposed";
-    spec->opset = opset;
-    spec->attrs["perm"].set = true;
-    for (int64_t axis : to)
-      spec->attrs["perm"].ints.push_back(std::find(from.begin(), from.end(), axis) - from.begin());
-    spec->slots.push_back(-1);
+  // A layer of the importer's own making on held tensors, named `as` (or its node's name).
+  auto own_layer = [&](std::shared_ptr<NodeSpec> spec, const std::vector<nn::SymbolicTensor>& xs,
+                       const std::string& as = "") {
     auto layer = std::make_shared<OnnxNode>(spec);
-    layer->set_name(layer_name(layer_as.empty() ? spec->node_name : layer_as, taken));
-    return converted[key] = (*layer)(x);
-  };
-  // A layer of the importer's own making on held tensors.
-  auto own_layer = [&](std::shared_ptr<NodeSpec> spec, const std::vector<nn::SymbolicTensor>& xs) {
-    auto layer = std::make_shared<OnnxNode>(spec);
-    layer->set_name(layer_name(spec->node_name, taken));
+    layer->set_name(layer_name(as.empty() ? spec->node_name : as, taken));
     try {
       return xs.size() == 1 ? (*layer)(xs[0]) : (*layer)(xs);
     } catch (const ShapeError& e) {
       throw FormatError("load_onnx: " + spec->where() + ": its inputs' shapes do not fit it: " + e.what());
     }
   };
-  // x with its held axes reordered: held axis i of the result is held axis order[i] of x.
-  auto held_transpose = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& order) {
+  // Activation `name` (x) with its held axes reordered: held axis i of the
+  // result is held axis order[i] of x; one Transpose layer, made the first
+  // time it is asked for.
+  auto held_transpose = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& order,
+                            const std::string& as = "") {
     if (order == identity_perm(int64_t(order.size()))) return x;
-    auto key = std::make_pair(name + "#held", order);
+    auto key = std::make_pair(name, order);
     if (auto it = converted.find(key); it != converted.end()) return it->second;
     auto spec = std::make_shared<NodeSpec>();
     spec->op_type = "Transpose";
@@ -496,7 +478,18 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     spec->attrs["perm"].set = true;
     spec->attrs["perm"].ints = order;
     spec->slots.push_back(-1);
-    return converted[key] = own_layer(spec, {x});
+    return converted[key] = own_layer(spec, {x}, as);
+  };
+  // Activation `name` held as `from` (held axis i is file axis from[i];
+  // empty, the file's order) held as `to` instead.
+  auto to_layout = [&](const std::string& name, const nn::SymbolicTensor& x, std::vector<int64_t> from,
+                       std::vector<int64_t> to, const std::string& as = "") {
+    const int64_t rank = x.shape().rank() + 1;
+    if (from.empty()) from = identity_perm(rank);
+    if (to.empty()) to = identity_perm(rank);
+    std::vector<int64_t> order;
+    for (int64_t axis : to) order.push_back(std::find(from.begin(), from.end(), axis) - from.begin());
+    return held_transpose(name, x, order, as);
   };
   // A view of x with the held dims `dims` (without the batch).
   auto held_reshape = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& dims) {
@@ -531,7 +524,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     std::vector<int64_t> order;
     if (front_file_order) {
       for (int64_t j = 0; j < r; ++j)
-        if (std::find(tail.begin(), tail.end(), j) == tail.end()) order.insert(order.end(), g[size_t(j)].begin(), g[size_t(j)].end());
+        if (std::find(tail.begin(), tail.end(), j) == tail.end())
+          order.insert(order.end(), g[size_t(j)].begin(), g[size_t(j)].end());
     } else {
       for (int64_t a = 0; a < int64_t(dims.size()); ++a)
         if (!in_tail(a)) order.push_back(a);
@@ -748,9 +742,12 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         for (int64_t d : in_dims) in_total = checked_mul(in_total, is_batch(d) ? batch_factor(d) : d, *spec);
         for (size_t i = 0; i < t.size(); ++i) {
           const int64_t d = t[i] == 0 && spec->int_attr("allowzero", 0) == 0 && i < in_dims.size() ? in_dims[i] : t[i];
-          if (d == -1) infer = int64_t(i);
-          else if (d < 0 && !is_batch(d)) throw FormatError("load_onnx: " + spec->where() + ": a dimension " + std::to_string(d));
-          else known = checked_mul(known, is_batch(d) ? batch_factor(d) : d, *spec);
+          if (d == -1)
+            infer = int64_t(i);
+          else if (d < 0 && !is_batch(d))
+            throw FormatError("load_onnx: " + spec->where() + ": a dimension " + std::to_string(d));
+          else
+            known = checked_mul(known, is_batch(d) ? batch_factor(d) : d, *spec);
           target_batch = target_batch || is_batch(d);
           out.push_back(d);
         }
@@ -784,7 +781,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       // The file's own target holds a batch multiple, or the batch off the first axis.
       const std::vector<int64_t> raw = op == "Reshape" ? spec->ints("shape", 1) : std::vector<int64_t>{};
       bool coded_target = false;
-      for (size_t i = 0; i < raw.size(); ++i) coded_target = coded_target || (is_batch(raw[i]) && (i != 0 || raw[i] != kBatch));
+      for (size_t i = 0; i < raw.size(); ++i)
+        coded_target = coded_target || (is_batch(raw[i]) && (i != 0 || raw[i] != kBatch));
       // A tensor the file sees batch first, its axes only reordered (NHWC),
       // takes the file's order and the Reshape as written (below).
       const bool batch_first_perm = in.groups.empty() && (in.perm.empty() || in.perm[0] == 0);
@@ -817,7 +815,13 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         // Row by row over the file's last axis: that axis made the held tensor's last.
         const Arranged in = arrange(*arg_held[0], arg_names[0], {-1}, false, *spec);
         auto row_spec = std::make_shared<NodeSpec>(*spec);
-        if (last_axis_softmax) row_spec->attrs["axis"] = Attr{.i = -1, .set = true}, row_spec->opset = 13;
+        if (last_axis_softmax) {
+          Attr last;
+          last.i = -1;
+          last.set = true;
+          row_spec->attrs["axis"] = last;
+          row_spec->opset = 13;
+        }
         Held h;
         h.is_activation = true;
         h.x = own_layer(row_spec, {in.x});
@@ -856,7 +860,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         held_spec->opset = 13;
         held_spec->attrs.clear();
         held_spec->int_inputs.clear();
-        IntValue s_v{{int64_t(starts.size())}, starts}, e_v{{int64_t(ends.size())}, ends}, a_v{{int64_t(axes.size())}, {}};
+        IntValue s_v{{int64_t(starts.size())}, starts}, e_v{{int64_t(ends.size())}, ends},
+            a_v{{int64_t(axes.size())}, {}};
         for (int64_t ax : axes) {
           const int64_t j = ax < 0 ? ax + int64_t(g.size()) : ax;
           if (j < 0 || j >= int64_t(g.size()) || g[size_t(j)].size() != 1 || g[size_t(j)][0] == 0)
@@ -877,7 +882,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       if (merged && kLayoutFree.count(op)) {
         // Element-wise on tensors seen alike: the others held as the first; scalar constants only.
         for (const auto& [name, w] : spec->weights)
-          if (w.numel() != 1) throw unsupported(*spec, "a constant against a tensor whose batch is merged with another axis");
+          if (w.numel() != 1)
+            throw unsupported(*spec, "a constant against a tensor whose batch is merged with another axis");
         const Groups g0 = groups_of(*arg_held[0]);
         const std::vector<int64_t> d0 = held_dims(args[0]);
         std::vector<nn::SymbolicTensor> aligned{args[0]};
@@ -904,8 +910,9 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         continue;
       }
       if (merged)
-        throw unsupported(*spec, "an input whose batch is merged with another axis (read by MatMul, Gemm, Softmax, "
-                                 "Slice, Reshape, Transpose and element-wise ops)");
+        throw unsupported(*spec,
+                          "an input whose batch is merged with another axis (read by MatMul, Gemm, Softmax, "
+                          "Slice, Reshape, Transpose and element-wise ops)");
     }
     check_node(*spec);
     // Layouts: an image op reads NHWC; a recurrent op reads its sequence
