@@ -12,6 +12,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_tensors.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -390,34 +392,6 @@ TEST(Onnx, MalformedAndUnsupportedFilesAreTypedErrors) {
 
 namespace {
 
-// A stored tensor: float32 as it is, int64 (token ids) as int32; other types undefined.
-Tensor read_tensor_pb(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  onnx::TensorProto t;
-  if (!t.ParseFromIstream(&in)) return Tensor();
-  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  if (t.data_type() == onnx::TensorProto::INT64) {
-    std::vector<int32_t> v;
-    for (size_t i = 0; i + 8 <= t.raw_data().size(); i += 8) {
-      int64_t x;
-      std::memcpy(&x, t.raw_data().data() + i, 8);
-      v.push_back(int32_t(x));
-    }
-    for (int64_t x : t.int64_data()) v.push_back(int32_t(x));
-    return Tensor::from_vector(std::span<const int32_t>(v), Shape(dims));
-  }
-  if (t.data_type() != onnx::TensorProto::FLOAT) return Tensor();
-  Tensor out = Tensor::empty(Shape(dims));
-  if (!t.raw_data().empty()) {
-    if (t.raw_data().size() != size_t(out.numel()) * 4) return Tensor();
-    std::memcpy(out.data<float>(), t.raw_data().data(), t.raw_data().size());
-  } else {
-    if (t.float_data_size() != out.numel()) return Tensor();
-    for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] = t.float_data(int(i));
-  }
-  return out;
-}
-
 // The case's model with its inputs after the first made initializers holding
 // the case's stored values, as an exporter writes weights, shapes and axes;
 // an empty path when it has one input.
@@ -510,17 +484,17 @@ TEST(Onnx, TheBackendCasesThatLoadPass) {
       }
       ++run;
       bound += inputs_bound;
-      std::vector<Tensor> inputs{read_tensor_pb(data / "input_0.pb")};
+      std::vector<Tensor> inputs{test_support::read_onnx_tensor(data / "input_0.pb")};
       if (!inputs_bound)
         for (int i = 1; std::filesystem::exists(data / ("input_" + std::to_string(i) + ".pb")); ++i)
-          inputs.push_back(read_tensor_pb(data / ("input_" + std::to_string(i) + ".pb")));
+          inputs.push_back(test_support::read_onnx_tensor(data / ("input_" + std::to_string(i) + ".pb")));
       const std::string name = std::string(suite) + "/" + dir.filename().string();
       try {
         const int64_t rows = inputs.at(0).shape()[0];
         const std::vector<Tensor> got = model->predict(inputs, rows);
         bool ok = !got.empty();
         for (size_t k = 0; ok && k < got.size(); ++k) {
-          const Tensor want = read_tensor_pb(data / ("output_" + std::to_string(k) + ".pb"));
+          const Tensor want = test_support::read_onnx_tensor(data / ("output_" + std::to_string(k) + ".pb"));
           if (!want.defined() || want.dtype() != DType::Float32) continue;  // a mask, indices
           ok = got[k].numel() == want.numel();
           for (int64_t i = 0; ok && i < want.numel(); ++i) {

@@ -13,6 +13,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "onnx_tensors.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -27,24 +29,11 @@ namespace {
 
 const std::string kFixtures = TENSORGRAD_ONNX_FIXTURES;
 
-// An ONNX TensorProto file as float32 (int64 token ids as int32).
+// A fixture's stored tensor, which must be there.
 Tensor read_pb(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  onnx::TensorProto t;
-  if (!t.ParseFromIstream(&in)) throw IOError("cannot read " + path);
-  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  if (t.data_type() == onnx::TensorProto::INT64) {
-    std::vector<int32_t> v(t.raw_data().size() / 8);
-    for (size_t i = 0; i < v.size(); ++i) {
-      int64_t x;
-      std::memcpy(&x, t.raw_data().data() + i * 8, 8);
-      v[i] = int32_t(x);
-    }
-    return Tensor::from_vector(std::span<const int32_t>(v), Shape(dims));
-  }
-  Tensor out = Tensor::empty(Shape(dims));
-  std::memcpy(out.data<float>(), t.raw_data().data(), size_t(out.numel()) * 4);
-  return out;
+  const Tensor t = test_support::read_onnx_tensor(path);
+  if (!t.defined()) throw IOError("cannot read " + path + " as float32 or int64");
+  return t;
 }
 
 // The fixture `name` imported and run on its stored input, against PyTorch's output.

@@ -86,9 +86,9 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     for (int64_t x : v.v)
       if (is_batch(x)) throw unsupported(n, "arithmetic on the batch size (a model plans for any batch)");
   };
-  bool any_int = false, all_int = true;
+  bool all_int = true;
   for (const Constant* c : in)
-    if (c) any_int = any_int || c->is_int, all_int = all_int && c->is_int;
+    if (c) all_int = all_int && c->is_int;
 
   if (op == "Shape" || op == "Size") {
     const Constant& c = input(0);
@@ -238,7 +238,6 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     }
     return out;
   }
-  (void)any_int;
   // int64 tensors (shapes, axes, indices) with NumPy's rules.
   const IntValue& a = ints_of(0);
   if (op == "Identity") return {input(0)};

@@ -711,15 +711,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       // A relabelling: new file axis j is old file axis p[j].
       const Held& in = *arg_held.at(0);
       const Groups g = groups_of(in);
-      std::vector<int64_t> p = spec->ints("perm", -1);
-      if (p.empty())
-        for (int64_t d = int64_t(g.size()) - 1; d >= 0; --d) p.push_back(d);
-      std::vector<int64_t> sorted = p;
-      std::sort(sorted.begin(), sorted.end());
-      if (sorted != identity_perm(int64_t(g.size())))
-        throw FormatError("load_onnx: " + spec->where() + ": perm is not a permutation of its input's axes");
       Groups moved;
-      for (int64_t j : p) moved.push_back(g[size_t(j)]);
+      for (int64_t j : transpose_perm(*spec, int64_t(g.size()))) moved.push_back(g[size_t(j)]);
       Held h = in;
       set_view(h, moved);
       values[node.output(0)] = std::move(h);
@@ -848,14 +841,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         // Along file axes that are single held axes other than the batch.
         const Held& in = *arg_held[0];
         const Groups g = groups_of(in);
-        std::vector<int64_t> axes = spec->ints("axes", 3);
-        const std::vector<int64_t> starts = spec->ints("starts", 1), ends = spec->ints("ends", 2),
-                                   steps = spec->ints("steps", 4);
-        if (axes.empty())
-          for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-        if (ends.size() != starts.size() || axes.size() != starts.size() ||
-            (!steps.empty() && steps.size() != starts.size()))
-          throw FormatError("load_onnx: " + spec->where() + ": starts, ends, axes and steps of different lengths");
+        const auto [starts, ends, axes, steps] = slice_params(*spec);
         auto held_spec = std::make_shared<NodeSpec>(*spec);
         held_spec->opset = 13;
         held_spec->attrs.clear();

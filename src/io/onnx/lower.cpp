@@ -278,14 +278,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     return one(b.reshape(x[0], shape_of(out)));
   }
   if (op == "Transpose") {
-    std::vector<int64_t> perm = n.ints("perm", -1);
-    if (perm.empty())
-      for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
-    std::vector<int64_t> sorted = perm;
-    std::sort(sorted.begin(), sorted.end());
-    for (int d = 0; d < int(sorted.size()); ++d)
-      if (sorted[size_t(d)] != d || int(perm.size()) != rank)
-        throw FormatError("load_onnx: " + n.where() + ": perm is not a permutation of its input's axes");
+    const std::vector<int64_t> perm = transpose_perm(n, rank);
     if (perm[0] != 0 && !n.constant_fold)
       throw unsupported(n, "a permutation that moves the batch axis (perm[0] must be 0)");
     return one(permute(b, x[0], perm));
@@ -307,14 +300,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
   if (op == "Concat")
     return one(concat_all(b, std::vector<Value>(x.begin(), x.end()), axis_of(n.int_attr("axis", 0), rank)));
   if (op == "Slice") {
-    // Opset 10 moved starts, ends, axes and steps from attributes to inputs.
-    const std::vector<int64_t> starts = n.ints("starts", 1), ends = n.ints("ends", 2);
-    std::vector<int64_t> axes = n.ints("axes", 3), steps = n.ints("steps", 4);
-    if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-    if (ends.size() != starts.size() || axes.size() != starts.size() ||
-        (!steps.empty() && steps.size() != starts.size()))
-      throw FormatError("load_onnx: " + n.where() + ": starts, ends, axes and steps of different lengths");
+    const auto [starts, ends, axes, steps] = slice_params(n);
     Value y = x[0];
     for (size_t i = 0; i < starts.size(); ++i) {
       if (!steps.empty() && steps[i] != 1) throw unsupported(n, "a Slice with a step other than 1");
@@ -660,6 +646,29 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     return one(y);
   }
   throw unsupported(n, "this op is not read");
+}
+
+std::vector<int64_t> transpose_perm(const NodeSpec& n, int64_t rank) {
+  std::vector<int64_t> perm = n.ints("perm", -1);
+  if (perm.empty())
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t d = 0; d < int64_t(sorted.size()); ++d)
+    if (sorted[size_t(d)] != d || int64_t(perm.size()) != rank)
+      throw FormatError("load_onnx: " + n.where() + ": perm is not a permutation of its input's axes");
+  return perm;
+}
+
+SliceParams slice_params(const NodeSpec& n) {
+  // Opset 10 moved starts, ends, axes and steps from attributes to inputs.
+  SliceParams p{n.ints("starts", 1), n.ints("ends", 2), n.ints("axes", 3), n.ints("steps", 4)};
+  if (p.axes.empty())
+    for (size_t i = 0; i < p.starts.size(); ++i) p.axes.push_back(int64_t(i));
+  if (p.ends.size() != p.starts.size() || p.axes.size() != p.starts.size() ||
+      (!p.steps.empty() && p.steps.size() != p.starts.size()))
+    throw FormatError("load_onnx: " + n.where() + ": starts, ends, axes and steps of different lengths");
+  return p;
 }
 
 void check_node(const NodeSpec& n) {

@@ -111,6 +111,18 @@ extern const char* const kSupported;
 
 ValueError unsupported(const NodeSpec& n, const std::string& what);
 
+// A Transpose's perm (the axes reversed when not given), checked to be a
+// permutation of `rank` axes (FormatError otherwise).
+std::vector<int64_t> transpose_perm(const NodeSpec& n, int64_t rank);
+
+// A Slice's starts, ends, axes (0, 1, ... when not given) and steps (empty:
+// all 1), from attributes before opset 10 and inputs after; FormatError
+// unless they have one length.
+struct SliceParams {
+  std::vector<int64_t> starts, ends, axes, steps;
+};
+SliceParams slice_params(const NodeSpec& n);
+
 // Checks the node's operands at import (what the lowering assumes).
 void check_node(const NodeSpec& n);
 

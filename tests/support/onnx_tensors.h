@@ -1,0 +1,44 @@
+#pragma once
+// Reading ONNX's stored tensors in tests (needs ONNX's protobuf classes).
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <vector>
+
+#include "tensorgrad/core/tensor.h"
+
+namespace test_support {
+
+// An ONNX TensorProto file (ONNX test data, the PyTorch fixtures): float32 as it is, int64 (token ids) as int32; other types undefined.
+inline tensorgrad::Tensor read_onnx_tensor(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  onnx::TensorProto t;
+  if (!t.ParseFromIstream(&in)) return tensorgrad::Tensor();
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (t.data_type() == onnx::TensorProto::INT64) {
+    std::vector<int32_t> v;
+    for (size_t i = 0; i + 8 <= t.raw_data().size(); i += 8) {
+      int64_t x;
+      std::memcpy(&x, t.raw_data().data() + i, 8);
+      v.push_back(int32_t(x));
+    }
+    for (int64_t x : t.int64_data()) v.push_back(int32_t(x));
+    return tensorgrad::Tensor::from_vector(std::span<const int32_t>(v), tensorgrad::Shape(dims));
+  }
+  if (t.data_type() != onnx::TensorProto::FLOAT) return tensorgrad::Tensor();
+  tensorgrad::Tensor out = tensorgrad::Tensor::empty(tensorgrad::Shape(dims));
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() != size_t(out.numel()) * 4) return tensorgrad::Tensor();
+    std::memcpy(out.data<float>(), t.raw_data().data(), t.raw_data().size());
+  } else {
+    if (t.float_data_size() != out.numel()) return tensorgrad::Tensor();
+    for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] = t.float_data(int(i));
+  }
+  return out;
+}
+
+}  // namespace test_support
