@@ -88,6 +88,15 @@ Tensor mul(const Tensor& a, const Tensor& b) { return apply(OpKind::Mul, {a, b})
 Tensor maximum(const Tensor& a, const Tensor& b) { return apply(OpKind::Maximum, {a, b}); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return apply(OpKind::Minimum, {a, b}); }
 Tensor ge(const Tensor& a, const Tensor& b) { return apply(OpKind::GreaterEqual, {a, b}); }
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
+  return apply(OpKind::MaskedFill, {x, mask}, op_param_attrs(OpKind::MaskedFill, value));
+}
+// As Builder::where: two masked_fills and an add, so the branch not taken
+// cannot bring its inf or NaN in.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const Tensor unset = masked_fill(constant(1.0f), cond, 0.0f);
+  return add(masked_fill(a, unset, 0.0f), masked_fill(b, cond, 0.0f));
+}
 Tensor operator-(const Tensor& x) { return with_param(OpKind::Scale, x, -1.0f); }
 Tensor operator+(const Tensor& x, float s) { return add(x, constant(s)); }
 Tensor operator+(float s, const Tensor& x) { return add(constant(s), x); }

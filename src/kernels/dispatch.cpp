@@ -34,6 +34,7 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
     {OpKind::Maximum, maximum_forward},
     {OpKind::Minimum, minimum_forward},
     {OpKind::GreaterEqual, greater_equal_forward},
+    {OpKind::MaskedFill, masked_fill_forward},
     {OpKind::Scale, scale_forward},
     {OpKind::Relu, relu_forward},
     {OpKind::Sigmoid, sigmoid_forward},

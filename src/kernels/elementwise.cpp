@@ -130,6 +130,11 @@ void div_forward(const KernelCall& k) { binary(k, [](float x, float y) { return 
 void maximum_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x >= y || x != x ? x : y; }); }
 void minimum_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x <= y || x != x ? x : y; }); }
 void greater_equal_forward(const KernelCall& k) { binary(k, [](float x, float y) { return x >= y ? 1.0f : 0.0f; }); }
+// Whatever x holds where the mask is set (inf, NaN) is replaced, as torch.masked_fill.
+void masked_fill_forward(const KernelCall& k) {
+  const float v = k.at.value;
+  binary(k, [=](float x, float m) { return m != 0.0f ? v : x; });
+}
 
 void scale_forward(const KernelCall& k) {
   const float s = k.at.factor;

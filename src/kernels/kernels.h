@@ -189,6 +189,7 @@ void div_forward(const KernelCall& k);
 void maximum_forward(const KernelCall& k);
 void minimum_forward(const KernelCall& k);
 void greater_equal_forward(const KernelCall& k);
+void masked_fill_forward(const KernelCall& k);
 void scale_forward(const KernelCall& k);
 void relu_forward(const KernelCall& k);
 void relu_backward(const KernelCall& k);

@@ -159,6 +159,20 @@ Value Builder::pow(Value x, float p) {
   return apply(OpKind::Pow, {x}, at);
 }
 
+Value Builder::masked_fill(Value x, Value mask, float value) {
+  OpAttrs at;
+  at.value = value;
+  return apply(OpKind::MaskedFill, {x, mask}, at);
+}
+
+// a masked to 0 where cond is not set plus b masked to 0 where it is: each
+// element is one of them plus an exact zero, and neither branch's inf or
+// NaN survives its mask (cond * a + (1 - cond) * b would give 0 * inf).
+Value Builder::where(Value cond, Value a, Value b) {
+  const Value unset = masked_fill(fill(Shape{}, 1.0f), cond, 0.0f);
+  return add(masked_fill(a, unset, 0.0f), masked_fill(b, cond, 0.0f));
+}
+
 Value Builder::clamp(Value x, float min, float max) {
   OpAttrs at;
   at.clamp_min = min;

@@ -482,6 +482,11 @@ constexpr auto kOps = std::to_array<OpDef>({
      [](const GradientCall& d) { select_gradient(d, d.back(OpKind::GreaterEqual, {d.x[1], d.x[0]})); }},
     // piecewise constant: no gradient
     {OpKind::GreaterEqual, broadcast_binary, zero_gradient},
+    // y = v where m != 0, else x: dx = sum_to(g where m == 0, else 0); the mask takes none
+    {OpKind::MaskedFill, broadcast_binary,
+     [](const GradientCall& d) {
+       if (d.need(0)) d.dx[0] = d.b.sum_to(d.b.masked_fill(d.g, d.x[1], 0.0f), d.b.shape(d.x[0]));
+     }},
 
     // y = s x: dx = s g
     {OpKind::Scale, float_elementwise,

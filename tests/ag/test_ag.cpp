@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -264,6 +265,32 @@ TEST(Ag, DropoutFollowsItsGenerator) {
   EXPECT_LT(kept, 180u);
   EXPECT_EQ(ag::dropout(x, 0.25f, false).to_vector(), x.to_vector());
   EXPECT_TRUE(test_support::throws<ValueError>([&] { ag::dropout(x, 1.0f); }, {"dropout", "[0, 1)"}));
+}
+
+// torch.masked_fill and torch.where with float masks: -inf under a mask
+// (attention's), and the gradient of where going to one branch per element.
+TEST(Ag, MaskedFillAndWhere) {
+  const float inf = std::numeric_limits<float>::infinity();
+  ag::Tensor scores = ag::tensor({1, 2, 3, 4}, Shape{2, 2}, {.requires_grad = true});
+  ag::Tensor causal = ag::tensor({0, 1, 0, 0}, Shape{2, 2});
+  ag::Tensor masked = ag::masked_fill(scores, causal, -inf);
+  EXPECT_EQ(masked.to_vector(), (std::vector<float>{1, -inf, 3, 4}));
+  ag::Tensor p = ag::softmax(masked, -1);
+  EXPECT_EQ(p.to_vector()[0], 1.0f);
+  EXPECT_EQ(p.to_vector()[1], 0.0f);
+  ag::sum(ag::masked_fill(scores, causal, 100.0f) * ag::tensor({1, 2, 3, 4}, Shape{2, 2})).backward();
+  EXPECT_EQ(scores.grad().to_vector(), (std::vector<float>{1, 0, 3, 4}));
+
+  ag::Tensor c = ag::tensor({1, 0}, Shape{2});
+  ag::Tensor a = ag::tensor({inf, 5, 6, 7}, Shape{2, 2}, {.requires_grad = true});
+  ag::Tensor b = ag::tensor({-1}, Shape{1}, {.requires_grad = true});
+  ag::Tensor y = ag::where(c, a, b);
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{inf, -1, 6, -1}));
+  ag::sum(y * ag::tensor({1, 2, 3, 4}, Shape{2, 2})).backward();
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{1, 0, 3, 0}));
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{6}));
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { ag::masked_fill(a, ag::ones(Shape{3}), 0.0f); },
+                                               {"masked_fill", "{2, 2}", "{3}"}));
 }
 
 TEST(Ag, DivSqrtPowReductionsClampAndBatchedMatmulValues) {

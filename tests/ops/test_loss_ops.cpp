@@ -1,5 +1,6 @@
 // The loss and metric ops behind Keras' losses and metrics: Maximum, Minimum
-// (and the GreaterEqual mask of their gradients), MaeLoss, HuberLoss,
+// (and the GreaterEqual mask of their gradients), MaskedFill (and
+// Builder::where over it), MaeLoss, HuberLoss,
 // BinaryCrossEntropy, BinaryAccuracy, TopKAccuracy.
 //
 // Every op runs through the static path (Graph -> Graph::gradients ->
@@ -16,9 +17,6 @@
 //  * shape, dtype and value errors naming the op.
 #include <gtest/gtest.h>
 
-#include "gradient_check.h"
-#include "test_support.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,8 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "gradient_check.h"
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/graph/graph.h"
+#include "test_support.h"
 
 using namespace tensorgrad;
 
@@ -103,7 +103,7 @@ struct BroadcastCase {
   Shape a, b;
 };
 const std::vector<BroadcastCase> kBroadcastCases = {
-    {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{3}, {2, 3}}, {{2, 3}, {2, 1}}, {{2, 1}, {2, 3}},
+    {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{3}, {2, 3}}, {{2, 3}, {2, 1}},       {{2, 1}, {2, 3}},
     {{2, 1}, {1, 3}}, {{2, 3}, {}},  {{}, {2, 3}},  {{2, 2, 3}, {2, 1, 3}},
 };
 
@@ -211,6 +211,91 @@ TEST(MaxMinOps, GreaterEqualMask) {
 }
 
 // ---------------------------------------------------------------------------
+// MaskedFill and Builder::where (torch.masked_fill, torch.where with a float mask).
+
+// A 0/1 mask of shape s with both values present where s has two elements or
+// more; a one-element mask is 0 (so a gradient passes).
+Tensor random_mask(const Shape& s, std::mt19937& rng) {
+  std::vector<float> v(size_t(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float((rng() >> 7) & 1);
+  v[0] = 0;
+  if (v.size() >= 2) v[1] = 1;
+  return tensor(v, s);
+}
+
+TEST(MaskedFillOp, ForwardBroadcastsAndReplacesWhateverIsMasked) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const BroadcastCase& c : kBroadcastCases) {
+    SCOPED_TRACE("x " + c.a.str() + " mask " + c.b.str());
+    OpTest t(5);
+    Tensor xt = uniform(c.a, t.rng, -2.0f, 2.0f), mt = random_mask(c.b, t.rng);
+    if (xt.numel() >= 2) xt.data<float>()[0] = inf, xt.data<float>()[1] = nan;
+    const Value y = t.g.masked_fill(t.input(xt), t.input(mt), -inf);
+    const Shape out = t.g.shape(y);
+    ASSERT_EQ(out, broadcast_shapes(c.a, c.b, "test"));
+    const std::vector<float> got = t.eval({y})[0], xv = xt.to_vector(), mv = mt.to_vector();
+    for (int64_t k = 0; k < out.numel(); ++k) {
+      const float x = xv[size_t(broadcast_index(c.a, out, k))], m = mv[size_t(broadcast_index(c.b, out, k))];
+      if (m != 0.0f)
+        EXPECT_EQ(got[size_t(k)], -inf) << "element " << k;
+      else if (std::isnan(x))
+        EXPECT_TRUE(std::isnan(got[size_t(k)])) << "element " << k;
+      else
+        EXPECT_EQ(got[size_t(k)], x) << "element " << k;
+    }
+  }
+}
+
+TEST(MaskedFillOp, GradientsMatchFiniteDifferences) {
+  for (const BroadcastCase& c : kBroadcastCases) {
+    SCOPED_TRACE("x " + c.a.str() + " mask " + c.b.str());
+    OpTest t(13);
+    Value x = t.param(uniform(c.a, t.rng, -1.0f, 1.0f));
+    Value y = t.g.masked_fill(x, t.input(random_mask(c.b, t.rng)), 3.0f);
+    t.check_gradients(t.project(y));
+  }
+}
+
+// where(c, a, b) exactly, gradients included: an infinity and a NaN in the
+// branch not taken reach neither the value nor the gradients.
+TEST(MaskedFillOp, WhereTakesEachElementFromOneBranchOnly) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  OpTest t;
+  const Tensor up = tensor({0.5f, 0.25f, 1, 2, 4, 8}, {2, 3});
+  Value c = t.input(tensor({1, 0, 1}, {3}));
+  Value a = t.param(tensor({1, inf, 3, 4, nan, 6}, {2, 3})), b = t.param(tensor({-1, -inf}, {2, 1}));
+  Value y = t.g.where(c, a, b);
+  Value loss = t.g.sum(t.g.mul(y, t.input(up)));
+  std::vector<Value> wrt{a, b};
+  std::vector<Value> d = t.g.gradients(loss, wrt);
+  auto out = t.eval({y, d[0], d[1]});
+  const float ninf = -inf;
+  EXPECT_EQ(out[0], (std::vector<float>{1, -1, 3, 4, ninf, 6}));
+  EXPECT_EQ(out[1], (std::vector<float>{0.5f, 0, 1, 2, 0, 8}));
+  EXPECT_EQ(out[2], (std::vector<float>{0.25f, 4}));
+}
+
+TEST(MaskedFillOp, WhereGradientsMatchFiniteDifferences) {
+  OpTest t(17);
+  Value c = t.input(random_mask(Shape{2, 1, 3}, t.rng));
+  Value a = t.param(uniform(Shape{4, 3}, t.rng, -1.0f, 1.0f)), b = t.param(uniform(Shape{2, 4, 1}, t.rng, -1.0f, 1.0f));
+  Value y = t.g.where(c, a, b);
+  ASSERT_EQ(t.g.shape(y), (Shape{2, 4, 3}));
+  t.check_gradients(t.project(y));
+}
+
+TEST(MaskedFillOp, Errors) {
+  OpTest t;
+  Value x = t.input(tensor({1, 2, 3, 4, 5, 6}, {2, 3}));
+  EXPECT_TRUE(throws<ShapeError>(
+      [&] {
+        t.g.masked_fill(x, t.input(tensor({1, 0}, {2})), 0.0f);
+      },
+      {"masked_fill", "{2, 3}", "{2}"}));
+  EXPECT_TRUE(throws<TypeError>([&] { t.g.masked_fill(x, t.input(ids({1, 0, 1})), 0.0f); }, {"masked_fill", "int32"}));
+}
+
+// ---------------------------------------------------------------------------
 // The weighted element-wise losses: MAE, Huber, binary cross-entropy.
 
 enum class Weighting { None, PerRow, PerElement };
@@ -251,17 +336,23 @@ std::string loss_name(const LossCase& c) {
 }
 Value build_loss(Graph& g, const LossCase& c, Value p, Value t, Value w) {
   switch (c.kind) {
-    case LossKind::Mae: return g.mae_loss(p, t, w);
-    case LossKind::Huber: return g.huber_loss(p, t, c.delta, w);
-    case LossKind::Bce: return g.binary_cross_entropy(p, t, w);
+    case LossKind::Mae:
+      return g.mae_loss(p, t, w);
+    case LossKind::Huber:
+      return g.huber_loss(p, t, c.delta, w);
+    case LossKind::Bce:
+      return g.binary_cross_entropy(p, t, w);
   }
   return {};
 }
 std::function<double(double, double)> reference_of(const LossCase& c) {
   switch (c.kind) {
-    case LossKind::Mae: return mae;
-    case LossKind::Huber: return huber(c.delta);
-    case LossKind::Bce: return bce;
+    case LossKind::Mae:
+      return mae;
+    case LossKind::Huber:
+      return huber(c.delta);
+    case LossKind::Bce:
+      return bce;
   }
   return {};
 }
@@ -395,10 +486,18 @@ TEST(BinaryCrossEntropy, ExactAtHugeLogits) {
   };
   const double big = double(1e30f);  // 1.0000000150474662e30, the float nearest 1e30
   const std::vector<Case> cases = {
-      {1e4f, 1.0f, 0.0, 0.0},          {1e4f, 0.0f, 1e4, 1.0},           {-1e4f, 0.0f, 0.0, 0.0},
-      {-1e4f, 1.0f, 1e4, -1.0},        {1e4f, 0.25f, 7.5e3, 0.75},       {-1e4f, 0.75f, 7.5e3, -0.75},
-      {1e30f, 0.0f, big, 1.0},         {1e30f, 1.0f, 0.0, 0.0},          {-1e30f, 1.0f, big, -1.0},
-      {1e30f, 0.25f, 0.75 * big, 0.75}, {-1e30f, 0.75f, 0.75 * big, -0.75}, {0.0f, 1.0f, std::log(2.0), -0.5},
+      {1e4f, 1.0f, 0.0, 0.0},
+      {1e4f, 0.0f, 1e4, 1.0},
+      {-1e4f, 0.0f, 0.0, 0.0},
+      {-1e4f, 1.0f, 1e4, -1.0},
+      {1e4f, 0.25f, 7.5e3, 0.75},
+      {-1e4f, 0.75f, 7.5e3, -0.75},
+      {1e30f, 0.0f, big, 1.0},
+      {1e30f, 1.0f, 0.0, 0.0},
+      {-1e30f, 1.0f, big, -1.0},
+      {1e30f, 0.25f, 0.75 * big, 0.75},
+      {-1e30f, 0.75f, 0.75 * big, -0.75},
+      {0.0f, 1.0f, std::log(2.0), -0.5},
       {-30.0f, 0.0f, std::log1p(std::exp(-30.0)), 1.0 / (1.0 + std::exp(30.0))},
       // e^90 overflows float32: sigmoid(-90) = 8.2e-40 (subnormal) must come from e^-|z| / (1 + e^-|z|)
       {-90.0f, 0.0f, std::log1p(std::exp(-90.0)), 1.0 / (1.0 + std::exp(90.0))},
@@ -484,10 +583,10 @@ TEST(BinaryAccuracy, CountsAgreementsAtTheThreshold) {
 
 // scores {4, 4} with ties; the label counts when fewer than k scores are strictly greater.
 TEST(TopKAccuracy, TiesAtTheBoundaryAreInTheTopK) {
-  const Tensor scores = tensor({0.1f, 0.5f, 0.5f, 0.2f,    // label 2, tied for first: in the top 1
-                                0.9f, 0.3f, 0.3f, 0.3f,    // label 3: one greater, in the top 2
-                                0.1f, 0.2f, 0.3f, 0.4f,    // label 0: three greater, in the top 4 only
-                                1.0f, 1.0f, 1.0f, 1.0f},   // label 1: all tied, in the top 1
+  const Tensor scores = tensor({0.1f, 0.5f, 0.5f, 0.2f,   // label 2, tied for first: in the top 1
+                                0.9f, 0.3f, 0.3f, 0.3f,   // label 3: one greater, in the top 2
+                                0.1f, 0.2f, 0.3f, 0.4f,   // label 0: three greater, in the top 4 only
+                                1.0f, 1.0f, 1.0f, 1.0f},  // label 1: all tied, in the top 1
                                {4, 4});
   const std::vector<int32_t> label_ids = {2, 3, 0, 1};
   std::vector<float> one_hot(16, 0.0f);
@@ -543,8 +642,8 @@ TEST(LossOpErrors, ShapesDtypesAndValues) {
   EXPECT_TRUE(throws<ShapeError>([&] { g.huber_loss(x23, y23, 1.0f, w3); }, {"huber_loss", "weights", "{2}", "{3}"}));
   EXPECT_TRUE(throws<ValueError>([&] { g.huber_loss(x23, y23, 0.0f); }, {"huber_loss", "delta"}));
   EXPECT_TRUE(throws<ValueError>([&] { g.huber_loss(x23, y23, -1.0f); }, {"huber_loss", "delta"}));
-  EXPECT_TRUE(throws<ValueError>(
-      [&] { g.huber_loss(x23, y23, std::numeric_limits<float>::quiet_NaN()); }, {"huber_loss", "delta"}));
+  EXPECT_TRUE(throws<ValueError>([&] { g.huber_loss(x23, y23, std::numeric_limits<float>::quiet_NaN()); },
+                                 {"huber_loss", "delta"}));
   EXPECT_TRUE(
       throws<ShapeError>([&] { g.binary_cross_entropy(x4, x4); }, {"binary_cross_entropy", "logits", "rank 2"}));
   EXPECT_TRUE(

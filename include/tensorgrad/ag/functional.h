@@ -32,6 +32,15 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 ///@}
 /// 1 where a >= b, else 0 (float32, broadcasting; torch.ge as a float mask). No gradient flows through it.
 Tensor ge(const Tensor& a, const Tensor& b);
+/// x with `value` wherever mask != 0 (torch.masked_fill, with a float32 0/1
+/// mask): x and mask broadcast together; what x holds under the mask is
+/// replaced, `value` may be infinite. The gradient passes to x where the
+/// mask is 0. Throws ShapeError when the shapes do not broadcast.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+/// a where cond != 0, else b (torch.where, cond a float32 0/1 mask), the
+/// three broadcast together; an inf or NaN in the branch not taken does not
+/// leak into the result or its gradient. Throws ShapeError as masked_fill.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// add, sub and mul as operators.
 ///@{
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

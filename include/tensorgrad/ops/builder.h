@@ -100,6 +100,20 @@ class Builder {
   /// Element-wise min(a, b) with NumPy broadcasting. The gradient goes to a
   /// where a <= b, to b elsewhere.
   Value minimum(Value a, Value b) { return apply(OpKind::Minimum, {a, b}); }
+  /// x with `value` wherever mask != 0 (torch.masked_fill, the mask a
+  /// float32 tensor of 0 and 1 rather than bool): x and mask broadcast as
+  /// Add, the result has the broadcast shape. What x holds under the mask
+  /// (an infinity, a NaN) is replaced; `value` may be infinite (-inf masks
+  /// attention scores before a softmax). The gradient passes to x where the
+  /// mask is 0; the mask takes none. Throws ShapeError when the shapes do
+  /// not broadcast, TypeError for a non-float32 operand.
+  Value masked_fill(Value x, Value mask, float value);
+  /// a where cond != 0, else b (torch.where and ONNX's Where, cond a float32
+  /// 0/1 mask): the three broadcast together. The branch not taken never
+  /// reaches the result, so an infinity or NaN there does not leak in (as
+  /// torch.where). The gradient goes to a where cond is set, to b elsewhere.
+  /// Built from two masked_fills and an add. Throws as masked_fill.
+  Value where(Value cond, Value a, Value b);
   /// x * s.
   Value scale(Value x, float s);
   /// max(x, 0), 1 / (1 + e^-x) and tanh(x), element-wise; x float32 (else

@@ -84,6 +84,10 @@ std::vector<EagerCase> cases() {
          return ag::div(ag::mul(ag::sub(x[0], x[1]), x[0]), ag::add(ag::exp(x[1]), ag::exp(x[0])));
        }},
       {"maximum_minimum", {{7}, {7}}, [](T x, Device) { return ag::add(ag::maximum(x[0], x[1]), ag::minimum(x[0], x[1])); }},
+      {"masked_fill_where", {{4, 3}, {3}}, [](T x, Device) {
+         const ag::Tensor mask = ag::ge(x[0], x[1]);
+         return ag::add(ag::masked_fill(x[0], mask, 2.5f), ag::where(mask, x[1], x[0]));
+       }},
       {"matmul", {{5, 7}, {7, 3}}, [](T x, Device) { return ag::matmul(x[0], x[1]); }},
       {"linear", {{6, 4}, {3, 4}, {3}}, [](T x, Device) { return ag::linear(x[0], x[1], x[2]); }},
       {"accumulated_gradients", {{6, 4}, {3, 4}}, [](T x, Device) { return ag::linear(x[0], x[1]); }, 2},

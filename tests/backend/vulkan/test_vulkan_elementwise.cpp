@@ -1,7 +1,7 @@
 // The element-wise Vulkan kernels against the CPU's. Tolerances, per op
 // family (|vulkan - cpu| <= atol + rtol |cpu|):
 //  - Fill, Scale, ReLU, LeakyReLU, Clamp, their backward ops, Add, Sub, Mul,
-//    Maximum, Minimum, GreaterEqual: exact (one correctly rounded operation
+//    Maximum, Minimum, GreaterEqual, MaskedFill: exact (one correctly rounded operation
 //    or none).
 //  - Div, Sqrt, Rsqrt, and the backward ops of sigmoid, tanh, rsqrt, ELU,
 //    softplus, erf: 1e-6 relative (Vulkan's division and square roots are
@@ -256,6 +256,14 @@ void expect_binary(const std::shared_ptr<const Backend>& vk, const Tensor& a, co
   OpAttrs relu;
   relu.flags = kReluOutput;
   expect_op(vk, OpKind::Add, relu, {a, b}, 0, 0);
+  // MaskedFill with b as the mask (every non-zero, NaN included, sets it)
+  // and with b's sign as a 0/1 mask, filling -inf.
+  OpAttrs fill;
+  fill.value = -kInf;
+  Tensor mask = b.clone();
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = mask.data<float>()[i] > 0.0f ? 1.0f : 0.0f;
+  expect_op(vk, OpKind::MaskedFill, fill, {a, b}, 0, 0);
+  expect_op(vk, OpKind::MaskedFill, fill, {a, mask}, 0, 0);
 }
 }  // namespace
 

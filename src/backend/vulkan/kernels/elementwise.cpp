@@ -143,7 +143,7 @@ Strides broadcast_strides(const Shape& s, const Shape& out) {
 }
 
 // elementwise_binary.comp's OP codes.
-enum Binary : uint32_t { kAdd, kAddRelu, kSub, kMul, kDiv, kMaximum, kMinimum, kGreaterEqual };
+enum Binary : uint32_t { kAdd, kAddRelu, kSub, kMul, kDiv, kMaximum, kMinimum, kGreaterEqual, kMaskedFill };
 
 template <Binary op>
 void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
@@ -156,7 +156,8 @@ void binary(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
     uint64_t a, b, y;
     uint32_t n;
     uint32_t dims[6], sa[6], sb[6];
-  } push{address(in[0]), address(in[1]), address(out), count32(out.numel(), "binary op"), {}, {}, {}};
+    float value;
+  } push{address(in[0]), address(in[1]), address(out), count32(out.numel(), "binary op"), {}, {}, {}, attrs.value};
   to_push(w.dims, push.dims);
   to_push(w.strides[0], push.sa);
   to_push(w.strides[1], push.sb);
@@ -239,6 +240,7 @@ void add_elementwise_kernels(KernelTable& t) {
   t[size_t(OpKind::Maximum)] = binary<kMaximum>;
   t[size_t(OpKind::Minimum)] = binary<kMinimum>;
   t[size_t(OpKind::GreaterEqual)] = binary<kGreaterEqual>;
+  t[size_t(OpKind::MaskedFill)] = binary<kMaskedFill>;
 
   t[size_t(OpKind::Scale)] = unary<kScale>;
   t[size_t(OpKind::Relu)] = unary<kRelu>;

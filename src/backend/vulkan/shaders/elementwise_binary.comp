@@ -14,6 +14,7 @@ layout(push_constant) uniform Push {
   uint dims[6];
   uint sa[6];
   uint sb[6];
+  float value;  // masked_fill's
 } p;
 
 float f(float a, float b) {
@@ -25,6 +26,7 @@ float f(float a, float b) {
   if (OP == 5) return a >= b || isnan(a) ? a : b;                      // maximum: a NaN b fails a >= b
   if (OP == 6) return a <= b || isnan(a) ? a : b;                      // minimum
   if (OP == 7) return a >= b ? 1.0 : 0.0;                              // greater_equal
+  if (OP == 8) return b != 0.0 ? p.value : a;                          // masked_fill: b the mask
   return a;
 }
 
