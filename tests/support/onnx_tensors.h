@@ -13,12 +13,15 @@
 
 namespace test_support {
 
-// An ONNX TensorProto file (ONNX test data, the PyTorch fixtures): float32 as it is, int64 (token ids) as int32; other types undefined.
+// An ONNX TensorProto file (ONNX test data, the PyTorch fixtures): float32 as
+// it is, int64 (token ids) as int32, bool (masks) as float32 0 and 1, as the
+// importer takes them; other types, and ranks above Shape::kMaxRank, undefined.
 inline tensorgrad::Tensor read_onnx_tensor(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   onnx::TensorProto t;
   if (!t.ParseFromIstream(&in)) return tensorgrad::Tensor();
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (dims.size() > size_t(tensorgrad::Shape::kMaxRank)) return tensorgrad::Tensor();
   if (t.data_type() == onnx::TensorProto::INT64) {
     std::vector<int32_t> v;
     for (size_t i = 0; i + 8 <= t.raw_data().size(); i += 8) {
@@ -28,6 +31,12 @@ inline tensorgrad::Tensor read_onnx_tensor(const std::filesystem::path& p) {
     }
     for (int64_t x : t.int64_data()) v.push_back(int32_t(x));
     return tensorgrad::Tensor::from_vector(std::span<const int32_t>(v), tensorgrad::Shape(dims));
+  }
+  if (t.data_type() == onnx::TensorProto::BOOL) {
+    std::vector<float> v;
+    for (char c : t.raw_data()) v.push_back(c != 0 ? 1.0f : 0.0f);
+    for (int32_t x : t.int32_data()) v.push_back(x != 0 ? 1.0f : 0.0f);
+    return tensorgrad::Tensor::from_vector(std::span<const float>(v), tensorgrad::Shape(dims));
   }
   if (t.data_type() != onnx::TensorProto::FLOAT) return tensorgrad::Tensor();
   tensorgrad::Tensor out = tensorgrad::Tensor::empty(tensorgrad::Shape(dims));

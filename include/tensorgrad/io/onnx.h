@@ -65,7 +65,8 @@ bool onnx_available();
 /// dimension is the batch (symbolic or not: the model then runs any
 /// batch); float32 inputs stay float32, int64 and int32 inputs (token ids
 /// for an embedding) are taken as int32 and checked against the table they
-/// index when the model runs. Its outputs are the model's, in the file's
+/// index when the model runs, bool inputs (masks) are taken as float32
+/// holding 0 and 1 (give them so: any non-zero reads as true). Its outputs are the model's, in the file's
 /// order and layout. Initializers become weights named
 /// "<layer>/<ONNX name>" (a Conv weight converted to {kh, kw, C, F}, LSTM
 /// and GRU weights to a kernel, recurrent kernel and bias per direction;
@@ -107,10 +108,15 @@ bool onnx_available();
 /// Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish, Sigmoid, Tanh,
 /// Erf, Exp, Log, Sqrt, Softmax and LogSoftmax (any axis but the batch),
 /// Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice
-/// (step 1), Pad (constant), Expand, Cast (to float32), ReduceMean, Sum,
+/// (step 1), Pad (constant), Expand, Cast (to float32, or to bool: a 0/1
+/// mask of x != 0), ReduceMean, Sum,
 /// Max, Min, L1, L2, SumSquare, LogSum and LogSumExp (over axes other than
-/// the batch's), Identity, Dropout (inference), Constant, and on constants
-/// also Shape, Size, Range, ConstantOfShape, Equal, Less, Greater, Where.
+/// the batch's), Identity, Dropout (inference), Constant; on masks (bool
+/// tensors, held as float32 0 and 1, so a bool output is a float32 one)
+/// Equal, Less, Greater, LessOrEqual, GreaterOrEqual (a NaN compares false),
+/// Not, And, Or, Xor and Where (torch.where's rule: the branch not taken
+/// never reaches the result; its gradient goes to the branch taken); and on
+/// constants also Shape, Size, Range, ConstantOfShape.
 ///
 /// Throws IOError when the file cannot be read; FormatError for a file
 /// that is not a well-formed ONNX model (a truncated or corrupt protobuf, a

@@ -222,7 +222,8 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
                                                     "MatMul",
                                                     "Gemm",
                                                     "LayerNormalization"};
-    if (!kFoldable.count(op)) throw unsupported(n, "a " + op + " of constants only (not folded at import)");
+    if (!kFoldable.count(op) && !is_mask_op(op))
+      throw unsupported(n, "a " + op + " of constants only (not folded at import)");
     if (!n.int_inputs.empty() && std::any_of(n.int_inputs.begin(), n.int_inputs.end(), [](const auto& e) {
           return std::any_of(e.second.v.begin(), e.second.v.end(), is_batch);
         }))
@@ -365,6 +366,11 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
       {"Equal", [](int64_t x, int64_t y) { return int64_t(x == y); }},
       {"Less", [](int64_t x, int64_t y) { return int64_t(x < y); }},
       {"Greater", [](int64_t x, int64_t y) { return int64_t(x > y); }},
+      {"LessOrEqual", [](int64_t x, int64_t y) { return int64_t(x <= y); }},
+      {"GreaterOrEqual", [](int64_t x, int64_t y) { return int64_t(x >= y); }},
+      {"And", [](int64_t x, int64_t y) { return int64_t(x && y); }},
+      {"Or", [](int64_t x, int64_t y) { return int64_t(x || y); }},
+      {"Xor", [](int64_t x, int64_t y) { return int64_t((x != 0) != (y != 0)); }},
       {"Max", [](int64_t x, int64_t y) { return std::max(x, y); }},
       {"Min", [](int64_t x, int64_t y) { return std::min(x, y); }}};
   if (auto it = binary.find(op); it != binary.end()) {
@@ -393,6 +399,12 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
       v[size_t(i)] =
           with_batch(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
     return int_result(dims, v);
+  }
+  if (op == "Not") {
+    no_batch(a);
+    std::vector<int64_t> v = a.v;
+    for (int64_t& x : v) x = x == 0;
+    return int_result(a.dims, v);
   }
   if (op == "Neg") {
     no_batch(a);

@@ -59,6 +59,8 @@ const std::set<std::string> kLayoutFree = {
     "Relu",        "Sigmoid",   "Tanh", "Erf",  "Exp",   "Log", "Sqrt", "LeakyRelu", "Elu",  "Identity",   "Dropout",
     "Neg",         "Softplus",  "Clip", "Pow",  "Add",   "Sub", "Mul",  "Div",       "Abs",  "Reciprocal", "Softsign",
     "HardSigmoid", "HardSwish", "Selu", "Celu", "PRelu", "Max", "Min",  "Sum",       "Mean", "Cast"};
+// The element-wise ops, masks' included.
+bool layout_free(const std::string& op) { return kLayoutFree.count(op) || is_mask_op(op); }
 
 class OnnxNode final : public nn::Layer {
  public:
@@ -367,7 +369,6 @@ void set_view(Held& h, const Groups& g) {
     h.perm = perm;
 }
 
-
 // A constant of rank <= r broadcast against a tensor the file sees with
 // rank r, made for the held tensor whose held axis i is file axis perm[i].
 Tensor held_constant(const Tensor& t, const std::vector<int64_t>& perm) {
@@ -424,11 +425,13 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     if (values.count(v.name())) continue;  // an initializer listed as an input (older exporters)
     const onnx::TypeProto_Tensor& tt = v.type().tensor_type();
     // int64 and int32 inputs are token ids, taken as int32 (checked against
-    // the table they index when the model runs).
+    // the table they index when the model runs); bool inputs (masks) are
+    // taken as float32 0 and 1.
     const bool ids = tt.elem_type() == onnx::TensorProto::INT64 || tt.elem_type() == onnx::TensorProto::INT32;
-    if (tt.elem_type() != onnx::TensorProto::FLOAT && !ids)
+    if (tt.elem_type() != onnx::TensorProto::FLOAT && tt.elem_type() != onnx::TensorProto::BOOL && !ids)
       throw TypeError("load_onnx: input '" + v.name() + "' has ONNX data type " + std::to_string(tt.elem_type()) +
-                      "; float32 inputs and int64 or int32 token ids are read");
+                      "; float32 inputs, bool masks (given as float32 0 and 1) and int64 or int32 token ids "
+                      "are read");
     const auto& dims = tt.shape().dim();
     if (dims.size() < 2)
       throw ValueError("load_onnx: input '" + v.name() + "' has " + std::to_string(dims.size()) +
@@ -648,24 +651,43 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     std::vector<nn::SymbolicTensor> args;
     std::vector<const Held*> arg_held;
     std::vector<std::string> arg_names;
+    // A mask op beside a float operand reads its bool and int64 constants as float 0/1 and numbers.
+    const bool float_masks = is_mask_op(op) && std::any_of(operands.begin(), operands.end(), [](const Held* h) {
+                               return h && (h->is_activation || !h->constant.is_int);
+                             });
+    auto add_weight = [&](size_t i, const Tensor& value, bool trainable) {
+      spec->weight_at[int(i)] = spec->weights.size();
+      spec->slots.push_back(int(spec->weights.size()));
+      // A weight's name may not hold '/' (the listing joins layer and weight with it).
+      std::string weight_name = node.input(int(i));
+      std::replace(weight_name.begin(), weight_name.end(), '/', '.');
+      spec->weights.emplace_back(weight_name, value);
+      spec->weight_trainable.push_back(trainable);
+    };
     for (size_t i = 0; i < operands.size(); ++i) {
       const Held* h = operands[i];
       if (!h || h->batch_zeros) continue;
+      if (is_mask_op(op) && h->is_activation && h->x.dtype() != DType::Float32)
+        throw unsupported(*spec, "input '" + node.input(int(i)) +
+                                     "' holds token ids (int64 and int32 inputs are read as the ids of an "
+                                     "embedding's Gather only)");
       if (h->is_activation) {
         spec->slots.push_back(-1);
         args.push_back(h->x);
         arg_held.push_back(h);
         arg_names.push_back(node.input(int(i)));
+      } else if (h->constant.is_int && float_masks) {
+        const IntValue& c = h->constant.ints;
+        if (std::any_of(c.v.begin(), c.v.end(), is_batch))
+          throw unsupported(*spec, "a comparison with the batch size of a computed tensor");
+        const std::vector<float> f(c.v.begin(), c.v.end());
+        add_weight(i, Tensor::from_vector(std::span<const float>(f), Shape(c.dims)), false);
       } else if (h->constant.is_int) {
         spec->int_inputs[int(i)] = h->constant.ints;
       } else {
-        spec->weight_at[int(i)] = spec->weights.size();
-        spec->slots.push_back(int(spec->weights.size()));
-        // A weight's name may not hold '/' (the listing joins layer and weight with it).
-        std::string weight_name = node.input(int(i));
-        std::replace(weight_name.begin(), weight_name.end(), '/', '.');
-        spec->weights.emplace_back(weight_name, h->constant.f);
-        spec->weight_trainable.push_back(options.trainable && h->from_file);
+        // A mask of the file, or an operand of a comparison, takes no gradient: it does not train.
+        const bool a_mask = is_mask_op(op) && (op != "Where" || i == 0);
+        add_weight(i, h->constant.f, options.trainable && h->from_file && !a_mask);
       }
     }
     if ((op == "Shape" || op == "Transpose") && (operands.size() != 1 || !operands[0]))
@@ -865,7 +887,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         values[node.output(0)] = std::move(h);
         continue;
       }
-      if (merged && kLayoutFree.count(op)) {
+      if (merged && layout_free(op)) {
         // Element-wise on tensors seen alike: the others held as the first; scalar constants only.
         for (const auto& [name, w] : spec->weights)
           if (w.numel() != 1)
@@ -915,7 +937,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       out_perm = {0, 2, 3, 1};
     } else if (op == "LSTM" || op == "GRU") {
       if (spec->int_attr("layout", 0) == 0) want[0] = {1, 0, 2};
-    } else if (kLayoutFree.count(op)) {
+    } else if (layout_free(op)) {
       for (const Held* h : arg_held)
         if (!h->perm.empty()) {
           out_perm = h->perm;
@@ -948,7 +970,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       w = held_constant(w, {2, 3, 1, 0});
     } else if (op == "LSTM" || op == "GRU") {
       recurrent_weights(*spec);
-    } else if (!out_perm.empty() && kLayoutFree.count(op)) {
+    } else if (!out_perm.empty() && layout_free(op)) {
       for (auto& [name, w] : spec->weights)
         if (w.shape().rank() >= 1 && w.numel() > 1) {
           if (w.shape().rank() > int(out_perm.size()))

@@ -21,8 +21,8 @@ const char* const kSupported =
     "HardSwish, Identity, LayerNormalization, LeakyRelu, Log, LogSoftmax, MatMul, Max, MaxPool, Mean, Min, Mul, "
     "Neg, Pad, Pow, PRelu, Range, Reciprocal, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceMax, "
     "ReduceMean, ReduceMin, ReduceSum, ReduceSumSquare, Relu, Reshape, Selu, Shape, Sigmoid, Size, Slice, Softmax, "
-    "Softplus, Softsign, Split, Sqrt, Squeeze, Sub, Sum, Tanh, Transpose, Unsqueeze; and Equal, Greater, Less, "
-    "Where on constants";
+    "Softplus, Softsign, Split, Sqrt, Squeeze, Sub, Sum, Tanh, Transpose, Unsqueeze, and on masks (bool tensors, "
+    "held as float32 0/1) And, Equal, Greater, GreaterOrEqual, Less, LessOrEqual, Not, Or, Where, Xor";
 
 ValueError unsupported(const NodeSpec& n, const std::string& what) {
   return ValueError("load_onnx: " + n.where() + ": " + what + ". The ops read so far: " + kSupported);
@@ -42,6 +42,10 @@ const std::set<std::string> kShaped = {
     "Reshape",  "Squeeze",      "Unsqueeze",       "ReduceMean",      "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1",
     "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Slice",     "Split",     "Expand",    "Gather"};
 const std::set<std::string> kVariadic = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean"};
+// is_mask_op's, with their operand counts.
+const std::map<std::string, size_t> kMaskOps = {
+    {"Equal", 2}, {"Less", 2}, {"Greater", 2}, {"LessOrEqual", 2}, {"GreaterOrEqual", 2},
+    {"Not", 1},   {"And", 2},  {"Or", 2},      {"Xor", 2},         {"Where", 3}};
 
 // x with its axes permuted (out axis i = in axis perm[i]), as swaps of two axes.
 Value permute(Builder& b, Value x, const std::vector<int64_t>& perm) {
@@ -103,6 +107,8 @@ std::pair<int64_t, int64_t> slice_bounds(int64_t start, int64_t end, int64_t dim
 
 }  // namespace
 
+bool is_mask_op(const std::string& op) { return kMaskOps.count(op) != 0; }
+
 std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x) {
   const std::string& op = n.op_type;
   auto shape_of = [&](const std::vector<int64_t>& dims) {
@@ -163,6 +169,11 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     const float alpha = n.float_attr("alpha", 1.0f);
     return one(b.scale(b.unary(OpKind::Elu, b.scale(x[0], 1.0f / alpha), 1.0f), alpha));
   }
+  if (op == "Cast" && n.int_attr("to", 1) == 9) {  // to bool: x != 0 (NaN too) as a 0/1 mask
+    const Value zero = b.fill({}, 0.0f);
+    const Value is_zero = b.mul(b.apply(OpKind::GreaterEqual, {x[0], zero}), b.apply(OpKind::GreaterEqual, {zero, x[0]}));
+    return one(b.masked_fill(b.fill({}, 1.0f), is_zero, 0.0f));
+  }
   if (op == "Identity" || op == "Dropout" || op == "Cast") return one(x[0]);
   if (op == "Neg") return one(b.scale(x[0], -1.0f));
   if (op == "Abs") return one(abs(x[0]));
@@ -179,7 +190,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
   if (op == "Clip")
     return one(b.clamp(x[0], n.scalar_input(1, n.float_attr("min", -INFINITY)),
                        n.scalar_input(2, n.float_attr("max", INFINITY))));
-  if (kVariadic.count(op) || op == "PRelu") {
+  if (kVariadic.count(op) || op == "PRelu" || is_mask_op(op)) {
     // A constant as long as an activation along the batch axis would read
     // rows of its own: the scratch graph of one row cannot tell.
     int act_rank = 0;
@@ -190,6 +201,31 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
         throw unsupported(n, "a constant of shape " + b.shape(x[i]).str() + " that spans the batch axis");
   }
   if (op == "PRelu") return one(b.sub(b.relu(x[0]), b.mul(x[1], b.relu(b.scale(x[0], -1.0f)))));
+  if (is_mask_op(op)) {
+    if (x.size() != kMaskOps.at(op))
+      throw FormatError("load_onnx: " + n.where() + ": " + std::to_string(x.size()) + " inputs; expected " +
+                        std::to_string(kMaskOps.at(op)));
+    // Masks are 0/1 floats; a >= b is the one comparison kernel, and the
+    // strict ones are built so that a NaN compares false, as IEEE's.
+    auto ge = [&](Value l, Value r) { return b.apply(OpKind::GreaterEqual, {l, r}); };
+    auto negate = [&](Value m) { return b.masked_fill(b.fill({}, 1.0f), m, 0.0f); };
+    if (op == "Not") return one(negate(x[0]));
+    if (op == "Equal") return one(b.mul(ge(x[0], x[1]), ge(x[1], x[0])));
+    if (op == "GreaterOrEqual") return one(ge(x[0], x[1]));
+    if (op == "LessOrEqual") return one(ge(x[1], x[0]));
+    if (op == "Greater") return one(b.masked_fill(ge(x[0], x[1]), ge(x[1], x[0]), 0.0f));
+    if (op == "Less") return one(b.masked_fill(ge(x[1], x[0]), ge(x[0], x[1]), 0.0f));
+    if (op == "And") return one(b.mul(x[0], x[1]));
+    if (op == "Or") return one(b.maximum(x[0], x[1]));
+    if (op == "Xor") return one(b.masked_fill(b.maximum(x[0], x[1]), b.mul(x[0], x[1]), 0.0f));
+    // Where: a scalar constant branch (masked_fill's pattern, -inf for
+    // attention) is one masked_fill; otherwise both branches masked and added.
+    auto scalar = [&](size_t i) { return n.slots[i] >= 0 && n.weights[size_t(n.slots[i])].second.numel() == 1; };
+    auto value = [&](size_t i) { return n.weights[size_t(n.slots[i])].second.data<float>()[0]; };
+    if (scalar(1) && !scalar(2)) return one(b.masked_fill(x[2], x[0], value(1)));
+    if (scalar(2) && !scalar(1)) return one(b.masked_fill(x[1], negate(x[0]), value(2)));
+    return one(b.where(x[0], x[1], x[2]));
+  }
   if (kVariadic.count(op)) {
     std::vector<Value> xs(x.begin(), x.end());
     if (n.opset < 7 && n.int_attr("broadcast", 0) != 0 && xs.size() == 2 && n.has_attr("axis")) {
@@ -680,9 +716,9 @@ void check_node(const NodeSpec& n) {
     if (pad != "NOTSET" && pad != "VALID" && pad != "SAME_UPPER" && pad != "SAME_LOWER")
       throw unsupported(n, "auto_pad = " + pad);
   }
-  if (op == "Cast" && n.int_attr("to", 1) != 1)
+  if (op == "Cast" && n.int_attr("to", 1) != 1 && n.int_attr("to", 1) != 9)
     throw unsupported(n, "a Cast of a computed tensor to ONNX type " + std::to_string(n.int_attr("to", 1)) +
-                             " (computed tensors are float32)");
+                             " (computed tensors are float32, masks float32 0/1: float and bool are read)");
   const bool embedding = op == "Gather" && n.slots.size() == 2 && weight(0) && activation(1);
   if (op == "Gather" && !n.int_inputs.count(1) && !embedding)
     throw unsupported(n, "a Gather whose indices are not constants of the file, nor token ids of a model input");
@@ -722,6 +758,9 @@ void check_node(const NodeSpec& n) {
       throw unsupported(n, "expected an input computed by the model and scale (and bias) of the file");
   } else if (op == "Dropout") {
     if (n.slots.empty() || !activation(0)) throw unsupported(n, "expected its data input computed by the model");
+  } else if (is_mask_op(op)) {
+    if (n.slots.size() != kMaskOps.at(op) || std::count(n.slots.begin(), n.slots.end(), -1) == 0)
+      throw unsupported(n, "expected " + std::to_string(kMaskOps.at(op)) + " inputs, one computed by the model");
   } else if (kVariadic.count(op) || op == "PRelu") {
     if (n.slots.empty() || (op == "PRelu" && (n.slots.size() != 2 || !activation(0))))
       throw unsupported(n, "expected its inputs");

@@ -123,6 +123,11 @@ struct SliceParams {
 };
 SliceParams slice_params(const NodeSpec& n);
 
+// The comparisons, the logic ops and Where: the bool tensors they make and
+// read are held as float32 0 and 1 (masks), so an int64 or bool constant
+// beside a float operand is read as a float constant.
+bool is_mask_op(const std::string& op);
+
 // Checks the node's operands at import (what the lowering assumes).
 void check_node(const NodeSpec& n);
 
