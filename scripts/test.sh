@@ -10,6 +10,13 @@ if command -v node >/dev/null && command -v npm >/dev/null && [[ ! -d tests/gguf
   npm ci --prefix tests/gguf_js --no-audit --no-fund ||
     echo "test: npm ci in tests/gguf_js failed; GGUFThirdParty.HuggingFaceReaderAgrees will skip" >&2
 fi
+# ONNX Runtime for the third-party check of ONNX exports (tests/onnx_js,
+# pinned likewise). --ignore-scripts: the package's install script downloads
+# GPU binaries from outside; its CPU binaries ship inside the package.
+if command -v node >/dev/null && command -v npm >/dev/null && [[ ! -d tests/onnx_js/node_modules ]]; then
+  npm ci --prefix tests/onnx_js --ignore-scripts --no-audit --no-fund ||
+    echo "test: npm ci in tests/onnx_js failed; OnnxExport.OnnxRuntimeRunsEveryExportToTheSamePredictions will skip" >&2
+fi
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DTENSORGRAD_BUILD_TESTS=ON -DTENSORGRAD_BUILD_BENCH=OFF >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"

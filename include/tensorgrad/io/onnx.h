@@ -1,7 +1,8 @@
 #pragma once
-// ONNX import: a trained model from PyTorch's exporter (torch.onnx.export) or
-// any other ONNX writer, as a functional nn::Model that predicts what the
-// file computes and can be compiled and trained further.
+// ONNX import and export: a trained model from PyTorch's exporter
+// (torch.onnx.export) or any other ONNX writer, as a functional nn::Model
+// that predicts what the file computes and can be compiled and trained
+// further; and any model written as an ONNX file for ONNX Runtime.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -132,6 +133,45 @@ bool onnx_available();
 /// int32 and bool; StateError when the build has no ONNX support
 /// (onnx_available() is false).
 nn::Model load_onnx(const std::string& path, const OnnxOptions& options = {});
+
+/// The layout an exported file takes image inputs in.
+enum class OnnxImageLayout {
+  NHWC,  ///< channels last, as the model was trained (Keras' default)
+  NCHW,  ///< channels first, PyTorch's and most ONNX runtimes' convention: the file transposes once at the input
+};
+
+/// Options of save_onnx.
+struct OnnxExportOptions {
+  /// How the file takes inputs of rank 3 without the batch ({H, W, C}
+  /// images): as they are (NHWC), or as {C, H, W} (NCHW). Other inputs are
+  /// taken as they are.
+  OnnxImageLayout image_layout = OnnxImageLayout::NHWC;
+};
+
+/// Writes `model`'s inference graph to `path` as an ONNX model (opset 17,
+/// IR version 8) that ONNX Runtime and other runtimes run: the graph
+/// predict() runs (dropout removed, batch normalization with its moving
+/// statistics), the batch dimension symbolic ("batch"), the model's inputs
+/// and outputs by their names (float32, or int32 token ids), every weight
+/// an initializer named "<layer>/<weight>" in tensorgrad's layouts (a
+/// Conv2D kernel {kh, kw, C, F}, transposed to ONNX's in the graph).
+/// Every op of the graph is written as ONNX ops: GELU in its Erf or Tanh
+/// form (ONNX's Gelu is later than opset 17), convolutions and poolings as
+/// ONNX's NCHW ones between transposes, LSTM and GRU layers as ONNX's LSTM
+/// and GRU (PyTorch's reset-after GRU, linear_before_reset = 1), masks as
+/// Where. Any layer built from tensorgrad's ops exports, custom ones
+/// included; nested models export inline. The file is checked with ONNX's
+/// checker and strict shape inference before it is written, and written
+/// atomically (a crash leaves the old file or the new one, never a part).
+///
+/// Throws ValueError naming the layer when its graph has an op with no
+/// ONNX form at inference (dropout applied at inference, a loss, an
+/// optimizer update, batch statistics), reads an LSTM's or GRU's cell state
+/// or gates, or computes across the batch (a reduction over the batch axis);
+/// StateError for a model that is not built or whose weights were released;
+/// IOError when `path` cannot be written (nothing is left behind);
+/// StateError when the build has no ONNX support (onnx_available()).
+void save_onnx(const nn::Model& model, const std::string& path, const OnnxExportOptions& options = {});
 
 /// load_onnx of a model held in memory (the bytes of an ONNX file, as
 /// onnx.load_from_string reads them); messages name it "&lt;memory&gt;". Throws

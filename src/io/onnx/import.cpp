@@ -392,6 +392,36 @@ Tensor held_constant(const Tensor& t, const std::vector<int64_t>& perm) {
   return out;
 }
 
+// A constant broadcast against a tensor the file sees through groups `g`
+// (io/onnx/held.h), made for its held tensor of rank `held_rank`: each file
+// axis the constant spans must be one held axis other than the batch.
+Tensor grouped_constant(const Tensor& t, const Groups& g, int held_rank, const NodeSpec& spec) {
+  const int r = int(g.size());
+  if (t.shape().rank() > r) throw unsupported(spec, "a constant of higher rank than the tensor it is applied to");
+  std::vector<int64_t> held(size_t(held_rank), 1), from_axis(size_t(held_rank), -1);
+  const int pad = r - t.shape().rank();
+  for (int j = pad; j < r; ++j) {
+    const int64_t d = t.shape()[j - pad];
+    if (d == 1) continue;
+    if (g[size_t(j)].size() != 1 || g[size_t(j)][0] == 0)
+      throw unsupported(spec, "a constant along an axis merged with others or with the batch");
+    held[size_t(g[size_t(j)][0])] = d;
+    from_axis[size_t(g[size_t(j)][0])] = j - pad;
+  }
+  std::vector<int64_t> stride(size_t(t.shape().rank()));
+  for (int64_t k = t.shape().rank() - 1, s = 1; k >= 0; --k) stride[size_t(k)] = s, s *= t.shape()[int(k)];
+  Tensor out = Tensor::empty(Shape(held));
+  std::vector<int64_t> idx(held.size(), 0);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    int64_t src = 0;
+    for (size_t i = 0; i < held.size(); ++i)
+      if (from_axis[i] >= 0) src += idx[i] * stride[size_t(from_axis[i])];
+    out.data<float>()[k] = t.data<float>()[src];
+    for (int i = held_rank - 1; i >= 0 && ++idx[size_t(i)] == held[size_t(i)]; --i) idx[size_t(i)] = 0;
+  }
+  return out;
+}
+
 // The model in `bytes`; `path` names it in messages ('<memory>' for
 // parse_onnx), `folder` is where its external data lies (none in memory).
 nn::Model import_model(std::string_view bytes, const std::string& path, const std::string& folder,
@@ -793,18 +823,23 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
           }
         }
       }
-      // The file's own target holds a batch multiple, or the batch off the first axis.
+      // The file's own target holds a batch multiple, or the batch off the
+      // first axis; or its -1 stands for a batch multiple ({B, T, F} to
+      // {-1, F}), which a regrouping reads where one fits.
       const std::vector<int64_t> raw = op == "Reshape" ? spec->ints("shape", 1) : std::vector<int64_t>{};
-      bool coded_target = false;
-      for (size_t i = 0; i < raw.size(); ++i)
+      bool coded_target = false, inferred_multiple = false;
+      for (size_t i = 0; i < raw.size(); ++i) {
         coded_target = coded_target || (is_batch(raw[i]) && (i != 0 || raw[i] != kBatch));
+        inferred_multiple = inferred_multiple || (raw[i] == -1 && is_batch(out[i]) && (i != 0 || out[i] != kBatch));
+      }
       // A tensor the file sees batch first, its axes only reordered (NHWC),
       // takes the file's order and the Reshape as written (below).
       const bool batch_first_perm = in.groups.empty() && (in.perm.empty() || in.perm[0] == 0);
-      if (!batch_first_perm || coded_target) {
-        Regrouped r;
-        if (std::count_if(out.begin(), out.end(), is_batch) != 1 || !regroup(groups_of(in), held_dims(in.x), out, r))
-          throw unsupported(*spec, "a reshape that moves elements across the batch axis");
+      Regrouped r;
+      const bool regroups =
+          std::count_if(out.begin(), out.end(), is_batch) == 1 && regroup(groups_of(in), held_dims(in.x), out, r);
+      if (!batch_first_perm || coded_target || (inferred_multiple && regroups)) {
+        if (!regroups) throw unsupported(*spec, "a reshape that moves elements across the batch axis");
         Held h;
         h.is_activation = true;
         h.x = in.x;
@@ -888,12 +923,12 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         continue;
       }
       if (merged && layout_free(op)) {
-        // Element-wise on tensors seen alike: the others held as the first; scalar constants only.
-        for (const auto& [name, w] : spec->weights)
-          if (w.numel() != 1)
-            throw unsupported(*spec, "a constant against a tensor whose batch is merged with another axis");
+        // Element-wise on tensors seen alike: the others held as the first,
+        // constants laid out on its held axes.
         const Groups g0 = groups_of(*arg_held[0]);
         const std::vector<int64_t> d0 = held_dims(args[0]);
+        for (auto& [name, w] : spec->weights)
+          if (w.numel() != 1) w = grouped_constant(w, g0, int(d0.size()), *spec);
         std::vector<nn::SymbolicTensor> aligned{args[0]};
         for (size_t i = 1; i < args.size(); ++i) {
           const Groups gi = groups_of(*arg_held[i]);

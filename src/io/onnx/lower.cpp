@@ -375,7 +375,7 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     }
     return out;
   }
-  if (op == "Gather" && n.slots[0] >= 0) {
+  if (op == "Gather" && n.slots[0] >= 0 && !n.int_inputs.count(1)) {
     // An embedding: rows of a table of the file picked by the model's token ids.
     if (n.int_attr("axis", 0) != 0 || b.shape(x[0]).rank() != 2)
       throw unsupported(n, "a Gather of a constant that is not rows of a 2-D table (axis 0)");
