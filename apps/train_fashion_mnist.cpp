@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <tensorgrad/io/onnx.h>
 #include <tensorgrad/tensorgrad.h>
 
 #include "fashion_eager.h"
@@ -229,6 +230,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", save_path,
                  "save the trained model (architecture, weights, optimizer state) to this GGUF file; "
                  "examples/predict_saved loads it back");
+  std::string onnx_path;
+  app.add_option("--save-onnx", onnx_path,
+                 "write the trained model's inference graph to this ONNX file (images as NHWC {batch, 28, 28, 1}, "
+                 "or flat {batch, 784} for the MLP), for ONNX Runtime and other runtimes");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -273,7 +278,8 @@ int main(int argc, char** argv) {
     if (threads > 0) tg::set_num_threads(threads);
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
-      if (augment || !plot_path.empty() || !save_path.empty() || decay != 1.0f || dtype_policy != "float32")
+      if (augment || !plot_path.empty() || !save_path.empty() || !onnx_path.empty() || decay != 1.0f ||
+          dtype_policy != "float32")
         throw tg::ValueError("--api eager takes --epochs, --batch-size, --lr, --validation-split, --threads, --seed, "
                              "--device, --data and --verbose only");
       tg::data::MnistFiles data = tg::data::load_mnist(data_dir, /*flatten=*/true);
@@ -379,6 +385,11 @@ int main(int argc, char** argv) {
       tg::io::save_model(model, save_path);
       std::printf("model saved to %s (%ju bytes)\n", save_path.c_str(),
                   uintmax_t(std::filesystem::file_size(save_path)));
+    }
+    if (!onnx_path.empty() && (!comm || comm->rank() == 0)) {
+      tg::io::save_onnx(model, onnx_path);
+      std::printf("ONNX model written to %s (%ju bytes)\n", onnx_path.c_str(),
+                  uintmax_t(std::filesystem::file_size(onnx_path)));
     }
 
     tg::Tensor probs = model.predict(data.test.x.rows(0, 8));

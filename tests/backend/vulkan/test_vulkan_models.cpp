@@ -9,6 +9,7 @@
 
 #include <functional>
 
+#include "tensorgrad/io/onnx.h"
 #include "vulkan_support.h"
 
 using namespace tensorgrad;
@@ -317,4 +318,34 @@ TEST(VulkanModels, ATwoInputTwoOutputModelWithAnEmbeddingTrainsAsOnTheCpu) {
   const nn::History hc = cpu.fit(xs, ys, fo), hd = dev.fit(xs, ys, fo);
   expect_histories_close(hd, hc, {"loss", "cls_loss", "reg_loss", "cls_accuracy", "reg_mae"});
   EXPECT_TRUE(close(all_weights(dev), all_weights(cpu), kRtol, kAtol));
+}
+
+// A model trained on the device exports as one trained on the CPU: its
+// weights are read back from the device, and the file (read back by
+// load_onnx, run on the CPU) predicts what the device predicts.
+TEST(VulkanModels, AModelTrainedOnTheDeviceExportsToOnnx) {
+  TG_VULKAN_OR_SKIP(vk);
+  if (!io::onnx_available()) GTEST_SKIP() << "built without ONNX support (Debian: libonnx-dev)";
+  nn::clear_session();
+  manual_seed(9);
+  const nn::SymbolicTensor in = nn::Input({8, 8, 2});
+  nn::SymbolicTensor h = nn::Conv2D(4, 3, "same", "relu")(in);
+  h = nn::BatchNormalization()(h);
+  h = nn::GlobalAveragePooling2D()(h);
+  nn::Model m({in}, {nn::Dense(3, "softmax")(h)});
+  m.compile(OptimizerSpec::adam(1e-2f), "sparse_categorical_crossentropy", {"accuracy"}, vk->device());
+  nn::FitOptions fo;
+  fo.epochs = 2;
+  fo.batch_size = 8;
+  fo.verbose = 0;
+  const Tensor images = test_support::random_tensor(Shape{16, 8, 8, 2}, 10);
+  m.fit(images, class_ids(16, 3), fo);
+  const std::string path = ::testing::TempDir() + "/vulkan_trained.onnx";
+  io::save_onnx(m, path);
+  nn::Model back = io::load_onnx(path);
+  auto doubles = [](const Tensor& t) {
+    const std::vector<float> v = t.to_vector();
+    return std::vector<double>(v.begin(), v.end());
+  };
+  EXPECT_TRUE(close(doubles(back.predict(images)), doubles(m.predict(images)), kRtol, kAtol));
 }
