@@ -1,6 +1,7 @@
-// io::save_onnx: every built-in layer (one small model each, several per
-// model), the main job's MLP, CNN and resnet, a two-input two-output
-// functional model with an embedding, nested models, both image layouts;
+// io::save_onnx: every built-in layer (in small models of a few layers
+// each), the main job's MLP, CNN and resnet, a two-input two-output
+// functional model with an embedding, nested models, both image layouts,
+// and PyTorch models imported by load_onnx and exported again;
 // each file is checked two ways against the model's own predict(): read
 // back by load_onnx, and run by a third-party runtime, ONNX Runtime for
 // Node (onnxruntime-node, pinned by tests/onnx_js/package-lock.json; the
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "../../apps/fashion_models.h"
+#include "onnx_tensors.h"
 #include "run_process.h"
 
 #ifndef TENSORGRAD_SOURCE_DIR
@@ -230,6 +232,20 @@ std::vector<Case> cases() {
                [] {
                  return std::vector<Tensor>{uniform({3, 28, 28, 1}, 14)};
                }});
+  // Imported models (PyTorch's exports) export again: their OnnxNode layers are tensorgrad ops too.
+  for (const char* name : {"transformer_encoder", "masked_attention", "gru_bidirectional"})
+    c.push_back({std::string("reexported_") + name,
+                 [name] { return io::load_onnx(std::string(TENSORGRAD_ONNX_FIXTURES) + "/" + name + ".onnx"); },
+                 [name] {
+                   std::vector<Tensor> xs;
+                   for (int k = 0;; ++k) {
+                     const std::string p =
+                         std::string(TENSORGRAD_ONNX_FIXTURES) + "/" + name + ".input_" + std::to_string(k) + ".pb";
+                     if (!fs::exists(p)) break;
+                     xs.push_back(test_support::read_onnx_tensor(p).rows(0, 2));
+                   }
+                   return xs;
+                 }});
   return c;
 }
 
@@ -264,9 +280,9 @@ TEST(OnnxExport, EveryExportReimportsToTheSamePredictions) {
     SCOPED_TRACE(c.name);
     nn::Model m = c.make();
     const std::vector<Tensor> xs = c.inputs();
-    const std::vector<Tensor> want = m.predict(xs, 3);
+    const std::vector<Tensor> want = m.predict(xs, xs[0].shape()[0]);
     nn::Model back = io::load_onnx(exported(c, m));
-    const std::vector<Tensor> got = back.predict(file_inputs(c, xs), 3);
+    const std::vector<Tensor> got = back.predict(file_inputs(c, xs), xs[0].shape()[0]);
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < want.size(); ++k) expect_close(got[k], want[k], "output " + std::to_string(k));
   }
@@ -284,7 +300,7 @@ TEST(OnnxExport, OnnxRuntimeRunsEveryExportToTheSamePredictions) {
     SCOPED_TRACE(c.name);
     nn::Model m = c.make();
     const std::vector<Tensor> xs = c.inputs();
-    const std::vector<Tensor> want = m.predict(xs, 3);
+    const std::vector<Tensor> want = m.predict(xs, xs[0].shape()[0]);
     const std::string file = exported(c, m);
     const std::vector<Tensor> fx = file_inputs(c, xs);
     json feeds;

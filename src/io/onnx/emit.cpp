@@ -85,7 +85,7 @@ std::string recurrent(Writer& w, Value v, const Node& n, const std::vector<std::
     for (int64_t i = 0; i < h; ++i) rows[size_t(k * h + i)] = from[size_t(k)] * h + i;
   Tensor identity = Tensor::zeros({1, gh, gh});
   for (int64_t r = 0; r < gh; ++r) identity.data<float>()[r * gh + rows[size_t(r)]] = 1.0f;
-  const std::string W = w.tensor(identity, w.owner(v) + "/onnx_input_gates");
+  const std::string W = w.tensor(identity);
   onnx::NodeProto& ut = w.add("Transpose", {x[1]});
   Writer::attr(ut, "perm", std::vector<int64_t>{1, 0});
   onnx::NodeProto& g = w.add("Gather", {ut.output(0), w.ints(rows)});

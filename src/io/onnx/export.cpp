@@ -138,8 +138,8 @@ void Writer::refuse(const std::string& what) const {
   const std::string& layer = owner(current_);
   throw ValueError("save_onnx: " + (layer.empty() ? std::string("the model") : "layer '" + layer + "'") +
                    " cannot be written as ONNX: " + what +
-                   ". Export a model whose inference graph is made of its layers' inference ops (a custom layer's "
-                   "call() with options.training false)");
+                   ". save_onnx writes the graph predict() runs; give the layer an inference form (its call() with "
+                   "options.training false) made of ops that have one, or export a model without it");
 }
 
 }  // namespace onnx_export
