@@ -25,6 +25,14 @@ std::vector<std::string> inputs_of(const Writer& w, const Node& n) {
   return x;
 }
 
+// One node of `op_type` on x with one attribute.
+template <class T>
+std::string with_attr(Writer& w, const char* op_type, const std::vector<std::string>& x, const char* name, T value) {
+  onnx::NodeProto& n = w.add(op_type, x);
+  Writer::attr(n, name, value);
+  return n.output(0);
+}
+
 // y, or Relu(y) when the op fused a ReLU into its output.
 std::string relu_if(Writer& w, const Node& n, const std::string& y) {
   return n.attrs.flags & kReluOutput ? w.op("Relu", {y}) : y;
@@ -32,14 +40,10 @@ std::string relu_if(Writer& w, const Node& n, const std::string& y) {
 
 // NHWC -> NCHW and back, around ONNX's image ops.
 std::string to_nchw(Writer& w, const std::string& x) {
-  onnx::NodeProto& t = w.add("Transpose", {x});
-  Writer::attr(t, "perm", std::vector<int64_t>{0, 3, 1, 2});
-  return t.output(0);
+  return with_attr(w, "Transpose", {x}, "perm", std::vector<int64_t>{0, 3, 1, 2});
 }
 std::string to_nhwc(Writer& w, const std::string& x) {
-  onnx::NodeProto& t = w.add("Transpose", {x});
-  Writer::attr(t, "perm", std::vector<int64_t>{0, 2, 3, 1});
-  return t.output(0);
+  return with_attr(w, "Transpose", {x}, "perm", std::vector<int64_t>{0, 2, 3, 1});
 }
 
 // A Reduce* node over `axes` (ReduceSum takes them as an input from opset
@@ -58,6 +62,12 @@ void not_across_batch(const Writer& w, Value v, int axis) {
   const Dims& d = w.dims(w.graph().node(v).inputs[0]);
   if (axis >= 0 && size_t(axis) < d.size() && d[size_t(axis)] < 0)
     w.refuse("a " + std::string(op_info(w.graph().node(v).op).name) + " along the batch axis");
+}
+
+// SumAxis, MeanAxis and MaxAxis: one Reduce* over attrs.axis.
+std::string along_axis(Writer& w, Value v, const Node& n, const char* op_type, const std::vector<std::string>& x) {
+  not_across_batch(w, v, n.attrs.axis);
+  return reduce(w, op_type, x[0], {n.attrs.axis}, n.attrs.keepdim);
 }
 
 using Emit = std::string (*)(Writer& w, Value v, const Node& n, const std::vector<std::string>& x);
@@ -174,9 +184,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
          std::vector<int64_t> perm(static_cast<size_t>(r));
          std::iota(perm.begin(), perm.end(), 0);
          std::swap(perm[size_t(r - 1)], perm[size_t(r - 2)]);
-         onnx::NodeProto& t = w.add("Transpose", {s});
-         Writer::attr(t, "perm", perm);
-         return t.output(0);
+         return with_attr(w, "Transpose", {s}, "perm", perm);
        };
        const std::string a = n.attrs.trans_a ? last_two(x[0], n.inputs[0]) : x[0];
        const std::string b = n.attrs.trans_b ? last_two(x[1], n.inputs[1]) : x[1];
@@ -200,9 +208,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) { return same(w, "Min", x); }, nullptr},
     {OpKind::GreaterEqual,
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) {
-       onnx::NodeProto& c = w.add("Cast", {w.op("GreaterOrEqual", x)});
-       Writer::attr(c, "to", int64_t(TensorProto::FLOAT));
-       return c.output(0);
+       return with_attr(w, "Cast", {w.op("GreaterOrEqual", x)}, "to", int64_t(TensorProto::FLOAT));
      },
      nullptr},
     {OpKind::MaskedFill,
@@ -225,16 +231,12 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      nullptr},
     {OpKind::Softmax,
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) {
-       onnx::NodeProto& s = w.add("Softmax", x);
-       Writer::attr(s, "axis", int64_t(-1));
-       return s.output(0);
+       return with_attr(w, "Softmax", x, "axis", int64_t(-1));
      },
      nullptr},
     {OpKind::LogSoftmax,
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) {
-       onnx::NodeProto& s = w.add("LogSoftmax", x);
-       Writer::attr(s, "axis", int64_t(-1));
-       return s.output(0);
+       return with_attr(w, "LogSoftmax", x, "axis", int64_t(-1));
      },
      nullptr},
     {OpKind::SoftmaxCrossEntropy, nullptr, "a loss"},
@@ -246,17 +248,13 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::Sum,
      [](Writer& w, Value v, const Node&, const std::vector<std::string>& x) {
        not_across_batch(w, v, 0);
-       onnx::NodeProto& r = w.add("ReduceSum", {x[0]});
-       Writer::attr(r, "keepdims", int64_t(0));
-       return r.output(0);
+       return with_attr(w, "ReduceSum", {x[0]}, "keepdims", int64_t(0));
      },
      nullptr},
     {OpKind::Mean,
      [](Writer& w, Value v, const Node&, const std::vector<std::string>& x) {
        not_across_batch(w, v, 0);
-       onnx::NodeProto& r = w.add("ReduceMean", {x[0]});
-       Writer::attr(r, "keepdims", int64_t(0));
-       return r.output(0);
+       return with_attr(w, "ReduceMean", {x[0]}, "keepdims", int64_t(0));
      },
      nullptr},
     {OpKind::SumTo,
@@ -318,16 +316,12 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      nullptr},
     {OpKind::Elu,
      [](Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
-       onnx::NodeProto& e = w.add("Elu", x);
-       Writer::attr(e, "alpha", n.attrs.alpha);
-       return e.output(0);
+       return with_attr(w, "Elu", x, "alpha", n.attrs.alpha);
      },
      nullptr},
     {OpKind::LeakyRelu,
      [](Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
-       onnx::NodeProto& e = w.add("LeakyRelu", x);
-       Writer::attr(e, "alpha", n.attrs.negative_slope);
-       return e.output(0);
+       return with_attr(w, "LeakyRelu", x, "alpha", n.attrs.negative_slope);
      },
      nullptr},
     {OpKind::Softplus,
@@ -342,23 +336,17 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::Concat,
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) {
        not_across_batch(w, v, n.attrs.axis);
-       onnx::NodeProto& c = w.add("Concat", x);
-       Writer::attr(c, "axis", int64_t(n.attrs.axis));
-       return c.output(0);
+       return with_attr(w, "Concat", x, "axis", int64_t(n.attrs.axis));
      },
      nullptr},
     {OpKind::Gather,
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) {
-       onnx::NodeProto& g = w.add("Gather", x);
-       Writer::attr(g, "axis", int64_t(0));
-       return g.output(0);
+       return with_attr(w, "Gather", x, "axis", int64_t(0));
      },
      nullptr},
     {OpKind::ToIndex,
      [](Writer& w, Value, const Node&, const std::vector<std::string>& x) {
-       onnx::NodeProto& c = w.add("Cast", x);
-       Writer::attr(c, "to", int64_t(TensorProto::INT32));
-       return c.output(0);
+       return with_attr(w, "Cast", x, "to", int64_t(TensorProto::INT32));
      },
      nullptr},
     {OpKind::MaxPool2D,
@@ -378,9 +366,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      [](Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
        if (n.attrs.own_stats) w.refuse("batch normalization by the batch's own statistics (training only)");
        auto row = [&](int64_t i) {
-         onnx::NodeProto& g = w.add("Gather", {x[1], w.ints({i}, true)});
-         Writer::attr(g, "axis", int64_t(0));
-         return g.output(0);
+         return with_attr(w, "Gather", {x[1], w.ints({i}, true)}, "axis", int64_t(0));
        };
        const std::string scale = w.op("Div", {x[2], w.op("Sqrt", {w.op("Add", {row(1), w.scalar(n.attrs.eps)})})});
        std::string y = w.op("Add", {w.op("Mul", {w.op("Sub", {x[0], row(0)}), scale}), x[3]});
@@ -413,20 +399,17 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      nullptr},
     {OpKind::SumAxis,
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) {
-       not_across_batch(w, v, n.attrs.axis);
-       return reduce(w, "ReduceSum", x[0], {n.attrs.axis}, n.attrs.keepdim);
+       return along_axis(w, v, n, "ReduceSum", x);
      },
      nullptr},
     {OpKind::MeanAxis,
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) {
-       not_across_batch(w, v, n.attrs.axis);
-       return reduce(w, "ReduceMean", x[0], {n.attrs.axis}, n.attrs.keepdim);
+       return along_axis(w, v, n, "ReduceMean", x);
      },
      nullptr},
     {OpKind::MaxAxis,
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) {
-       not_across_batch(w, v, n.attrs.axis);
-       return reduce(w, "ReduceMax", x[0], {n.attrs.axis}, n.attrs.keepdim);
+       return along_axis(w, v, n, "ReduceMax", x);
      },
      nullptr},
     {OpKind::Transpose,
@@ -434,9 +417,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
        std::vector<int64_t> perm(w.dims(v).size());
        std::iota(perm.begin(), perm.end(), 0);
        std::swap(perm[size_t(n.attrs.axis)], perm[size_t(n.attrs.axis2)]);
-       onnx::NodeProto& t = w.add("Transpose", x);
-       Writer::attr(t, "perm", perm);
-       return t.output(0);
+       return with_attr(w, "Transpose", x, "perm", perm);
      },
      nullptr},
     {OpKind::LstmSequence,
