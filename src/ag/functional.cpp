@@ -1,5 +1,7 @@
 #include "tensorgrad/ag/functional.h"
 
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -179,6 +181,64 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
   tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
   counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
   return apply(OpKind::Dropout, {x, Tensor(detail::copy_to(counter, x.device()))}, at);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, float dropout_p, bool is_causal,
+                                    std::optional<float> scale, Generator* generator) {
+  const char* op = "scaled_dot_product_attention";
+  const Shape& qs = query.shape();
+  if (qs.rank() < 2 || key.dim() != qs.rank() || value.dim() != qs.rank())
+    throw ShapeError(std::string(op) + ": query, key and value must share a rank of at least 2 ({..., L, E}); got " +
+                     qs.str() + ", " + key.shape().str() + ", " + value.shape().str());
+  if (!(dropout_p >= 0.0f && dropout_p < 1.0f))
+    throw ValueError(std::string(op) + ": dropout_p must be in [0, 1); got " + std::to_string(dropout_p));
+  const int r = qs.rank();
+  int64_t n = 1;
+  for (int i = 0; i < r - 2; ++i) n *= qs[i];
+  const int64_t l = qs[r - 2], e = qs[r - 1], s = key.size(-2);
+  auto rows = [&](const Tensor& t) { return reshape(t, Shape{n, t.size(-2), t.size(-1)}); };
+  OpAttrs at;
+  at.factor = scale ? *scale : 1.0f / std::sqrt(float(e));
+  at.flags = is_causal ? kCausal : 0u;
+  std::vector<Tensor> in{rows(query), rows(key), rows(value)};
+  if (attn_mask.defined()) {
+    const Shape& ms = attn_mask.shape();
+    bool lead_ones = true, lead_same = ms.rank() == r;
+    for (int i = 0; i + 2 < ms.rank(); ++i) {
+      lead_ones = lead_ones && ms[i] == 1;
+      lead_same = lead_same && ms[i] == qs[i];
+    }
+    if ((ms.rank() != 2 && ms.rank() != r) || !(lead_ones || lead_same) || (ms[-2] != l && ms[-2] != 1) ||
+        ms[-1] != s)
+      throw ShapeError(std::string(op) + ": attn_mask must be {L, S} or of the query's rank with leading axes " +
+                       "equal to the query's or 1 and L or 1 rows: L = " + std::to_string(l) + ", S = " +
+                       std::to_string(s) + " for query " + qs.str() + "; got " + ms.str());
+    Tensor additive = attn_mask;
+    if (attn_mask.dtype() == DType::Int32) {  // PyTorch's bool mask: 0 hides
+      std::vector<float> v = attn_mask.to_vector();
+      for (float& x : v) x = x != 0.0f ? 0.0f : -INFINITY;
+      additive = Tensor(tensorgrad::Tensor::from_vector(std::span<const float>(v), ms)).to(query.device());
+    } else if (attn_mask.dtype() != DType::Float32) {
+      throw TypeError(std::string(op) + ": attn_mask must be int32 (bool) or float32; got " +
+                      dtype_name(attn_mask.dtype()));
+    }
+    in.push_back(reshape(additive, Shape{lead_ones ? 1 : n, ms[-2], s}));
+    at.flags |= kAttentionMask;
+  }
+  if (dropout_p > 0.0f) {
+    Generator& g = generator ? *generator : default_generator();
+    at.rate = dropout_p;
+    at.seed = g.dropout_key();
+    tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
+    counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
+    in.push_back(Tensor(detail::copy_to(counter, query.device())));
+  }
+  const Tensor y = apply(OpKind::Attention, in, at);
+  std::vector<int64_t> out;
+  for (int i = 0; i < r - 1; ++i) out.push_back(qs[i]);
+  out.push_back(value.size(-1));
+  return reshape(narrow(y, -1, 0, value.size(-1)), Shape(out));
 }
 
 Tensor softmax(const Tensor& x, int dim) {

@@ -190,6 +190,9 @@ void maximum_forward(const KernelCall& k);
 void minimum_forward(const KernelCall& k);
 void greater_equal_forward(const KernelCall& k);
 void masked_fill_forward(const KernelCall& k);
+// attention.cpp: Attention and AttentionBackward (FlashAttention's tiles).
+void attention_forward(const KernelCall& c);
+void attention_backward(const KernelCall& c);
 void scale_forward(const KernelCall& k);
 void relu_forward(const KernelCall& k);
 void relu_backward(const KernelCall& k);

@@ -1,8 +1,10 @@
 #include "tensorgrad/ops/op.h"
 
-#include <array>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "ops/op_table.h"
 #include "tensorgrad/core/error.h"
@@ -151,6 +153,21 @@ Value Builder::dropout(Value x, float rate, uint64_t seed, Value counter) {
   at.rate = rate;
   at.seed = seed;
   return apply(OpKind::Dropout, {x, counter.valid() ? counter : rng_counter()}, at);
+}
+
+Value Builder::scaled_dot_product_attention(Value q, Value k, Value v, const AttentionOptions& o) {
+  OpAttrs at;
+  const Shape sq = shape(q);
+  at.factor = std::isnan(o.scale) ? (sq.rank() == 3 ? 1.0f / std::sqrt(float(sq[2])) : 1.0f) : o.scale;
+  at.rate = o.dropout;
+  at.seed = o.seed;
+  at.flags = (o.causal ? kCausal : 0u) | (o.mask.valid() ? kAttentionMask : 0u);
+  std::vector<Value> in{q, k, v};
+  if (o.mask.valid()) in.push_back(o.mask);
+  if (o.dropout > 0.0f) in.push_back(rng_counter());
+  const Value y = apply(OpKind::Attention, in, at);
+  const Shape s = shape(y);
+  return slice(y, 2, 0, s[2] - 1);
 }
 
 Value Builder::pow(Value x, float p) {

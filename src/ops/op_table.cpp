@@ -227,6 +227,53 @@ void batch_stats_gradient(const GradientCall& d) {
 // their backward ops (y, U, g [, c0 or h0]) -> {B,T,4H}, or {B,T+1,4H} with
 // the initial states' gradients as step T. The gates per unit (4 or 3) and
 // the values a step keeps (6 or 5) name the op.
+// Attention and its backward op: q, k, v [, y, g] [, mask] [, counter], as the op list says.
+OpSignature attention(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  const bool backward = op == OpKind::AttentionBackward;
+  const char* roles[] = {"queries", "keys", "values"};
+  for (size_t i = 0; i < 3; ++i) {
+    expect_float(op, t, i, roles[i]);
+    expect_rank(op, s[i], 3, roles[i]);
+  }
+  const int64_t n = s[0][0], lq = s[0][1], d = s[0][2], lk = s[1][1], dv = s[2][2];
+  if (s[1][0] != n || s[2][0] != n || s[1][2] != d || s[2][1] != lk)
+    shape_fail(op, "queries {N, Lq, D}, keys {N, Lk, D} and values {N, Lk, Dv} do not fit: " + s[0].str() + ", " +
+                       s[1].str() + ", " + s[2].str());
+  if (lq < 1 || lk < 1 || d < 1 || dv < 1)
+    shape_fail(op, "needs at least one query, one key and one feature; got " + s[0].str() + " and " + s[2].str());
+  if (!std::isfinite(a.factor)) throw ValueError("attention: the scale must be finite; got " + std::to_string(a.factor));
+  if (!(a.rate >= 0.0f && a.rate < 1.0f))
+    throw ValueError("attention: the dropout rate must be in [0, 1); got " + std::to_string(a.rate));
+  size_t next = 3;
+  const Shape y{n, lq, dv + 1};
+  if (backward) {
+    for (size_t i = 3; i < 5; ++i) {
+      expect_float(op, t, i, i == 3 ? "output" : "gradient");
+      if (s[i] != y) shape_fail(op, std::string(i == 3 ? "output" : "gradient") + " must be " + y.str() + "; got " + s[i].str());
+    }
+    next = 5;
+  }
+  if (a.flags & kAttentionMask) {
+    if (next >= s.size()) shape_fail(op, "flags say a mask follows; none was given");
+    expect_float(op, t, next, "mask");
+    const Shape& m = s[next];
+    if (m.rank() != 3 || (m[0] != 1 && m[0] != n) || (m[1] != 1 && m[1] != lq) || m[2] != lk)
+      shape_fail(op, "the mask must be {1 or N, 1 or Lq, Lk} = {1 or " + std::to_string(n) + ", 1 or " +
+                         std::to_string(lq) + ", " + std::to_string(lk) + "}; got " + m.str());
+    ++next;
+  }
+  if (a.rate > 0.0f) {
+    if (next >= s.size() || t[next] != DType::Int64 || s[next] != Shape{1})
+      shape_fail(op, "dropout needs the random stream's counter (int64 {1}) as its last input");
+    ++next;
+  }
+  if (next != s.size())
+    shape_fail(op, std::to_string(s.size()) + " inputs, " + std::to_string(next) +
+                       " expected from its flags (kAttentionMask) and dropout rate");
+  if (backward) return {Shape{n, lq * d + lk * d + lk * dv}};
+  return {y};
+}
+
 OpSignature recurrent_sequence(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
   for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, "input");
   const bool lstm = op == OpKind::LstmSequence || op == OpKind::LstmSequenceBackward;
@@ -377,6 +424,12 @@ double flops_recurrent(OpKind, const OpAttrs&, Shapes in, const Shape& out) {
 }
 
 // A convolution and its gradients: 2 (the forward's outputs) kh kw C.
+// Attention: the two products of every (query, key) pair, 2 N Lq Lk (D + Dv); its backward about 2.5 times that.
+double flops_attention(OpKind op, const OpAttrs&, Shapes in, const Shape&) {
+  const double f = 2.0 * double(in[0][0]) * double(in[0][1]) * double(in[1][1]) * double(in[0][2] + in[2][2]);
+  return op == OpKind::AttentionBackward ? 2.5 * f : f;
+}
+
 double flops_conv2d(OpKind, const OpAttrs&, Shapes in, const Shape& out) {
   return 2.0 * double(out.numel()) * double(in[1].numel() / in[1][3]);
 }
@@ -841,6 +894,22 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(1)) d.dx[1] = b.matmul(previous_states(b, d.y, h, state ? d.x[3] : Value{}), dhu, true, false);
        if (d.need(2)) d.dx[2] = b.sum_to(dhu, Shape{3 * h});
      }},
+    // One backward op gives [dq | dk | dv] per n; the mask and the counter take none.
+    {OpKind::Attention, attention,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       std::vector<Value> in{d.x[0], d.x[1], d.x[2], d.y, d.g};
+       for (size_t i = 3; i < d.x.size(); ++i) in.push_back(d.x[i]);
+       const Value all = b.apply(OpKind::AttentionBackward, in, d.at);
+       const Shape q = b.shape(d.x[0]), k = b.shape(d.x[1]), v = b.shape(d.x[2]);
+       const int64_t sizes[3] = {q[1] * q[2], k[1] * k[2], v[1] * v[2]};
+       const Shape shapes[3] = {q, k, v};
+       int64_t start = 0;
+       for (int i = 0; i < 3; ++i) {
+         if (d.need(size_t(i))) d.dx[size_t(i)] = b.reshape(b.slice(all, 1, start, sizes[i]), shapes[i]);
+         start += sizes[i];
+       }
+     }},
 
     // Backward ops. Gradients of gradients exist only where a rule is given
     // (slicing, the convolution adjoints); the rest throw.
@@ -927,6 +996,7 @@ constexpr auto kOps = std::to_array<OpDef>({
      no_gradient},
     {OpKind::LstmSequenceBackward, recurrent_sequence, no_gradient},
     {OpKind::GruSequenceBackward, recurrent_sequence, no_gradient},
+    {OpKind::AttentionBackward, attention, no_gradient},
 
     // Metrics: counts, never differentiated.
     {OpKind::Accuracy,

@@ -293,6 +293,44 @@ TEST(Ag, MaskedFillAndWhere) {
                                                {"masked_fill", "{2, 2}", "{3}"}));
 }
 
+// F.scaled_dot_product_attention on {B, heads, L, E}: the fused op against
+// softmax(q k^T / sqrt(E) + mask) v composed of ops, with PyTorch's bool mask
+// (int32, 1 takes part) and is_causal; the gradients of both paths agree.
+TEST(Ag, ScaledDotProductAttentionMatchesTheComposedFormula) {
+  ag::manual_seed(4);
+  ag::Tensor q = ag::randn({2, 3, 5, 4}, {.requires_grad = true}), k = ag::randn({2, 3, 6, 4}, {.requires_grad = true}),
+             v = ag::randn({2, 3, 6, 2}, {.requires_grad = true});
+  std::vector<int32_t> keep(5 * 6, 1);
+  keep[1] = 0, keep[7] = 0;  // queries 0 and 1 do not see key 1
+  const ag::Tensor mask = ag::tensor(std::span<const int32_t>(keep), Shape{5, 6});
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "masked");
+    const ag::Tensor fused = ag::scaled_dot_product_attention(q, k, v, causal ? ag::Tensor() : mask, 0.0f, causal);
+    std::vector<float> add(5 * 6, 0.0f);
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 6; ++j)
+        if (causal ? j > i + 1 : keep[size_t(i * 6 + j)] == 0) add[size_t(i * 6 + j)] = -INFINITY;
+    const ag::Tensor scores = ag::matmul(ag::reshape(q, {6, 5, 4}), ag::transpose(ag::reshape(k, {6, 6, 4}), 1, 2));
+    const ag::Tensor w = ag::softmax(scores * 0.5f + ag::tensor(std::span<const float>(add), Shape{5, 6}), -1);
+    const ag::Tensor composed = ag::reshape(ag::matmul(w, ag::reshape(v, {6, 6, 2})), {2, 3, 5, 2});
+    ASSERT_EQ(fused.shape(), (Shape{2, 3, 5, 2}));
+    const std::vector<float> a = fused.to_vector(), b = composed.to_vector();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f) << i;
+    const ag::Tensor proj = ag::randn({2, 3, 5, 2});
+    q.set_grad({}), k.set_grad({}), v.set_grad({});
+    ag::sum(fused * proj).backward();
+    const std::vector<float> gq = q.grad().to_vector(), gk = k.grad().to_vector(), gv = v.grad().to_vector();
+    q.set_grad({}), k.set_grad({}), v.set_grad({});
+    ag::sum(composed * proj).backward();
+    const std::vector<float> hq = q.grad().to_vector(), hk = k.grad().to_vector(), hv = v.grad().to_vector();
+    for (size_t i = 0; i < gq.size(); ++i) EXPECT_NEAR(gq[i], hq[i], 1e-5f) << "dq " << i;
+    for (size_t i = 0; i < gk.size(); ++i) EXPECT_NEAR(gk[i], hk[i], 1e-5f) << "dk " << i;
+    for (size_t i = 0; i < gv.size(); ++i) EXPECT_NEAR(gv[i], hv[i], 1e-5f) << "dv " << i;
+  }
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] { ag::scaled_dot_product_attention(q, k, v, ag::ones({4, 6})); }, {"attn_mask", "L = 5", "{4, 6}"}));
+}
+
 TEST(Ag, DivSqrtPowReductionsClampAndBatchedMatmulValues) {
   ag::Tensor a = ag::tensor({1, 4, 9, 16}, Shape{2, 2});
   EXPECT_EQ((a / ag::tensor({1, 2}, Shape{2})).to_vector(), (std::vector<float>{1, 2, 9, 8}));

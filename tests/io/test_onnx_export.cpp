@@ -89,6 +89,24 @@ void randomize_batch_norm(nn::Model& m) {
     }
 }
 
+// Causal self-attention with a padding bias, by the fused Attention op (a custom layer: any op-built layer exports).
+class CausalSelfAttention final : public nn::Layer {
+ public:
+  CausalSelfAttention() : Layer("causal_self_attention") {}
+  const char* type() const override { return "CausalSelfAttention"; }
+  Shape build(const Shape& s) override { return s; }
+  Value call(Builder& b, Value x, const nn::CallOptions&) override {
+    Builder::AttentionOptions o;
+    o.causal = true;
+    const Shape s = b.shape(x);
+    Tensor bias = Tensor::zeros({1, 1, s[1]});
+    bias.data<float>()[0] = 0.5f;
+    o.mask = b.parameter(bias, "bias", false);
+    return b.scaled_dot_product_attention(x, x, x, o);
+  }
+  std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
+};
+
 std::vector<Case> cases() {
   std::vector<Case> c;
   c.push_back({"activations",
@@ -196,6 +214,15 @@ std::vector<Case> cases() {
                },
                [] {
                  return std::vector<Tensor>{uniform({3, 6}, 9), uniform({3, 6}, 10)};
+               }});
+  c.push_back({"fused_attention",
+               [] {
+                 auto x = nn::Input({6, 4}, DType::Float32, "x");
+                 auto a = CausalSelfAttention()(x);
+                 return nn::Model(x, nn::Dense(2)(nn::Flatten()(a)), "attention");
+               },
+               [] {
+                 return std::vector<Tensor>{uniform({3, 6, 4}, 15)};
                }});
   c.push_back({"main_job_mlp",
                [] {

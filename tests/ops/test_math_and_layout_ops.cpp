@@ -594,9 +594,9 @@ TEST(MathAndLayoutOpsErrors, Concat) {
   std::vector<Value> mixed{a, a, i};
   EXPECT_TRUE(throws<TypeError>([&] { g.concat(mixed, 0); }, {"concat", "dtype", "float32", "int32"}));
   std::vector<Value> one{a};
-  EXPECT_TRUE(throws<ShapeError>([&] { g.concat(one, 0); }, {"concat", "2..6 inputs", "got 1"}));
-  std::vector<Value> seven(7, a);
-  EXPECT_TRUE(throws<ShapeError>([&] { g.concat(seven, 0); }, {"concat", "2..6 inputs", "got 7"}));
+  EXPECT_TRUE(throws<ShapeError>([&] { g.concat(one, 0); }, {"concat", "2..7 inputs", "got 1"}));
+  std::vector<Value> eight(8, a);
+  EXPECT_TRUE(throws<ShapeError>([&] { g.concat(eight, 0); }, {"concat", "2..7 inputs", "got 8"}));
   std::vector<Value> ranks{a, g.input("v", {3}), a};
   EXPECT_TRUE(throws<ShapeError>([&] { g.concat(ranks, 0); }, {"concat", "{2, 3}", "{3}"}));
   std::vector<Value> three{a, a, a};

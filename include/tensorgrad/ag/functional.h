@@ -7,6 +7,7 @@
 // ids of index_select / embedding / cross_entropy is float32).
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -136,6 +137,21 @@ Tensor dropout(const Tensor& x, float p = 0.5f, bool training = true, Generator*
 /// (ValueError for another: move that axis last first).
 ///@{
 Tensor softmax(const Tensor& x, int dim = -1);
+/// torch.nn.functional.scaled_dot_product_attention: softmax(query key^T
+/// scale + mask) value over the last two axes, query {..., L, E}, key
+/// {..., S, E}, value {..., S, Ev} (equal leading axes, e.g. {batch, heads})
+/// -> {..., L, Ev}. attn_mask: int32 (PyTorch's bool: 1 takes part, 0 is
+/// hidden) or float32 (added to the scores), of shape {L, S} or of the
+/// query's rank with leading axes equal to the query's or all 1 and L or 1;
+/// is_causal hides the keys after each query (the queries being the last L
+/// of the S positions); scale defaults to 1 / sqrt(E); dropout_p drops
+/// weights from the generator's stream. One fused op that stores no {L, S}
+/// matrix (FlashAttention, Dao et al. 2022); a query that sees no key gives
+/// 0. Throws ShapeError for shapes that do not fit, TypeError for other
+/// dtypes, ValueError for a dropout_p outside [0, 1).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), float dropout_p = 0.0f, bool is_causal = false,
+                                    std::optional<float> scale = std::nullopt, Generator* generator = nullptr);
 Tensor log_softmax(const Tensor& x, int dim = -1);
 ///@}
 

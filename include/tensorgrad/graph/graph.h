@@ -21,7 +21,7 @@ enum class NodeRole : uint8_t { Op, Input, Parameter, State };
 /// One node of a Graph: an op applied to earlier nodes, or a leaf (input,
 /// parameter, state) with its memory bound from outside.
 struct Node {
-  static constexpr int kMaxInputs = 6;  ///< the most inputs an op takes (RMSprop's update: param, grad, three states, hyper)
+  static constexpr int kMaxInputs = 7;  ///< the most inputs an op takes (AttentionBackward's: q, k, v, y, g, mask, counter)
   OpKind op = OpKind::Leaf;                ///< the op; Leaf for inputs, parameters and state
   OpAttrs attrs;                           ///< the op's attributes
   std::array<Value, kMaxInputs> inputs{};  ///< the first n_inputs are the op's inputs, in order

@@ -194,6 +194,25 @@ class Builder {
   /// ShapeError for a scalar x or a gamma / beta that does not broadcast
   /// against it.
   Value layer_norm(Value x, float eps, Value gamma = {}, Value beta = {});
+  /// Options of scaled_dot_product_attention.
+  struct AttentionOptions {
+    Value mask;            ///< added to the scaled scores, {1 or N, 1 or Lq, Lk} (0 keeps, -inf hides); optional
+    bool causal = false;   ///< hide key j from query i where j > i + Lk - Lq (queries last, as a key-value cache)
+    float scale = NAN;     ///< the scores' factor; NaN: 1 / sqrt(D)
+    float dropout = 0.0f;  ///< drop probability of the weights, in [0, 1)
+    uint64_t seed = 0;     ///< the dropout's random stream (drawn at rng_counter())
+  };
+  /// softmax(q k^T scale + mask) v per n (torch.nn.functional.
+  /// scaled_dot_product_attention on {N, L, D} with N = batch x heads): q
+  /// {N, Lq, D}, k {N, Lk, D}, v {N, Lk, Dv} -> {N, Lq, Dv}, by one fused op
+  /// (Attention) that never stores the {Lq, Lk} weights (FlashAttention,
+  /// Dao et al. 2022). A query that sees no key gives 0 and no gradient.
+  /// Throws ShapeError when the shapes do not fit, TypeError for non-float32
+  /// inputs, ValueError for a dropout outside [0, 1) or a non-finite scale.
+  Value scaled_dot_product_attention(Value q, Value k, Value v, const AttentionOptions& options);
+  /// scaled_dot_product_attention with the default options (no mask, not
+  /// causal, scale 1 / sqrt(D), no dropout).
+  Value scaled_dot_product_attention(Value q, Value k, Value v) { return scaled_dot_product_attention(q, k, v, {}); }
   /// MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
   Value windowed(OpKind op, Value x, const Window2D& window);
 };

@@ -17,10 +17,11 @@ namespace tensorgrad {
 void gradient_rule(Builder& b, OpKind op, const OpAttrs& attrs, std::span<const Value> inputs, Value output,
                    Value grad, std::span<const bool> needs, std::span<Value> input_grads);
 
-/// The most inputs any op takes (RMSprop's update: param, grad, three states,
-/// hyper); the op table checks every entry against it at compile time, so the
-/// walk can hold one application's inputs on the stack.
-inline constexpr int kMaxOpInputs = 6;
+/// The most inputs any op takes (AttentionBackward's: q, k, v, the output,
+/// its gradient, a mask and the random stream's counter); the op table
+/// checks every entry against it at compile time, so the walk can hold one
+/// application's inputs on the stack.
+inline constexpr int kMaxOpInputs = 7;
 
 /// One recorded op application: the op, its attributes and its inputs. A leaf
 /// (an input, parameter or state) is op Leaf with no inputs.

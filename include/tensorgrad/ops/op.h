@@ -90,6 +90,15 @@ inline constexpr uint32_t kReluOutput = 1u << 0;
 /// AttachedBatchStats reads them. Only a lazy graph sets it (it plans the
 /// memory before the output); the eager API refuses it with a ValueError.
 inline constexpr uint32_t kBatchStatsOutput = 1u << 1;
+/// The modes of Attention and AttentionBackward (OpAttrs::flags): kCausal
+/// hides key j from query i where j > i + Lk - Lq (the queries are the last
+/// Lq positions of the keys', as a key-value cache has them: FlashAttention
+/// 2.1's alignment, PyTorch's is_causal when Lq = Lk); kAttentionMask says
+/// the op's fourth input is an additive mask.
+///@{
+inline constexpr uint32_t kCausal = 1u << 2;
+inline constexpr uint32_t kAttentionMask = 1u << 3;
+///@}
 /// The floats a Conv2D with kBatchStatsOutput writes just before its output
 /// of `filters` channels: the {2, filters} statistics, padded to a multiple
 /// of 64 bytes so that the output keeps its alignment. They lie before the

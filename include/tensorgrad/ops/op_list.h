@@ -148,6 +148,14 @@ TG_OP(LstmSequence, "lstm_sequence", 2, 4, Computes, nullptr, Fixed, recurrent)
 // [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb), n = tanh(xw_n + r hn),
 // h = z h_{t-1} + (1 - z) n (reset_after, as cuDNN and PyTorch)
 TG_OP(GruSequence, "gru_sequence", 3, 4, Computes, nullptr, Fixed, recurrent)
+// Scaled dot-product attention per n (N = batch x heads): (q{N,Lq,D}, k{N,Lk,D}, v{N,Lk,Dv} [, mask{Nm,Lqm,Lk}]
+// [, counter int64{1}]) -> {N,Lq,Dv+1}: softmax(q k^T attrs.factor + mask) v, and in the last column each
+// query's log-sum-exp of its scores (-inf when every key is hidden; its output is then 0). The mask (flags
+// kAttentionMask; Nm 1 or N, Lqm 1 or Lq) is added to the scaled scores (0 keeps, -inf hides); flags kCausal hides
+// the keys after each query; attrs.rate > 0 drops weights (kept ones scaled by 1 / (1 - rate)) by hash(attrs.seed,
+// counter) per (n, i, j). Computed in tiles with an online softmax (FlashAttention, Dao et al. 2022): memory linear
+// in Lk, no {Lq, Lk} matrix stored
+TG_OP(Attention, "attention", 3, 5, Computes, nullptr, Fixed, attention)
 
 // ---- backward ops (inputs listed at each gradient rule) ----
 TG_OP(ReluBackward, "relu_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
@@ -207,6 +215,10 @@ TG_OP(LstmSequenceBackward, "lstm_sequence_backward", 3, 4, Computes, nullptr, F
 // (y{B,T,5H}, U{H,3H}, g{B,T,5H} [, h0{B,H}]) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw) and d hn,
 // so that d(h U + rb) = [dz | dr | d hn]. With h0: {B,T+1,4H}, step T holding [dh0 | 0 | 0 | 0]
 TG_OP(GruSequenceBackward, "gru_sequence_backward", 3, 4, Computes, nullptr, Fixed, recurrent)
+// (q, k, v, y{N,Lq,Dv+1}, g{N,Lq,Dv+1} [, mask] [, counter]) -> {N, Lq D + Lk D + Lk Dv}: [dq | dk | dv] per n,
+// each flattened, Attention's attributes; g's last column (the log-sum-exp's gradient) counts. The weights are
+// recomputed tile by tile from y's log-sum-exp (FlashAttention's backward)
+TG_OP(AttentionBackward, "attention_backward", 5, 7, Computes, nullptr, Fixed, attention)
 
 // ---- metrics ----
 // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label

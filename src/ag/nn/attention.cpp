@@ -101,11 +101,25 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query_in, con
   const Tensor k = heads(linear(key, block(in_proj_weight, 1), block(in_proj_bias, 1)), s);
   const Tensor v = heads(linear(value, block(in_proj_weight, 2), block(in_proj_bias, 2)), s);
 
-  Tensor scores = reshape(matmul(q / std::sqrt(float(d)), transpose(k, 1, 2)), Shape{n, h, l, s});
-  if (kpm.defined()) scores = scores + reshape(kpm, Shape{n, 1, 1, s});
-  if (am.defined()) scores = scores + am;
-  const Tensor weights = softmax(scores, -1);  // {N, heads, L, S}
-  const Tensor o = matmul(reshape(weights, Shape{n * h, l, s}), v);  // {N * heads, L, d}
+  Tensor o, weights;  // {N * heads, L, d}; {N, heads, L, S} when asked for
+  if (!need_weights) {
+    // The fused op, which never holds the {L, S} weights: the masks added into one of {1 or N * heads, 1 or L, S}.
+    Tensor mask;
+    if (kpm.defined()) {
+      mask = reshape(kpm, Shape{n, 1, 1, s}) + zeros(Shape{1, h, 1, 1}, {.device = kpm.device()});
+      if (am.defined()) mask = mask + reshape(am, Shape{1, 1, l, s});
+      mask = reshape(mask, Shape{n * h, am.defined() ? l : 1, s});
+    } else if (am.defined()) {
+      mask = reshape(am, Shape{1, l, s});
+    }
+    o = scaled_dot_product_attention(q, k, v, mask, 0.0f, false, 1.0f / std::sqrt(float(d)));
+  } else {
+    Tensor scores = reshape(matmul(q / std::sqrt(float(d)), transpose(k, 1, 2)), Shape{n, h, l, s});
+    if (kpm.defined()) scores = scores + reshape(kpm, Shape{n, 1, 1, s});
+    if (am.defined()) scores = scores + am;
+    weights = softmax(scores, -1);
+    o = matmul(reshape(weights, Shape{n * h, l, s}), v);
+  }
   Tensor out = out_proj->forward(reshape(transpose(reshape(o, Shape{n, h, l, d}), 1, 2), Shape{n, l, e}));
   if (!batch_first_) out = transpose(out, 0, 1);
   return {out, need_weights ? mean(weights, 1) : Tensor()};

@@ -161,6 +161,29 @@ std::string slice(Writer& w, Value v, const Node& n, const std::vector<std::stri
                         w.ints({int64_t(n.attrs.axis)})});
 }
 
+// Attention composed of ONNX ops (its fused form is a memory saving ONNX
+// runtimes make their own way): the scores, their softmax times v, and the
+// log-sum-exp column. A query that sees no key is NaN here, not 0.
+std::string attention(Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
+  if (n.attrs.rate > 0.0f) w.refuse("attention dropout at inference (random, so no file computes it)");
+  const Shape& q = w.graph().node(n.inputs[0]).shape;
+  const int64_t lq = q[1], lk = w.graph().node(n.inputs[1]).shape[1];
+  const std::string kt = with_attr(w, "Transpose", {x[1]}, "perm", std::vector<int64_t>{0, 2, 1});
+  std::string s = w.op("Mul", {w.op("MatMul", {x[0], kt}), w.scalar(n.attrs.factor)});
+  if (n.attrs.flags & kAttentionMask) s = w.op("Add", {s, x[3]});
+  if (n.attrs.flags & kCausal) {
+    Tensor hide = Tensor::zeros({lq, lk});
+    for (int64_t i = 0; i < lq; ++i)
+      for (int64_t j = i + lk - lq + 1; j < lk; ++j) hide.data<float>()[i * lk + j] = -INFINITY;
+    s = w.op("Add", {s, w.tensor(hide)});
+  }
+  const std::string o = w.op("MatMul", {with_attr(w, "Softmax", {s}, "axis", int64_t(-1)), x[2]});
+  onnx::NodeProto& lse = w.add("ReduceLogSumExp", {s});
+  Writer::attr(lse, "axes", std::vector<int64_t>{-1});
+  Writer::attr(lse, "keepdims", int64_t(1));
+  return with_attr(w, "Concat", {o, lse.output(0)}, "axis", int64_t(-1));
+}
+
 // Every op, in OpKind order.
 constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::Leaf, nullptr, "a leaf (written as an input or initializer)"},
@@ -426,6 +449,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::GruSequence,
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) { return recurrent(w, v, n, x, false); },
      nullptr},
+    {OpKind::Attention, attention, nullptr},
     {OpKind::ReluBackward, nullptr, "a backward op"},
     {OpKind::SigmoidBackward, nullptr, "a backward op"},
     {OpKind::TanhBackward, nullptr, "a backward op"},
@@ -456,6 +480,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::MaxAxisBackward, nullptr, "a backward op"},
     {OpKind::LstmSequenceBackward, nullptr, "a backward op"},
     {OpKind::GruSequenceBackward, nullptr, "a backward op"},
+    {OpKind::AttentionBackward, nullptr, "a backward op"},
     {OpKind::Accuracy, nullptr, "a metric"},
     {OpKind::BinaryAccuracy, nullptr, "a metric"},
     {OpKind::TopKAccuracy, nullptr, "a metric"},

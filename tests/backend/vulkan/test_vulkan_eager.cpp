@@ -88,6 +88,8 @@ std::vector<EagerCase> cases() {
          const ag::Tensor mask = ag::ge(x[0], x[1]);
          return ag::add(ag::masked_fill(x[0], mask, 2.5f), ag::where(mask, x[1], x[0]));
        }},
+      {"attention", {{2, 2, 5, 4}, {2, 2, 6, 4}, {2, 2, 6, 3}},
+       [](T x, Device) { return ag::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0f, true); }},
       {"matmul", {{5, 7}, {7, 3}}, [](T x, Device) { return ag::matmul(x[0], x[1]); }},
       {"linear", {{6, 4}, {3, 4}, {3}}, [](T x, Device) { return ag::linear(x[0], x[1], x[2]); }},
       {"accumulated_gradients", {{6, 4}, {3, 4}}, [](T x, Device) { return ag::linear(x[0], x[1]); }, 2},

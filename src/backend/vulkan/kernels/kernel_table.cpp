@@ -17,6 +17,7 @@ const KernelTable& kernel_table() {
     add_gather_kernels(t);
     add_batch_norm_kernels(t);
     add_recurrent_kernels(t);
+    add_attention_kernels(t);
     return t;
   }();
   return table;

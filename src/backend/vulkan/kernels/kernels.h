@@ -32,5 +32,6 @@ void add_window_kernels(KernelTable& t);       // max and average pooling and th
 void add_gather_kernels(KernelTable& t);       // Gather (embeddings) and its gradient
 void add_batch_norm_kernels(KernelTable& t);   // batch statistics, batch norm and its gradients
 void add_recurrent_kernels(KernelTable& t);    // the fused LSTM and GRU sequences and their gradients
+void add_attention_kernels(KernelTable& t);    // the fused attention and its gradient
 
 }  // namespace tensorgrad::vulkan
