@@ -40,6 +40,7 @@
 #include "tensorgrad/nn/layers.h"
 #include "tensorgrad/nn/merge.h"
 #include "tensorgrad/nn/model.h"
+#include "tensorgrad/nn/attention.h"
 #include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/nn/recurrent.h"
 #include "tensorgrad/nn/sequential.h"

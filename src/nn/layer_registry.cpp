@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "tensorgrad/core/error.h"
+#include "tensorgrad/nn/attention.h"
 #include "tensorgrad/nn/conv.h"
 #include "tensorgrad/nn/layers.h"
 #include "tensorgrad/nn/merge.h"
@@ -88,6 +89,12 @@ Registry built_in_layers() {
   r["Minimum"] = [](const LayerConfig&) { return std::make_shared<Minimum>(); };
   r["Concatenate"] = [](const LayerConfig& c) { return std::make_shared<Concatenate>(int(c.get_int("axis"))); };
   r["Reshape"] = [](const LayerConfig& c) { return std::make_shared<Reshape>(c.get_ints("target_shape")); };
+  r["MultiHeadAttention"] = [](const LayerConfig& c) {
+    return std::make_shared<MultiHeadAttention>(c.get_int("num_heads"), c.get_int("key_dim"), c.get_int("value_dim"),
+                                                float(c.get_double("dropout")), c.get_bool("use_bias"),
+                                                c.get_int("output_shape"), c.get_bool("use_causal_mask"),
+                                                uint64_t(c.get_int("seed")));
+  };
   return r;
 }
 

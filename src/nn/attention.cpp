@@ -1,0 +1,125 @@
+// keras.layers.MultiHeadAttention on the fused attention op.
+#include "tensorgrad/nn/attention.h"
+
+#include <cmath>
+#include <string>
+
+#include "tensorgrad/core/error.h"
+#include "tensorgrad/core/random.h"
+
+namespace tensorgrad::nn {
+
+MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, int64_t value_dim, float dropout,
+                                       bool use_bias, int64_t output_shape, bool use_causal_mask,
+                                       std::optional<uint64_t> seed)
+    : Layer("multi_head_attention"),
+      num_heads_(num_heads),
+      key_dim_(key_dim),
+      value_dim_(value_dim == 0 ? key_dim : value_dim),
+      output_shape_(output_shape),
+      dropout_(dropout),
+      use_bias_(use_bias),
+      use_causal_mask_(use_causal_mask) {
+  if (num_heads < 1 || key_dim < 1 || value_dim < 0 || output_shape < 0)
+    throw ValueError(
+        "MultiHeadAttention: num_heads and key_dim must be >= 1, value_dim and output_shape >= 0 (0: "
+        "the default); got num_heads " +
+        std::to_string(num_heads) + ", key_dim " + std::to_string(key_dim) + ", value_dim " +
+        std::to_string(value_dim) + ", output_shape " + std::to_string(output_shape));
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    throw ValueError("MultiHeadAttention: dropout must be in [0, 1); got " + std::to_string(dropout));
+  seed_ = seed ? *seed : global_generator()();
+}
+
+Shape MultiHeadAttention::build(const Shape&) {
+  throw ValueError("MultiHeadAttention '" + name() +
+                   "' takes {query, value} at least (self-attention: call it on {x, x})");
+}
+
+Shape MultiHeadAttention::build_inputs(std::span<const Shape> s) {
+  if (s.size() < 2 || s.size() > 4)
+    throw ValueError("MultiHeadAttention '" + name() +
+                     "' takes {query, value}, {query, value, key} or {query, "
+                     "value, key, attention_mask}; got " +
+                     std::to_string(s.size()) + " inputs");
+  const char* roles[] = {"query", "value", "key"};
+  for (size_t i = 0; i < std::min<size_t>(s.size(), 3); ++i)
+    if (s[i].rank() != 2)
+      throw ShapeError("MultiHeadAttention '" + name() + "': the " + roles[i] + " must be a sequence {steps, " +
+                       "features}; got " + s[i].str());
+  const Shape &q = s[0], &v = s[1], &k = s.size() > 2 ? s[2] : s[1];
+  if (k[0] != v[0])
+    throw ShapeError("MultiHeadAttention '" + name() + "': key and value must have one length; got " + k.str() +
+                     " and " + v.str());
+  if (s.size() == 4 && s[3] != Shape{q[0], v[0]})
+    throw ShapeError("MultiHeadAttention '" + name() +
+                     "': attention_mask must be {Tq, Tv} = " + Shape{q[0], v[0]}.str() + "; got " + s[3].str());
+  const int64_t h = num_heads_, out = output_shape_ == 0 ? q[1] : output_shape_;
+  auto kernel = [&](const char* n, int64_t in, int64_t dim) {
+    return add_weight({.name = n, .shape = {in, h, dim}, .initializer = initializers::glorot_uniform()});
+  };
+  auto bias = [&](const char* n, const Shape& shape) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::zeros()});
+  };
+  query_kernel_ = kernel("query_kernel", q[1], key_dim_);
+  if (use_bias_) query_bias_ = bias("query_bias", {h, key_dim_});
+  key_kernel_ = kernel("key_kernel", k[1], key_dim_);
+  if (use_bias_) key_bias_ = bias("key_bias", {h, key_dim_});
+  value_kernel_ = kernel("value_kernel", v[1], value_dim_);
+  if (use_bias_) value_bias_ = bias("value_bias", {h, value_dim_});
+  output_kernel_ = add_weight(
+      {.name = "output_kernel", .shape = {h, value_dim_, out}, .initializer = initializers::glorot_uniform()});
+  if (use_bias_) output_bias_ = bias("output_bias", {out});
+  return Shape{q[0], out};
+}
+
+Value MultiHeadAttention::call(Builder&, Value, const CallOptions&) {
+  throw ValueError("MultiHeadAttention '" + name() + "' takes {query, value} at least (self-attention: {x, x})");
+}
+
+Value MultiHeadAttention::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
+  const Value query = in[0], value = in[1], key = in.size() > 2 ? in[2] : in[1];
+  const Shape sq = b.shape(query), sv = b.shape(value), sk = b.shape(key);
+  const int64_t n = sq[0], tq = sq[1], tv = sv[1], h = num_heads_;
+  // x {B, T, E} W {E, h, dim} (+ bias {h, dim}) as {B h, T, dim}.
+  auto heads = [&](Value x, const Shape& s, WeightId w, WeightId bias, int64_t dim) {
+    Value y = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), b.reshape(bind_weight(b, w), Shape{s[2], h * dim}));
+    if (use_bias_) y = b.add(y, b.reshape(bind_weight(b, bias), Shape{h * dim}));
+    return b.reshape(b.transpose(b.reshape(y, Shape{s[0], s[1], h, dim}), 1, 2), Shape{s[0] * h, s[1], dim});
+  };
+  const Value q = heads(query, sq, query_kernel_, query_bias_, key_dim_);
+  const Value k = heads(key, sk, key_kernel_, key_bias_, key_dim_);
+  const Value v = heads(value, sv, value_kernel_, value_bias_, value_dim_);
+  Builder::AttentionOptions o;
+  o.causal = use_causal_mask_;
+  o.scale = 1.0f / std::sqrt(float(key_dim_));
+  if (options.training && dropout_ > 0.0f) o.dropout = dropout_, o.seed = seed_;
+  if (in.size() == 4) {
+    // Keras' mask (1 attends) as the op's additive one, the same for every head.
+    const Value hidden = b.masked_fill(b.fill({}, 1.0f), in[3], 0.0f);
+    const Value additive = b.masked_fill(b.fill({}, 0.0f), hidden, -INFINITY);  // {B, Tq, Tv}
+    o.mask =
+        b.reshape(b.broadcast_to(b.reshape(additive, Shape{n, 1, tq, tv}), Shape{n, h, tq, tv}), Shape{n * h, tq, tv});
+  }
+  const Value a = b.scaled_dot_product_attention(q, k, v, o);  // {B h, Tq, value_dim}
+  const Value merged =
+      b.reshape(b.transpose(b.reshape(a, Shape{n, h, tq, value_dim_}), 1, 2), Shape{n * tq, h * value_dim_});
+  const Shape wo = weight(output_kernel_).shape();
+  Value y = b.matmul(merged, b.reshape(bind_weight(b, output_kernel_), Shape{h * value_dim_, wo[2]}));
+  if (use_bias_) y = b.add(y, bind_weight(b, output_bias_));
+  return b.reshape(y, Shape{n, tq, wo[2]});
+}
+
+LayerConfig MultiHeadAttention::config() const {
+  return LayerConfig(type())
+      .set("num_heads", num_heads_)
+      .set("key_dim", key_dim_)
+      .set("value_dim", value_dim_)
+      .set("dropout", double(dropout_))
+      .set("use_bias", use_bias_)
+      .set("output_shape", output_shape_)
+      .set("use_causal_mask", use_causal_mask_)
+      .set("seed", int64_t(seed_));
+}
+
+}  // namespace tensorgrad::nn
