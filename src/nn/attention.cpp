@@ -1,6 +1,8 @@
 // keras.layers.MultiHeadAttention on the fused attention op.
 #include "tensorgrad/nn/attention.h"
 
+#include "nn/attention_block.h"
+
 #include <cmath>
 #include <string>
 
@@ -8,6 +10,42 @@
 #include "tensorgrad/core/random.h"
 
 namespace tensorgrad::nn {
+
+namespace detail {
+
+Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, const AttentionCall& c) {
+  const Shape sq = b.shape(c.query), sv = b.shape(c.value), sk = b.shape(c.key);
+  const int64_t n = sq[0], tq = sq[1], tv = sv[1], key_dim = b.shape(w.query_kernel)[2],
+                value_dim = b.shape(w.value_kernel)[2], out = b.shape(w.output_kernel)[2];
+  // x {B, T, E} W {E, h, dim} (+ bias {h, dim}) as {B h, T, dim}.
+  auto heads = [&](Value x, const Shape& s, Value kernel, Value bias, int64_t dim) {
+    Value y = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), b.reshape(kernel, Shape{s[2], h * dim}));
+    if (bias.valid()) y = b.add(y, b.reshape(bias, Shape{h * dim}));
+    return b.reshape(b.transpose(b.reshape(y, Shape{s[0], s[1], h, dim}), 1, 2), Shape{s[0] * h, s[1], dim});
+  };
+  const Value q = heads(c.query, sq, w.query_kernel, w.query_bias, key_dim);
+  const Value k = heads(c.key, sk, w.key_kernel, w.key_bias, key_dim);
+  const Value v = heads(c.value, sv, w.value_kernel, w.value_bias, value_dim);
+  Builder::AttentionOptions o;
+  o.causal = c.causal;
+  o.scale = 1.0f / std::sqrt(float(key_dim));
+  o.dropout = c.dropout, o.seed = c.seed;
+  if (c.keep.valid()) {
+    // Keras' mask (1 attends) as the op's additive one, the same for every head.
+    const Value hidden = b.masked_fill(b.fill({}, 1.0f), c.keep, 0.0f);
+    const Value additive = b.masked_fill(b.fill({}, 0.0f), hidden, -INFINITY);  // {B, Tq, Tv}
+    o.mask = b.reshape(b.broadcast_to(b.reshape(additive, Shape{n, 1, tq, tv}), Shape{n, h, tq, tv}),
+                       Shape{n * h, tq, tv});
+  }
+  const Value a = b.scaled_dot_product_attention(q, k, v, o);  // {B h, Tq, value_dim}
+  const Value merged =
+      b.reshape(b.transpose(b.reshape(a, Shape{n, h, tq, value_dim}), 1, 2), Shape{n * tq, h * value_dim});
+  Value y = b.matmul(merged, b.reshape(w.output_kernel, Shape{h * value_dim, out}));
+  if (w.output_bias.valid()) y = b.add(y, w.output_bias);
+  return b.reshape(y, Shape{n, tq, out});
+}
+
+}  // namespace detail
 
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, int64_t value_dim, float dropout,
                                        bool use_bias, int64_t output_shape, bool use_causal_mask,
@@ -78,36 +116,19 @@ Value MultiHeadAttention::call(Builder&, Value, const CallOptions&) {
 }
 
 Value MultiHeadAttention::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
-  const Value query = in[0], value = in[1], key = in.size() > 2 ? in[2] : in[1];
-  const Shape sq = b.shape(query), sv = b.shape(value), sk = b.shape(key);
-  const int64_t n = sq[0], tq = sq[1], tv = sv[1], h = num_heads_;
-  // x {B, T, E} W {E, h, dim} (+ bias {h, dim}) as {B h, T, dim}.
-  auto heads = [&](Value x, const Shape& s, WeightId w, WeightId bias, int64_t dim) {
-    Value y = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), b.reshape(bind_weight(b, w), Shape{s[2], h * dim}));
-    if (use_bias_) y = b.add(y, b.reshape(bind_weight(b, bias), Shape{h * dim}));
-    return b.reshape(b.transpose(b.reshape(y, Shape{s[0], s[1], h, dim}), 1, 2), Shape{s[0] * h, s[1], dim});
-  };
-  const Value q = heads(query, sq, query_kernel_, query_bias_, key_dim_);
-  const Value k = heads(key, sk, key_kernel_, key_bias_, key_dim_);
-  const Value v = heads(value, sv, value_kernel_, value_bias_, value_dim_);
-  Builder::AttentionOptions o;
-  o.causal = use_causal_mask_;
-  o.scale = 1.0f / std::sqrt(float(key_dim_));
-  if (options.training && dropout_ > 0.0f) o.dropout = dropout_, o.seed = seed_;
-  if (in.size() == 4) {
-    // Keras' mask (1 attends) as the op's additive one, the same for every head.
-    const Value hidden = b.masked_fill(b.fill({}, 1.0f), in[3], 0.0f);
-    const Value additive = b.masked_fill(b.fill({}, 0.0f), hidden, -INFINITY);  // {B, Tq, Tv}
-    o.mask =
-        b.reshape(b.broadcast_to(b.reshape(additive, Shape{n, 1, tq, tv}), Shape{n, h, tq, tv}), Shape{n * h, tq, tv});
+  detail::AttentionWeights w;
+  w.query_kernel = bind_weight(b, query_kernel_), w.key_kernel = bind_weight(b, key_kernel_);
+  w.value_kernel = bind_weight(b, value_kernel_), w.output_kernel = bind_weight(b, output_kernel_);
+  if (use_bias_) {
+    w.query_bias = bind_weight(b, query_bias_), w.key_bias = bind_weight(b, key_bias_);
+    w.value_bias = bind_weight(b, value_bias_), w.output_bias = bind_weight(b, output_bias_);
   }
-  const Value a = b.scaled_dot_product_attention(q, k, v, o);  // {B h, Tq, value_dim}
-  const Value merged =
-      b.reshape(b.transpose(b.reshape(a, Shape{n, h, tq, value_dim_}), 1, 2), Shape{n * tq, h * value_dim_});
-  const Shape wo = weight(output_kernel_).shape();
-  Value y = b.matmul(merged, b.reshape(bind_weight(b, output_kernel_), Shape{h * value_dim_, wo[2]}));
-  if (use_bias_) y = b.add(y, bind_weight(b, output_bias_));
-  return b.reshape(y, Shape{n, tq, wo[2]});
+  detail::AttentionCall c;
+  c.query = in[0], c.value = in[1], c.key = in.size() > 2 ? in[2] : in[1];
+  if (in.size() == 4) c.keep = in[3];
+  c.causal = use_causal_mask_;
+  if (options.training && dropout_ > 0.0f) c.dropout = dropout_, c.seed = seed_;
+  return detail::multi_head_attention(b, w, num_heads_, c);
 }
 
 LayerConfig MultiHeadAttention::config() const {
