@@ -1,11 +1,10 @@
 // keras.layers.MultiHeadAttention on the fused attention op.
 #include "tensorgrad/nn/attention.h"
 
-#include "nn/attention_block.h"
-
 #include <cmath>
 #include <string>
 
+#include "nn/attention_block.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/random.h"
 
@@ -34,8 +33,8 @@ Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, con
     // Keras' mask (1 attends) as the op's additive one, the same for every head.
     const Value hidden = b.masked_fill(b.fill({}, 1.0f), c.keep, 0.0f);
     const Value additive = b.masked_fill(b.fill({}, 0.0f), hidden, -INFINITY);  // {B, Tq, Tv}
-    o.mask = b.reshape(b.broadcast_to(b.reshape(additive, Shape{n, 1, tq, tv}), Shape{n, h, tq, tv}),
-                       Shape{n * h, tq, tv});
+    o.mask =
+        b.reshape(b.broadcast_to(b.reshape(additive, Shape{n, 1, tq, tv}), Shape{n, h, tq, tv}), Shape{n * h, tq, tv});
   }
   const Value a = b.scaled_dot_product_attention(q, k, v, o);  // {B h, Tq, value_dim}
   const Value merged =
@@ -140,6 +139,106 @@ LayerConfig MultiHeadAttention::config() const {
       .set("use_bias", use_bias_)
       .set("output_shape", output_shape_)
       .set("use_causal_mask", use_causal_mask_)
+      .set("seed", int64_t(seed_));
+}
+
+}  // namespace tensorgrad::nn
+
+namespace tensorgrad::nn {
+
+TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
+                                       const std::string& activation, float layer_norm_epsilon, bool normalize_first,
+                                       std::optional<uint64_t> seed)
+    : Layer("transformer_encoder"),
+      intermediate_dim_(intermediate_dim),
+      num_heads_(num_heads),
+      dropout_(dropout),
+      epsilon_(layer_norm_epsilon),
+      activation_(activation_from_name(activation)),
+      normalize_first_(normalize_first) {
+  if (intermediate_dim < 1 || num_heads < 1)
+    throw ValueError("TransformerEncoder: intermediate_dim and num_heads must be >= 1; got " +
+                     std::to_string(intermediate_dim) + " and " + std::to_string(num_heads));
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    throw ValueError("TransformerEncoder: dropout must be in [0, 1); got " + std::to_string(dropout));
+  if (!(layer_norm_epsilon > 0.0f))
+    throw ValueError("TransformerEncoder: layer_norm_epsilon must be > 0; got " + std::to_string(layer_norm_epsilon));
+  seed_ = seed ? *seed : global_generator()();
+}
+
+Shape TransformerEncoder::build(const Shape& s) { return build_inputs({&s, 1}); }
+
+Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
+  if (s.empty() || s.size() > 2)
+    throw ValueError("TransformerEncoder '" + name() + "' takes x or {x, padding_mask}; got " +
+                     std::to_string(s.size()) + " inputs");
+  const Shape& x = s[0];
+  if (x.rank() != 2 || x[1] % num_heads_ != 0)
+    throw ShapeError("TransformerEncoder '" + name() + "' takes sequences {steps, features} whose features divide by " +
+                     std::to_string(num_heads_) + " heads; got " + x.str());
+  if (s.size() == 2 && s[1] != Shape{x[0]})
+    throw ShapeError("TransformerEncoder '" + name() + "': padding_mask must be {steps} = " + Shape{x[0]}.str() +
+                     "; got " + s[1].str());
+  const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
+  auto glorot = [&](const char* n, const Shape& shape) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
+  };
+  auto constant = [&](const char* n, const Shape& shape, float v) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(v)});
+  };
+  qk_ = glorot("self_attention.query_kernel", {e, h, kd}), qb_ = constant("self_attention.query_bias", {h, kd}, 0);
+  kk_ = glorot("self_attention.key_kernel", {e, h, kd}), kb_ = constant("self_attention.key_bias", {h, kd}, 0);
+  vk_ = glorot("self_attention.value_kernel", {e, h, kd}), vb_ = constant("self_attention.value_bias", {h, kd}, 0);
+  ok_ = glorot("self_attention.output_kernel", {h, kd, e}), ob_ = constant("self_attention.output_bias", {e}, 0);
+  ln1_g_ = constant("self_attention_layer_norm.gamma", {e}, 1),
+  ln1_b_ = constant("self_attention_layer_norm.beta", {e}, 0);
+  ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
+  ff1_b_ = constant("feedforward_intermediate_dense.bias", {ff}, 0);
+  ff2_k_ = glorot("feedforward_output_dense.kernel", {ff, e}),
+  ff2_b_ = constant("feedforward_output_dense.bias", {e}, 0);
+  ln2_g_ = constant("feedforward_layer_norm.gamma", {e}, 1), ln2_b_ = constant("feedforward_layer_norm.beta", {e}, 0);
+  return x;
+}
+
+Value TransformerEncoder::call(Builder& b, Value x, const CallOptions& options) {
+  return call_inputs(b, {&x, 1}, options);
+}
+
+Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
+  const Value x = in[0];
+  const Shape s = b.shape(x);
+  const int64_t n = s[0], t = s[1], e = s[2];
+  const bool drop = options.training && dropout_ > 0.0f;
+  auto norm = [&](Value v, WeightId g, WeightId beta) {
+    return b.layer_norm(v, epsilon_, bind_weight(b, g), bind_weight(b, beta));
+  };
+  auto dropout = [&](Value v, uint64_t stream) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
+  detail::AttentionWeights w{bind_weight(b, qk_), bind_weight(b, qb_), bind_weight(b, kk_), bind_weight(b, kb_),
+                             bind_weight(b, vk_), bind_weight(b, vb_), bind_weight(b, ok_), bind_weight(b, ob_)};
+  detail::AttentionCall c;
+  c.query = c.value = c.key = normalize_first_ ? norm(x, ln1_g_, ln1_b_) : x;
+  if (in.size() == 2)  // every query attends to the tokens: keep[b, i, j] = padding_mask[b, j]
+    c.keep = b.broadcast_to(b.reshape(in[1], Shape{n, 1, t}), Shape{n, t, t});
+  if (drop) c.dropout = dropout_, c.seed = seed_;
+  Value h = b.add(dropout(detail::multi_head_attention(b, w, num_heads_, c), 1), x);
+  if (!normalize_first_) h = norm(h, ln1_g_, ln1_b_);
+  const Value f_in = normalize_first_ ? norm(h, ln2_g_, ln2_b_) : h;
+  Value f = b.add(b.matmul(b.reshape(f_in, Shape{n * t, e}), bind_weight(b, ff1_k_)), bind_weight(b, ff1_b_));
+  f = apply_activation(b, activation_, f);
+  f = b.add(b.matmul(f, bind_weight(b, ff2_k_)), bind_weight(b, ff2_b_));
+  Value y = b.add(dropout(b.reshape(f, Shape{n, t, e}), 2), h);
+  if (!normalize_first_) y = norm(y, ln2_g_, ln2_b_);
+  return y;
+}
+
+LayerConfig TransformerEncoder::config() const {
+  return LayerConfig(type())
+      .set("intermediate_dim", intermediate_dim_)
+      .set("num_heads", num_heads_)
+      .set("dropout", double(dropout_))
+      .set("activation", activation_name(activation_))
+      .set("layer_norm_epsilon", double(epsilon_))
+      .set("normalize_first", normalize_first_)
       .set("seed", int64_t(seed_));
 }
 

@@ -89,6 +89,12 @@ Registry built_in_layers() {
   r["Minimum"] = [](const LayerConfig&) { return std::make_shared<Minimum>(); };
   r["Concatenate"] = [](const LayerConfig& c) { return std::make_shared<Concatenate>(int(c.get_int("axis"))); };
   r["Reshape"] = [](const LayerConfig& c) { return std::make_shared<Reshape>(c.get_ints("target_shape")); };
+  r["TransformerEncoder"] = [](const LayerConfig& c) {
+    return std::make_shared<TransformerEncoder>(c.get_int("intermediate_dim"), c.get_int("num_heads"),
+                                                float(c.get_double("dropout")), c.get_string("activation"),
+                                                float(c.get_double("layer_norm_epsilon")),
+                                                c.get_bool("normalize_first"), uint64_t(c.get_int("seed")));
+  };
   r["MultiHeadAttention"] = [](const LayerConfig& c) {
     return std::make_shared<MultiHeadAttention>(c.get_int("num_heads"), c.get_int("key_dim"), c.get_int("value_dim"),
                                                 float(c.get_double("dropout")), c.get_bool("use_bias"),

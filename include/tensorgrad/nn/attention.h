@@ -1,5 +1,6 @@
 #pragma once
-// Attention layers (keras.layers.MultiHeadAttention).
+// Attention layers: keras.layers.MultiHeadAttention and KerasHub's
+// transformer blocks.
 #include <optional>
 
 #include "tensorgrad/nn/layers.h"
@@ -50,6 +51,47 @@ class MultiHeadAttention : public Layer {
   bool use_bias_, use_causal_mask_;
   uint64_t seed_;
   WeightId query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
+};
+
+/// A transformer encoder block (keras_hub.layers.TransformerEncoder; Vaswani
+/// et al. 2017): self-attention and a feed-forward network of
+/// `intermediate_dim` units, each with a residual connection and layer
+/// normalization after it, or before it with normalize_first (pre-norm, as
+/// GPT-2 and torch.nn.TransformerEncoderLayer(norm_first=True)). Called on x
+/// {T, E} or on {x, padding_mask} with padding_mask {T} (1 for tokens, 0 for
+/// padding, which no query attends to) -> {T, E}. E must divide by
+/// num_heads (key_dim = E / num_heads). Dropout (training only) on the
+/// attention weights and after each sub-block. Weights (Keras 3's layouts,
+/// '.'-joined names): self_attention.{query,key,value,output}_{kernel,bias}
+/// as MultiHeadAttention's, self_attention_layer_norm.{gamma,beta},
+/// feedforward_intermediate_dense.{kernel,bias} {E, I}, {I},
+/// feedforward_output_dense.{kernel,bias} {I, E}, {E},
+/// feedforward_layer_norm.{gamma,beta}.
+class TransformerEncoder : public Layer {
+ public:
+  /// activation: a name activation_from_name reads ("relu", "gelu", ...).
+  /// Throws ValueError for intermediate_dim or num_heads < 1, a dropout
+  /// outside [0, 1), an epsilon <= 0, or an unknown activation.
+  TransformerEncoder(int64_t intermediate_dim, int64_t num_heads, float dropout = 0.0f,
+                     const std::string& activation = "relu", float layer_norm_epsilon = 1e-5f,
+                     bool normalize_first = false, std::optional<uint64_t> seed = std::nullopt);
+  const char* type() const override { return "TransformerEncoder"; }
+  /// x {T, E}; throws ShapeError for another rank or an E that num_heads does not divide.
+  Shape build(const Shape& input_shape) override;
+  /// {x} or {x, padding_mask {T}}.
+  Shape build_inputs(std::span<const Shape> input_shapes) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  LayerConfig config() const override;
+
+ private:
+  int64_t intermediate_dim_, num_heads_;
+  float dropout_, epsilon_;
+  Activation activation_;
+  bool normalize_first_;
+  uint64_t seed_;
+  WeightId qk_, qb_, kk_, kb_, vk_, vb_, ok_, ob_, ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
 };
 
 }  // namespace tensorgrad::nn

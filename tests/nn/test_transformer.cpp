@@ -1,0 +1,146 @@
+// nn::TransformerEncoder (KerasHub's block) against PyTorch's
+// nn.TransformerEncoderLayer with the same weights (tests/fixtures/
+// make_transformer_reference.py, float64): outputs and the gradients of the
+// input and of all 16 weights, post-norm with a padding mask and pre-norm
+// with GELU; saving and loading; bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fixtures/transformer_reference.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_support.h"
+
+using namespace tensorgrad;
+namespace ref = tensorgrad_fixtures::transformer;
+
+namespace {
+
+template <size_t N>
+Tensor from(const float (&a)[N], const Shape& s) {
+  return Tensor::from_vector(std::span<const float>(a, N), s);
+}
+
+struct Fixture {
+  int64_t b, t, e, heads, ff;
+  std::string activation;
+  bool normalize_first, padded;
+  Tensor x, padding_mask, w, y, grad_x;
+  std::vector<std::string> names;
+  std::vector<const float*> weights, grads;
+};
+
+#define TG_TRANSFORMER_FIXTURE(c)                                                                                \
+  [] {                                                                                                           \
+    Fixture f{ref::c##_B, ref::c##_T, ref::c##_E, ref::c##_heads, ref::c##_ff, ref::c##_activation,              \
+              ref::c##_normalize_first, ref::c##_padded, {}, {}, {}, {}, {}, {}, {}, {}};                        \
+    const Shape s{f.b, f.t, f.e};                                                                                \
+    f.x = from(ref::c##_x, s), f.w = from(ref::c##_w, s), f.y = from(ref::c##_y, s);                             \
+    f.grad_x = from(ref::c##_grad_x, s), f.padding_mask = from(ref::c##_padding_mask, {f.b, f.t});               \
+    f.names.assign(std::begin(ref::c##_weight_names), std::end(ref::c##_weight_names));                          \
+    f.weights = {ref::c##_weight_0,  ref::c##_weight_1,  ref::c##_weight_2,  ref::c##_weight_3,                  \
+                 ref::c##_weight_4,  ref::c##_weight_5,  ref::c##_weight_6,  ref::c##_weight_7,                  \
+                 ref::c##_weight_8,  ref::c##_weight_9,  ref::c##_weight_10, ref::c##_weight_11,                 \
+                 ref::c##_weight_12, ref::c##_weight_13, ref::c##_weight_14, ref::c##_weight_15};                \
+    f.grads = {ref::c##_grad_weight_0,  ref::c##_grad_weight_1,  ref::c##_grad_weight_2,  ref::c##_grad_weight_3,  \
+               ref::c##_grad_weight_4,  ref::c##_grad_weight_5,  ref::c##_grad_weight_6,  ref::c##_grad_weight_7,  \
+               ref::c##_grad_weight_8,  ref::c##_grad_weight_9,  ref::c##_grad_weight_10, ref::c##_grad_weight_11, \
+               ref::c##_grad_weight_12, ref::c##_grad_weight_13, ref::c##_grad_weight_14, ref::c##_grad_weight_15}; \
+    return f;                                                                                                    \
+  }()
+
+std::vector<Fixture> fixtures() { return {TG_TRANSFORMER_FIXTURE(post_norm), TG_TRANSFORMER_FIXTURE(pre_norm)}; }
+
+// The fixture's model, x (and the padding mask) -> TransformerEncoder, with its weights.
+nn::Model model_of(const Fixture& f) {
+  auto x = nn::Input({f.t, f.e}, DType::Float32, "x");
+  std::vector<nn::SymbolicTensor> ins{x};
+  if (f.padded) ins.push_back(nn::Input({f.t}, DType::Float32, "padding_mask"));
+  auto block = std::make_shared<nn::TransformerEncoder>(f.ff, f.heads, 0.0f, f.activation, 1e-5f, f.normalize_first);
+  block->set_name("encoder");
+  nn::Model m(ins, {(*block)(ins)}, "encoder_model");
+  const std::vector<nn::Weight> ws = m.weights();
+  EXPECT_EQ(ws.size(), f.names.size());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    EXPECT_EQ(ws[i].name, "encoder/" + f.names[i]);
+    Tensor slot = ws[i].value;
+    std::copy(f.weights[i], f.weights[i] + slot.numel(), slot.data<float>());
+  }
+  return m;
+}
+
+std::vector<Tensor> inputs_of(const Fixture& f) {
+  return f.padded ? std::vector<Tensor>{f.x, f.padding_mask} : std::vector<Tensor>{f.x};
+}
+
+void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(got[i], want[i], 2e-5 + 1e-4 * std::abs(want[i])) << what << " element " << i;
+}
+
+}  // namespace
+
+TEST(TransformerEncoder, MatchesPyTorchsEncoderLayer) {
+  for (const Fixture& f : fixtures()) {
+    SCOPED_TRACE(f.normalize_first ? "pre-norm" : "post-norm");
+    nn::Model m = model_of(f);
+    const Tensor y = m.predict(inputs_of(f), f.b).at(0);
+    expect_close(y.data<float>(), f.y.data<float>(), f.y.numel(), "y");
+  }
+}
+
+TEST(TransformerEncoder, MatchesPyTorchsGradients) {
+  for (const Fixture& f : fixtures()) {
+    SCOPED_TRACE(f.normalize_first ? "pre-norm" : "post-norm");
+    nn::Model m = model_of(f);
+    const ModelFunction fn = m.model_function();
+    Graph g;
+    const std::vector<Tensor> xs = inputs_of(f);
+    std::vector<Value> in;
+    for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(fn.inputs[i].name, xs[i].shape()));
+    const Value w = g.input("w", f.w.shape());
+    const Value loss = g.sum(g.mul(fn.forward(g, in, false).at(0), w));
+    std::vector<Value> wrt{in[0]};
+    const std::vector<Value> params = g.trainable_parameters();
+    ASSERT_EQ(params.size(), 16u);
+    wrt.insert(wrt.end(), params.begin(), params.end());
+    const std::vector<Value> grads = g.gradients(loss, wrt);
+    std::vector<std::string> param_names;  // the graph's creation order, not the declaration order
+    for (Value p : params) param_names.push_back(g.node(p).name);
+    Executable exe(std::move(g), grads);
+    for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
+    exe.bind(w, f.w);
+    exe.run();
+    expect_close(exe.output(grads[0]).data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
+    for (size_t i = 0; i < 16; ++i) {
+      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), param_names[i].substr(8)) - f.names.begin());
+      ASSERT_LT(k, f.names.size()) << param_names[i];
+      const Tensor got = exe.output(grads[i + 1]);
+      expect_close(got.data<float>(), f.grads[k], got.numel(), "grad " + f.names[k]);
+    }
+  }
+}
+
+TEST(TransformerEncoder, SavesAndLoads) {
+  const Fixture f = fixtures().at(0);
+  nn::Model m = model_of(f);
+  const std::string path = ::testing::TempDir() + "/encoder.gguf";
+  io::save_model(m, path);
+  nn::Model back = io::load_model(path);
+  EXPECT_EQ(back.predict(inputs_of(f), f.b).at(0).to_vector(), m.predict(inputs_of(f), f.b).at(0).to_vector());
+  std::filesystem::remove(path);
+}
+
+TEST(TransformerEncoder, BadInputIsATypedError) {
+  EXPECT_TRUE(test_support::throws<ValueError>([] { nn::TransformerEncoder(0, 2); }, {"intermediate_dim"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([] { nn::TransformerEncoder(8, 2, 0.0f, "swirl"); }, {"swirl"}));
+  EXPECT_TRUE(
+      test_support::throws<ShapeError>([] { nn::TransformerEncoder(8, 3)(nn::Input({5, 8})); }, {"3 heads", "{5, 8}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [] { nn::TransformerEncoder(8, 2)({nn::Input({5, 8}), nn::Input({4})}); }, {"padding_mask", "{5}", "{4}"}));
+}
