@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nn/attention_block.h"
+#include "nn/token_ids.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/random.h"
 
@@ -240,6 +241,78 @@ LayerConfig TransformerEncoder::config() const {
       .set("layer_norm_epsilon", double(epsilon_))
       .set("normalize_first", normalize_first_)
       .set("seed", int64_t(seed_));
+}
+
+}  // namespace tensorgrad::nn
+
+namespace tensorgrad::nn {
+
+PositionEmbedding::PositionEmbedding(int64_t sequence_length)
+    : Layer("position_embedding"), sequence_length_(sequence_length) {
+  if (sequence_length < 1)
+    throw ValueError("PositionEmbedding: sequence_length must be >= 1; got " + std::to_string(sequence_length));
+}
+
+Shape PositionEmbedding::build(const Shape& s) {
+  if (s.rank() != 2 || s[0] > sequence_length_)
+    throw ShapeError("PositionEmbedding '" + name() + "' takes sequences {steps, features} of at most " +
+                     std::to_string(sequence_length_) + " steps; got " + s.str());
+  embeddings_ = add_weight(
+      {.name = "embeddings", .shape = {sequence_length_, s[1]}, .initializer = initializers::glorot_uniform()});
+  return s;
+}
+
+Value PositionEmbedding::call(Builder& b, Value x, const CallOptions&) {
+  const Shape s = b.shape(x);
+  const Value rows = b.slice(bind_weight(b, embeddings_), 0, 0, s[1]);
+  return b.broadcast_to(b.reshape(rows, Shape{1, s[1], s[2]}), s);
+}
+
+LayerConfig PositionEmbedding::config() const { return LayerConfig(type()).set("sequence_length", sequence_length_); }
+
+TokenAndPositionEmbedding::TokenAndPositionEmbedding(int64_t vocabulary_size, int64_t sequence_length,
+                                                     int64_t embedding_dim)
+    : Layer("token_and_position_embedding"),
+      vocabulary_size_(vocabulary_size),
+      sequence_length_(sequence_length),
+      embedding_dim_(embedding_dim) {
+  if (vocabulary_size < 1 || sequence_length < 1 || embedding_dim < 1)
+    throw ValueError(
+        "TokenAndPositionEmbedding: vocabulary_size, sequence_length and embedding_dim must be >= 1; "
+        "got " +
+        std::to_string(vocabulary_size) + ", " + std::to_string(sequence_length) + " and " +
+        std::to_string(embedding_dim));
+}
+
+Shape TokenAndPositionEmbedding::build(const Shape& s) {
+  if (s.rank() != 1 || s[0] > sequence_length_)
+    throw ShapeError("TokenAndPositionEmbedding '" + name() + "' takes token ids {steps} of at most " +
+                     std::to_string(sequence_length_) + " steps; got input_shape " + s.str());
+  tokens_ = add_weight({.name = "token_embedding.embeddings",
+                        .shape = {vocabulary_size_, embedding_dim_},
+                        .initializer = initializers::random_uniform(-0.05f, 0.05f)});
+  positions_ = add_weight({.name = "position_embedding.embeddings",
+                           .shape = {sequence_length_, embedding_dim_},
+                           .initializer = initializers::glorot_uniform()});
+  return Shape{s[0], embedding_dim_};
+}
+
+void TokenAndPositionEmbedding::validate_input(const Tensor& x) const {
+  detail::check_token_ids(name(), x, vocabulary_size_);
+}
+
+Value TokenAndPositionEmbedding::call(Builder& b, Value x, const CallOptions&) {
+  const Value ids = b.dtype(x) == DType::Int32 ? x : b.apply(OpKind::ToIndex, {x});
+  const Value tokens = b.apply(OpKind::Gather, {bind_weight(b, tokens_), ids});  // {B, T, E}
+  const int64_t t = b.shape(x)[1];
+  return b.add(tokens, b.reshape(b.slice(bind_weight(b, positions_), 0, 0, t), Shape{1, t, embedding_dim_}));
+}
+
+LayerConfig TokenAndPositionEmbedding::config() const {
+  return LayerConfig(type())
+      .set("vocabulary_size", vocabulary_size_)
+      .set("sequence_length", sequence_length_)
+      .set("embedding_dim", embedding_dim_);
 }
 
 }  // namespace tensorgrad::nn

@@ -89,6 +89,13 @@ Registry built_in_layers() {
   r["Minimum"] = [](const LayerConfig&) { return std::make_shared<Minimum>(); };
   r["Concatenate"] = [](const LayerConfig& c) { return std::make_shared<Concatenate>(int(c.get_int("axis"))); };
   r["Reshape"] = [](const LayerConfig& c) { return std::make_shared<Reshape>(c.get_ints("target_shape")); };
+  r["PositionEmbedding"] = [](const LayerConfig& c) {
+    return std::make_shared<PositionEmbedding>(c.get_int("sequence_length"));
+  };
+  r["TokenAndPositionEmbedding"] = [](const LayerConfig& c) {
+    return std::make_shared<TokenAndPositionEmbedding>(c.get_int("vocabulary_size"), c.get_int("sequence_length"),
+                                                       c.get_int("embedding_dim"));
+  };
   r["TransformerEncoder"] = [](const LayerConfig& c) {
     return std::make_shared<TransformerEncoder>(c.get_int("intermediate_dim"), c.get_int("num_heads"),
                                                 float(c.get_double("dropout")), c.get_string("activation"),

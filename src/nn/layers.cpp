@@ -156,19 +156,29 @@ Dense::Dense(int64_t units, const std::string& activation, bool use_bias)
 }
 
 Shape Dense::build(const Shape& input_shape) {
-  if (input_shape.rank() != 1)
-    throw ShapeError("Dense '" + name() + "' takes rows of features {features}; got input_shape " +
-                     input_shape.str() + ". Add a Flatten layer before it");
-  kernel_ =
-      add_weight({.name = "kernel", .shape = {input_shape[0], units_}, .initializer = initializers::glorot_uniform()});
+  if (input_shape.rank() < 1)
+    throw ShapeError("Dense '" + name() + "' takes features {features} (or {..., features}); got input_shape " +
+                     input_shape.str());
+  kernel_ = add_weight(
+      {.name = "kernel", .shape = {input_shape[-1], units_}, .initializer = initializers::glorot_uniform()});
   if (use_bias_) bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = initializers::zeros()});
-  return Shape{units_};
+  Shape out = input_shape;
+  out.set(-1, units_);
+  return out;
 }
 
+// Rows of features as they are; a sequence {B, ..., F} as the rows {B ..., F} of one product (Keras applies
+// Dense to the last axis).
 Value Dense::call(Builder& b, Value x, const CallOptions&) {
   const Value kernel = bind_weight(b, kernel_);
-  const Value y = use_bias_ ? b.matmul(x, kernel, bind_weight(b, bias_)) : b.matmul(x, kernel);
-  return apply_activation(b, activation_, y);
+  const Shape s = b.shape(x);
+  const Value rows = s.rank() > 2 ? b.reshape(x, Shape{s.numel() / s[-1], s[-1]}) : x;
+  Value y = use_bias_ ? b.matmul(rows, kernel, bind_weight(b, bias_)) : b.matmul(rows, kernel);
+  y = apply_activation(b, activation_, y);
+  if (s.rank() <= 2) return y;
+  Shape out = s;
+  out.set(-1, units_);
+  return b.reshape(y, out);
 }
 
 Value Flatten::call(Builder& b, Value x, const CallOptions&) {

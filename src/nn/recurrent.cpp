@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/host_copy.h"
+#include "nn/token_ids.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::nn {
@@ -55,23 +56,29 @@ Shape Embedding::build(const Shape& input_shape) {
   return Shape{input_shape[0], output_dim_};
 }
 
-void Embedding::validate_input(const Tensor& x) const {
+void Embedding::validate_input(const Tensor& x) const { detail::check_token_ids(name(), x, input_dim_); }
+
+namespace detail {
+
+void check_token_ids(const std::string& layer, const Tensor& x, int64_t vocabulary) {
   const bool ints = x.dtype() == DType::Int32;
   const int64_t cols = std::max<int64_t>(x.shape().row_size(), 1);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double v = ints ? double(x.data<int32_t>()[i]) : double(x.data<float>()[i]);
-    if (v >= 0.0 && v < double(input_dim_) && v == std::floor(v)) continue;
+    if (v >= 0.0 && v < double(vocabulary) && v == std::floor(v)) continue;
     const std::string where = " at row " + std::to_string(i / cols) + ", step " + std::to_string(i % cols);
     if (v != std::floor(v))
-      throw ValueError(name() + ": token ids must be whole numbers in [0, " + std::to_string(input_dim_) +
-                       ") (the vocabulary size is " + std::to_string(input_dim_) + ");" + where + " holds " +
+      throw ValueError(layer + ": token ids must be whole numbers in [0, " + std::to_string(vocabulary) +
+                       ") (the vocabulary size is " + std::to_string(vocabulary) + ");" + where + " holds " +
                        std::to_string(v));
     char id[32];
     std::snprintf(id, sizeof id, std::fabs(v) < 1e15 ? "%.0f" : "%g", v);
-    throw IndexError(name() + ": token id " + id + where + " is outside the vocabulary [0, " +
-                     std::to_string(input_dim_) + "); raise input_dim or map the id");
+    throw IndexError(layer + ": token id " + id + where + " is outside the vocabulary [0, " +
+                     std::to_string(vocabulary) + "); raise input_dim or map the id");
   }
 }
+
+}  // namespace detail
 
 Value Embedding::call(Builder& b, Value x, const CallOptions&) {
   const Value ids = b.dtype(x) == DType::Int32 ? x : b.apply(OpKind::ToIndex, {x});
@@ -91,8 +98,8 @@ RecurrentLayer::RecurrentLayer(const char* prefix, int64_t units, bool return_se
 
 Shape RecurrentLayer::build(const Shape& input_shape) {
   const Shape s = expect_sequence(name(), input_shape);
-  kernel_ = add_weight(
-      {.name = "kernel", .shape = {s[1], gates_ * units_}, .initializer = initializers::glorot_uniform()});
+  kernel_ =
+      add_weight({.name = "kernel", .shape = {s[1], gates_ * units_}, .initializer = initializers::glorot_uniform()});
   recurrent_kernel_ = add_weight(
       {.name = "recurrent_kernel", .shape = {units_, gates_ * units_}, .initializer = initializers::orthogonal()});
   bias_ = add_weight({.name = "bias", .shape = bias_shape_, .initializer = bias_initializer_});
@@ -136,8 +143,8 @@ Value GRU::call(Builder& b, Value x, const CallOptions&) {
   const int64_t u = units_;
   Value input_bias = b.reshape(b.slice(w.bias, 0, 0, 1), Shape{3 * u});
   Value recurrent_bias = b.reshape(b.slice(w.bias, 0, 1, 1), Shape{3 * u});
-  Value y = b.apply(OpKind::GruSequence,
-                    {project_inputs(b, x, w.kernel, input_bias), w.recurrent_kernel, recurrent_bias});
+  Value y =
+      b.apply(OpKind::GruSequence, {project_inputs(b, x, w.kernel, input_bias), w.recurrent_kernel, recurrent_bias});
   return hidden_states(b, y, u, return_sequences_);
 }
 

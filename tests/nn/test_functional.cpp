@@ -75,10 +75,9 @@ TEST(Functional, SharedPointerSharesWeightsTemporaryGetsItsOwn) {
 }
 
 TEST(Functional, LayerCalledOnAShapeItCannotTakeNamesBoth) {
-  const SymbolicTensor img = Input({4, 4});
-  auto dense = std::make_shared<Dense>(2);
-  dense->set_name("head");
-  EXPECT_TRUE(throws<ShapeError>([&] { (*dense)(img); }, {"'head'", "(None, 4, 4)", "{features}"}));
+  auto lstm = std::make_shared<LSTM>(2);
+  lstm->set_name("head");
+  EXPECT_TRUE(throws<ShapeError>([&] { (*lstm)(Input({4})); }, {"'head'", "(None, 4)", "{steps, features}"}));
   const SymbolicTensor ids = Input({5}, DType::Int32);
   EXPECT_TRUE(throws<TypeError>([&] { Dense(2)(ids); }, {"int32", "Embedding"}));
   EXPECT_TRUE(throws<ValueError>([&] { Dense(2)({Input({2}), Input({2})}); }, {"takes one input", "called on 2"}));

@@ -1,6 +1,6 @@
 #pragma once
-// Attention layers: keras.layers.MultiHeadAttention and KerasHub's
-// transformer blocks.
+// Attention layers: keras.layers.MultiHeadAttention, KerasHub's
+// transformer blocks and their position embeddings.
 #include <optional>
 
 #include "tensorgrad/nn/layers.h"
@@ -92,6 +92,51 @@ class TransformerEncoder : public Layer {
   bool normalize_first_;
   uint64_t seed_;
   WeightId qk_, qb_, kk_, kb_, vk_, vb_, ok_, ob_, ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
+};
+
+/// Learned position embeddings (keras_hub.layers.PositionEmbedding): for x
+/// {T, E}, the first T rows of its table embeddings {sequence_length, E}
+/// (Glorot-uniform), the same for every row of the batch (x's values are
+/// not read; add the result to x). Throws ValueError for sequence_length < 1.
+class PositionEmbedding : public Layer {
+ public:
+  /// A table for sequences of up to sequence_length steps.
+  explicit PositionEmbedding(int64_t sequence_length);
+  const char* type() const override { return "PositionEmbedding"; }
+  /// x {T, E} with T <= sequence_length, else ShapeError.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  LayerConfig config() const override;
+
+ private:
+  int64_t sequence_length_;
+  WeightId embeddings_;
+};
+
+/// Token and position embeddings summed (keras_hub.layers.
+/// TokenAndPositionEmbedding): token ids {T} (int32, or float32 holding
+/// whole numbers) -> {T, embedding_dim}, token_embedding.embeddings
+/// {vocabulary_size, embedding_dim} (uniform in [-0.05, 0.05], as Keras'
+/// Embedding) looked up plus position_embedding.embeddings {sequence_length,
+/// embedding_dim} (Glorot-uniform). Ids are checked as Embedding checks
+/// them. Throws ValueError for a size < 1.
+class TokenAndPositionEmbedding : public Layer {
+ public:
+  /// Ids in [0, vocabulary_size), sequences of up to sequence_length steps.
+  TokenAndPositionEmbedding(int64_t vocabulary_size, int64_t sequence_length, int64_t embedding_dim);
+  const char* type() const override { return "TokenAndPositionEmbedding"; }
+  /// ids {T} with T <= sequence_length, else ShapeError.
+  Shape build(const Shape& input_shape) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  bool takes_token_ids() const override { return true; }
+  void validate_input(const Tensor& x) const override;
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  LayerConfig config() const override;
+
+ private:
+  int64_t vocabulary_size_, sequence_length_, embedding_dim_;
+  WeightId tokens_, positions_;
 };
 
 }  // namespace tensorgrad::nn

@@ -345,7 +345,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 };
 
 /// Densely connected layer (keras.layers.Dense): y = activation(x W + b).
-/// x: {batch, in}; kernel W: {in, units} Glorot uniform; bias b: {units} zeros.
+/// x: {batch, in}, or {batch, ..., in} (a sequence: applied to the last
+/// axis, as Keras does) -> {batch, ..., units}; kernel W: {in, units} Glorot
+/// uniform; bias b: {units} zeros.
 class Dense : public Layer {
  public:
   LayerConfig config() const override;
