@@ -21,10 +21,7 @@ namespace ref = tensorgrad_fixtures::mha;
 
 namespace {
 
-template <size_t N>
-Tensor from(const float (&a)[N], const Shape& s) {
-  return Tensor::from_vector(std::span<const float>(a, N), s);
-}
+using test_support::from_array;
 
 // One fixture case's tensors, by name, with its shapes.
 struct Fixture {
@@ -39,24 +36,27 @@ struct Fixture {
     const int64_t kd = f.e / f.heads;                                                                                  \
     const Shape q{f.b, f.tq, f.e}, kv{f.b, f.tv, f.e}, kernel{f.e, f.heads, kd}, bias{f.heads, kd},                    \
         out_kernel{f.heads, kd, f.e};                                                                                  \
-    f.t["query"] = from(ref::c##_query, q), f.t["key"] = from(ref::c##_key, kv);                                       \
-    f.t["value"] = from(ref::c##_value, kv), f.t["mask"] = from(ref::c##_mask, {f.b, f.tq, f.tv});                     \
-    f.t["w"] = from(ref::c##_w, q), f.t["y"] = from(ref::c##_y, q);                                                    \
-    f.t["grad_query"] = from(ref::c##_grad_query, q), f.t["grad_key"] = from(ref::c##_grad_key, kv);                   \
-    f.t["grad_value"] = from(ref::c##_grad_value, kv);                                                                 \
-    f.t["query_kernel"] = from(ref::c##_query_kernel, kernel), f.t["query_bias"] = from(ref::c##_query_bias, bias);    \
-    f.t["key_kernel"] = from(ref::c##_key_kernel, kernel), f.t["key_bias"] = from(ref::c##_key_bias, bias);            \
-    f.t["value_kernel"] = from(ref::c##_value_kernel, kernel), f.t["value_bias"] = from(ref::c##_value_bias, bias);    \
-    f.t["output_kernel"] = from(ref::c##_output_kernel, out_kernel);                                                   \
-    f.t["output_bias"] = from(ref::c##_output_bias, {f.e});                                                            \
-    f.t["grad_query_kernel"] = from(ref::c##_grad_query_kernel, kernel);                                               \
-    f.t["grad_query_bias"] = from(ref::c##_grad_query_bias, bias);                                                     \
-    f.t["grad_key_kernel"] = from(ref::c##_grad_key_kernel, kernel);                                                   \
-    f.t["grad_key_bias"] = from(ref::c##_grad_key_bias, bias);                                                         \
-    f.t["grad_value_kernel"] = from(ref::c##_grad_value_kernel, kernel);                                               \
-    f.t["grad_value_bias"] = from(ref::c##_grad_value_bias, bias);                                                     \
-    f.t["grad_output_kernel"] = from(ref::c##_grad_output_kernel, out_kernel);                                         \
-    f.t["grad_output_bias"] = from(ref::c##_grad_output_bias, {f.e});                                                  \
+    f.t["query"] = from_array(ref::c##_query, q), f.t["key"] = from_array(ref::c##_key, kv);                           \
+    f.t["value"] = from_array(ref::c##_value, kv), f.t["mask"] = from_array(ref::c##_mask, {f.b, f.tq, f.tv});         \
+    f.t["w"] = from_array(ref::c##_w, q), f.t["y"] = from_array(ref::c##_y, q);                                        \
+    f.t["grad_query"] = from_array(ref::c##_grad_query, q), f.t["grad_key"] = from_array(ref::c##_grad_key, kv);       \
+    f.t["grad_value"] = from_array(ref::c##_grad_value, kv);                                                           \
+    f.t["query_kernel"] = from_array(ref::c##_query_kernel, kernel),                                                   \
+    f.t["query_bias"] = from_array(ref::c##_query_bias, bias);                                                         \
+    f.t["key_kernel"] = from_array(ref::c##_key_kernel, kernel),                                                       \
+    f.t["key_bias"] = from_array(ref::c##_key_bias, bias);                                                             \
+    f.t["value_kernel"] = from_array(ref::c##_value_kernel, kernel),                                                   \
+    f.t["value_bias"] = from_array(ref::c##_value_bias, bias);                                                         \
+    f.t["output_kernel"] = from_array(ref::c##_output_kernel, out_kernel);                                             \
+    f.t["output_bias"] = from_array(ref::c##_output_bias, {f.e});                                                      \
+    f.t["grad_query_kernel"] = from_array(ref::c##_grad_query_kernel, kernel);                                         \
+    f.t["grad_query_bias"] = from_array(ref::c##_grad_query_bias, bias);                                               \
+    f.t["grad_key_kernel"] = from_array(ref::c##_grad_key_kernel, kernel);                                             \
+    f.t["grad_key_bias"] = from_array(ref::c##_grad_key_bias, bias);                                                   \
+    f.t["grad_value_kernel"] = from_array(ref::c##_grad_value_kernel, kernel);                                         \
+    f.t["grad_value_bias"] = from_array(ref::c##_grad_value_bias, bias);                                               \
+    f.t["grad_output_kernel"] = from_array(ref::c##_grad_output_kernel, out_kernel);                                   \
+    f.t["grad_output_bias"] = from_array(ref::c##_grad_output_bias, {f.e});                                            \
     return f;                                                                                                          \
   }()
 

@@ -23,10 +23,7 @@ namespace ref = tensorgrad_fixtures::transformer;
 
 namespace {
 
-template <size_t N>
-Tensor from(const float (&a)[N], const Shape& s) {
-  return Tensor::from_vector(std::span<const float>(a, N), s);
-}
+using test_support::from_array;
 
 struct Fixture {
   int64_t b, t, e, heads, ff;
@@ -56,8 +53,8 @@ struct Fixture {
               {},                                                                                                   \
               {}};                                                                                                  \
     const Shape s{f.b, f.t, f.e};                                                                                   \
-    f.x = from(ref::c##_x, s), f.w = from(ref::c##_w, s), f.y = from(ref::c##_y, s);                                \
-    f.grad_x = from(ref::c##_grad_x, s), f.padding_mask = from(ref::c##_padding_mask, {f.b, f.t});                  \
+    f.x = from_array(ref::c##_x, s), f.w = from_array(ref::c##_w, s), f.y = from_array(ref::c##_y, s);              \
+    f.grad_x = from_array(ref::c##_grad_x, s), f.padding_mask = from_array(ref::c##_padding_mask, {f.b, f.t});      \
     f.names.assign(std::begin(ref::c##_weight_names), std::end(ref::c##_weight_names));                             \
     f.weights = {ref::c##_weight_0,  ref::c##_weight_1,  ref::c##_weight_2,  ref::c##_weight_3,                     \
                  ref::c##_weight_4,  ref::c##_weight_5,  ref::c##_weight_6,  ref::c##_weight_7,                     \

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <typeinfo>
@@ -33,6 +34,12 @@ inline tensorgrad::Tensor uniform(const tensorgrad::Shape& s, std::mt19937& rng,
   std::vector<float> v(size_t(s.numel()));
   for (float& x : v) x = d(rng);
   return tensorgrad::Tensor::from_vector(v, s);
+}
+
+/// A fixture's float array (a generated header's) as a tensor of shape `s`.
+template <size_t N>
+tensorgrad::Tensor from_array(const float (&a)[N], const tensorgrad::Shape& s) {
+  return tensorgrad::Tensor::from_vector(std::span<const float>(a, N), s);
 }
 
 /// |x| uniform in [lo, hi] with a random sign (inputs kept away from a kink).
