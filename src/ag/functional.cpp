@@ -18,6 +18,17 @@ Tensor constant(float v) { return Tensor(tensorgrad::Tensor::full(Shape{}, v)); 
 
 Tensor with_param(OpKind op, const Tensor& x, float param) { return apply(op, {x}, op_param_attrs(op, param)); }
 
+// One draw of a dropout stream (the generator's, or the default one): its
+// key into at.seed, and its next counter as the int64 {1} input the dropout
+// ops read, on `device`.
+Tensor dropout_draw(Generator* generator, OpAttrs& at, Device device) {
+  Generator& g = generator ? *generator : default_generator();
+  at.seed = g.dropout_key();
+  tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
+  counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
+  return Tensor(detail::copy_to(counter, device));
+}
+
 int normalized_dim(const char* op, int dim, int rank) {
   if (dim < -rank || dim >= rank)
     throw IndexError(std::string(op) + ": dimension " + std::to_string(dim) + " is outside [" +
@@ -174,13 +185,9 @@ Tensor clamp(const Tensor& x, float min, float max) {
 Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
   if (!(p >= 0.0f && p < 1.0f)) throw ValueError("dropout: p must be in [0, 1); got " + std::to_string(p));
   if (!training) return x;
-  Generator& g = generator ? *generator : default_generator();
   OpAttrs at;
   at.rate = p;
-  at.seed = g.dropout_key();
-  tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
-  counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
-  return apply(OpKind::Dropout, {x, Tensor(detail::copy_to(counter, x.device()))}, at);
+  return apply(OpKind::Dropout, {x, dropout_draw(generator, at, x.device())}, at);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -227,12 +234,8 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     at.flags |= kAttentionMask;
   }
   if (dropout_p > 0.0f) {
-    Generator& g = generator ? *generator : default_generator();
     at.rate = dropout_p;
-    at.seed = g.dropout_key();
-    tensorgrad::Tensor counter = tensorgrad::Tensor::empty(Shape{1}, DType::Int64);
-    counter.data<int64_t>()[0] = int64_t(g.next_dropout_counter());
-    in.push_back(Tensor(detail::copy_to(counter, query.device())));
+    in.push_back(dropout_draw(generator, at, query.device()));
   }
   const Tensor y = apply(OpKind::Attention, in, at);
   std::vector<int64_t> out;
