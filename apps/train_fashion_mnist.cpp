@@ -25,6 +25,7 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include "fashion_eager.h"
+#include "char_gpt.h"
 #include "fashion_models.h"
 
 namespace tg = tensorgrad;
@@ -165,7 +166,8 @@ tg::nn::History fit_augmented(tg::nn::Model& model, const tg::data::MnistFiles& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a Fashion-MNIST classifier with tensorgrad (an MLP by default; --model cnn or resnet)"};
+  CLI::App app{"Train a Fashion-MNIST classifier with tensorgrad (an MLP by default; --model cnn or resnet), or "
+               "a character-level GPT on GCIDE's English text (--model gpt)"};
   std::string model_name = "mlp";
   int epochs = 0;          // 0: the model's default
   int64_t batch_size = 0;  // 0: the model's default
@@ -194,9 +196,25 @@ int main(int argc, char** argv) {
                  "AVX512-BF16, float32 weights and optimizer state; float32 elsewhere, said once)")
       ->check(CLI::IsMember({"float32", "mixed_bfloat16"}))
       ->capture_default_str();
-  app.add_option("--model", model_name, "mlp, cnn or resnet")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet"}))
+  app.add_option("--model", model_name,
+                 "mlp, cnn or resnet (Fashion-MNIST), or gpt (a character-level language model on GCIDE's text)")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "gpt"}))
       ->capture_default_str();
+  char_gpt::RunOptions gpt;
+  app.add_option("--steps", gpt.steps, "gpt: optimizer steps of batch 32 (the cosine schedule's length)")
+      ->check(CLI::Range(int64_t(1), int64_t(1000000)))
+      ->capture_default_str();
+  app.add_option("--prompt", gpt.prompt, "gpt: the text the sample starts from")->capture_default_str();
+  app.add_option("--sample-bytes", gpt.sample_bytes, "gpt: bytes generated after the prompt")
+      ->check(CLI::Range(int64_t(0), int64_t(1000000)))
+      ->capture_default_str();
+  app.add_option("--temperature", gpt.sampler.temperature, "gpt: 0 takes the likeliest byte (greedy); > 0 samples")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  app.add_option("--top-k", gpt.sampler.top_k, "gpt: sample among the k likeliest bytes (0: all)")
+      ->check(CLI::Range(int64_t(0), int64_t(256)))
+      ->capture_default_str();
+  app.add_option("--text", gpt.text, "gpt: the corpus, gzip or plain; its first 4 MiB are read")->capture_default_str();
   app.add_option("--epochs", epochs, "training epochs (default: mlp 20, cnn 15, resnet 15)")->check(CLI::Range(1, 1000));
   app.add_option("--batch-size", batch_size, "rows per optimizer step (default: mlp 500, cnn 32, resnet 128)")
       ->check(CLI::Range(1, 60000));
@@ -276,6 +294,20 @@ int main(int argc, char** argv) {
         throw tg::IOError("--distributed: cannot silence rank " + std::to_string(comm->rank()) + "'s output");
     }
     if (threads > 0) tg::set_num_threads(threads);
+    if (model_name == "gpt") {
+      for (const char* flag : {"--epochs", "--batch-size", "--lr", "--validation-split", "--lr-decay", "--augment",
+                               "--plot", "--save-onnx", "--data", "--dtype-policy", "--distributed", "--api",
+                               "--device"})
+        if (app.count(flag))
+          throw tg::ValueError(std::string("--model gpt trains the peer's fixed recipe and takes --steps, --prompt, "
+                                           "--sample-bytes, --temperature, --top-k, --text, --threads, --seed, "
+                                           "--verbose and --save; drop ") + flag);
+      gpt.seed = seed, gpt.verbose = verbose, gpt.save_path = save_path;
+      char_gpt::run(gpt);
+      return 0;
+    }
+    for (const char* flag : {"--steps", "--prompt", "--sample-bytes", "--temperature", "--top-k", "--text"})
+      if (app.count(flag)) throw tg::ValueError(std::string(flag) + " is for --model gpt");
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
       if (augment || !plot_path.empty() || !save_path.empty() || !onnx_path.empty() || decay != 1.0f ||

@@ -41,6 +41,7 @@
 #include "tensorgrad/nn/merge.h"
 #include "tensorgrad/nn/model.h"
 #include "tensorgrad/nn/attention.h"
+#include "tensorgrad/nn/causal_lm.h"
 #include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/nn/recurrent.h"
 #include "tensorgrad/nn/sequential.h"

@@ -24,9 +24,19 @@ Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, con
     return b.reshape(b.transpose(b.reshape(y, Shape{s[0], s[1], h, dim}), 1, 2), Shape{s[0] * h, s[1], dim});
   };
   const Value q = heads(c.query, sq, w.query_kernel, w.query_bias, key_dim);
-  const Value k = heads(c.key, sk, w.key_kernel, w.key_bias, key_dim);
-  const Value v = heads(c.value, sv, w.value_kernel, w.value_bias, value_dim);
+  Value k = heads(c.key, sk, w.key_kernel, w.key_bias, key_dim);
+  Value v = heads(c.value, sv, w.value_kernel, w.value_bias, value_dim);
   Builder::AttentionOptions o;
+  if (c.key_cache.valid()) {
+    // The new position's key and value written into the cache (cache + slot (new - cache)), attended from it.
+    auto write = [&](Value cache, Value fresh) {
+      const Value all = b.add(cache, b.mul(c.slot, b.sub(fresh, cache)));
+      c.updates->push_back(b.apply(OpKind::Assign, {cache, all}));
+      return all;
+    };
+    k = write(c.key_cache, k), v = write(c.value_cache, v);
+    o.mask = c.visible;
+  }
   o.causal = c.causal;
   o.scale = 1.0f / std::sqrt(float(key_dim));
   o.dropout = c.dropout, o.seed = c.seed;
@@ -147,6 +157,68 @@ LayerConfig MultiHeadAttention::config() const {
 
 namespace tensorgrad::nn {
 
+namespace {
+
+// One sub-block with its residual connection: pre-norm x + drop(f(norm(x))),
+// post-norm norm(x + drop(f(x))) (KerasHub's blocks, either normalize_first).
+template <class F, class Norm, class Drop>
+Value residual(Builder& b, bool normalize_first, Value x, F f, Norm norm, Drop drop) {
+  const Value y = b.add(drop(f(normalize_first ? norm(x) : x)), x);
+  return normalize_first ? y : norm(y);
+}
+
+// The position-wise feed-forward network on x {B, T, E}.
+Value feedforward(Builder& b, Value x, Value k1, Value b1, Value k2, Value b2, Activation activation) {
+  const Shape s = b.shape(x);
+  Value f = b.add(b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), k1), b1);
+  f = b.add(b.matmul(apply_activation(b, activation, f), k2), b2);
+  return b.reshape(f, s);
+}
+
+// keep {B, Tq, Tk} from a padding mask {B, Tk}: every query attends to the tokens.
+Value keys_kept(Builder& b, Value padding_mask, int64_t tq) {
+  const Shape s = b.shape(padding_mask);
+  return b.broadcast_to(b.reshape(padding_mask, Shape{s[0], 1, s[1]}), Shape{s[0], tq, s[1]});
+}
+
+// The weights of one attention sub-block, '<prefix>.query_kernel' ... in
+// Keras 3's layout (kernels Glorot-uniform, biases zero), through the layer's
+// add_weight; {query, key, value, output} x {kernel, bias}.
+template <class Add>
+std::array<WeightId, 8> declare_attention(Add add, const std::string& prefix, int64_t eq, int64_t ekv, int64_t h,
+                                          int64_t kd, int64_t out) {
+  auto kernel = [&](const char* n, const Shape& shape) {
+    return add(WeightSpec{.name = prefix + n, .shape = shape, .initializer = initializers::glorot_uniform()});
+  };
+  auto bias = [&](const char* n, const Shape& shape) {
+    return add(WeightSpec{.name = prefix + n, .shape = shape, .initializer = initializers::zeros()});
+  };
+  std::array<WeightId, 8> ids;
+  ids[0] = kernel(".query_kernel", {eq, h, kd}), ids[1] = bias(".query_bias", {h, kd});
+  ids[2] = kernel(".key_kernel", {ekv, h, kd}), ids[3] = bias(".key_bias", {h, kd});
+  ids[4] = kernel(".value_kernel", {ekv, h, kd}), ids[5] = bias(".value_bias", {h, kd});
+  ids[6] = kernel(".output_kernel", {h, kd, out}), ids[7] = bias(".output_bias", {out});
+  return ids;
+}
+
+template <class Bind>
+detail::AttentionWeights bind_attention(Bind bind, const std::array<WeightId, 8>& ids) {
+  return {bind(ids[0]), bind(ids[1]), bind(ids[2]), bind(ids[3]),
+          bind(ids[4]), bind(ids[5]), bind(ids[6]), bind(ids[7])};
+}
+
+void check_block_options(const char* type, int64_t intermediate_dim, int64_t num_heads, float dropout, float epsilon) {
+  const std::string t = type;
+  if (intermediate_dim < 1 || num_heads < 1)
+    throw ValueError(t + ": intermediate_dim and num_heads must be >= 1; got " + std::to_string(intermediate_dim) +
+                     " and " + std::to_string(num_heads));
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    throw ValueError(t + ": dropout must be in [0, 1); got " + std::to_string(dropout));
+  if (!(epsilon > 0.0f)) throw ValueError(t + ": layer_norm_epsilon must be > 0; got " + std::to_string(epsilon));
+}
+
+}  // namespace
+
 TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
                                        const std::string& activation, float layer_norm_epsilon, bool normalize_first,
                                        std::optional<uint64_t> seed)
@@ -157,13 +229,7 @@ TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_hea
       epsilon_(layer_norm_epsilon),
       activation_(activation_from_name(activation)),
       normalize_first_(normalize_first) {
-  if (intermediate_dim < 1 || num_heads < 1)
-    throw ValueError("TransformerEncoder: intermediate_dim and num_heads must be >= 1; got " +
-                     std::to_string(intermediate_dim) + " and " + std::to_string(num_heads));
-  if (!(dropout >= 0.0f && dropout < 1.0f))
-    throw ValueError("TransformerEncoder: dropout must be in [0, 1); got " + std::to_string(dropout));
-  if (!(layer_norm_epsilon > 0.0f))
-    throw ValueError("TransformerEncoder: layer_norm_epsilon must be > 0; got " + std::to_string(layer_norm_epsilon));
+  check_block_options("TransformerEncoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon);
   seed_ = seed ? *seed : global_generator()();
 }
 
@@ -187,10 +253,8 @@ Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
   auto constant = [&](const char* n, const Shape& shape, float v) {
     return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(v)});
   };
-  qk_ = glorot("self_attention.query_kernel", {e, h, kd}), qb_ = constant("self_attention.query_bias", {h, kd}, 0);
-  kk_ = glorot("self_attention.key_kernel", {e, h, kd}), kb_ = constant("self_attention.key_bias", {h, kd}, 0);
-  vk_ = glorot("self_attention.value_kernel", {e, h, kd}), vb_ = constant("self_attention.value_bias", {h, kd}, 0);
-  ok_ = glorot("self_attention.output_kernel", {h, kd, e}), ob_ = constant("self_attention.output_bias", {e}, 0);
+  attention_ =
+      declare_attention([&](WeightSpec w) { return add_weight(std::move(w)); }, "self_attention", e, e, h, kd, e);
   ln1_g_ = constant("self_attention_layer_norm.gamma", {e}, 1),
   ln1_b_ = constant("self_attention_layer_norm.beta", {e}, 0);
   ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
@@ -207,32 +271,179 @@ Value TransformerEncoder::call(Builder& b, Value x, const CallOptions& options) 
 
 Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
   const Value x = in[0];
-  const Shape s = b.shape(x);
-  const int64_t n = s[0], t = s[1], e = s[2];
   const bool drop = options.training && dropout_ > 0.0f;
-  auto norm = [&](Value v, WeightId g, WeightId beta) {
-    return b.layer_norm(v, epsilon_, bind_weight(b, g), bind_weight(b, beta));
+  auto norm = [&](WeightId g, WeightId beta) {
+    return [&, g, beta](Value v) { return b.layer_norm(v, epsilon_, bind_weight(b, g), bind_weight(b, beta)); };
   };
-  auto dropout = [&](Value v, uint64_t stream) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
-  detail::AttentionWeights w{bind_weight(b, qk_), bind_weight(b, qb_), bind_weight(b, kk_), bind_weight(b, kb_),
-                             bind_weight(b, vk_), bind_weight(b, vb_), bind_weight(b, ok_), bind_weight(b, ob_)};
-  detail::AttentionCall c;
-  c.query = c.value = c.key = normalize_first_ ? norm(x, ln1_g_, ln1_b_) : x;
-  if (in.size() == 2)  // every query attends to the tokens: keep[b, i, j] = padding_mask[b, j]
-    c.keep = b.broadcast_to(b.reshape(in[1], Shape{n, 1, t}), Shape{n, t, t});
-  if (drop) c.dropout = dropout_, c.seed = seed_;
-  Value h = b.add(dropout(detail::multi_head_attention(b, w, num_heads_, c), 1), x);
-  if (!normalize_first_) h = norm(h, ln1_g_, ln1_b_);
-  const Value f_in = normalize_first_ ? norm(h, ln2_g_, ln2_b_) : h;
-  Value f = b.add(b.matmul(b.reshape(f_in, Shape{n * t, e}), bind_weight(b, ff1_k_)), bind_weight(b, ff1_b_));
-  f = apply_activation(b, activation_, f);
-  f = b.add(b.matmul(f, bind_weight(b, ff2_k_)), bind_weight(b, ff2_b_));
-  Value y = b.add(dropout(b.reshape(f, Shape{n, t, e}), 2), h);
-  if (!normalize_first_) y = norm(y, ln2_g_, ln2_b_);
-  return y;
+  auto dropout = [&](uint64_t stream) {
+    return [&, stream](Value v) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
+  };
+  const detail::AttentionWeights w = bind_attention([&](WeightId id) { return bind_weight(b, id); }, attention_);
+  auto attend = [&](Value v) {
+    detail::AttentionCall c;
+    c.query = c.value = c.key = v;
+    if (in.size() == 2) c.keep = keys_kept(b, in[1], b.shape(x)[1]);
+    if (drop) c.dropout = dropout_, c.seed = seed_;
+    return detail::multi_head_attention(b, w, num_heads_, c);
+  };
+  const Value h = residual(b, normalize_first_, x, attend, norm(ln1_g_, ln1_b_), dropout(1));
+  auto ffn = [&](Value v) {
+    return feedforward(b, v, bind_weight(b, ff1_k_), bind_weight(b, ff1_b_), bind_weight(b, ff2_k_),
+                       bind_weight(b, ff2_b_), activation_);
+  };
+  return residual(b, normalize_first_, h, ffn, norm(ln2_g_, ln2_b_), dropout(2));
 }
 
 LayerConfig TransformerEncoder::config() const {
+  return LayerConfig(type())
+      .set("intermediate_dim", intermediate_dim_)
+      .set("num_heads", num_heads_)
+      .set("dropout", double(dropout_))
+      .set("activation", activation_name(activation_))
+      .set("layer_norm_epsilon", double(epsilon_))
+      .set("normalize_first", normalize_first_)
+      .set("seed", int64_t(seed_));
+}
+
+TransformerDecoder::TransformerDecoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
+                                       const std::string& activation, float layer_norm_epsilon, bool normalize_first,
+                                       std::optional<uint64_t> seed)
+    : Layer("transformer_decoder"),
+      intermediate_dim_(intermediate_dim),
+      num_heads_(num_heads),
+      dropout_(dropout),
+      epsilon_(layer_norm_epsilon),
+      activation_(activation_from_name(activation)),
+      normalize_first_(normalize_first) {
+  check_block_options("TransformerDecoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon);
+  seed_ = seed ? *seed : global_generator()();
+}
+
+Shape TransformerDecoder::build(const Shape& s) { return build_inputs({&s, 1}); }
+
+Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
+  const std::string me = "TransformerDecoder '" + name() + "'";
+  if (s.empty() || s.size() > 4)
+    throw ValueError(me +
+                     " takes decoder_sequence, then optionally encoder_sequence, decoder_padding_mask and "
+                     "encoder_padding_mask; got " +
+                     std::to_string(s.size()) + " inputs");
+  const Shape& x = s[0];
+  if (x.rank() != 2 || x[1] % num_heads_ != 0)
+    throw ShapeError(me + " takes sequences {steps, features} whose features divide by " + std::to_string(num_heads_) +
+                     " heads; got " + x.str());
+  cross_ = s.size() > 1 && s[1].rank() == 2;
+  const size_t masks = cross_ ? 2 : 1;  // where decoder_padding_mask is
+  if (!cross_ && s.size() > 2)
+    throw ValueError(me +
+                     ": without an encoder_sequence it takes {decoder_sequence, decoder_padding_mask} at most; "
+                     "got " +
+                     std::to_string(s.size()) + " inputs");
+  if (s.size() > masks && s[masks] != Shape{x[0]})
+    throw ShapeError(me + ": decoder_padding_mask must be {steps} = " + Shape{x[0]}.str() + "; got " + s[masks].str());
+  if (cross_ && s.size() == 4 && s[3] != Shape{s[1][0]})
+    throw ShapeError(me + ": encoder_padding_mask must be {encoder steps} = " + Shape{s[1][0]}.str() + "; got " +
+                     s[3].str());
+  const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
+  head_dim_ = kd;
+  auto add = [&](WeightSpec w) { return add_weight(std::move(w)); };
+  auto glorot = [&](const char* n, const Shape& shape) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
+  };
+  auto constant = [&](const char* n, const Shape& shape, float v) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(v)});
+  };
+  self_attention_ = declare_attention(add, "self_attention", e, e, h, kd, e);
+  ln1_g_ = constant("self_attention_layer_norm.gamma", {e}, 1);
+  ln1_b_ = constant("self_attention_layer_norm.beta", {e}, 0);
+  if (cross_) {
+    cross_attention_ = declare_attention(add, "cross_attention", e, s[1][1], h, kd, e);
+    lnc_g_ = constant("cross_attention_layer_norm.gamma", {e}, 1);
+    lnc_b_ = constant("cross_attention_layer_norm.beta", {e}, 0);
+  }
+  ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
+  ff1_b_ = constant("feedforward_intermediate_dense.bias", {ff}, 0);
+  ff2_k_ = glorot("feedforward_output_dense.kernel", {ff, e});
+  ff2_b_ = constant("feedforward_output_dense.bias", {e}, 0);
+  ln2_g_ = constant("feedforward_layer_norm.gamma", {e}, 1);
+  ln2_b_ = constant("feedforward_layer_norm.beta", {e}, 0);
+  return x;
+}
+
+Value TransformerDecoder::call(Builder& b, Value x, const CallOptions& options) {
+  return call_inputs(b, {&x, 1}, options);
+}
+
+Value TransformerDecoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
+  if (cross_ && in.size() < 2)
+    throw ValueError("TransformerDecoder '" + name() + "' was built with an encoder_sequence; call it with one");
+  const size_t masks = cross_ ? 2 : 1;
+  const Value encoder = cross_ ? in[1] : Value{};
+  const Value decoder_mask = in.size() > masks ? in[masks] : Value{};
+  const Value encoder_mask = cross_ && in.size() == 4 ? in[3] : Value{};
+  return block(b, in[0], encoder, decoder_mask, encoder_mask, options, nullptr);
+}
+
+Value TransformerDecoder::call_with_cache(Builder& b, Value x, const DecoderCache& cache) {
+  if (cross_)
+    throw ValueError("TransformerDecoder '" + name() +
+                     "': call_with_cache decodes blocks without cross-attention; this one attends to an encoder");
+  const Shape s = b.shape(x), k = b.shape(cache.key);
+  if (s.rank() != 3 || s[1] != 1 || k.rank() != 3 || k[0] != s[0] * num_heads_ || k[2] != head_dim_ ||
+      b.shape(cache.value) != k || b.shape(cache.slot) != Shape{1, k[1], 1} ||
+      b.shape(cache.visible) != Shape{1, 1, k[1]} || cache.updates == nullptr)
+    throw ShapeError("TransformerDecoder '" + name() +
+                     "': call_with_cache takes x {batch, 1, features}, key and "
+                     "value {batch x " +
+                     std::to_string(num_heads_) + " heads, capacity, " + std::to_string(head_dim_) +
+                     "}, slot {1, capacity, 1}, visible {1, 1, capacity} and updates; "
+                     "got x " +
+                     s.str() + ", key " + k.str() + ", value " + b.shape(cache.value).str() + ", slot " +
+                     b.shape(cache.slot).str() + ", visible " + b.shape(cache.visible).str());
+  return block(b, x, {}, {}, {}, CallOptions{false, false}, &cache);
+}
+
+Value TransformerDecoder::block(Builder& b, Value x, Value encoder, Value decoder_mask, Value encoder_mask,
+                                const CallOptions& options, const DecoderCache* cache) {
+  const bool drop = options.training && dropout_ > 0.0f;
+  auto bind = [&](WeightId id) { return bind_weight(b, id); };
+  auto norm = [&](WeightId g, WeightId beta) {
+    return [&, g, beta](Value v) { return b.layer_norm(v, epsilon_, bind(g), bind(beta)); };
+  };
+  auto dropout = [&](uint64_t stream) {
+    return [&, stream](Value v) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
+  };
+  const int64_t t = b.shape(x)[1];
+  auto self_attention = [&](Value v) {
+    detail::AttentionCall c;
+    c.query = c.value = c.key = v;
+    c.causal = cache == nullptr;  // a cached step's single query sees every written position
+    if (decoder_mask.valid()) c.keep = keys_kept(b, decoder_mask, t);
+    if (drop) c.dropout = dropout_, c.seed = seed_;
+    if (cache) {
+      c.key_cache = cache->key, c.value_cache = cache->value, c.slot = cache->slot, c.visible = cache->visible;
+      c.updates = cache->updates;
+    }
+    return detail::multi_head_attention(b, bind_attention(bind, self_attention_), num_heads_, c);
+  };
+  Value h = residual(b, normalize_first_, x, self_attention, norm(ln1_g_, ln1_b_), dropout(1));
+  if (cross_) {
+    auto cross_attention = [&](Value v) {
+      detail::AttentionCall c;
+      c.query = v, c.value = c.key = encoder;
+      if (encoder_mask.valid()) c.keep = keys_kept(b, encoder_mask, t);
+      if (drop) c.dropout = dropout_, c.seed = seed_ + 3;
+      return detail::multi_head_attention(b, bind_attention(bind, cross_attention_), num_heads_, c);
+    };
+    h = residual(b, normalize_first_, h, cross_attention, norm(lnc_g_, lnc_b_), dropout(4));
+  }
+  auto ffn = [&](Value v) {
+    return feedforward(b, v, bind(ff1_k_), bind(ff1_b_), bind(ff2_k_), bind(ff2_b_), activation_);
+  };
+  return residual(b, normalize_first_, h, ffn, norm(ln2_g_, ln2_b_), dropout(2));
+}
+
+LayerConfig TransformerDecoder::config() const {
   return LayerConfig(type())
       .set("intermediate_dim", intermediate_dim_)
       .set("num_heads", num_heads_)
@@ -299,6 +510,18 @@ Shape TokenAndPositionEmbedding::build(const Shape& s) {
 
 void TokenAndPositionEmbedding::validate_input(const Tensor& x) const {
   detail::check_token_ids(name(), x, vocabulary_size_);
+}
+
+Value TokenAndPositionEmbedding::call_at(Builder& b, Value ids, Value positions) {
+  const Shape s = b.shape(ids);
+  if (s.rank() != 2 || b.shape(positions) != s || b.dtype(positions) != DType::Int32)
+    throw ShapeError("TokenAndPositionEmbedding '" + name() +
+                     "': call_at takes ids {batch, steps} and int32 "
+                     "positions of the same shape; got ids " +
+                     s.str() + " and positions " + b.shape(positions).str() + " " + dtype_name(b.dtype(positions)));
+  const Value i = b.dtype(ids) == DType::Int32 ? ids : b.apply(OpKind::ToIndex, {ids});
+  return b.add(b.apply(OpKind::Gather, {bind_weight(b, tokens_), i}),
+               b.apply(OpKind::Gather, {bind_weight(b, positions_), positions}));
 }
 
 Value TokenAndPositionEmbedding::call(Builder& b, Value x, const CallOptions&) {

@@ -2,6 +2,8 @@
 // Multi-head attention on bound weights: keras.layers.MultiHeadAttention's
 // computation, shared by the layers that hold its weights among their own
 // (the transformer blocks). Private to the nn layer.
+#include <vector>
+
 #include "tensorgrad/ops/builder.h"
 
 namespace tensorgrad::nn::detail {
@@ -20,6 +22,12 @@ struct AttentionCall {
   bool causal = false;
   float dropout = 0.0f;
   uint64_t seed = 0;
+  // Step-by-step decoding: the keys and values {B h, capacity, dim} the
+  // projected ones are written into at `slot` {1, capacity, 1} (appending
+  // Assign nodes to `updates`), attended through the additive `visible`
+  // {1, Tq, capacity}.
+  Value key_cache, value_cache, slot, visible;
+  std::vector<Value>* updates = nullptr;
 };
 
 // {B, Tq, out}.

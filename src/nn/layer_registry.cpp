@@ -35,6 +35,14 @@ std::array<int64_t, 2> pair_of(const LayerConfig& c, const char* key) {
 
 using Registry = std::map<std::string, LayerFactory>;
 
+// KerasHub's transformer blocks share their arguments.
+template <class Block>
+std::shared_ptr<Layer> transformer_block(const LayerConfig& c) {
+  return std::make_shared<Block>(c.get_int("intermediate_dim"), c.get_int("num_heads"), float(c.get_double("dropout")),
+                                 c.get_string("activation"), float(c.get_double("layer_norm_epsilon")),
+                                 c.get_bool("normalize_first"), uint64_t(c.get_int("seed")));
+}
+
 Registry built_in_layers() {
   Registry r;
   r["Dense"] = [](const LayerConfig& c) {
@@ -96,12 +104,8 @@ Registry built_in_layers() {
     return std::make_shared<TokenAndPositionEmbedding>(c.get_int("vocabulary_size"), c.get_int("sequence_length"),
                                                        c.get_int("embedding_dim"));
   };
-  r["TransformerEncoder"] = [](const LayerConfig& c) {
-    return std::make_shared<TransformerEncoder>(c.get_int("intermediate_dim"), c.get_int("num_heads"),
-                                                float(c.get_double("dropout")), c.get_string("activation"),
-                                                float(c.get_double("layer_norm_epsilon")),
-                                                c.get_bool("normalize_first"), uint64_t(c.get_int("seed")));
-  };
+  r["TransformerEncoder"] = transformer_block<TransformerEncoder>;
+  r["TransformerDecoder"] = transformer_block<TransformerDecoder>;
   r["MultiHeadAttention"] = [](const LayerConfig& c) {
     return std::make_shared<MultiHeadAttention>(c.get_int("num_heads"), c.get_int("key_dim"), c.get_int("value_dim"),
                                                 float(c.get_double("dropout")), c.get_bool("use_bias"),

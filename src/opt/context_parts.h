@@ -24,6 +24,10 @@ struct OptimizerContext::Head {
   std::vector<std::pair<std::string, MetricKind>> metrics;
   Shape shape;          // the output, batch included
   int64_t outputs = 0;  // values per row
+  // Cross-entropy: the classes (the last axis) and the positions per row (a
+  // sequence {batch, steps..., classes} has steps..., each a row of the loss;
+  // 1 for {batch, classes}). Other losses: outputs and 1.
+  int64_t classes = 0, tokens = 1;
   std::string y_name, w_name;  // "y", or "y 'name'" with several outputs: made once, so a step never allocates
   Tensor labels_i32, ones;
 };

@@ -138,9 +138,13 @@ LossHead build_loss_head(Graph& g, const Loss& loss, const std::string& output, 
   switch (loss.kind) {
     case LossKind::SparseCategoricalCrossentropy:
     case LossKind::CategoricalCrossentropy: {
+      // {batch, steps..., classes}: every position is a row of the loss (Keras averages over them all).
       const bool sparse = loss.kind == LossKind::SparseCategoricalCrossentropy;
-      head.y = sparse ? g.input(output + "/y", Shape{b}, DType::Int32) : g.input(output + "/y", flat);
-      head.loss = g.softmax_cross_entropy(cross_entropy_logits(g, y_pred, output, loss), head.y, w);
+      const int64_t classes = shape[shape.rank() - 1], rows = shape.numel() / classes;
+      head.y = sparse ? g.input(output + "/y", Shape{rows}, DType::Int32) : g.input(output + "/y", Shape{rows, classes});
+      Value logits = cross_entropy_logits(g, y_pred, output, loss);
+      if (g.shape(logits).rank() != 2) logits = g.reshape(logits, Shape{rows, classes});
+      head.loss = g.softmax_cross_entropy(logits, head.y, w);
       break;
     }
     case LossKind::BinaryCrossentropy: {

@@ -156,9 +156,13 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
       const bool ce = h.loss.kind == LossKind::CategoricalCrossentropy ||
                       h.loss.kind == LossKind::SparseCategoricalCrossentropy;
       if (h.loss.kind == LossKind::BinaryCrossentropy) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
-      if (ce && h.shape.rank() != 2)
-        throw ShapeError(h.loss.name + " on output '" + model_.output_names[i] +
-                         "' needs {batch, classes}; got " + h.shape.str() + " (add Flatten or Dense before the output)");
+      // Keras' cross-entropy on sequences: each position's classes, the loss averaged over every position.
+      h.classes = ce ? h.shape[h.shape.rank() - 1] : h.outputs;
+      h.tokens = h.outputs / h.classes;
+      if (h.tokens > 1 && options_.weights != LossWeights::None)
+        throw ValueError(h.loss.name + " on the sequence output '" + model_.output_names[i] + "' " + h.shape.str() +
+                         " takes no loss weights here (per-step weights are not supported); build the context "
+                         "without them, or end the output in {batch, classes}");
       if (ce) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
       if (h.loss.kind == LossKind::Custom)
         custom_loss_rows(g, h.loss, g.input("y", h.shape), outs[i], model_.output_names[i], b);
@@ -168,7 +172,8 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
                          "lower batch_size");
   }
   for (Head& h : heads_) {
-    if (h.loss.kind == LossKind::SparseCategoricalCrossentropy) h.labels_i32 = Tensor::zeros(Shape{b}, DType::Int32);
+    if (h.loss.kind == LossKind::SparseCategoricalCrossentropy)
+      h.labels_i32 = Tensor::zeros(Shape{b * h.tokens}, DType::Int32);
     if (options_.weights != LossWeights::None)
       h.ones = Tensor::full(options_.weights == LossWeights::PerOutput ? Shape{b, h.outputs} : Shape{b}, 1.0f);
   }
@@ -365,7 +370,7 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind 
     if (g.shape(outs[i]) != h.shape.with_rows(b))
       throw ShapeError("output '" + name + "' changed shape between graphs: " + h.shape.with_rows(b).str() + " then " +
                        g.shape(outs[i]).str());
-    const Shape flat{b, h.outputs};
+    const Shape flat{b * h.tokens, h.classes};  // a sequence's positions as rows for cross-entropy
     Value out = h.shape.rank() == 2 ? outs[i] : g.reshape(outs[i], flat);
     if (options_.weights != LossWeights::None)
       o.w = g.input(name + "/sample_weight", options_.weights == LossWeights::PerSample ? Shape{b} : flat);
@@ -376,7 +381,8 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind 
     // Metrics on the output as predict returns it (probabilities), summed over rows.
     const Value y_flat = h.loss.kind == LossKind::Custom ? g.reshape(o.y, flat) : o.y;
     for (const auto& [metric_name, kind] : h.metrics) {
-      const Value v = detail::build_metric(g, kind, out, y_flat, h.outputs);
+      Value v = detail::build_metric(g, kind, out, y_flat, h.classes);
+      if (h.tokens > 1 && !detail::metric_is_mean(kind)) v = g.scale(v, 1.0f / float(h.tokens));  // per sample
       o.metrics.push_back(v);
       results.push_back(v);
     }
@@ -508,32 +514,42 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
   const char* loss = h.loss.name.c_str();  // a std::string here would allocate on every step
   switch (h.loss.kind) {
     case LossKind::SparseCategoricalCrossentropy: {
-      if (y.shape().rank() > 2 || (y.shape().rank() == 2 && y.shape()[1] != 1))
+      const int64_t classes = h.classes;
+      if (h.tokens > 1) {
+        // A sequence output {n, steps..., classes} takes ids {n, steps...}.
+        const Shape want = h.shape.with_rows(n);
+        const std::vector<int64_t> d(want.begin(), want.end() - 1);
+        if (y.shape() != Shape(d))
+          throw ShapeError("sparse_categorical_crossentropy on the sequence output " + want.str() +
+                           " takes one class id per position: " + Shape(d).str() + "; got " + y.shape().str());
+      } else if (y.shape().rank() > 2 || (y.shape().rank() == 2 && y.shape()[1] != 1)) {
         throw ShapeError("sparse_categorical_crossentropy takes one class id per row ({" + std::to_string(n) +
                          "} or {" + std::to_string(n) + ", 1}); got " + y.shape().str() +
                          ", which looks like one-hot rows: use categorical_crossentropy for those");
-      for (int64_t i = 0; i < n; ++i) {
+      }
+      const char* at = h.tokens > 1 ? " element " : " row ";  // ids {n, steps...} or one per row
+      for (int64_t i = 0; i < y.numel(); ++i) {
         int64_t id;
         if (y.dtype() == DType::Int32) {
           id = y.data<int32_t>()[i];
         } else {
           const float v = y.data<float>()[i];
           if (!std::isfinite(v) || v != std::floor(v))
-            throw ValueError("class ids must be whole numbers; " + h.y_name + " row " + std::to_string(i) +
+            throw ValueError("class ids must be whole numbers; " + h.y_name + at + std::to_string(i) +
                              " holds " + std::to_string(v));
-          if (v < 0.0f || v >= float(outputs)) {  // before converting: int64_t(1e30f) is undefined
+          if (v < 0.0f || v >= float(classes)) {  // before converting: int64_t(1e30f) is undefined
             char buf[32];
             std::snprintf(buf, sizeof buf, std::fabs(v) < 1e15f ? "%.0f" : "%g", double(v));
-            throw IndexError(std::string("class id ") + buf + " at " + h.y_name + " row " + std::to_string(i) +
-                             " is outside [0, " + std::to_string(outputs) + "): the model has " +
-                             std::to_string(outputs) + " classes");
+            throw IndexError(std::string("class id ") + buf + " at " + h.y_name + at + std::to_string(i) +
+                             " is outside [0, " + std::to_string(classes) + "): the model has " +
+                             std::to_string(classes) + " classes");
           }
           id = int64_t(v);
         }
-        if (id < 0 || id >= outputs)
-          throw IndexError("class id " + std::to_string(id) + " at " + h.y_name + " row " + std::to_string(i) +
-                           " is outside [0, " + std::to_string(outputs) + "): the model has " +
-                           std::to_string(outputs) + " classes");
+        if (id < 0 || id >= classes)
+          throw IndexError("class id " + std::to_string(id) + " at " + h.y_name + at + std::to_string(i) +
+                           " is outside [0, " + std::to_string(classes) + "): the model has " +
+                           std::to_string(classes) + " classes");
       }
       break;
     }
@@ -547,7 +563,7 @@ void OptimizerContext::check_targets(size_t output, const Tensor& y, const Tenso
       if (y.dtype() != DType::Float32)
         throw TypeError(std::string(loss) + " takes float32 " + (ce ? "one-hot rows" : "targets") + "; got " +
                         dtype_name(y.dtype()) + (ce ? " class ids: use sparse_categorical_crossentropy for those" : ""));
-      if (y.shape().row_size() != outputs || (ce && outputs > 1 && y.shape().rank() != 2))
+      if (y.shape().row_size() != outputs || (ce && outputs > 1 && y.shape().rank() != h.shape.rank()))
         throw ShapeError(std::string(loss) + " takes " + (ce ? "one-hot rows" : "targets") + " of shape " +
                          h.shape.with_rows(n).str() + " (the model has " + std::to_string(outputs) +
                          (outputs == 1 ? " output" : " outputs") + " per row); got " + y.shape().str() +
@@ -604,12 +620,13 @@ void OptimizerContext::stage(OptimizerPlan& plan, std::span<const Tensor> x, std
     check_targets(i, y[i], wi, b);
     if (h.loss.kind == LossKind::SparseCategoricalCrossentropy) {
       int32_t* ids = h.labels_i32.data<int32_t>();
-      if (y[i].dtype() == DType::Int32) std::memcpy(ids, y[i].raw(), size_t(b) * sizeof(int32_t));
+      const int64_t n = b * h.tokens;
+      if (y[i].dtype() == DType::Int32) std::memcpy(ids, y[i].raw(), size_t(n) * sizeof(int32_t));
       else
-        for (int64_t r = 0; r < b; ++r) ids[r] = int32_t(y[i].data<float>()[r]);
+        for (int64_t r = 0; r < n; ++r) ids[r] = int32_t(y[i].data<float>()[r]);
       plan.exe->bind(o.y, h.labels_i32);
     } else {
-      const Shape want = h.loss.kind == LossKind::Custom ? h.shape : Shape{b, h.outputs};
+      const Shape want = h.loss.kind == LossKind::Custom ? h.shape : Shape{b * h.tokens, h.classes};
       plan.exe->bind(o.y, y[i].shape() == want ? y[i] : y[i].reshape(want));
     }
     if (options_.weights == LossWeights::None) continue;

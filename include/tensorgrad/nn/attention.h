@@ -1,7 +1,10 @@
 #pragma once
 // Attention layers: keras.layers.MultiHeadAttention, KerasHub's
 // transformer blocks and their position embeddings.
+#include <array>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "tensorgrad/nn/layers.h"
 
@@ -91,7 +94,93 @@ class TransformerEncoder : public Layer {
   Activation activation_;
   bool normalize_first_;
   uint64_t seed_;
-  WeightId qk_, qb_, kk_, kb_, vk_, vb_, ok_, ob_, ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
+  std::array<WeightId, 8> attention_;  // {query, key, value, output} x {kernel, bias}
+  WeightId ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
+};
+
+/// The self-attention state of one TransformerDecoder for generation one
+/// position at a time (KerasHub's self_attention_cache and
+/// self_attention_cache_update_index): the keys and values of every position
+/// seen so far, kept between runs of a graph.
+struct DecoderCache {
+  /// {batch x num_heads, capacity, head_dim} persistent tensors of the graph
+  /// (Graph::state), zero at first; each call writes its position's keys
+  /// and values into them in place.
+  ///@{
+  Value key, value;
+  ///@}
+  /// {1, capacity, 1} float32: 1 at the position the call writes, 0 elsewhere.
+  Value slot;
+  /// {1, 1, capacity} float32, added to the scores: 0 at the positions
+  /// written so far and the call's own, -inf at the others.
+  Value visible;
+  /// Receives the nodes that write key and value: make them outputs of the
+  /// graph, so that every run updates the cache.
+  std::vector<Value>* updates = nullptr;
+};
+
+/// A transformer decoder block (keras_hub.layers.TransformerDecoder; Vaswani
+/// et al. 2017): causal self-attention, then, when an encoder sequence is
+/// given, cross-attention to it, then a feed-forward network of
+/// `intermediate_dim` units; each sub-block with a residual connection and
+/// layer normalization after it, or before it with normalize_first (pre-norm,
+/// as GPT-2 and torch.nn.TransformerDecoderLayer(norm_first=True)). Called on
+/// the inputs, in KerasHub's order, decoder_sequence {T, E}, then optionally
+/// encoder_sequence {S, E_enc}, decoder_padding_mask {T}, and (with an
+/// encoder sequence) encoder_padding_mask {S} (1 for tokens, 0 for padding,
+/// which no query attends to) -> {T, E}. Self-attention is always causal
+/// (KerasHub's default use_causal_mask): position t attends to 0..t. E must
+/// divide by num_heads (key_dim = E / num_heads). Dropout (training only) on
+/// the attention weights and after each sub-block. Whether the block has
+/// cross-attention is fixed by its first call. Weights (Keras 3's layouts,
+/// '.'-joined names): self_attention.{query,key,value,output}_{kernel,bias}
+/// as MultiHeadAttention's, self_attention_layer_norm.{gamma,beta}; with an
+/// encoder, cross_attention.* (key and value kernels {E_enc, heads,
+/// key_dim}) and cross_attention_layer_norm.*; then
+/// feedforward_intermediate_dense.{kernel,bias} {E, I}, {I},
+/// feedforward_output_dense.{kernel,bias} {I, E}, {E},
+/// feedforward_layer_norm.{gamma,beta}.
+class TransformerDecoder : public Layer {
+ public:
+  /// As TransformerEncoder's. Throws ValueError for intermediate_dim or
+  /// num_heads < 1, a dropout outside [0, 1), an epsilon <= 0, or an
+  /// unknown activation.
+  TransformerDecoder(int64_t intermediate_dim, int64_t num_heads, float dropout = 0.0f,
+                     const std::string& activation = "relu", float layer_norm_epsilon = 1e-5f,
+                     bool normalize_first = false, std::optional<uint64_t> seed = std::nullopt);
+  const char* type() const override { return "TransformerDecoder"; }
+  /// decoder_sequence alone.
+  Shape build(const Shape& input_shape) override;
+  /// The inputs as the class lists them; throws ShapeError for a sequence
+  /// that is not {steps, features}, features num_heads does not divide, or
+  /// a padding mask of another length, ValueError for other counts.
+  Shape build_inputs(std::span<const Shape> input_shapes) override;
+  Value call(Builder& b, Value x, const CallOptions& options) override;
+  Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  /// One decoding step at inference: x {batch, 1, E}, the position after
+  /// those in `cache`, whose keys and values it writes there (shapes in
+  /// DecoderCache; capacity any length). Gives the block's output for that
+  /// position, as the full call gives it at that step. Throws ValueError for
+  /// a block with cross-attention, ShapeError for other shapes.
+  Value call_with_cache(Builder& b, Value x, const DecoderCache& cache);
+  /// The number of heads and each head's key size (the cache's shape).
+  ///@{
+  int64_t num_heads() const { return num_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  ///@}
+  std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
+  LayerConfig config() const override;
+
+ private:
+  Value block(Builder& b, Value x, Value encoder, Value decoder_mask, Value encoder_mask, const CallOptions& options,
+              const DecoderCache* cache);
+  int64_t intermediate_dim_, num_heads_, head_dim_ = 0;
+  float dropout_, epsilon_;
+  Activation activation_;
+  bool normalize_first_, cross_ = false;
+  uint64_t seed_;
+  std::array<WeightId, 8> self_attention_, cross_attention_;  // {query, key, value, output} x {kernel, bias}
+  WeightId ln1_g_, ln1_b_, lnc_g_, lnc_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
 };
 
 /// Learned position embeddings (keras_hub.layers.PositionEmbedding): for x
@@ -129,6 +218,12 @@ class TokenAndPositionEmbedding : public Layer {
   /// ids {T} with T <= sequence_length, else ShapeError.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
+  /// The embeddings of ids {batch, T} at given positions {batch, T} (int32,
+  /// each in [0, sequence_length)) rather than 0..T-1: a decoding step's
+  /// (KerasHub's start_index). ShapeError for other shapes or dtypes.
+  Value call_at(Builder& b, Value ids, Value positions);
+  /// The longest sequence the position table covers.
+  int64_t sequence_length() const { return sequence_length_; }
   bool takes_token_ids() const override { return true; }
   void validate_input(const Tensor& x) const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }

@@ -1,0 +1,231 @@
+#pragma once
+// The character-level GPT of the main job's `--model gpt` and of the
+// benchmark's gpt row: GCIDE's English text (Debian's dict-gcide) as bytes,
+// and the model, initialisation, batches and optimizer of the `gpt` workload
+// in the PyTorch peer (../shared/bench/peer_pytorch.py), written with the
+// library's Keras-style layers.
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorgrad/tensorgrad.h"
+
+namespace char_gpt {
+
+namespace tg = tensorgrad;
+
+inline constexpr int64_t kContext = 128, kWidth = 128, kHeads = 4, kLayers = 4, kFeedForward = 512, kBatch = 32,
+                         kVocabulary = 256;
+inline constexpr const char* kGcide = "/usr/share/dictd/gcide.dict.dz";
+
+/// The first `bytes` bytes of a gzip (or plain) file. Throws IOError when it
+/// cannot be read or holds fewer bytes than 2 * kContext + 2.
+inline std::vector<uint8_t> read_text(const std::string& path, size_t bytes = size_t(4) << 20) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f)
+    throw tg::IOError("cannot open " + path + " (Debian's dict-gcide installs " + kGcide +
+                      "; scripts/setup.sh installs it)");
+  std::vector<uint8_t> text(bytes);
+  size_t got = 0;
+  while (got < bytes) {
+    const int n = gzread(f, text.data() + got, unsigned(std::min<size_t>(bytes - got, 1u << 20)));
+    if (n < 0) {
+      int code = 0;
+      const std::string why = gzerror(f, &code);
+      gzclose(f);
+      throw tg::IOError("cannot read " + path + ": " + why);
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  gzclose(f);
+  if (got < size_t(2 * kContext + 2))
+    throw tg::IOError(path + " holds " + std::to_string(got) + " bytes; the language model needs at least " +
+                      std::to_string(2 * kContext + 2));
+  text.resize(got);
+  return text;
+}
+
+/// Token and position embeddings of width 128, dropout 0.1, 4 pre-norm
+/// decoder blocks (4 heads, GELU MLP of 512, dropout 0.1 on the attention
+/// weights and after each sub-block), a final LayerNormalization and an
+/// untied 256-way head without bias: bytes {128} -> logits {128, 256}.
+inline tg::nn::Model model(float dropout = 0.1f) {
+  auto ids = tg::nn::Input({kContext}, tg::DType::Int32, "bytes");
+  auto h = tg::nn::TokenAndPositionEmbedding(kVocabulary, kContext, kWidth)(ids);
+  h = tg::nn::Dropout(dropout)(h);
+  for (int64_t i = 0; i < kLayers; ++i)
+    h = tg::nn::TransformerDecoder(kFeedForward, kHeads, dropout, "gelu", 1e-5f, /*normalize_first=*/true)(h);
+  h = tg::nn::LayerNormalization(1e-5f)(h);
+  return tg::nn::Model(ids, tg::nn::Dense(kVocabulary, "linear", /*use_bias=*/false)(h), "char_gpt");
+}
+
+/// PyTorch's default initialisation, as the peer's modules have it:
+/// embeddings N(0, 1); each Linear's weight and bias uniform in +-1 /
+/// sqrt(fan_in) (kaiming_uniform with a = sqrt(5)); LayerNorm 1 and 0. The
+/// attention kernels {E, heads, head_dim} take E inputs, the output kernel
+/// {heads, head_dim, E} heads x head_dim; a bias takes its kernel's bound.
+inline void init_like_pytorch(tg::nn::Model& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const tg::nn::Weight& w : m.weights()) {
+    float* v = w.value.data<float>();
+    const int64_t n = w.value.numel();
+    const tg::Shape& s = w.value.shape();
+    if (ends_with(w.name, ".embeddings")) {
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i) v[i] = d(rng);
+      continue;
+    }
+    if (ends_with(w.name, "gamma") || ends_with(w.name, "beta")) continue;  // LayerNorm: as built, 1 and 0
+    int64_t fan_in = 0;
+    if (ends_with(w.name, "output_kernel"))
+      fan_in = s[0] * s[1];
+    else if (ends_with(w.name, "kernel"))
+      fan_in = s[0];
+    else if (ends_with(w.name, "output_bias"))
+      fan_in = kWidth;  // the output projection's inputs: heads x head_dim
+    else if (ends_with(w.name, "_bias"))
+      fan_in = kWidth;  // query, key, value: their projection's E inputs
+    else if (ends_with(w.name, "intermediate_dense.bias"))
+      fan_in = kWidth;
+    else if (ends_with(w.name, "output_dense.bias"))
+      fan_in = kFeedForward;
+    else
+      throw tg::ValueError("char_gpt: no initialisation rule for weight " + w.name);
+    const float bound = 1.0f / std::sqrt(float(fan_in));
+    std::uniform_real_distribution<float> d(-bound, bound);
+    for (int64_t i = 0; i < n; ++i) v[i] = d(rng);
+  }
+}
+
+/// AdamW lr 1e-3 (betas 0.9 and 0.999, epsilon 1e-8, weight decay 0.01 on
+/// every weight, as torch.optim.AdamW) on a cosine schedule to 0 over
+/// `steps` updates.
+inline tg::OptimizerSpec optimizer(int64_t steps) {
+  return tg::OptimizerSpec::adamw(
+      tg::CosineDecay{.initial_learning_rate = 1e-3f, .decay_steps = std::max<int64_t>(steps, 1)}, 0.01f);
+}
+
+/// Random windows of kContext + 1 bytes of `text`: inputs {kBatch, kContext}
+/// and the next bytes as targets, both int32.
+struct Batches {
+  std::span<const uint8_t> text;
+  std::mt19937_64 rng;
+  tg::Tensor x = tg::Tensor::zeros(tg::Shape{kBatch, kContext}, tg::DType::Int32);
+  tg::Tensor y = tg::Tensor::zeros(tg::Shape{kBatch, kContext}, tg::DType::Int32);
+  Batches(std::span<const uint8_t> t, uint64_t seed) : text(t), rng(seed) {}
+  void next() {
+    std::uniform_int_distribution<size_t> start(0, text.size() - size_t(kContext) - 2);
+    int32_t* px = x.data<int32_t>();
+    int32_t* py = y.data<int32_t>();
+    for (int64_t r = 0; r < kBatch; ++r) {
+      const size_t s = start(rng);
+      for (int64_t t = 0; t < kContext; ++t) {
+        px[r * kContext + t] = text[s + size_t(t)];
+        py[r * kContext + t] = text[s + size_t(t) + 1];
+      }
+    }
+  }
+};
+
+/// A string's bytes as tokens (0..255).
+inline std::vector<int32_t> tokens_of(const std::string& text) {
+  std::vector<int32_t> t;
+  for (char c : text) t.push_back(int32_t(static_cast<unsigned char>(c)));
+  return t;
+}
+
+/// What `--model gpt` runs.
+struct RunOptions {
+  int64_t steps = 2000;                    ///< optimizer steps (the cosine schedule's length)
+  std::string prompt = "Abdication \\Ab";  ///< the peer's prompt: the start of a GCIDE entry
+  int64_t sample_bytes = 300;              ///< bytes generated after the prompt
+  tg::nn::SamplerOptions sampler;          ///< greedy by default, as the peer
+  uint64_t seed = 0;                       ///< weights, batches and dropout
+  std::string text = kGcide;               ///< the corpus (gzip or plain)
+  int verbose = 1;                         ///< 0: results only
+  std::string save_path;                   ///< a GGUF file for the trained model; empty: none
+};
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+/// Trains on the first 4 MiB of the text (the last 5% held out), then prints
+/// the validation loss over 32 fixed batches (nats and bits per byte) and
+/// a sample from the prompt, generated with the key-value cache.
+inline void run(const RunOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const std::vector<uint8_t> text = read_text(o.text);
+  const size_t n_val = text.size() / 20;
+  const std::span<const uint8_t> train(text.data(), text.size() - n_val), val(text.data() + train.size(), n_val);
+  tg::manual_seed(o.seed);
+  tg::nn::Model m = model();
+  init_like_pytorch(m, o.seed);
+  m.compile(optimizer(o.steps), "sparse_categorical_crossentropy");
+  std::printf(
+      "tensorgrad: character-level GPT on %s (%zu training bytes, %zu validation bytes), %lld blocks of "
+      "width %lld, %lld heads, context %lld, batch %lld, AdamW lr 1e-3 cosine over %lld steps, %d threads\n",
+      o.text.c_str(), train.size(), val.size(), (long long)kLayers, (long long)kWidth, (long long)kHeads,
+      (long long)kContext, (long long)kBatch, (long long)o.steps, tg::num_threads());
+  tg::nn::Trainer trainer(m, {.batch_size = kBatch});
+  Batches batches(train, o.seed + 1);
+  std::vector<double> times;
+  double loss_sum = 0.0;
+  int64_t loss_n = 0;
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) {
+    batches.next();
+    const auto t0 = Clock::now();
+    const float loss = trainer.step(batches.x, batches.y);
+    if (i >= std::min<int64_t>(10, o.steps / 2))
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    loss_sum += loss, ++loss_n;
+    if (o.verbose && ((i + 1) % 100 == 0 || i + 1 == o.steps)) {
+      std::printf("step %5lld/%lld  train loss %.4f  (%.0f ms/step, %.0f s)\n", (long long)(i + 1), (long long)o.steps,
+                  loss_sum / double(loss_n), 1e3 * median(times),
+                  std::chrono::duration<double>(Clock::now() - start).count());
+      std::fflush(stdout);
+      loss_sum = 0.0, loss_n = 0;
+    }
+  }
+  std::printf("training step: %.1f ms median\n", 1e3 * median(times));
+  Batches held_out(val, 1);
+  double val_loss = 0.0;
+  for (int b = 0; b < 32; ++b) {
+    held_out.next();
+    val_loss += trainer.eval(held_out.x, held_out.y);
+  }
+  val_loss /= 32.0;
+  std::printf("validation loss %.4f nats per byte, %.4f bits per byte (32 batches of %lld x %lld bytes)\n", val_loss,
+              val_loss / std::log(2.0), (long long)kBatch, (long long)kContext);
+  tg::nn::Model trained = trainer.model();
+  tg::nn::CausalLM lm(trained);
+  const std::vector<int32_t> prompt = tokens_of(o.prompt);
+  const auto t0 = Clock::now();
+  const std::vector<int32_t> made = lm.generate(prompt, o.sample_bytes, o.sampler);
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::string sample;
+  for (int32_t t : made) sample.push_back(char(t));
+  std::printf("sample (%lld bytes at %.0f bytes/s, %s):\n%s%s\n", (long long)o.sample_bytes,
+              double(o.sample_bytes) / dt, o.sampler.temperature > 0.0f ? "sampled" : "greedy", o.prompt.c_str(),
+              sample.c_str());
+  if (!o.save_path.empty()) {
+    tg::io::save_model(trained, o.save_path);
+    std::printf("model saved to %s\n", o.save_path.c_str());
+  }
+}
+
+}  // namespace char_gpt

@@ -1,0 +1,280 @@
+// nn::TransformerDecoder (KerasHub's block) against PyTorch with the same
+// weights (tests/fixtures/make_decoder_reference.py, float64): with
+// cross-attention, as nn.TransformerDecoderLayer (post-norm with padding
+// masks, pre-norm with GELU), and without, as a causal
+// nn.TransformerEncoderLayer (a GPT block); outputs and the gradients of the
+// inputs and of every weight. Then nn::CausalLM: its key-value cache gives
+// the full forward's logits position by position, generation equals greedy
+// decoding by full forwards, and its errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fixtures/decoder_reference.h"
+#include "model_gradient_check.h"
+#include "tensorgrad/tensorgrad.h"
+#include "test_support.h"
+
+using namespace tensorgrad;
+namespace ref = tensorgrad_fixtures::decoder;
+
+namespace {
+
+using test_support::from_array;
+
+struct Fixture {
+  std::string name;
+  int64_t b, t, s, e, heads, ff;
+  std::string activation;
+  bool normalize_first, padded;
+  Tensor x, encoder, decoder_mask, encoder_mask, w, y, grad_x, grad_encoder;
+  std::vector<std::string> names;
+  std::vector<const float*> weights, grads;
+};
+
+#define TG_DECODER_FIXTURE(c)                                                                             \
+  [] {                                                                                                    \
+    Fixture f;                                                                                            \
+    f.name = #c, f.b = ref::c##_B, f.t = ref::c##_T, f.s = ref::c##_S, f.e = ref::c##_E;                  \
+    f.heads = ref::c##_heads, f.ff = ref::c##_ff, f.activation = ref::c##_activation;                     \
+    f.normalize_first = ref::c##_normalize_first, f.padded = ref::c##_padded;                             \
+    const Shape sx{f.b, f.t, f.e}, se{f.b, std::max<int64_t>(f.s, 1), f.e};                               \
+    f.x = from_array(ref::c##_x, sx), f.w = from_array(ref::c##_w, sx), f.y = from_array(ref::c##_y, sx); \
+    f.grad_x = from_array(ref::c##_grad_x, sx), f.encoder = from_array(ref::c##_encoder, se);             \
+    f.grad_encoder = from_array(ref::c##_grad_encoder, se);                                               \
+    f.decoder_mask = from_array(ref::c##_decoder_padding_mask, {f.b, f.t});                               \
+    f.encoder_mask = from_array(ref::c##_encoder_padding_mask, {f.b, se[1]});                             \
+    f.names.assign(std::begin(ref::c##_weight_names), std::end(ref::c##_weight_names));                   \
+    f.weights.assign(std::begin(ref::c##_weights), std::end(ref::c##_weights));                           \
+    f.grads.assign(std::begin(ref::c##_grads), std::end(ref::c##_grads));                                 \
+    return f;                                                                                             \
+  }()
+
+std::vector<Fixture> fixtures() {
+  return {TG_DECODER_FIXTURE(cross_post_norm), TG_DECODER_FIXTURE(cross_pre_norm), TG_DECODER_FIXTURE(causal_pre_norm)};
+}
+
+// The fixture's inputs in KerasHub's order: decoder_sequence, [encoder_sequence], [decoder_padding_mask,
+// [encoder_padding_mask]].
+std::vector<Tensor> inputs_of(const Fixture& f) {
+  std::vector<Tensor> in{f.x};
+  if (f.s) in.push_back(f.encoder);
+  if (f.padded) in.push_back(f.decoder_mask);
+  if (f.padded && f.s) in.push_back(f.encoder_mask);
+  return in;
+}
+
+nn::Model model_of(const Fixture& f) {
+  std::vector<nn::SymbolicTensor> ins;
+  for (const Tensor& t : inputs_of(f)) {
+    std::vector<int64_t> d(t.shape().begin() + 1, t.shape().end());
+    ins.push_back(nn::Input(Shape(std::span<const int64_t>(d)), DType::Float32, "in" + std::to_string(ins.size())));
+  }
+  auto block = std::make_shared<nn::TransformerDecoder>(f.ff, f.heads, 0.0f, f.activation, 1e-5f, f.normalize_first);
+  block->set_name("decoder");
+  nn::Model m(ins, {(*block)(ins)}, "decoder_model");
+  const std::vector<nn::Weight> ws = m.weights();
+  EXPECT_EQ(ws.size(), f.names.size());
+  for (size_t i = 0; i < std::min(ws.size(), f.names.size()); ++i) {
+    EXPECT_EQ(ws[i].name, "decoder/" + f.names[i]);
+    Tensor slot = ws[i].value;
+    std::copy(f.weights[i], f.weights[i] + slot.numel(), slot.data<float>());
+  }
+  return m;
+}
+
+void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(got[i], want[i], 2e-5 + 1e-4 * std::abs(want[i])) << what << " element " << i;
+}
+
+}  // namespace
+
+TEST(TransformerDecoder, MatchesPyTorch) {
+  for (const Fixture& f : fixtures()) {
+    SCOPED_TRACE(f.name);
+    nn::Model m = model_of(f);
+    const Tensor y = m.predict(inputs_of(f), f.b).at(0);
+    expect_close(y.data<float>(), f.y.data<float>(), f.y.numel(), "y");
+  }
+}
+
+TEST(TransformerDecoder, MatchesPyTorchsGradients) {
+  for (const Fixture& f : fixtures()) {
+    SCOPED_TRACE(f.name);
+    nn::Model m = model_of(f);
+    const ModelFunction fn = m.model_function();
+    Graph g;
+    const std::vector<Tensor> xs = inputs_of(f);
+    std::vector<Value> in;
+    for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(fn.inputs[i].name, xs[i].shape()));
+    const Value w = g.input("w", f.w.shape());
+    const Value loss = g.sum(g.mul(fn.forward(g, in, false).at(0), w));
+    const size_t n_in = f.s ? 2 : 1;  // x and the encoder sequence
+    std::vector<Value> wrt(in.begin(), in.begin() + long(n_in));
+    const std::vector<Value> params = g.trainable_parameters();
+    ASSERT_EQ(params.size(), f.names.size());
+    wrt.insert(wrt.end(), params.begin(), params.end());
+    const std::vector<Value> grads = g.gradients(loss, wrt);
+    std::vector<std::string> param_names;  // the graph's creation order, not the declaration order
+    for (Value p : params) param_names.push_back(g.node(p).name);
+    Executable exe(std::move(g), grads);
+    for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
+    exe.bind(w, f.w);
+    exe.run();
+    expect_close(exe.output(grads[0]).data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
+    if (f.s)
+      expect_close(exe.output(grads[1]).data<float>(), f.grad_encoder.data<float>(), f.grad_encoder.numel(),
+                   "grad encoder");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), param_names[i].substr(8)) - f.names.begin());
+      ASSERT_LT(k, f.names.size()) << param_names[i];
+      const Tensor got = exe.output(grads[i + n_in]);
+      expect_close(got.data<float>(), f.grads[k], got.numel(), "grad " + f.names[k]);
+    }
+  }
+}
+
+TEST(TransformerDecoder, SavesLoadsAndClones) {
+  for (const Fixture& f : fixtures()) {
+    SCOPED_TRACE(f.name);
+    nn::Model m = model_of(f);
+    const std::string path = ::testing::TempDir() + "/decoder.gguf";
+    io::save_model(m, path);
+    const std::vector<float> want = m.predict(inputs_of(f), f.b).at(0).to_vector();
+    EXPECT_EQ(io::load_model(path).predict(inputs_of(f), f.b).at(0).to_vector(), want);
+    EXPECT_EQ(m.clone().predict(inputs_of(f), f.b).at(0).to_vector(), want);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(TransformerDecoder, BadInputIsATypedError) {
+  EXPECT_TRUE(test_support::throws<ValueError>([] { nn::TransformerDecoder(0, 2); }, {"intermediate_dim"}));
+  EXPECT_TRUE(test_support::throws<ValueError>([] { nn::TransformerDecoder(8, 2, 1.0f); }, {"dropout", "[0, 1)"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [] {
+        nn::TransformerDecoder(8, 3)(nn::Input({5, 8}));
+      },
+      {"3 heads", "{5, 8}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [] {
+        nn::TransformerDecoder(8, 2)({nn::Input({5, 8}), nn::Input({4})});
+      },
+      {"decoder_padding_mask", "{5}", "{4}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [] {
+        nn::TransformerDecoder(8, 2)({nn::Input({5, 8}), nn::Input({3, 6}), nn::Input({5}), nn::Input({5})});
+      },
+      {"encoder_padding_mask", "{3}", "{5}"}));
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [] {
+        nn::TransformerDecoder(8, 2)({nn::Input({5, 8}), nn::Input({5}), nn::Input({5})});
+      },
+      {"without an encoder_sequence", "3 inputs"}));
+}
+
+namespace {
+
+// A small GPT: token and position embeddings, dropout, two pre-norm decoder
+// blocks, a final LayerNormalization and an untied head without bias.
+nn::Model tiny_gpt(int64_t vocab, int64_t context) {
+  auto ids = nn::Input({context}, DType::Int32, "ids");
+  auto h = nn::TokenAndPositionEmbedding(vocab, context, 8)(ids);
+  h = nn::Dropout(0.1f)(h);
+  for (int i = 0; i < 2; ++i) h = nn::TransformerDecoder(16, 2, 0.1f, "gelu", 1e-5f, true)(h);
+  return nn::Model(ids, nn::Dense(vocab, "linear", false)(nn::LayerNormalization()(h)), "tiny_gpt");
+}
+
+}  // namespace
+
+// The cache's logits at each position are the full forward's at that
+// position (the full forward of the whole window sees the same prefix, as
+// the blocks are causal).
+TEST(CausalLM, TheKeyValueCacheGivesTheFullForwardsLogits) {
+  constexpr int64_t kV = 13, kC = 9;
+  manual_seed(5);
+  nn::Model m = tiny_gpt(kV, kC);
+  std::mt19937 rng(2);
+  std::vector<int32_t> tokens(kC);
+  for (int32_t& t : tokens) t = int32_t(rng() % kV);
+  const Tensor full = m.predict(Tensor::from_vector(std::span<const int32_t>(tokens), Shape{1, kC}));  // {1, C, V}
+  nn::CausalLM lm(m);
+  EXPECT_EQ(lm.capacity(), kC);
+  EXPECT_EQ(lm.vocabulary_size(), kV);
+  for (int round = 0; round < 2; ++round) {  // a reset cache serves again
+    for (int64_t p = 0; p < kC; ++p) {
+      const Tensor& logits = lm.next(tokens[size_t(p)]);
+      for (int64_t v = 0; v < kV; ++v)
+        EXPECT_NEAR(logits.data<float>()[v], full.data<float>()[p * kV + v], 2e-5)
+            << "round " << round << " position " << p << " logit " << v;
+    }
+    EXPECT_EQ(lm.position(), kC);
+    EXPECT_TRUE(test_support::throws<ValueError>([&] { lm.next(0); }, {"all 9 positions", "reset"}));
+    lm.reset();
+  }
+  EXPECT_TRUE(test_support::throws<IndexError>([&] { lm.next(int32_t(kV)); }, {"token 13", "[0, 13)"}));
+}
+
+// Greedy generation picks, at every step, the largest logit of a full
+// forward over the text so far (over its last half-window once the window
+// has filled, as generate restarts).
+TEST(CausalLM, GreedyGenerationEqualsFullForwards) {
+  constexpr int64_t kV = 11, kC = 6;
+  manual_seed(8);
+  nn::Model m = tiny_gpt(kV, kC);
+  nn::CausalLM lm(m);
+  const std::vector<int32_t> prompt{3, 1, 4};
+  const std::vector<int32_t> made = lm.generate(prompt, 9);
+  ASSERT_EQ(made.size(), 9u);
+  // The reference: the context the generator holds, run through the whole model at batch 1.
+  std::vector<int32_t> text = prompt, context = prompt;
+  for (size_t i = 0; i < made.size(); ++i) {
+    if (context.size() == size_t(kC)) context.assign(text.end() - kC / 2, text.end());
+    std::vector<int32_t> padded = context;
+    padded.resize(size_t(kC), 0);  // positions after the context do not reach it (causal)
+    const Tensor y = m.predict(Tensor::from_vector(std::span<const int32_t>(padded), Shape{1, kC}));
+    const float* z = y.data<float>() + (int64_t(context.size()) - 1) * kV;
+    const int32_t want = int32_t(std::max_element(z, z + kV) - z);
+    EXPECT_EQ(made[i], want) << "token " << i;
+    text.push_back(made[i]), context.push_back(made[i]);
+  }
+  // Sampling at a temperature draws only among the top_k, reproducibly per seed.
+  const std::vector<int32_t> a = lm.generate(prompt, 20, {.temperature = 1.0f, .top_k = 2, .seed = 3});
+  EXPECT_EQ(lm.generate(prompt, 20, {.temperature = 1.0f, .top_k = 2, .seed = 3}), a);
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { lm.generate({}, 3); }, {"at least one token"}));
+  EXPECT_TRUE(
+      test_support::throws<ValueError>([&] { lm.generate(prompt, 3, {.temperature = -1.0f}); }, {"temperature"}));
+}
+
+TEST(CausalLM, TopKSamplingDrawsOnlyAmongTheLargest) {
+  const std::vector<float> z{0.0f, 3.0f, -1.0f, 2.9f, 1.0f};
+  const Tensor logits = Tensor::from_vector(std::span<const float>(z), Shape{5});
+  std::mt19937_64 rng(1);
+  int counts[5] = {};
+  for (int i = 0; i < 2000; ++i) ++counts[nn::CausalLM::sample(logits, {.temperature = 0.5f, .top_k = 2}, rng)];
+  EXPECT_EQ(counts[0] + counts[2] + counts[4], 0);
+  // exp((3 - 2.9) / 0.5) = 1.22: token 1 is drawn 55% of the time; 4 standard deviations is 4.5%.
+  EXPECT_NEAR(counts[1] / 2000.0, 1.0 / (1.0 + std::exp(-0.2)), 0.045);
+  EXPECT_EQ(nn::CausalLM::sample(logits, {}, rng), 1);
+  std::vector<float> bad = z;
+  bad[2] = NAN;
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [&] { nn::CausalLM::sample(Tensor::from_vector(std::span<const float>(bad), Shape{5}), {}, rng); },
+      {"logit 2", "non-finite"}));
+}
+
+TEST(CausalLM, ModelsItCannotRunAreRefused) {
+  auto x = nn::Input({4}, DType::Int32, "ids");
+  auto h = nn::TokenAndPositionEmbedding(7, 4, 4)(x);
+  nn::Model with_mha(x, nn::Dense(7)((nn::MultiHeadAttention(2, 2))({h, h})), "mha");
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { nn::CausalLM{with_mha}; }, {"MultiHeadAttention", "position"}));
+  auto f = nn::Input({4, 3}, DType::Float32, "f");
+  nn::Model floats(f, nn::Dense(7)(f), "floats");
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { nn::CausalLM{floats}; }, {"token ids {steps}", "{4, 3}"}));
+}
