@@ -57,17 +57,20 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     # issue 15: at most 1/3 of PyTorch's time (a ratio, not an absolute target)
     "lstm step": (None, "us/step"), "lstm inference": (None, "us/batch"),
     "gru step": (None, "us/step"), "gru inference": (None, "us/batch"),
+    # issue 43: the GPT step at most 1/3 of PyTorch's (a ratio); sampling in bytes per second (higher is better)
+    "gpt step": (None, "ms/step"), "gpt sampling": (None, "bytes/s"),
 }
 ROWS = ["mlp (fit)", "mlp (fit, mixed_bfloat16)", "mlp (step loop)", "cnn (fit)", "cnn (fit, mixed_bfloat16)",
         "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
-        "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference"]
-WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru"]
+        "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference", "gpt step", "gpt sampling"]
+WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt"]
 # The workloads each peer has: the shared peers' (../shared/bench), and the
 # eager step, whose peers live in this repository's bench/ (dlib has none).
-PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru"},
+PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt"},
                   "libtorch": {"mlp", "rlstep", "predict", "eager"},
                   "dlib": {"mlp", "rlstep"}}
 PEERS = ["pytorch", "libtorch", "dlib"]
+HIGHER_IS_BETTER = {"gpt sampling"}  # rates; every other row is a time
 
 
 def log(msg):
@@ -273,7 +276,7 @@ def tensorgrad_run(exe, workload, threads, reps):
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
     filt = {"mlp": "^mlp_(fit|fit_bf16|steps)/", "cnn": "^cnn_fit(_bf16)?/", "resnet": "^resnet_fit/",
             "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/",
-            "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/"}[workload]
+            "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/", "gpt": "^gpt_(step|sample)/"}[workload]
     env = {"TG_THREADS": str(threads)}
     if reps:
         env["TG_REPS"] = str(reps)
@@ -288,7 +291,8 @@ def tensorgrad_run(exe, workload, threads, reps):
                 "rlstep": ("rlstep", "us_per_step"), "trainer_step": ("trainer step", "us_per_step"), "predict": ("predict", "us_per_image"),
                 "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step"),
                 "lstm_step": ("lstm step", "us_per_step"), "lstm_infer": ("lstm inference", "us_per_batch"),
-                "gru_step": ("gru step", "us_per_step"), "gru_infer": ("gru inference", "us_per_batch")}
+                "gru_step": ("gru step", "us_per_step"), "gru_infer": ("gru inference", "us_per_batch"),
+                "gpt_step": ("gpt step", "ms_per_step"), "gpt_sample": ("gpt sampling", "bytes_per_s")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
@@ -329,7 +333,8 @@ def peer_run(peer, exe, workload, threads):
         res = last_json_line(run(cmd))
     else:  # pytorch
         cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
-            ["--epochs", "2"] if workload in ("mlp", "cnn") else ["--epochs", "1"] if workload == "resnet" else [])
+            ["--epochs", "2"] if workload in ("mlp", "cnn") else ["--epochs", "1"] if workload == "resnet" else
+            ["--steps", "0"] if workload == "gpt" else [])
         res = last_json_line(run(cmd))
     if workload in ("mlp", "cnn"):  # the float32 epoch stands beside both of tensorgrad's policies
         return {workload + " (fit)": res["s_per_epoch_median"],
@@ -338,6 +343,8 @@ def peer_run(peer, exe, workload, threads):
         return {"resnet (fit)": res["s_per_epoch_median"]}
     if workload in ("lstm", "gru"):
         return {workload + " step": res["us_per_step_median"], workload + " inference": res["us_per_inference_batch_median"]}
+    if workload == "gpt":  # --steps 0: 60 timed steps and the sampling, no validation
+        return {"gpt step": res["ms_per_step_median"], "gpt sampling": res["sample_bytes_per_s"]}
     if workload == "rlstep":  # the peers' step (nn.Sequential, optim.Adam, eager) stands against tensorgrad's three rows
         step = res["us_per_step_median"]
         rows = {"rlstep": step, "trainer step": step}
@@ -395,8 +402,8 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
     ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict,eager",
-                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager,lstm,gru (resnet: minutes an "
-                         "epoch, so not in the default set)")
+                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager,lstm,gru,gpt (resnet: minutes "
+                         "an epoch, gpt about two minutes with its peer, so not in the default set)")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true",
                     help="use the existing tensorgrad_bench in the build directory, without configuring or building")
@@ -519,13 +526,15 @@ def main():
             pv = med.get((row, p))
             if pv is None:
                 cells.append("-")
-            elif tg:
-                cells.append(f"{fmt(pv)} ({pv / tg:.2f})")
+            elif tg:  # > 1: tensorgrad is faster, for times and rates alike
+                ratio = tg / pv if row in HIGHER_IS_BETTER else pv / tg
+                cells.append(f"{fmt(pv)} ({ratio:.2f})")
             else:
                 cells.append(fmt(pv))
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
-    out.append("Medians over rounds; ratio = peer / tensorgrad (> 1: tensorgrad is faster).")
+    out.append("Medians over rounds; ratio = peer / tensorgrad for times, tensorgrad / peer for rates "
+               "(> 1: tensorgrad is faster).")
     out.append("Per round (in brackets: share of the CPUs other processes used during that run):")
     for row in rows:
         for impl in impls:

@@ -42,6 +42,16 @@
 //               synchronize(); counters submits_per_step,
 //               dispatches_per_step, barriers_per_step (an error row when
 //               there is no Vulkan device).
+//   gpt_step    peer_pytorch.py's gpt workload (apps/char_gpt.h): the
+//               character-level GPT (4 pre-norm TransformerDecoder blocks of
+//               width 128, 4 heads, GELU MLP 512, dropout 0.1, context 128)
+//               on random 32 x 128-byte windows of GCIDE's text, AdamW on the
+//               cosine schedule; one Trainer::step. Counter ms_per_step
+//               (median of 60 steps after 10 warm-up steps, as the peer with
+//               --steps 0).
+//   gpt_sample  the untrained model's greedy generation of 300 bytes from the
+//               peer's prompt through nn::CausalLM (one position at a time,
+//               key-value cache). Counter bytes_per_s.
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -59,6 +69,7 @@
 #include <benchmark/benchmark.h>
 #include <tensorgrad/tensorgrad.h>
 
+#include "../apps/char_gpt.h"
 #include "../apps/fashion_models.h"
 
 #include <algorithm>
@@ -489,6 +500,55 @@ void BM_lstm_infer(benchmark::State& state) { text_rnn<tg::nn::LSTM>(state, fals
 void BM_gru_step(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, true); }
 void BM_gru_infer(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, false); }
 
+void BM_gpt_step(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    const std::vector<uint8_t> text = char_gpt::read_text(char_gpt::kGcide);
+    tg::nn::Model model = char_gpt::model();
+    char_gpt::init_like_pytorch(model, 0);
+    model.compile(char_gpt::optimizer(2000), "sparse_categorical_crossentropy");
+    tg::nn::Trainer trainer(model, {.batch_size = char_gpt::kBatch});
+    char_gpt::Batches batches(text, 1);
+    for (int i = 0; i < 10; ++i) batches.next(), trainer.step(batches.x, batches.y);  // warm-up, as the peer
+    std::vector<double> times;
+    for (auto _ : state) {
+      batches.next();
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(trainer.step(batches.x, batches.y));
+      const double dt = seconds_since(t0);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["ms_per_step"] = 1e3 * median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_gpt_sample(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::Model model = char_gpt::model();
+    char_gpt::init_like_pytorch(model, 0);
+    tg::nn::CausalLM lm(model);
+    const std::vector<int32_t> prompt = char_gpt::tokens_of(char_gpt::RunOptions{}.prompt);
+    lm.generate(prompt, 20);  // warm-up
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(lm.generate(prompt, 300));
+      const double dt = seconds_since(t0);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["bytes_per_s"] = 300.0 / median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -558,6 +618,12 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(b.name, b.fn)
         ->Iterations(20)->Repetitions(env_int("TG_REPS", 3))->ReportAggregatesOnly(true)
         ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gpt_step", BM_gpt_step)
+      ->Iterations(60)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gpt_sample", BM_gpt_sample)
+      ->Iterations(5)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("predict", BM_predict)
       ->Iterations(200)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);

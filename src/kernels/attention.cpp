@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/vector_math.h"
 #include "tensorgrad/core/random.h"
 
 namespace tensorgrad::kernels {
@@ -44,17 +45,22 @@ struct Problem {
     if (rate > 0.0f) key = hash_random(c.at.seed, uint64_t(*static_cast<const int64_t*>(c.in[next].data)));
   }
 
-  // The scaled, masked score of query i and key j of head b, from the raw product.
-  float score(int64_t b, int64_t i, int64_t j, float dot) const {
-    if (causal && j > i + lk - lq) return kNegInf;
-    float s = dot * scale;
-    if (mask) s += mask[((mask_n == 1 ? 0 : b) * mask_q + (mask_q == 1 ? 0 : i)) * lk + j];
-    return s;
+  // The scores of query i of head b against keys [j0, j0 + cols), from the raw products, in place:
+  // scaled, the mask added, -inf past the causal edge. Loops without branches, so that they vectorize.
+  void score_row(int64_t b, int64_t i, int64_t j0, int64_t cols, float* s) const {
+    for (int64_t j = 0; j < cols; ++j) s[j] *= scale;
+    if (mask) {
+      const float* mr = mask + ((mask_n == 1 ? 0 : b) * mask_q + (mask_q == 1 ? 0 : i)) * lk + j0;
+      for (int64_t j = 0; j < cols; ++j) s[j] += mr[j];
+    }
+    if (causal)  // hidden whatever the mask holds there
+      for (int64_t j = std::max<int64_t>(i + lk - lq - j0 + 1, 0); j < cols; ++j) s[j] = kNegInf;
   }
-  // The dropout factor of weight (b, i, j): 0, or 1 / (1 - rate).
-  float keep(int64_t b, int64_t i, int64_t j) const {
-    if (rate <= 0.0f) return 1.0f;
-    return hash_uniform(key, uint64_t((b * lq + i) * lk + j)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
+  // The dropout factors of weights (b, i, j0 .. j0 + cols) into z: 0, or 1 / (1 - rate).
+  void keep_row(int64_t b, int64_t i, int64_t j0, int64_t cols, float* z) const {
+    const uint64_t k0 = key, t = keep_threshold(rate), first = uint64_t((b * lq + i) * lk + j0);
+    const float s = 1.0f / (1.0f - rate);
+    for (int64_t j = 0; j < cols; ++j) z[j] = hash_keeps(k0, first + uint64_t(j), t) ? s : 0.0f;
   }
   // The keys a tile of queries [i0, i1) sees: [0, end).
   int64_t key_end(int64_t i1) const { return causal ? std::clamp<int64_t>(i1 + lk - lq, 0, lk) : lk; }
@@ -76,7 +82,7 @@ void attention_forward(const KernelCall& c) {
   const int64_t row = p.dv + 1, tiles = (p.lq + kQueryTile - 1) / kQueryTile;
   parallel_for(c.ctx.pool, size_t(p.n * tiles), 1, [&](size_t begin, size_t end) {
     std::vector<float> kt, acc, s(static_cast<size_t>(kQueryTile * kKeyTile)), m(static_cast<size_t>(kQueryTile)),
-        l(static_cast<size_t>(kQueryTile));
+        l(static_cast<size_t>(kQueryTile)), z(static_cast<size_t>(kKeyTile));
     int64_t kt_of = -1;
     for (size_t task = begin; task < end; ++task) {
       const int64_t b = int64_t(task) / tiles, i0 = int64_t(task) % tiles * kQueryTile;
@@ -92,22 +98,27 @@ void attention_forward(const KernelCall& c) {
         gemm(rows, cols, p.d, q, p.d, false, kt.data() + j0, p.lk, s.data(), cols, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
           float* sr = s.data() + r * cols;
+          p.score_row(b, i0 + r, j0, cols, sr);
           float top = m[size_t(r)];
+          bool nan = std::isnan(top);
           for (int64_t j = 0; j < cols; ++j) {
-            sr[j] = p.score(b, i0 + r, j0 + j, sr[j]);
-            if (sr[j] > top || std::isnan(sr[j])) top = std::isnan(top) ? top : sr[j];
+            top = sr[j] > top ? sr[j] : top;
+            nan |= sr[j] != sr[j];
           }
-          if (top == kNegInf) {  // nothing visible yet: weights 0
+          if (nan) top = std::numeric_limits<float>::quiet_NaN();  // a NaN score makes the row NaN
+          if (top == kNegInf) {                                    // nothing visible yet: weights 0
             std::fill(sr, sr + cols, 0.0f);
             continue;
           }
           // Rescale what was summed under the old maximum (0 when there was none).
           const float alpha = m[size_t(r)] == kNegInf ? 0.0f : std::exp(m[size_t(r)] - top);
+          for (int64_t j = 0; j < cols; ++j) sr[j] -= top;
+          exp_n(sr, sr, cols);
           float sum = 0.0f;
-          for (int64_t j = 0; j < cols; ++j) {
-            const float e = std::exp(sr[j] - top);
-            sum += e;
-            sr[j] = e * p.keep(b, i0 + r, j0 + j);
+          for (int64_t j = 0; j < cols; ++j) sum += sr[j];
+          if (p.rate > 0.0f) {
+            p.keep_row(b, i0 + r, j0, cols, z.data());
+            for (int64_t j = 0; j < cols; ++j) sr[j] *= z[size_t(j)];
           }
           l[size_t(r)] = l[size_t(r)] * alpha + sum;
           m[size_t(r)] = top;
@@ -137,7 +148,8 @@ void attention_backward(const KernelCall& c) {
   const int64_t row = p.dv + 1, per_n = p.lq * p.d + p.lk * p.d + p.lk * p.dv;
   parallel_for(c.ctx.pool, size_t(p.n), 1, [&](size_t begin, size_t end) {
     std::vector<float> kt, vt, s(static_cast<size_t>(kQueryTile * kKeyTile)),
-        dp(static_cast<size_t>(kQueryTile * kKeyTile)), di(static_cast<size_t>(kQueryTile));
+        dp(static_cast<size_t>(kQueryTile * kKeyTile)), di(static_cast<size_t>(kQueryTile)),
+        z(static_cast<size_t>(kKeyTile));
     for (size_t bb = begin; bb < end; ++bb) {
       const int64_t b = int64_t(bb);
       float* dq = out + b * per_n;
@@ -162,15 +174,25 @@ void attention_backward(const KernelCall& c) {
           gemm(rows, cols, p.d, q, p.d, false, kt.data() + j0, p.lk, s.data(), cols, 0.0f);
           gemm(rows, cols, p.dv, gr, row, false, vt.data() + j0, p.lk, dp.data(), cols, 0.0f);
           for (int64_t r = 0; r < rows; ++r) {
-            const float lse = yr[r * row + p.dv];
+            const float lse = yr[r * row + p.dv], dr_i = di[size_t(r)];
             float* sr = s.data() + r * cols;
             float* dr = dp.data() + r * cols;
-            for (int64_t j = 0; j < cols; ++j) {
-              const float score = p.score(b, i0 + r, j0 + j, sr[j]);
-              const float w = lse == kNegInf || score == kNegInf ? 0.0f : std::exp(score - lse);
-              const float z = p.keep(b, i0 + r, j0 + j);
-              dr[j] = w * (dr[j] * z - di[size_t(r)]);  // dS
-              sr[j] = w * z;                            // the dropped weights, for dv
+            if (lse == kNegInf) {  // the query saw no key: no weights, no gradient
+              std::fill(sr, sr + cols, 0.0f);
+              std::fill(dr, dr + cols, 0.0f);
+              continue;
+            }
+            p.score_row(b, i0 + r, j0, cols, sr);
+            for (int64_t j = 0; j < cols; ++j) sr[j] -= lse;
+            exp_n(sr, sr, cols);  // the weights w (0 for hidden keys)
+            if (p.rate > 0.0f) {
+              p.keep_row(b, i0 + r, j0, cols, z.data());
+              for (int64_t j = 0; j < cols; ++j) {
+                dr[j] = sr[j] * (dr[j] * z[size_t(j)] - dr_i);  // dS
+                sr[j] *= z[size_t(j)];                          // the dropped weights, for dv
+              }
+            } else {
+              for (int64_t j = 0; j < cols; ++j) dr[j] = sr[j] * (dr[j] - dr_i);
             }
           }
           gemm(cols, p.dv, rows, s.data(), cols, true, gr, row, dv + j0 * p.dv, p.dv, 1.0f);

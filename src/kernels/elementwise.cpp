@@ -161,11 +161,10 @@ void rsqrt_backward(const KernelCall& k) {
 // (they do not invert cheaply from y).
 void gelu_forward(const KernelCall& k) { unary_tiles(k, gelu_n); }  // exact form, Keras' approximate=False
 void gelu_backward(const KernelCall& k) {
-  gradient(k, [](float v, float gv) {
-    const float cdf = 0.5f * (1.0f + std::erf(v * float(M_SQRT1_2)));
-    const float pdf = std::exp(-0.5f * v * v) * 0.3989422804014327f;  // 1/sqrt(2 pi)
-    return gv * (cdf + v * pdf);
-  });
+  const float *x = k.in[0].f(), *g = k.in[1].f();
+  float* dx = k.out.f();
+  parallel_for(k.ctx.pool, size_t(k.in[0].numel()), kTile,
+               [=](size_t b, size_t e) { gelu_backward_n(x + b, g + b, dx + b, int64_t(e - b)); });
 }
 
 void gelu_tanh_forward(const KernelCall& k) { unary_tiles(k, gelu_tanh_n); }  // Keras' approximate=True
@@ -245,8 +244,14 @@ void dropout_forward(const KernelCall& k) {
   float* py = k.out.f();
   const float rate = k.at.rate, keep_scale = 1.0f / (1.0f - rate);
   const uint64_t key = hash_random(k.at.seed, uint64_t(*static_cast<const int64_t*>(k.in[1].data)));
+  const uint64_t threshold = keep_threshold(rate);
   parallel_for(k.ctx.pool, size_t(k.in[0].numel()), kTile, [=](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) py[i] = hash_uniform(key, i) >= rate ? px[i] * keep_scale : 0.0f;
+    // Locals, so that the stores to y cannot alias them and the loop vectorizes.
+    const float* x = px;
+    float* y = py;
+    const uint64_t kk = key, t = threshold;
+    const float s = keep_scale;
+    for (size_t i = b; i < e; ++i) y[i] = hash_keeps(kk, i, t) ? x[i] * s : 0.0f;
   });
 }
 

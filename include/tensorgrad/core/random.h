@@ -1,4 +1,5 @@
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -25,6 +26,14 @@ inline uint64_t hash_random(uint64_t key, uint64_t counter) {
 /// Uniform float in [0, 1) from hash_random (24 random bits).
 inline float hash_uniform(uint64_t key, uint64_t counter) {
   return float(hash_random(key, counter) >> 40) * (1.0f / 16777216.0f);
+}
+/// hash_uniform(key, counter) >= rate as an integer comparison (the 24 bits
+/// against ceil(rate 2^24), exact), which vectorizes: keep_threshold(rate)
+/// is the second operand of hash_keeps.
+inline uint64_t keep_threshold(float rate) { return uint64_t(std::ceil(double(rate) * 16777216.0)); }
+/// Whether a dropout with keep_threshold(rate) keeps element `counter`.
+inline bool hash_keeps(uint64_t key, uint64_t counter, uint64_t threshold) {
+  return (hash_random(key, counter) >> 40) >= threshold;
 }
 
 }  // namespace tensorgrad
