@@ -278,3 +278,54 @@ TEST(CausalLM, ModelsItCannotRunAreRefused) {
   nn::Model floats(f, nn::Dense(7)(f), "floats");
   EXPECT_TRUE(test_support::throws<ValueError>([&] { nn::CausalLM{floats}; }, {"token ids {steps}", "{4, 3}"}));
 }
+
+// Padding masks: a sequence padded at the end with garbage, its padding
+// masked, gives at its tokens what the unpadded sequence gives alone, for the
+// encoder (padding_mask) and the decoder (decoder_padding_mask, and the
+// encoder sequence's encoder_padding_mask).
+TEST(TransformerDecoder, PaddingMasksEqualTheUnpaddedSequence) {
+  constexpr int64_t kE = 8, kT = 4, kPad = 3, kS = 3, kSPad = 2;
+  manual_seed(21);
+  std::mt19937 rng(4);
+  const Tensor x = test_support::uniform({1, kT, kE}, rng, -1.0f, 1.0f);
+  const Tensor enc = test_support::uniform({1, kS, kE}, rng, -1.0f, 1.0f);
+  // The padded copies: garbage after the tokens, and masks of 1 for tokens and 0 for padding.
+  auto padded = [&](const Tensor& t, int64_t steps, int64_t pad) {
+    Tensor p = test_support::uniform({1, steps + pad, kE}, rng, -50.0f, 50.0f);
+    std::copy(t.data<float>(), t.data<float>() + t.numel(), p.data<float>());
+    Tensor mask = Tensor::zeros(Shape{1, steps + pad});
+    std::fill_n(mask.data<float>(), steps, 1.0f);
+    return std::pair{p, mask};
+  };
+  const auto [xp, xm] = padded(x, kT, kPad);
+  const auto [ep, em] = padded(enc, kS, kSPad);
+  auto expect_prefix = [](const Tensor& full, const Tensor& part, const char* what) {
+    for (int64_t i = 0; i < part.numel(); ++i)
+      EXPECT_NEAR(full.data<float>()[i], part.data<float>()[i], 1e-5) << what << " element " << i;
+  };
+  {  // the encoder
+    auto block = std::make_shared<nn::TransformerEncoder>(16, 2);
+    auto a = nn::Input({kT, kE});
+    nn::Model plain(a, (*block)(a), "plain");
+    auto b = nn::Input({kT + kPad, kE});
+    auto bm = nn::Input({kT + kPad});
+    nn::Model masked({b, bm}, {(*block)({b, bm})}, "masked");  // the same block: the same weights
+    expect_prefix(masked.predict(std::vector<Tensor>{xp, xm}).at(0), plain.predict(x), "encoder");
+  }
+  {  // the decoder with cross-attention
+    auto block = std::make_shared<nn::TransformerDecoder>(16, 2);
+    auto a = nn::Input({kT, kE});
+    auto ae = nn::Input({kS, kE});
+    auto am = nn::Input({kT});
+    auto aem = nn::Input({kS});
+    nn::Model plain({a, ae, am, aem}, {(*block)({a, ae, am, aem})}, "plain");
+    auto b = nn::Input({kT + kPad, kE});
+    auto be = nn::Input({kS + kSPad, kE});
+    auto bm = nn::Input({kT + kPad});
+    auto bem = nn::Input({kS + kSPad});
+    nn::Model masked({b, be, bm, bem}, {(*block)({b, be, bm, bem})}, "masked");
+    const Tensor ones_t = Tensor::full(Shape{1, kT}, 1.0f), ones_s = Tensor::full(Shape{1, kS}, 1.0f);
+    expect_prefix(masked.predict(std::vector<Tensor>{xp, ep, xm, em}).at(0),
+                  plain.predict(std::vector<Tensor>{x, enc, ones_t, ones_s}).at(0), "decoder");
+  }
+}
