@@ -19,8 +19,8 @@ Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, con
                 value_dim = b.shape(w.value_kernel)[2], out = b.shape(w.output_kernel)[2];
   // x {B, T, E} W {E, h, dim} (+ bias {h, dim}) as {B h, T, dim}.
   auto heads = [&](Value x, const Shape& s, Value kernel, Value bias, int64_t dim) {
-    Value y = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), b.reshape(kernel, Shape{s[2], h * dim}));
-    if (bias.valid()) y = b.add(y, b.reshape(bias, Shape{h * dim}));
+    const Value rows = b.reshape(x, Shape{s[0] * s[1], s[2]}), k2 = b.reshape(kernel, Shape{s[2], h * dim});
+    const Value y = bias.valid() ? b.matmul(rows, k2, b.reshape(bias, Shape{h * dim})) : b.matmul(rows, k2);
     return b.reshape(b.transpose(b.reshape(y, Shape{s[0], s[1], h, dim}), 1, 2), Shape{s[0] * h, s[1], dim});
   };
   const Value q = heads(c.query, sq, w.query_kernel, w.query_bias, key_dim);
@@ -50,8 +50,8 @@ Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, con
   const Value a = b.scaled_dot_product_attention(q, k, v, o);  // {B h, Tq, value_dim}
   const Value merged =
       b.reshape(b.transpose(b.reshape(a, Shape{n, h, tq, value_dim}), 1, 2), Shape{n * tq, h * value_dim});
-  Value y = b.matmul(merged, b.reshape(w.output_kernel, Shape{h * value_dim, out}));
-  if (w.output_bias.valid()) y = b.add(y, w.output_bias);
+  const Value ok = b.reshape(w.output_kernel, Shape{h * value_dim, out});
+  const Value y = w.output_bias.valid() ? b.matmul(merged, ok, w.output_bias) : b.matmul(merged, ok);
   return b.reshape(y, Shape{n, tq, out});
 }
 
@@ -170,8 +170,8 @@ Value residual(Builder& b, bool normalize_first, Value x, F f, Norm norm, Drop d
 // The position-wise feed-forward network on x {B, T, E}.
 Value feedforward(Builder& b, Value x, Value k1, Value b1, Value k2, Value b2, Activation activation) {
   const Shape s = b.shape(x);
-  Value f = b.add(b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), k1), b1);
-  f = b.add(b.matmul(apply_activation(b, activation, f), k2), b2);
+  Value f = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), k1, b1);  // the bias in the GEMM
+  f = b.matmul(apply_activation(b, activation, f), k2, b2);
   return b.reshape(f, s);
 }
 

@@ -72,6 +72,9 @@ struct Case {
   std::function<nn::Model()> make;
   std::function<std::vector<Tensor>()> inputs;
   io::OnnxImageLayout layout = io::OnnxImageLayout::NHWC;
+  // ONNX Runtime only: load_onnx does not read attention's composed form when heads are merged with the batch
+  // (its Concat of the log-sum-exp column over {batch x heads, L, dim}).
+  bool runtime_only = false;
 };
 
 nn::SymbolicTensor apply(std::shared_ptr<nn::Layer> l, const nn::SymbolicTensor& x) { return (*l)(x); }
@@ -259,6 +262,37 @@ std::vector<Case> cases() {
                [] {
                  return std::vector<Tensor>{uniform({3, 28, 28, 1}, 14)};
                }});
+  // The transformer layers: a small GPT (embeddings, a pre-norm causal decoder block, a head), and an encoder
+  // and a post-norm decoder with cross-attention and both padding masks.
+  c.push_back({"tiny_gpt",
+               [] {
+                 auto x = nn::Input({6}, DType::Int32, "bytes");
+                 auto h = nn::TokenAndPositionEmbedding(13, 8, 8)(x);
+                 h = nn::TransformerDecoder(16, 2, 0.1f, "gelu", 1e-5f, true)(h);
+                 return nn::Model(x, nn::Dense(13, "linear", false)(nn::LayerNormalization(1e-5f)(h)), "tiny_gpt");
+               },
+               [] {
+                 return std::vector<Tensor>{ids({3, 6}, 13, 15)};
+               },
+               io::OnnxImageLayout::NHWC,
+               true});
+  c.push_back({"encoder_decoder",
+               [] {
+                 auto src = nn::Input({5, 8}, DType::Float32, "source");
+                 auto tgt = nn::Input({4, 8}, DType::Float32, "target");
+                 auto src_mask = nn::Input({5}, DType::Float32, "source_mask");
+                 auto tgt_mask = nn::Input({4}, DType::Float32, "target_mask");
+                 auto memory = nn::TransformerEncoder(12, 2)({src, src_mask});
+                 auto y = nn::TransformerDecoder(12, 4)({tgt, memory, tgt_mask, src_mask});
+                 return nn::Model({src, tgt, src_mask, tgt_mask}, {y}, "encoder_decoder");
+               },
+               [] {
+                 Tensor sm = Tensor::full(Shape{3, 5}, 1.0f), tm = Tensor::full(Shape{3, 4}, 1.0f);
+                 sm.data<float>()[4] = 0.0f, sm.data<float>()[8] = 0.0f, tm.data<float>()[3] = 0.0f;
+                 return std::vector<Tensor>{uniform({3, 5, 8}, 16), uniform({3, 4, 8}, 17), sm, tm};
+               },
+               io::OnnxImageLayout::NHWC,
+               true});
   // Imported models (PyTorch's exports) export again: their OnnxNode layers are tensorgrad ops too.
   for (const char* name : {"transformer_encoder", "masked_attention", "gru_bidirectional"})
     c.push_back({std::string("reexported_") + name,
@@ -304,6 +338,7 @@ std::string exported(const Case& c, nn::Model& m) {
 // Every case's file read back by load_onnx predicts what the model predicts.
 TEST(OnnxExport, EveryExportReimportsToTheSamePredictions) {
   for (const Case& c : cases()) {
+    if (c.runtime_only) continue;
     SCOPED_TRACE(c.name);
     nn::Model m = c.make();
     const std::vector<Tensor> xs = c.inputs();
