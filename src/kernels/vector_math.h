@@ -51,28 +51,27 @@ inline void silu_n(const float* x, float* y, int64_t n) {
         [](float a) { return a / (1.0f + std::exp(-a)); });
 }
 
-/// erfc(z) for z >= 0 as the Vulkan backend's shader computes it: t
+/// erfc(z) for z >= 0 by the Vulkan backend's shader's approximation: t
 /// e^(-z^2 + P(t)) with t = 1 / (1 + z / 2) (the form of Numerical Recipes'
-/// erfcc), P a Chebyshev series in t over z in [0, 10.1] (within 1.3e-7
-/// absolute in float32), and e^(-z^2) as e^(-zh^2) e^(-(z - zh)(z + zh))
-/// with zh z's leading 12 bits, so that zh^2 is exact; 0 past 10.1, where
-/// erfc is below float32's smallest subnormal. Two exps and a division:
-/// SLEEF's erfcf8_u15 took three times as long, and GELU layers spent a
-/// tenth of a transformer's training step in it.
-constexpr float kErfcTa = 1.652892530e-1f;  // t at z = 10.1
-constexpr float kErfcC[12] = {-5.520274639e-01f, 5.510592461e-01f, 7.350181695e-03f,  -6.392904557e-03f,
-                              -1.633432112e-04f, 1.823828061e-04f, -2.383355195e-06f, -6.502135420e-06f,
-                              5.680485629e-07f,  2.187112216e-07f, -4.500985540e-08f, -4.698081479e-09f};
+/// erfcc), P a Chebyshev series in s = (2t - t(10.1) - 1) / (1 - t(10.1))
+/// over z in [0, 10.1], here in monomial form evaluated by Horner's rule
+/// (half the dependent steps of Clenshaw's recurrence; both within 4.1e-7
+/// relative of erfc in float32); e^(-z^2) as e^(-zh^2) e^(-(z - zh)(z + zh))
+/// with zh z's leading 12 bits, so that zh^2 is exact (one exp of -z^2 + P
+/// would be off by ulp(z^2), 1e-6 by z = 4); 0 past 10.1, where erfc is
+/// below float32's smallest subnormal. SLEEF's erfcf8_u15 took three times
+/// as long, a tenth of a transformer's training step.
+constexpr float kErfcTa = 1.652892530e-1f;                                                          // t at z = 10.1
+constexpr float kErfcS1 = 2.0f / (1.0f - kErfcTa), kErfcS0 = -(kErfcTa + 1.0f) / (1.0f - kErfcTa);  // s = S1 t + S0
+constexpr float kErfcP[12] = {-5.595379924e-01f, 5.711974088e-01f, 1.594378064e-02f,  -2.961067286e-02f,
+                              -1.083452928e-03f, 3.746635349e-03f, -2.720988364e-04f, -5.553441280e-04f,
+                              1.303228310e-04f,  6.921987017e-05f, -2.304504596e-05f, -4.810835434e-06f};
 inline float erfc_nonnegative(float z) {
   if (std::isnan(z)) return z;
   if (z > 10.1f) return 0.0f;
-  const float t = 1.0f / (1.0f + 0.5f * z), s = (2.0f * t - kErfcTa - 1.0f) / (1.0f - kErfcTa);
-  float b1 = 0.0f, b2 = 0.0f;  // Clenshaw's recurrence
-  for (int k = 11; k >= 1; --k) {
-    const float b0 = 2.0f * s * b1 - b2 + kErfcC[k];
-    b2 = b1, b1 = b0;
-  }
-  const float p = s * b1 - b2 + kErfcC[0];
+  const float t = 1.0f / (1.0f + 0.5f * z), s = std::fma(t, kErfcS1, kErfcS0);
+  float p = kErfcP[11];
+  for (int k = 10; k >= 0; --k) p = std::fma(p, s, kErfcP[k]);
   uint32_t bits;
   std::memcpy(&bits, &z, 4);
   bits &= 0xfffff000u;
@@ -87,15 +86,9 @@ inline float erfc_fast(float z) { return z < 0.0f ? 2.0f - erfc_nonnegative(-z) 
 inline __m256 erfc_fast8(__m256 z) {
   const __m256 one = _mm256_set1_ps(1.0f), a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
   const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, one));
-  const __m256 s = _mm256_mul_ps(_mm256_sub_ps(_mm256_add_ps(t, t), _mm256_set1_ps(kErfcTa + 1.0f)),
-                                 _mm256_set1_ps(1.0f / (1.0f - kErfcTa)));
-  const __m256 s2 = _mm256_add_ps(s, s);
-  __m256 b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-  for (int k = 11; k >= 1; --k) {
-    const __m256 b0 = _mm256_add_ps(_mm256_fmsub_ps(s2, b1, b2), _mm256_set1_ps(kErfcC[k]));
-    b2 = b1, b1 = b0;
-  }
-  const __m256 p = _mm256_add_ps(_mm256_fmsub_ps(s, b1, b2), _mm256_set1_ps(kErfcC[0]));
+  const __m256 s = _mm256_fmadd_ps(t, _mm256_set1_ps(kErfcS1), _mm256_set1_ps(kErfcS0));
+  __m256 p = _mm256_set1_ps(kErfcP[11]);
+  for (int k = 10; k >= 0; --k) p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(kErfcP[k]));
   const __m256 zh = _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(int(0xfffff000u))));
   const __m256 d = _mm256_mul_ps(_mm256_sub_ps(a, zh), _mm256_add_ps(a, zh));
   __m256 e =
