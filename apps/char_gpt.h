@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <span>
 #include <string>
@@ -26,13 +27,18 @@ inline constexpr int64_t kContext = 128, kWidth = 128, kHeads = 4, kLayers = 4, 
                          kVocabulary = 256;
 inline constexpr const char* kGcide = "/usr/share/dictd/gcide.dict.dz";
 
+/// The fewest bytes a corpus may hold: its last 5% validates, and a window
+/// is kContext + 1 bytes.
+inline constexpr size_t kMinTextBytes = 20 * size_t(kContext + 2);
+
 /// The first `bytes` bytes of a gzip (or plain) file. Throws IOError when it
-/// cannot be read or holds fewer bytes than 2 * kContext + 2.
+/// cannot be read or holds fewer than kMinTextBytes.
 inline std::vector<uint8_t> read_text(const std::string& path, size_t bytes = size_t(4) << 20) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
-    throw tg::IOError("cannot open " + path + " (Debian's dict-gcide installs " + kGcide +
-                      "; scripts/setup.sh installs it)");
+    throw tg::IOError("cannot open " + path +
+                      (path == kGcide ? std::string(" (Debian's dict-gcide installs it: scripts/setup.sh)")
+                                      : std::string(": give --text a readable file, gzip or plain")));
   std::vector<uint8_t> text(bytes);
   size_t got = 0;
   while (got < bytes) {
@@ -47,9 +53,10 @@ inline std::vector<uint8_t> read_text(const std::string& path, size_t bytes = si
     got += size_t(n);
   }
   gzclose(f);
-  if (got < size_t(2 * kContext + 2))
+  if (got < kMinTextBytes)
     throw tg::IOError(path + " holds " + std::to_string(got) + " bytes; the language model needs at least " +
-                      std::to_string(2 * kContext + 2));
+                      std::to_string(kMinTextBytes) + " (its last 5% validates in windows of " +
+                      std::to_string(kContext + 1) + " bytes): give --text a longer text");
   text.resize(got);
   return text;
 }
@@ -124,7 +131,12 @@ struct Batches {
   std::mt19937_64 rng;
   tg::Tensor x = tg::Tensor::zeros(tg::Shape{kBatch, kContext}, tg::DType::Int32);
   tg::Tensor y = tg::Tensor::zeros(tg::Shape{kBatch, kContext}, tg::DType::Int32);
-  Batches(std::span<const uint8_t> t, uint64_t seed) : text(t), rng(seed) {}
+  /// Throws ValueError for a text shorter than a window and its next byte.
+  Batches(std::span<const uint8_t> t, uint64_t seed) : text(t), rng(seed) {
+    if (t.size() < size_t(kContext) + 2)
+      throw tg::ValueError("char_gpt::Batches: a text of " + std::to_string(t.size()) + " bytes holds no window of " +
+                           std::to_string(kContext + 1) + " bytes");
+  }
   void next() {
     std::uniform_int_distribution<size_t> start(0, text.size() - size_t(kContext) - 2);
     int32_t* px = x.data<int32_t>();
@@ -168,6 +180,18 @@ inline double median(std::vector<double> v) {
 /// a sample from the prompt, generated with the key-value cache.
 inline void run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
+  // What would fail only after the training, checked before it.
+  if (o.prompt.empty()) throw tg::ValueError("--prompt: give at least one byte to start the sample from");
+  if (!(o.sampler.temperature >= 0.0f) || !std::isfinite(o.sampler.temperature))
+    throw tg::ValueError("--temperature: expected a finite number >= 0 (0: greedy); got " +
+                         std::to_string(o.sampler.temperature));
+  if (o.sampler.top_k > 0 && o.sampler.temperature == 0.0f)
+    throw tg::ValueError("--top-k samples among the likeliest bytes, which needs --temperature > 0 (0 is greedy)");
+  if (!o.save_path.empty()) {
+    const std::filesystem::path dir = std::filesystem::absolute(o.save_path).parent_path();
+    if (!std::filesystem::is_directory(dir))
+      throw tg::IOError("--save " + o.save_path + ": the directory " + dir.string() + " does not exist");
+  }
   const std::vector<uint8_t> text = read_text(o.text);
   const size_t n_val = text.size() / 20;
   const std::span<const uint8_t> train(text.data(), text.size() - n_val), val(text.data() + train.size(), n_val);
@@ -217,11 +241,12 @@ inline void run(const RunOptions& o) {
   const auto t0 = Clock::now();
   const std::vector<int32_t> made = lm.generate(prompt, o.sample_bytes, o.sampler);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::string sample;
+  std::string sample = o.prompt;
   for (int32_t t : made) sample.push_back(char(t));
-  std::printf("sample (%lld bytes at %.0f bytes/s, %s):\n%s%s\n", (long long)o.sample_bytes,
-              double(o.sample_bytes) / dt, o.sampler.temperature > 0.0f ? "sampled" : "greedy", o.prompt.c_str(),
-              sample.c_str());
+  std::printf("sample (%lld bytes at %.0f bytes/s, %s):\n", (long long)o.sample_bytes, double(o.sample_bytes) / dt,
+              o.sampler.temperature > 0.0f ? "sampled" : "greedy");
+  std::fwrite(sample.data(), 1, sample.size(), stdout);  // the bytes as they are, a 0 byte included
+  std::printf("\n");
   if (!o.save_path.empty()) {
     tg::io::save_model(trained, o.save_path);
     std::printf("model saved to %s\n", o.save_path.c_str());

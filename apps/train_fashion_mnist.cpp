@@ -268,6 +268,20 @@ int main(int argc, char** argv) {
                    e.what());
       return 1;
     }
+    if (model_name == "gpt") {
+      if (device != tg::Device::CPU)
+        throw tg::ValueError("--model gpt trains on the CPU; drop --device " + device_spec);
+      for (const char* flag : {"--epochs", "--batch-size", "--lr", "--validation-split", "--lr-decay", "--augment",
+                               "--plot", "--save-onnx", "--data", "--dtype-policy", "--distributed", "--api"})
+        if (app.count(flag))
+          throw tg::ValueError(std::string("--model gpt trains the peer's fixed recipe and takes --steps, --prompt, "
+                                           "--sample-bytes, --temperature, --top-k, --text, --threads, --seed, "
+                                           "--verbose and --save; drop ") + flag);
+      if (threads > 0) tg::set_num_threads(threads);
+      gpt.seed = seed, gpt.verbose = verbose, gpt.save_path = save_path;
+      char_gpt::run(gpt);
+      return 0;
+    }
     enum class Kind { Mlp, Cnn, Resnet };
     const Kind kind = model_name == "cnn" ? Kind::Cnn : model_name == "resnet" ? Kind::Resnet : Kind::Mlp;
     auto pick = [kind](auto mlp, auto cnn, auto res) { return kind == Kind::Mlp ? mlp : kind == Kind::Cnn ? cnn : res; };
@@ -294,18 +308,6 @@ int main(int argc, char** argv) {
         throw tg::IOError("--distributed: cannot silence rank " + std::to_string(comm->rank()) + "'s output");
     }
     if (threads > 0) tg::set_num_threads(threads);
-    if (model_name == "gpt") {
-      for (const char* flag : {"--epochs", "--batch-size", "--lr", "--validation-split", "--lr-decay", "--augment",
-                               "--plot", "--save-onnx", "--data", "--dtype-policy", "--distributed", "--api",
-                               "--device"})
-        if (app.count(flag))
-          throw tg::ValueError(std::string("--model gpt trains the peer's fixed recipe and takes --steps, --prompt, "
-                                           "--sample-bytes, --temperature, --top-k, --text, --threads, --seed, "
-                                           "--verbose and --save; drop ") + flag);
-      gpt.seed = seed, gpt.verbose = verbose, gpt.save_path = save_path;
-      char_gpt::run(gpt);
-      return 0;
-    }
     for (const char* flag : {"--steps", "--prompt", "--sample-bytes", "--temperature", "--top-k", "--text"})
       if (app.count(flag)) throw tg::ValueError(std::string(flag) + " is for --model gpt");
     if (api == "eager") {

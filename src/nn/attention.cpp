@@ -11,6 +11,22 @@
 
 namespace tensorgrad::nn {
 
+namespace {
+
+// keep {B, Tq, Tk} from a padding mask {B, Tk}: every query attends to the tokens.
+Value keys_kept(Builder& b, Value padding_mask, int64_t tq) {
+  const Shape s = b.shape(padding_mask);
+  return b.broadcast_to(b.reshape(padding_mask, Shape{s[0], 1, s[1]}), Shape{s[0], tq, s[1]});
+}
+
+// A mask given as an input and one that came with a tensor, combined (either may be absent).
+Value both_masks(Builder& b, Value given, Value carried) {
+  if (!given.valid()) return carried;
+  return carried.valid() ? b.mul(given, carried) : given;
+}
+
+}  // namespace
+
 namespace detail {
 
 Value multi_head_attention(Builder& b, const AttentionWeights& w, int64_t h, const AttentionCall& c) {
@@ -103,6 +119,14 @@ Shape MultiHeadAttention::build_inputs(std::span<const Shape> s) {
     throw ShapeError("MultiHeadAttention '" + name() +
                      "': attention_mask must be {Tq, Tv} = " + Shape{q[0], v[0]}.str() + "; got " + s[3].str());
   const int64_t h = num_heads_, out = output_shape_ == 0 ? q[1] : output_shape_;
+  if (query_kernel_.valid()) {  // called again (shared): the same weights, any sequence lengths
+    if (built_features_ != std::array<int64_t, 3>{q[1], v[1], k[1]})
+      throw ShapeError("MultiHeadAttention '" + name() + "' was built for query, value and key features " +
+                       std::to_string(built_features_[0]) + ", " + std::to_string(built_features_[1]) + " and " +
+                       std::to_string(built_features_[2]) + "; a shared layer takes the same features in every call");
+    return Shape{q[0], out};
+  }
+  built_features_ = {q[1], v[1], k[1]};
   auto kernel = [&](const char* n, int64_t in, int64_t dim) {
     return add_weight({.name = n, .shape = {in, h, dim}, .initializer = initializers::glorot_uniform()});
   };
@@ -136,6 +160,14 @@ Value MultiHeadAttention::call_inputs(Builder& b, std::span<const Value> in, con
   detail::AttentionCall c;
   c.query = in[0], c.value = in[1], c.key = in.size() > 2 ? in[2] : in[1];
   if (in.size() == 4) c.keep = in[3];
+  if (!options.masks.empty()) {
+    // Keras' masks: a query attends where it and the key are tokens (value's mask, and key's when given).
+    const int64_t n = b.shape(in[0])[0], tq = b.shape(in[0])[1], tv = b.shape(in[1])[1];
+    const Value qm = options.masks[0], vm = options.masks[1], km = in.size() > 2 ? options.masks[2] : Value{};
+    for (Value m : {vm, km})
+      if (m.valid()) c.keep = both_masks(b, c.keep, keys_kept(b, m, tq));
+    if (qm.valid()) c.keep = both_masks(b, c.keep, b.broadcast_to(b.reshape(qm, Shape{n, tq, 1}), Shape{n, tq, tv}));
+  }
   c.causal = use_causal_mask_;
   if (options.training && dropout_ > 0.0f) c.dropout = dropout_, c.seed = seed_;
   return detail::multi_head_attention(b, w, num_heads_, c);
@@ -173,12 +205,6 @@ Value feedforward(Builder& b, Value x, Value k1, Value b1, Value k2, Value b2, A
   Value f = b.matmul(b.reshape(x, Shape{s[0] * s[1], s[2]}), k1, b1);  // the bias in the GEMM
   f = b.matmul(apply_activation(b, activation, f), k2, b2);
   return b.reshape(f, s);
-}
-
-// keep {B, Tq, Tk} from a padding mask {B, Tk}: every query attends to the tokens.
-Value keys_kept(Builder& b, Value padding_mask, int64_t tq) {
-  const Shape s = b.shape(padding_mask);
-  return b.broadcast_to(b.reshape(padding_mask, Shape{s[0], 1, s[1]}), Shape{s[0], tq, s[1]});
 }
 
 // The weights of one attention sub-block, '<prefix>.query_kernel' ... in
@@ -247,6 +273,13 @@ Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
     throw ShapeError("TransformerEncoder '" + name() + "': padding_mask must be {steps} = " + Shape{x[0]}.str() +
                      "; got " + s[1].str());
   const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
+  if (ln1_g_.valid()) {  // called again (shared): the same weights, any sequence length
+    if (e != built_features_)
+      throw ShapeError("TransformerEncoder '" + name() + "' was built for " + std::to_string(built_features_) +
+                       " features; a shared layer takes the same features in every call; got " + x.str());
+    return x;
+  }
+  built_features_ = e;
   auto glorot = [&](const char* n, const Shape& shape) {
     return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
   };
@@ -279,10 +312,13 @@ Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, con
     return [&, stream](Value v) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
   };
   const detail::AttentionWeights w = bind_attention([&](WeightId id) { return bind_weight(b, id); }, attention_);
+  // The padding: the padding_mask input, and x's mask (Embedding(mask_zero)), both when given.
+  const Value padding =
+      both_masks(b, in.size() == 2 ? in[1] : Value{}, options.masks.empty() ? Value{} : options.masks[0]);
   auto attend = [&](Value v) {
     detail::AttentionCall c;
     c.query = c.value = c.key = v;
-    if (in.size() == 2) c.keep = keys_kept(b, in[1], b.shape(x)[1]);
+    if (padding.valid()) c.keep = keys_kept(b, padding, b.shape(x)[1]);
     if (drop) c.dropout = dropout_, c.seed = seed_;
     return detail::multi_head_attention(b, w, num_heads_, c);
   };
@@ -332,7 +368,14 @@ Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
   if (x.rank() != 2 || x[1] % num_heads_ != 0)
     throw ShapeError(me + " takes sequences {steps, features} whose features divide by " + std::to_string(num_heads_) +
                      " heads; got " + x.str());
-  cross_ = s.size() > 1 && s[1].rank() == 2;
+  const bool cross = s.size() > 1 && s[1].rank() == 2;
+  if (ln1_g_.valid() && (cross != cross_ || x[1] != built_features_[0] || (cross && s[1][1] != built_features_[1])))
+    throw ShapeError(me + " was built " + (cross_ ? "with an encoder_sequence of " : "without an encoder_sequence") +
+                     (cross_ ? std::to_string(built_features_[1]) + " features" : std::string()) + " for " +
+                     std::to_string(built_features_[0]) +
+                     " features; a shared layer takes the same inputs in every call; got " + x.str() +
+                     (cross ? " and an encoder_sequence " + s[1].str() : std::string(" alone")));
+  cross_ = cross;
   const size_t masks = cross_ ? 2 : 1;  // where decoder_padding_mask is
   if (!cross_ && s.size() > 2)
     throw ValueError(me +
@@ -345,6 +388,8 @@ Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
     throw ShapeError(me + ": encoder_padding_mask must be {encoder steps} = " + Shape{s[1][0]}.str() + "; got " +
                      s[3].str());
   const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
+  if (ln1_g_.valid()) return x;  // called again (shared): the same weights, any sequence lengths
+  built_features_ = {e, cross_ ? s[1][1] : 0};
   head_dim_ = kd;
   auto add = [&](WeightSpec w) { return add_weight(std::move(w)); };
   auto glorot = [&](const char* n, const Shape& shape) {
@@ -379,12 +424,16 @@ Value TransformerDecoder::call_inputs(Builder& b, std::span<const Value> in, con
     throw ValueError("TransformerDecoder '" + name() + "' was built with an encoder_sequence; call it with one");
   const size_t masks = cross_ ? 2 : 1;
   const Value encoder = cross_ ? in[1] : Value{};
-  const Value decoder_mask = in.size() > masks ? in[masks] : Value{};
-  const Value encoder_mask = cross_ && in.size() == 4 ? in[3] : Value{};
+  // The padding masks given as inputs, and the masks that came with the sequences (Embedding(mask_zero)).
+  auto carried = [&](size_t i) { return options.masks.size() > i ? options.masks[i] : Value{}; };
+  const Value decoder_mask = both_masks(b, in.size() > masks ? in[masks] : Value{}, carried(0));
+  const Value encoder_mask = both_masks(b, cross_ && in.size() == 4 ? in[3] : Value{}, cross_ ? carried(1) : Value{});
   return block(b, in[0], encoder, decoder_mask, encoder_mask, options, nullptr);
 }
 
 Value TransformerDecoder::call_with_cache(Builder& b, Value x, const DecoderCache& cache) {
+  if (!ln1_g_.valid())
+    throw StateError("TransformerDecoder '" + name() + "' is not built: call it on a sequence (in a model) first");
   if (cross_)
     throw ValueError("TransformerDecoder '" + name() +
                      "': call_with_cache decodes blocks without cross-attention; this one attends to an encoder");
@@ -482,11 +531,12 @@ Value PositionEmbedding::call(Builder& b, Value x, const CallOptions&) {
 LayerConfig PositionEmbedding::config() const { return LayerConfig(type()).set("sequence_length", sequence_length_); }
 
 TokenAndPositionEmbedding::TokenAndPositionEmbedding(int64_t vocabulary_size, int64_t sequence_length,
-                                                     int64_t embedding_dim)
+                                                     int64_t embedding_dim, bool mask_zero)
     : Layer("token_and_position_embedding"),
       vocabulary_size_(vocabulary_size),
       sequence_length_(sequence_length),
-      embedding_dim_(embedding_dim) {
+      embedding_dim_(embedding_dim),
+      mask_zero_(mask_zero) {
   if (vocabulary_size < 1 || sequence_length < 1 || embedding_dim < 1)
     throw ValueError(
         "TokenAndPositionEmbedding: vocabulary_size, sequence_length and embedding_dim must be >= 1; "
@@ -531,11 +581,17 @@ Value TokenAndPositionEmbedding::call(Builder& b, Value x, const CallOptions&) {
   return b.add(tokens, b.reshape(b.slice(bind_weight(b, positions_), 0, 0, t), Shape{1, t, embedding_dim_}));
 }
 
+Value TokenAndPositionEmbedding::compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value>) {
+  const Value ids = b.dtype(inputs[0]) == DType::Int32 ? inputs[0] : b.apply(OpKind::ToIndex, {inputs[0]});
+  return detail::padding_mask(b, ids, vocabulary_size_);
+}
+
 LayerConfig TokenAndPositionEmbedding::config() const {
   return LayerConfig(type())
       .set("vocabulary_size", vocabulary_size_)
       .set("sequence_length", sequence_length_)
-      .set("embedding_dim", embedding_dim_);
+      .set("embedding_dim", embedding_dim_)
+      .set("mask_zero", mask_zero_);
 }
 
 }  // namespace tensorgrad::nn

@@ -24,6 +24,7 @@ struct CausalLM::Impl {
   Tensor ids_t, positions_t, slot_t, visible_t, logits;
   std::vector<Tensor> caches;
   int64_t capacity = 0, vocabulary = 0, position = 0;
+  bool zero_is_padding = false;  // mask_zero: the full forward hides token 0, which the cache would not
 };
 
 namespace {
@@ -52,9 +53,16 @@ CausalLM::CausalLM(const Model& model) : impl_(std::make_unique<Impl>()) {
   m.vocabulary = model.outputs()[0].shape()[1];
   // The capacity is the shortest position table: positions past it have no embedding.
   m.capacity = std::numeric_limits<int64_t>::max();
-  for (const LayerCall* c : model.layer_calls())
-    if (const auto* e = dynamic_cast<const TokenAndPositionEmbedding*>(c->layer.get()))
+  for (const LayerCall* c : model.layer_calls()) {
+    if (const auto* e = dynamic_cast<const TokenAndPositionEmbedding*>(c->layer.get())) {
       m.capacity = std::min(m.capacity, e->sequence_length());
+      if (e->vocabulary_size() != m.vocabulary)  // a chosen token is fed back: both are one vocabulary
+        throw ValueError("CausalLM: the embedding '" + e->name() + "' reads " + std::to_string(e->vocabulary_size()) +
+                         " token ids but the model gives logits over " + std::to_string(m.vocabulary) +
+                         "; a language model's output is its vocabulary");
+    }
+    m.zero_is_padding = m.zero_is_padding || c->masked;
+  }
   if (m.capacity == std::numeric_limits<int64_t>::max())
     throw ValueError("CausalLM: '" + model.name() + "' has no TokenAndPositionEmbedding to give positions");
 
@@ -110,18 +118,28 @@ CausalLM::CausalLM(CausalLM&&) noexcept = default;
 CausalLM& CausalLM::operator=(CausalLM&&) noexcept = default;
 
 void CausalLM::reset() {
-  Impl& m = *impl_;
+  Impl& m = live();
   m.position = 0;
   std::fill_n(m.visible_t.data<float>(), m.capacity, -INFINITY);
   std::fill_n(m.slot_t.data<float>(), m.capacity, 0.0f);
   for (Tensor& c : m.caches) std::fill_n(c.data<float>(), c.numel(), 0.0f);
 }
 
+CausalLM::Impl& CausalLM::live() const {
+  if (!impl_) throw StateError("CausalLM: this object was moved from; use the one it was moved to");
+  return *impl_;
+}
+
 const Tensor& CausalLM::next(int32_t token) {
-  Impl& m = *impl_;
+  Impl& m = live();
   if (token < 0 || token >= m.vocabulary)
     throw IndexError("CausalLM: token " + std::to_string(token) + " is outside [0, " + std::to_string(m.vocabulary) +
                      ")");
+  if (token == 0 && m.zero_is_padding)
+    throw IndexError(
+        "CausalLM: token 0 is padding for this model (its embedding has mask_zero), not text to "
+        "continue; feed tokens in [1, " +
+        std::to_string(m.vocabulary) + ")");
   if (m.position >= m.capacity)
     throw ValueError("CausalLM: all " + std::to_string(m.capacity) +
                      " positions are used; reset() and feed the recent tokens again (generate does)");
@@ -142,14 +160,17 @@ const Tensor& CausalLM::next(int32_t token) {
   return m.logits;
 }
 
-int64_t CausalLM::position() const { return impl_->position; }
-int64_t CausalLM::capacity() const { return impl_->capacity; }
-int64_t CausalLM::vocabulary_size() const { return impl_->vocabulary; }
+int64_t CausalLM::position() const { return live().position; }
+int64_t CausalLM::capacity() const { return live().capacity; }
+int64_t CausalLM::vocabulary_size() const { return live().vocabulary; }
 
 int32_t CausalLM::sample(const Tensor& logits, const SamplerOptions& s, std::mt19937_64& rng) {
   if (!(s.temperature >= 0.0f) || s.top_k < 0)
     throw ValueError("CausalLM: the sampler takes temperature >= 0 (0: greedy) and top_k >= 0 (0: all); got " +
                      std::to_string(s.temperature) + " and " + std::to_string(s.top_k));
+  if (logits.shape().rank() != 1 || logits.numel() == 0 || logits.dtype() != DType::Float32)
+    throw ShapeError("CausalLM: the sampler takes float32 logits {vocabulary} of at least one token; got " +
+                     logits.shape().str() + " " + dtype_name(logits.dtype()));
   const float* z = logits.data<float>();
   const int64_t n = logits.numel();
   for (int64_t i = 0; i < n; ++i)
@@ -172,6 +193,7 @@ std::vector<int32_t> CausalLM::generate(std::span<const int32_t> prompt, int64_t
   if (prompt.empty() || max_new_tokens < 0)
     throw ValueError("CausalLM::generate takes a prompt of at least one token and max_new_tokens >= 0; got " +
                      std::to_string(prompt.size()) + " tokens and " + std::to_string(max_new_tokens));
+  Impl& m = live();
   std::mt19937_64 rng(sampler.seed);
   std::vector<int32_t> text(prompt.begin(), prompt.end()), made;
   auto feed = [&](std::span<const int32_t> tokens) {
@@ -179,13 +201,24 @@ std::vector<int32_t> CausalLM::generate(std::span<const int32_t> prompt, int64_t
     for (int32_t t : tokens) next(t);
   };
   // A prompt longer than the cache starts from its last half-window, as a full cache does.
-  const size_t half = size_t(capacity() / 2);
+  const size_t half = size_t(std::max<int64_t>(capacity() / 2, 1));
   feed(prompt.size() <= size_t(capacity()) ? prompt : prompt.subspan(prompt.size() - half));
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     if (position() == capacity()) feed(std::span<const int32_t>(text).subspan(text.size() - half));
-    const int32_t t = sample(impl_->logits, sampler, rng);
+    int32_t t;
+    if (m.zero_is_padding) {  // never choose the padding
+      Tensor z = m.logits.clone();
+      z.data<float>()[0] = std::numeric_limits<float>::lowest();
+      t = sample(z, sampler, rng);
+    } else {
+      t = sample(m.logits, sampler, rng);
+    }
     made.push_back(t), text.push_back(t);
-    if (i + 1 < max_new_tokens) next(t);
+    if (i + 1 == max_new_tokens) break;
+    if (position() == capacity())
+      feed(std::span<const int32_t>(text).subspan(text.size() - half));  // 1 position
+    else
+      next(t);
   }
   return made;
 }

@@ -87,6 +87,16 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
     if (!graph_copy_) graph_copy_ = clone();
     self = graph_copy_;
   }
+  std::vector<bool> masked;
+  for (const SymbolicTensor& t : inputs) {
+    masked.push_back(t.index() == 0 && t.call()->masked);
+    if (masked.back() && !supports_masking())
+      throw ValueError("layer '" + name() + "' (" + type() + ") does not support masking, but its input '" + t.name() +
+                       "' carries a mask (padding marked by an Embedding with mask_zero = true), which it would read "
+                       "as data. Use layers that keep or read the mask (Dense, Dropout, LayerNormalization, "
+                       "activations, merges, MultiHeadAttention, TransformerEncoder, TransformerDecoder) after "
+                       "the Embedding, or mask_zero = false");
+  }
   auto call = std::make_shared<LayerCall>();
   try {
     call->shape = self->build_inputs(shapes);
@@ -99,7 +109,16 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
   call->inputs = inputs;
   call->dtype = DType::Float32;
   call->name = call->layer->name();
+  call->masked = call->layer->produces_mask(masked);
   return SymbolicTensor(std::move(call));
+}
+
+bool Layer::produces_mask(const std::vector<bool>& input_masked) const {
+  return supports_masking() && std::find(input_masked.begin(), input_masked.end(), true) != input_masked.end();
+}
+
+Value Layer::compute_mask(Builder&, std::span<const Value>, std::span<const Value> masks) {
+  return masks.empty() ? Value{} : masks[0];
 }
 
 FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<SymbolicTensor> out)
@@ -176,19 +195,36 @@ FunctionalGraph::FunctionalGraph(std::vector<SymbolicTensor> in, std::vector<Sym
       log_message(LogLevel::Warning, "Model: input '" + t.name() + "' is not used by any output");
 }
 
-std::vector<Value> FunctionalGraph::forward(Builder& b, std::span<const Value> xs, const CallOptions& options) const {
+std::vector<Value> FunctionalGraph::forward(Builder& b, std::span<const Value> xs, const CallOptions& options,
+                                            std::vector<Value>* output_masks) const {
   std::unordered_map<const LayerCall*, std::vector<Value>> values;
+  std::unordered_map<const LayerCall*, Value> masks;  // the masked calls' output masks (Keras' _keras_mask)
   for (size_t i = 0; i < inputs.size(); ++i) values[inputs[i].call().get()] = {xs[i]};
   auto value_of = [&](const SymbolicTensor& t) { return values.at(t.call().get()).at(size_t(t.index())); };
-  std::vector<Value> args;
+  auto mask_of = [&](const SymbolicTensor& t) {
+    const auto it = masks.find(t.call().get());
+    return t.index() == 0 && it != masks.end() ? it->second : Value{};
+  };
+  std::vector<Value> args, arg_masks;
   for (const LayerCall* c : order) {
-    args.clear();
-    for (const SymbolicTensor& t : c->inputs) args.push_back(value_of(t));
-    values[c] = c->more_shapes.empty() ? std::vector<Value>{c->layer->call_inputs(b, args, options)}
-                                       : c->layer->call_outputs(b, args, options);
+    args.clear(), arg_masks.clear();
+    bool any = false;
+    for (const SymbolicTensor& t : c->inputs) {
+      args.push_back(value_of(t));
+      arg_masks.push_back(mask_of(t));
+      any = any || arg_masks.back().valid();
+    }
+    CallOptions o = options;
+    if (any) o.masks = arg_masks;
+    values[c] = c->more_shapes.empty() ? std::vector<Value>{c->layer->call_inputs(b, args, o)}
+                                       : c->layer->call_outputs(b, args, o);
+    if (c->masked) masks[c] = c->layer->compute_mask(b, args, arg_masks);
   }
   std::vector<Value> out;
-  for (const SymbolicTensor& o : outputs) out.push_back(value_of(o));
+  for (const SymbolicTensor& o : outputs) {
+    out.push_back(value_of(o));
+    if (output_masks) output_masks->push_back(mask_of(o));
+  }
   return out;
 }
 

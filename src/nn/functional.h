@@ -23,7 +23,9 @@ class FunctionalGraph {
   FunctionalGraph(std::vector<SymbolicTensor> inputs, std::vector<SymbolicTensor> outputs);
 
   /// One value per output, {batch, shape...}, for inputs in order.
-  std::vector<Value> forward(Builder& b, std::span<const Value> inputs, const CallOptions& options) const;
+  // The outputs; with output_masks, also each output's mask (an invalid Value where it has none).
+  std::vector<Value> forward(Builder& b, std::span<const Value> inputs, const CallOptions& options,
+                             std::vector<Value>* output_masks = nullptr) const;
   using CloneMap = std::unordered_map<const Layer*, std::shared_ptr<Layer>>;
   /// A copy with every layer cloned once (tied layers stay tied, nested
   /// models' layers included: `cloned` maps originals to their copies).

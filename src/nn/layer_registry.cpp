@@ -81,7 +81,9 @@ Registry built_in_layers() {
     return std::make_shared<LayerNormalization>(float(c.get_double("epsilon")));
   };
   r["Embedding"] = [](const LayerConfig& c) {
-    return std::make_shared<Embedding>(c.get_int("input_dim"), c.get_int("output_dim"));
+    // mask_zero: absent from files written before it existed.
+    return std::make_shared<Embedding>(c.get_int("input_dim"), c.get_int("output_dim"),
+                                       c.has("mask_zero") && c.get_bool("mask_zero"));
   };
   r["LSTM"] = [](const LayerConfig& c) {
     return std::make_shared<LSTM>(c.get_int("units"), c.get_bool("return_sequences"));
@@ -102,7 +104,8 @@ Registry built_in_layers() {
   };
   r["TokenAndPositionEmbedding"] = [](const LayerConfig& c) {
     return std::make_shared<TokenAndPositionEmbedding>(c.get_int("vocabulary_size"), c.get_int("sequence_length"),
-                                                       c.get_int("embedding_dim"));
+                                                       c.get_int("embedding_dim"),
+                                                       c.has("mask_zero") && c.get_bool("mask_zero"));
   };
   r["TransformerEncoder"] = transformer_block<TransformerEncoder>;
   r["TransformerDecoder"] = transformer_block<TransformerDecoder>;

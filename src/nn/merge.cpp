@@ -162,4 +162,11 @@ LayerConfig Concatenate::config() const { return LayerConfig(type()).set("axis",
 
 LayerConfig Reshape::config() const { return LayerConfig(type()).set("target_shape", target_); }
 
+Value Merge::compute_mask(Builder& b, std::span<const Value>, std::span<const Value> masks) {
+  Value m;
+  for (Value v : masks)
+    if (v.valid()) m = m.valid() ? b.mul(m, v) : v;
+  return m;
+}
+
 }  // namespace tensorgrad::nn

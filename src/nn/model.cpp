@@ -174,6 +174,15 @@ ModelFunction Model::model_function() const {
   f.forward = [graph = graph_](Builder& b, std::span<const Value> xs, bool training) {
     return graph->forward(b, xs, CallOptions{training, false});
   };
+  bool any_masked = false;
+  for (const SymbolicTensor& o : g.outputs) any_masked = any_masked || (o.index() == 0 && o.call()->masked);
+  if (any_masked) {
+    for (const SymbolicTensor& o : g.outputs) f.masked_outputs.push_back(o.index() == 0 && o.call()->masked);
+    f.forward_with_masks = [graph = graph_](Builder& b, std::span<const Value> xs, bool training,
+                                            std::vector<Value>& masks) {
+      return graph->forward(b, xs, CallOptions{training, false}, &masks);
+    };
+  }
   return f;
 }
 

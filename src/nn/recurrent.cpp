@@ -40,8 +40,8 @@ Value hidden_states(Builder& b, Value y, int64_t units, bool return_sequences) {
 }
 }  // namespace
 
-Embedding::Embedding(int64_t input_dim, int64_t output_dim)
-    : Layer("embedding"), input_dim_(input_dim), output_dim_(output_dim) {
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, bool mask_zero)
+    : Layer("embedding"), input_dim_(input_dim), output_dim_(output_dim), mask_zero_(mask_zero) {
   if (input_dim < 1 || output_dim < 1)
     throw ValueError("Embedding: input_dim and output_dim must be >= 1; got " + std::to_string(input_dim) + " and " +
                      std::to_string(output_dim));
@@ -84,6 +84,21 @@ Value Embedding::call(Builder& b, Value x, const CallOptions&) {
   const Value ids = b.dtype(x) == DType::Int32 ? x : b.apply(OpKind::ToIndex, {x});
   return b.apply(OpKind::Gather, {bind_weight(b, embeddings_), ids});
 }
+
+Value Embedding::compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value>) {
+  const Value ids = b.dtype(inputs[0]) == DType::Int32 ? inputs[0] : b.apply(OpKind::ToIndex, {inputs[0]});
+  return detail::padding_mask(b, ids, input_dim_);
+}
+
+namespace detail {
+
+Value padding_mask(Builder& b, Value ids, int64_t vocabulary) {
+  Tensor table = Tensor::full(Shape{vocabulary, 1}, 1.0f);
+  table.data<float>()[0] = 0.0f;
+  return b.reshape(b.apply(OpKind::Gather, {b.parameter(table, "padding_mask_table", false), ids}), b.shape(ids));
+}
+
+}  // namespace detail
 
 RecurrentLayer::RecurrentLayer(const char* prefix, int64_t units, bool return_sequences, int64_t gates,
                                Shape bias_shape, Initializer bias)
@@ -149,7 +164,7 @@ Value GRU::call(Builder& b, Value x, const CallOptions&) {
 }
 
 LayerConfig Embedding::config() const {
-  return LayerConfig(type()).set("input_dim", input_dim_).set("output_dim", output_dim_);
+  return LayerConfig(type()).set("input_dim", input_dim_).set("output_dim", output_dim_).set("mask_zero", mask_zero_);
 }
 
 LayerConfig RecurrentLayer::config() const {

@@ -28,6 +28,7 @@ struct OptimizerContext::Head {
   // sequence {batch, steps..., classes} has steps..., each a row of the loss;
   // 1 for {batch, classes}). Other losses: outputs and 1.
   int64_t classes = 0, tokens = 1;
+  bool masked = false;  // the output carries a Keras mask {batch, steps}: the loss skips padded positions
   std::string y_name, w_name;  // "y", or "y 'name'" with several outputs: made once, so a step never allocates
   Tensor labels_i32, ones;
 };
@@ -71,7 +72,7 @@ struct LossHead {
   Value y, loss;
 };
 LossHead build_loss_head(Graph& g, const Loss& loss, const std::string& output, Value y_pred, Value y_pred_flat,
-                         const Shape& shape, Value w);
+                         const Shape& shape, Value w, Value mask = {});  // mask: a masked sequence output's {B, T}
 // The logits of a cross-entropy output; throws ValueError for an output that
 // can be neither folded nor taken as logits.
 Value cross_entropy_logits(const Graph& g, Value out, const std::string& output, const Loss& loss);

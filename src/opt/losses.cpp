@@ -131,7 +131,7 @@ Value custom_loss_rows(Graph& g, const Loss& loss, Value y, Value out, const std
 }
 
 LossHead build_loss_head(Graph& g, const Loss& loss, const std::string& output, Value y_pred, Value y_pred_flat,
-                         const Shape& shape, Value w) {
+                         const Shape& shape, Value w, Value mask) {
   const int64_t b = shape[0];
   const Shape flat{b, shape.row_size()};
   LossHead head;
@@ -144,6 +144,14 @@ LossHead build_loss_head(Graph& g, const Loss& loss, const std::string& output, 
       head.y = sparse ? g.input(output + "/y", Shape{rows}, DType::Int32) : g.input(output + "/y", Shape{rows, classes});
       Value logits = cross_entropy_logits(g, y_pred, output, loss);
       if (g.shape(logits).rank() != 2) logits = g.reshape(logits, Shape{rows, classes});
+      if (mask.valid()) {
+        // Keras 3's masked loss: padded positions weigh 0 and the mean is over the others,
+        // sum(mask ce) / (sum(mask) + 1e-7).
+        const Value m = g.reshape(mask, Shape{rows});
+        const Value mean_over_rows = g.softmax_cross_entropy(logits, head.y, m);
+        head.loss = g.div(g.scale(mean_over_rows, float(rows)), g.add(g.sum(m), g.fill({}, 1e-7f)));
+        break;
+      }
       head.loss = g.softmax_cross_entropy(logits, head.y, w);
       break;
     }

@@ -142,7 +142,9 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
       xs.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
       staging += uint64_t(b) * 4u * uint64_t(in.shape.numel());
     }
-    const std::vector<Value> outs = model_.forward(g, xs, true);  // training: dropout shows in the graph
+    std::vector<Value> masks;
+    const std::vector<Value> outs = model_.forward_with_masks ? model_.forward_with_masks(g, xs, true, masks)
+                                                              : model_.forward(g, xs, true);  // training: dropout
     if (outs.size() != n_out)
       throw ValueError("OptimizerContext: the forward function returned " + std::to_string(outs.size()) +
                        " outputs for " + std::to_string(n_out) + " output names");
@@ -164,6 +166,19 @@ OptimizerContext::OptimizerContext(const ModelFunction& model, const OptimizerCo
                          " takes no loss weights here (per-step weights are not supported); build the context "
                          "without them, or end the output in {batch, classes}");
       if (ce) cross_entropy_logits(g, outs[i], model_.output_names[i], h.loss);
+      h.masked = i < model_.masked_outputs.size() && model_.masked_outputs[i];
+      if (h.masked) {
+        // Keras weighs the loss by the output's mask; here cross-entropy over the steps of {batch, steps, classes}.
+        const std::string where = "output '" + model_.output_names[i] + "' " + h.shape.str();
+        if (!ce || h.shape.rank() != 3)
+          throw ValueError(where + " carries a mask (padding from an Embedding with mask_zero); its loss skips "
+                           "the padding for sparse_categorical_crossentropy or categorical_crossentropy on "
+                           "{batch, steps, classes} only, and " + h.loss.name +
+                           " is not supported on it: end the model in per-step class scores, or use mask_zero = false");
+        if (!h.metrics.empty())
+          throw ValueError(where + " carries a mask (padding from an Embedding with mask_zero), and metrics that "
+                           "skip the padding are not supported yet; compile it without metrics");
+      }
       if (h.loss.kind == LossKind::Custom)
         custom_loss_rows(g, h.loss, g.input("y", h.shape), outs[i], model_.output_names[i], b);
       staging += uint64_t(b) * 8u * uint64_t(h.outputs);
@@ -360,7 +375,10 @@ void OptimizerContext::build_update(Graph& g, OptimizerPlan* plan, std::vector<V
 std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind kind, OptimizerPlan* plan) {
   g.set_rng_counter(state_->rng_counter);  // one dropout stream per model: every context continues it
   for (const InputSpec& in : model_.inputs) plan->x.push_back(g.input(in.name, in.shape.with_batch(b), in.dtype));
-  const std::vector<Value> outs = model_.forward(g, plan->x, kind != GraphKind::kEvaluation);
+  std::vector<Value> masks;  // a masked output's {B, T}: its loss skips the padding
+  const bool training = kind != GraphKind::kEvaluation;
+  const std::vector<Value> outs = model_.forward_with_masks ? model_.forward_with_masks(g, plan->x, training, masks)
+                                                            : model_.forward(g, plan->x, training);
   std::vector<Value> results;
   plan->out.resize(heads_.size());
   for (size_t i = 0; i < heads_.size(); ++i) {
@@ -374,7 +392,8 @@ std::vector<Value> OptimizerContext::build_graph(Graph& g, int64_t b, GraphKind 
     Value out = h.shape.rank() == 2 ? outs[i] : g.reshape(outs[i], flat);
     if (options_.weights != LossWeights::None)
       o.w = g.input(name + "/sample_weight", options_.weights == LossWeights::PerSample ? Shape{b} : flat);
-    const detail::LossHead head = detail::build_loss_head(g, h.loss, name, outs[i], out, h.shape.with_rows(b), o.w);
+    const detail::LossHead head = detail::build_loss_head(g, h.loss, name, outs[i], out, h.shape.with_rows(b), o.w,
+                                                         h.masked ? masks.at(i) : Value{});
     o.y = head.y;
     o.loss = head.loss;
     results.push_back(o.loss);

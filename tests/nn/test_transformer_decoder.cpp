@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../../apps/char_gpt.h"
 #include "fixtures/decoder_reference.h"
 #include "model_gradient_check.h"
 #include "tensorgrad/tensorgrad.h"
@@ -328,4 +329,68 @@ TEST(TransformerDecoder, PaddingMasksEqualTheUnpaddedSequence) {
     expect_prefix(masked.predict(std::vector<Tensor>{xp, ep, xm, em}).at(0),
                   plain.predict(std::vector<Tensor>{x, enc, ones_t, ones_s}).at(0), "decoder");
   }
+}
+
+// A shared block keeps its weights when called again, on any sequence
+// length; a call of another kind (another width, or an encoder sequence
+// where the first had none) is a ShapeError naming both.
+TEST(TransformerDecoder, ASharedBlockKeepsItsWeights) {
+  auto d = std::make_shared<nn::TransformerDecoder>(16, 2);
+  auto x = nn::Input({5, 8});
+  nn::Model a(x, (*d)(x), "a");
+  const std::vector<float> before = a.weights().at(0).value.to_vector();
+  auto x2 = nn::Input({7, 8});
+  nn::Model b(x2, (*d)(x2), "b");
+  EXPECT_EQ(a.weights().size(), b.weights().size());
+  EXPECT_EQ(a.weights().at(0).value.to_vector(), before);
+  EXPECT_EQ(b.weights().at(0).value.to_vector(), before);
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { (*d)(nn::Input({5, 6})); }, {"8 features", "{5, 6}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] {
+        (*d)({nn::Input({5, 8}), nn::Input({3, 8})});
+      },
+      {"without an encoder_sequence", "{3, 8}"}));
+}
+
+TEST(CausalLM, BadUseIsATypedError) {
+  manual_seed(9);
+  auto ids = nn::Input({4}, DType::Int32, "ids");
+  auto h = nn::TransformerDecoder(8, 2)(nn::TokenAndPositionEmbedding(5, 4, 4)(ids));
+  nn::Model mismatched(ids, nn::Dense(7)(h), "mismatched");
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { nn::CausalLM{mismatched}; }, {"reads 5 token ids", "over 7"}));
+  std::mt19937_64 rng(1);
+  EXPECT_TRUE(test_support::throws<ShapeError>([&] { nn::CausalLM::sample(Tensor::zeros(Shape{0}), {}, rng); },
+                                               {"{vocabulary}", "{0}"}));
+  EXPECT_TRUE(test_support::throws<ShapeError>(
+      [&] {
+        nn::CausalLM::sample(Tensor::zeros(Shape{2, 3}), {}, rng);
+      },
+      {"{2, 3}"}));
+  nn::Model ok(ids, nn::Dense(5)(h), "ok");
+  nn::CausalLM lm(ok);
+  nn::CausalLM moved = std::move(lm);
+  EXPECT_TRUE(test_support::throws<StateError>([&] { lm.next(1); }, {"moved from"}));  // NOLINT: the test
+  // A context of one position: each token is predicted from the last one alone.
+  auto one = nn::Input({1}, DType::Int32, "ids");
+  nn::Model single(one, nn::Dense(5)(nn::TransformerDecoder(8, 2)(nn::TokenAndPositionEmbedding(5, 1, 4)(one))),
+                   "single");
+  nn::CausalLM short_lm(single);
+  EXPECT_EQ(short_lm.generate(std::vector<int32_t>{4, 2}, 3), short_lm.generate(std::vector<int32_t>{2}, 3));
+}
+
+// The main job's corpus: too short a text is refused before training, with
+// the minimum it needs.
+TEST(CharGpt, AShortTextIsRefused) {
+  const std::string path = ::testing::TempDir() + "/short.txt";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string text(2000, 'a');
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  EXPECT_TRUE(test_support::throws<IOError>([&] { char_gpt::read_text(path); }, {"2000 bytes", "at least 2600"}));
+  std::filesystem::remove(path);
+  const std::vector<uint8_t> few(100, 7);
+  EXPECT_TRUE(test_support::throws<ValueError>([&] { char_gpt::Batches(few, 1); }, {"100 bytes"}));
 }

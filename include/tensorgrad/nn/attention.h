@@ -45,6 +45,11 @@ class MultiHeadAttention : public Layer {
   /// Self-attention is {x, x}: call the layer on both.
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  /// Reads Keras' masks: a query attends where it and the key (the value's
+  /// mask, and the key's) are tokens; a padded query's output is 0.
+  bool supports_masking() const override { return true; }
+  /// The output carries the query's mask.
+  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
 
@@ -53,6 +58,7 @@ class MultiHeadAttention : public Layer {
   float dropout_;
   bool use_bias_, use_causal_mask_;
   uint64_t seed_;
+  std::array<int64_t, 3> built_features_{};  // query, value and key features of the first call
   WeightId query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
 };
 
@@ -85,6 +91,11 @@ class TransformerEncoder : public Layer {
   Shape build_inputs(std::span<const Shape> input_shapes) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  /// x's mask (Embedding(mask_zero)) is a padding mask, with padding_mask's
+  /// when both are given.
+  bool supports_masking() const override { return true; }
+  /// The output carries x's mask.
+  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
 
@@ -94,6 +105,7 @@ class TransformerEncoder : public Layer {
   Activation activation_;
   bool normalize_first_;
   uint64_t seed_;
+  int64_t built_features_ = 0;         // E of the first call
   std::array<WeightId, 8> attention_;  // {query, key, value, output} x {kernel, bias}
   WeightId ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
 };
@@ -139,7 +151,9 @@ struct DecoderCache {
 /// key_dim}) and cross_attention_layer_norm.*; then
 /// feedforward_intermediate_dense.{kernel,bias} {E, I}, {I},
 /// feedforward_output_dense.{kernel,bias} {I, E}, {E},
-/// feedforward_layer_norm.{gamma,beta}.
+/// feedforward_layer_norm.{gamma,beta}. A shared block (called again) keeps
+/// its weights and takes any sequence lengths, with the same features and
+/// the same kind of call (with or without an encoder sequence).
 class TransformerDecoder : public Layer {
  public:
   /// As TransformerEncoder's. Throws ValueError for intermediate_dim or
@@ -163,6 +177,12 @@ class TransformerDecoder : public Layer {
   /// position, as the full call gives it at that step. Throws ValueError for
   /// a block with cross-attention, ShapeError for other shapes.
   Value call_with_cache(Builder& b, Value x, const DecoderCache& cache);
+  /// The sequences' masks (Embedding(mask_zero)) are padding masks: the
+  /// decoder sequence's for self-attention, the encoder sequence's for
+  /// cross-attention, with the padding-mask inputs when both are given.
+  bool supports_masking() const override { return true; }
+  /// The output carries the decoder sequence's mask.
+  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
   /// The number of heads and each head's key size (the cache's shape).
   ///@{
   int64_t num_heads() const { return num_heads_; }
@@ -179,6 +199,7 @@ class TransformerDecoder : public Layer {
   Activation activation_;
   bool normalize_first_, cross_ = false;
   uint64_t seed_;
+  std::array<int64_t, 2> built_features_{};  // E and the encoder's features (0: none) of the first call
   std::array<WeightId, 8> self_attention_, cross_attention_;  // {query, key, value, output} x {kernel, bias}
   WeightId ln1_g_, ln1_b_, lnc_g_, lnc_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
 };
@@ -212,8 +233,10 @@ class PositionEmbedding : public Layer {
 /// them. Throws ValueError for a size < 1.
 class TokenAndPositionEmbedding : public Layer {
  public:
-  /// Ids in [0, vocabulary_size), sequences of up to sequence_length steps.
-  TokenAndPositionEmbedding(int64_t vocabulary_size, int64_t sequence_length, int64_t embedding_dim);
+  /// Ids in [0, vocabulary_size), sequences of up to sequence_length steps;
+  /// mask_zero as Embedding's (id 0 is padding, marked by a mask).
+  TokenAndPositionEmbedding(int64_t vocabulary_size, int64_t sequence_length, int64_t embedding_dim,
+                            bool mask_zero = false);
   const char* type() const override { return "TokenAndPositionEmbedding"; }
   /// ids {T} with T <= sequence_length, else ShapeError.
   Shape build(const Shape& input_shape) override;
@@ -224,13 +247,22 @@ class TokenAndPositionEmbedding : public Layer {
   Value call_at(Builder& b, Value ids, Value positions);
   /// The longest sequence the position table covers.
   int64_t sequence_length() const { return sequence_length_; }
+  /// The token ids it reads: [0, vocabulary_size).
+  int64_t vocabulary_size() const { return vocabulary_size_; }
   bool takes_token_ids() const override { return true; }
   void validate_input(const Tensor& x) const override;
+  /// With mask_zero: the output carries the padding mask.
+  bool produces_mask(const std::vector<bool>&) const override { return mask_zero_; }
+  /// 0 where the id is 0, 1 elsewhere.
+  Value compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value> masks) override;
+  /// Whether id 0 is padding.
+  bool mask_zero() const { return mask_zero_; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
 
  private:
   int64_t vocabulary_size_, sequence_length_, embedding_dim_;
+  bool mask_zero_;
   WeightId tokens_, positions_;
 };
 

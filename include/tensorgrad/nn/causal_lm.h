@@ -32,13 +32,17 @@ struct SamplerOptions {
 /// graph (preallocated for the embedding's sequence_length positions and
 /// written in place), so a token costs one position's work rather than the
 /// whole context's. The graph is planned once, for one sequence, and runs on
-/// the CPU with the model's weights as they are when the CausalLM is made
-/// (make another after training further).
+/// the CPU on the model's own weight tensors (not a copy): training the model
+/// further changes what it generates, and the positions already in the cache
+/// keep the keys and values of the old weights, so reset() (generate does)
+/// after training. Every method but the move operations throws StateError on
+/// a moved-from object.
 class CausalLM {
  public:
   /// Throws ValueError when the model is not such a chain (naming the first
   /// layer that is not one of those above, or the input that is not token
-  /// ids {T}), StateError for a released model.
+  /// ids {T}), or when the embedding's vocabulary is not the logits' V,
+  /// StateError for a released model.
   explicit CausalLM(const Model& model);
   ~CausalLM();
   /// Moves the graph and its cache; the moved-from object is empty.
@@ -51,7 +55,8 @@ class CausalLM {
   void reset();
   /// Feeds `token` at the next position; returns the logits {V} for the
   /// token after it (valid until the next call). Throws IndexError for a
-  /// token outside [0, V) and ValueError when all capacity() positions are
+  /// token outside [0, V), or 0 in a model whose embedding has mask_zero
+  /// (padding, not text), and ValueError when all capacity() positions are
   /// used (reset, or feed the recent tokens again, as generate does).
   const Tensor& next(int32_t token);
   /// Positions fed since the last reset.
@@ -62,19 +67,22 @@ class CausalLM {
   int64_t vocabulary_size() const;
   /// Feeds `prompt` (after a reset), then chooses and feeds max_new_tokens
   /// tokens; returns those tokens. When the cache is full it starts again
-  /// from the last capacity() / 2 tokens of the text so far (prompt and
-  /// generated ones). Throws ValueError for an empty prompt, a negative
+  /// from the last capacity() / 2 tokens (at least one) of the text so far
+  /// (prompt and generated ones). A model whose embedding has mask_zero never
+  /// gets token 0 (its padding). Throws ValueError for an empty prompt, a negative
   /// max_new_tokens or bad sampler options, IndexError for a prompt token
   /// outside [0, V).
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int64_t max_new_tokens,
                                 const SamplerOptions& sampler = {});
   /// The token `sampler` chooses from logits {V}, drawing from `rng` when
-  /// the temperature is > 0. Throws ValueError for a negative temperature or
-  /// top_k, or non-finite logits.
+  /// the temperature is > 0. Throws ShapeError for logits that are not
+  /// float32 {V} with V >= 1, ValueError for a negative or NaN temperature,
+  /// a negative top_k, or non-finite logits.
   static int32_t sample(const Tensor& logits, const SamplerOptions& sampler, std::mt19937_64& rng);
 
  private:
   struct Impl;
+  Impl& live() const;
   std::unique_ptr<Impl> impl_;
 };
 

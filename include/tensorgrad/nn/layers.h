@@ -110,6 +110,11 @@ std::shared_ptr<Layer> clone_layer(const T& layer) {
 struct CallOptions {
   bool training = false;   ///< dropout active, batch statistics (and their moving averages updated)
   bool calibrate = false;  ///< batch normalization: set the moving statistics to this batch's, exactly
+  /// Keras' masks of the inputs, one per input: float32 {batch, steps} (1
+  /// for a token, 0 for padding), or an invalid Value for an input without
+  /// one; empty when no input carries a mask. Only layers that
+  /// supports_masking() receive masks.
+  std::span<const Value> masks = {};
 };
 
 struct LayerCall;
@@ -240,6 +245,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// True for layers that read int32 token ids (Embedding); every other
   /// layer takes float32 and refuses an int32 symbolic tensor.
   virtual bool takes_token_ids() const { return false; }
+  /// Keras' masking: an Embedding(mask_zero = true) marks padding (token id
+  /// 0) with a mask {batch, steps} that travels with its output. Whether
+  /// this layer takes inputs that carry one (Keras' supports_masking): layers
+  /// that act on each step alone (Dense, Dropout, LayerNormalization,
+  /// activations, merges) pass it on; attention layers read it
+  /// (CallOptions::masks). The default, false, makes calling the layer on a
+  /// masked tensor a ValueError, rather than reading padding as data.
+  virtual bool supports_masking() const { return false; }
+  /// Whether the output carries a mask, given which inputs do (one flag per
+  /// input). The default: supports_masking() and some input masked.
+  virtual bool produces_mask(const std::vector<bool>& input_masked) const;
+  /// The output's mask {batch, steps} (float32 0/1) when produces_mask:
+  /// from the inputs and their masks (invalid Values for inputs without
+  /// one). The default gives the first input's mask (Keras' compute_mask).
+  virtual Value compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value> masks);
 
   /// Calls the layer on symbolic tensors (Keras' functional API): builds it
   /// for their shapes on first use and records the call. A layer held by a
@@ -354,6 +374,8 @@ class Dense : public Layer {
   /// Throws ValueError when units < 1 or the activation is unknown.
   explicit Dense(int64_t units, const std::string& activation = "linear", bool use_bias = true);
   const char* type() const override { return "Dense"; }
+  /// Acts on each step alone: passes a mask on.
+  bool supports_masking() const override { return true; }
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   const char* output_activation() const override { return activation_name(activation_); }
@@ -386,6 +408,8 @@ class ActivationLayer : public Layer {
   /// Throws ValueError for an unknown name (see activation_from_name).
   explicit ActivationLayer(const std::string& activation);
   const char* type() const override { return "Activation"; }
+  /// Acts on each step alone: passes a mask on.
+  bool supports_masking() const override { return true; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   const char* output_activation() const override { return activation_name(activation_); }
@@ -407,6 +431,8 @@ class Dropout : public Layer {
   /// is drawn from the global generator when the layer is made.
   explicit Dropout(float rate, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "Dropout"; }
+  /// Acts on each step alone: passes a mask on.
+  bool supports_masking() const override { return true; }
   Shape build(const Shape& input_shape) override { return input_shape; }
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
@@ -447,6 +473,8 @@ struct LayerCall {
   std::vector<Shape> more_shapes;
   std::vector<std::string> output_names;
   ///@}
+  /// Whether the output carries a mask (Layer::produces_mask).
+  bool masked = false;
 };
 
 }  // namespace tensorgrad::nn

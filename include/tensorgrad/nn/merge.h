@@ -20,6 +20,11 @@ class Merge : public Layer {
   Shape build_inputs(std::span<const Shape> input_shapes) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
+  /// Element-wise: takes masked inputs (Keras' merges).
+  bool supports_masking() const override { return true; }
+  /// The inputs' masks combined (a step is kept where every masked input
+  /// keeps it), as Keras' merges combine them.
+  Value compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value> masks) override;
 
  protected:
   /// Automatic names from `prefix` ("add", "add_1", ...).

@@ -40,6 +40,8 @@ class LayerNormalization : public Layer {
   /// Throws ValueError unless epsilon > 0.
   explicit LayerNormalization(float epsilon = 1e-3f);
   const char* type() const override { return "LayerNormalization"; }
+  /// Normalizes each step alone: passes a mask on.
+  bool supports_masking() const override { return true; }
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }

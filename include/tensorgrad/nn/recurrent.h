@@ -12,21 +12,30 @@ namespace tensorgrad::nn {
 /// model's input: Embedding is the first layer, and the model's input dtype
 /// is then int32. A fractional id throws ValueError, one outside
 /// [0, input_dim) IndexError, both naming the id and the vocabulary size.
+/// With mask_zero (Keras'), id 0 is padding: the output carries a mask
+/// {steps} (0 at padding) that the layers after it pass on or read
+/// (Layer::supports_masking): attention skips padded keys and the loss skips
+/// padded positions.
 class Embedding : public Layer {
  public:
   LayerConfig config() const override;
   /// Throws ValueError for input_dim or output_dim < 1.
-  Embedding(int64_t input_dim, int64_t output_dim);
+  Embedding(int64_t input_dim, int64_t output_dim, bool mask_zero = false);
   const char* type() const override { return "Embedding"; }
   /// Throws ShapeError unless the input is {steps}.
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   void validate_input(const Tensor& x) const override;
   bool takes_token_ids() const override { return true; }
+  /// With mask_zero: the output carries the padding mask.
+  bool produces_mask(const std::vector<bool>&) const override { return mask_zero_; }
+  /// 0 where the id is 0, 1 elsewhere.
+  Value compute_mask(Builder& b, std::span<const Value> inputs, std::span<const Value> masks) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 
  private:
   int64_t input_dim_, output_dim_;
+  bool mask_zero_;
   WeightId embeddings_;
 };
 

@@ -47,6 +47,14 @@ struct ModelFunction {
   /// Builds the forward pass into `b`; `training` selects dropout and batch
   /// statistics.
   std::function<std::vector<Value>(Builder& b, std::span<const Value> inputs, bool training)> forward;
+  /// Which outputs carry a Keras mask {batch, steps} (padding from an
+  /// Embedding with mask_zero); empty: none does.
+  std::vector<bool> masked_outputs;
+  /// forward that also gives each output's mask (an invalid Value where it
+  /// has none), for losses that skip the padding; set when masked_outputs is.
+  std::function<std::vector<Value>(Builder& b, std::span<const Value> inputs, bool training,
+                                   std::vector<Value>& masks)>
+      forward_with_masks;
 };
 
 /// Checks a batch's shape against a model's input: x must be {rows,

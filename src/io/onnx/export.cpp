@@ -167,6 +167,10 @@ std::vector<Value> walk(Built& b, const std::vector<nn::SymbolicTensor>& inputs,
     std::vector<Value> args;
     for (const nn::SymbolicTensor& t : c->inputs) args.push_back(value_of(t));
     const std::string name = prefix + c->layer->name();
+    if (c->masked)
+      throw ValueError("save_onnx: layer '" + name + "' (" + c->layer->type() +
+                       ") carries a mask (padding from an Embedding with mask_zero), which the ONNX graph would "
+                       "not apply; export a model built with mask_zero = false and explicit padding-mask inputs");
     if (const auto* nested = dynamic_cast<const nn::ModelLayer*>(c->layer.get())) {
       const nn::FunctionalGraph& inner = nested->graph();
       std::vector<Value> out = walk(b, inner.inputs, inner.order, inner.outputs, args, name + "/");
