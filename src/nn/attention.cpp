@@ -245,19 +245,71 @@ void check_block_options(const char* type, int64_t intermediate_dim, int64_t num
 
 }  // namespace
 
-TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
-                                       const std::string& activation, float layer_norm_epsilon, bool normalize_first,
-                                       std::optional<uint64_t> seed)
-    : Layer("transformer_encoder"),
+TransformerBlock::TransformerBlock(const char* prefix, const char* type, int64_t intermediate_dim, int64_t num_heads,
+                                   float dropout, const std::string& activation, float layer_norm_epsilon,
+                                   bool normalize_first, std::optional<uint64_t> seed)
+    : Layer(prefix),
       intermediate_dim_(intermediate_dim),
       num_heads_(num_heads),
       dropout_(dropout),
       epsilon_(layer_norm_epsilon),
       activation_(activation_from_name(activation)),
       normalize_first_(normalize_first) {
-  check_block_options("TransformerEncoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon);
+  check_block_options(type, intermediate_dim, num_heads, dropout, layer_norm_epsilon);
   seed_ = seed ? *seed : global_generator()();
 }
+
+std::array<WeightId, 2> TransformerBlock::declare_norm(const std::string& prefix, int64_t e) {
+  return {add_weight({.name = prefix + ".gamma", .shape = {e}, .initializer = initializers::constant(1)}),
+          add_weight({.name = prefix + ".beta", .shape = {e}, .initializer = initializers::constant(0)})};
+}
+
+void TransformerBlock::declare_feedforward(int64_t e) {
+  const int64_t ff = intermediate_dim_;
+  auto glorot = [&](const char* n, const Shape& shape) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
+  };
+  auto zeros = [&](const char* n, const Shape& shape) {
+    return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(0)});
+  };
+  ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
+  ff1_b_ = zeros("feedforward_intermediate_dense.bias", {ff});
+  ff2_k_ = glorot("feedforward_output_dense.kernel", {ff, e});
+  ff2_b_ = zeros("feedforward_output_dense.bias", {e});
+  ff_norm_ = declare_norm("feedforward_layer_norm", e);
+}
+
+Value TransformerBlock::sub_block(Builder& b, Value x, const std::function<Value(Value)>& f,
+                                  const std::array<WeightId, 2>& norm, bool training, uint64_t stream) {
+  auto normalize = [&](Value v) { return b.layer_norm(v, epsilon_, bind_weight(b, norm[0]), bind_weight(b, norm[1])); };
+  auto drop = [&](Value v) { return training && dropout_ > 0.0f ? b.dropout(v, dropout_, seed_ + stream) : v; };
+  return residual(b, normalize_first_, x, f, normalize, drop);
+}
+
+Value TransformerBlock::feedforward_block(Builder& b, Value h, bool training) {
+  auto ffn = [&](Value v) {
+    return feedforward(b, v, bind_weight(b, ff1_k_), bind_weight(b, ff1_b_), bind_weight(b, ff2_k_),
+                       bind_weight(b, ff2_b_), activation_);
+  };
+  return sub_block(b, h, ffn, ff_norm_, training, 2);
+}
+
+LayerConfig TransformerBlock::config() const {
+  return LayerConfig(type())
+      .set("intermediate_dim", intermediate_dim_)
+      .set("num_heads", num_heads_)
+      .set("dropout", double(dropout_))
+      .set("activation", activation_name(activation_))
+      .set("layer_norm_epsilon", double(epsilon_))
+      .set("normalize_first", normalize_first_)
+      .set("seed", int64_t(seed_));
+}
+
+TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
+                                       const std::string& activation, float layer_norm_epsilon, bool normalize_first,
+                                       std::optional<uint64_t> seed)
+    : TransformerBlock("transformer_encoder", "TransformerEncoder", intermediate_dim, num_heads, dropout, activation,
+                       layer_norm_epsilon, normalize_first, seed) {}
 
 Shape TransformerEncoder::build(const Shape& s) { return build_inputs({&s, 1}); }
 
@@ -272,29 +324,18 @@ Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
   if (s.size() == 2 && s[1] != Shape{x[0]})
     throw ShapeError("TransformerEncoder '" + name() + "': padding_mask must be {steps} = " + Shape{x[0]}.str() +
                      "; got " + s[1].str());
-  const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
-  if (ln1_g_.valid()) {  // called again (shared): the same weights, any sequence length
+  const int64_t e = x[1], h = num_heads_, kd = e / h;
+  if (attention_norm_[0].valid()) {  // called again (shared): the same weights, any sequence length
     if (e != built_features_)
       throw ShapeError("TransformerEncoder '" + name() + "' was built for " + std::to_string(built_features_) +
                        " features; a shared layer takes the same features in every call; got " + x.str());
     return x;
   }
   built_features_ = e;
-  auto glorot = [&](const char* n, const Shape& shape) {
-    return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
-  };
-  auto constant = [&](const char* n, const Shape& shape, float v) {
-    return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(v)});
-  };
   attention_ =
       declare_attention([&](WeightSpec w) { return add_weight(std::move(w)); }, "self_attention", e, e, h, kd, e);
-  ln1_g_ = constant("self_attention_layer_norm.gamma", {e}, 1),
-  ln1_b_ = constant("self_attention_layer_norm.beta", {e}, 0);
-  ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
-  ff1_b_ = constant("feedforward_intermediate_dense.bias", {ff}, 0);
-  ff2_k_ = glorot("feedforward_output_dense.kernel", {ff, e}),
-  ff2_b_ = constant("feedforward_output_dense.bias", {e}, 0);
-  ln2_g_ = constant("feedforward_layer_norm.gamma", {e}, 1), ln2_b_ = constant("feedforward_layer_norm.beta", {e}, 0);
+  attention_norm_ = declare_norm("self_attention_layer_norm", e);
+  declare_feedforward(e);
   return x;
 }
 
@@ -305,12 +346,6 @@ Value TransformerEncoder::call(Builder& b, Value x, const CallOptions& options) 
 Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
   const Value x = in[0];
   const bool drop = options.training && dropout_ > 0.0f;
-  auto norm = [&](WeightId g, WeightId beta) {
-    return [&, g, beta](Value v) { return b.layer_norm(v, epsilon_, bind_weight(b, g), bind_weight(b, beta)); };
-  };
-  auto dropout = [&](uint64_t stream) {
-    return [&, stream](Value v) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
-  };
   const detail::AttentionWeights w = bind_attention([&](WeightId id) { return bind_weight(b, id); }, attention_);
   // The padding: the padding_mask input, and x's mask (Embedding(mask_zero)), both when given.
   const Value padding =
@@ -322,38 +357,14 @@ Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, con
     if (drop) c.dropout = dropout_, c.seed = seed_;
     return detail::multi_head_attention(b, w, num_heads_, c);
   };
-  const Value h = residual(b, normalize_first_, x, attend, norm(ln1_g_, ln1_b_), dropout(1));
-  auto ffn = [&](Value v) {
-    return feedforward(b, v, bind_weight(b, ff1_k_), bind_weight(b, ff1_b_), bind_weight(b, ff2_k_),
-                       bind_weight(b, ff2_b_), activation_);
-  };
-  return residual(b, normalize_first_, h, ffn, norm(ln2_g_, ln2_b_), dropout(2));
-}
-
-LayerConfig TransformerEncoder::config() const {
-  return LayerConfig(type())
-      .set("intermediate_dim", intermediate_dim_)
-      .set("num_heads", num_heads_)
-      .set("dropout", double(dropout_))
-      .set("activation", activation_name(activation_))
-      .set("layer_norm_epsilon", double(epsilon_))
-      .set("normalize_first", normalize_first_)
-      .set("seed", int64_t(seed_));
+  return feedforward_block(b, sub_block(b, x, attend, attention_norm_, options.training, 1), options.training);
 }
 
 TransformerDecoder::TransformerDecoder(int64_t intermediate_dim, int64_t num_heads, float dropout,
                                        const std::string& activation, float layer_norm_epsilon, bool normalize_first,
                                        std::optional<uint64_t> seed)
-    : Layer("transformer_decoder"),
-      intermediate_dim_(intermediate_dim),
-      num_heads_(num_heads),
-      dropout_(dropout),
-      epsilon_(layer_norm_epsilon),
-      activation_(activation_from_name(activation)),
-      normalize_first_(normalize_first) {
-  check_block_options("TransformerDecoder", intermediate_dim, num_heads, dropout, layer_norm_epsilon);
-  seed_ = seed ? *seed : global_generator()();
-}
+    : TransformerBlock("transformer_decoder", "TransformerDecoder", intermediate_dim, num_heads, dropout, activation,
+                       layer_norm_epsilon, normalize_first, seed) {}
 
 Shape TransformerDecoder::build(const Shape& s) { return build_inputs({&s, 1}); }
 
@@ -369,7 +380,8 @@ Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
     throw ShapeError(me + " takes sequences {steps, features} whose features divide by " + std::to_string(num_heads_) +
                      " heads; got " + x.str());
   const bool cross = s.size() > 1 && s[1].rank() == 2;
-  if (ln1_g_.valid() && (cross != cross_ || x[1] != built_features_[0] || (cross && s[1][1] != built_features_[1])))
+  if (self_norm_[0].valid() &&
+      (cross != cross_ || x[1] != built_features_[0] || (cross && s[1][1] != built_features_[1])))
     throw ShapeError(me + " was built " + (cross_ ? "with an encoder_sequence of " : "without an encoder_sequence") +
                      (cross_ ? std::to_string(built_features_[1]) + " features" : std::string()) + " for " +
                      std::to_string(built_features_[0]) +
@@ -387,31 +399,18 @@ Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
   if (cross_ && s.size() == 4 && s[3] != Shape{s[1][0]})
     throw ShapeError(me + ": encoder_padding_mask must be {encoder steps} = " + Shape{s[1][0]}.str() + "; got " +
                      s[3].str());
-  const int64_t e = x[1], h = num_heads_, kd = e / h, ff = intermediate_dim_;
-  if (ln1_g_.valid()) return x;  // called again (shared): the same weights, any sequence lengths
+  const int64_t e = x[1], h = num_heads_, kd = e / h;
+  if (self_norm_[0].valid()) return x;  // called again (shared): the same weights, any sequence lengths
   built_features_ = {e, cross_ ? s[1][1] : 0};
   head_dim_ = kd;
   auto add = [&](WeightSpec w) { return add_weight(std::move(w)); };
-  auto glorot = [&](const char* n, const Shape& shape) {
-    return add_weight({.name = n, .shape = shape, .initializer = initializers::glorot_uniform()});
-  };
-  auto constant = [&](const char* n, const Shape& shape, float v) {
-    return add_weight({.name = n, .shape = shape, .initializer = initializers::constant(v)});
-  };
   self_attention_ = declare_attention(add, "self_attention", e, e, h, kd, e);
-  ln1_g_ = constant("self_attention_layer_norm.gamma", {e}, 1);
-  ln1_b_ = constant("self_attention_layer_norm.beta", {e}, 0);
+  self_norm_ = declare_norm("self_attention_layer_norm", e);
   if (cross_) {
     cross_attention_ = declare_attention(add, "cross_attention", e, s[1][1], h, kd, e);
-    lnc_g_ = constant("cross_attention_layer_norm.gamma", {e}, 1);
-    lnc_b_ = constant("cross_attention_layer_norm.beta", {e}, 0);
+    cross_norm_ = declare_norm("cross_attention_layer_norm", e);
   }
-  ff1_k_ = glorot("feedforward_intermediate_dense.kernel", {e, ff});
-  ff1_b_ = constant("feedforward_intermediate_dense.bias", {ff}, 0);
-  ff2_k_ = glorot("feedforward_output_dense.kernel", {ff, e});
-  ff2_b_ = constant("feedforward_output_dense.bias", {e}, 0);
-  ln2_g_ = constant("feedforward_layer_norm.gamma", {e}, 1);
-  ln2_b_ = constant("feedforward_layer_norm.beta", {e}, 0);
+  declare_feedforward(e);
   return x;
 }
 
@@ -432,7 +431,7 @@ Value TransformerDecoder::call_inputs(Builder& b, std::span<const Value> in, con
 }
 
 Value TransformerDecoder::call_with_cache(Builder& b, Value x, const DecoderCache& cache) {
-  if (!ln1_g_.valid())
+  if (!self_norm_[0].valid())
     throw StateError("TransformerDecoder '" + name() + "' is not built: call it on a sequence (in a model) first");
   if (cross_)
     throw ValueError("TransformerDecoder '" + name() +
@@ -456,12 +455,6 @@ Value TransformerDecoder::block(Builder& b, Value x, Value encoder, Value decode
                                 const CallOptions& options, const DecoderCache* cache) {
   const bool drop = options.training && dropout_ > 0.0f;
   auto bind = [&](WeightId id) { return bind_weight(b, id); };
-  auto norm = [&](WeightId g, WeightId beta) {
-    return [&, g, beta](Value v) { return b.layer_norm(v, epsilon_, bind(g), bind(beta)); };
-  };
-  auto dropout = [&](uint64_t stream) {
-    return [&, stream](Value v) { return drop ? b.dropout(v, dropout_, seed_ + stream) : v; };
-  };
   const int64_t t = b.shape(x)[1];
   auto self_attention = [&](Value v) {
     detail::AttentionCall c;
@@ -475,7 +468,7 @@ Value TransformerDecoder::block(Builder& b, Value x, Value encoder, Value decode
     }
     return detail::multi_head_attention(b, bind_attention(bind, self_attention_), num_heads_, c);
   };
-  Value h = residual(b, normalize_first_, x, self_attention, norm(ln1_g_, ln1_b_), dropout(1));
+  Value h = sub_block(b, x, self_attention, self_norm_, options.training, 1);
   if (cross_) {
     auto cross_attention = [&](Value v) {
       detail::AttentionCall c;
@@ -484,23 +477,9 @@ Value TransformerDecoder::block(Builder& b, Value x, Value encoder, Value decode
       if (drop) c.dropout = dropout_, c.seed = seed_ + 3;
       return detail::multi_head_attention(b, bind_attention(bind, cross_attention_), num_heads_, c);
     };
-    h = residual(b, normalize_first_, h, cross_attention, norm(lnc_g_, lnc_b_), dropout(4));
+    h = sub_block(b, h, cross_attention, cross_norm_, options.training, 4);
   }
-  auto ffn = [&](Value v) {
-    return feedforward(b, v, bind(ff1_k_), bind(ff1_b_), bind(ff2_k_), bind(ff2_b_), activation_);
-  };
-  return residual(b, normalize_first_, h, ffn, norm(ln2_g_, ln2_b_), dropout(2));
-}
-
-LayerConfig TransformerDecoder::config() const {
-  return LayerConfig(type())
-      .set("intermediate_dim", intermediate_dim_)
-      .set("num_heads", num_heads_)
-      .set("dropout", double(dropout_))
-      .set("activation", activation_name(activation_))
-      .set("layer_norm_epsilon", double(epsilon_))
-      .set("normalize_first", normalize_first_)
-      .set("seed", int64_t(seed_));
+  return feedforward_block(b, h, options.training);
 }
 
 }  // namespace tensorgrad::nn

@@ -110,31 +110,14 @@ TEST(TransformerEncoder, MatchesPyTorchsEncoderLayer) {
 TEST(TransformerEncoder, MatchesPyTorchsGradients) {
   for (const Fixture& f : fixtures()) {
     SCOPED_TRACE(f.normalize_first ? "pre-norm" : "post-norm");
-    nn::Model m = model_of(f);
-    const ModelFunction fn = m.model_function();
-    Graph g;
-    const std::vector<Tensor> xs = inputs_of(f);
-    std::vector<Value> in;
-    for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(fn.inputs[i].name, xs[i].shape()));
-    const Value w = g.input("w", f.w.shape());
-    const Value loss = g.sum(g.mul(fn.forward(g, in, false).at(0), w));
-    std::vector<Value> wrt{in[0]};
-    const std::vector<Value> params = g.trainable_parameters();
-    ASSERT_EQ(params.size(), 16u);
-    wrt.insert(wrt.end(), params.begin(), params.end());
-    const std::vector<Value> grads = g.gradients(loss, wrt);
-    std::vector<std::string> param_names;  // the graph's creation order, not the declaration order
-    for (Value p : params) param_names.push_back(g.node(p).name);
-    Executable exe(std::move(g), grads);
-    for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
-    exe.bind(w, f.w);
-    exe.run();
-    expect_close(exe.output(grads[0]).data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
-    for (size_t i = 0; i < 16; ++i) {
-      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), param_names[i].substr(8)) - f.names.begin());
-      ASSERT_LT(k, f.names.size()) << param_names[i];
-      const Tensor got = exe.output(grads[i + 1]);
-      expect_close(got.data<float>(), f.grads[k], got.numel(), "grad " + f.names[k]);
+    const test_support::ProjectionGradients got =
+        test_support::projection_gradients(model_of(f), inputs_of(f), f.w, {0});
+    expect_close(got.inputs[0].data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
+    ASSERT_EQ(got.weights.size(), 16u);
+    for (const auto& [name, grad] : got.weights) {
+      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), name) - f.names.begin());
+      ASSERT_LT(k, f.names.size()) << name;
+      expect_close(grad.data<float>(), f.grads[k], grad.numel(), "grad " + f.names[k]);
     }
   }
 }

@@ -109,35 +109,17 @@ TEST(TransformerDecoder, MatchesPyTorch) {
 TEST(TransformerDecoder, MatchesPyTorchsGradients) {
   for (const Fixture& f : fixtures()) {
     SCOPED_TRACE(f.name);
-    nn::Model m = model_of(f);
-    const ModelFunction fn = m.model_function();
-    Graph g;
-    const std::vector<Tensor> xs = inputs_of(f);
-    std::vector<Value> in;
-    for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(fn.inputs[i].name, xs[i].shape()));
-    const Value w = g.input("w", f.w.shape());
-    const Value loss = g.sum(g.mul(fn.forward(g, in, false).at(0), w));
-    const size_t n_in = f.s ? 2 : 1;  // x and the encoder sequence
-    std::vector<Value> wrt(in.begin(), in.begin() + long(n_in));
-    const std::vector<Value> params = g.trainable_parameters();
-    ASSERT_EQ(params.size(), f.names.size());
-    wrt.insert(wrt.end(), params.begin(), params.end());
-    const std::vector<Value> grads = g.gradients(loss, wrt);
-    std::vector<std::string> param_names;  // the graph's creation order, not the declaration order
-    for (Value p : params) param_names.push_back(g.node(p).name);
-    Executable exe(std::move(g), grads);
-    for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
-    exe.bind(w, f.w);
-    exe.run();
-    expect_close(exe.output(grads[0]).data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
+    const std::vector<size_t> wrt = f.s ? std::vector<size_t>{0, 1} : std::vector<size_t>{0};  // x, the encoder's
+    const test_support::ProjectionGradients got =
+        test_support::projection_gradients(model_of(f), inputs_of(f), f.w, wrt);
+    expect_close(got.inputs[0].data<float>(), f.grad_x.data<float>(), f.grad_x.numel(), "grad x");
     if (f.s)
-      expect_close(exe.output(grads[1]).data<float>(), f.grad_encoder.data<float>(), f.grad_encoder.numel(),
-                   "grad encoder");
-    for (size_t i = 0; i < params.size(); ++i) {
-      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), param_names[i].substr(8)) - f.names.begin());
-      ASSERT_LT(k, f.names.size()) << param_names[i];
-      const Tensor got = exe.output(grads[i + n_in]);
-      expect_close(got.data<float>(), f.grads[k], got.numel(), "grad " + f.names[k]);
+      expect_close(got.inputs[1].data<float>(), f.grad_encoder.data<float>(), f.grad_encoder.numel(), "grad enc");
+    ASSERT_EQ(got.weights.size(), f.names.size());
+    for (const auto& [name, grad] : got.weights) {
+      const size_t k = size_t(std::find(f.names.begin(), f.names.end(), name) - f.names.begin());
+      ASSERT_LT(k, f.names.size()) << name;
+      expect_close(grad.data<float>(), f.grads[k], grad.numel(), "grad " + name);
     }
   }
 }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "test_support.h"
 #include "tensorgrad/tensorgrad.h"
+#include "test_support.h"
 
 namespace test_support {
 
@@ -71,6 +71,40 @@ inline std::string check_gradients(const tensorgrad::nn::Model& model, const std
     }
   }
   return "";
+}
+
+// The gradients of sum(output 0 * w) at xs, for reference fixtures: one per
+// input index in `wrt`, then one per trainable weight, named by the weight's
+// name without its layer ("self_attention.query_kernel").
+struct ProjectionGradients {
+  std::vector<tensorgrad::Tensor> inputs;
+  std::vector<std::pair<std::string, tensorgrad::Tensor>> weights;
+};
+inline ProjectionGradients projection_gradients(const tensorgrad::nn::Model& model,
+                                                const std::vector<tensorgrad::Tensor>& xs, const tensorgrad::Tensor& w,
+                                                const std::vector<size_t>& wrt) {
+  const tensorgrad::ModelFunction fn = model.model_function();
+  tensorgrad::Graph g;
+  std::vector<tensorgrad::Value> in;
+  for (size_t i = 0; i < xs.size(); ++i) in.push_back(g.input(fn.inputs[i].name, xs[i].shape(), xs[i].dtype()));
+  const tensorgrad::Value wv = g.input("w", w.shape());
+  const tensorgrad::Value loss = g.sum(g.mul(fn.forward(g, in, false).at(0), wv));
+  std::vector<tensorgrad::Value> of;
+  for (size_t i : wrt) of.push_back(in.at(i));
+  const std::vector<tensorgrad::Value> params = g.trainable_parameters();
+  of.insert(of.end(), params.begin(), params.end());
+  std::vector<std::string> names;  // the graph's creation order, not the declaration order
+  for (tensorgrad::Value p : params) names.push_back(g.node(p).name.substr(g.node(p).name.find('/') + 1));
+  const std::vector<tensorgrad::Value> grads = g.gradients(loss, of);
+  tensorgrad::Executable exe(std::move(g), grads);
+  for (size_t i = 0; i < xs.size(); ++i) exe.bind(in[i], xs[i]);
+  exe.bind(wv, w);
+  exe.run();
+  ProjectionGradients out;
+  for (size_t i = 0; i < wrt.size(); ++i) out.inputs.push_back(exe.output(grads[i]).clone());
+  for (size_t i = 0; i < params.size(); ++i)
+    out.weights.emplace_back(names[i], exe.output(grads[wrt.size() + i]).clone());
+  return out;
 }
 
 }  // namespace test_support

@@ -2,6 +2,7 @@
 // Attention layers: keras.layers.MultiHeadAttention, KerasHub's
 // transformer blocks and their position embeddings.
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,51 @@ class MultiHeadAttention : public Layer {
   WeightId query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
 };
 
+/// What KerasHub's TransformerEncoder and TransformerDecoder share: their
+/// arguments, the feed-forward sub-block (feedforward_intermediate_dense,
+/// the activation, feedforward_output_dense, feedforward_layer_norm), and
+/// the residual connection with layer normalization around each sub-block
+/// (after it, or before it with normalize_first). Masks: a sequence's mask
+/// (Embedding(mask_zero)) is a padding mask, and the output carries the
+/// first input's.
+class TransformerBlock : public Layer {
+ public:
+  bool supports_masking() const override { return true; }
+  /// The output carries the first input's mask.
+  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
+  LayerConfig config() const override;
+
+ protected:
+  /// Throws ValueError for intermediate_dim or num_heads < 1, a dropout
+  /// outside [0, 1), an epsilon <= 0, or an unknown activation, naming `type`.
+  TransformerBlock(const char* prefix, const char* type, int64_t intermediate_dim, int64_t num_heads, float dropout,
+                   const std::string& activation, float layer_norm_epsilon, bool normalize_first,
+                   std::optional<uint64_t> seed);
+  /// Declares a layer normalization's `<prefix>.gamma` (ones) and `.beta` (zeros) of width e.
+  std::array<WeightId, 2> declare_norm(const std::string& prefix, int64_t e);
+  /// Declares the feed-forward weights and their normalization for width e.
+  void declare_feedforward(int64_t e);
+  /// x + dropout(f(norm(x))) with normalize_first, else norm(x + dropout(f(x))); the dropout (training
+  /// only) from the layer's seed plus `stream`.
+  Value sub_block(Builder& b, Value x, const std::function<Value(Value)>& f, const std::array<WeightId, 2>& norm,
+                  bool training, uint64_t stream);
+  /// The feed-forward sub-block on h {B, T, E}, its residual included.
+  Value feedforward_block(Builder& b, Value h, bool training);
+
+  /// The constructor's arguments (the seed drawn when none was given).
+  ///@{
+  int64_t intermediate_dim_, num_heads_;
+  float dropout_, epsilon_;
+  Activation activation_;
+  bool normalize_first_;
+  uint64_t seed_;
+  ///@}
+
+ private:
+  std::array<WeightId, 2> ff_norm_;
+  WeightId ff1_k_, ff1_b_, ff2_k_, ff2_b_;
+};
+
 /// A transformer encoder block (keras_hub.layers.TransformerEncoder; Vaswani
 /// et al. 2017): self-attention and a feed-forward network of
 /// `intermediate_dim` units, each with a residual connection and layer
@@ -76,7 +122,7 @@ class MultiHeadAttention : public Layer {
 /// feedforward_intermediate_dense.{kernel,bias} {E, I}, {I},
 /// feedforward_output_dense.{kernel,bias} {I, E}, {E},
 /// feedforward_layer_norm.{gamma,beta}.
-class TransformerEncoder : public Layer {
+class TransformerEncoder : public TransformerBlock {
  public:
   /// activation: a name activation_from_name reads ("relu", "gelu", ...).
   /// Throws ValueError for intermediate_dim or num_heads < 1, a dropout
@@ -91,23 +137,12 @@ class TransformerEncoder : public Layer {
   Shape build_inputs(std::span<const Shape> input_shapes) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
-  /// x's mask (Embedding(mask_zero)) is a padding mask, with padding_mask's
-  /// when both are given.
-  bool supports_masking() const override { return true; }
-  /// The output carries x's mask.
-  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  LayerConfig config() const override;
 
  private:
-  int64_t intermediate_dim_, num_heads_;
-  float dropout_, epsilon_;
-  Activation activation_;
-  bool normalize_first_;
-  uint64_t seed_;
   int64_t built_features_ = 0;         // E of the first call
   std::array<WeightId, 8> attention_;  // {query, key, value, output} x {kernel, bias}
-  WeightId ln1_g_, ln1_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
+  std::array<WeightId, 2> attention_norm_;
 };
 
 /// The self-attention state of one TransformerDecoder for generation one
@@ -154,7 +189,7 @@ struct DecoderCache {
 /// feedforward_layer_norm.{gamma,beta}. A shared block (called again) keeps
 /// its weights and takes any sequence lengths, with the same features and
 /// the same kind of call (with or without an encoder sequence).
-class TransformerDecoder : public Layer {
+class TransformerDecoder : public TransformerBlock {
  public:
   /// As TransformerEncoder's. Throws ValueError for intermediate_dim or
   /// num_heads < 1, a dropout outside [0, 1), an epsilon <= 0, or an
@@ -177,31 +212,22 @@ class TransformerDecoder : public Layer {
   /// position, as the full call gives it at that step. Throws ValueError for
   /// a block with cross-attention, ShapeError for other shapes.
   Value call_with_cache(Builder& b, Value x, const DecoderCache& cache);
-  /// The sequences' masks (Embedding(mask_zero)) are padding masks: the
-  /// decoder sequence's for self-attention, the encoder sequence's for
-  /// cross-attention, with the padding-mask inputs when both are given.
-  bool supports_masking() const override { return true; }
-  /// The output carries the decoder sequence's mask.
-  bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
+
   /// The number of heads and each head's key size (the cache's shape).
   ///@{
   int64_t num_heads() const { return num_heads_; }
   int64_t head_dim() const { return head_dim_; }
   ///@}
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
-  LayerConfig config() const override;
 
  private:
   Value block(Builder& b, Value x, Value encoder, Value decoder_mask, Value encoder_mask, const CallOptions& options,
               const DecoderCache* cache);
-  int64_t intermediate_dim_, num_heads_, head_dim_ = 0;
-  float dropout_, epsilon_;
-  Activation activation_;
-  bool normalize_first_, cross_ = false;
-  uint64_t seed_;
+  int64_t head_dim_ = 0;
+  bool cross_ = false;
   std::array<int64_t, 2> built_features_{};  // E and the encoder's features (0: none) of the first call
   std::array<WeightId, 8> self_attention_, cross_attention_;  // {query, key, value, output} x {kernel, bias}
-  WeightId ln1_g_, ln1_b_, lnc_g_, lnc_b_, ff1_k_, ff1_b_, ff2_k_, ff2_b_, ln2_g_, ln2_b_;
+  std::array<WeightId, 2> self_norm_, cross_norm_;
 };
 
 /// Learned position embeddings (keras_hub.layers.PositionEmbedding): for x
