@@ -46,10 +46,11 @@ CausalLM::CausalLM(const Model& model) : impl_(std::make_unique<Impl>()) {
     throw ValueError("CausalLM takes a model of one input, token ids {steps}; '" + model.name() + "' has " +
                      std::to_string(inputs.size()) + " input(s)" +
                      (inputs.size() == 1 ? " of shape " + inputs[0].shape().str() : std::string()));
-  if (model.outputs().size() != 1 || model.outputs()[0].shape().rank() != 2)
+  const std::vector<SymbolicTensor>& outputs = model.outputs();
+  if (outputs.size() != 1 || outputs[0].shape().rank() != 2)
     throw ValueError("CausalLM takes a model of one output, logits {steps, vocabulary}; '" + model.name() + "' gives " +
-                     std::to_string(model.outputs().size()) + " output(s), the first " +
-                     model.outputs()[0].shape().str());
+                     std::to_string(outputs.size()) + " output(s)" +
+                     (outputs.empty() ? std::string() : ", the first " + outputs[0].shape().str()));
   m.vocabulary = model.outputs()[0].shape()[1];
   // The capacity is the shortest position table: positions past it have no embedding.
   m.capacity = std::numeric_limits<int64_t>::max();

@@ -254,6 +254,7 @@ std::shared_ptr<const FunctionalGraph> FunctionalGraph::clone(CloneMap* shared) 
     n->name = c->name;
     n->more_shapes = c->more_shapes;
     n->output_names = c->output_names;
+    n->masked = c->masked;
     calls[c] = n;
   }
   std::vector<SymbolicTensor> new_outputs;

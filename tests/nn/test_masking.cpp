@@ -110,7 +110,11 @@ TEST(Masking, TheLossSkipsPaddedPositions) {
       sum += mx + std::log(e) - double(z[y.data<int32_t>()[p]]);
       ++count;
     }
-    EXPECT_NEAR(m.evaluate(in, y, 2).at("loss"), sum / count, 1e-5) << "step " << step;
+    const double loss = m.evaluate(in, y, 2).at("loss");
+    EXPECT_NEAR(loss, sum / count, 1e-5) << "step " << step;
+    // A clone, and a Trainer (which trains a copy), skip the padding too.
+    EXPECT_NEAR(m.clone().evaluate(in, y, 2).at("loss"), loss, 1e-6) << "step " << step;
+    EXPECT_NEAR(nn::Trainer(m, {.batch_size = 2}).eval(in, y), loss, 1e-6) << "step " << step;
     m.fit(in, y, {.epochs = 1, .batch_size = 2, .verbose = 0});
   }
 }
