@@ -259,6 +259,11 @@ TransformerBlock::TransformerBlock(const char* prefix, const char* type, int64_t
   seed_ = seed ? *seed : global_generator()();
 }
 
+std::array<WeightId, 8> TransformerBlock::declare_attention_block(const std::string& prefix, int64_t e, int64_t kv) {
+  return declare_attention([&](WeightSpec w) { return add_weight(std::move(w)); }, prefix, e, kv, num_heads_,
+                           e / num_heads_, e);
+}
+
 std::array<WeightId, 2> TransformerBlock::declare_norm(const std::string& prefix, int64_t e) {
   return {add_weight({.name = prefix + ".gamma", .shape = {e}, .initializer = initializers::constant(1)}),
           add_weight({.name = prefix + ".beta", .shape = {e}, .initializer = initializers::constant(0)})};
@@ -311,8 +316,6 @@ TransformerEncoder::TransformerEncoder(int64_t intermediate_dim, int64_t num_hea
     : TransformerBlock("transformer_encoder", "TransformerEncoder", intermediate_dim, num_heads, dropout, activation,
                        layer_norm_epsilon, normalize_first, seed) {}
 
-Shape TransformerEncoder::build(const Shape& s) { return build_inputs({&s, 1}); }
-
 Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
   if (s.empty() || s.size() > 2)
     throw ValueError("TransformerEncoder '" + name() + "' takes x or {x, padding_mask}; got " +
@@ -324,7 +327,7 @@ Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
   if (s.size() == 2 && s[1] != Shape{x[0]})
     throw ShapeError("TransformerEncoder '" + name() + "': padding_mask must be {steps} = " + Shape{x[0]}.str() +
                      "; got " + s[1].str());
-  const int64_t e = x[1], h = num_heads_, kd = e / h;
+  const int64_t e = x[1];
   if (attention_norm_[0].valid()) {  // called again (shared): the same weights, any sequence length
     if (e != built_features_)
       throw ShapeError("TransformerEncoder '" + name() + "' was built for " + std::to_string(built_features_) +
@@ -332,15 +335,10 @@ Shape TransformerEncoder::build_inputs(std::span<const Shape> s) {
     return x;
   }
   built_features_ = e;
-  attention_ =
-      declare_attention([&](WeightSpec w) { return add_weight(std::move(w)); }, "self_attention", e, e, h, kd, e);
+  attention_ = declare_attention_block("self_attention", e, e);
   attention_norm_ = declare_norm("self_attention_layer_norm", e);
   declare_feedforward(e);
   return x;
-}
-
-Value TransformerEncoder::call(Builder& b, Value x, const CallOptions& options) {
-  return call_inputs(b, {&x, 1}, options);
 }
 
 Value TransformerEncoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {
@@ -365,8 +363,6 @@ TransformerDecoder::TransformerDecoder(int64_t intermediate_dim, int64_t num_hea
                                        std::optional<uint64_t> seed)
     : TransformerBlock("transformer_decoder", "TransformerDecoder", intermediate_dim, num_heads, dropout, activation,
                        layer_norm_epsilon, normalize_first, seed) {}
-
-Shape TransformerDecoder::build(const Shape& s) { return build_inputs({&s, 1}); }
 
 Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
   const std::string me = "TransformerDecoder '" + name() + "'";
@@ -399,23 +395,18 @@ Shape TransformerDecoder::build_inputs(std::span<const Shape> s) {
   if (cross_ && s.size() == 4 && s[3] != Shape{s[1][0]})
     throw ShapeError(me + ": encoder_padding_mask must be {encoder steps} = " + Shape{s[1][0]}.str() + "; got " +
                      s[3].str());
-  const int64_t e = x[1], h = num_heads_, kd = e / h;
+  const int64_t e = x[1];
   if (self_norm_[0].valid()) return x;  // called again (shared): the same weights, any sequence lengths
   built_features_ = {e, cross_ ? s[1][1] : 0};
-  head_dim_ = kd;
-  auto add = [&](WeightSpec w) { return add_weight(std::move(w)); };
-  self_attention_ = declare_attention(add, "self_attention", e, e, h, kd, e);
+  head_dim_ = e / num_heads_;
+  self_attention_ = declare_attention_block("self_attention", e, e);
   self_norm_ = declare_norm("self_attention_layer_norm", e);
   if (cross_) {
-    cross_attention_ = declare_attention(add, "cross_attention", e, s[1][1], h, kd, e);
+    cross_attention_ = declare_attention_block("cross_attention", e, s[1][1]);
     cross_norm_ = declare_norm("cross_attention_layer_norm", e);
   }
   declare_feedforward(e);
   return x;
-}
-
-Value TransformerDecoder::call(Builder& b, Value x, const CallOptions& options) {
-  return call_inputs(b, {&x, 1}, options);
 }
 
 Value TransformerDecoder::call_inputs(Builder& b, std::span<const Value> in, const CallOptions& options) {

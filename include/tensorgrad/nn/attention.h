@@ -72,6 +72,11 @@ class MultiHeadAttention : public Layer {
 /// first input's.
 class TransformerBlock : public Layer {
  public:
+  /// The block on x alone (no encoder sequence, no padding-mask input).
+  ///@{
+  Shape build(const Shape& input_shape) override { return build_inputs({&input_shape, 1}); }
+  Value call(Builder& b, Value x, const CallOptions& options) override { return call_inputs(b, {&x, 1}, options); }
+  ///@}
   bool supports_masking() const override { return true; }
   /// The output carries the first input's mask.
   bool produces_mask(const std::vector<bool>& input_masked) const override { return input_masked[0]; }
@@ -83,6 +88,10 @@ class TransformerBlock : public Layer {
   TransformerBlock(const char* prefix, const char* type, int64_t intermediate_dim, int64_t num_heads, float dropout,
                    const std::string& activation, float layer_norm_epsilon, bool normalize_first,
                    std::optional<uint64_t> seed);
+  /// Declares an attention sub-block's weights, `<prefix>.query_kernel` ...
+  /// in MultiHeadAttention's layout ({query, key, value, output} x {kernel,
+  /// bias}), for queries of width e and keys and values of width kv.
+  std::array<WeightId, 8> declare_attention_block(const std::string& prefix, int64_t e, int64_t kv);
   /// Declares a layer normalization's `<prefix>.gamma` (ones) and `.beta` (zeros) of width e.
   std::array<WeightId, 2> declare_norm(const std::string& prefix, int64_t e);
   /// Declares the feed-forward weights and their normalization for width e.
@@ -131,11 +140,9 @@ class TransformerEncoder : public TransformerBlock {
                      const std::string& activation = "relu", float layer_norm_epsilon = 1e-5f,
                      bool normalize_first = false, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "TransformerEncoder"; }
-  /// x {T, E}; throws ShapeError for another rank or an E that num_heads does not divide.
-  Shape build(const Shape& input_shape) override;
-  /// {x} or {x, padding_mask {T}}.
+  /// {x} or {x, padding_mask {T}}, x {T, E}; throws ShapeError for another
+  /// rank or an E that num_heads does not divide.
   Shape build_inputs(std::span<const Shape> input_shapes) override;
-  Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
 
@@ -198,13 +205,10 @@ class TransformerDecoder : public TransformerBlock {
                      const std::string& activation = "relu", float layer_norm_epsilon = 1e-5f,
                      bool normalize_first = false, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "TransformerDecoder"; }
-  /// decoder_sequence alone.
-  Shape build(const Shape& input_shape) override;
   /// The inputs as the class lists them; throws ShapeError for a sequence
   /// that is not {steps, features}, features num_heads does not divide, or
   /// a padding mask of another length, ValueError for other counts.
   Shape build_inputs(std::span<const Shape> input_shapes) override;
-  Value call(Builder& b, Value x, const CallOptions& options) override;
   Value call_inputs(Builder& b, std::span<const Value> inputs, const CallOptions& options) override;
   /// One decoding step at inference: x {batch, 1, E}, the position after
   /// those in `cache`, whose keys and values it writes there (shapes in
