@@ -1,4 +1,4 @@
-// The transcendental kernels (issue 15): each op's kernel (SLEEF's 8-lane
+// The transcendental kernels (issue 15): each op's kernel (SLEEF's 16- or 8-lane
 // exp, log, tanh, erf where built) against the scalar loop it replaced, the
 // same formula on std::exp / std::log / std::tanh / std::erf compiled as the
 // library is (the build type's -O, -march=native, -fno-math-errno), over 1,048,576

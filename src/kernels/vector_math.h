@@ -1,54 +1,97 @@
 #pragma once
 // Vectorised exp, log, tanh, erf, sigmoid, SiLU and GELU (both forms) over contiguous floats:
-// the fused recurrent gates and the unary ops. On AVX2 builds (the default -march=native on x86-64) they
-// run 8 lanes at a time through SLEEF's exp, log, tanh, erf and erfc (Debian's
-// libsleef-dev; 1.0 ulp, erfc 1.5); elsewhere, and for the tail, the same
-// formulas on std::exp, std::log, std::tanh, std::erf and std::erfc.
+// the fused recurrent gates, the unary ops and the attention kernel's softmax. Where SLEEF is built
+// (Debian's libsleef-dev; 1.0 ulp, erfc 1.5) they run a register at a time through its exp, log, tanh
+// and erf: 16 lanes on AVX-512 builds (the default -march=native on such machines), 8 on AVX2 builds;
+// the last partial register is loaded and stored under a mask, so every element of an array goes
+// through the same code whatever the split between threads. Elsewhere the same formulas run on
+// std::exp, std::log, std::tanh and std::erf.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX2__) && defined(TENSORGRAD_HAVE_SLEEF)
+#if defined(TENSORGRAD_HAVE_SLEEF) && (defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #include <sleef.h>
-#define TENSORGRAD_SLEEF_AVX2 1
+#define TENSORGRAD_SLEEF_LANES 1
 #endif
 
 namespace tensorgrad::kernels {
 
-/// Applies a SLEEF 8-lane function `v` over [0, n - n % 8) and the scalar
-/// `s` over the rest (and everywhere without AVX2); y may be x.
-template <class Vector, class Scalar>
-inline void map_n(const float* x, float* y, int64_t n, [[maybe_unused]] Vector v, Scalar s) {
-  int64_t i = 0;
-#ifdef TENSORGRAD_SLEEF_AVX2
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, v(_mm256_loadu_ps(x + i)));
+#ifdef TENSORGRAD_SLEEF_LANES
+// One register of floats (a GCC vector type: +, -, *, / and comparisons work lane-wise) and the
+// few operations the formulas below need beyond those.
+namespace simd {
+#if defined(__AVX512F__)
+using F = __m512;
+constexpr int kWidth = 16;
+inline F load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+inline F load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1u), p); }
+inline void store_first(float* p, F v, int n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1u), v); }
+inline F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+inline F exp(F v) { return Sleef_expf16_u10avx512f(v); }
+inline F log(F v) { return Sleef_logf16_u10avx512f(v); }
+inline F tanh(F v) { return Sleef_tanhf16_u10avx512f(v); }
+inline F erf(F v) { return Sleef_erff16_u10avx512f(v); }
+#else
+using F = __m256;
+constexpr int kWidth = 8;
+inline __m256i first_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline F load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+inline F load_first(const float* p, int n) { return _mm256_maskload_ps(p, first_mask(n)); }
+inline void store_first(float* p, F v, int n) { _mm256_maskstore_ps(p, first_mask(n), v); }
+inline F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+inline F exp(F v) { return Sleef_expf8_u10avx2(v); }
+inline F log(F v) { return Sleef_logf8_u10avx2(v); }
+inline F tanh(F v) { return Sleef_tanhf8_u10avx2(v); }
+inline F erf(F v) { return Sleef_erff8_u10avx2(v); }
 #endif
-  for (; i < n; ++i) y[i] = s(x[i]);
+// Lane-wise integers, as comparisons of F give them (-1 true, 0 false).
+typedef int32_t I __attribute__((vector_size(sizeof(F))));
+inline F splat(float a) { return F{} + a; }
+inline F bits_and(F a, uint32_t m) { return F(I(a) & I(splat(std::bit_cast<float>(m)))); }
+inline F abs(F a) { return bits_and(a, 0x7fffffffu); }
+// c where the lane's test holds, else b (GCC's vector conditional).
+inline F select(I test, F c, F b) { return test ? c : b; }
+}  // namespace simd
+#endif
+
+/// Applies `v` (a register at a time) over [0, n) where SLEEF is built, else the scalar `s`; y may be x.
+template <class Vector, class Scalar>
+inline void map_n(const float* x, float* y, int64_t n, [[maybe_unused]] Vector v, [[maybe_unused]] Scalar s) {
+#ifdef TENSORGRAD_SLEEF_LANES
+  int64_t i = 0;
+  for (; i + simd::kWidth <= n; i += simd::kWidth) simd::store(y + i, v(simd::load(x + i)));
+  if (i < n) simd::store_first(y + i, v(simd::load_first(x + i, int(n - i))), int(n - i));
+#else
+  for (int64_t i = 0; i < n; ++i) y[i] = s(x[i]);
+#endif
 }
 
-#ifdef TENSORGRAD_SLEEF_AVX2
-#define TENSORGRAD_LANES(body) [](__m256 v) { return body; }
+#ifdef TENSORGRAD_SLEEF_LANES
+#define TENSORGRAD_LANES(body) [](simd::F v) { return body; }
 #else
 #define TENSORGRAD_LANES(body) nullptr
 #endif
 
-/// y = exp(x), SLEEF's expf8_u10 (at most 1.0 ulp) or std::exp.
+/// y = exp(x), SLEEF's expf_u10 (at most 1.0 ulp) or std::exp.
 inline void exp_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n, TENSORGRAD_LANES(Sleef_expf8_u10avx2(v)), [](float a) { return std::exp(a); });
+  map_n(x, y, n, TENSORGRAD_LANES(simd::exp(v)), [](float a) { return std::exp(a); });
 }
 
-/// y = log(x) (NaN below 0, -inf at 0), SLEEF's logf8_u10 or std::log.
+/// y = log(x) (NaN below 0, -inf at 0), SLEEF's logf_u10 or std::log.
 inline void log_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n, TENSORGRAD_LANES(Sleef_logf8_u10avx2(v)), [](float a) { return std::log(a); });
+  map_n(x, y, n, TENSORGRAD_LANES(simd::log(v)), [](float a) { return std::log(a); });
 }
 
 /// y = x / (1 + exp(-x)) (SiLU, Elfwing et al. 2018).
 inline void silu_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n,
-        TENSORGRAD_LANES(_mm256_div_ps(
-            v, _mm256_add_ps(_mm256_set1_ps(1.0f), Sleef_expf8_u10avx2(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))))),
-        [](float a) { return a / (1.0f + std::exp(-a)); });
+  map_n(x, y, n, TENSORGRAD_LANES(v / (1.0f + simd::exp(-v))), [](float a) { return a / (1.0f + std::exp(-a)); });
 }
 
 /// erfc(z) for z >= 0 by the Vulkan backend's shader's approximation: t
@@ -72,31 +115,27 @@ inline float erfc_nonnegative(float z) {
   const float t = 1.0f / (1.0f + 0.5f * z), s = std::fma(t, kErfcS1, kErfcS0);
   float p = kErfcP[11];
   for (int k = 10; k >= 0; --k) p = std::fma(p, s, kErfcP[k]);
-  uint32_t bits;
-  std::memcpy(&bits, &z, 4);
-  bits &= 0xfffff000u;
-  float zh;
-  std::memcpy(&zh, &bits, 4);
+  const float zh = std::bit_cast<float>(std::bit_cast<uint32_t>(z) & 0xfffff000u);
   const float d = (z - zh) * (z + zh);
   return t * std::exp(-zh * zh) * std::exp(p - d);
 }
 /// erfc(z) for any z: 2 - erfc(-z) below 0.
 inline float erfc_fast(float z) { return z < 0.0f ? 2.0f - erfc_nonnegative(-z) : erfc_nonnegative(z); }
-#ifdef TENSORGRAD_SLEEF_AVX2
-inline __m256 erfc_fast8(__m256 z) {
-  const __m256 one = _mm256_set1_ps(1.0f), a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
-  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, one));
-  const __m256 s = _mm256_fmadd_ps(t, _mm256_set1_ps(kErfcS1), _mm256_set1_ps(kErfcS0));
-  __m256 p = _mm256_set1_ps(kErfcP[11]);
-  for (int k = 10; k >= 0; --k) p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(kErfcP[k]));
-  const __m256 zh = _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(int(0xfffff000u))));
-  const __m256 d = _mm256_mul_ps(_mm256_sub_ps(a, zh), _mm256_add_ps(a, zh));
-  __m256 e =
-      _mm256_mul_ps(_mm256_mul_ps(t, Sleef_expf8_u10avx2(_mm256_mul_ps(_mm256_xor_ps(zh, _mm256_set1_ps(-0.0f)), zh))),
-                    Sleef_expf8_u10avx2(_mm256_sub_ps(p, d)));
-  e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(a, _mm256_set1_ps(10.1f), _CMP_GT_OQ));
-  e = _mm256_blendv_ps(e, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));  // NaN stays NaN
-  return _mm256_blendv_ps(e, _mm256_sub_ps(_mm256_set1_ps(2.0f), e), _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ));
+#ifdef TENSORGRAD_SLEEF_LANES
+/// erfc_fast a register at a time.
+inline simd::F erfc_fast(simd::F z) {
+  using simd::F;
+  const F a = simd::abs(z);
+  const F t = 1.0f / simd::fma(simd::splat(0.5f), a, simd::splat(1.0f));
+  const F s = simd::fma(t, simd::splat(kErfcS1), simd::splat(kErfcS0));
+  F p = simd::splat(kErfcP[11]);
+  for (int k = 10; k >= 0; --k) p = simd::fma(p, s, simd::splat(kErfcP[k]));
+  const F zh = simd::bits_and(a, 0xfffff000u);
+  const F d = (a - zh) * (a + zh);
+  F e = t * simd::exp(-zh * zh) * simd::exp(p - d);
+  e = simd::select(a > 10.1f, simd::splat(0.0f), e);
+  e = simd::select(a != a, a, e);  // NaN stays NaN
+  return simd::select(z < 0.0f, 2.0f - e, e);
 }
 #endif
 
@@ -105,9 +144,7 @@ inline __m256 erfc_fast8(__m256 z) {
 /// which does not cancel for negative x as 1 + erf does (100 ulps at x = -3),
 /// with erfc_fast.
 inline void gelu_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n,
-        TENSORGRAD_LANES(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v),
-                                       erfc_fast8(_mm256_mul_ps(v, _mm256_set1_ps(-float(M_SQRT1_2)))))),
+  map_n(x, y, n, TENSORGRAD_LANES(0.5f * v * erfc_fast(v * -float(M_SQRT1_2))),
         [](float a) { return 0.5f * a * erfc_fast(-a * float(M_SQRT1_2)); });
 }
 
@@ -115,26 +152,26 @@ inline void gelu_n(const float* x, float* y, int64_t n) {
 /// / 2 (erfc_fast) and phi the normal density.
 inline void gelu_backward_n(const float* x, const float* g, float* dx, int64_t n) {
   constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-  auto one = [](float v, float gv) {
-    return gv * (0.5f * erfc_fast(-v * float(M_SQRT1_2)) + v * std::exp(-0.5f * v * v) * kInvSqrt2Pi);
+#ifdef TENSORGRAD_SLEEF_LANES
+  auto one = [](simd::F v, simd::F gv) {
+    const simd::F cdf = 0.5f * erfc_fast(v * -float(M_SQRT1_2)), pdf = kInvSqrt2Pi * simd::exp(-0.5f * (v * v));
+    return gv * simd::fma(v, pdf, cdf);
   };
   int64_t i = 0;
-#ifdef TENSORGRAD_SLEEF_AVX2
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 cdf =
-        _mm256_mul_ps(_mm256_set1_ps(0.5f), erfc_fast8(_mm256_mul_ps(v, _mm256_set1_ps(-float(M_SQRT1_2)))));
-    const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(kInvSqrt2Pi),
-                                     Sleef_expf8_u10avx2(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v))));
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_fmadd_ps(v, pdf, cdf)));
+  for (; i + simd::kWidth <= n; i += simd::kWidth) simd::store(dx + i, one(simd::load(x + i), simd::load(g + i)));
+  if (i < n) {
+    const int rest = int(n - i);
+    simd::store_first(dx + i, one(simd::load_first(x + i, rest), simd::load_first(g + i, rest)), rest);
   }
+#else
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = g[i] * (0.5f * erfc_fast(-x[i] * float(M_SQRT1_2)) + x[i] * std::exp(-0.5f * x[i] * x[i]) * kInvSqrt2Pi);
 #endif
-  for (; i < n; ++i) dx[i] = one(x[i], g[i]);
 }
 
-/// y = erf(x), SLEEF's erff8_u10 (at most 1.0 ulp) or std::erf.
+/// y = erf(x), SLEEF's erff_u10 (at most 1.0 ulp) or std::erf.
 inline void erf_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n, TENSORGRAD_LANES(Sleef_erff8_u10avx2(v)), [](float a) { return std::erf(a); });
+  map_n(x, y, n, TENSORGRAD_LANES(simd::erf(v)), [](float a) { return std::erf(a); });
 }
 
 /// GELU's tanh approximation (Hendrycks & Gimpel 2016; PyTorch's
@@ -147,28 +184,19 @@ inline void erf_n(const float* x, float* y, int64_t n) {
 constexpr float kGeluTanhA = -1.5957691216057308f, kGeluTanhB = -0.07135481627260025f;
 inline float gelu_tanh_value(float a) { return a / (1.0f + std::exp(a * (kGeluTanhA + kGeluTanhB * a * a))); }
 inline void gelu_tanh_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n,
-        TENSORGRAD_LANES(_mm256_div_ps(
-            v, _mm256_add_ps(_mm256_set1_ps(1.0f),
-                             Sleef_expf8_u10avx2(_mm256_mul_ps(
-                                 v, _mm256_add_ps(_mm256_set1_ps(kGeluTanhA),
-                                                  _mm256_mul_ps(_mm256_set1_ps(kGeluTanhB), _mm256_mul_ps(v, v)))))))),
+  map_n(x, y, n, TENSORGRAD_LANES(v / (1.0f + simd::exp(v * (kGeluTanhA + kGeluTanhB * (v * v))))),
         gelu_tanh_value);
 }
 
 /// y = 1 / (1 + exp(-x)); exp(-x) overflows to infinity for x < -88, which
 /// gives exactly 0, as the scalar formula does.
 inline void sigmoid_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n,
-        TENSORGRAD_LANES(_mm256_div_ps(
-            _mm256_set1_ps(1.0f),
-            _mm256_add_ps(_mm256_set1_ps(1.0f), Sleef_expf8_u10avx2(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))))),
-        [](float a) { return 1.0f / (1.0f + std::exp(-a)); });
+  map_n(x, y, n, TENSORGRAD_LANES(1.0f / (1.0f + simd::exp(-v))), [](float a) { return 1.0f / (1.0f + std::exp(-a)); });
 }
 
-/// y = tanh(x), SLEEF's tanhf8_u10 or std::tanh.
+/// y = tanh(x), SLEEF's tanhf_u10 or std::tanh.
 inline void tanh_n(const float* x, float* y, int64_t n) {
-  map_n(x, y, n, TENSORGRAD_LANES(Sleef_tanhf8_u10avx2(v)), [](float a) { return std::tanh(a); });
+  map_n(x, y, n, TENSORGRAD_LANES(simd::tanh(v)), [](float a) { return std::tanh(a); });
 }
 
 #undef TENSORGRAD_LANES
