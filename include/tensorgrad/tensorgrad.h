@@ -49,6 +49,12 @@
 #include "tensorgrad/nn/training_loop.h"
 #include "tensorgrad/ops/builder.h"
 #include "tensorgrad/opt/optimizer.h"
+#include "tensorgrad/rl/agent.h"
+#include "tensorgrad/rl/dqn.h"
+#include "tensorgrad/rl/env.h"
+#include "tensorgrad/rl/evaluate.h"
+#include "tensorgrad/rl/replay_buffer.h"
+#include "tensorgrad/rl/schedule.h"
 #include "tensorgrad/opt/schedules.h"
 
 // The namespaces, for the API reference (scripts/docs.sh).

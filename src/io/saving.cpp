@@ -259,8 +259,8 @@ namespace {
 // How checkpoints named a callback before Callback::type(): its class name as
 // the Itanium C++ ABI's demangler gives it (GCC, Clang), without namespaces
 // ("EarlyStopping", a user's "MyCallback"). Kept to read those files only.
-std::string class_name(const nn::Callback& callback) {
-  const char* mangled = typeid(callback).name();
+std::string class_name(const nn::Stateful& object) {
+  const char* mangled = typeid(object).name();
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
                                                    std::free);
@@ -272,16 +272,17 @@ std::string class_name(const nn::Callback& callback) {
 
 }  // namespace
 
-std::string callback_type_name(const nn::Callback& callback) {
-  const char* type = callback.type();
+std::string callback_type_name(const nn::Stateful& object) {
+  const char* type = object.type();
   if (!type || !*type)
-    throw ValueError("the callback of class " + class_name(callback) + "'s type() returned " +
+    throw ValueError("the " + std::string(dynamic_cast<const nn::Callback*>(&object) ? "callback" : "state") +
+                     " of class " + class_name(object) + "'s type() returned " +
                      (type ? "an empty name" : std::string("null")) +
                      "; return the name checkpoints record it by, as \"MyCallback\"");
   return type;
 }
 
-void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callbacks) {
+void add_callback_states(GGUFWriter& w, const std::vector<nn::Stateful*>& callbacks) {
   std::vector<std::string> types;
   for (size_t i = 0; i < callbacks.size(); ++i) {
     const std::string type = callback_type_name(*callbacks[i]);
@@ -302,13 +303,13 @@ void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callba
   if (!types.empty()) w.set_string_array("tensorgrad.callbacks.types", types);
 }
 
-std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Callback*>& callbacks,
-                                                    const char* call) {
+std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Stateful*>& callbacks,
+                                                    const char* call, const char* what) {
   const std::vector<std::string> saved =
       f.find("tensorgrad.callbacks.types") ? f.get_string_array("tensorgrad.callbacks.types")
                                            : std::vector<std::string>{};
   std::vector<std::string> mine;
-  for (const nn::Callback* c : callbacks) mine.push_back(callback_type_name(*c));
+  for (const nn::Stateful* c : callbacks) mine.push_back(callback_type_name(*c));
   // A file written before Callback::type() names each callback by its class.
   bool same = saved.size() == mine.size();
   for (size_t i = 0; same && i < saved.size(); ++i)
@@ -319,9 +320,9 @@ std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std
       for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
       return "[" + s + "]";
     };
-    throw ValueError(std::string(call) + ": " + f.path() + " holds the states of the callbacks " + list(saved) +
-                     "; the callbacks given are " + list(mine) +
-                     ". Resume with the same callbacks, in the same order, as the run that saved it");
+    throw ValueError(std::string(call) + ": " + f.path() + " holds the states of " + list(saved) +
+                     "; the " + what + " given are " + list(mine) + ". Resume with the same " + what +
+                     ", in the same order, as the run that saved it");
   }
   std::vector<nn::CallbackState> states(callbacks.size());
   for (size_t i = 0; i < callbacks.size(); ++i) {
@@ -334,7 +335,7 @@ std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std
     for (size_t j = 0; j < names.size(); ++j) {
       const std::string tensor = "callbacks/" + std::to_string(i) + "/" + std::to_string(j);
       if (!f.find_tensor(tensor))
-        throw FormatError(f.path() + ": the state of callback " + std::to_string(i) + " (" + mine[i] +
+        throw FormatError(f.path() + ": the state of " + what + "[" + std::to_string(i) + "] (" + mine[i] +
                           ") names " + std::to_string(names.size()) + " tensors but '" + tensor + "' is missing");
       states[i].tensors.emplace_back(names[j], f.read(tensor));
     }
@@ -436,18 +437,49 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch)
                                        " weights from " + path + "; left out:" + m.describe());
 }
 
-WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path) {
+// Puts `saved` into `states`, then runs `then` (the model's or trainer's own state): the objects check
+// their states as they take them, and on any error the ones already changed go back.
+template <class Then>
+void restore_states(const std::vector<nn::Stateful*>& states, const std::vector<nn::CallbackState>& saved, Then then) {
+  std::vector<nn::CallbackState> before;
+  for (nn::Stateful* c : states) before.push_back(c->get_state());
+  try {
+    for (size_t i = 0; i < states.size(); ++i) states[i]->set_state(saved[i]);
+    then();
+  } catch (...) {
+    for (size_t i = 0; i < states.size(); ++i) states[i]->set_state(before[i]);
+    throw;
+  }
+}
+
+// The states given beside a checkpoint, checked for nulls.
+std::vector<nn::Stateful*> checked_states(const std::vector<nn::Stateful*>& states, const char* call,
+                                          const char* what) {
+  for (size_t i = 0; i < states.size(); ++i)
+    if (!states[i]) throw ValueError(std::string(call) + ": " + what + "[" + std::to_string(i) + "] is null");
+  return states;
+}
+
+std::vector<nn::Stateful*> as_states(const std::vector<nn::Callback*>& callbacks) {
+  return std::vector<nn::Stateful*>(callbacks.begin(), callbacks.end());
+}
+
+WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path,
+                           const std::vector<nn::Stateful*>& states) {
   if (trainer.released()) throw StateError("save_checkpoint: the trainer was released by free()");
+  checked_states(states, "save_checkpoint", "states");
   const nn::TrainingState state = trainer.training_state();
   GGUFWriter w;
   detail::add_training_state(w, trainer.training_model(), state, "save_checkpoint");
   w.set_i64("tensorgrad.trainer.n_steps", state.steps);
   w.set_i64("tensorgrad.trainer.accumulation_period", state.accumulation_period);
+  detail::add_callback_states(w, states);
   return w.write(path);
 }
 
-void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
+void load_checkpoint(nn::Trainer& trainer, const std::string& path, const std::vector<nn::Stateful*>& states) {
   if (trainer.released()) throw StateError("load_checkpoint: the trainer was released by free()");
+  checked_states(states, "load_checkpoint", "states");
   const nn::Model& model = trainer.training_model();
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);
@@ -458,7 +490,10 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path) {
   state.accumulation_period = f.find("tensorgrad.trainer.accumulation_period")
                                   ? f.get_i64("tensorgrad.trainer.accumulation_period")
                                   : 0;
-  detail::with_file_context(f, "load_checkpoint", [&] { trainer.set_training_state(state); });
+  const std::vector<nn::CallbackState> saved = detail::read_callback_states(f, states, "load_checkpoint", "states");
+  restore_states(states, saved, [&] {
+    detail::with_file_context(f, "load_checkpoint", [&] { trainer.set_training_state(state); });
+  });
   detail::read_matched(f, m);
 }
 
@@ -468,12 +503,11 @@ WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int 
   if (initial_epoch < 0)
     throw ValueError("save_checkpoint: initial_epoch (the epoch a resumed fit starts at) must be >= 0; got " +
                      std::to_string(initial_epoch));
-  for (size_t i = 0; i < callbacks.size(); ++i)
-    if (!callbacks[i]) throw ValueError("save_checkpoint: callbacks[" + std::to_string(i) + "] is null");
+  const std::vector<nn::Stateful*> states = checked_states(as_states(callbacks), "save_checkpoint", "callbacks");
   GGUFWriter w;
   detail::add_training_state(w, model, model.training_state(), "save_checkpoint");
   w.set_i64("tensorgrad.fit.initial_epoch", initial_epoch);
-  detail::add_callback_states(w, callbacks);
+  detail::add_callback_states(w, states);
   return w.write(path);
 }
 
@@ -482,27 +516,18 @@ int load_checkpoint(nn::Model& model, const std::string& path, const std::vector
   if (!model.compiled())
     throw StateError("load_checkpoint: the model is not compiled; compile it as the saved one was (the same "
                      "optimizer), then load the checkpoint");
-  for (size_t i = 0; i < callbacks.size(); ++i)
-    if (!callbacks[i]) throw ValueError("load_checkpoint: callbacks[" + std::to_string(i) + "] is null");
+  const std::vector<nn::Stateful*> states = checked_states(as_states(callbacks), "load_checkpoint", "callbacks");
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);
   const int64_t epoch = f.find("tensorgrad.fit.initial_epoch") ? f.get_i64("tensorgrad.fit.initial_epoch") : 0;
   if (epoch < 0 || epoch > std::numeric_limits<int>::max())
     throw FormatError(path + ": tensorgrad.fit.initial_epoch is " + std::to_string(epoch) +
                       ", not an epoch number");
-  const std::vector<nn::CallbackState> states = detail::read_callback_states(f, callbacks, "load_checkpoint");
+  const std::vector<nn::CallbackState> saved = detail::read_callback_states(f, states, "load_checkpoint", "callbacks");
   const nn::TrainingState training = detail::read_training_state(f);
-  // The callbacks check their states as they take them: on any error, the
-  // ones already changed go back, and the model has not changed yet.
-  std::vector<nn::CallbackState> before;
-  for (nn::Callback* c : callbacks) before.push_back(c->get_state());
-  try {
-    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(states[i]);
+  restore_states(states, saved, [&] {
     detail::with_file_context(f, "load_checkpoint", [&] { model.set_training_state(training); });
-  } catch (...) {
-    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]->set_state(before[i]);
-    throw;
-  }
+  });
   detail::read_matched(f, m);
   return int(epoch);
 }

@@ -76,21 +76,23 @@ void add_training_state(GGUFWriter& w, const nn::Model& model, const nn::Trainin
 /// configuration that is not JSON.
 void check_checkpoint_optimizer(const GGUFFile& f, const nn::Model& model, const char* call);
 
-/// A callback's Callback::type() ("EarlyStopping"), as the checkpoint keys
-/// name it. ValueError when type() returns null or an empty name.
-std::string callback_type_name(const nn::Callback& callback);
-/// The states of `callbacks` (nulls not allowed), callback i's under
+/// A callback's or other state's type() ("EarlyStopping", "ReplayBuffer"),
+/// as the checkpoint keys name it. ValueError when type() returns null or an
+/// empty name.
+std::string callback_type_name(const nn::Stateful& object);
+/// The states of `callbacks` (callbacks, or the states saved beside a
+/// Trainer's checkpoint; nulls not allowed), entry i's under
 /// "tensorgrad.callbacks.<i>.<Type>.value.<key>" (F64) and its tensors as
 /// "callbacks/<i>/<j>" with their names in "...<Type>.tensor_names";
 /// "tensorgrad.callbacks.types" lists the types in order.
-void add_callback_states(GGUFWriter& w, const std::vector<nn::Callback*>& callbacks);
+void add_callback_states(GGUFWriter& w, const std::vector<nn::Stateful*>& callbacks);
 /// The states add_callback_states wrote, one per callback of `callbacks`,
 /// which must be the same number of callbacks of the same types in the same
-/// order (ValueError listing both lists otherwise). A file written before
+/// order (ValueError listing both lists, called `what`, otherwise). A file written before
 /// Callback::type() names callbacks by their class names without namespaces
 /// (GCC's and Clang's demangled typeid): such a name matches a callback of
 /// that class too. A file without callback states matches an empty list only.
-std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Callback*>& callbacks,
-                                                    const char* call);
+std::vector<nn::CallbackState> read_callback_states(const GGUFFile& f, const std::vector<nn::Stateful*>& callbacks,
+                                                    const char* call, const char* what);
 
 }  // namespace tensorgrad::io::detail

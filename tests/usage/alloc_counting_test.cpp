@@ -642,3 +642,31 @@ TEST(VulkanAllocations, AnMlpStepAllocatesNothingOfOurs) {
   RecordProperty("other_thread_allocations", std::to_string(g_other_threads.load()));
   EXPECT_EQ(mine - long(driver), 0);
 }
+
+// rl::ReplayBuffer and rl::PrioritizedReplayBuffer: add() copies into the storage allocated once, sample()
+// fills a batch made once, update_priorities() rewrites the sum tree in place.
+TEST(RlAllocations, ReplayAddSampleAndPriorityUpdatesAllocateNothing) {
+  tg::rl::ReplayBufferOptions o;
+  o.capacity = 64;
+  o.observation_shape = tg::Shape{4};
+  o.n_step = 3;
+  tg::rl::ReplayBuffer uniform(o);
+  tg::rl::PrioritizedReplayBuffer prioritized(o);
+  const tg::Tensor x = random_tensor({4}), x1 = random_tensor({1, 4}), next = random_tensor({4});
+  const tg::Tensor action = tg::Tensor::zeros(tg::Shape{}, tg::DType::Int32);
+  tg::rl::ReplayBatch ub = uniform.make_batch(32), pb = prioritized.make_batch(32);
+  const tg::Tensor td = random_tensor({32});
+  for (int i = 0; i < 40; ++i) {
+    uniform.add(x, int64_t(i % 2), 1.0f, next, i % 9 == 8, false);
+    prioritized.add(x1, action, 1.0f, next, false, i % 11 == 10);
+  }
+  long n = allocations_in(200, [&] {
+    uniform.add(x, int64_t(1), 0.5f, next, false, false);
+    uniform.add(x1, action, 0.5f, next, true, false);
+    uniform.sample(ub);
+    prioritized.add(x, int64_t(0), 0.5f, next, false, true);
+    prioritized.sample(pb);
+    prioritized.update_priorities(pb.indices, td);
+  });
+  EXPECT_EQ(n, 0);
+}

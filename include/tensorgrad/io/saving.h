@@ -77,22 +77,31 @@ void load_weights(nn::Model& model, const std::string& path, bool skip_mismatch 
 /// training state): weights, optimizer state by weight name (moments, 64-bit
 /// step counter, learning rate, gradient accumulators of an unfinished
 /// accumulation window with its micro-step count), the model's random stream
-/// and dropout counter, and the trainer's step counter. At the same thread
-/// count, N steps, save, load (in another process too), M steps give bit for
-/// bit what N + M steps give. Throws StateError for a freed trainer, IOError
-/// when the file cannot be written.
-WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path);
+/// and dropout counter, and the trainer's step counter; and the state of
+/// each of `states`, what the loop around the trainer keeps (a replay
+/// buffer: rl::ReplayBuffer), stored as callbacks' states are (see the
+/// model's save_checkpoint below). At the same thread count, N steps, save,
+/// load (in another process too), M steps give bit for bit what N + M steps
+/// give. Throws StateError for a freed trainer, ValueError for a null state
+/// or one whose type() is null or empty, IOError when the file cannot be
+/// written (what was at `path` is kept).
+WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path,
+                           const std::vector<nn::Stateful*>& states = {});
 /// Restores a checkpoint into a trainer made from a model of the same
-/// architecture and optimizer. Throws ValueError listing missing, unexpected
+/// architecture and optimizer, and the saved states into `states`, which
+/// must be of the same types (Stateful::type()) in the same order as those
+/// saved. Throws ValueError listing missing, unexpected
 /// and mismatched weights (as load_weights), or naming the optimizer of the
 /// file and of the trainer when they differ, or naming the first layer whose
 /// configuration differs (build the model with the same code after the same
 /// manual_seed: a Dropout's seed is drawn when it is made), or when the file
 /// stopped inside an accumulation window and this trainer's period
-/// (nbatch_logical / batch_size) differs from the saved one; FormatError for
+/// (nbatch_logical / batch_size) differs from the saved one, or listing the
+/// saved and the given states' types when they differ, or a state an object
+/// refuses (its set_state's error); FormatError for
 /// a file that is not a checkpoint; IOError as load_model. Nothing changes on
 /// error.
-void load_checkpoint(nn::Trainer& trainer, const std::string& path);
+void load_checkpoint(nn::Trainer& trainer, const std::string& path, const std::vector<nn::Stateful*>& states = {});
 
 /// Saves a compiled model's whole training state as a checkpoint (the file
 /// kind of the Trainer's): weights, optimizer state, the model's random

@@ -31,14 +31,32 @@ struct CallbackState {
   bool empty() const { return values.empty() && tensors.empty(); }
 };
 
+/// An object whose state a checkpoint saves and restores, recorded under
+/// its type name: the callbacks of a fit (io::save_checkpoint with a model),
+/// and what a training loop of one's own keeps beside its Trainer, such as a
+/// replay buffer (io::save_checkpoint with a Trainer and `states`).
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  /// The name a checkpoint records the state under and checks on loading:
+  /// the same in every build. Must not return null or an empty name.
+  virtual const char* type() const = 0;
+  /// What the object keeps: numbers by name, tensors by name in order.
+  virtual CallbackState get_state() const = 0;
+  /// Puts back a state from get_state() of an object of the same type and
+  /// arguments. Throws ValueError for a malformed state and changes nothing
+  /// then.
+  virtual void set_state(const CallbackState& state) = 0;
+};
+
 /// Hooks fit calls, as Keras 3 names them. Epochs and batches count from 0.
 /// A hook may stop training with model().set_stop_training(true): fit checks
 /// the flag after every hook and ends after the current one (the epoch's
 /// remaining batches are skipped; on_epoch_end and on_train_end still run).
 /// Exceptions thrown by a hook leave fit at once, as the same object.
-class Callback {
+class Callback : public Stateful {
  public:
-  virtual ~Callback() = default;
+  ~Callback() override = default;
   /// The model being trained; throws StateError outside fit (set by fit
   /// before on_train_begin, cleared after on_train_end).
   Model& model() const;
@@ -77,18 +95,18 @@ class Callback {
   /// base class: override it in a callback of yours that keeps state, so
   /// that a checkpoint tells it from other callbacks and refuses to load its
   /// state into another. Must not return null.
-  virtual const char* type() const { return "Callback"; }
+  const char* type() const override { return "Callback"; }
 
   /// What the callback keeps between epochs (default: nothing). Taken after
   /// an on_epoch_end, it is what the next epoch starts from.
-  virtual CallbackState get_state() const { return {}; }
+  CallbackState get_state() const override { return {}; }
   /// Puts back a state from get_state() of a callback of the same type and
   /// arguments; called after on_train_begin (which resets the state), the
   /// callback then behaves as the one the state came from. Built-in
   /// callbacks throw ValueError for a malformed state (a missing, unknown or
   /// out-of-range key, naming the callback and the key) and change nothing
   /// then. Default: ignores the state (a callback that keeps nothing).
-  virtual void set_state(const CallbackState& state) { (void)state; }
+  void set_state(const CallbackState& state) override { (void)state; }
   /// Whether the callback keeps state between epochs at all, asked when a
   /// fit begins (io::BackupAndRestore refuses such a callback placed after
   /// it). Default: a non-empty get_state(); a callback whose state is empty
