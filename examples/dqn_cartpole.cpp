@@ -61,10 +61,10 @@ int main(int argc, char** argv) {
   app.add_option("--gradient-steps", o.gradient_steps, "gradient steps per training round")
       ->check(CLI::Range(int64_t(1), int64_t(1000)))
       ->capture_default_str();
-  app.add_option("--target-update", o.target_update_interval, "hard target update every this many env steps (tau 1)")
+  app.add_option("--target-update", o.target_update_interval, "target update every this many env steps")
       ->check(CLI::Range(int64_t(1), int64_t(100000000)))
       ->capture_default_str();
-  app.add_option("--tau", o.tau, "< 1: soft (Polyak) target update with this tau after every gradient step")
+  app.add_option("--tau", o.tau, "the target update's tau (1: a copy; below 1: Polyak averaging)")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
   app.add_option("--eps-start", o.exploration.start, "initial exploration rate")
@@ -99,8 +99,9 @@ int main(int argc, char** argv) {
                   (unsigned long long)o.seed, (long long)steps, tg::num_threads(), o.device.str().c_str(), hidden,
                   layers, o.learning_rate, o.loss.c_str(), double(o.gamma), (long long)o.batch_size,
                   (long long)o.buffer_size, (long long)o.learning_starts, o.double_q ? "double-Q" : "plain targets",
-                  o.tau < 1.0 ? ("soft tau " + std::to_string(o.tau)).c_str()
-                              : ("hard every " + std::to_string(o.target_update_interval) + " steps").c_str(),
+                  (o.tau < 1.0 ? "tau " + std::to_string(o.tau) + " every " : "copied every ")
+                      .append(std::to_string(o.target_update_interval) + " steps")
+                      .c_str(),
                   o.exploration.start, o.exploration.end, (long long)o.exploration.steps,
                   prioritized ? ", prioritized replay" : "");
     tg::rl::CartPole env, eval_env, test_env;

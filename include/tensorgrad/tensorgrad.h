@@ -53,6 +53,7 @@
 #include "tensorgrad/rl/dqn.h"
 #include "tensorgrad/rl/env.h"
 #include "tensorgrad/rl/evaluate.h"
+#include "tensorgrad/rl/ppo.h"
 #include "tensorgrad/rl/replay_buffer.h"
 #include "tensorgrad/rl/schedule.h"
 #include "tensorgrad/opt/schedules.h"

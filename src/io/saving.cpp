@@ -447,7 +447,12 @@ void restore_states(const std::vector<nn::Stateful*>& states, const std::vector<
     for (size_t i = 0; i < states.size(); ++i) states[i]->set_state(saved[i]);
     then();
   } catch (...) {
-    for (size_t i = 0; i < states.size(); ++i) states[i]->set_state(before[i]);
+    for (size_t i = 0; i < states.size(); ++i) {
+      try {
+        states[i]->set_state(before[i]);
+      } catch (...) {  // the first error is the one to report; put back the others still
+      }
+    }
     throw;
   }
 }
@@ -493,8 +498,8 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path, const std::v
   const std::vector<nn::CallbackState> saved = detail::read_callback_states(f, states, "load_checkpoint", "states");
   restore_states(states, saved, [&] {
     detail::with_file_context(f, "load_checkpoint", [&] { trainer.set_training_state(state); });
+    detail::read_matched(f, m);
   });
-  detail::read_matched(f, m);
 }
 
 WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int initial_epoch,
@@ -527,8 +532,8 @@ int load_checkpoint(nn::Model& model, const std::string& path, const std::vector
   const nn::TrainingState training = detail::read_training_state(f);
   restore_states(states, saved, [&] {
     detail::with_file_context(f, "load_checkpoint", [&] { model.set_training_state(training); });
+    detail::read_matched(f, m);
   });
-  detail::read_matched(f, m);
   return int(epoch);
 }
 

@@ -39,7 +39,7 @@ StepResult CartPole::step(int64_t action) {
   s.observation = observation();
   s.reward = 1.0f;
   s.terminated = x < -kXThreshold || x > kXThreshold || theta < -kThetaThresholdRadians || theta > kThetaThresholdRadians;
-  s.truncated = !s.terminated && steps_ >= kMaxEpisodeSteps;
+  s.truncated = steps_ >= kMaxEpisodeSteps;  // Gymnasium's TimeLimit: whether or not the step terminated
   done_ = s.terminated || s.truncated;
   return s;
 }

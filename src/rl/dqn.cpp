@@ -61,7 +61,7 @@ nn::Trainer make_trainer(nn::Model& q, const Env& env, const DQNOptions& o) {
   q.compile(spec, o.loss, {}, o.device);
   nn::TrainerOptions t;
   t.batch_size = o.batch_size;
-  t.loss_mask = env.action_count();  // one weight per output: the taken action's (times its importance weight)
+  t.loss_mask = env.action_count();  // one weight per output: the taken action's (see train_round)
   return nn::Trainer(q, t);
 }
 
@@ -174,7 +174,9 @@ void DQN::train_round() {
     }
     const float target = r[i] + discount[i] * next;
     y[i * a_count + action[i]] = target;
-    w[i * a_count + action[i]] = importance[i];
+    // The Trainer's masked loss is sum(w l) / (B A): weight A makes it the batch mean of the taken
+    // actions' losses, as SB3's, so max_grad_norm clips the same gradients.
+    w[i * a_count + action[i]] = importance[i] * float(a_count);
     if (prioritized) td[i] = target - qn[i * a_count + action[i]];
   }
   loss_sum_ += double(trainer_.step(b.observations, y_, w_));
@@ -186,8 +188,8 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
   if (timesteps < 0) throw ValueError("DQN::learn: timesteps must be >= 0; got " + std::to_string(timesteps));
   if (report_every < 1) throw ValueError("DQN::learn: report_every must be at least 1; got " + std::to_string(report_every));
   using clock = std::chrono::steady_clock;
-  double train_seconds = 0.0;
-  auto last = clock::now();
+  const auto start = clock::now();
+  const double eval_before = eval ? eval->seconds() : 0.0;
   const uint64_t key = hash_random(options_.seed, kExplorationStream);
   if (!observation_.defined()) observation_ = env_.reset(options_.seed);
   for (int64_t k = 0; k < timesteps; ++k) {
@@ -213,29 +215,24 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
     timesteps_ = t + 1;
     if (timesteps_ >= options_.learning_starts && timesteps_ % options_.train_freq == 0 &&
         buffer_->size() >= options_.batch_size)
-      for (int64_t g = 0; g < options_.gradient_steps; ++g) {
-        train_round();
-        if (options_.tau < 1.0) trainer_.update_target(target_, float(options_.tau));
-      }
-    if (options_.tau >= 1.0 && timesteps_ % options_.target_update_interval == 0) trainer_.update_target(target_, 1.0f);
+      for (int64_t g = 0; g < options_.gradient_steps; ++g) train_round();
+    if (timesteps_ % options_.target_update_interval == 0) trainer_.update_target(target_, float(options_.tau));
     const bool last_step = k + 1 == timesteps;
-    if (eval || (progress && (timesteps_ % report_every == 0 || last_step))) {
-      const auto now = clock::now();
-      train_seconds += std::chrono::duration<double>(now - last).count();
-      if (eval) eval->on_step(*this, last_step);
-      if (progress && (timesteps_ % report_every == 0 || last_step)) {
-        Progress p;
-        p.timesteps = timesteps_;
-        p.episodes = episodes_;
-        for (float v : recent_returns_) p.recent_return += double(v);
-        if (!recent_returns_.empty()) p.recent_return /= double(recent_returns_.size());
-        p.loss = loss_count_ ? loss_sum_ / double(loss_count_) : std::numeric_limits<double>::quiet_NaN();
-        p.exploration_rate = exploration_rate();
-        p.steps_per_second = train_seconds > 0 ? double(k + 1) / train_seconds : 0.0;
-        progress(p);
-        loss_sum_ = 0.0, loss_count_ = 0;
-      }
-      last = clock::now();
+    if (eval) eval->on_step(*this, last_step);
+    if (progress && (timesteps_ % report_every == 0 || last_step)) {
+      Progress p;
+      p.timesteps = timesteps_;
+      p.episodes = episodes_;
+      for (float v : recent_returns_) p.recent_return += double(v);
+      if (!recent_returns_.empty()) p.recent_return /= double(recent_returns_.size());
+      p.loss = loss_count_ ? loss_sum_ / double(loss_count_) : std::numeric_limits<double>::quiet_NaN();
+      p.exploration_rate = exploration_rate();
+      // Training time: the evaluations measure their own.
+      const double seconds = std::chrono::duration<double>(clock::now() - start).count() -
+                             (eval ? eval->seconds() - eval_before : 0.0);
+      p.steps_per_second = seconds > 0 ? double(k + 1) / seconds : 0.0;
+      progress(p);
+      loss_sum_ = 0.0, loss_count_ = 0;
     }
   }
 }
@@ -259,9 +256,11 @@ nn::CallbackState DQN::get_state() const {
   s.values["draws"] = double(draws_);
   s.values["episode_return"] = episode_return_;
   if (observation_.defined()) s.tensors.emplace_back("observation", observation_.clone());
-  Tensor recent = Tensor::empty(Shape{int64_t(recent_returns_.size())});
-  std::copy(recent_returns_.begin(), recent_returns_.end(), recent.data<float>());
-  s.tensors.emplace_back("recent_returns", recent);
+  if (!recent_returns_.empty()) {  // GGUF stores no empty tensor
+    Tensor recent = Tensor::empty(Shape{int64_t(recent_returns_.size())});
+    std::copy(recent_returns_.begin(), recent_returns_.end(), recent.data<float>());
+    s.tensors.emplace_back("recent_returns", recent);
+  }
   const std::vector<Tensor> target = target_.get_weights();
   for (size_t i = 0; i < target.size(); ++i) s.tensors.emplace_back("target/" + std::to_string(i), target[i]);
   return s;
@@ -298,7 +297,11 @@ void DQN::set_state(const nn::CallbackState& s) {
       throw ValueError("DQN::set_state: the state has an unknown tensor '" + name + "'");
     }
   }
-  target_.set_weights(target);  // checks the count and shapes before changing any
+  try {
+    target_.set_weights(target);  // checks the count and shapes before changing any
+  } catch (const Error& e) {
+    throw ValueError(std::string("DQN::set_state: the target network's weights do not fit: ") + e.what());
+  }
   timesteps_ = timesteps, episodes_ = episodes, draws_ = draws, episode_return_ = ret->second;
   observation_ = observation;
   recent_returns_ = std::move(recent);

@@ -10,6 +10,7 @@ namespace tensorgrad::rl {
 
 Evaluation evaluate(const Policy& policy, Env& env, int episodes, uint64_t seed, int64_t max_steps) {
   if (episodes < 1) throw ValueError("rl::evaluate: episodes must be at least 1; got " + std::to_string(episodes));
+  if (max_steps < 1) throw ValueError("rl::evaluate: max_steps must be at least 1; got " + std::to_string(max_steps));
   if (!policy) throw ValueError("rl::evaluate: the policy is empty; pass a function from observation to action");
   Evaluation r;
   for (int e = 0; e < episodes; ++e) {

@@ -100,8 +100,19 @@ ReplayBuffer::ReplayBuffer(const ReplayBufferOptions& options) : options_(option
     throw ValueError("ReplayBuffer: observations are Float32 or Int32, actions Int32 or Float32; got " +
                      std::string(dtype_name(o.observation_dtype)) + " observations and " +
                      dtype_name(o.action_dtype) + " actions");
+  if (o.observation_shape.rank() > Shape::kMaxRank - 1 || o.action_shape.rank() > Shape::kMaxRank - 1)
+    throw ValueError("ReplayBuffer: observation and action shapes hold at most " +
+                     std::to_string(Shape::kMaxRank - 1) + " dimensions (one more is the buffer's); got " +
+                     o.observation_shape.str() + " and " + o.action_shape.str());
   observation_numel_ = o.observation_shape.numel();
   action_numel_ = o.action_shape.numel();
+  if (observation_numel_ < 1 || action_numel_ < 1)
+    throw ValueError("ReplayBuffer: observations and actions need at least one element; got shapes " +
+                     o.observation_shape.str() + " and " + o.action_shape.str());
+  // The storage is capacity x (2 observations + an action) elements; refuse what no memory holds.
+  if (double(o.capacity) * double(2 * observation_numel_ + action_numel_) > 1e15)
+    throw ValueError("ReplayBuffer: capacity " + std::to_string(o.capacity) + " of observations " +
+                     o.observation_shape.str() + " needs more than 1e15 elements; lower the capacity");
   observations_ = Tensor::zeros(with_rows(o.capacity, o.observation_shape), o.observation_dtype);
   next_observations_ = Tensor::zeros(with_rows(o.capacity, o.observation_shape), o.observation_dtype);
   actions_ = Tensor::zeros(with_rows(o.capacity, o.action_shape), o.action_dtype);
@@ -166,6 +177,10 @@ ReplayBatch ReplayBuffer::make_batch(int64_t batch_size) const {
 
 void ReplayBuffer::check_batch(const ReplayBatch& b) const {
   const int64_t n = b.size();
+  if (n > size_)
+    throw ValueError("ReplayBuffer::sample: the batch asks for " + std::to_string(n) + " transitions but the buffer " +
+                     "holds " + std::to_string(size_) + "; add more before sampling (an agent's learning_starts) " +
+                     "or sample a smaller batch");
   if (n < 1) throw ShapeError("ReplayBuffer::sample: the batch is empty; make it with make_batch(batch_size)");
   check_batch_tensor(b.observations, with_rows(n, options_.observation_shape), options_.observation_dtype,
                      "observations");
@@ -177,10 +192,6 @@ void ReplayBuffer::check_batch(const ReplayBatch& b) const {
   check_batch_tensor(b.discounts, Shape{n}, DType::Float32, "discounts");
   check_batch_tensor(b.indices, Shape{n}, DType::Int64, "indices");
   check_batch_tensor(b.weights, Shape{n}, DType::Float32, "weights");
-  if (n > size_)
-    throw ValueError("ReplayBuffer::sample: the batch asks for " + std::to_string(n) + " transitions but the buffer " +
-                     "holds " + std::to_string(size_) + "; add more before sampling (an agent's learning_starts) " +
-                     "or sample a smaller batch");
 }
 
 uint64_t ReplayBuffer::next_random() { return hash_random(options_.seed, stream_++); }
@@ -240,10 +251,12 @@ nn::CallbackState ReplayBuffer::get_state() const {
   for (int64_t i = 0; i < size_; ++i)
     flags.data<int32_t>()[i] = terminated_[size_t(i)] | (truncated_[size_t(i)] << 1);
   // Copies, not views: a checkpoint's load takes the old state first to put it back on error.
-  s.tensors = {{"observations", observations_.rows(0, size_).clone()},
-               {"actions", actions_.rows(0, size_).clone()},
+  // Flattened to {size, elements}: GGUF keeps at most 4 dimensions, observations may have more.
+  const Shape obs{size_, observation_numel_}, act{size_, action_numel_};
+  s.tensors = {{"observations", observations_.rows(0, size_).clone().reshape(obs)},
+               {"actions", actions_.rows(0, size_).clone().reshape(act)},
                {"rewards", rewards_.rows(0, size_).clone()},
-               {"next_observations", next_observations_.rows(0, size_).clone()},
+               {"next_observations", next_observations_.rows(0, size_).clone().reshape(obs)},
                {"flags", flags}};
   return s;
 }
@@ -262,11 +275,9 @@ void ReplayBuffer::set_state(const nn::CallbackState& s) {
                      std::to_string(size) + "); the state says position " + std::to_string(pos));
   const Tensor *obs = nullptr, *next = nullptr, *act = nullptr, *rew = nullptr, *flags = nullptr;
   if (size > 0) {
-    obs = &state_tensor(s, type, "observations", with_rows(size, options_.observation_shape),
-                        options_.observation_dtype);
-    next = &state_tensor(s, type, "next_observations", with_rows(size, options_.observation_shape),
-                         options_.observation_dtype);
-    act = &state_tensor(s, type, "actions", with_rows(size, options_.action_shape), options_.action_dtype);
+    obs = &state_tensor(s, type, "observations", Shape{size, observation_numel_}, options_.observation_dtype);
+    next = &state_tensor(s, type, "next_observations", Shape{size, observation_numel_}, options_.observation_dtype);
+    act = &state_tensor(s, type, "actions", Shape{size, action_numel_}, options_.action_dtype);
     rew = &state_tensor(s, type, "rewards", Shape{size}, DType::Float32);
     flags = &state_tensor(s, type, "flags", Shape{size}, DType::Int32);
     for (int64_t i = 0; i < size; ++i) {
@@ -275,9 +286,9 @@ void ReplayBuffer::set_state(const nn::CallbackState& s) {
         throw ValueError(type + "::set_state: flags[" + std::to_string(i) + "] is " + std::to_string(f) +
                          "; expected 0 to 3 (bit 0 terminated, bit 1 truncated)");
     }
-    observations_.rows(0, size).copy_from(*obs);
-    next_observations_.rows(0, size).copy_from(*next);
-    actions_.rows(0, size).copy_from(*act);
+    observations_.rows(0, size).copy_from(obs->reshape(with_rows(size, options_.observation_shape)));
+    next_observations_.rows(0, size).copy_from(next->reshape(with_rows(size, options_.observation_shape)));
+    actions_.rows(0, size).copy_from(act->reshape(with_rows(size, options_.action_shape)));
     rewards_.rows(0, size).copy_from(*rew);
     for (int64_t i = 0; i < size; ++i) {
       const int32_t f = flags->data<int32_t>()[i];
@@ -299,12 +310,19 @@ PrioritizedReplayBuffer::PrioritizedReplayBuffer(const ReplayBufferOptions& opti
     throw ValueError("PrioritizedReplayBuffer: epsilon must be finite and > 0; got " +
                      std::to_string(priorities.epsilon));
   priorities.beta.check("PrioritizedReplayBuffer: beta");
+  if (!(priorities.beta.start >= 0.0 && priorities.beta.start <= 1.0 && priorities.beta.end >= 0.0 &&
+        priorities.beta.end <= 1.0))
+    throw ValueError("PrioritizedReplayBuffer: beta's start and end must be in [0, 1]; got " +
+                     std::to_string(priorities.beta.start) + " -> " + std::to_string(priorities.beta.end));
   while (leaves_ < options.capacity) leaves_ *= 2;
   sum_.assign(size_t(2 * leaves_), 0.0);
   min_.assign(size_t(2 * leaves_), std::numeric_limits<double>::infinity());
 }
 
 void PrioritizedReplayBuffer::set_leaf(int64_t slot, float value) {
+  // A priority that rounds to 0 or overflows float would make the weights inf or NaN (and the state
+  // unloadable): the leaves stay within float's normal range.
+  value = std::clamp(value, std::numeric_limits<float>::min(), std::numeric_limits<float>::max());
   int64_t i = leaves_ + slot;
   sum_[size_t(i)] = min_[size_t(i)] = double(value);
   for (i /= 2; i >= 1; i /= 2) {

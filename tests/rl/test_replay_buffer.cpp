@@ -411,3 +411,26 @@ TEST(ReplayBuffer, CheckpointRefusesOtherStatesAndKeepsTheBuffer) {
   EXPECT_TRUE(test_support::throws<tg::ValueError>([&] { tg::io::save_checkpoint(a.trainer, path, {nullptr}); },
                                                    {"states[0] is null"}));
 }
+
+TEST(ReplayBuffer, SavesObservationsOfFiveDimensions) {
+  // {size, 1, 2, 2, 2, 1} is six dimensions, more than GGUF's four: the state flattens each item.
+  ReplayBufferOptions o;
+  o.capacity = 3;
+  o.observation_shape = tg::Shape{1, 2, 2, 2, 1};
+  ReplayBuffer a(o), b(o);
+  for (int t = 0; t < 2; ++t) {
+    tg::Tensor x = tg::Tensor::full(o.observation_shape, float(t)), next = tg::Tensor::full(o.observation_shape, t + 1.0f);
+    a.add(x, int64_t(t), 1.0f, next, false, false);
+  }
+  const test_support::TempDir dir;
+  Loop loop(false);
+  tg::io::save_checkpoint(loop.trainer, dir / "five.gguf", {&a});
+  tg::io::load_checkpoint(loop.trainer, dir / "five.gguf", {&b});
+  ReplayBatch ba = a.make_batch(2), bb = b.make_batch(2);
+  a.sample(ba);
+  b.sample(bb);
+  EXPECT_TRUE(test_support::bit_equal(ba.observations, bb.observations));
+  EXPECT_TRUE(test_support::bit_equal(ba.next_observations, bb.next_observations));
+  o.observation_shape = tg::Shape{2, 0};
+  EXPECT_TRUE(test_support::throws<tg::ValueError>([&] { ReplayBuffer{o}; }, {"need at least one element"}));
+}

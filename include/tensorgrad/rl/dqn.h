@@ -29,13 +29,14 @@ struct DQNOptions {
   int64_t buffer_size = 50000;     ///< replay capacity (transitions)
   int64_t learning_starts = 1000;  ///< environment steps of random actions before training
   int64_t batch_size = 64;         ///< transitions per gradient step
-  /// 1: the target network is a copy, refreshed every target_update_interval
-  /// steps; below 1: Polyak averaging with this tau after every gradient step.
+  /// Every target_update_interval environment steps the target network
+  /// moves to tau theta + (1 - tau) theta' (SB3's polyak_update): 1 copies
+  /// the online network, below 1 averages.
   double tau = 1.0;
   float gamma = 0.99f;                   ///< the discount
   int64_t train_freq = 1;                ///< environment steps between training rounds
   int64_t gradient_steps = 1;            ///< gradient steps per training round
-  int64_t target_update_interval = 500;  ///< environment steps between hard target updates (tau = 1)
+  int64_t target_update_interval = 500;  ///< environment steps between target updates
   /// epsilon over environment steps: from start to end over `steps`
   /// (SB3's exploration_initial_eps, exploration_final_eps and
   /// exploration_fraction times the budget).
@@ -59,7 +60,8 @@ struct DQNOptions {
 /// A DQN agent. The Q-network maps a batch of observations {B, obs...} to
 /// action values {B, actions}; the agent compiles it (Adam, the loss),
 /// trains it through a Trainer whose sample weights pick the taken action's
-/// value (and carry the importance weights), and keeps a target network.
+/// value (and carry the importance weights), so that the loss is the batch
+/// mean of the taken actions' losses, as SB3's, and keeps a target network.
 /// Deterministic: the same options, network and thread count give the same
 /// run, bit for bit. save() and load() hold everything (weights, optimizer,
 /// target network, replay buffer, counters, the exploration stream, and the
@@ -121,7 +123,8 @@ class DQN final : public Agent, public nn::Stateful {
   /// The counters, the current observation and episode return, and the
   /// target network's weights.
   nn::CallbackState get_state() const override;
-  /// Restores it; ValueError for a malformed state.
+  /// Restores it; ValueError for a malformed state (target weights of
+  /// another count or shape included), changing nothing then.
   void set_state(const nn::CallbackState& state) override;
 
  private:

@@ -26,7 +26,7 @@ struct Evaluation {
 /// from env.reset(seed + e), so that the same seed scores on the same starts
 /// (stable-baselines3's evaluate_policy with deterministic actions when the
 /// policy is greedy). An episode ends when a step terminates or truncates.
-/// Throws ValueError for episodes below 1, a null policy, or an episode
+/// Throws ValueError for episodes or max_steps below 1, a null policy, or an episode
 /// longer than `max_steps` (an environment without a time limit); whatever
 /// the policy or the environment throws passes through.
 Evaluation evaluate(const Policy& policy, Env& env, int episodes, uint64_t seed, int64_t max_steps = 1000000);

@@ -71,15 +71,16 @@ class ReplayBuffer : public nn::Stateful {
   /// Allocates the storage for `options.capacity` transitions. Throws
   /// ValueError for a capacity below 1, an n_step below 1, a gamma outside
   /// [0, 1], an observation dtype other than Float32 or Int32, an action
-  /// dtype other than Int32 or Float32.
+  /// dtype other than Int32 or Float32, an observation or action shape of
+  /// more than 5 dimensions or no element, or a capacity no memory holds.
   explicit ReplayBuffer(const ReplayBufferOptions& options);
 
   /// Stores one transition, overwriting the oldest when full. `observation`
   /// and `next_observation` must be host tensors of the observation shape
   /// and dtype (a leading 1 is accepted: {1, 4} for {4}); `action` one of
   /// the action shape and dtype. Throws ShapeError or TypeError naming the
-  /// argument otherwise, ValueError for a NaN or infinite reward; nothing is
-  /// stored then.
+  /// argument otherwise, ValueError for an undefined tensor, one on another
+  /// device, or a NaN or infinite reward; nothing is stored then.
   void add(const Tensor& observation, const Tensor& action, float reward, const Tensor& next_observation,
            bool terminated, bool truncated);
   /// The same with a discrete action (Int32 actions of shape {}); throws
@@ -163,8 +164,9 @@ struct PrioritizedReplayOptions {
 /// multiply the per-sample loss with (a Trainer's sample weights).
 class PrioritizedReplayBuffer final : public ReplayBuffer {
  public:
-  /// Throws as ReplayBuffer, and ValueError for an alpha below 0, an invalid
-  /// beta schedule or an epsilon not above 0.
+  /// Throws as ReplayBuffer, and ValueError for an alpha below 0, a beta
+  /// schedule outside [0, 1] or an epsilon not above 0. Priorities p^alpha
+  /// are kept within float32's normal range.
   PrioritizedReplayBuffer(const ReplayBufferOptions& options, const PrioritizedReplayOptions& priorities = {});
 
   /// Fills `batch` with draws by priority and its weights with their
