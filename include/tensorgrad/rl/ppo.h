@@ -34,9 +34,10 @@ struct PPOOptions {
   float vf_coef = 0.5f;       ///< the value loss's weight
   float max_grad_norm = 0.5f; ///< clip the gradients' global norm to this (0: off)
   bool normalize_advantage = true;  ///< per minibatch, as SB3
-  /// Hidden layers of the policy and of the value network (separate, as
-  /// SB3's MlpPolicy): sizes, and the activation ("tanh" or "relu").
+  /// Hidden layer sizes of the policy and of the value network (separate,
+  /// as SB3's MlpPolicy).
   std::vector<int64_t> net_arch{64, 64};
+  /// The hidden layers' activation: "tanh" (SB3's default) or "relu".
   std::string activation = "tanh";
   /// Seeds the weights, action sampling, minibatch order and the training
   /// environment's first episode.
