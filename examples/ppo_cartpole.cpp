@@ -65,21 +65,21 @@ int main(int argc, char** argv) {
   app.add_option("--gae-lambda", o.gae_lambda, "GAE's lambda")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
   app.add_option("--clip-range", o.clip_range, "the surrogate's clip")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ent-coef", o.ent_coef, "entropy bonus")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--device", device, "where the networks run (cpu; the eager API's Vulkan device is for later)")
+  app.add_option("--device", device, "where the networks train and act, as PyTorch names devices (cpu, vulkan:0)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.anneal_learning_rate = o.anneal_clip_range = !constant;
 
   try {
-    if (tg::Device(device) != tg::Device::CPU)
-      throw tg::ValueError("--device: rl::PPO runs its networks on the CPU; got " + device);
+    o.device = tg::Device(device);
+    (void)tg::backend(o.device);  // an unavailable device is refused before training starts
     const auto start = std::chrono::steady_clock::now();
     if (threads > 0) tg::set_num_threads(threads);
     if (!quiet)
-      std::printf("tensorgrad PPO on CartPole-v1: seed %llu, %lld steps, %d threads\n"
+      std::printf("tensorgrad PPO on CartPole-v1: seed %llu, %lld steps, %d threads, on %s\n"
                   "policy and value 4-64-64 tanh, Adam lr %g%s, rollouts of %lld steps, minibatch %lld, %d epochs, "
                   "gamma %g, GAE lambda %g, clip %g%s\n",
-                  (unsigned long long)o.seed, (long long)steps, tg::num_threads(), o.learning_rate,
+                  (unsigned long long)o.seed, (long long)steps, tg::num_threads(), o.device.str().c_str(), o.learning_rate,
                   constant ? "" : " -> 0", (long long)o.n_steps, (long long)o.batch_size, o.n_epochs,
                   double(o.gamma), double(o.gae_lambda), double(o.clip_range), constant ? "" : " -> 0");
     tg::rl::CartPole env, eval_env, test_env;

@@ -66,8 +66,14 @@ std::shared_ptr<ag::nn::Sequential> copy_of(const ag::nn::Sequential& net, int64
   auto copy = mlp(in, o, out);
   g.engine() = engine;
   g.set_dropout_counter(counter);
+  copy->to(o.device);
   copy->load_state_dict(net.state_dict());
   return copy;
+}
+
+// One observation as the {1, size} input row on `device`.
+ag::Tensor row(const Tensor& observation, int64_t size, Device device) {
+  return ag::Tensor(observation.clone().reshape(Shape{1, size})).to(device);
 }
 
 int64_t argmax(const std::vector<float>& v) { return int64_t(std::max_element(v.begin(), v.end()) - v.begin()); }
@@ -120,6 +126,8 @@ PPO::PPO(Env& env, const PPOOptions& options) : options_(validated(options)), en
     head.weight.mul_(0.01f);
     head.bias.zero_();
   }
+  actor_->to(options_.device);  // before the optimizer, which then keeps its state there too
+  critic_->to(options_.device);
   std::vector<ag::Tensor> params;
   for (const ag::Tensor& p : actor_->parameters()) params.push_back(p);
   for (const ag::Tensor& p : critic_->parameters()) params.push_back(p);
@@ -135,19 +143,18 @@ int64_t PPO::predict(const Tensor& observation) {
                      " elements (the environment's shape); got " +
                      (observation.defined() ? observation.shape().str() : std::string("an undefined tensor")));
   ag::NoGradGuard no_grad;
-  const ag::Tensor x(observation.clone().reshape(Shape{1, obs_size_}));
-  return argmax(actor_->forward(x).to_vector());
+  return argmax(actor_->forward(row(observation, obs_size_, options_.device)).to_vector());
 }
 
 Policy PPO::snapshot_policy() const {
   std::shared_ptr<ag::nn::Sequential> copy = copy_of(*actor_, obs_size_, options_, actions_);
   const int64_t size = obs_size_;
-  return [copy, size](const Tensor& observation) {
+  const Device device = options_.device;
+  return [copy, size, device](const Tensor& observation) {
     if (!observation.defined() || observation.dtype() != DType::Float32 || observation.numel() != size)
       throw ShapeError("PPO policy: the observation must be float32 with " + std::to_string(size) + " elements");
     ag::NoGradGuard no_grad;
-    const ag::Tensor x(observation.clone().reshape(Shape{1, size}));
-    return argmax(copy->forward(x).to_vector());
+    return argmax(copy->forward(row(observation, size, device)).to_vector());
   };
 }
 
@@ -161,10 +168,10 @@ void PPO::collect(int64_t steps, EvalCallback* eval) {
   const uint64_t key = hash_random(options_.seed, kActionStream);
   ag::NoGradGuard no_grad;
   auto value_of = [&](const Tensor& observation) {
-    return critic_->forward(ag::Tensor(observation.clone().reshape(Shape{1, obs_size_}))).item();
+    return critic_->forward(row(observation, obs_size_, options_.device)).item();
   };
   for (int64_t t = 0; t < steps; ++t) {
-    const ag::Tensor x(observation_.clone().reshape(Shape{1, obs_size_}));
+    const ag::Tensor x = row(observation_, obs_size_, options_.device);
     const std::vector<float> logp = ag::log_softmax(actor_->forward(x), 1).to_vector();
     // Inverse-CDF draw from the policy's categorical distribution.
     const double u = uniform(key, draws_);
@@ -240,16 +247,17 @@ void PPO::update(double progress_remaining) {
         const double sd = std::sqrt(sq / double(b - 1));  // torch.std: the unbiased estimate
         for (int64_t i = 0; i < b; ++i) adv.data<float>()[i] = float((adv.data<float>()[i] - mean) / (sd + 1e-8));
       }
-      const ag::Tensor ax(x), aadv(adv);
+      const Device d = options_.device;
+      const ag::Tensor ax = ag::Tensor(x).to(d), aadv = ag::Tensor(adv).to(d);
       const ag::Tensor logits = actor_->forward(ax);
       const ag::Tensor logp_all = ag::log_softmax(logits, 1);
-      const ag::Tensor logp = ag::sum(logp_all * ag::Tensor(onehot), 1);
-      const ag::Tensor ratio = ag::exp(logp - ag::Tensor(old_logp));
+      const ag::Tensor logp = ag::sum(logp_all * ag::Tensor(onehot).to(d), 1);
+      const ag::Tensor ratio = ag::exp(logp - ag::Tensor(old_logp).to(d));
       const ag::Tensor surrogate =
           ag::minimum(ratio * aadv, ag::clamp(ratio, 1.0f - clip, 1.0f + clip) * aadv);
       ag::Tensor loss = -ag::mean(surrogate);
       const ag::Tensor values = ag::reshape(critic_->forward(ax), Shape{b});
-      loss = loss + options_.vf_coef * ag::mse_loss(values, ag::Tensor(ret));
+      loss = loss + options_.vf_coef * ag::mse_loss(values, ag::Tensor(ret).to(d));
       if (options_.ent_coef > 0.0f) {
         const ag::Tensor entropy = -ag::mean(ag::sum(ag::softmax(logits, 1) * logp_all, 1));
         loss = loss - options_.ent_coef * entropy;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensorgrad/ag/nn/modules.h"
+#include "tensorgrad/core/device.h"
 #include "tensorgrad/ag/optim.h"
 #include "tensorgrad/rl/agent.h"
 #include "tensorgrad/rl/env.h"
@@ -42,6 +43,9 @@ struct PPOOptions {
   /// Seeds the weights, action sampling, minibatch order and the training
   /// environment's first episode.
   uint64_t seed = 0;
+  /// Where the networks live and train ("cpu", "vulkan:0", ...), as
+  /// PyTorch's module.to(device); rollouts copy each observation there.
+  Device device = Device::CPU;
 };
 
 /// Generalized advantage estimation (Schulman et al. 2016) over one rollout,
@@ -66,9 +70,10 @@ void compute_gae(std::span<const float> rewards, std::span<const float> values, 
 /// and thread count.
 class PPO final : public Agent {
  public:
-  /// Builds the networks for `env` (which must outlive the agent). Throws
-  /// ValueError for an invalid option (naming it) or an environment whose
-  /// observations are not float32.
+  /// Builds the networks for `env` (which must outlive the agent) on
+  /// options.device. Throws ValueError for an invalid option (naming it) or
+  /// an environment whose observations are not float32, StateError for a
+  /// device that is not available.
   PPO(Env& env, const PPOOptions& options = {});
   ~PPO() override;
 
