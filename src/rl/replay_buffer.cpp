@@ -230,12 +230,30 @@ void ReplayBuffer::gather(int64_t slot, ReplayBatch& b, int64_t row) const {
   static_cast<int64_t*>(b.indices.raw())[row] = slot;
 }
 
+void ReplayBuffer::prefetch(int64_t slot) const {
+  const size_t ob = size_t(observation_numel_) * dtype_size(options_.observation_dtype);
+  const size_t ab = size_t(action_numel_) * dtype_size(options_.action_dtype);
+  __builtin_prefetch(static_cast<const char*>(observations_.raw()) + size_t(slot) * ob);
+  __builtin_prefetch(static_cast<const char*>(next_observations_.raw()) + size_t(slot) * ob);
+  __builtin_prefetch(static_cast<const char*>(actions_.raw()) + size_t(slot) * ab);
+  __builtin_prefetch(static_cast<const float*>(rewards_.raw()) + slot);
+  __builtin_prefetch(terminated_.data() + slot);
+  __builtin_prefetch(truncated_.data() + slot);
+}
+
 void ReplayBuffer::sample(ReplayBatch& batch) {
   check_batch(batch);
-  float* w = batch.weights.data<float>();
+  // The slots first, their memory requested as they are drawn, then the copies: a large buffer's
+  // random rows are cache misses, which overlap this way instead of following one another.
+  int64_t* slots = static_cast<int64_t*>(batch.indices.raw());
+  float* w = static_cast<float*>(batch.weights.raw());
   const int64_t n = batch.size();
   for (int64_t i = 0; i < n; ++i) {
-    gather(random_index(size_), batch, i);
+    slots[i] = random_index(size_);
+    prefetch(slots[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    gather(slots[i], batch, i);
     w[i] = 1.0f;
   }
 }
@@ -372,14 +390,16 @@ void PrioritizedReplayBuffer::sample(ReplayBatch& batch) {
   const double total = sum_[1], beta = this->beta(), n = double(size());
   // w_i = (N P(i))^-beta / max_j w_j, the largest weight being the least likely slot's.
   const double max_weight = std::pow(n * min_[1] / total, -beta);
-  float* w = batch.weights.data<float>();
+  int64_t* slots = static_cast<int64_t*>(batch.indices.raw());
+  float* w = static_cast<float*>(batch.weights.raw());
   const int64_t rows = batch.size();
   for (int64_t i = 0; i < rows; ++i) {
     const double u = double(next_random() >> 11) * (1.0 / 9007199254740992.0);
-    const int64_t slot = find(u * total);
-    gather(slot, batch, i);
-    w[i] = float(std::pow(n * sum_[size_t(leaves_ + slot)] / total, -beta) / max_weight);
+    slots[i] = find(u * total);
+    prefetch(slots[i]);
+    w[i] = float(std::pow(n * sum_[size_t(leaves_ + slots[i])] / total, -beta) / max_weight);
   }
+  for (int64_t i = 0; i < rows; ++i) gather(slots[i], batch, i);
   ++samples_;
 }
 

@@ -125,6 +125,8 @@ class ReplayBuffer : public nn::Stateful {
   void gather(int64_t slot, ReplayBatch& batch, int64_t row) const;
   /// Throws unless `batch` was made for this buffer.
   void check_batch(const ReplayBatch& batch) const;
+  /// Asks for slot `slot`'s memory ahead of gather().
+  void prefetch(int64_t slot) const;
   /// The slot add() wrote last is (position() - 1) mod capacity().
   int64_t position() const { return pos_; }
   /// Called by add() with the slot written, before the position advances.
