@@ -40,4 +40,24 @@ const Policy& EvalCallback::best_policy() const {
   return best_policy_;
 }
 
+void TrainingLog::end_episode() {
+  recent.push_back(float(episode_return));
+  if (recent.size() > 20) recent.erase(recent.begin());
+  ++episodes;
+  episode_return = 0.0;
+}
+
+Progress TrainingLog::report(int64_t timesteps, double steps_per_second, double exploration_rate) {
+  Progress p;
+  p.timesteps = timesteps;
+  p.episodes = episodes;
+  for (float v : recent) p.recent_return += double(v);
+  if (!recent.empty()) p.recent_return /= double(recent.size());
+  p.loss = loss_count ? loss_sum / double(loss_count) : std::numeric_limits<double>::quiet_NaN();
+  p.exploration_rate = exploration_rate;
+  p.steps_per_second = steps_per_second;
+  loss_sum = 0.0, loss_count = 0;
+  return p;
+}
+
 }  // namespace tensorgrad::rl

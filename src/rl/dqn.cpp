@@ -179,8 +179,7 @@ void DQN::train_round() {
     w[i * a_count + action[i]] = importance[i] * float(a_count);
     if (prioritized) td[i] = target - qn[i * a_count + action[i]];
   }
-  loss_sum_ += double(trainer_.step(b.observations, y_, w_));
-  ++loss_count_;
+  log_.loss(double(trainer_.step(b.observations, y_, w_)));
   if (prioritized) static_cast<PrioritizedReplayBuffer&>(*buffer_).update_priorities(b.indices, td_);
 }
 
@@ -202,12 +201,9 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
       action = greedy(observation_);
     StepResult s = env_.step(action);
     buffer_->add(observation_, action, s.reward, s.observation, s.terminated, s.truncated);
-    episode_return_ += double(s.reward);
+    log_.reward(s.reward);
     if (s.terminated || s.truncated) {
-      recent_returns_.push_back(float(episode_return_));
-      if (recent_returns_.size() > 20) recent_returns_.erase(recent_returns_.begin());
-      ++episodes_;
-      episode_return_ = 0.0;
+      log_.end_episode();
       observation_ = env_.reset();
     } else {
       observation_ = std::move(s.observation);
@@ -220,19 +216,10 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
     const bool last_step = k + 1 == timesteps;
     if (eval) eval->on_step(*this, last_step);
     if (progress && (timesteps_ % report_every == 0 || last_step)) {
-      Progress p;
-      p.timesteps = timesteps_;
-      p.episodes = episodes_;
-      for (float v : recent_returns_) p.recent_return += double(v);
-      if (!recent_returns_.empty()) p.recent_return /= double(recent_returns_.size());
-      p.loss = loss_count_ ? loss_sum_ / double(loss_count_) : std::numeric_limits<double>::quiet_NaN();
-      p.exploration_rate = exploration_rate();
       // Training time: the evaluations measure their own.
       const double seconds = std::chrono::duration<double>(clock::now() - start).count() -
                              (eval ? eval->seconds() - eval_before : 0.0);
-      p.steps_per_second = seconds > 0 ? double(k + 1) / seconds : 0.0;
-      progress(p);
-      loss_sum_ = 0.0, loss_count_ = 0;
+      progress(log_.report(timesteps_, seconds > 0 ? double(k + 1) / seconds : 0.0, exploration_rate()));
     }
   }
 }
@@ -252,13 +239,13 @@ void DQN::load(const std::string& path) {
 nn::CallbackState DQN::get_state() const {
   nn::CallbackState s;
   s.values["timesteps"] = double(timesteps_);
-  s.values["episodes"] = double(episodes_);
+  s.values["episodes"] = double(log_.episodes);
   s.values["draws"] = double(draws_);
-  s.values["episode_return"] = episode_return_;
+  s.values["episode_return"] = log_.episode_return;
   if (observation_.defined()) s.tensors.emplace_back("observation", observation_.clone());
-  if (!recent_returns_.empty()) {  // GGUF stores no empty tensor
-    Tensor recent = Tensor::empty(Shape{int64_t(recent_returns_.size())});
-    std::copy(recent_returns_.begin(), recent_returns_.end(), recent.data<float>());
+  if (!log_.recent.empty()) {  // GGUF stores no empty tensor
+    Tensor recent = Tensor::empty(Shape{int64_t(log_.recent.size())});
+    std::copy(log_.recent.begin(), log_.recent.end(), recent.data<float>());
     s.tensors.emplace_back("recent_returns", recent);
   }
   const std::vector<Tensor> target = target_.get_weights();
@@ -302,9 +289,9 @@ void DQN::set_state(const nn::CallbackState& s) {
   } catch (const Error& e) {
     throw ValueError(std::string("DQN::set_state: the target network's weights do not fit: ") + e.what());
   }
-  timesteps_ = timesteps, episodes_ = episodes, draws_ = draws, episode_return_ = ret->second;
+  timesteps_ = timesteps, draws_ = draws;
+  log_.episodes = episodes, log_.episode_return = ret->second, log_.recent = std::move(recent);
   observation_ = observation;
-  recent_returns_ = std::move(recent);
 }
 
 }  // namespace tensorgrad::rl

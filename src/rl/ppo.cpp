@@ -84,6 +84,18 @@ double uniform(uint64_t key, uint64_t& draws) {
 
 }  // namespace
 
+PPOOptions cartpole_ppo_options() {
+  PPOOptions o;
+  o.n_steps = 256;
+  o.batch_size = 256;
+  o.n_epochs = 20;
+  o.gamma = 0.98f;
+  o.gae_lambda = 0.8f;
+  o.learning_rate = 1e-3;
+  o.anneal_learning_rate = o.anneal_clip_range = true;
+  return o;
+}
+
 void compute_gae(std::span<const float> rewards, std::span<const float> values, std::span<const uint8_t> dones,
                  float last_value, float gamma, float gae_lambda, std::span<float> advantages,
                  std::span<float> returns) {
@@ -194,12 +206,9 @@ void PPO::collect(int64_t steps, EvalCallback* eval) {
     if (s.truncated && !s.terminated) reward += options_.gamma * value_of(s.observation);
     r.rewards[size_t(t)] = reward;
     r.dones[size_t(t)] = (s.terminated || s.truncated) ? 1 : 0;
-    episode_return_ += double(s.reward);
+    log_.reward(s.reward);
     if (s.terminated || s.truncated) {
-      recent_returns_.push_back(float(episode_return_));
-      if (recent_returns_.size() > 20) recent_returns_.erase(recent_returns_.begin());
-      ++episodes_;
-      episode_return_ = 0.0;
+      log_.end_episode();
       observation_ = env_.reset();
     } else {
       observation_ = std::move(s.observation);
@@ -266,8 +275,7 @@ void PPO::update(double progress_remaining) {
       loss.backward();
       if (options_.max_grad_norm > 0.0f) ag::optim::clip_grad_norm_(params, options_.max_grad_norm);
       optimizer_->step();
-      loss_sum_ += double(loss.item());
-      ++loss_count_;
+      log_.loss(double(loss.item()));
     }
   }
 }
@@ -288,17 +296,9 @@ void PPO::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
     update(remaining);
     if (progress && (done >= next_report || done == timesteps)) {
       while (next_report <= done) next_report += report_every;
-      Progress p;
-      p.timesteps = timesteps_;
-      p.episodes = episodes_;
-      for (float v : recent_returns_) p.recent_return += double(v);
-      if (!recent_returns_.empty()) p.recent_return /= double(recent_returns_.size());
-      p.loss = loss_count_ ? loss_sum_ / double(loss_count_) : std::numeric_limits<double>::quiet_NaN();
       const double seconds = std::chrono::duration<double>(clock::now() - start).count() -
                              (eval ? eval->seconds() - eval_before : 0.0);
-      p.steps_per_second = seconds > 0 ? double(done) / seconds : 0.0;
-      progress(p);
-      loss_sum_ = 0.0, loss_count_ = 0;
+      progress(log_.report(timesteps_, seconds > 0 ? double(done) / seconds : 0.0));
     }
   }
   if (eval) eval->on_step(*this, true);

@@ -14,14 +14,7 @@ namespace tg = tensorgrad;
 using test_support::ThreadsGuard;
 
 tg::rl::PPOOptions zoo_options(uint64_t seed) {
-  tg::rl::PPOOptions o;
-  o.n_steps = 256;
-  o.batch_size = 256;
-  o.n_epochs = 20;
-  o.gamma = 0.98f;
-  o.gae_lambda = 0.8f;
-  o.learning_rate = 1e-3;
-  o.anneal_learning_rate = o.anneal_clip_range = true;
+  tg::rl::PPOOptions o = tg::rl::cartpole_ppo_options();
   o.seed = seed;
   return o;
 }

@@ -26,6 +26,26 @@ struct Progress {
 /// Called with each progress report.
 using ProgressFn = std::function<void(const Progress&)>;
 
+/// What an agent counts as it trains, for its progress reports: finished
+/// episodes, the return of the one running and of the last 20, the training
+/// losses since the last report.
+struct TrainingLog {
+  int64_t episodes = 0;           ///< episodes finished
+  double episode_return = 0.0;    ///< the running episode's return so far
+  std::vector<float> recent;      ///< the last 20 finished episodes' returns, oldest first
+  double loss_sum = 0.0;          ///< losses since the last report, summed
+  int64_t loss_count = 0;         ///< and counted
+  /// Adds a step's reward to the running episode.
+  void reward(float r) { episode_return += double(r); }
+  /// Ends the running episode.
+  void end_episode();
+  /// Counts a training loss.
+  void loss(double value) { loss_sum += value, ++loss_count; }
+  /// A report at `timesteps` (steps_per_second and exploration_rate as
+  /// given); starts a new loss average.
+  Progress report(int64_t timesteps, double steps_per_second, double exploration_rate = 0.0);
+};
+
 /// A reinforcement-learning agent over an environment with discrete actions.
 class Agent {
  public:

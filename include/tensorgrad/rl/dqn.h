@@ -137,15 +137,12 @@ class DQN final : public Agent, public nn::Stateful {
   nn::Model target_;
   std::unique_ptr<ReplayBuffer> buffer_;
   ReplayBatch batch_;
-  int64_t actions_ = 0, timesteps_ = 0, episodes_ = 0;
+  int64_t actions_ = 0, timesteps_ = 0;
   uint64_t draws_ = 0;  // the exploration stream's position
   Tensor observation_;  // the current observation of the training episode (undefined before the first)
-  double episode_return_ = 0.0;
-  std::vector<float> recent_returns_;  // the last 20 finished episodes' returns
+  TrainingLog log_;
   // Preallocated per-step tensors: one row to act on, and the batch's targets and weights.
   Tensor act_x_, act_q_, y_, w_, q_next_target_, q_next_online_, q_now_, td_;
-  double loss_sum_ = 0.0;
-  int64_t loss_count_ = 0;
 };
 
 }  // namespace tensorgrad::rl
