@@ -191,6 +191,7 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
   const double eval_before = eval ? eval->seconds() : 0.0;
   const uint64_t key = hash_random(options_.seed, kExplorationStream);
   if (!observation_.defined()) observation_ = env_.reset(options_.seed);
+  if (eval && timesteps == 0) eval->on_step(*this, true);  // no step: the evaluation at the end still runs
   for (int64_t k = 0; k < timesteps; ++k) {
     const int64_t t = timesteps_;
     const double u = double(hash_random(key, draws_++) >> 11) * (1.0 / 9007199254740992.0);

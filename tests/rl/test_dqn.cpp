@@ -185,3 +185,18 @@ TEST(DQN, RefusesBadOptionsAndMismatchedNetworks) {
                                      {"the observation must be float32 with 4 elements", "got float32 {3}"}));
   EXPECT_TRUE(throws<tg::ValueError>([&] { agent.learn(-1); }, {"timesteps must be >= 0"}));
 }
+
+TEST(DQN, NoStepsStillEvaluatesTheInitialNetwork) {
+  // --steps 0: the evaluation at the end of learn() runs, so a best snapshot exists (the initial one).
+  tg::rl::CartPole env, eval_env;
+  tg::rl::DQN dqn(q_network(0), env, short_options());
+  tg::rl::EvalCallback eval(eval_env, {.eval_freq = 1000, .n_eval_episodes = 2, .seed = 5});
+  dqn.learn(0, &eval);
+  ASSERT_TRUE(eval.has_best());
+  EXPECT_EQ(eval.best_timestep(), 0);
+  EXPECT_EQ(eval.evaluations().size(), 1u);
+  tg::rl::PPO ppo(env);
+  tg::rl::EvalCallback ppo_eval(eval_env, {.eval_freq = 1000, .n_eval_episodes = 2, .seed = 5});
+  ppo.learn(0, &ppo_eval);
+  EXPECT_TRUE(ppo_eval.has_best());
+}
