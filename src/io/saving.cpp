@@ -457,12 +457,10 @@ void restore_states(const std::vector<nn::Stateful*>& states, const std::vector<
   }
 }
 
-// The states given beside a checkpoint, checked for nulls.
-std::vector<nn::Stateful*> checked_states(const std::vector<nn::Stateful*>& states, const char* call,
-                                          const char* what) {
+// Refuses a null among the states given beside a checkpoint.
+void check_states(const std::vector<nn::Stateful*>& states, const char* call, const char* what) {
   for (size_t i = 0; i < states.size(); ++i)
     if (!states[i]) throw ValueError(std::string(call) + ": " + what + "[" + std::to_string(i) + "] is null");
-  return states;
 }
 
 std::vector<nn::Stateful*> as_states(const std::vector<nn::Callback*>& callbacks) {
@@ -472,7 +470,7 @@ std::vector<nn::Stateful*> as_states(const std::vector<nn::Callback*>& callbacks
 WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path,
                            const std::vector<nn::Stateful*>& states) {
   if (trainer.released()) throw StateError("save_checkpoint: the trainer was released by free()");
-  checked_states(states, "save_checkpoint", "states");
+  check_states(states, "save_checkpoint", "states");
   const nn::TrainingState state = trainer.training_state();
   GGUFWriter w;
   detail::add_training_state(w, trainer.training_model(), state, "save_checkpoint");
@@ -484,7 +482,7 @@ WriteStats save_checkpoint(const nn::Trainer& trainer, const std::string& path,
 
 void load_checkpoint(nn::Trainer& trainer, const std::string& path, const std::vector<nn::Stateful*>& states) {
   if (trainer.released()) throw StateError("load_checkpoint: the trainer was released by free()");
-  checked_states(states, "load_checkpoint", "states");
+  check_states(states, "load_checkpoint", "states");
   const nn::Model& model = trainer.training_model();
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);
@@ -508,7 +506,8 @@ WriteStats save_checkpoint(const nn::Model& model, const std::string& path, int 
   if (initial_epoch < 0)
     throw ValueError("save_checkpoint: initial_epoch (the epoch a resumed fit starts at) must be >= 0; got " +
                      std::to_string(initial_epoch));
-  const std::vector<nn::Stateful*> states = checked_states(as_states(callbacks), "save_checkpoint", "callbacks");
+  const std::vector<nn::Stateful*> states = as_states(callbacks);
+  check_states(states, "save_checkpoint", "callbacks");
   GGUFWriter w;
   detail::add_training_state(w, model, model.training_state(), "save_checkpoint");
   w.set_i64("tensorgrad.fit.initial_epoch", initial_epoch);
@@ -521,7 +520,8 @@ int load_checkpoint(nn::Model& model, const std::string& path, const std::vector
   if (!model.compiled())
     throw StateError("load_checkpoint: the model is not compiled; compile it as the saved one was (the same "
                      "optimizer), then load the checkpoint");
-  const std::vector<nn::Stateful*> states = checked_states(as_states(callbacks), "load_checkpoint", "callbacks");
+  const std::vector<nn::Stateful*> states = as_states(callbacks);
+  check_states(states, "load_checkpoint", "callbacks");
   const GGUFFile f = GGUFFile::open(path);
   const detail::WeightMatch m = checkpoint_match(f, model);
   const int64_t epoch = f.find("tensorgrad.fit.initial_epoch") ? f.get_i64("tensorgrad.fit.initial_epoch") : 0;

@@ -227,7 +227,6 @@ void ReplayBuffer::gather(int64_t slot, ReplayBatch& b, int64_t row) const {
   static_cast<float*>(b.rewards.raw())[row] = float(sum);
   static_cast<float*>(b.discounts.raw())[row] = float(discount);
   static_cast<float*>(b.dones.raw())[row] = done ? 1.0f : 0.0f;
-  static_cast<int64_t*>(b.indices.raw())[row] = slot;
 }
 
 void ReplayBuffer::prefetch(int64_t slot) const {

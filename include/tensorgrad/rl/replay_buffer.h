@@ -121,7 +121,8 @@ class ReplayBuffer : public nn::Stateful {
   uint64_t next_random();
   /// A uniform index in [0, n) from next_random() (Lemire's multiply-shift).
   int64_t random_index(int64_t n);
-  /// Copies transition `slot` (n-step summed) into row `row` of `batch`.
+  /// Copies transition `slot` (n-step summed) into row `row` of `batch`;
+  /// the row's index and weight are the sampler's to write.
   void gather(int64_t slot, ReplayBatch& batch, int64_t row) const;
   /// Throws unless `batch` was made for this buffer.
   void check_batch(const ReplayBatch& batch) const;
