@@ -12,9 +12,11 @@ install(DIRECTORY include/tensorgrad
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         COMPONENT tensorgrad_Development
         FILES_MATCHING PATTERN "*.h")
-# tensorgrad_cuda (an OBJECT library) is not exported: its objects are inside
-# libtensorgrad.a (TARGET_OBJECTS), and the library does not link the target.
-install(TARGETS tensorgrad
+set(TENSORGRAD_INSTALL_TARGETS tensorgrad)
+if(TENSORGRAD_WITH_MPI)
+  list(APPEND TENSORGRAD_INSTALL_TARGETS tensorgrad_mpi)  # tensorgrad::mpi, the component "mpi"
+endif()
+install(TARGETS ${TENSORGRAD_INSTALL_TARGETS}
         EXPORT tensorgradTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tensorgrad_Development)
 install(EXPORT tensorgradTargets
@@ -28,15 +30,6 @@ install(EXPORT tensorgradTargets
 foreach(lib IN ITEMS OPENBLAS_LIB XSMM_LIB SLEEF_LIB)
   get_filename_component(TENSORGRAD_${lib}_DIR "${${lib}}" DIRECTORY)
 endforeach()
-set(TENSORGRAD_CUDA_ROOT "")
-if(TENSORGRAD_WITH_CUDA)
-  if(CUDAToolkit_ROOT)
-    set(TENSORGRAD_CUDA_ROOT "${CUDAToolkit_ROOT}")
-  else()
-    get_filename_component(TENSORGRAD_CUDA_ROOT "${CUDAToolkit_BIN_DIR}" DIRECTORY)
-  endif()
-endif()
-
 configure_package_config_file(cmake/tensorgradConfig.cmake.in
   "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfig.cmake"
   INSTALL_DESTINATION ${TENSORGRAD_INSTALL_CMAKEDIR}
@@ -65,20 +58,18 @@ file(RELATIVE_PATH TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR
      "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR "${TENSORGRAD_PC_PREFIX_FROM_PCFILEDIR}")
 set(TENSORGRAD_PC_LIBS_PRIVATE "")
-if(TENSORGRAD_WITH_CUDA)
-  get_filename_component(TENSORGRAD_CUDART_DIR "${CUDA_cudart_static_LIBRARY}" DIRECTORY)
-  string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -L${TENSORGRAD_CUDART_DIR} -lcudart_static")
-endif()
 if(TENSORGRAD_WITH_ONNX)
   string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -lonnx_proto -lprotobuf")  # Debian's libonnx-dev has no .pc
 endif()
 string(APPEND TENSORGRAD_PC_LIBS_PRIVATE " -ldl -lrt -lm -pthread")
 string(STRIP "${TENSORGRAD_PC_LIBS_PRIVATE}" TENSORGRAD_PC_LIBS_PRIVATE)
-set(TENSORGRAD_PC_REQUIRES_MPI "")
-if(TENSORGRAD_WITH_MPI)
-  set(TENSORGRAD_PC_REQUIRES_MPI " mpi-c")  # Open MPI's pkg-config module
-endif()
 configure_file(cmake/tensorgrad.pc.in "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad.pc" @ONLY)
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad.pc"
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
         COMPONENT tensorgrad_Development)
+if(TENSORGRAD_WITH_MPI)  # tensorgrad-mpi.pc: the communicator, and MPI (Open MPI's module)
+  configure_file(cmake/tensorgrad-mpi.pc.in "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad-mpi.pc" @ONLY)
+  install(FILES "${CMAKE_CURRENT_BINARY_DIR}/tensorgrad-mpi.pc"
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+          COMPONENT tensorgrad_Development)
+endif()

@@ -7,7 +7,6 @@
 #include <map>
 #include <string>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/vulkan/vulkan_backend.h"
 #include "tensorgrad/core/error.h"
 
@@ -154,7 +153,6 @@ const char* dtype_policy_name(DTypePolicy policy) {
   return "unknown";
 }
 
-bool built_with_cuda() { return cuda::built(); }
 bool built_with_vulkan() { return vulkan::built(); }
 uint64_t vulkan_driver_allocations() { return vulkan::driver_allocation_count(); }
 void inject_vulkan_fault(VulkanFault fault) { vulkan::inject(fault); }

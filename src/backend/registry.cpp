@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cuda/cuda_backend.h"
 #include "backend/vulkan/vulkan_backend.h"
 #include "core/device_allocators.h"
 #include "tensorgrad/core/error.h"
@@ -28,9 +27,13 @@ class Registry {
  public:
   Registry() {
     add(cpu_registration());
-    // The CUDA backend is a stub without kernels in this version: it lists
-    // no device, and its lookup says why there is none ("no CUDA device").
-    add({"cuda", [] { return std::vector<DeviceInfo>{}; }, [](int) { return cuda::backend(); }});
+    // "cuda" stays a known kind, as in PyTorch, so that a program written for
+    // CUDA hears where to go instead of "unknown device kind".
+    add({"cuda", [] { return std::vector<DeviceInfo>{}; }, [](int) -> std::shared_ptr<const Backend> {
+           throw StateError(
+               "no CUDA device: tensorgrad has no CUDA backend; on an NVIDIA GPU use its Vulkan backend "
+               "(Device(\"vulkan:0\"); scripts/setup.sh --vulkan installs the Vulkan loader), or Device::CPU");
+         }});
     add(vulkan::registration());
   }
 

@@ -75,15 +75,16 @@ void Communicator::start(int* argc, char*** argv) {
     check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     g_we_initialised = true;
   }
-  impl_ = std::make_unique<Impl>();
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->world), "MPI_Comm_dup");
-  MPI_Comm_set_errhandler(impl_->world, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(impl_->world, &rank_);
-  MPI_Comm_size(impl_->world, &size_);
-  check(MPI_Comm_split_type(impl_->world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &impl_->local),
+  auto impl = std::make_unique<Impl>();
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &impl->world), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(impl->world, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(impl->world, &rank_);
+  MPI_Comm_size(impl->world, &size_);
+  check(MPI_Comm_split_type(impl->world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &impl->local),
         "MPI_Comm_split_type");
-  MPI_Comm_rank(impl_->local, &local_rank_);
-  MPI_Comm_size(impl_->local, &local_size_);
+  MPI_Comm_rank(impl->local, &local_rank_);
+  MPI_Comm_size(impl->local, &local_size_);
+  impl_ = impl.release();
   // Ranks sharing a machine share its cores: unless the program chose a
   // thread count, each takes its part (torchrun sets OMP_NUM_THREADS alike).
   if (!num_threads_set() && local_size_ > 1) set_num_threads(std::max(1, num_threads() / local_size_));
@@ -93,11 +94,13 @@ void Communicator::start(int* argc, char*** argv) {
 Communicator::~Communicator() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!impl_) return;
+  const std::unique_ptr<Impl> impl(impl_);
+  impl_ = nullptr;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {  // the caller may have finalised MPI already: then its handles are gone
-    MPI_Comm_free(&impl_->local);
-    MPI_Comm_free(&impl_->world);
+    MPI_Comm_free(&impl->local);
+    MPI_Comm_free(&impl->world);
   }
   if (--g_alive == 0 && g_we_initialised && !finalized) {
     MPI_Finalize();
@@ -232,33 +235,47 @@ void Communicator::abort(int code) const {
   std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
-#else  // built without MPI
+// What makes tensorgrad::mpi's archive member be linked: the target asks the
+// linker for this symbol (-Wl,--undefined), and the member's strong
+// definitions then replace the weak ones of the library built without MPI.
+extern "C" {
+extern const int tensorgrad_mpi_communicator;
+const int tensorgrad_mpi_communicator = 1;
+}
 
-struct Communicator::Impl {};
+#else  // the library itself: weak definitions, replaced by tensorgrad::mpi's
 
-bool built_with_mpi() { return false; }
+// Weak, so that a program linking tensorgrad::mpi gets the MPI definitions
+// instead, whatever the order of the archives; a program that did not ask for
+// MPI links no MPI at all. No Impl here: nothing in this branch makes one.
+#define TENSORGRAD_WITHOUT_MPI [[gnu::weak]]
+
+TENSORGRAD_WITHOUT_MPI bool built_with_mpi() { return false; }
 
 namespace {
 [[noreturn]] void no_mpi() {
-  throw StateError("Communicator: this tensorgrad was built without MPI (TENSORGRAD_MPI=OFF, or AUTO found no "
-                   "libopenmpi-dev); install libopenmpi-dev and openmpi-bin (scripts/setup.sh --test) and rebuild");
+  throw StateError("Communicator: this program was linked without tensorgrad's MPI communicator: link the target "
+                   "tensorgrad::mpi (find_package(tensorgrad COMPONENTS mpi), or pkg-config tensorgrad-mpi) in "
+                   "place of tensorgrad::tensorgrad, with tensorgrad built where MPI was found (libopenmpi-dev and "
+                   "openmpi-bin: scripts/setup.sh --test; TENSORGRAD_MPI=AUTO or ON)");
 }
 }  // namespace
 
-Communicator::Communicator() { no_mpi(); }
-Communicator::Communicator(int*, char***) { no_mpi(); }
-Communicator::~Communicator() = default;
-void Communicator::start(int*, char***) { no_mpi(); }
-void Communicator::check_root(int, const char*) const { no_mpi(); }
-void Communicator::all_reduce(std::span<float>, ReduceOp) { no_mpi(); }
-void Communicator::all_reduce(Tensor&, ReduceOp) { no_mpi(); }
-void Communicator::reduce(std::span<float>, int) { no_mpi(); }
-void Communicator::reduce_broadcast(std::span<float>) { no_mpi(); }
-void Communicator::reduce_broadcast(std::span<double>) { no_mpi(); }
-void Communicator::broadcast_bytes(std::span<std::byte>, int) { no_mpi(); }
-void Communicator::broadcast(Tensor&, int) { no_mpi(); }
-void Communicator::barrier() { no_mpi(); }
-void Communicator::abort(int code) const { std::exit(code); }  // unreachable: no communicator exists without MPI
+TENSORGRAD_WITHOUT_MPI Communicator::Communicator() { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI Communicator::Communicator(int*, char***) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI Communicator::~Communicator() {}
+TENSORGRAD_WITHOUT_MPI void Communicator::start(int*, char***) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::check_root(int, const char*) const { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::all_reduce(std::span<float>, ReduceOp) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::all_reduce(Tensor&, ReduceOp) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::reduce(std::span<float>, int) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::reduce_broadcast(std::span<float>) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::reduce_broadcast(std::span<double>) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::broadcast_bytes(std::span<std::byte>, int) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::broadcast(Tensor&, int) { no_mpi(); }
+TENSORGRAD_WITHOUT_MPI void Communicator::barrier() { no_mpi(); }
+// Unreachable: no communicator exists without MPI.
+TENSORGRAD_WITHOUT_MPI void Communicator::abort(int code) const { std::exit(code); }
 
 #endif
 

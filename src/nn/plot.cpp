@@ -4,6 +4,7 @@
 // display stack; gnuplot is the field's usual tool for this.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +51,40 @@ std::string number(double v) {
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
+
+// gnuplot widens an empty range itself but warns on stderr ("empty x range"
+// after one epoch, "empty y range" for a constant series) and refuses a
+// series without a finite value; explicit ranges in those cases keep the
+// plot silent and drawn.
+std::string panel_ranges(const History& history, const std::vector<double>& train, const std::vector<double>* val) {
+  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  for (size_t e = 0; e < train.size(); ++e) {
+    const double epoch = e < history.epoch.size() ? history.epoch[e] + 1 : double(e) + 1;
+    x_lo = std::min(x_lo, epoch);
+    x_hi = std::max(x_hi, epoch);
+    for (const double v : {train[e], val && e < val->size() ? (*val)[e] : NAN})
+      if (std::isfinite(v)) {
+        y_lo = std::min(y_lo, v);
+        y_hi = std::max(y_hi, v);
+      }
+  }
+  std::string s;
+  if (!(x_lo < x_hi)) {
+    const double x = std::isfinite(x_lo) ? x_lo : 1.0;
+    s += "set xrange [" + number(x - 1) + ":" + number(x + 1) + "]\n";
+  } else {
+    s += "set autoscale x\n";
+  }
+  if (!(y_lo <= y_hi)) {
+    s += "set yrange [-1:1]\n";
+  } else if (y_lo == y_hi) {
+    const double pad = y_lo == 0 ? 1.0 : std::abs(y_lo) * 0.05;
+    s += "set yrange [" + number(y_lo - pad) + ":" + number(y_hi + pad) + "]\n";
+  } else {
+    s += "set autoscale y\n";
+  }
+  return s;
+}
 }  // namespace
 
 std::string history_gnuplot_script(const History& history, const std::string& png_path) {
@@ -60,7 +95,9 @@ std::string history_gnuplot_script(const History& history, const std::string& pn
   for (const auto& [k, v] : history.history)  // validation keys without a training twin
     if (k.rfind("val_", 0) == 0 && !history.has(k.substr(4))) panels.push_back(k);
   const size_t n = std::max<size_t>(panels.size(), 1);
-  std::string s = "set terminal pngcairo size 900," + std::to_string(240 * n + 40) + " font ',10'\n";
+  // noenhanced: a key such as learning_rate is text, not "learning" with a
+  // subscript "rate" (enhanced mode's markup).
+  std::string s = "set terminal pngcairo noenhanced size 900," + std::to_string(240 * n + 40) + " font ',10'\n";
   s += "set output " + quoted(png_path) + "\n";
   s += "set multiplot layout " + std::to_string(n) + ",1\nset grid\nset key outside right\nset xlabel 'epoch'\n";
   for (size_t p = 0; p < panels.size(); ++p) {
@@ -82,6 +119,7 @@ std::string history_gnuplot_script(const History& history, const std::string& pn
       s += '\n';
     }
     s += "EOD\nset title " + quoted(key) + "\n";
+    s += panel_ranges(history, train, has_val ? &history[val_key] : nullptr);
     s += "plot " + block + " using 1:2 with linespoints title " + quoted(key.rfind("val_", 0) == 0 ? "validation" : "training");
     if (has_val) s += ", " + block + " using 1:3 with linespoints title 'validation'";
     s += "\n";

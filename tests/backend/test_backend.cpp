@@ -1,6 +1,6 @@
 // The device seam (issue 13): tensors own memory through Storage, a backend
 // owns allocation, kernel lookup and executables, a model is compiled for a
-// device, and CUDA (a stub here) is refused with "no CUDA device".
+// device, and CUDA (no backend) is refused with "no CUDA device".
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -136,9 +136,11 @@ TEST(Storage, AdoptChecksTheStorageSize) {
 }
 
 TEST(Backend, CudaIsRefusedWithNoCudaDevice) {
-  // This machine has no GPU: with the toolkit the stub finds no device,
-  // without it the build has no CUDA backend; both say "no CUDA device".
-  EXPECT_TRUE(throws<StateError>([] { backend(Device::CUDA); }, {"no CUDA device", "Device::CPU"}));
+  // tensorgrad has no CUDA backend: "cuda:0" parses (as PyTorch's), and
+  // using it says so and where to go (the Vulkan backend runs on NVIDIA).
+  EXPECT_TRUE(throws<StateError>([] { backend(Device::CUDA); },
+                                 {"no CUDA device", "no CUDA backend", "Device(\"vulkan:0\")", "Device::CPU"}));
+  EXPECT_TRUE(throws<StateError>([] { backend(Device("cuda:3")); }, {"no CUDA device", "no CUDA backend"}));
   EXPECT_TRUE(throws<StateError>([] { Tensor::empty(Shape{2}, DType::Float32, Device::CUDA); }, {"no CUDA device"}));
   nn::Sequential m = small_model();
   EXPECT_TRUE(throws<StateError>([&] { m.compile(OptimizerSpec::adam(), "categorical_crossentropy", {}, Device::CUDA); },

@@ -41,6 +41,18 @@ float train(tg::Device device) {
 }  // namespace
 
 int main() {
+  // Linked with tensorgrad::mpi (TENSORGRAD_CONSUMER_MPI) the communicator is
+  // there; linked without it, nothing of MPI's is.
+#ifdef TENSORGRAD_CONSUMER_MPI
+  const bool want_mpi = true;
+#else
+  const bool want_mpi = false;
+#endif
+  std::printf("MPI communicator: %s\n", tg::dist::built_with_mpi() ? "linked" : "not linked");
+  if (tg::dist::built_with_mpi() != want_mpi) {
+    std::printf("tensorgrad consumer: FAILED: expected the MPI communicator %s\n", want_mpi ? "linked" : "absent");
+    return 1;
+  }
   std::vector<tg::Device> targets{tg::Device::CPU};
   for (const tg::DeviceInfo& d : tg::devices())
     if (d.device.kind() == "vulkan" && targets.size() == 1) targets.push_back(d.device);

@@ -69,24 +69,24 @@ size_t find_text(const Bytes& b, const std::string& text) {
 }
 
 // Hand-built GGUF bytes, independent of the writer.
-struct Builder {
+struct GgufBytes {
   Bytes b;
-  template <class T> Builder& num(T v) {
+  template <class T> GgufBytes& num(T v) {
     const auto* p = reinterpret_cast<const uint8_t*>(&v);
     b.insert(b.end(), p, p + sizeof v);
     return *this;
   }
-  Builder& str(const std::string& s) {
+  GgufBytes& str(const std::string& s) {
     num<uint64_t>(s.size());
     b.insert(b.end(), s.begin(), s.end());
     return *this;
   }
-  Builder& header(uint64_t tensors, uint64_t kvs) {
+  GgufBytes& header(uint64_t tensors, uint64_t kvs) {
     b.insert(b.end(), {'G', 'G', 'U', 'F'});
     return num<uint32_t>(3).num<uint64_t>(tensors).num<uint64_t>(kvs);
   }
-  Builder& kv(const std::string& key, ValueType t) { return str(key).num<uint32_t>(uint32_t(t)); }
-  Builder& pad(size_t alignment) {
+  GgufBytes& kv(const std::string& key, ValueType t) { return str(key).num<uint32_t>(uint32_t(t)); }
+  GgufBytes& pad(size_t alignment) {
     while (b.size() % alignment) b.push_back(0);
     return *this;
   }
@@ -314,7 +314,7 @@ TEST(GGUFMetadata, WriterTypesRoundTrip) {
 }
 
 TEST(GGUFMetadata, ReaderReadsEveryValueType) {
-  Builder b;
+  GgufBytes b;
   b.header(0, 15);
   b.kv("u8", ValueType::UInt8).num<uint8_t>(200);
   b.kv("i8", ValueType::Int8).num<int8_t>(-100);
@@ -896,7 +896,7 @@ TEST(GGUFMalformed, BadAlignmentKey) {
 
 TEST(GGUFMalformed, MissingDataSection) {
   // The tensor infos end, and the file with them, before the padded data start.
-  Builder b;
+  GgufBytes b;
   b.header(1, 0).str("t").num<uint32_t>(1).num<uint64_t>(1).num<uint32_t>(0).num<uint64_t>(0);
   expect_malformed(b.b, {"data section", "past the end of the file"});
   b.pad(32).num<float>(1.0f);
@@ -906,7 +906,7 @@ TEST(GGUFMalformed, MissingDataSection) {
 // One tensor "name" {1} F32 holding 1.0, hand-built (so that the writer's own
 // checks on names cannot stop it): the tensor info starts at byte 24.
 Bytes one_tensor_named(const std::string& name) {
-  Builder b;
+  GgufBytes b;
   b.header(1, 0).str(name).num<uint32_t>(1).num<uint64_t>(1).num<uint32_t>(0).num<uint64_t>(0);
   b.pad(32).num<float>(1.0f);
   return b.b;
@@ -932,11 +932,11 @@ TEST(GGUFMalformed, TensorNameLongerThanGgmlAllows) {
 }
 
 TEST(GGUFMalformed, MetadataKeyWithANulByte) {
-  Builder b;
+  GgufBytes b;
   b.header(0, 1).kv(std::string("general.na\0me", 13), ValueType::UInt32).num<uint32_t>(1);
   expect_malformed(b.b, {"metadata pair 0 (at byte 24)", "'general.na\\x00me'", "NUL byte at byte " + std::to_string(24 + 8 + 10)});
   // The same key without the NUL reads.
-  Builder ok;
+  GgufBytes ok;
   ok.header(0, 1).kv("general.name", ValueType::UInt32).num<uint32_t>(1);
   EXPECT_EQ(GGUFFile::parse(ok.b).get_u32("general.name"), 1u);
 }

@@ -122,3 +122,34 @@ TEST(Plot, WithoutGnuplotSaysSoOnceAndGoesOn) {
   EXPECT_NE(warnings[0].find("gnuplot is not installed"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("gnuplot-nox"), std::string::npos) << warnings[0];
 }
+
+// One epoch, a constant series and a series without a finite value: gnuplot
+// draws them without a word on stderr ("empty x range", "empty y range",
+// "all points y value undefined" before), and key names are plain text (no
+// enhanced-mode subscript in learning_rate).
+TEST(Plot, OneEpochAndConstantSeriesDrawSilently) {
+  History h;
+  h.epoch = {0};
+  h.history["loss"] = {0.5};
+  h.history["val_loss"] = {std::nan("")};
+  h.history["learning_rate"] = {0.001};
+  h.history["accuracy"] = {0.0};
+  const std::string s = history_gnuplot_script(h, "/tmp/x.png");
+  EXPECT_NE(s.find("pngcairo noenhanced"), std::string::npos) << s;
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh --plot installs gnuplot-nox)";
+  const std::string path = ::testing::TempDir() + "tg_history_one_epoch.png";
+  std::remove(path.c_str());
+  History constant;
+  constant.epoch = {0, 1, 2};
+  constant.history["loss"] = {0.25, 0.25, 0.25};
+  constant.history["val_loss"] = {std::nan(""), std::nan(""), std::nan("")};
+  for (const History* hist : {&h, &constant}) {
+    ::testing::internal::CaptureStderr();  // fd 2, which gnuplot inherits
+    const bool drawn = hist->plot(path);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(drawn);
+    EXPECT_EQ(err, "");
+    EXPECT_TRUE(is_png(path));
+    std::remove(path.c_str());
+  }
+}

@@ -2,9 +2,8 @@
 // The device seam's backend half: a backend owns its device's memory
 // (core/storage.h), its kernel lookup per op, and makes executables from
 // planned graphs. Backends are found by device in the registry
-// (backend/registry.h). The CPU backend always exists; CUDA's is a stub in
-// this version (a build option that checks the toolkit and the device, with
-// no kernels yet).
+// (backend/registry.h). The CPU backend always exists; Vulkan's where the
+// build has it and the machine a Vulkan driver.
 #include <array>
 #include <memory>
 #include <span>
@@ -265,10 +264,9 @@ const std::shared_ptr<const Backend>& cpu_backend();
 /// cpu_backend() for Device::CPU. Throws StateError when the device is not
 /// available: its kind is not registered (naming the registered kinds), or
 /// its backend found fewer devices than the index needs (naming those it
-/// found). For CUDA the message starts "no CUDA device" and says why: the
-/// build has no CUDA backend (TENSORGRAD_CUDA=OFF, or AUTO without the
-/// toolkit), no CUDA device or driver is present, or (with a device) the
-/// CUDA backend is a stub whose kernels are not built yet.
+/// found). For "cuda" the message starts "no CUDA device": tensorgrad has no
+/// CUDA backend, and the message points to the Vulkan backend, which runs on
+/// NVIDIA GPUs.
 std::shared_ptr<const Backend> backend(Device device);
 /// The CPU backend under `policy`: cpu_backend() for kFloat32; for
 /// kMixedBFloat16 one named "cpu (mixed_bfloat16)" whose MatMul and
@@ -278,16 +276,14 @@ std::shared_ptr<const Backend> backend(Device device);
 /// policy: a warning without AVX512-BF16, an info line with it).
 const std::shared_ptr<const Backend>& cpu_backend(DTypePolicy policy);
 /// backend(device) under `policy`. Throws ValueError for kMixedBFloat16 on
-/// Device::CUDA (not built: the CUDA backend has no kernels yet), and as
-/// backend(device) otherwise.
+/// Device::CUDA (tensorgrad has no CUDA backend), and as backend(device)
+/// otherwise.
 std::shared_ptr<const Backend> backend(Device device, DTypePolicy policy);
 /// backend(device)->synchronize(): waits for the device's queued eager ops
 /// and throws what they reported. Throws StateError as backend().
 void synchronize(Device device);
 /// backend(device)->counters(). Throws StateError as backend().
 DeviceCounters device_counters(Device device);
-/// Whether this build contains the CUDA backend target (TENSORGRAD_CUDA).
-bool built_with_cuda();
 /// Whether this build contains the Vulkan backend (TENSORGRAD_VULKAN): then
 /// Device("vulkan:N") names the N-th Vulkan device that supports Vulkan 1.2
 /// with bufferDeviceAddress and shaderInt64, when the system's Vulkan loader

@@ -56,8 +56,8 @@ struct BackendRegistration {
 };
 
 /// Adds a backend's kind to the registry (ggml_backend_register). The
-/// built-in backends ("cpu", and "cuda" in every build: without the CUDA
-/// backend it says why there is no device) are registered before main.
+/// built-in backends ("cpu", "vulkan", and "cuda", which lists no device and
+/// says that tensorgrad has no CUDA backend) are registered before main.
 /// Throws ValueError when the kind is malformed (as Device's), already
 /// registered ("cpu" always is), or a function is empty. Thread-safe.
 void register_backend(BackendRegistration registration);

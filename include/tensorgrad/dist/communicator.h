@@ -1,8 +1,10 @@
 #pragma once
 // The communicator of data-parallel training: MPI's collectives, as Horovod
 // and torch.distributed's MPI backend use them. tensorgrad has no transport
-// of its own; without MPI at build time (TENSORGRAD_MPI=OFF, or AUTO without
-// libopenmpi-dev) every constructor throws StateError.
+// of its own. The communicator is in the target tensorgrad::mpi (CMake:
+// find_package(tensorgrad COMPONENTS mpi); pkg-config: tensorgrad-mpi),
+// which a program links in place of tensorgrad::tensorgrad; linked without it
+// (or with tensorgrad built without MPI) every constructor throws StateError.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,8 @@ namespace tensorgrad::dist {
 /// SUM and AVG).
 enum class ReduceOp { Sum, Average };
 
-/// Whether this build has MPI (the communicator works only then).
+/// Whether this program links tensorgrad's MPI communicator (the target
+/// tensorgrad::mpi; the communicator works only then).
 bool built_with_mpi();
 
 /// The ranks of an MPI job (MPI_COMM_WORLD, duplicated so that tensorgrad's
@@ -37,8 +40,9 @@ bool built_with_mpi();
 /// data-parallel training checks what it can before its first collective).
 class Communicator {
  public:
-  /// Throws StateError when tensorgrad was built without MPI, or MPI was
-  /// already finalised (it cannot start twice in one process).
+  /// Throws StateError when the program does not link tensorgrad::mpi (or
+  /// tensorgrad was built without MPI), or MPI was already finalised (it
+  /// cannot start twice in one process).
   Communicator();
   /// The same, handing the program's arguments to MPI_Init_thread.
   Communicator(int* argc, char*** argv);
@@ -116,8 +120,11 @@ class Communicator {
   template <typename T>
   void ring_sum(T* data, int n);
 
-  struct Impl;  // the MPI communicators (MPI's header stays out of the public API)
-  std::unique_ptr<Impl> impl_;
+  // The MPI communicators (MPI's header stays out of the public API). A plain
+  // pointer, owned: the library without MPI never defines Impl, and a
+  // unique_ptr's destructor would need it.
+  struct Impl;
+  Impl* impl_ = nullptr;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int64_t calls_ = 0;
   double seconds_ = 0.0;
