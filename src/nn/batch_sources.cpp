@@ -227,6 +227,14 @@ std::string GeneratorSource::noun() const {
   throw ValueError("GeneratorSource: unknown SourceRole " + std::to_string(int(role_)));
 }
 
+std::string GeneratorSource::batch_size_option() const {
+  switch (role_) {
+    case SourceRole::kTraining: return "batch_size";
+    case SourceRole::kValidation: return "validation_batch_size";
+  }
+  throw ValueError("GeneratorSource: unknown SourceRole " + std::to_string(int(role_)));
+}
+
 GeneratorSource::~GeneratorSource() = default;
 
 void GeneratorSource::start_epoch(int epoch, int64_t limit) {

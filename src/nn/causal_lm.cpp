@@ -205,7 +205,8 @@ std::vector<int32_t> CausalLM::generate(std::span<const int32_t> prompt, int64_t
   const size_t half = size_t(std::max<int64_t>(capacity() / 2, 1));
   feed(prompt.size() <= size_t(capacity()) ? prompt : prompt.subspan(prompt.size() - half));
   for (int64_t i = 0; i < max_new_tokens; ++i) {
-    if (position() == capacity()) feed(std::span<const int32_t>(text).subspan(text.size() - half));
+    // The logits are those of the window fed so far, full or not: a full
+    // cache restarts only when the chosen token does not fit (below).
     int32_t t;
     if (m.zero_is_padding) {  // never choose the padding
       Tensor z = m.logits.clone();

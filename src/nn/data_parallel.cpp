@@ -235,6 +235,7 @@ FitShare fit_share(const std::shared_ptr<dist::Communicator>& comm, const FitSha
                      {"nbatch_logical", std::to_string(fit.nbatch_logical)},
                      {"shuffle", fit.shuffle ? "true" : "false"},
                      {"validation rows", std::to_string(fit.validation_rows)},
+                     {"validation_batch_size", std::to_string(fit.validation_batch_size)},
                      {"sample weights", fit.weighted ? "given" : "none"}},
                     "fits", "Every rank must call fit with the same data and options (its share is taken from the whole)");
   if (ranks > 1) {

@@ -16,11 +16,18 @@ History Model::fit(const Generator& generator, const GeneratorFitOptions& opt) {
   if (!generator) throw ValueError("fit: the generator is empty; give a callable returning std::optional<Batch>");
   if (opt.validation_steps > 0 && !opt.validation_generator)
     throw ValueError("validation_steps is given without a validation_generator");
+  if (opt.validation_batch_size && !opt.validation_generator)
+    throw ValueError("validation_batch_size is given without a validation_generator");
+  if (opt.validation_batch_size && *opt.validation_batch_size < 1)
+    throw ValueError("validation_batch_size must be at least 1 (or none: batch_size); got " +
+                     std::to_string(*opt.validation_batch_size));
   // The sources check batch_size and prefetch, fit_loop the rest, all before
   // the generator's first call (made at the first epoch's start).
   GeneratorSource train(generator, opt.batch_size, opt.prefetch, "generator batch");
   std::optional<GeneratorSource> validation;
-  if (opt.validation_generator) validation.emplace(opt.validation_generator, opt.batch_size, 0, "validation batch", SourceRole::kValidation);
+  if (opt.validation_generator)
+    validation.emplace(opt.validation_generator, opt.validation_batch_size.value_or(opt.batch_size), 0,
+                       "validation batch", SourceRole::kValidation);
   if (opt.nbatch_logical > 0) optimizer_context(opt.batch_size, opt.nbatch_logical);  // checks the multiple
   LoopOptions loop;
   loop.epochs = opt.epochs;

@@ -218,16 +218,23 @@ void Model::set_compiled(const OptimizerSpec& optimizer, std::vector<Loss> losse
   state_.changed_after_compile = false;
   state_.backend = std::move(backend);
   state_.optimizer = optimizer;
+  const std::shared_ptr<OptimizerState> earlier = state_.opt_state;
   state_.opt_state = std::make_shared<OptimizerState>(optimizer, state_.backend->device());
   state_.trainable_at_compile.clear();
   std::set<const Layer*> seen;
   for_each_layer(*graph_, [&](Layer& l) { state_.trainable_at_compile.emplace_back(&l, l.trainable); }, seen);
-  // The model's own random stream, drawn once from the global seed: shuffles
-  // and dropout masks no longer depend on what else uses the global generator.
+  // The model's own random stream, drawn once from the global seed: fit's
+  // shuffles no longer depend on what else uses the global generator.
+  // Dropout masks draw nothing here: a mask is hash(the layer's seed, the
+  // counter), and the counter counts the model's training steps (from 0, on
+  // across a recompile), so masks do not depend on what else was compiled
+  // or trained in the process (Keras' seed generators live in the layers).
   // (Loading restores both from the file, drawing nothing.)
   if (!detail::LoadingScope::active()) {
     state_.rng.seed(global_generator()());
-    tensorgrad::detail::write_element(state_.opt_state->rng_counter, 0, int64_t(state_.rng()));
+    if (earlier)
+      tensorgrad::detail::write_element(state_.opt_state->rng_counter, 0,
+                                        tensorgrad::detail::read_element<int64_t>(earlier->rng_counter, 0));
   }
   retire_contexts("compile() was called again");
   state_.predict_plans.clear();  // fused for the earlier compile's target
@@ -442,6 +449,9 @@ void check_fit_options(const FitOptions& opt, size_t n_in, size_t n_out, const s
   if (opt.batch_size < 1) throw ValueError("batch_size must be at least 1; got " + std::to_string(opt.batch_size));
   if (!(opt.validation_split >= 0.0 && opt.validation_split < 1.0))
     throw ValueError("validation_split must be in [0, 1); got " + std::to_string(opt.validation_split));
+  if (opt.validation_batch_size && *opt.validation_batch_size < 1)
+    throw ValueError("validation_batch_size must be at least 1 (or none: batch_size); got " +
+                     std::to_string(*opt.validation_batch_size));
   if (!opt.class_weight.empty() && n_out != 1)
     throw ValueError("class_weight is only supported for models with a single output; this one has " +
                      std::to_string(n_out) + " (" + joined(outputs) +
@@ -452,6 +462,9 @@ void check_fit_options(const FitOptions& opt, size_t n_in, size_t n_out, const s
   if (opt.validation_sample_weight.defined() && !opt.validation_data && !explicit_lists)
     throw ValueError("validation_sample_weight is given without validation_data; pass validation_data too (with "
                      "validation_split the weights are split from sample_weight)");
+  if (opt.validation_batch_size && !opt.validation_data && !explicit_lists && opt.validation_split == 0.0)
+    throw ValueError("validation_batch_size is given without validation data; pass validation_data, "
+                     "validation_x/validation_y or validation_split too");
   if (opt.validation_data && (n_in != 1 || n_out != 1))
     throw ValueError("validation_data takes one input and one output; this model has " + std::to_string(n_in) +
                      " and " + std::to_string(n_out) + ". Use validation_x and validation_y (or validation_split)");
@@ -467,16 +480,18 @@ History Model::fit(std::span<const Tensor> x, std::span<const Tensor> y, const F
     throw ValueError("batch_size " + std::to_string(opt.batch_size) + " is more than the " + std::to_string(train.rows) +
                      " training rows; with nbatch_logical the batch cannot shrink to fit. Lower batch_size");
   const int64_t bs = std::min(opt.batch_size, train.rows);
+  // Validation batches: their own size when given (evaluation plans apart from training's).
+  const int64_t validation_bs = opt.validation_batch_size ? *opt.validation_batch_size : bs;
   // This process's part of every batch: all of it, or (data-parallel) its share.
   const FitShare share = fit_share(opt.communicator, {train.rows, bs, opt.nbatch_logical, validation.rows, opt.shuffle,
-                                                      train.sample_weight.defined()});
+                                                      train.sample_weight.defined(), validation_bs});
   const OptimizerContext& ctx = optimizer_context(
       share.batch_size, share.nbatch_logical,
       train.sample_weight.defined() ? LossWeights::PerSample : LossWeights::None);
   detail::DataAdapter::check_targets(ctx, train);
   if (validation.rows > 0)
     detail::DataAdapter::check_targets(
-        optimizer_context(std::min(bs, validation.rows), 0,
+        optimizer_context(std::min(validation_bs, validation.rows), 0,
                           validation.sample_weight.defined() ? LossWeights::PerSample : LossWeights::None),
         validation);
   // Whole logical batches only when accumulating (as ggml_opt_fit): a part
@@ -489,7 +504,7 @@ History Model::fit(std::span<const Tensor> x, std::span<const Tensor> y, const F
   const std::unique_ptr<BatchSource> train_source =
       share.source(train.source(bs, opt.shuffle ? &state_.rng : nullptr, "batch"));
   const std::unique_ptr<BatchSource> validation_source =
-      validation.rows > 0 ? share.source(validation.source(bs, nullptr, "validation batch")) : nullptr;
+      validation.rows > 0 ? share.source(validation.source(validation_bs, nullptr, "validation batch")) : nullptr;
   LoopOptions loop;
   loop.epochs = opt.epochs;
   loop.initial_epoch = opt.initial_epoch;

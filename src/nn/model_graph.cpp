@@ -1,6 +1,6 @@
 // keras.Model as a graph of layers: its layers, inputs and outputs, calling
 // it as a layer of another model, and summary() as Keras prints it.
-#include <cstdio>
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <string>
@@ -89,37 +89,66 @@ std::vector<SymbolicTensor> Model::call_outputs(const std::vector<SymbolicTensor
 std::string Model::summary() const {
   check_live("summary()");
   const bool functional = std::string(type()) != "Sequential";
-  std::ostringstream s;
-  char line[256];
-  s << "Model: \"" << state_.name << "\"\n";
+  // The cells first, so that each column is as wide as its longest cell.
+  std::vector<std::vector<std::string>> rows;
   if (functional)
-    std::snprintf(line, sizeof line, "%-40s %-22s %-10s %s\n", "Layer (type)", "Output shape", "Param #", "Connected to");
+    rows.push_back({"Layer (type)", "Output Shape", "Param #", "Connected to"});
   else
-    std::snprintf(line, sizeof line, "%-48s %-19s %s\n", "Layer (type)", "Output shape", "Param #");
-  s << line;
-  int64_t total = 0;
-  std::set<const void*> counted;
-  auto row = [&](const std::string& layer, const Shape& shape, int64_t params, const std::string& connected) {
-    if (functional)
-      std::snprintf(line, sizeof line, "%-40s %-22s %-10lld %s\n", layer.c_str(), keras_shape(shape).c_str(),
-                    (long long)params, connected.c_str());
-    else
-      std::snprintf(line, sizeof line, "%-48s %-19s %lld\n", layer.c_str(), keras_shape(shape).c_str(),
-                    (long long)params);
-    s << line;
-  };
+    rows.push_back({"Layer (type)", "Output Shape", "Param #"});
+  int64_t trainable = 0, non_trainable = 0;
+  std::set<const void*> counted;  // a weight shared by two layers counts once
   if (functional)
-    for (const SymbolicTensor& in : graph_->inputs) row(in.name() + " (InputLayer)", in.shape(), 0, "-");
+    for (const SymbolicTensor& in : graph_->inputs)
+      rows.push_back({in.name() + " (InputLayer)", keras_shape(in.shape()), "0", "-"});
   for (const LayerCall* c : graph_->order) {
     int64_t params = 0;
     for (const Weight& w : c->layer->weights())
-      if (w.value.defined() && counted.insert(w.value.raw()).second) params += w.value.numel();
-    total += params;
-    std::string connected;
-    for (const SymbolicTensor& t : c->inputs) connected += (connected.empty() ? "" : ", ") + t.name();
-    row(c->layer->name() + " (" + c->layer->type() + ")", c->shape, params, connected);
+      if (w.value.defined() && counted.insert(w.value.raw()).second) {
+        params += w.value.numel();
+        (w.trainable ? trainable : non_trainable) += w.value.numel();
+      }
+    std::vector<std::string> row{c->layer->name() + " (" + c->layer->type() + ")", keras_shape(c->shape),
+                                 std::to_string(params)};
+    if (functional) {
+      std::string connected;
+      for (const SymbolicTensor& t : c->inputs) connected += (connected.empty() ? "" : ", ") + t.name();
+      row.push_back(connected);
+    }
+    rows.push_back(std::move(row));
   }
-  s << "Total params: " << total << "\n";
+  const size_t columns = rows[0].size();
+  std::vector<size_t> width(columns, 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < columns; ++i) width[i] = std::max(width[i], r[i].size());
+  constexpr size_t kGap = 2;  // spaces between columns
+  size_t line_length = 0;
+  for (size_t i = 0; i < columns; ++i) line_length += width[i] + (i + 1 < columns ? kGap : 0);
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string out;
+    for (size_t i = 0; i < columns; ++i) {
+      out += r[i];
+      if (i + 1 < columns) out += std::string(width[i] - r[i].size() + kGap, ' ');
+    }
+    return out + "\n";
+  };
+  // "1,234,567", as Keras prints the totals.
+  auto grouped = [](int64_t n) {
+    std::string digits = std::to_string(n), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+      out += digits[i];
+    }
+    return out;
+  };
+  std::ostringstream s;
+  s << "Model: \"" << state_.name << "\"\n";
+  s << std::string(line_length, '_') << "\n" << line(rows[0]) << std::string(line_length, '=') << "\n";
+  for (size_t i = 1; i < rows.size(); ++i) s << line(rows[i]);
+  s << std::string(line_length, '=') << "\n";
+  s << "Total params: " << grouped(trainable + non_trainable) << "\n";
+  s << "Trainable params: " << grouped(trainable) << "\n";
+  s << "Non-trainable params: " << grouped(non_trainable) << "\n";
+  s << std::string(line_length, '_') << "\n";
   // The CPU is the default and goes unsaid, as in Keras; another device is named with what it is.
   if (state_.backend && state_.backend->device() != Device::CPU) {
     const Device d = state_.backend->device();

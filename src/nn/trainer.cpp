@@ -7,7 +7,6 @@
 #include "tensorgrad/backend/executable.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/logging.h"
-#include "tensorgrad/core/random.h"
 #include "tensorgrad/nn/data_parallel.h"
 
 namespace tensorgrad::nn {
@@ -57,9 +56,10 @@ Trainer::Trainer(const Model& model, const TrainerOptions& options)
   else if (options_.loss_mask != 0)
     throw ValueError("Trainer: loss_mask must be 0 (none), 1 (one weight per sample) or " + std::to_string(outputs) +
                      " (one weight per output); got " + std::to_string(options_.loss_mask));
+  // compile() leaves the copy with the default fusion; the model's own holds
+  // (as clone() and to() keep it).
+  model_.state_.fusion = model.state_.fusion;
   ctx_ = &model_.optimizer_context(options_.batch_size, options_.nbatch_logical, weights);
-  // Dropout masks: a stream of its own, from the global seed.
-  tensorgrad::detail::write_element(ctx_->state()->rng_counter, 0, int64_t(global_generator()()));
   if (options_.communicator) {
     // The batch may differ between ranks (rows are weighed), the period not.
     check_ranks_agree(*options_.communicator,

@@ -174,6 +174,12 @@ Logs test_epoch(Model& model, BatchSource& source, int64_t steps, int epoch, Loo
     const Batch* batch = source.next();
     if (!batch) break;
     try {
+      // The source's own option in the hint (a validation batch is not the training batch).
+      const int64_t rows = batch->x.empty() ? 0 : batch->x[0].shape().rank() > 0 ? batch->x[0].shape()[0] : 0;
+      if (rows > source.batch_size())
+        throw ShapeError("the batch has " + std::to_string(rows) + " rows, more than " + source.batch_size_option() +
+                         " " + std::to_string(source.batch_size()) + " (graphs are planned for it): raise " +
+                         source.batch_size_option());
       if (!batch->x.empty() || !group) logs.add(model.test_on_batch(*batch, source.batch_size()));
     } catch (const Error&) {
       rethrow_prefixed(batch_name(source, logs.batches() + 1, epoch));

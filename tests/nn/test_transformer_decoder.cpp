@@ -204,29 +204,53 @@ TEST(CausalLM, TheKeyValueCacheGivesTheFullForwardsLogits) {
   EXPECT_TRUE(test_support::throws<IndexError>([&] { lm.next(int32_t(kV)); }, {"token 13", "[0, 13)"}));
 }
 
+namespace {
+
+// The window generate documents, run through the whole model (predict at
+// batch 1): each token is the largest logit at the window's last position;
+// the window is the whole text while it fits in `capacity` positions, and
+// when a chosen token would overflow it, the last capacity / 2 tokens of the
+// text (that token included); a longer prompt starts from its last
+// capacity / 2 tokens.
+std::vector<int32_t> greedy_by_full_forwards(nn::Model& m, const std::vector<int32_t>& prompt, size_t n,
+                                             int64_t capacity, int64_t vocabulary) {
+  const size_t c = size_t(capacity), half = std::max<size_t>(c / 2, 1);
+  std::vector<int32_t> text = prompt, made;
+  size_t start = prompt.size() <= c ? 0 : prompt.size() - half;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int32_t> window(text.begin() + std::ptrdiff_t(start), text.end());
+    const size_t last = window.size() - 1;
+    window.resize(c, 0);  // positions after the window do not reach it (causal)
+    const Tensor y = m.predict(Tensor::from_vector(std::span<const int32_t>(window), Shape{1, capacity}));
+    const float* z = y.data<float>() + int64_t(last) * vocabulary;
+    made.push_back(int32_t(std::max_element(z, z + vocabulary) - z));
+    text.push_back(made.back());
+    if (text.size() - start > c) start = text.size() - half;
+  }
+  return made;
+}
+
+}  // namespace
+
 // Greedy generation picks, at every step, the largest logit of a full
-// forward over the text so far (over its last half-window once the window
-// has filled, as generate restarts).
+// forward over the documented window: for prompts of every length from 1 to
+// past twice the capacity (a prompt that fills the cache exactly included),
+// each generating past twice the capacity.
 TEST(CausalLM, GreedyGenerationEqualsFullForwards) {
   constexpr int64_t kV = 11, kC = 6;
   manual_seed(8);
   nn::Model m = tiny_gpt(kV, kC);
   nn::CausalLM lm(m);
+  std::mt19937 rng(4);
+  for (size_t length = 1; length <= size_t(2 * kC + 1); ++length)
+    for (int draw = 0; draw < 4; ++draw) {
+      std::vector<int32_t> prompt(length);
+      for (int32_t& t : prompt) t = int32_t(rng() % kV);
+      const std::vector<int32_t> made = lm.generate(prompt, 2 * kC + 2);
+      EXPECT_EQ(made, greedy_by_full_forwards(m, prompt, made.size(), kC, kV))
+          << "a prompt of " << length << " tokens, draw " << draw;
+    }
   const std::vector<int32_t> prompt{3, 1, 4};
-  const std::vector<int32_t> made = lm.generate(prompt, 9);
-  ASSERT_EQ(made.size(), 9u);
-  // The reference: the context the generator holds, run through the whole model at batch 1.
-  std::vector<int32_t> text = prompt, context = prompt;
-  for (size_t i = 0; i < made.size(); ++i) {
-    if (context.size() == size_t(kC)) context.assign(text.end() - kC / 2, text.end());
-    std::vector<int32_t> padded = context;
-    padded.resize(size_t(kC), 0);  // positions after the context do not reach it (causal)
-    const Tensor y = m.predict(Tensor::from_vector(std::span<const int32_t>(padded), Shape{1, kC}));
-    const float* z = y.data<float>() + (int64_t(context.size()) - 1) * kV;
-    const int32_t want = int32_t(std::max_element(z, z + kV) - z);
-    EXPECT_EQ(made[i], want) << "token " << i;
-    text.push_back(made[i]), context.push_back(made[i]);
-  }
   // Sampling at a temperature draws only among the top_k, reproducibly per seed.
   const std::vector<int32_t> a = lm.generate(prompt, 20, {.temperature = 1.0f, .top_k = 2, .seed = 3});
   EXPECT_EQ(lm.generate(prompt, 20, {.temperature = 1.0f, .top_k = 2, .seed = 3}), a);

@@ -26,7 +26,10 @@ namespace tensorgrad::nn {
 /// use_bias), kernels Glorot-uniform, biases zero. Attention runs as one
 /// fused op that never stores the {Tq, Tv} weights, so Keras'
 /// return_attention_scores is not offered. Dropout (training only) drops
-/// attention weights, from the layer's seed and the model's random stream.
+/// attention weights, its masks from the layer's seed and the model's
+/// training step alone, as Dropout's. `seed` fixes them (Keras' seed
+/// argument); without one it is drawn from the global generator when the
+/// layer is made.
 class MultiHeadAttention : public Layer {
  public:
   /// value_dim 0: key_dim; output_shape 0: the query's last dimension;
@@ -125,7 +128,9 @@ class TransformerBlock : public Layer {
 /// {T, E} or on {x, padding_mask} with padding_mask {T} (1 for tokens, 0 for
 /// padding, which no query attends to) -> {T, E}. E must divide by
 /// num_heads (key_dim = E / num_heads). Dropout (training only) on the
-/// attention weights and after each sub-block. Weights (Keras 3's layouts,
+/// attention weights and after each sub-block, its masks from the layer's
+/// seed (drawn from the global generator when the layer is made, unless
+/// given) and the model's training step alone, as Dropout's. Weights (Keras 3's layouts,
 /// '.'-joined names): self_attention.{query,key,value,output}_{kernel,bias}
 /// as MultiHeadAttention's, self_attention_layer_norm.{gamma,beta},
 /// feedforward_intermediate_dense.{kernel,bias} {E, I}, {I},
@@ -185,7 +190,8 @@ struct DecoderCache {
 /// which no query attends to) -> {T, E}. Self-attention is always causal
 /// (KerasHub's default use_causal_mask): position t attends to 0..t. E must
 /// divide by num_heads (key_dim = E / num_heads). Dropout (training only) on
-/// the attention weights and after each sub-block. Whether the block has
+/// the attention weights and after each sub-block, its masks from the
+/// layer's seed and the training step alone, as TransformerEncoder's. Whether the block has
 /// cross-attention is fixed by its first call. Weights (Keras 3's layouts,
 /// '.'-joined names): self_attention.{query,key,value,output}_{kernel,bias}
 /// as MultiHeadAttention's, self_attention_layer_norm.{gamma,beta}; with an

@@ -66,9 +66,15 @@ class CausalLM {
   /// V: the logits per position.
   int64_t vocabulary_size() const;
   /// Feeds `prompt` (after a reset), then chooses and feeds max_new_tokens
-  /// tokens; returns those tokens. When the cache is full it starts again
-  /// from the last capacity() / 2 tokens (at least one) of the text so far
-  /// (prompt and generated ones). A model whose embedding has mask_zero never
+  /// tokens; returns those tokens. Each token is chosen from the logits at
+  /// the last position of the window in the cache: the whole text so far
+  /// (prompt and generated tokens) while it fits in capacity() positions, a
+  /// full window included. When a chosen token does not fit, the window
+  /// starts again from the last capacity() / 2 tokens (at least one) of the
+  /// text, that token included; a prompt longer than capacity() starts from
+  /// its last capacity() / 2 tokens. Greedy decoding thus gives the tokens
+  /// that predict() on each window gives at its last position. A model
+  /// whose embedding has mask_zero never
   /// gets token 0 (its padding). Throws ValueError for an empty prompt, a negative
   /// max_new_tokens or bad sampler options, IndexError for a prompt token
   /// outside [0, V).

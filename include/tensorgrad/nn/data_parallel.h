@@ -108,6 +108,9 @@ struct FitShape {
   ///@{
   bool shuffle = false, weighted = false;
   ///@}
+  /// The global validation batch (FitOptions::validation_batch_size, or
+  /// batch_size).
+  int64_t validation_batch_size = 0;
 };
 
 /// Model::fit's share of each batch for `shape` (its batch_size at most its

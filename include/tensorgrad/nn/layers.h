@@ -421,14 +421,19 @@ class ActivationLayer : public Layer {
 
 /// Inverted dropout (keras.layers.Dropout): in training, zeroes each element
 /// with probability `rate` and scales the rest by 1/(1 - rate); identity at
-/// inference. The mask is redrawn every step from a stream seeded from the
-/// global seed when the layer is made.
+/// inference. The mask is redrawn every step: a function of the layer's seed
+/// and the model's training step alone (the steps since its first compile,
+/// counted on across a recompile and a Trainer's copy, kept in checkpoints),
+/// so it does not depend on what else is built, compiled or trained in the
+/// process.
 class Dropout : public Layer {
  public:
   LayerConfig config() const override;
   /// Throws ValueError unless 0 <= rate < 1.
-  /// `seed` fixes the mask stream (Keras' seed argument); without one it
-  /// is drawn from the global generator when the layer is made.
+  /// `seed` fixes the mask stream (Keras' seed argument): the same seed
+  /// gives the same masks at the same step, whatever the global seed;
+  /// without one it is drawn from the global generator when the layer is
+  /// made (Keras' rule).
   explicit Dropout(float rate, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "Dropout"; }
   /// Acts on each step alone: passes a mask on.

@@ -27,7 +27,8 @@ namespace tensorgrad::nn {
 /// sets. Designated initializers must keep the order of the fields: epochs,
 /// initial_epoch, batch_size, nbatch_logical, validation_split,
 /// validation_data, validation_x, validation_y, validation_sample_weight,
-/// shuffle, sample_weight, class_weight, verbose, callbacks, communicator.
+/// validation_batch_size, shuffle, sample_weight, class_weight, verbose,
+/// callbacks, communicator.
 struct FitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (to continue an
   /// earlier fit: History and callbacks see those numbers).
@@ -60,6 +61,13 @@ struct FitOptions {
   /// (split with the rows, as Keras). ValueError without validation_data
   /// (or validation_x).
   Tensor validation_sample_weight{};
+  /// Rows per validation batch (Keras' validation_batch_size), the last one
+  /// short when they do not divide; none: batch_size. Evaluation is
+  /// planned for it on its own, so it may exceed batch_size (validation
+  /// needs no gradients: larger batches fit in the same memory). ValueError
+  /// below 1, or without validation data (validation_data, validation_x or
+  /// validation_split). Data-parallel, it is the global validation batch.
+  std::optional<int64_t> validation_batch_size{};
   /// Shuffle the training rows before every epoch, from the model's random
   /// stream (random_stream()).
   bool shuffle = true;
@@ -127,8 +135,8 @@ using Generator = std::function<std::optional<Batch>()>;
 /// Options of Model::fit from a generator (Keras' names); an aggregate, as
 /// FitOptions. Designated initializers must keep the order of the fields:
 /// epochs, initial_epoch, steps_per_epoch, batch_size, nbatch_logical,
-/// validation_generator, validation_steps, prefetch, verbose, callbacks,
-/// communicator.
+/// validation_generator, validation_steps, validation_batch_size, prefetch,
+/// verbose, callbacks, communicator.
 struct GeneratorFitOptions {
   /// Epochs initial_epoch .. epochs - 1 run, as Keras (History and callbacks
   /// see those numbers; the progress line counts from 1).
@@ -160,6 +168,12 @@ struct GeneratorFitOptions {
   Generator validation_generator{};
   int64_t validation_steps = 0;
   ///@}
+  /// The most rows a validation batch may have (Keras'
+  /// validation_batch_size); none: batch_size. Evaluation is planned for it
+  /// on its own, so it may exceed batch_size; a larger batch is a
+  /// ShapeError naming the batch and this option. ValueError below 1, or
+  /// without a validation_generator.
+  std::optional<int64_t> validation_batch_size{};
   /// Batches the generator runs ahead on a producer thread; 0 calls it on
   /// the calling thread. Either way it is called exactly as often, never past
   /// an epoch's end.
@@ -584,8 +598,14 @@ class Model {
   ///@}
   /// The forward pass as a function the optimizer context builds graphs from.
   ModelFunction model_function() const;
-  /// Keras' table of layers, output shapes and parameter counts; a
-  /// functional model adds the "Connected to" column.
+  /// Keras' table of layers ("name (Type)"), output shapes and parameter
+  /// counts, each column as wide as its longest cell; a functional model
+  /// adds a row per input and the "Connected to" column. Then Keras' three
+  /// lines "Total params:", "Trainable params:" and "Non-trainable params:"
+  /// (digits grouped by thousands, "1,234"); batch-norm moving statistics
+  /// and the weights of a layer with trainable = false are non-trainable, a
+  /// weight shared by two layers counts once. A device other than the CPU is
+  /// named last ("Device: ...").
   std::string summary() const;
 
   /// Calls the model on symbolic tensors as a layer (a nested model, sharing
@@ -631,6 +651,7 @@ class Model {
   std::map<std::string, double> metric_logs(double loss_sum, std::span<const double> output_loss_sums,
                                             std::span<const double> metric_sums, int64_t rows) const;
   friend class EpochLogs;
+  friend class Trainer;  // its copy keeps the model's fusion options across its compile
   friend void broadcast_training_state(Model& model, dist::Communicator& comm);  // data-parallel start
 
   // Everything the model holds but its graph, in one member that the move
@@ -658,7 +679,7 @@ class Model {
     std::vector<std::pair<const Layer*, bool>> trainable_at_compile;  // what the optimizer was compiled for
     bool stop_training = false;
     std::optional<int> initial_epoch;  // set_initial_epoch, for the fit in progress
-    std::mt19937_64 rng;  // the model's random stream: fit's shuffles and the dropout counter's start, seeded at compile
+    std::mt19937_64 rng;  // the model's random stream: fit's shuffles, seeded at compile
   };
   State state_;
 };

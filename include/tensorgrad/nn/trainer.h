@@ -51,7 +51,9 @@ struct TrainerOptions {
 };
 
 /// The trainer. Works on its own copy of a compiled Model's weights (the
-/// model given is unchanged). Its predictions, snapshots and handed-out
+/// model given is unchanged), compiled as the model is (optimizer, losses,
+/// device, fusion options); dropout masks go on from the model's training
+/// step with its layers' seeds. Its predictions, snapshots and handed-out
 /// models run in graphs and arenas of their own, so none of them can disturb
 /// training. One thread at a time; a snapshot may be used in another thread
 /// while the trainer steps. free() releases early; every method then throws

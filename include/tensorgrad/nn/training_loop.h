@@ -51,6 +51,9 @@ class BatchSource {
   virtual int64_t batches_per_epoch() const = 0;
   /// The most rows a batch has: the graphs are planned for it.
   virtual int64_t batch_size() const = 0;
+  /// The option that sets batch_size(), which a hint asks to raise when a
+  /// batch has more rows: "batch_size" unless a source says otherwise.
+  virtual std::string batch_size_option() const { return "batch_size"; }
   /// What messages call a batch of this source: "batch", "generator batch",
   /// "validation batch". Only a name: nothing is decided by its words.
   virtual const std::string& label() const = 0;
@@ -138,6 +141,9 @@ class GeneratorSource final : public BatchSource {
   const std::string& label() const override { return label_; }
   /// "generator", or "validation generator" (SourceRole::kValidation).
   std::string noun() const override;
+  /// "batch_size", or "validation_batch_size" (SourceRole::kValidation:
+  /// fit's validation_generator).
+  std::string batch_size_option() const override;
   void stop() override;
 
  private:

@@ -258,7 +258,8 @@ struct OptimizerState {
   /// {1} int64: the model's dropout counter, a persistent tensor every
   /// training graph of the model binds (Graph::set_rng_counter) and advances
   /// once per run, so that no two steps (of any batch size) share a mask.
-  /// Seeded once per model from the global generator.
+  /// 0 at a model's first compile, carried across a recompile: masks depend
+  /// on the layers' seeds and the steps alone.
   Tensor rng_counter;
   /// The spec's learning-rate schedule, if any, and what the update graph
   /// reads of it (LrScheduleKind in ops/op.h): `schedule_steps` {n} int64 and
