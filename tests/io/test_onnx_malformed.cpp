@@ -13,8 +13,11 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <fstream>
 #include <span>
 #include <string>
@@ -260,6 +263,57 @@ TEST(OnnxMalformed, EveryConstantFoldedAtImportIsCapped) {
     EXPECT_TRUE(test_support::throws<FormatError>([&] { parse(m); },
                                                   {"ConstantOfShape node 'ConstantOfShape_c'", "68719476736 elements"}));
   }
+}
+
+// Folding at the ends of int64's range: a Range whose steps span it
+// (start + i * delta overflowed), a ConstantOfShape of int64's largest
+// value (it went through a double), and a Cast of NaN to an integer
+// (undefined in C++ and in ONNX: refused).
+TEST(OnnxMalformed, ConstantsFoldedAtTheEndsOfInt64sRangeAreExact) {
+  // y = x + float(folded int64 constant {n}).
+  auto added = [](const std::function<void(onnx::ModelProto&)>& make_c, int64_t n = 4) {
+    onnx::ModelProto m = model_with_input("x", {n});
+    make_c(m);
+    onnx::NodeProto* cast = node(m, "Cast", {"c"}, "cf");
+    attr_int(cast, "to", 1);
+    node(m, "Add", {"x", "cf"}, "y");
+    output(m, "y");
+    return parse(m).predict(Tensor::zeros({1, n})).to_vector();
+  };
+  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(added([&](onnx::ModelProto& m) {
+              *m.mutable_graph()->add_initializer() = int64s("start", {}, {lo + 5});
+              *m.mutable_graph()->add_initializer() = int64s("limit", {}, {hi});
+              *m.mutable_graph()->add_initializer() = int64s("delta", {}, {3 * (int64_t(1) << 61)});
+              node(m, "Range", {"start", "limit", "delta"}, "c");
+            }, 3),
+            (std::vector<float>{float(lo + 5), float(-(int64_t(1) << 61) + 5), float((int64_t(1) << 62) + 5)}));
+  EXPECT_EQ(added([&](onnx::ModelProto& m) {
+              *m.mutable_graph()->add_initializer() = int64s("s", {1}, {4});
+              onnx::NodeProto* c = node(m, "ConstantOfShape", {"s"}, "c");
+              onnx::AttributeProto* a = c->add_attribute();
+              a->set_name("value");
+              a->set_type(onnx::AttributeProto::TENSOR);
+              *a->mutable_t() = int64s("", {1}, {hi});
+            }),
+            std::vector<float>(4, float(hi)));
+  // A file's value where the importer codes the batch size is not read as the batch.
+  {
+    onnx::ModelProto m = model_with_input("x", {3, 4});
+    *m.mutable_graph()->add_initializer() = int64s("shape", {2}, {-(int64_t(1) << 62), 12});
+    node(m, "Reshape", {"x", "shape"}, "y");
+    output(m, "y");
+    EXPECT_TRUE(test_support::throws<ValueError>([&] { parse(m); },
+                                                 {"initializer 'shape'", "-4611686018427387904", "batch size"}));
+  }
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [&] {
+        added([&](onnx::ModelProto& m) {
+          *m.mutable_graph()->add_initializer() = floats("f", {4}, {1, std::nanf(""), 3, 4});
+          attr_int(node(m, "Cast", {"f"}, "c"), "to", 7);
+        });
+      },
+      {"Cast node 'Cast_c'", "outside int64's range"}));
 }
 
 // What ONNX's checker or ONNX Runtime refuse is refused here too, with the

@@ -140,7 +140,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
       if (d < 0) throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
     const int64_t total = capped(n, shape.v);
     const Attr a = n.has_attr("value") ? n.attrs.at("value") : Attr{};
-    if (a.tensor_is_int) return int_result(shape.v, std::vector<int64_t>(size_t(total), int64_t(a.tensor_value)));
+    if (a.tensor_is_int) return int_result(shape.v, std::vector<int64_t>(size_t(total), a.tensor_int));
     Constant c;
     c.f = Tensor::full(Shape(shape.v), float(a.tensor_value));
     return {c};
@@ -150,16 +150,23 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     no_batch(s), no_batch(l), no_batch(d);
     if (s.v.size() != 1 || l.v.size() != 1 || d.v.size() != 1 || d.v[0] == 0)
       throw unsupported(n, "Range needs scalar start, limit and a non-zero delta");
-    // ceil((limit - start) / delta), in double: int64 arithmetic may overflow on a file's values.
-    const double span = std::ceil((double(l.v[0]) - double(s.v[0])) / double(d.v[0]));
-    if (span > double(kMaxFolded))
+    // ceil((limit - start) / delta), exactly: in 128 bits a file's int64 values cannot overflow.
+    const __int128 diff = __int128(l.v[0]) - __int128(s.v[0]), delta = d.v[0];
+    __int128 span = diff / delta;
+    if (span * delta != diff && (diff > 0) == (delta > 0)) ++span;
+    if (span > kMaxFolded)
       throw FormatError("load_onnx: " + n.where() + ": its result, computed at import from constants, would hold " +
-                        (span < 9.2e18 ? std::to_string(int64_t(span)) : std::string("more than 2^63 - 1")) +
+                        (span <= std::numeric_limits<int64_t>::max() ? std::to_string(int64_t(span))
+                                                                     : std::string("more than 2^63 - 1")) +
                         " elements; constants computed at import hold at most 2^24 (16777216) elements (an "
                         "absurd size, refused before allocating)");
-    const int64_t steps = std::max<int64_t>(int64_t(span), 0);
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < steps; ++i) v.push_back(s.v[0] + i * d.v[0]);
+    const int64_t steps = span > 0 ? int64_t(span) : 0;
+    // Each value lies between start and limit, so the sums do not overflow.
+    std::vector<int64_t> v(static_cast<size_t>(steps));
+    for (int64_t i = 0, x = s.v[0]; i < steps; ++i) {
+      v[size_t(i)] = x;
+      if (i + 1 < steps) x += d.v[0];
+    }
     return int_result({steps}, v);
   }
   if (op == "Cast") {
@@ -186,6 +193,9 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     for (int i = 0; i < c.f.shape().rank(); ++i) dims.push_back(c.f.shape()[i]);
     for (int64_t i = 0; i < c.f.numel(); ++i) {
       const float x = c.f.data<float>()[i];
+      // Out of int64's range (or NaN) the conversion is undefined: ONNX leaves it so, and it is refused.
+      if (to != 9 && !(x > -9.2233720368547758e18f && x < 9.2233720368547758e18f))
+        throw unsupported(n, "a Cast to an integer type of " + std::to_string(x) + " (outside int64's range)");
       v.push_back(to == 9 ? int64_t(x != 0.0f) : int64_t(x));
     }
     return int_result(dims, v);

@@ -314,6 +314,13 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what, cons
       } else {  // int32 and bool are held in int32_data
         for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int32_data(int(i));
       }
+      // The importer codes the batch size B and its multiples as int64
+      // values from -2^62 to -2^62 + 2^40 (io/onnx/held.h); a file's own
+      // value there would be read as the batch.
+      if (const auto b = std::find_if(c.ints.v.begin(), c.ints.v.end(), is_batch); b != c.ints.v.end())
+        throw ValueError("load_onnx: " + what + " holds " + std::to_string(*b) +
+                         ", a value in the range this importer keeps for the batch size (-2^62 to -2^62 + 2^40); "
+                         "such constants are not read");
       return c;
     }
     default:
@@ -644,6 +651,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         } else {
           at.tensor_is_int = c.is_int;
           at.tensor_value = c.is_int ? double(c.ints.v[0]) : double(c.f.data<float>()[0]);
+          at.tensor_int = c.is_int ? c.ints.v[0] : 0;
         }
       }
     }
@@ -674,6 +682,10 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         h.constant.ints.v = spec->has_attr("value_int") ? std::vector<int64_t>{spec->int_attr("value_int", 0)}
                                                         : spec->attrs.at("value_ints").ints;
         if (!spec->has_attr("value_int")) h.constant.ints.dims = {int64_t(h.constant.ints.v.size())};
+        if (std::any_of(h.constant.ints.v.begin(), h.constant.ints.v.end(), is_batch))
+          throw ValueError("load_onnx: " + spec->where() +
+                           " holds a value in the range this importer keeps for the batch size (-2^62 to -2^62 + "
+                           "2^40); such constants are not read");
       } else {
         throw unsupported(*spec, "a Constant without a tensor, float or int value");
       }

@@ -253,6 +253,9 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     std::vector<int64_t> dims;
     int64_t known = 1, infer = -1;
     for (size_t i = 0; i < target.size(); ++i) {
+      if (target[i] == 0 && n.int_attr("allowzero", 0) == 0 && int(i) >= rank)
+        throw FormatError("load_onnx: " + n.where() + ": a 0 (copy) at axis " + std::to_string(i) +
+                          ", past its input's rank " + std::to_string(rank));
       int64_t d = target[i] == 0 && n.int_attr("allowzero", 0) == 0 ? s0[int(i)] : target[i];
       if (i == 0 && !n.constant_fold) d = s0[0];  // the batch: checked below
       if (is_batch(d)) throw unsupported(n, "a shape that moves the batch size off the first axis");

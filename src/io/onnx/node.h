@@ -39,6 +39,7 @@ struct Attr {
   std::vector<int64_t> ints;
   bool tensor_is_int = false;
   double tensor_value = 0.0;
+  int64_t tensor_int = 0;  // an int tensor's value exactly (a double holds 53 bits)
   bool set = false;
 };
 
