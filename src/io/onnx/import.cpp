@@ -187,8 +187,9 @@ Constant read_external(const onnx::TensorProto& t, const std::string& what, cons
       if (e.key() == "location") location = e.value();
       continue;
     }
-    // A count of bytes: decimal digits only, as ONNX Runtime parses it (no
-    // sign, nothing after the number).
+    if (e.value().empty()) continue;  // as absent, as ONNX Runtime reads it
+    // A count of bytes: decimal digits only (ONNX Runtime refuses anything
+    // after the number, and a negative length does not fit the file).
     const std::string& v = e.value();
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
