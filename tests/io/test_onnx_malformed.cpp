@@ -262,8 +262,8 @@ TEST(OnnxMalformed, EveryConstantFoldedAtImportIsCapped) {
     node(m, "ConstantOfShape", {"s"}, "c");
     node(m, "Add", {"x", "c"}, "y");
     output(m, "y");
-    EXPECT_TRUE(test_support::throws<FormatError>([&] { parse(m); },
-                                                  {"ConstantOfShape node 'ConstantOfShape_c'", "68719476736 elements"}));
+    EXPECT_TRUE(test_support::throws<FormatError>(
+        [&] { parse(m); }, {"ConstantOfShape node 'ConstantOfShape_c'", "68719476736 elements"}));
   }
 }
 

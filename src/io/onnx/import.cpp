@@ -208,7 +208,8 @@ Constant read_external(const onnx::TensorProto& t, const std::string& what, cons
   // folder (Hugging Face's cache links its files), never lead out of it.
   std::error_code ec;
   const std::filesystem::path real_folder = std::filesystem::weakly_canonical(folder, ec);
-  const std::filesystem::path file = ec ? std::filesystem::path() : std::filesystem::weakly_canonical(real_folder / rel, ec);
+  const std::filesystem::path file =
+      ec ? std::filesystem::path() : std::filesystem::weakly_canonical(real_folder / rel, ec);
   if (ec)
     throw IOError("load_onnx: " + what + " keeps its data in '" + (std::filesystem::path(folder) / rel).string() +
                   "', whose real path cannot be resolved: " + ec.message());
@@ -754,7 +755,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     for (size_t i = 0; i < operands.size(); ++i) {
       const Held* h = operands[i];
       if (!h || h->batch_zeros) continue;
-      // An integer constant where the op reads float32 (ONNX's type constraints; an int64 exponent of Pow is read as float).
+      // An integer constant where the op reads float32 (ONNX's type
+      // constraints; an integer exponent of Pow is read as float).
       if (!h->is_activation && h->constant.is_int && !all_int && !float_masks && !(op == "Pow" && i == 1) &&
           !reads_int_constant(op, i))
         throw TypeError("load_onnx: " + spec->where() + ": input " + std::to_string(i) + " ('" + node.input(int(i)) +
@@ -1142,17 +1144,19 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     const Held& h = a->second;
     // The node that wrote it, for messages.
     std::string by = "an input";
-    for (int k = 0; k < graph.node_size(); ++k)
-      for (const std::string& o : graph.node(k).output())
+    for (int k = 0; k < graph.node_size(); ++k) {
+      const onnx::NodeProto& n = graph.node(k);
+      for (const std::string& o : n.output())
         if (o == v.name())
-          by = graph.node(k).op_type() + " node '" +
-               (graph.node(k).name().empty() ? graph.node(k).op_type() + "_" + std::to_string(k) : graph.node(k).name()) +
-               "'";
+          by = n.op_type() + " node '" + (n.name().empty() ? n.op_type() + "_" + std::to_string(k) : n.name()) + "'";
+    }
     const Groups g = groups_of(h);
     if (g.empty() || g[0].empty() || g[0][0] != 0) {
       int64_t axis = 0;
-      while (axis < int64_t(g.size()) && std::find(g[size_t(axis)].begin(), g[size_t(axis)].end(), 0) == g[size_t(axis)].end())
-        ++axis;
+      auto holds_batch = [](const std::vector<int64_t>& group) {
+        return std::find(group.begin(), group.end(), 0) != group.end();
+      };
+      while (axis < int64_t(g.size()) && !holds_batch(g[size_t(axis)])) ++axis;
       throw ValueError("load_onnx: output '" + v.name() + "' (written by " + by + ") has the batch inside its axis " +
                        std::to_string(axis) + " " + dims_str(file_dims(h)) +
                        " behind other axes; a model's outputs have the batch first (B * k counts as the batch "
