@@ -166,7 +166,7 @@ void inspect_onnx(const std::string& path, bool full) {
   }
   auto text = [&](const std::string& s) { return escape(s, full ? s.size() : std::min(s.size(), kShortString)); };
   std::printf("file:      %s\n", path.c_str());
-  std::printf("format:    ONNX, IR version %" PRId64 ", opset %d\n", f.ir_version, f.opset);
+  std::printf("format:    ONNX, IR version %" PRId64 ", opset %" PRId64 "\n", f.ir_version, f.opset);
   std::printf("producer:  %s %s\n", text(f.producer_name).c_str(), text(f.producer_version).c_str());
   std::printf("graph:     %s\n", text(f.graph_name).c_str());
   for (const auto* group : {&f.inputs, &f.outputs}) {

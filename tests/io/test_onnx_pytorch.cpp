@@ -23,6 +23,7 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include <utility>
 
 using namespace tensorgrad;
 
@@ -111,6 +112,46 @@ TEST(OnnxPytorch, MaskedAttentionGivesPytorchsOutputsAndGradients) {
   const std::vector<Tensor> xs = read_inputs("masked_attention");
   // A step of 1e-3: one of 1e-2 crosses the leaky gate's kink at 0 for some weights (weight 0[92] here).
   EXPECT_EQ(test_support::check_gradients(model, {xs[0].rows(0, 2), xs[1].rows(0, 2)}, 7, 1e-3f), "");
+}
+
+// Models that fold the batch into the rows before their output, as PyTorch
+// writes logits.view(-1, V) before a cross-entropy and x.reshape(-1) (the
+// import once crashed on them): ONNX's output {B * T, V} is given as
+// {B, T, V}, PyTorch's values in PyTorch's order. One folds the rows for a
+// log-softmax and unfolds them after (view(B, -1, V)).
+TEST(OnnxPytorch, AViewThatFoldsTheBatchIntoTheRowsGivesPytorchsValues) {
+  for (const auto& [name, rows] : std::vector<std::pair<std::string, Shape>>{
+           {"logits_view", Shape{3, 5, 20}}, {"reshape_flat", Shape{2, 12}}, {"view_softmax_back", Shape{3, 4, 5}}}) {
+    SCOPED_TRACE(name);
+    nn::Model model = io::load_onnx(kFixtures + "/" + name + ".onnx");
+    const std::vector<Tensor> xs = read_inputs(name);
+    const Tensor want = read_pb(kFixtures + "/" + name + ".output_0.pb");
+    const Tensor got = model.predict(xs, xs.at(0).shape()[0]).at(0);
+    EXPECT_EQ(got.shape(), rows);
+    ASSERT_EQ(got.numel(), want.numel());
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const float g = got.data<float>()[i], w = want.data<float>()[i];
+      EXPECT_NEAR(g, w, 1e-5f * std::abs(w) + 1e-6f) << "element " << i;
+    }
+  }
+}
+
+// An imported PyTorch CNN (its input NCHW {1, 28, 28}) written back with
+// the NCHW image layout takes {batch, 1, 28, 28}, its real input (not
+// {batch, 28, 1, 28}, its input taken for NHWC), and gives PyTorch's outputs.
+TEST(OnnxPytorch, AnImportedCnnExportedWithTheNchwLayoutTakesItsRealInput) {
+  nn::Model model = io::load_onnx(kFixtures + "/cnn.onnx");
+  const std::string path = ::testing::TempDir() + "/cnn_nchw_again.onnx";
+  io::save_onnx(model, path, {io::OnnxImageLayout::NCHW});
+  const io::OnnxInfo info = io::read_onnx_info(path);
+  ASSERT_EQ(info.inputs.size(), 1u);
+  EXPECT_EQ(info.inputs[0].dims, (std::vector<std::string>{"batch", "1", "28", "28"}));
+  nn::Model again = io::load_onnx(path);
+  const Tensor x = read_pb(kFixtures + "/cnn.input_0.pb"), want = read_pb(kFixtures + "/cnn.output_0.pb");
+  const Tensor got = again.predict(x);
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f * std::abs(want.data<float>()[i]) + 1e-6f) << i;
 }
 
 // The imported MLP (PyTorch's initial weights) trained one epoch with fit

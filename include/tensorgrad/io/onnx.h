@@ -45,7 +45,7 @@ struct OnnxInfo {
   std::string producer_name;     ///< e.g. "pytorch"
   std::string producer_version;  ///< e.g. "1.13.0"
   std::string graph_name;        ///< the graph's name
-  int opset = 0;                 ///< of ONNX's default domain
+  int64_t opset = 0;             ///< of ONNX's default domain
   std::vector<OnnxValueInfo> inputs;   ///< the graph's inputs but the initializers listed as inputs
   std::vector<OnnxValueInfo> outputs;  ///< the graph's outputs
   std::vector<std::pair<std::string, int>> op_counts;  ///< op type and node count, by op type
@@ -68,15 +68,21 @@ bool onnx_available();
 /// for an embedding) are taken as int32 and checked against the table they
 /// index when the model runs, bool inputs (masks) are taken as float32
 /// holding 0 and 1 (give them so: any non-zero reads as true). Its outputs are the model's, in the file's
-/// order and layout. Initializers become weights named
+/// order and layout; an output that folds the batch into its first axis
+/// ({B * T, V}, PyTorch's logits.view(-1, V); {B * 12}, x.reshape(-1)) is
+/// given with the batch apart ({B, T, V}, {B, 12}): ONNX Runtime's values
+/// in its order. Initializers become weights named
 /// "<layer>/<ONNX name>" (a Conv weight converted to {kh, kw, C, F}, LSTM
 /// and GRU weights to a kernel, recurrent kernel and bias per direction;
 /// float64 ones converted to float32 with a warning; external data, ONNX's
-/// form for models over 2 GiB, read from files in the model's own folder).
+/// form for models over 2 GiB, read from files in the model's own folder,
+/// symbolic links resolved: a link that stays in the folder is read, one
+/// whose real path leaves it is refused).
 /// Nodes whose inputs
 /// are all constants (the shape computations exporters write: Shape,
 /// Gather, Concat, Unsqueeze, Range, ConstantOfShape ...) are computed at
-/// import, the batch size kept symbolic; every other node becomes one layer
+/// import, the batch size kept symbolic, each result at most 2^24 values;
+/// every other node becomes one layer
 /// of type "OnnxNode", so the model compiles, trains and saves its weights
 /// (save_weights, load_weights into a model loaded from the same file) as
 /// any other; io::load_model cannot rebuild an imported model's layers yet
@@ -124,13 +130,20 @@ bool onnx_available();
 /// node reading an undefined value or one of a later node (a cycle), a
 /// weight whose data does not fit its shape, an absurd dimension refused
 /// before allocating, inputs whose shapes do not fit a node, external data
-/// whose offset and length do not fit its file or its shape); ValueError
+/// whose offset and length are not counts of bytes or do not fit its file
+/// or its shape, a value written twice (by two nodes, or a node over an
+/// input or initializer), a Conv kernel_shape other than its weight's, a
+/// constant computed at import of more than 2^24 values); ValueError
 /// for an op or attribute this importer does not read (naming the op type,
 /// the node and the opset, and listing the ops it reads), an op across the
 /// batch axis, external data outside the model's folder (or given to
-/// parse_onnx), an opset outside 6 to 17, or an input without a batch
-/// dimension; TypeError for tensor types other than float32, float64, int64,
-/// int32 and bool; StateError when the build has no ONNX support
+/// parse_onnx, or whose real path leaves the folder through a symbolic
+/// link), an opset outside 6 to 17, an input without a batch dimension, or
+/// an output whose batch is not the major part of its first axis;
+/// TypeError for tensor types other than float32, float64, int64, int32
+/// and bool, or an integer constant where an op reads float32 (an int64
+/// weight of a Gemm; a Pow's integer exponent is read); StateError when
+/// the build has no ONNX support
 /// (onnx_available() is false).
 nn::Model load_onnx(const std::string& path, const OnnxOptions& options = {});
 
@@ -144,7 +157,9 @@ enum class OnnxImageLayout {
 struct OnnxExportOptions {
   /// How the file takes inputs of rank 3 without the batch ({H, W, C}
   /// images): as they are (NHWC), or as {C, H, W} (NCHW). Other inputs are
-  /// taken as they are.
+  /// taken as they are, and so is an input the model already reads as NCHW
+  /// (only through a permutation to channels last: an imported ONNX
+  /// model's image input).
   OnnxImageLayout image_layout = OnnxImageLayout::NHWC;
 };
 

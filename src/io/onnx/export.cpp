@@ -11,6 +11,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -244,6 +245,32 @@ void value_info(onnx::ValueInfoProto* v, const std::string& name, DType dtype, c
   }
 }
 
+// Whether the model reads input `in` only through a permutation to channels
+// last ({N, C, H, W} to {N, H, W, C}, two swaps of axes: how an imported ONNX
+// model reads its image input): the input is NCHW already.
+bool read_as_nchw(const Graph& g, int32_t in) {
+  auto consumers = [&](int32_t v) {
+    std::vector<int32_t> out;
+    for (size_t k = 0; k < g.size(); ++k)
+      for (Value x : g.nodes()[k].input_values())
+        if (x.id == v) out.push_back(int32_t(k));
+    return out;
+  };
+  auto swaps = [&](int32_t k, int a, int b) {
+    const Node& n = g.nodes()[size_t(k)];
+    return n.op == OpKind::Transpose && std::min(n.attrs.axis, n.attrs.axis2) == a &&
+           std::max(n.attrs.axis, n.attrs.axis2) == b;
+  };
+  const std::vector<int32_t> first = consumers(in);
+  for (int32_t k : first) {
+    const std::vector<int32_t> second = consumers(k);
+    if (!swaps(k, 1, 2) || second.empty()) return false;
+    for (int32_t k2 : second)
+      if (!swaps(k2, 2, 3)) return false;
+  }
+  return !first.empty();
+}
+
 }  // namespace
 
 void save_onnx(const nn::Model& model, const std::string& path, const OnnxExportOptions& options) {
@@ -298,7 +325,8 @@ void save_onnx(const nn::Model& model, const std::string& path, const OnnxExport
     const Node& n = g.nodes()[i];
     w.begin(v);
     if (n.role == NodeRole::Input) {
-      const bool nchw = options.image_layout == OnnxImageLayout::NCHW && n.shape.rank() == 4;
+      const bool nchw =
+          options.image_layout == OnnxImageLayout::NCHW && n.shape.rank() == 4 && !read_as_nchw(g, int32_t(i));
       Dims d = dims[i];
       if (nchw) d = {d[0], d[3], d[1], d[2]};
       value_info(graph.add_input(), n.name, n.dtype, d);

@@ -15,6 +15,7 @@
 #include "io/onnx/held.h"
 #include "io/onnx/node.h"
 #include "tensorgrad/ag/eager_builder.h"
+#include "tensorgrad/graph/graph.h"
 
 namespace tensorgrad::io::onnx_import {
 
@@ -32,6 +33,27 @@ int64_t count(const std::vector<int64_t>& dims) {
     n = d > 0 && n > kMaxFolded / d ? kMaxFolded + 1 : n * d;
   }
   return n;
+}
+
+// The element count of `dims` as a message says it: exact, or "more than
+// 2^63 - 1" when the product overflows.
+std::string count_str(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return d < 0 ? "an impossible number of" : "more than 2^63 - 1";
+  return std::to_string(n);
+}
+
+// The element count of a constant `n` computes at import, refused (before
+// anything is allocated) over kMaxFolded, as ConstantOfShape's and Range's.
+int64_t capped(const NodeSpec& n, const std::vector<int64_t>& dims) {
+  const int64_t c = count(dims);
+  if (c > kMaxFolded)
+    throw FormatError("load_onnx: " + n.where() + ": its result, computed at import from constants, would hold " +
+                      count_str(dims) +
+                      " elements; constants computed at import hold at most 2^24 (16777216) elements (an absurd "
+                      "size, refused before allocating)");
+  return c;
 }
 
 // NumPy's broadcasting of two shapes; empty optional when they do not broadcast.
@@ -97,7 +119,11 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
       for (int i = 0; i < c.f.shape().rank(); ++i) d.push_back(c.f.shape()[i]);
       return d;
     }();
-    if (op == "Size") return int_result({}, {count(dims)});
+    if (op == "Size") {  // the dims of a tensor held in memory: no overflow
+      int64_t size = 1;
+      for (int64_t d : dims) size *= d;
+      return int_result({}, {size});
+    }
     const int64_t r = int64_t(dims.size());
     int64_t start = n.int_attr("start", 0), end = n.int_attr("end", r);
     if (start < 0) start += r;
@@ -111,13 +137,10 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     const IntValue& shape = ints_of(0);
     no_batch(shape);
     for (int64_t d : shape.v)
-      if (d < 0 || d > kMaxFolded)
-        throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
-    const int64_t total = count(shape.v);
-    if (total > kMaxFolded)
-      throw FormatError("load_onnx: " + n.where() + ": a constant of " + std::to_string(total) + " elements");
+      if (d < 0) throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
+    const int64_t total = capped(n, shape.v);
     const Attr a = n.has_attr("value") ? n.attrs.at("value") : Attr{};
-    if (a.tensor_is_int) return int_result(shape.v, std::vector<int64_t>(size_t(total), int64_t(a.tensor_value)));
+    if (a.tensor_is_int) return int_result(shape.v, std::vector<int64_t>(size_t(total), a.tensor_int));
     Constant c;
     c.f = Tensor::full(Shape(shape.v), float(a.tensor_value));
     return {c};
@@ -127,12 +150,23 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     no_batch(s), no_batch(l), no_batch(d);
     if (s.v.size() != 1 || l.v.size() != 1 || d.v.size() != 1 || d.v[0] == 0)
       throw unsupported(n, "Range needs scalar start, limit and a non-zero delta");
-    // ceil((limit - start) / delta), in double: int64 arithmetic may overflow on a file's values.
-    const double span = std::ceil((double(l.v[0]) - double(s.v[0])) / double(d.v[0]));
-    if (span > double(kMaxFolded)) throw FormatError("load_onnx: " + n.where() + ": a Range of more than 2^24 values");
-    const int64_t steps = std::max<int64_t>(int64_t(span), 0);
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < steps; ++i) v.push_back(s.v[0] + i * d.v[0]);
+    // ceil((limit - start) / delta), exactly: in 128 bits a file's int64 values cannot overflow.
+    const __int128 diff = __int128(l.v[0]) - __int128(s.v[0]), delta = d.v[0];
+    __int128 span = diff / delta;
+    if (span * delta != diff && (diff > 0) == (delta > 0)) ++span;
+    if (span > kMaxFolded)
+      throw FormatError("load_onnx: " + n.where() + ": its result, computed at import from constants, would hold " +
+                        (span <= std::numeric_limits<int64_t>::max() ? std::to_string(int64_t(span))
+                                                                     : std::string("more than 2^63 - 1")) +
+                        " elements; constants computed at import hold at most 2^24 (16777216) elements (an "
+                        "absurd size, refused before allocating)");
+    const int64_t steps = span > 0 ? int64_t(span) : 0;
+    // Each value lies between start and limit, so the sums do not overflow.
+    std::vector<int64_t> v(static_cast<size_t>(steps));
+    for (int64_t i = 0, x = s.v[0]; i < steps; ++i) {
+      v[size_t(i)] = x;
+      if (i + 1 < steps) x += d.v[0];
+    }
     return int_result({steps}, v);
   }
   if (op == "Cast") {
@@ -159,6 +193,9 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     for (int i = 0; i < c.f.shape().rank(); ++i) dims.push_back(c.f.shape()[i]);
     for (int64_t i = 0; i < c.f.numel(); ++i) {
       const float x = c.f.data<float>()[i];
+      // Out of int64's range (or NaN) the conversion is undefined: ONNX leaves it so, and it is refused.
+      if (to != 9 && !(x > -9.2233720368547758e18f && x < 9.2233720368547758e18f))
+        throw unsupported(n, "a Cast to an integer type of " + std::to_string(x) + " (outside int64's range)");
       v.push_back(to == 9 ? int64_t(x != 0.0f) : int64_t(x));
     }
     return int_result(dims, v);
@@ -228,14 +265,32 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
           return std::any_of(e.second.v.begin(), e.second.v.end(), is_batch);
         }))
       throw unsupported(n, "a constant whose shape depends on the batch size");
+    {
+      // The results' sizes first, on a scratch graph: nothing is allocated yet.
+      Graph g;
+      std::vector<Value> operands;
+      for (int slot : n.slots) operands.push_back(g.parameter(n.weights[size_t(slot)].second, "w", false));
+      for (Value v : lower(n, g, operands)) {
+        const Shape s = g.shape(v);
+        std::vector<int64_t> dims;
+        for (int i = 0; i < s.rank(); ++i) dims.push_back(s[i]);
+        capped(n, dims);
+      }
+    }
     ag::EagerBuilder eager;
     std::vector<Value> operands;
     for (int slot : n.slots) operands.push_back(eager.input(ag::Tensor(n.weights[size_t(slot)].second)));
     std::vector<Constant> out;
-    for (Value v : lower(n, eager, operands)) {
-      Constant c;
-      c.f = eager.tensor(v).data().clone();
-      out.push_back(c);
+    try {
+      for (Value v : lower(n, eager, operands)) {
+        Constant c;
+        c.f = eager.tensor(v).data().clone();
+        out.push_back(c);
+      }
+    } catch (const MemoryError&) {
+      throw MemoryError("load_onnx: " + n.where() +
+                        ": computing its result from the file's constants at import ran out of memory; free "
+                        "memory or load a smaller model");
     }
     return out;
   }
@@ -297,6 +352,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
         if (d.size() != a.dims.size() || (int64_t(i) != axis && d[i] != a.dims[i]))
           throw FormatError("load_onnx: " + n.where() + ": inputs whose shapes differ off the axis");
       dims[size_t(axis)] += d[size_t(axis)];
+      capped(n, dims);
     }
     for (int64_t o = 0; o < outer; ++o)
       for (size_t k = 0; k < in.size(); ++k) {
@@ -318,6 +374,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     std::vector<int64_t> v, dims(a.dims.begin(), a.dims.begin() + axis);
     dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
     dims.insert(dims.end(), a.dims.begin() + axis + 1, a.dims.end());
+    capped(n, dims);
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t j : idx.v) {
         const int64_t k = j < 0 ? j + dim : j;
@@ -394,7 +451,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
         if (y == 0) throw unsupported(n, "an int64 division by zero");
     std::vector<int64_t> dims;
     if (!broadcast_dims(a.dims, b.dims, dims)) throw unsupported(n, "shapes that do not broadcast");
-    std::vector<int64_t> v(size_t(count(dims)));
+    std::vector<int64_t> v(size_t(capped(n, dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i)
       v[size_t(i)] =
           with_batch(a.v[size_t(broadcast_index(i, dims, a.dims))], b.v[size_t(broadcast_index(i, dims, b.dims))]);
@@ -418,7 +475,7 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     std::vector<int64_t> d1, dims;
     if (!broadcast_dims(a.dims, x.dims, d1) || !broadcast_dims(d1, y.dims, dims))
       throw unsupported(n, "shapes that do not broadcast");
-    std::vector<int64_t> v(size_t(count(dims)));
+    std::vector<int64_t> v(size_t(capped(n, dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i)
       v[size_t(i)] = a.v[size_t(broadcast_index(i, dims, a.dims))] ? x.v[size_t(broadcast_index(i, dims, x.dims))]
                                                                    : y.v[size_t(broadcast_index(i, dims, y.dims))];
@@ -428,9 +485,11 @@ std::vector<Constant> fold(const NodeSpec& n, std::span<const Constant* const> i
     const IntValue& t = ints_of(1);
     no_batch(t);
     std::vector<int64_t> dims;
-    if (!broadcast_dims(a.dims, t.v, dims) || count(dims) > kMaxFolded)
+    for (int64_t d : t.v)
+      if (d < 0) throw FormatError("load_onnx: " + n.where() + ": a shape entry of " + std::to_string(d));
+    if (!broadcast_dims(a.dims, t.v, dims))
       throw unsupported(n, "a target shape that does not broadcast with its input");
-    std::vector<int64_t> v(size_t(count(dims)));
+    std::vector<int64_t> v(size_t(capped(n, dims)));
     for (int64_t i = 0; i < int64_t(v.size()); ++i) v[size_t(i)] = a.v[size_t(broadcast_index(i, dims, a.dims))];
     return int_result(dims, v);
   }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -182,17 +183,20 @@ Constant read_external(const onnx::TensorProto& t, const std::string& what, cons
   std::string location;
   int64_t offset = 0, length = -1;
   for (const onnx::StringStringEntryProto& e : t.external_data()) {
-    try {
-      if (e.key() == "location")
-        location = e.value();
-      else if (e.key() == "offset")
-        offset = std::stoll(e.value());
-      else if (e.key() == "length")
-        length = std::stoll(e.value());
-    } catch (const std::exception&) {
-      throw FormatError("load_onnx: " + what + " has external data key '" + e.key() + "' = '" + e.value() +
-                        "', not a number");
+    if (e.key() != "offset" && e.key() != "length") {
+      if (e.key() == "location") location = e.value();
+      continue;
     }
+    if (e.value().empty()) continue;  // as absent, as ONNX Runtime reads it
+    // A count of bytes: decimal digits only (ONNX Runtime refuses anything
+    // after the number, and a negative length does not fit the file).
+    const std::string& v = e.value();
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || ec != std::errc() || end != v.data() + v.size())
+      throw FormatError("load_onnx: " + what + " has external data " + e.key() + " '" + v +
+                        "'; expected a number of bytes (decimal digits, at most 2^63 - 1)");
+    (e.key() == "offset" ? offset : length) = n;
   }
   const std::filesystem::path rel(location);
   bool escapes = location.empty() || rel.is_absolute();
@@ -200,7 +204,20 @@ Constant read_external(const onnx::TensorProto& t, const std::string& what, cons
   if (escapes)
     throw ValueError("load_onnx: " + what + " keeps its data in '" + location +
                      "', outside the model's folder; external data is read only from the model's own folder");
-  const std::filesystem::path file = std::filesystem::path(folder) / rel;
+  // The real paths, symbolic links resolved: a link may stay inside the
+  // folder (Hugging Face's cache links its files), never lead out of it.
+  std::error_code ec;
+  const std::filesystem::path real_folder = std::filesystem::weakly_canonical(folder, ec);
+  const std::filesystem::path file =
+      ec ? std::filesystem::path() : std::filesystem::weakly_canonical(real_folder / rel, ec);
+  if (ec)
+    throw IOError("load_onnx: " + what + " keeps its data in '" + (std::filesystem::path(folder) / rel).string() +
+                  "', whose real path cannot be resolved: " + ec.message());
+  const auto [in_folder, in_file] = std::mismatch(real_folder.begin(), real_folder.end(), file.begin(), file.end());
+  if (in_folder != real_folder.end() || in_file == file.end())
+    throw ValueError("load_onnx: " + what + " keeps its data in '" + location + "', whose real path '" +
+                     file.string() + "' (through a symbolic link) is outside the model's folder '" +
+                     real_folder.string() + "'; external data is read only from the model's own folder");
   std::ifstream in(file, std::ios::binary | std::ios::ate);
   if (!in) throw IOError("load_onnx: " + what + " keeps its data in '" + file.string() + "', which cannot be opened");
   const int64_t size = int64_t(in.tellg());
@@ -299,12 +316,32 @@ Constant read_constant(const onnx::TensorProto& t, const std::string& what, cons
       } else {  // int32 and bool are held in int32_data
         for (int64_t i = 0; i < n; ++i) c.ints.v[size_t(i)] = t.int32_data(int(i));
       }
+      // The importer codes the batch size B and its multiples as int64
+      // values from -2^62 to -2^62 + 2^40 (io/onnx/held.h); a file's own
+      // value there would be read as the batch.
+      if (const auto b = std::find_if(c.ints.v.begin(), c.ints.v.end(), is_batch); b != c.ints.v.end())
+        throw ValueError("load_onnx: " + what + " holds " + std::to_string(*b) +
+                         ", a value in the range this importer keeps for the batch size (-2^62 to -2^62 + 2^40); "
+                         "such constants are not read");
       return c;
     }
     default:
       throw TypeError("load_onnx: " + what + " has ONNX data type " + std::to_string(t.data_type()) +
                       "; float32, float64 (converted), int64, int32 and bool tensors are read");
   }
+}
+
+// "{2, 3}", for dims a file gives (which a Shape may not hold); the batch
+// and its multiples (io/onnx/held.h) as "B" and "B*k".
+std::string dims_str(const std::vector<int64_t>& dims) {
+  std::string s = "{";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = dims[i];
+    s += (i ? ", " : "") + (!is_batch(d)           ? std::to_string(d)
+                            : batch_factor(d) == 1 ? std::string("B")
+                                                   : "B*" + std::to_string(batch_factor(d)));
+  }
+  return s + "}";
 }
 
 std::string layer_name(const std::string& raw, std::set<std::string>& taken) {
@@ -434,13 +471,14 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
   if (!model.ParseFromArray(bytes.data(), int(bytes.size())))
     throw FormatError("load_onnx: '" + path + "' is not an ONNX model (the protobuf is truncated or corrupt)");
   if (!model.has_graph()) throw FormatError("load_onnx: '" + path + "' has no graph");
-  int opset = 0;
+  int64_t file_opset = 0;
   for (const onnx::OperatorSetIdProto& o : model.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx") opset = int(o.version());
-  if (opset < kMinOpset || opset > kMaxOpset)
-    throw ValueError("load_onnx: '" + path + "' uses opset " + std::to_string(opset) + "; opsets " +
+    if (o.domain().empty() || o.domain() == "ai.onnx") file_opset = o.version();
+  if (file_opset < kMinOpset || file_opset > kMaxOpset)
+    throw ValueError("load_onnx: '" + path + "' uses opset " + std::to_string(file_opset) + "; opsets " +
                      std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
                      " are read (export with opset_version in that range)");
+  const int opset = int(file_opset);
 
   const onnx::GraphProto& graph = model.graph();
   std::map<std::string, Held> values;
@@ -484,6 +522,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
 
   std::set<std::string> taken;
   std::map<std::string, std::string> not_given;  // outputs the lowerings do not give (Dropout's mask), by node
+  std::set<std::string> written;                 // the nodes' outputs so far
   std::map<std::pair<std::string, std::vector<int64_t>>, nn::SymbolicTensor> converted;
   // A layer of the importer's own making on held tensors, named `as` (or its node's name).
   auto own_layer = [&](std::shared_ptr<NodeSpec> spec, const std::vector<nn::SymbolicTensor>& xs,
@@ -525,7 +564,8 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     return held_transpose(name, x, order, as);
   };
   // A view of x with the held dims `dims` (without the batch).
-  auto held_reshape = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& dims) {
+  auto held_reshape = [&](const std::string& name, const nn::SymbolicTensor& x, const std::vector<int64_t>& dims,
+                          const std::string& as = "") {
     auto spec = std::make_shared<NodeSpec>();
     spec->op_type = "Reshape";
     spec->node_name = name + "_view";
@@ -534,7 +574,7 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     target.v.insert(target.v.end(), dims.begin(), dims.end());
     spec->int_inputs[1] = target;
     spec->slots.push_back(-1);
-    return own_layer(spec, {x});
+    return own_layer(spec, {x}, as);
   };
   // h's held tensor with the file axes `tail` (negative: from the end) last,
   // in that order, each one held axis; the other held axes first (in the
@@ -613,11 +653,23 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         } else {
           at.tensor_is_int = c.is_int;
           at.tensor_value = c.is_int ? double(c.ints.v[0]) : double(c.f.data<float>()[0]);
+          at.tensor_int = c.is_int ? c.ints.v[0] : 0;
         }
       }
     }
     if (node.output_size() < 1) throw FormatError("load_onnx: " + spec->where() + " has no output");
+    check_attributes(*spec);
+    // Every value is written once (ONNX's single static assignment): by an
+    // input, an initializer or one node's output.
+    for (const std::string& out : node.output())
+      if (!out.empty() && (values.count(out) || not_given.count(out) || !written.insert(out).second))
+        throw FormatError("load_onnx: " + spec->where() + " writes '" + out +
+                          "', which an input, an initializer or another node already defines (a value is "
+                          "written once)");
     if (spec->op_type == "Constant") {
+      if (node.attribute_size() != 1)
+        throw FormatError("load_onnx: " + spec->where() + " has " + std::to_string(node.attribute_size()) +
+                          " attributes; a Constant has exactly one value");
       Held h;
       if (node.attribute_size() == 1 && node.attribute(0).has_t()) {
         h.constant = read_constant(node.attribute(0).t(), "Constant '" + node.output(0) + "'", folder);
@@ -632,6 +684,10 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         h.constant.ints.v = spec->has_attr("value_int") ? std::vector<int64_t>{spec->int_attr("value_int", 0)}
                                                         : spec->attrs.at("value_ints").ints;
         if (!spec->has_attr("value_int")) h.constant.ints.dims = {int64_t(h.constant.ints.v.size())};
+        if (std::any_of(h.constant.ints.v.begin(), h.constant.ints.v.end(), is_batch))
+          throw ValueError("load_onnx: " + spec->where() +
+                           " holds a value in the range this importer keeps for the batch size (-2^62 to -2^62 + "
+                           "2^40); such constants are not read");
       } else {
         throw unsupported(*spec, "a Constant without a tensor, float or int value");
       }
@@ -694,9 +750,18 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
       spec->weights.emplace_back(weight_name, value);
       spec->weight_trainable.push_back(trainable);
     };
+    const bool all_int = std::all_of(operands.begin(), operands.end(),
+                                     [](const Held* h) { return !h || (!h->is_activation && h->constant.is_int); });
     for (size_t i = 0; i < operands.size(); ++i) {
       const Held* h = operands[i];
       if (!h || h->batch_zeros) continue;
+      // An integer constant where the op reads float32 (ONNX's type
+      // constraints; an integer exponent of Pow is read as float).
+      if (!h->is_activation && h->constant.is_int && !all_int && !float_masks && !(op == "Pow" && i == 1) &&
+          !reads_int_constant(op, i))
+        throw TypeError("load_onnx: " + spec->where() + ": input " + std::to_string(i) + " ('" + node.input(int(i)) +
+                        "') is an integer constant of shape " + dims_str(h->constant.ints.dims) + "; " + op +
+                        " reads a float32 tensor there (its inputs' types must agree)");
       if (is_mask_op(op) && h->is_activation && h->x.dtype() != DType::Float32)
         throw unsupported(*spec, "input '" + node.input(int(i)) +
                                      "' holds token ids (int64 and int32 inputs are read as the ids of an "
@@ -706,10 +771,10 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
         args.push_back(h->x);
         arg_held.push_back(h);
         arg_names.push_back(node.input(int(i)));
-      } else if (h->constant.is_int && float_masks) {
+      } else if (h->constant.is_int && (float_masks || (op == "Pow" && i == 1))) {
         const IntValue& c = h->constant.ints;
         if (std::any_of(c.v.begin(), c.v.end(), is_batch))
-          throw unsupported(*spec, "a comparison with the batch size of a computed tensor");
+          throw unsupported(*spec, "the batch size of a computed tensor as an operand (a model plans for any batch)");
         const std::vector<float> f(c.v.begin(), c.v.end());
         add_weight(i, Tensor::from_vector(std::span<const float>(f), Shape(c.dims)), false);
       } else if (h->constant.is_int) {
@@ -1076,11 +1141,47 @@ nn::Model import_model(std::string_view bytes, const std::string& path, const st
     auto a = values.find(v.name());
     if (a == values.end() || !a->second.is_activation)
       throw ValueError("load_onnx: output '" + v.name() + "' is not computed from the inputs by a node read here");
-    const std::vector<int64_t>& perm = a->second.perm;
-    if (!a->second.groups.empty() || (!perm.empty() && perm[0] != 0))
-      throw ValueError("load_onnx: output '" + v.name() + "' has its batch on axis " + std::to_string(perm[0]) +
-                       "; a model's outputs have the batch first");
-    outputs.push_back(to_layout(v.name(), a->second.x, perm, {}, v.name()));
+    const Held& h = a->second;
+    // The node that wrote it, for messages.
+    std::string by = "an input";
+    for (int k = 0; k < graph.node_size(); ++k) {
+      const onnx::NodeProto& n = graph.node(k);
+      for (const std::string& o : n.output())
+        if (o == v.name())
+          by = n.op_type() + " node '" + (n.name().empty() ? n.op_type() + "_" + std::to_string(k) : n.name()) + "'";
+    }
+    const Groups g = groups_of(h);
+    if (g.empty() || g[0].empty() || g[0][0] != 0) {
+      int64_t axis = 0;
+      auto holds_batch = [](const std::vector<int64_t>& group) {
+        return std::find(group.begin(), group.end(), 0) != group.end();
+      };
+      while (axis < int64_t(g.size()) && !holds_batch(g[size_t(axis)])) ++axis;
+      throw ValueError("load_onnx: output '" + v.name() + "' (written by " + by + ") has the batch inside its axis " +
+                       std::to_string(axis) + " " + dims_str(file_dims(h)) +
+                       " behind other axes; a model's outputs have the batch first (B * k counts as the batch "
+                       "followed by k)");
+    }
+    if (h.groups.empty()) {
+      outputs.push_back(to_layout(v.name(), h.x, h.perm, {}, v.name()));
+      continue;
+    }
+    // The batch folded into the first axis ({B * T, V}, PyTorch's
+    // view(-1, V)): the file's values in the file's order are the held
+    // tensor in the groups' order, given with the batch apart ({B, T, V}).
+    std::vector<int64_t> order, dims;
+    for (const std::vector<int64_t>& group : g) order.insert(order.end(), group.begin(), group.end());
+    const std::vector<int64_t> held = held_dims(h.x);
+    for (int64_t i = 0; i < int64_t(held.size()); ++i)  // size-1 held axes no group names
+      if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+    for (size_t j = 0; j < g.size(); ++j) {
+      int64_t p = 1;
+      for (int64_t i : g[j]) p *= i == 0 ? 1 : held[size_t(i)];
+      if (j > 0 || p != 1) dims.push_back(p);
+    }
+    if (dims.empty()) dims.push_back(1);  // {B}: a value per row
+    const nn::SymbolicTensor x = held_transpose(v.name(), h.x, order);
+    outputs.push_back(held_reshape(v.name(), x, dims, v.name()));
   }
   if (inputs.empty() || outputs.empty()) throw FormatError("load_onnx: '" + path + "' has no inputs or no outputs");
   return nn::Model(inputs, outputs, options.name.empty() ? graph.name() : options.name);

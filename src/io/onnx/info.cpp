@@ -44,7 +44,7 @@ OnnxInfo read_onnx_info(const std::string& path) {
   info.producer_version = model.producer_version();
   info.graph_name = model.graph().name();
   for (const onnx::OperatorSetIdProto& o : model.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx") info.opset = int(o.version());
+    if (o.domain().empty() || o.domain() == "ai.onnx") info.opset = o.version();
   std::map<std::string, int> ops;
   for (const onnx::NodeProto& n : model.graph().node())
     ++ops[n.domain().empty() || n.domain() == "ai.onnx" ? n.op_type() : n.domain() + "." + n.op_type()];

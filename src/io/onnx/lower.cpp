@@ -253,6 +253,9 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
     std::vector<int64_t> dims;
     int64_t known = 1, infer = -1;
     for (size_t i = 0; i < target.size(); ++i) {
+      if (target[i] == 0 && n.int_attr("allowzero", 0) == 0 && int(i) >= rank)
+        throw FormatError("load_onnx: " + n.where() + ": a 0 (copy) at axis " + std::to_string(i) +
+                          ", past its input's rank " + std::to_string(rank));
       int64_t d = target[i] == 0 && n.int_attr("allowzero", 0) == 0 ? s0[int(i)] : target[i];
       if (i == 0 && !n.constant_fold) d = s0[0];  // the batch: checked below
       if (is_batch(d)) throw unsupported(n, "a shape that moves the batch size off the first axis");
@@ -707,6 +710,140 @@ SliceParams slice_params(const NodeSpec& n) {
   return p;
 }
 
+void check_attributes(const NodeSpec& n) {
+  // The attributes each op's lowering (or folding) reads; ONNX's checker
+  // refuses an attribute its schema does not define, and one it defines
+  // that is not read here would be silently dropped.
+  static const std::vector<std::string> kReduce = {"axes", "keepdims", "noop_with_empty_axes"};
+  static const std::vector<std::string> kLegacyBroadcast = {"broadcast", "axis"};
+  static const std::vector<std::string> kRecurrent = {"direction",        "hidden_size",      "layout",
+                                                      "activations",      "activation_alpha", "activation_beta",
+                                                      "clip",             "input_forget",     "linear_before_reset"};
+  static const std::map<std::string, std::vector<std::string>> kRead = {
+      {"Abs", {}},
+      {"Add", kLegacyBroadcast},
+      {"And", {}},
+      {"AveragePool", {"auto_pad", "kernel_shape", "pads", "strides", "ceil_mode", "count_include_pad"}},
+      {"BatchNormalization", {"epsilon", "momentum", "training_mode", "spatial", "is_test"}},
+      {"Cast", {"to"}},
+      {"Celu", {"alpha"}},
+      {"Clip", {"min", "max"}},
+      {"Concat", {"axis"}},
+      {"Constant", {"value", "value_float", "value_floats", "value_int", "value_ints"}},
+      {"ConstantOfShape", {"value"}},
+      {"Conv", {"auto_pad", "kernel_shape", "pads", "strides", "dilations", "group"}},
+      {"Div", kLegacyBroadcast},
+      {"Dropout", {"ratio", "is_test", "seed"}},
+      {"Elu", {"alpha"}},
+      {"Equal", {}},
+      {"Erf", {}},
+      {"Exp", {}},
+      {"Expand", {}},
+      {"Flatten", {"axis"}},
+      {"Gather", {"axis"}},
+      {"Gemm", {"alpha", "beta", "transA", "transB", "broadcast"}},
+      {"GlobalAveragePool", {}},
+      {"GlobalMaxPool", {}},
+      {"Greater", {}},
+      {"GreaterOrEqual", {}},
+      {"GRU", kRecurrent},
+      {"HardSigmoid", {"alpha", "beta"}},
+      {"HardSwish", {}},
+      {"Identity", {}},
+      {"LayerNormalization", {"axis", "epsilon", "stash_type"}},
+      {"LeakyRelu", {"alpha"}},
+      {"Less", {}},
+      {"LessOrEqual", {}},
+      {"Log", {}},
+      {"LogSoftmax", {"axis"}},
+      {"LSTM", kRecurrent},
+      {"MatMul", {}},
+      {"Max", {}},
+      {"MaxPool", {"auto_pad", "kernel_shape", "pads", "strides", "dilations", "ceil_mode", "storage_order"}},
+      {"Mean", {}},
+      {"Min", {}},
+      {"Mul", kLegacyBroadcast},
+      {"Neg", {}},
+      {"Not", {}},
+      {"Or", {}},
+      {"Pad", {"mode", "pads", "paddings", "value"}},
+      {"Pow", kLegacyBroadcast},
+      {"PRelu", {}},
+      {"Range", {}},
+      {"Reciprocal", {}},
+      {"ReduceL1", kReduce},
+      {"ReduceL2", kReduce},
+      {"ReduceLogSum", kReduce},
+      {"ReduceLogSumExp", kReduce},
+      {"ReduceMax", kReduce},
+      {"ReduceMean", kReduce},
+      {"ReduceMin", kReduce},
+      {"ReduceSum", kReduce},
+      {"ReduceSumSquare", kReduce},
+      {"Relu", {}},
+      {"Reshape", {"allowzero", "shape"}},
+      {"Selu", {"alpha", "gamma"}},
+      {"Shape", {"start", "end"}},
+      {"Sigmoid", {}},
+      {"Size", {}},
+      {"Slice", {"starts", "ends", "axes"}},
+      {"Softmax", {"axis"}},
+      {"Softplus", {}},
+      {"Softsign", {}},
+      {"Split", {"axis", "split"}},
+      {"Sqrt", {}},
+      {"Squeeze", {"axes"}},
+      {"Sub", kLegacyBroadcast},
+      {"Sum", {}},
+      {"Tanh", {}},
+      {"Transpose", {"perm"}},
+      {"Unsqueeze", {"axes"}},
+      {"Where", {}},
+      {"Xor", kLegacyBroadcast}};
+  const auto it = kRead.find(n.op_type);
+  if (it == kRead.end()) return;  // an op not read: refused by name where it is lowered or folded
+  // Broadcasting by attributes ended at opset 7.
+  const bool legacy = it->second == kLegacyBroadcast || n.op_type == "Gemm";
+  auto gone = [&](const std::string& name) {
+    return n.opset >= 7 && legacy && (name == "broadcast" || (name == "axis" && n.op_type != "Gemm"));
+  };
+  for (const auto& [name, attr] : n.attrs) {
+    if (!gone(name) && std::find(it->second.begin(), it->second.end(), name) != it->second.end()) continue;
+    std::string read;
+    for (const std::string& r : it->second)
+      if (!gone(r)) read += (read.empty() ? "" : ", ") + r;
+    throw unsupported(n, "attribute '" + name + "', which " + n.op_type + " does not read here (it reads " +
+                             (read.empty() ? std::string("none") : read) + ")");
+  }
+  if (n.op_type == "BatchNormalization" && n.int_attr("spatial", 1) != 1)
+    throw unsupported(n, "spatial = 0 (statistics per element rather than per channel)");
+}
+
+bool reads_int_constant(const std::string& op, size_t slot) {
+  // Ops whose inputs are all float32 here (or of one type T, which the
+  // model's computed float32 tensors fix), by the slots where an int64
+  // shape, axes, indices or pads are read instead.
+  static const std::map<std::string, std::set<size_t>> kIntSlots = {
+      {"Reshape", {1}},         {"Expand", {1}},          {"Squeeze", {1}},         {"Unsqueeze", {1}},
+      {"ReduceMean", {1}},      {"ReduceSum", {1}},       {"ReduceMax", {1}},       {"ReduceMin", {1}},
+      {"ReduceL1", {1}},        {"ReduceL2", {1}},        {"ReduceLogSum", {1}},    {"ReduceLogSumExp", {1}},
+      {"ReduceSumSquare", {1}}, {"Slice", {1, 2, 3, 4}},  {"Split", {1}},           {"Pad", {1, 3}},
+      {"LSTM", {4}},            {"GRU", {4}},             {"Abs", {}},              {"Add", {}},
+      {"AveragePool", {}},      {"BatchNormalization", {}}, {"Celu", {}},           {"Clip", {}},
+      {"Concat", {}},           {"Conv", {}},             {"Div", {}},              {"Dropout", {1, 2}},
+      {"Elu", {}},              {"Erf", {}},              {"Exp", {}},              {"Flatten", {}},
+      {"Gemm", {}},             {"GlobalAveragePool", {}}, {"GlobalMaxPool", {}},   {"HardSigmoid", {}},
+      {"HardSwish", {}},        {"LayerNormalization", {}}, {"LeakyRelu", {}},      {"Log", {}},
+      {"LogSoftmax", {}},       {"MatMul", {}},           {"Max", {}},              {"MaxPool", {}},
+      {"Mean", {}},             {"Min", {}},              {"Mul", {}},              {"Neg", {}},
+      {"PRelu", {}},            {"Reciprocal", {}},       {"Relu", {}},             {"Selu", {}},
+      {"Sigmoid", {}},          {"Softmax", {}},          {"Softplus", {}},         {"Softsign", {}},
+      {"Sqrt", {}},             {"Sub", {}},              {"Sum", {}},              {"Tanh", {}},
+      {"Transpose", {}}};
+  const auto it = kIntSlots.find(op);
+  return it == kIntSlots.end() || it->second.count(slot) != 0;
+}
+
 void check_node(const NodeSpec& n) {
   const std::string& op = n.op_type;
   auto activation = [&](size_t i) { return i < n.slots.size() && n.slots[i] < 0; };
@@ -746,7 +883,15 @@ void check_node(const NodeSpec& n) {
     if (n.slots.size() < 2 || !activation(0) || !weight(1) || (n.slots.size() > 2 && !weight(2)))
       throw unsupported(n, "Conv is read as an image computed by the model and weights of the file");
     if (n.int_attr("group", 1) != 1) throw unsupported(n, "a grouped convolution (group != 1)");
-    if (n.weights[size_t(n.slots[1])].second.shape().rank() != 4) throw unsupported(n, "a convolution that is not 2-D");
+    const Shape w = n.weights[size_t(n.slots[1])].second.shape();
+    if (w.rank() != 4) throw unsupported(n, "a convolution that is not 2-D");
+    // ONNX Runtime refuses a kernel_shape other than W's spatial dims.
+    if (n.has_attr("kernel_shape") && n.ints("kernel_shape", -1) != std::vector<int64_t>{w[2], w[3]})
+      throw FormatError("load_onnx: " + n.where() + ": kernel_shape {" + [&] {
+        std::string k;
+        for (int64_t v : n.ints("kernel_shape", -1)) k += (k.empty() ? "" : ", ") + std::to_string(v);
+        return k;
+      }() + "} contradicts its weight W " + w.str() + " ({F, C, kh, kw})");
   } else if (op == "BatchNormalization") {
     if (n.slots.size() != 5 || !activation(0))
       throw unsupported(n, "expected an input computed by the model and scale, bias, mean and variance of the file");

@@ -39,6 +39,7 @@ struct Attr {
   std::vector<int64_t> ints;
   bool tensor_is_int = false;
   double tensor_value = 0.0;
+  int64_t tensor_int = 0;  // an int tensor's value exactly (a double holds 53 bits)
   bool set = false;
 };
 
@@ -130,6 +131,16 @@ bool is_mask_op(const std::string& op);
 
 // Checks the node's operands at import (what the lowering assumes).
 void check_node(const NodeSpec& n);
+
+// ValueError (through unsupported) for an attribute that the node's op is
+// not read with (ONNX's checker refuses those its schema does not define;
+// the others would be silently dropped).
+void check_attributes(const NodeSpec& n);
+
+// Whether `op` may read an int64 (or int32, bool) constant at input `slot`
+// (a shape, axes, indices, pads): false where it reads float32 (ONNX's
+// type constraints); true for ops not read here (refused by name later).
+bool reads_int_constant(const std::string& op, size_t slot);
 
 // The node written with Builder ops on `operands` (slot order, activations
 // and bound weights mixed as the file has them): one value per output.
