@@ -2,7 +2,9 @@
 // alignment, which tensorgrad wrote it and when (the provenance keys of
 // ag::save, when the file has them), every metadata key with its type and
 // value, and a table of its
-// tensors (name, type, shape in tensorgrad's order, bytes). Long strings and
+// tensors (name, type, shape in tensorgrad's order, bytes; a name longer
+// than GGUF's 63 bytes in full, with the short name the file stores it
+// under on the line below). Long strings and
 // arrays are abbreviated unless --full is given. For ONNX (a file that does
 // not start with GGUF's magic): its producer, opset, inputs and outputs with
 // their types and dimensions, how many nodes of each op type, and a table of
@@ -137,18 +139,28 @@ void inspect(const std::string& path, bool full) {
                 value_of(e.value, full).c_str());
 
   std::printf("\ntensors (%zu):\n", f.tensors().size());
-  size_t name_width = 4, shape_width = 5;
+  size_t name_width = 4, shape_width = 5, renamed = 0;
   uint64_t total = 0;
   for (const io::TensorInfo& t : f.tensors()) {
-    name_width = std::max(name_width, t.name.size());
+    name_width = std::max(name_width, escape(t.name, t.name.size()).size());
     shape_width = std::max(shape_width, t.shape.str().size());
     total += t.nbytes;
+    renamed += t.stored_name != t.name;
   }
+  if (!full) name_width = std::min<size_t>(name_width, 64);
   std::printf("  %-*s  %-4s  %-*s  %12s\n", int(name_width), "name", "type", int(shape_width), "shape", "bytes");
-  for (const io::TensorInfo& t : f.tensors())
-    std::printf("  %-*s  %-4s  %-*s  %12" PRIu64 "\n", int(name_width), t.name.c_str(),
+  for (const io::TensorInfo& t : f.tensors()) {
+    std::printf("  %-*s  %-4s  %-*s  %12" PRIu64 "\n", int(name_width), escape(t.name, t.name.size()).c_str(),
                 io::tensor_type_name(t.type), int(shape_width), t.shape.str().c_str(), t.nbytes);
+    // A name past GGUF's 63 bytes: what ggml and other readers see instead.
+    if (t.stored_name != t.name) std::printf("    stored as %s\n", quote(t.stored_name, true).c_str());
+  }
   std::printf("  %" PRIu64 " bytes of tensor data in all\n", total);
+  if (renamed > 0)
+    std::printf("  %zu tensor name%s longer than GGUF's 63 bytes: the file stores %s under the short name%s "
+                "shown, and lists both in %s and %s\n",
+                renamed, renamed == 1 ? " is" : "s are", renamed == 1 ? "it" : "them", renamed == 1 ? "" : "s",
+                io::kLongNamesStoredKey, io::kLongNamesFullKey);
 }
 
 std::string dims_of(const std::vector<std::string>& d) {

@@ -87,6 +87,14 @@ int main(int argc, char** argv) {
       w.add_tensor("dense/bias", Tensor::from_vector(ramp(4, 0.1f), Shape{4}));
       save(dir, "aligned64.gguf", w);
     }
+    {  // Names GGUF does not take as they are: stored under short ones, listed in tensorgrad.long_names.*.
+      GGUFWriter w;
+      w.add_tensor("optimizer/token_and_position_embedding/token_embedding.embeddings/m",
+                   Tensor::from_vector(ramp(4, 0.5f), Shape{4}));
+      w.add_tensor(std::string(70, 'n'), Tensor::from_vector(ramp(2, 1.0f), Shape{2}));
+      w.add_tensor("short", Tensor::from_vector(ramp(1, 2.0f), Shape{1}));
+      save(dir, "long_names.gguf", w);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gguf_seeds: %s\n", e.what());
     return 1;

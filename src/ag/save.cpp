@@ -24,7 +24,6 @@ using nlohmann::json;
 namespace {
 
 constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kMaxTensorName = 63;  // ggml's GGML_MAX_NAME (64) less the NUL
 constexpr const char* kModuleConfigKey = "tensorgrad.module_config";
 constexpr const char* kIndexKey = "tensorgrad.state_dict_index";
 // Where a file came from, for people and tools looking at it; load ignores
@@ -124,10 +123,6 @@ io::WriteStats write_file(const nn::StateDict& dict, const std::string& path, co
   json index = json::array();
   std::vector<std::pair<std::string, tensorgrad::Tensor>> tensors;
   for (const auto& [name, t] : dict) {
-    if (name.size() > kMaxTensorName)
-      throw ValueError("ag::save: the state-dict key '" + name + "' is " + std::to_string(name.size()) +
-                       " bytes; GGUF tensor names hold at most 63 bytes (ggml's GGML_MAX_NAME), so shorten the "
-                       "module, parameter or buffer names on its path");
     if (!t.defined()) throw ValueError("ag::save: the state-dict entry '" + name + "' is an undefined tensor");
     const tensorgrad::Tensor& data = t.data();
     index.push_back({{"name", name},

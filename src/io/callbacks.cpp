@@ -312,15 +312,19 @@ void ModelCheckpoint::on_epoch_end(int epoch, nn::Logs& logs) {
       return;
     }
     say(monitor_ + " improved from " + best_text + " to " + current_text + ", saving model to " + path);
-    best_ = current;
   } else {
     say("saving model to " + path);
   }
-  if (rank() != 0) return;  // data-parallel: rank 0 saves (best_ is kept on every rank alike)
-  make_folder(std::filesystem::path(path).parent_path(), "ModelCheckpoint");
-  if (save_weights_only_) save_weights(model(), path);
-  else save_model(model(), path);
-  say("finished saving model to " + path);
+  // data-parallel: rank 0 saves (best_ is kept on every rank alike). The
+  // best moves only once its model is in the file: a save that throws
+  // leaves the file and the best of the model before.
+  if (rank() == 0) {
+    make_folder(std::filesystem::path(path).parent_path(), "ModelCheckpoint");
+    if (save_weights_only_) save_weights(model(), path);
+    else save_model(model(), path);
+  }
+  if (save_best_only_) best_ = logs.at(monitor_);
+  if (rank() == 0) say("finished saving model to " + path);
 }
 
 nn::CallbackState ModelCheckpoint::get_state() const {

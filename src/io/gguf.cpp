@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <fp16.h>
+#include <zlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,6 +45,8 @@ constexpr uint32_t kVersion = 3;
 constexpr uint32_t kDefaultAlignment = 32;
 constexpr const char* kAlignmentKey = "general.alignment";
 constexpr size_t kMaxNameBytes = 63;     // ggml's GGML_MAX_NAME (64) counts the NUL
+// A long name's stored form: up to kStoredPrefixBytes of it, '~', 8 hex digits.
+constexpr size_t kStoredPrefixBytes = kMaxNameBytes - 1 - 8;
 constexpr size_t kMaxKeyBytes = 65535;
 constexpr uint32_t kMaxDims = 4;
 constexpr uint64_t kMaxElements = uint64_t(1) << 40;
@@ -77,6 +80,27 @@ std::string escaped(const std::string& s) {
 // as C strings (gguf_get_key, gguf_get_tensor_name, ggml_set_name), so a NUL
 // inside one makes ggml see a shorter, different name than the file holds.
 size_t nul_position(const std::string& s) { return s.find('\0'); }
+
+// Whether ggml and every GGUF reader take `name` as a tensor name as it is:
+// 1 to 63 bytes (GGML_MAX_NAME counts the NUL), none of them NUL (ggml reads
+// names as C strings).
+bool valid_gguf_name(const std::string& name) {
+  return !name.empty() && name.size() <= kMaxNameBytes && nul_position(name) == std::string::npos;
+}
+
+// The name a tensor named `name` (not valid_gguf_name) is stored under, on
+// try `attempt` (0 first; a later one when the earlier is taken): its first
+// bytes up to any NUL, cut back to a UTF-8 character's start so the stored
+// name is valid UTF-8 (GGUF's strings are), '~', and the CRC-32 (zlib's,
+// seeded with `attempt`) of the whole name in 8 hex digits.
+std::string stored_name_of(const std::string& name, uint32_t attempt) {
+  size_t keep = std::min({name.size(), kStoredPrefixBytes, nul_position(name)});
+  while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;  // name[keep] continues a character
+  const uLong crc = ::crc32_z(attempt, reinterpret_cast<const Bytef*>(name.data()), name.size());
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "~%08lx", static_cast<unsigned long>(crc & 0xFFFFFFFFu));
+  return name.substr(0, keep) + hex;
+}
 
 // ggml's names for its type ids, to name a type tensorgrad does not read.
 const char* ggml_type_name(uint32_t id) {
@@ -351,19 +375,57 @@ struct GGUFWriter::Impl {
       throw ValueError(
           "GGUFWriter: metadata key 'general.alignment' is written by the writer itself; pass the alignment to "
           "the GGUFWriter constructor instead");
+    if (key == kLongNamesStoredKey || key == kLongNamesFullKey)
+      throw ValueError("GGUFWriter: metadata key " + quoted(key) +
+                       " is written by the writer itself: it lists the tensors whose names are longer than GGUF's "
+                       "63 bytes; give your key another name");
     if (!keys.insert(key).second) throw ValueError("GGUFWriter: metadata key " + quoted(key) + " is given twice" + fix);
     metadata.push_back({key, std::move(value)});
   }
 
+  // Each tensor's name in the file (add_tensor's rule for names past 63
+  // bytes, empty or with a NUL), in `tensors`' order. Chosen over all the names at once, so that
+  // no stored name is another tensor's name whatever order they came in.
+  std::vector<std::string> stored_names() const {
+    std::vector<std::string> out;
+    out.reserve(tensors.size());
+    std::unordered_set<std::string> taken;
+    for (const Entry& t : tensors)
+      if (valid_gguf_name(t.name)) taken.insert(t.name);
+    for (const Entry& t : tensors) {
+      if (valid_gguf_name(t.name)) {
+        out.push_back(t.name);
+        continue;
+      }
+      std::string stored;
+      for (uint32_t attempt = 0;; ++attempt) {
+        stored = stored_name_of(t.name, attempt);
+        if (taken.insert(stored).second) break;
+      }
+      out.push_back(std::move(stored));
+    }
+    return out;
+  }
+
   // Header, metadata, tensor infos and the padding up to the data section.
   std::vector<uint8_t> header() const {
+    const std::vector<std::string> stored = stored_names();
+    MetadataValue long_stored, long_full;
+    long_stored.type = long_full.type = ValueType::Array;
+    long_stored.element_type = long_full.element_type = ValueType::String;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (stored[i] != tensors[i].name) {
+        long_stored.strings.push_back(stored[i]);
+        long_full.strings.push_back(tensors[i].name);
+      }
+    const bool write_long_names = !long_full.strings.empty();
     std::vector<uint8_t> out;
     ByteWriter w{out};
     w.put(kMagic, 4);
     w.num<uint32_t>(kVersion);
     w.num<uint64_t>(tensors.size());
     const bool write_alignment = alignment != kDefaultAlignment;
-    w.num<uint64_t>(metadata.size() + (write_alignment ? 1 : 0));
+    w.num<uint64_t>(metadata.size() + (write_alignment ? 1 : 0) + (write_long_names ? 2 : 0));
     if (write_alignment) {
       w.str(kAlignmentKey);
       w.num(uint32_t(ValueType::UInt32));
@@ -373,8 +435,15 @@ struct GGUFWriter::Impl {
       w.str(e.key);
       put_value(w, e.value);
     }
-    for (const Entry& t : tensors) {
-      w.str(t.name);
+    if (write_long_names) {
+      w.str(kLongNamesStoredKey);
+      put_value(w, long_stored);
+      w.str(kLongNamesFullKey);
+      put_value(w, long_full);
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Entry& t = tensors[i];
+      w.str(stored[i]);
       w.num<uint32_t>(uint32_t(t.ne.size()));
       for (uint64_t d : t.ne) w.num<uint64_t>(d);
       w.num<uint32_t>(uint32_t(t.type));
@@ -496,16 +565,7 @@ void GGUFWriter::set_string_array(const std::string& key, const std::vector<std:
 }
 
 void GGUFWriter::add_tensor(const std::string& name, const Tensor& tensor, TensorType type) {
-  const std::string where = "GGUFWriter::add_tensor: tensor " + quoted(name);
-  if (name.empty()) throw ValueError("GGUFWriter::add_tensor: the tensor name is empty; give every tensor a name");
-  if (name.size() > kMaxNameBytes)
-    throw ValueError(where + " is " + std::to_string(name.size()) +
-                     " bytes long; GGUF names are at most 63 bytes (ggml's limit of 64 counts the terminating "
-                     "NUL); shorten it");
-  if (const size_t nul = nul_position(name); nul != std::string::npos)
-    throw ValueError("GGUFWriter::add_tensor: tensor " + escaped(name) + " has a NUL byte at position " +
-                     std::to_string(nul) + "; ggml reads names as C strings and GGUF readers refuse it, so give a "
-                     "name without NUL bytes");
+  const std::string where = "GGUFWriter::add_tensor: tensor " + escaped(name);
   if (impl_->names.count(name)) throw ValueError(where + " is added twice; give each tensor a distinct name");
   if (!tensor_type_known(uint32_t(type)))
     throw ValueError(where + ": " + std::to_string(uint32_t(type)) +
@@ -581,6 +641,8 @@ struct GGUFFile::Impl {
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(prefix() + what); }
 
   void parse();
+  // Names the tensors listed under kLongNamesStoredKey by their full names.
+  void apply_long_names();
   void parse_value(Cursor& c, MetadataValue& v, const std::string& key, size_t at);
   void read_element(Cursor& c, ValueType t, MetadataValue& v, const std::string& key, size_t at);
   const MetadataValue& value(const std::string& key, const char* wanted) const;
@@ -774,6 +836,7 @@ void GGUFFile::Impl::parse() {
     info.shape = Shape(std::span<const int64_t>(dims));
     info.nbytes = numel * tensor_type_size(info.type);
     relative[size_t(i)] = offset;
+    info.stored_name = info.name;
     tensor_index.emplace(info.name, tensors.size());
     info_offsets.push_back(at);
     tensors.push_back(std::move(info));
@@ -807,6 +870,49 @@ void GGUFFile::Impl::parse() {
            " occupies bytes [" + std::to_string(a.offset) + ", " + std::to_string(a.offset + a.nbytes) + ") and " +
            quoted(b.name) + " starts at byte " + std::to_string(b.offset));
   }
+  apply_long_names();
+}
+
+void GGUFFile::Impl::apply_long_names() {
+  const auto stored_it = key_index.find(kLongNamesStoredKey);
+  const auto full_it = key_index.find(kLongNamesFullKey);
+  if (stored_it == key_index.end() && full_it == key_index.end()) return;
+  const std::string both = std::string("the keys '") + kLongNamesStoredKey + "' and '" + kLongNamesFullKey +
+                           "' (the tensors whose names are longer than 63 bytes)";
+  if (stored_it == key_index.end() || full_it == key_index.end())
+    fail(both + " come together, but only '" +
+         (stored_it == key_index.end() ? kLongNamesFullKey : kLongNamesStoredKey) +
+         "' is in the file; the file is corrupt or its writer does not follow tensorgrad's layout");
+  const MetadataValue& stored = metadata[stored_it->second].value;
+  const MetadataValue& full = metadata[full_it->second].value;
+  for (const MetadataEntry* e : {&metadata[stored_it->second], &metadata[full_it->second]})
+    if (e->value.type != ValueType::Array || e->value.element_type != ValueType::String)
+      fail("metadata key " + quoted(e->key) + " is " + describe_type(e->value) + ", expected an ARRAY of STRING");
+  if (stored.strings.size() != full.strings.size())
+    fail(both + " must list as many names each; they list " + std::to_string(stored.strings.size()) + " and " +
+         std::to_string(full.strings.size()));
+  std::vector<std::string> names(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) names[i] = tensors[i].name;
+  std::vector<bool> renamed(tensors.size(), false);
+  for (size_t k = 0; k < stored.strings.size(); ++k) {
+    const std::string& s = stored.strings[k];
+    const std::string& f = full.strings[k];
+    const auto it = tensor_index.find(s);
+    if (it == tensor_index.end())
+      fail(std::string("metadata key '") + kLongNamesStoredKey + "' lists " + escaped(s) + " (element " +
+           std::to_string(k) + "), which is not a tensor of the file");
+    if (renamed[it->second])
+      fail(std::string("metadata key '") + kLongNamesStoredKey + "' lists " + escaped(s) + " twice");
+    renamed[it->second] = true;
+    names[it->second] = f;
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!index.emplace(names[i], i).second)
+      fail(both + " give tensors " + quoted(tensors[index[names[i]]].stored_name) + " and " +
+           quoted(tensors[i].stored_name) + " the one name " + escaped(names[i]));
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].name = std::move(names[i]);
+  tensor_index = std::move(index);
 }
 
 const MetadataValue& GGUFFile::Impl::value(const std::string& key, const char* wanted) const {

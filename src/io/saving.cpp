@@ -294,7 +294,7 @@ void add_callback_states(GGUFWriter& w, const std::vector<nn::Stateful*>& callba
     std::vector<std::string> names;
     for (size_t j = 0; j < state.tensors.size(); ++j) {
       names.push_back(state.tensors[j].first);
-      // By position: the state's own names may be long, GGUF's limit is 63 bytes.
+      // By position, as files have always stored them; the state's own names go in tensor_names.
       w.add_tensor("callbacks/" + std::to_string(i) + "/" + std::to_string(j), state.tensors[j].second,
                    stored_type(state.tensors[j].second));
     }

@@ -381,9 +381,10 @@ TEST(GGUFWriter, RefusesBadKeysAndAlignment) {
 TEST(GGUFWriter, RefusesBadTensors) {
   GGUFWriter w;
   const Tensor t = float_tensor({1, 2}, {2});
-  w.add_tensor(std::string(63, 'n'), t);  // 63 bytes is the longest allowed
-  expect_throw_with<ValueError>([&] { w.add_tensor(std::string(64, 'n'), t); }, {"64 bytes", "at most 63 bytes"});
-  expect_throw_with<ValueError>([&] { w.add_tensor("", t); }, {"empty"});
+  w.add_tensor(std::string(63, 'n'), t);  // 63 bytes is the longest stored as it is
+  w.add_tensor(std::string(64, 'n'), t);  // longer ones under a short name (test_long_names.cpp)
+  w.add_tensor("", t);  // stored under a short name, as one with a NUL byte (below)
+  expect_throw_with<ValueError>([&] { w.add_tensor("", t); }, {"''", "twice"});
   w.add_tensor("w", t);
   expect_throw_with<ValueError>([&] { w.add_tensor("w", t); }, {"'w'", "twice"});
   expect_throw_with<ValueError>([&] { w.add_tensor("undef", Tensor()); }, {"'undef'", "undefined"});
@@ -398,14 +399,20 @@ TEST(GGUFWriter, RefusesBadTensors) {
   expect_throw_with<ShapeError>([&] { w.add_tensor("none", none); }, {"'none'", "no elements"});
 }
 
-TEST(GGUFWriter, RefusesNulBytesInKeysAndNames) {
-  // The reader refuses them (ggml would cut the name at the NUL), so the writer does not write them.
+TEST(GGUFWriter, RefusesNulBytesInKeysAndStoresNamesWithThemUnderShortOnes) {
+  // The reader refuses them in keys and stored names (ggml would cut the name at the NUL): a key is refused, a
+  // tensor name stored under a short one (its bytes before the NUL, '~', its CRC-32) and read back by itself.
   GGUFWriter w;
   expect_throw_with<ValueError>([&] { w.set_u32(std::string("a\0b", 3), 1); },
                                 {"metadata key 'a\\x00b'", "NUL byte at position 1"});
-  expect_throw_with<ValueError>([&] { w.add_tensor(std::string("dense/\0kernel", 13), float_tensor({1}, {1})); },
-                                {"tensor 'dense/\\x00kernel'", "NUL byte at position 6"});
-  EXPECT_EQ(GGUFFile::parse(w.to_bytes()).metadata().size(), 0u);  // nothing was added
+  const std::string name("dense/\0kernel", 13);
+  w.add_tensor(name, float_tensor({1}, {1}));
+  const GGUFFile f = GGUFFile::parse(w.to_bytes());
+  EXPECT_EQ(f.tensors().at(0).name, name);
+  EXPECT_EQ(f.tensors().at(0).stored_name.substr(0, 7), "dense/~");
+  EXPECT_EQ(f.tensors().at(0).stored_name.size(), 15u);
+  EXPECT_EQ(f.read(name).item(), 1.0f);
+  EXPECT_EQ(f.metadata().size(), 2u);  // the two lists of long names
 }
 
 // ---------------------------------------------------------------- tensors

@@ -81,7 +81,8 @@ inline void copy_gguf(const std::string& from, const std::string& to,
   const io::GGUFFile f = io::GGUFFile::open(from);
   io::GGUFWriter w(f.alignment());
   for (io::MetadataEntry e : f.metadata()) {
-    if (e.key == "general.alignment") continue;  // the writer writes it from its constructor
+    // The writer writes these itself: the alignment from its constructor, the long names from add_tensor's.
+    if (e.key == "general.alignment" || e.key == io::kLongNamesStoredKey || e.key == io::kLongNamesFullKey) continue;
     if (!edit(e.key, e.value)) continue;
     const io::MetadataValue& v = e.value;
     switch (v.type) {

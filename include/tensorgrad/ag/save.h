@@ -25,7 +25,10 @@
 //       rank-0 or rank > 4 tensors and no empty ones; those are stored
 //       flattened, or not at all when empty, and rebuilt from the index)
 //   one tensor per non-empty entry, named by its key, stored as F32, I32 or
-//   I64 as the tensor's dtype is.
+//   I64 as the tensor's dtype is. A key longer than GGUF's 63-byte tensor
+//   names is stored under a short name and listed in full in
+//   tensorgrad.long_names.* (io::GGUFWriter::add_tensor); keys of any
+//   length save and load.
 // GGUF names no key for the writing software or the time of writing (its
 // general.version is the model's own version), so the two provenance keys
 // are tensorgrad's. Loading ignores them: files without them (written before
@@ -58,17 +61,14 @@ inline constexpr const char* kSchedulerStateKind = "scheduler_state";
 /// Saves `module`'s architecture and state dict (every parameter and buffer;
 /// torch.save(model.state_dict())) to `path` as a "state_dict" file. The
 /// training flag is not saved (load returns the module in eval mode). Throws
-/// ValueError for a state-dict key longer than GGUF's 63-byte tensor-name
-/// limit (naming the key); IOError when the file cannot be written (what was
-/// at `path` is kept).
+/// IOError when the file cannot be written (what was at `path` is kept).
 io::WriteStats save(const nn::Module& module, const std::string& path);
 
 /// Saves a state dict alone (no architecture) as a file of `kind`: an
 /// optimizer's or scheduler's state_dict() ("optimizer_state",
 /// "scheduler_state"), or a module's ("state_dict"). Throws ValueError for an
 /// empty kind or one of io/saving.h's kinds ("model", "weights",
-/// "checkpoint"), for a key longer than 63 bytes (naming it) or an undefined
-/// tensor; IOError as above.
+/// "checkpoint") or an undefined tensor; IOError as above.
 io::WriteStats save(const nn::StateDict& dict, const std::string& path, const std::string& kind = kStateDictKind);
 
 /// Builds a fresh module of the saved architecture (a factory given to load).

@@ -101,7 +101,7 @@ class BackupAndRestore : public nn::Callback {
   /// a backup that does not fit this model or these callbacks.
   void on_train_begin(nn::Logs& logs) override;
   /// Writes the backup (creating backup_dir if needed); IOError when it
-  /// cannot be written.
+  /// cannot be written, and the backup of the epoch before is kept.
   void on_epoch_end(int epoch, nn::Logs& logs) override;
   /// Deletes the backup when delete_checkpoint.
   void on_train_end(nn::Logs& logs) override;
@@ -184,7 +184,8 @@ class ModelCheckpoint : public nn::Callback {
   void on_train_begin(nn::Logs& logs) override;
   /// Formats the path and saves (or, with save_best_only, saves if the
   /// monitored value improved). Throws ValueError as file_path, IOError when
-  /// the folder or file cannot be written.
+  /// the folder or file cannot be written; the file keeps the model saved
+  /// before, and best() stays that model's.
   void on_epoch_end(int epoch, nn::Logs& logs) override;
   /// The path for `epoch` (0-based; the file says epoch + 1) and `logs`.
   /// Throws ValueError for a placeholder key that is in neither, or a format

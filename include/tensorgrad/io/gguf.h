@@ -31,6 +31,16 @@ const char* tensor_type_name(TensorType type);
 /// the enumerators (made by a cast).
 size_t tensor_type_size(TensorType type);
 
+/// The keys where a file lists the tensors whose names GGUF does not take
+/// as they are (GGUFWriter::add_tensor): the names in the tensor table
+/// and the full names, ARRAY[STRING] each, element i of one naming the same
+/// tensor as element i of the other (parallel arrays, as ggml's own
+/// tokenizer.ggml.tokens and tokenizer.ggml.scores).
+///@{
+inline constexpr const char* kLongNamesStoredKey = "tensorgrad.long_names.stored";
+inline constexpr const char* kLongNamesFullKey = "tensorgrad.long_names.full";
+///@}
+
 /// Metadata value types, with gguf_type's ids.
 enum class ValueType : uint32_t {
   UInt8 = 0, Int8 = 1, UInt16 = 2, Int16 = 3, UInt32 = 4, Int32 = 5, Float32 = 6,
@@ -60,7 +70,12 @@ struct MetadataEntry {
 
 /// One tensor of a file, as its tensor-info table gives it.
 struct TensorInfo {
-  std::string name;                   ///< its name, at most 63 bytes
+  /// Its name: the one given to GGUFWriter::add_tensor, any bytes of any length.
+  std::string name;
+  /// The name in the file's tensor table, what ggml and other GGUF readers
+  /// see: `name` itself when GGUF takes it (1 to 63 bytes, no NUL), else
+  /// the short name the writer stored it under (see GGUFWriter::add_tensor).
+  std::string stored_name;
   TensorType type = TensorType::F32;  ///< its element type in the file
   Shape shape;          ///< tensorgrad's order, outermost first (the file's ne reversed)
   uint64_t offset = 0;  ///< of the data, from the start of the file, in bytes
@@ -86,9 +101,10 @@ class GGUFWriter {
   explicit GGUFWriter(uint32_t alignment = 32);
   /// Scalars and strings. A key given twice is a ValueError; so is an empty
   /// key, one longer than 65535 bytes, one with a NUL byte (ggml reads keys
-  /// as C strings), or "general.alignment" (the writer
-  /// writes that key itself from the constructor's alignment). Keys are
-  /// written in the order they were set.
+  /// as C strings), "general.alignment" (the writer
+  /// writes that key itself from the constructor's alignment), or one of
+  /// kLongNamesStoredKey and kLongNamesFullKey (the writer's own, see
+  /// add_tensor). Keys are written in the order they were set.
   ///@{
   void set_string(const std::string& key, const std::string& value);
   void set_bool(const std::string& key, bool value);
@@ -109,11 +125,26 @@ class GGUFWriter {
   ///@}
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
   /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
-  /// int32 one as I32, an int64 one as I64. Throws ValueError for a name
-  /// longer than 63 bytes (ggml's GGML_MAX_NAME of 64 counts the
-  /// terminating NUL), a name with a NUL byte (ggml would cut it there), an
-  /// empty name, a name given twice, or an undefined
-  /// tensor; TypeError for a dtype that cannot be stored as `type`;
+  /// int32 one as I32, an int64 one as I64.
+  ///
+  /// Every name is taken. GGUF tensor names hold 1 to 63 bytes (ggml's
+  /// GGML_MAX_NAME of 64 counts the terminating NUL) and no NUL byte (ggml
+  /// reads them as C strings), so any other name (a longer one, in
+  /// practice) is stored under a short one: its first bytes (at most 54, up
+  /// to any NUL, cut at a UTF-8 character boundary), "~" and the CRC-32
+  /// (zlib's crc32) of the whole name as 8 lowercase hex digits:
+  /// "optimizer/token_and_position_embedding/token_embedding.embeddings/m"
+  /// is stored as "optimizer/token_and_position_embedding/token_embedding~32dceb9c".
+  /// The file then lists the stored names and the full ones, in
+  /// the same order, in two ARRAY[STRING] keys, kLongNamesStoredKey and
+  /// kLongNamesFullKey, which GGUFFile reads back: its tensors are found by
+  /// their full names. The stored names are chosen when the file is
+  /// written: deterministic (the same names give the same file) and
+  /// distinct from every other name in the file (if one is taken, the
+  /// CRC-32 is seeded with 1, 2, ... until one is free). Files of names
+  /// GGUF takes have no such keys and are what earlier versions wrote.
+  ///
+  /// Throws ValueError for a name given twice or an undefined tensor; TypeError for a dtype that cannot be stored as `type`;
   /// ShapeError for a tensor of more than 4 dimensions (GGUF's limit) or no
   /// elements. A scalar (shape {}) is stored with one dimension of 1 and
   /// reads back as shape {1}. A CPU tensor is read when the file is
@@ -146,7 +177,12 @@ class GGUFFile {
   /// wrong and where (byte offset, key, tensor name). Malformed includes what
   /// ggml refuses or misreads: a tensor name longer than 63 bytes
   /// (GGML_MAX_NAME = 64 counts the terminating NUL), and a tensor name or
-  /// metadata key with a NUL byte (ggml reads them as C strings).
+  /// metadata key with a NUL byte (ggml reads them as C strings); and a list
+  /// of long names (kLongNamesStoredKey, kLongNamesFullKey) that is not two
+  /// ARRAY[STRING] of one length, names a tensor the file lacks or twice, or
+  /// gives two tensors one name. When a file has that list, tensors(),
+  /// find_tensor(), read() and data() name its tensors by their full names
+  /// (TensorInfo::stored_name is the name in the file).
   static GGUFFile open(const std::string& path);
   /// The same checks over bytes in memory (copied), for tests and fuzzing.
   static GGUFFile parse(std::span<const uint8_t> bytes);

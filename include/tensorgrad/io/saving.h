@@ -8,7 +8,10 @@
 // tensorgrad.format_version (1). Weights are stored under their Keras names
 // ("dense/kernel"); optimizer state under "optimizer/<weight>/<slot>" (slots
 // m, v, momentum, acc) with "optimizer/iterations" (I64) and
-// "optimizer/hyper". Every write is crash-safe (io::GGUFWriter::write): the
+// "optimizer/hyper". A name longer than GGUF's 63 bytes (a long layer name's
+// optimizer slots) is stored under a short name with the full name in the
+// file's tensorgrad.long_names.* keys (io::GGUFWriter::add_tensor), so any
+// layer name saves. Every write is crash-safe (io::GGUFWriter::write): the
 // target holds either its old contents or the whole new file. The save
 // functions return the write's WriteStats (bytes, seconds writing and
 // seconds in fsync).
@@ -33,9 +36,9 @@ namespace tensorgrad::io {
 /// stopped (Keras' include_optimizer). `weight_type` F16 or BF16 halves the
 /// file (weights rounded to nearest even; loading converts back to float32);
 /// optimizer state is always F32. Throws StateError for a freed model;
-/// ValueError for a weight or state name longer than GGUF's limit (naming
-/// it), or a weight_type other than F32, F16 or BF16; IOError when the file
-/// cannot be written (what was at `path` is kept).
+/// ValueError for two weights of one name or a weight_type other than F32,
+/// F16 or BF16; IOError when the file cannot be written (what was at `path`
+/// is kept).
 WriteStats save_model(const nn::Model& model, const std::string& path, bool include_optimizer = true,
                 TensorType weight_type = TensorType::F32);
 
@@ -110,7 +113,7 @@ void load_checkpoint(nn::Trainer& trainer, const std::string& path, const std::v
 /// resumed fit starts at (the number of epochs completed), and the state of
 /// each of `callbacks` (Callback::get_state): callback i's numbers under
 /// "tensorgrad.callbacks.{i}.{Type}.value.{key}", its tensors as
-/// "callbacks/{i}/{j}" (named by position: GGUF's names stop at 63 bytes)
+/// "callbacks/{i}/{j}" (named by position, as files have always been)
 /// with their names in "tensorgrad.callbacks.{i}.{Type}.tensor_names", and
 /// the types in order in "tensorgrad.callbacks.types"; {Type} is the
 /// callback's Callback::type(). io::BackupAndRestore
