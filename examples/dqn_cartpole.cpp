@@ -2,10 +2,8 @@
 // rl::CartPole, rl::EvalCallback, rl::evaluate), scored by the protocol of
 // cartpole_protocol.h: --steps of training, greedy evaluation every
 // --eval-every steps keeping the best snapshot, that snapshot's mean return
-// over --test-episodes greedy episodes on held-out seeds. The defaults are
-// rl-baselines3-zoo's for CartPole-v1 (rl::DQNOptions' defaults, a
-// 4-256-256-2 Q-network, 50,000 steps). Deterministic for a given --seed and
-// --threads.
+// over --test-episodes greedy episodes on held-out seeds. Deterministic for a
+// given --seed and --threads.
 #include "cartpole_protocol.h"
 
 namespace tg = tensorgrad;
@@ -14,8 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a DQN agent on CartPole-v1 with tensorgrad"};
   tg::rl::DQNOptions o;
   cartpole_protocol::Protocol p;
-  p.steps = 50000;  // rl-baselines3-zoo's budget for CartPole-v1, as the options' defaults
-  int hidden = 256, layers = 2;  // the zoo's net_arch [256, 256]
+  int hidden = 128, layers = 2;
   bool no_double = false, prioritized = false;
   app.add_option("--seed", o.seed, "training seed (weights, environment, exploration, replay)")->capture_default_str();
   cartpole_protocol::add_options(app, p, "training environment steps (evaluation not counted)");
