@@ -19,7 +19,7 @@ namespace tg = tensorgrad;
 /// The protocol's settings.
 struct Protocol {
   int64_t steps = 100000;       ///< training environment steps
-  tg::rl::EvalOptions eval;     ///< periodic evaluation (seeds 1000000 on)
+  tg::rl::EvalCallbackOptions eval;     ///< periodic evaluation (seeds 1000000 on)
   int test_episodes = 100;      ///< held-out episodes for the kept snapshot
   uint64_t test_seed = 2000000; ///< the first held-out seed
   int threads = 1;

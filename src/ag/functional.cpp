@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ag/autograd.h"
+#include "kernels/index_errors.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::ag {
@@ -43,10 +44,11 @@ void last_dim_only(const char* op, const Tensor& x, int dim) {
                      " of a tensor of shape " + x.shape().str() + ". Move that axis last first");
 }
 
-// `gathered`: the ids feed a Gather, whose device kernels check them
-// themselves (the Vulkan backend's reports a bad id and its position, and
-// the IndexError comes at the next sync point, as CUDA's device-side
-// asserts do), so ids on a device are not read back for it.
+// The ids feed a Gather, whose device kernels check them themselves (the
+// Vulkan backend's reports a bad id and its position, and the IndexError
+// comes at the next sync point, as CUDA's device-side asserts do), so ids on
+// a device are not read back for it. On the CPU they are checked here, with
+// the kernels' text (index_errors.h): one message on every device.
 void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what) {
   if (ids.dtype() != DType::Int32)
     throw TypeError(std::string(op) + ": " + what + " must be int32; got " + dtype_name(ids.dtype()));
@@ -56,9 +58,7 @@ void check_ids(const char* op, const Tensor& ids, int64_t n, const char* what) {
   const tensorgrad::Tensor host = ids.data().to(Device::CPU);
   const int32_t* p = host.data<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i)
-    if (p[i] < 0 || p[i] >= n)
-      throw IndexError(std::string(op) + ": " + what + " " + std::to_string(p[i]) + " at position " +
-                       std::to_string(i) + " is outside [0, " + std::to_string(n) + ")");
+    if (p[i] < 0 || p[i] >= n) throw kernels::gather_id_error(p[i], i, n);
 }
 
 // The engine's losses take {B, N}: a tensor of another rank is viewed as one

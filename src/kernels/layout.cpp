@@ -81,7 +81,7 @@ void transpose(const OpAttrs& at, const TensorRef& x, const TensorRef& y) {
 IndexError gather_id_error(int64_t id, int64_t position, int64_t rows) {
   return IndexError("gather: id " + std::to_string(id) + " at position " + std::to_string(position) +
                     " is outside the table of " + std::to_string(rows) + " rows [0, " + std::to_string(rows) +
-                    "); map the id into the table or enlarge it");
+                    ") (an embedding lookup's or index_select's ids); map the id into the table or enlarge it");
 }
 
 void gather(const TensorRef& table, const TensorRef& ids, const TensorRef& y, const KernelContext& ctx) {

@@ -9,7 +9,7 @@
 
 namespace tensorgrad::rl {
 
-EvalCallback::EvalCallback(Env& eval_env, const EvalOptions& options)
+EvalCallback::EvalCallback(Env& eval_env, const EvalCallbackOptions& options)
     : env_(eval_env), options_(options), best_mean_(-std::numeric_limits<double>::infinity()) {
   if (options.eval_freq < 1 || options.n_eval_episodes < 1)
     throw ValueError("EvalCallback: eval_freq and n_eval_episodes must be at least 1; got " +

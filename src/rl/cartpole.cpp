@@ -17,7 +17,7 @@ Tensor CartPole::reset(std::optional<uint64_t> seed) {
   return observation();
 }
 
-StepResult CartPole::step(int64_t action) {
+EnvStep CartPole::step(int64_t action) {
   if (action != 0 && action != 1)
     throw ValueError("CartPole::step: the action must be 0 (push left) or 1 (push right); got " +
                      std::to_string(action));
@@ -35,7 +35,7 @@ StepResult CartPole::step(int64_t action) {
   theta_dot += kTau * thetaacc;
   state_ = {x, x_dot, theta, theta_dot};
   ++steps_;
-  StepResult s;
+  EnvStep s;
   s.observation = observation();
   s.reward = 1.0f;
   s.terminated = x < -kXThreshold || x > kXThreshold || theta < -kThetaThresholdRadians || theta > kThetaThresholdRadians;

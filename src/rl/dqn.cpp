@@ -13,6 +13,7 @@
 #include "tensorgrad/core/random.h"
 #include "tensorgrad/io/saving.h"
 #include "tensorgrad/opt/optimizer.h"
+#include "rl/env_check.h"
 
 namespace tensorgrad::rl {
 
@@ -190,7 +191,16 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
   const auto start = clock::now();
   const double eval_before = eval ? eval->seconds() : 0.0;
   const uint64_t key = hash_random(options_.seed, kExplorationStream);
-  if (!observation_.defined()) observation_ = env_.reset(options_.seed);
+  auto where = [this] { return "step " + std::to_string(timesteps_ + 1) + " of training"; };
+  // The first episode starts from the seed; after an environment's bad value the next one goes on.
+  auto start_episode = [&] {
+    observation_ = Tensor();
+    log_.episode_return = 0.0;
+    Tensor first = timesteps_ == 0 && draws_ == 0 ? env_.reset(options_.seed) : env_.reset();
+    detail::check_env_observation(env_, first, "DQN::learn", "reset() before " + where(), "first observation");
+    observation_ = std::move(first);
+  };
+  if (!observation_.defined()) start_episode();
   if (eval && timesteps == 0) eval->on_step(*this, true);  // no step: the evaluation at the end still runs
   for (int64_t k = 0; k < timesteps; ++k) {
     const int64_t t = timesteps_;
@@ -200,16 +210,23 @@ void DQN::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
       action = int64_t((unsigned __int128)hash_random(key, draws_++) * (unsigned __int128)uint64_t(actions_) >> 64);
     else
       action = greedy(observation_);
-    StepResult s = env_.step(action);
+    EnvStep s = env_.step(action);
+    try {
+      detail::check_env_step(env_, s, "DQN::learn", where());
+    } catch (const Error&) {
+      observation_ = Tensor();  // the episode cannot go on: the next learn() starts another
+      log_.episode_return = 0.0;
+      throw;
+    }
     buffer_->add(observation_, action, s.reward, s.observation, s.terminated, s.truncated);
     log_.reward(s.reward);
-    if (s.terminated || s.truncated) {
+    const bool ended = s.terminated || s.truncated;
+    if (ended)
       log_.end_episode();
-      observation_ = env_.reset();
-    } else {
+    else
       observation_ = std::move(s.observation);
-    }
     timesteps_ = t + 1;
+    if (ended) start_episode();
     if (timesteps_ >= options_.learning_starts && timesteps_ % options_.train_freq == 0 &&
         buffer_->size() >= options_.batch_size)
       for (int64_t g = 0; g < options_.gradient_steps; ++g) train_round();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tensorgrad/core/error.h"
+#include "rl/env_check.h"
 
 namespace tensorgrad::rl {
 
@@ -15,13 +16,19 @@ Evaluation evaluate(const Policy& policy, Env& env, int episodes, uint64_t seed,
   Evaluation r;
   for (int e = 0; e < episodes; ++e) {
     Tensor observation = env.reset(seed + uint64_t(e));
+    auto where = [&](int64_t step) {
+      return "step " + std::to_string(step) + " of evaluation episode " + std::to_string(e) + " (seed " +
+             std::to_string(seed + uint64_t(e)) + ")";
+    };
+    detail::check_env_observation(env, observation, "rl::evaluate", "reset() before " + where(1), "first observation");
     double total = 0.0;
     int64_t steps = 0;
     for (;;) {
       if (steps == max_steps)
         throw ValueError("rl::evaluate: episode " + std::to_string(e) + " ran " + std::to_string(max_steps) +
                          " steps without ending; give the environment a time limit or raise max_steps");
-      StepResult s = env.step(policy(observation));
+      EnvStep s = env.step(policy(observation));
+      detail::check_env_step(env, s, "rl::evaluate", where(steps + 1));
       total += double(s.reward);
       ++steps;
       if (s.terminated || s.truncated) break;

@@ -13,6 +13,7 @@
 #include "tensorgrad/ag/functional.h"
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/core/random.h"
+#include "rl/env_check.h"
 
 namespace tensorgrad::rl {
 
@@ -104,6 +105,9 @@ void compute_gae(std::span<const float> rewards, std::span<const float> values, 
     throw ShapeError("compute_gae: rewards, values, dones, advantages and returns must have one length; got " +
                      std::to_string(n) + ", " + std::to_string(values.size()) + ", " + std::to_string(dones.size()) +
                      ", " + std::to_string(advantages.size()) + ", " + std::to_string(returns.size()));
+  if (!(gamma >= 0.0f && gamma <= 1.0f) || !(gae_lambda >= 0.0f && gae_lambda <= 1.0f))
+    throw ValueError("compute_gae: gamma and gae_lambda must be in [0, 1] (as PPOOptions and the replay buffer "
+                     "require); got " + std::to_string(gamma) + " and " + std::to_string(gae_lambda));
   float next_value = last_value, last = 0.0f;
   for (size_t k = n; k-- > 0;) {
     const float live = dones[k] ? 0.0f : 1.0f;
@@ -170,6 +174,16 @@ Policy PPO::snapshot_policy() const {
   };
 }
 
+void PPO::start_episode() {
+  // The first episode starts from the seed; after an environment's bad value the next one goes on.
+  Tensor first = timesteps_ == 0 && draws_ == 0 ? env_.reset(options_.seed) : env_.reset();
+  detail::check_env_observation(env_, first, "PPO::learn",
+                                "reset() before step " + std::to_string(timesteps_ + 1) + " of training",
+                                "first observation");
+  observation_ = std::move(first);
+  log_.episode_return = 0.0;
+}
+
 void PPO::collect(int64_t steps, EvalCallback* eval) {
   Rollout& r = *rollout_;
   r.n = steps;
@@ -200,7 +214,15 @@ void PPO::collect(int64_t steps, EvalCallback* eval) {
     r.values[size_t(t)] = critic_->forward(x).item();
     r.log_probs[size_t(t)] = logp[size_t(a)];
     r.actions[size_t(t)] = int32_t(a);
-    StepResult s = env_.step(a);
+    EnvStep s = env_.step(a);
+    try {
+      detail::check_env_step(env_, s, "PPO::learn", "step " + std::to_string(timesteps_ + 1) + " of training");
+    } catch (const Error&) {
+      // The rollout is dropped before any update; the next learn() starts another episode.
+      observation_ = Tensor();
+      log_.episode_return = 0.0;
+      throw;
+    }
     float reward = s.reward;
     // A cut episode's last state still has a value: bootstrap it into the reward (SB3).
     if (s.truncated && !s.terminated) reward += options_.gamma * value_of(s.observation);
@@ -209,11 +231,12 @@ void PPO::collect(int64_t steps, EvalCallback* eval) {
     log_.reward(s.reward);
     if (s.terminated || s.truncated) {
       log_.end_episode();
-      observation_ = env_.reset();
+      observation_ = Tensor();
     } else {
       observation_ = std::move(s.observation);
     }
     ++timesteps_;
+    if (!observation_.defined()) start_episode();
     if (eval) eval->on_step(*this);
   }
   // GAE over the rollout, bootstrapping from the value of the observation it stopped at.
@@ -286,7 +309,7 @@ void PPO::learn(int64_t timesteps, EvalCallback* eval, const ProgressFn& progres
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const double eval_before = eval ? eval->seconds() : 0.0;
-  if (!observation_.defined()) observation_ = env_.reset(options_.seed);
+  if (!observation_.defined()) start_episode();
   int64_t done = 0, next_report = report_every;
   while (done < timesteps) {
     const int64_t steps = std::min(options_.n_steps, timesteps - done);

@@ -38,6 +38,19 @@ void check_item(const Tensor& t, const Shape& shape, DType dtype, const char* ca
                      with_rows(1, shape).str() + "); got " + t.shape().str());
 }
 
+// A float32 item's first NaN or infinite element, as ValueError (a stored NaN would poison every
+// batch that draws it, and every agent's later training).
+void check_finite(const void* data, int64_t numel, DType dtype, const Shape& shape, const char* call,
+                  const char* what) {
+  if (dtype != DType::Float32) return;
+  const float* p = static_cast<const float*>(data);
+  for (int64_t i = 0; i < numel; ++i)
+    if (!std::isfinite(p[i]))
+      throw ValueError(std::string(call) + ": " + what + "'s element " + std::to_string(i) + " (of " + shape.str() +
+                       ") is " + (std::isnan(p[i]) ? "nan" : p[i] > 0 ? "inf" : "-inf") +
+                       "; a replay buffer stores finite values only (nothing was stored): check what produced it");
+}
+
 void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const char* name) {
   if (!t.defined() || t.device() != Device::CPU || t.dtype() != dtype || t.shape() != shape)
     throw ShapeError(std::string("ReplayBuffer::sample: the batch's ") + name + " must be a host " +
@@ -124,6 +137,8 @@ ReplayBuffer::ReplayBuffer(const ReplayBufferOptions& options) : options_(option
 void ReplayBuffer::add(const Tensor& observation, const Tensor& action, float reward, const Tensor& next_observation,
                        bool terminated, bool truncated) {
   check_item(action, options_.action_shape, options_.action_dtype, "ReplayBuffer::add", "action");
+  check_finite(action.raw(), action_numel_, options_.action_dtype, options_.action_shape, "ReplayBuffer::add",
+               "action");
   store(observation, action.raw(), reward, next_observation, terminated, truncated);
 }
 
@@ -146,6 +161,10 @@ void ReplayBuffer::store(const Tensor& observation, const void* action, float re
   check_item(next_observation, options_.observation_shape, options_.observation_dtype, call, "next_observation");
   if (!std::isfinite(reward))
     throw ValueError(std::string(call) + ": the reward must be finite; got " + std::to_string(reward));
+  check_finite(observation.raw(), observation_numel_, options_.observation_dtype, options_.observation_shape, call,
+               "observation");
+  check_finite(next_observation.raw(), observation_numel_, options_.observation_dtype, options_.observation_shape,
+               call, "next_observation");
   const size_t ob = size_t(observation_numel_) * dtype_size(options_.observation_dtype);
   const size_t ab = size_t(action_numel_) * dtype_size(options_.action_dtype);
   const size_t slot = size_t(pos_);

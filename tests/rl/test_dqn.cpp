@@ -18,6 +18,9 @@ using test_support::ThreadsGuard;
 tg::rl::DQNOptions short_options(bool prioritized = false) {
   tg::rl::DQNOptions o;
   o.seed = 5;
+  o.learning_rate = 2e-3;
+  o.train_freq = 1;  // a gradient step per environment step (the defaults train in rounds)
+  o.gradient_steps = 1;
   o.learning_starts = 500;
   o.buffer_size = 5000;
   o.target_update_interval = 500;

@@ -13,7 +13,7 @@
 namespace {
 namespace tg = tensorgrad;
 using tg::rl::CartPole;
-using tg::rl::StepResult;
+using tg::rl::EnvStep;
 
 std::array<float, 4> values(const tg::Tensor& t) {
   EXPECT_EQ(t.shape(), tg::Shape{4});
@@ -27,7 +27,7 @@ TEST(CartPole, StepFromRestMatchesHandComputedValues) {
   for (int action : {0, 1}) {
     CartPole env;
     env.set_state({0.0, 0.0, 0.0, 0.0});
-    const StepResult s = env.step(action);
+    const EnvStep s = env.step(action);
     const double sign = action == 1 ? 1.0 : -1.0;
     EXPECT_EQ(env.state()[0], 0.0);
     EXPECT_NEAR(env.state()[1], sign * 0.02 * 400.0 / 41.0, 1e-15);
@@ -70,7 +70,7 @@ TEST(CartPole, TerminatesStrictlyBeyondTheThresholds) {
   for (const Case& c : cases) {
     CartPole env;
     env.set_state(c.state);
-    const StepResult s = env.step(0);
+    const EnvStep s = env.step(0);
     EXPECT_EQ(s.terminated, c.terminated) << c.state[0] << " " << c.state[2];
     EXPECT_FALSE(s.truncated);
     if (s.terminated) EXPECT_TRUE(test_support::throws<tg::StateError>([&] { env.step(0); }, {"call reset() first"}));
@@ -90,7 +90,7 @@ TEST(CartPole, TruncatesAt500StepsWithoutTerminating) {
   env.reset();
   for (int t = 1; t <= CartPole::kMaxEpisodeSteps; ++t) {
     const auto& s = env.state();
-    const StepResult r = env.step(s[2] + 0.5 * s[3] > 0 ? 1 : 0);  // a balancing controller
+    const EnvStep r = env.step(s[2] + 0.5 * s[3] > 0 ? 1 : 0);  // a balancing controller
     ASSERT_FALSE(r.terminated) << "step " << t;
     EXPECT_EQ(r.truncated, t == CartPole::kMaxEpisodeSteps) << "step " << t;
   }
@@ -122,7 +122,7 @@ TEST(RlEvaluate, CountsReturnsAndLengthsPerSeed) {
     replay.reset(100 + uint64_t(e));
     int steps = 0;
     for (bool done = false; !done; ++steps) {
-      const StepResult s = replay.step(1);
+      const EnvStep s = replay.step(1);
       done = s.terminated || s.truncated;
     }
     EXPECT_EQ(r.returns[size_t(e)], float(steps));

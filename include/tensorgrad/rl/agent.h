@@ -59,8 +59,9 @@ class Agent {
   virtual int64_t num_timesteps() const = 0;
 };
 
-/// When and on what EvalCallback evaluates.
-struct EvalOptions {
+/// When and on what EvalCallback evaluates. (Named apart from
+/// tensorgrad::EvalOptions, how a Trainer evaluates a batch.)
+struct EvalCallbackOptions {
   /// Evaluate every this many environment steps of training (SB3's eval_freq).
   int64_t eval_freq = 5000;
   /// Episodes per evaluation (n_eval_episodes), on seeds seed, seed + 1, ...
@@ -80,7 +81,7 @@ class EvalCallback {
  public:
   /// Evaluates in `eval_env` (not the training environment: its episodes
   /// would be cut). Throws ValueError for eval_freq or n_eval_episodes below 1.
-  EvalCallback(Env& eval_env, const EvalOptions& options = {});
+  EvalCallback(Env& eval_env, const EvalCallbackOptions& options = {});
   /// Evaluates when the agent's num_timesteps() is a multiple of eval_freq
   /// (or `force`); returns whether it did.
   bool on_step(const Agent& agent, bool force = false);
@@ -99,11 +100,11 @@ class EvalCallback {
   /// Seconds spent evaluating.
   double seconds() const { return seconds_; }
   /// The options given.
-  const EvalOptions& options() const { return options_; }
+  const EvalCallbackOptions& options() const { return options_; }
 
  private:
   Env& env_;
-  EvalOptions options_;
+  EvalCallbackOptions options_;
   Policy best_policy_;
   double best_mean_, last_mean_ = 0.0, seconds_ = 0.0;
   int64_t best_step_ = 0, last_step_ = -1;

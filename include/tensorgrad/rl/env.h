@@ -13,8 +13,9 @@
 namespace tensorgrad::rl {
 
 /// What Env::step returns: Gymnasium's (observation, reward, terminated,
-/// truncated).
-struct StepResult {
+/// truncated). (Named apart from tensorgrad::StepResult, what a Trainer's
+/// step measured.)
+struct EnvStep {
   /// The observation after the step, of the environment's
   /// observation_shape() and observation_dtype(), in memory of its own.
   Tensor observation;
@@ -50,7 +51,7 @@ class Env {
   /// goes on from where it was.
   virtual Tensor reset(std::optional<uint64_t> seed = std::nullopt) = 0;
   /// Applies `action` for one time step.
-  virtual StepResult step(int64_t action) = 0;
+  virtual EnvStep step(int64_t action) = 0;
 };
 
 /// CartPole-v1 (Barto, Sutton & Anderson 1983) with exactly Gymnasium's
@@ -97,7 +98,7 @@ class CartPole final : public Env, public nn::Stateful {
   /// One explicit Euler step of 0.02 s (positions advance with the old
   /// velocities, as Gymnasium's "euler"). Throws ValueError for an action
   /// other than 0 or 1, StateError when no episode is running (call reset()).
-  StepResult step(int64_t action) override;
+  EnvStep step(int64_t action) override;
 
   /// The exact (double) state.
   const std::array<double, 4>& state() const { return state_; }

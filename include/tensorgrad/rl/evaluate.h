@@ -27,8 +27,11 @@ struct Evaluation {
 /// (stable-baselines3's evaluate_policy with deterministic actions when the
 /// policy is greedy). An episode ends when a step terminates or truncates.
 /// Throws ValueError for episodes or max_steps below 1, a null policy, or an episode
-/// longer than `max_steps` (an environment without a time limit); whatever
-/// the policy or the environment throws passes through.
+/// longer than `max_steps` (an environment without a time limit), or a NaN
+/// or infinite observation element or reward from the environment (naming
+/// the episode, its step and the element; ShapeError or TypeError for an
+/// observation of another shape or dtype); whatever the policy or the
+/// environment throws passes through.
 Evaluation evaluate(const Policy& policy, Env& env, int episodes, uint64_t seed, int64_t max_steps = 1000000);
 
 }  // namespace tensorgrad::rl

@@ -60,7 +60,8 @@ PPOOptions cartpole_ppo_options();
 /// V_{n} = last_value, delta_t = r_t + gamma V_{t+1} live_t - V_t, A_t =
 /// delta_t + gamma lambda live_t A_{t+1}, returns_t = A_t + V_t. All spans
 /// have the rollout's length n (advantages and returns are written). Throws
-/// ShapeError for spans of other lengths.
+/// ShapeError for spans of other lengths, ValueError for a gamma or
+/// gae_lambda outside [0, 1] (nothing written then).
 void compute_gae(std::span<const float> rewards, std::span<const float> values, std::span<const uint8_t> dones,
                  float last_value, float gamma, float gae_lambda, std::span<float> advantages,
                  std::span<float> returns);
@@ -87,7 +88,13 @@ class PPO final : public Agent {
   /// followed by n_epochs of minibatch updates (the last rollout may be
   /// shorter); `eval` may evaluate after every environment step, `progress`
   /// is called every `report_every` steps. The annealed rates go to 0 over
-  /// these `timesteps`.
+  /// these `timesteps`. Each observation (reset()'s included) and reward the
+  /// environment returns is checked at the step it comes: a NaN or infinite
+  /// element is a ValueError naming the training step and the element
+  /// (ShapeError or TypeError for an observation of another shape or
+  /// dtype), thrown before anything of that step is used: the rollout in
+  /// progress is dropped, no weight changes, and the next learn() starts a
+  /// new episode. Throws what the environment or the networks throw.
   void learn(int64_t timesteps, EvalCallback* eval = nullptr, const ProgressFn& progress = {},
              int64_t report_every = 10000);
 
@@ -106,6 +113,7 @@ class PPO final : public Agent {
 
  private:
   struct Rollout;
+  void start_episode();
   void collect(int64_t steps, EvalCallback* eval);
   void update(double progress_remaining);
 

@@ -80,7 +80,9 @@ class ReplayBuffer : public nn::Stateful {
   /// and dtype (a leading 1 is accepted: {1, 4} for {4}); `action` one of
   /// the action shape and dtype. Throws ShapeError or TypeError naming the
   /// argument otherwise, ValueError for an undefined tensor, one on another
-  /// device, or a NaN or infinite reward; nothing is stored then.
+  /// device, a NaN or infinite reward, or a NaN or infinite element of a
+  /// float32 observation, next_observation or action (naming the argument
+  /// and the element); nothing is stored then.
   void add(const Tensor& observation, const Tensor& action, float reward, const Tensor& next_observation,
            bool terminated, bool truncated);
   /// The same with a discrete action (Int32 actions of shape {}); throws

@@ -281,6 +281,35 @@ TEST(VulkanEager, AnIdOutsideTheTableIsAnIndexErrorAtTheNextSyncPoint) {
             (std::vector<float>{before[4], before[5]}));
 }
 
+// One text on every device: the CPU's check before the op and the Vulkan
+// kernel's report at the sync point say the same.
+TEST(VulkanEager, AnEmbeddingIdOutsideTheTableGivesTheCpusTextOnTheDevice) {
+  TG_VULKAN_OR_SKIP(vk);
+  std::vector<std::string> messages;
+  for (const Device device : {Device::CPU, kVulkan}) {
+    SCOPED_TRACE(device.str());
+    const ag::Tensor table = ag::randn({20, 3}, on(device));
+    try {
+      (void)ag::embedding(ids_on({0, 4, 19, 25, 1}, {5}, device), table).to_vector();
+      FAIL() << "expected IndexError";
+    } catch (const IndexError& e) {
+      messages.push_back(e.what());
+    }
+    try {
+      (void)ag::index_select(table, ids_on({0, 4, 19, 25, 1}, {5}, device)).to_vector();
+      FAIL() << "expected IndexError";
+    } catch (const IndexError& e) {
+      messages.push_back(e.what());
+    }
+  }
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_NE(messages[0].find("id 25 at position 3 is outside the table of 20 rows [0, 20)"), std::string::npos)
+      << messages[0];
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_EQ(messages[2], messages[0]);
+  EXPECT_EQ(messages[3], messages[0]);
+}
+
 TEST(VulkanEager, AClassIdOutsideTheLogitsIsAnIndexErrorAsOnTheCpu) {
   TG_VULKAN_OR_SKIP(vk);
   for (const Device device : {Device::CPU, kVulkan}) {

@@ -48,6 +48,9 @@ TEST(VulkanRl, DqnGradientStepsAsOnTheCpu) {
   auto run = [](Device device) {
     rl::DQNOptions o;
     o.seed = 2;
+    o.learning_rate = 2e-3;
+    o.train_freq = 1;  // a gradient step per environment step
+    o.gradient_steps = 1;
     o.learning_starts = 200;
     o.batch_size = 32;
     o.buffer_size = 1000;
