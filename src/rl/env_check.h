@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "tensorgrad/core/error.h"
@@ -22,6 +23,11 @@ inline std::string env_blame(const char* call, const std::string& where) {
   return std::string(call) + ": the environment's " + where;
 }
 
+// "a observation" reads wrong: the article of `what`.
+inline std::string returned_a(const char* what) {
+  return std::strchr("aeiou", what[0]) ? " returned an " : " returned a ";
+}
+
 // Throws ShapeError or TypeError for an observation that is not the environment's shape and dtype
 // ({1, obs...} is accepted), ValueError for one with a NaN or infinite element, naming the element.
 // `what` is "observation" or "first observation (reset())".
@@ -35,14 +41,14 @@ inline void check_env_observation(const Env& env, const Tensor& observation, con
     throw TypeError(env_blame(call, where) + " returned a " + dtype_name(observation.dtype()) + " " + what +
                     "; its observation_dtype() is " + dtype_name(env.observation_dtype()));
   if (observation.numel() != shape.numel())
-    throw ShapeError(env_blame(call, where) + " returned a " + what + " of shape " + observation.shape().str() +
+    throw ShapeError(env_blame(call, where) + returned_a(what) + what + " of shape " + observation.shape().str() +
                      "; its observation_shape() is " + shape.str());
   if (observation.dtype() != DType::Float32) return;  // integer ids are always finite
   const Tensor host = observation.device() == Device::CPU ? observation : observation.to(Device::CPU);
   const float* p = host.data<float>();
   for (int64_t i = 0; i < host.numel(); ++i)
     if (!std::isfinite(p[i]))
-      throw ValueError(env_blame(call, where) + " returned a " + what + " whose element " + std::to_string(i) +
+      throw ValueError(env_blame(call, where) + returned_a(what) + what + " whose element " + std::to_string(i) +
                        " (of " + shape.str() + ") is " + non_finite_text(p[i]) +
                        "; an environment must return finite observations and rewards. Nothing of this step was "
                        "used or stored and no weight changed; fix the environment (or wrap it to replace the "
