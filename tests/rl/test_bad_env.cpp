@@ -82,6 +82,7 @@ tg::rl::DQNOptions small_dqn() {
   o.learning_starts = 16;
   o.train_freq = 1;
   o.gradient_steps = 1;
+  o.n_step = 1;  // a transition is stored at its own step
   o.batch_size = 8;
   o.buffer_size = 1000;
   o.target_update_interval = 50;

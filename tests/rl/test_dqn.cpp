@@ -21,6 +21,7 @@ tg::rl::DQNOptions short_options(bool prioritized = false) {
   o.learning_rate = 2e-3;
   o.train_freq = 1;  // a gradient step per environment step (the defaults train in rounds)
   o.gradient_steps = 1;
+  o.n_step = 1;  // one-step targets, as these tests were written for (the default is 3)
   o.learning_starts = 500;
   o.buffer_size = 5000;
   o.target_update_interval = 500;
