@@ -34,12 +34,7 @@ using namespace tensorgrad;
 namespace {
 
 onnx::TensorProto initializer(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-  return t;
+  return test_support::onnx_float_tensor(name, dims, v);
 }
 
 void add_input(onnx::GraphProto& g, const std::string& name, const std::vector<int64_t>& dims, bool batch_symbolic) {

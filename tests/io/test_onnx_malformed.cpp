@@ -30,12 +30,7 @@ using namespace tensorgrad;
 namespace {
 
 onnx::TensorProto floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& v) {
-  onnx::TensorProto t;
-  t.set_name(name);
-  t.set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-  return t;
+  return test_support::onnx_float_tensor(name, dims, v);
 }
 
 onnx::TensorProto int64s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& v) {

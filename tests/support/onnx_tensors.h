@@ -7,11 +7,24 @@
 #include <filesystem>
 #include <fstream>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tensorgrad/core/tensor.h"
 
 namespace test_support {
+
+// A float32 ONNX tensor named `name` of shape `dims` holding `v` (raw data,
+// little-endian), as an initializer or a Constant's value.
+inline onnx::TensorProto onnx_float_tensor(const std::string& name, const std::vector<int64_t>& dims,
+                                           const std::vector<float>& v) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  return t;
+}
 
 // An ONNX TensorProto file (ONNX test data, the PyTorch fixtures): float32 as
 // it is, int64 (token ids) as int32, bool (masks) as float32 0 and 1, as the
