@@ -549,6 +549,20 @@ void GGUFWriter::set_i64_array(const std::string& key, std::span<const int64_t> 
   m.ints.assign(values.begin(), values.end());
   impl_->add(key, std::move(m));
 }
+void GGUFWriter::set_i32_array(const std::string& key, std::span<const int32_t> values) {
+  MetadataValue m;
+  m.type = ValueType::Array;
+  m.element_type = ValueType::Int32;
+  m.ints.assign(values.begin(), values.end());
+  impl_->add(key, std::move(m));
+}
+void GGUFWriter::set_f32_array(const std::string& key, std::span<const float> values) {
+  MetadataValue m;
+  m.type = ValueType::Array;
+  m.element_type = ValueType::Float32;
+  m.floats.assign(values.begin(), values.end());
+  impl_->add(key, std::move(m));
+}
 void GGUFWriter::set_f64_array(const std::string& key, std::span<const double> values) {
   MetadataValue m;
   m.type = ValueType::Array;

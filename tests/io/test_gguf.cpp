@@ -313,6 +313,25 @@ TEST(GGUFMetadata, WriterTypesRoundTrip) {
   EXPECT_EQ(md[15].value.element_type, ValueType::String);
 }
 
+TEST(GGUF, Int32AndFloat32ArraysKeepTheirTypesAsLlamaCppReadsThem) {
+  GGUFWriter w;
+  const std::vector<int32_t> i32s = {1, -2, std::numeric_limits<int32_t>::min()};
+  const std::vector<float> f32s = {0.1f, -1e30f, -0.0f};
+  w.set_i32_array("tokenizer.ggml.token_type", i32s);
+  w.set_f32_array("tokenizer.ggml.scores", f32s);
+  const GGUFFile f = GGUFFile::parse(w.to_bytes());
+  const MetadataValue* types = f.find("tokenizer.ggml.token_type");
+  const MetadataValue* scores = f.find("tokenizer.ggml.scores");
+  ASSERT_NE(types, nullptr);
+  ASSERT_NE(scores, nullptr);
+  EXPECT_EQ(types->element_type, ValueType::Int32);
+  EXPECT_EQ(scores->element_type, ValueType::Float32);
+  EXPECT_EQ(f.get_i64_array("tokenizer.ggml.token_type"), (std::vector<int64_t>{1, -2, std::numeric_limits<int32_t>::min()}));
+  const std::vector<double> got = f.get_f64_array("tokenizer.ggml.scores");
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(float(got[i])), std::bit_cast<uint32_t>(f32s[i]));
+}
+
 TEST(GGUFMetadata, ReaderReadsEveryValueType) {
   GgufBytes b;
   b.header(0, 15);

@@ -121,6 +121,12 @@ class GGUFWriter {
   void set_u64_array(const std::string& key, std::span<const uint64_t> values);
   void set_i64_array(const std::string& key, std::span<const int64_t> values);
   void set_f64_array(const std::string& key, std::span<const double> values);
+  /// INT32 and FLOAT32 arrays, the types llama.cpp reads for
+  /// tokenizer.ggml.token_type and tokenizer.ggml.scores.
+  ///@{
+  void set_i32_array(const std::string& key, std::span<const int32_t> values);
+  void set_f32_array(const std::string& key, std::span<const float> values);
+  ///@}
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   ///@}
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
