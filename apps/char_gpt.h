@@ -187,6 +187,8 @@ inline void run(const RunOptions& o) {
                          std::to_string(o.sampler.temperature));
   if (o.sampler.top_k > 0 && o.sampler.temperature == 0.0f)
     throw tg::ValueError("--top-k samples among the likeliest bytes, which needs --temperature > 0 (0 is greedy)");
+  if (o.sampler.top_p < 1.0f && o.sampler.temperature == 0.0f)
+    throw tg::ValueError("--top-p samples among the likeliest bytes, which needs --temperature > 0 (0 is greedy)");
   if (!o.save_path.empty()) {
     const std::filesystem::path dir = std::filesystem::absolute(o.save_path).parent_path();
     if (!std::filesystem::is_directory(dir))
@@ -241,6 +243,7 @@ inline void run(const RunOptions& o) {
   const auto t0 = Clock::now();
   const std::vector<int32_t> made = lm.generate(prompt, o.sample_bytes, o.sampler);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("prompt \"%s\"\n", o.prompt.c_str());
   std::string sample = o.prompt;
   for (int32_t t : made) sample.push_back(char(t));
   std::printf("sample (%lld bytes at %.0f bytes/s, %s):\n", (long long)o.sample_bytes, double(o.sample_bytes) / dt,

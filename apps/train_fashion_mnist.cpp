@@ -26,6 +26,7 @@
 
 #include "fashion_eager.h"
 #include "char_gpt.h"
+#include "char_llama.h"
 #include "fashion_models.h"
 
 namespace tg = tensorgrad;
@@ -167,7 +168,7 @@ tg::nn::History fit_augmented(tg::nn::Model& model, const tg::data::MnistFiles& 
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a Fashion-MNIST classifier with tensorgrad (an MLP by default; --model cnn or resnet), or "
-               "a character-level GPT on GCIDE's English text (--model gpt)"};
+               "a character-level GPT or a LLaMA-style model on GCIDE's English text (--model gpt, --model llama)"};
   std::string model_name = "mlp";
   int epochs = 0;          // 0: the model's default
   int64_t batch_size = 0;  // 0: the model's default
@@ -197,8 +198,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "mixed_bfloat16"}))
       ->capture_default_str();
   app.add_option("--model", model_name,
-                 "mlp, cnn or resnet (Fashion-MNIST), or gpt (a character-level language model on GCIDE's text)")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "gpt"}))
+                 "mlp, cnn or resnet (Fashion-MNIST), or gpt or llama (language models on GCIDE's text: a "
+                 "character-level GPT, a LLaMA-style model that llama.cpp runs with --save-gguf)")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "gpt", "llama"}))
       ->capture_default_str();
   char_gpt::RunOptions gpt;
   app.add_option("--steps", gpt.steps, "gpt: optimizer steps of batch 32 (the cosine schedule's length)")
@@ -214,7 +216,22 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", gpt.sampler.top_k, "gpt: sample among the k likeliest bytes (0: all)")
       ->check(CLI::Range(int64_t(0), int64_t(256)))
       ->capture_default_str();
+  app.add_option("--top-p", gpt.sampler.top_p, "gpt, llama: sample among the likeliest tokens whose probability "
+                                                "reaches p (nucleus; 1: all)")
+      ->check(CLI::Range(0.0001f, 1.0f))
+      ->capture_default_str();
   app.add_option("--text", gpt.text, "gpt: the corpus, gzip or plain; its first 4 MiB are read")->capture_default_str();
+  char_llama::RunOptions llama;
+  app.add_option("--tokenizer", llama.tokenizer,
+                 "llama: bytes (a vocabulary of 256) or bpe (a byte-level BPE of --vocab tokens trained on the text)")
+      ->check(CLI::IsMember({"bytes", "bpe"}))
+      ->capture_default_str();
+  app.add_option("--vocab", llama.vocab, "llama --tokenizer bpe: the vocabulary size")
+      ->check(CLI::Range(int64_t(260), int64_t(1000000)))
+      ->capture_default_str();
+  app.add_option("--save-gguf", llama.save_gguf,
+                 "llama: write the trained model and its tokenizer as a GGUF file llama.cpp runs "
+                 "(node tests/llama_js/generate.mjs PATH \"prompt\")");
   app.add_option("--epochs", epochs, "training epochs (default: mlp 20, cnn 15, resnet 15)")->check(CLI::Range(1, 1000));
   app.add_option("--batch-size", batch_size, "rows per optimizer step (default: mlp 500, cnn 32, resnet 128)")
       ->check(CLI::Range(1, 60000));
@@ -268,6 +285,26 @@ int main(int argc, char** argv) {
                    e.what());
       return 1;
     }
+    if (model_name == "llama") {
+      if (device != tg::Device::CPU)
+        throw tg::ValueError("--model llama trains on the CPU; drop --device " + device_spec);
+      for (const char* flag : {"--epochs", "--batch-size", "--lr", "--validation-split", "--lr-decay", "--augment",
+                               "--plot", "--save-onnx", "--data", "--dtype-policy", "--distributed", "--api", "--save"})
+        if (app.count(flag))
+          throw tg::ValueError(std::string("--model llama trains the peer's fixed recipe and takes --steps, "
+                                           "--prompt, --sample-bytes, --temperature, --top-k, --top-p, --text, "
+                                           "--tokenizer, --vocab, --threads, --seed, --verbose and --save-gguf; "
+                                           "drop ") + flag);
+      if (app.count("--vocab") && llama.tokenizer != "bpe")
+        throw tg::ValueError("--vocab sizes a BPE tokenizer: add --tokenizer bpe");
+      if (threads > 0) tg::set_num_threads(threads);
+      llama.steps = gpt.steps, llama.prompt = gpt.prompt, llama.sample_bytes = gpt.sample_bytes;
+      llama.sampler = gpt.sampler, llama.text = gpt.text, llama.seed = seed, llama.verbose = verbose;
+      char_llama::run(llama);
+      return 0;
+    }
+    for (const char* flag : {"--tokenizer", "--vocab", "--save-gguf"})
+      if (app.count(flag)) throw tg::ValueError(std::string(flag) + " is for --model llama");
     if (model_name == "gpt") {
       if (device != tg::Device::CPU)
         throw tg::ValueError("--model gpt trains on the CPU; drop --device " + device_spec);
@@ -275,7 +312,7 @@ int main(int argc, char** argv) {
                                "--plot", "--save-onnx", "--data", "--dtype-policy", "--distributed", "--api"})
         if (app.count(flag))
           throw tg::ValueError(std::string("--model gpt trains the peer's fixed recipe and takes --steps, --prompt, "
-                                           "--sample-bytes, --temperature, --top-k, --text, --threads, --seed, "
+                                           "--sample-bytes, --temperature, --top-k, --top-p, --text, --threads, --seed, "
                                            "--verbose and --save; drop ") + flag);
       if (threads > 0) tg::set_num_threads(threads);
       gpt.seed = seed, gpt.verbose = verbose, gpt.save_path = save_path;
@@ -308,8 +345,8 @@ int main(int argc, char** argv) {
         throw tg::IOError("--distributed: cannot silence rank " + std::to_string(comm->rank()) + "'s output");
     }
     if (threads > 0) tg::set_num_threads(threads);
-    for (const char* flag : {"--steps", "--prompt", "--sample-bytes", "--temperature", "--top-k", "--text"})
-      if (app.count(flag)) throw tg::ValueError(std::string(flag) + " is for --model gpt");
+    for (const char* flag : {"--steps", "--prompt", "--sample-bytes", "--temperature", "--top-k", "--top-p", "--text"})
+      if (app.count(flag)) throw tg::ValueError(std::string(flag) + " is for --model gpt and --model llama");
     if (api == "eager") {
       if (kind != Kind::Mlp) throw tg::ValueError("--api eager trains the MLP only; drop --model " + model_name);
       if (augment || !plot_path.empty() || !save_path.empty() || !onnx_path.empty() || decay != 1.0f ||

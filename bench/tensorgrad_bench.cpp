@@ -52,6 +52,16 @@
 //   gpt_sample  the untrained model's greedy generation of 300 bytes from the
 //               peer's prompt through nn::CausalLM (one position at a time,
 //               key-value cache). Counter bytes_per_s.
+//   llama_step  peer_pytorch.py's llama workload (apps/char_llama.h): the
+//               LLaMA-style byte model (4 blocks of width 192, 6 query and 2
+//               key-value heads, SwiGLU 512, RMS norm, rotary embedding,
+//               context 128) on random 32 x 128-byte windows of GCIDE's
+//               text, AdamW on the cosine schedule; one Trainer::step.
+//               Counter ms_per_step (median of 60 steps after 10 warm-up).
+//   llama_sample  the untrained model's greedy generation of 300 bytes from
+//               the peer's prompt through nn::CausalLM. Counter
+//               bytes_per_s. With TG_LLAMA_GGUF=PATH it also writes that
+//               model (F32) there for llama.cpp's row (bench/compare.py).
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -70,6 +80,7 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include "../apps/char_gpt.h"
+#include "../apps/char_llama.h"
 #include "../apps/fashion_models.h"
 
 #include <algorithm>
@@ -549,6 +560,60 @@ void BM_gpt_sample(benchmark::State& state) {
   }
 }
 
+void BM_llama_step(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    const std::vector<uint8_t> text = char_gpt::read_text(char_gpt::kGcide);
+    const std::vector<int32_t> tokens(text.begin(), text.end());
+    tg::nn::LlamaCausalLM model(char_llama::config());
+    char_llama::init_like_pytorch(model, 0);
+    model.compile(char_gpt::optimizer(2000), "sparse_categorical_crossentropy");
+    tg::nn::Trainer trainer(model, {.batch_size = char_llama::kBatch});
+    char_llama::Batches batches(tokens, 1);
+    for (int i = 0; i < 10; ++i) batches.next(), trainer.step(batches.x, batches.y);  // warm-up, as the peer
+    std::vector<double> times;
+    for (auto _ : state) {
+      batches.next();
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(trainer.step(batches.x, batches.y));
+      const double dt = seconds_since(t0);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["ms_per_step"] = 1e3 * median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_llama_sample(benchmark::State& state) {
+  try {
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::LlamaCausalLM model(char_llama::config());
+    char_llama::init_like_pytorch(model, 0);
+    if (const char* path = std::getenv("TG_LLAMA_GGUF")) {
+      const tg::text::Tokenizer bytes = tg::text::Tokenizer::byte_level();
+      tg::io::save_llama(model, path, {.type = tg::io::TensorType::F32, .tokenizer = &bytes});
+    }
+    tg::nn::CausalLM lm(model);
+    const std::vector<int32_t> prompt = char_gpt::tokens_of(char_gpt::RunOptions{}.prompt);
+    lm.generate(prompt, 20);  // warm-up
+    std::vector<double> times;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(lm.generate(prompt, 300));
+      const double dt = seconds_since(t0);
+      state.SetIterationTime(dt);
+      times.push_back(dt);
+    }
+    state.counters["bytes_per_s"] = 300.0 / median(times);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -622,6 +687,12 @@ int main(int argc, char** argv) {
       ->Iterations(60)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gpt_sample", BM_gpt_sample)
+      ->Iterations(5)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("llama_step", BM_llama_step)
+      ->Iterations(60)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
+      ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("llama_sample", BM_llama_sample)
       ->Iterations(5)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("predict", BM_predict)

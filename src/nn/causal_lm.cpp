@@ -15,6 +15,7 @@
 #include "tensorgrad/core/error.h"
 #include "tensorgrad/graph/graph.h"
 #include "tensorgrad/nn/attention.h"
+#include "tensorgrad/nn/llama.h"
 
 namespace tensorgrad::nn {
 
@@ -32,8 +33,10 @@ namespace {
 // Layers that act on each position alone: with one position they compute
 // what they compute at that position of a whole sequence.
 bool position_wise(const Layer& layer) {
-  static const std::set<std::string> kinds{"Dense",    "LayerNormalization", "Dropout", "Activation", "Add",
-                                           "Subtract", "Multiply",           "Average", "Maximum",    "Minimum"};
+  static const std::set<std::string> kinds{"Dense",          "LayerNormalization",  "Dropout", "Activation",
+                                           "Add",            "Subtract",            "Multiply", "Average",
+                                           "Maximum",        "Minimum",             "RMSNormalization",
+                                           "GatedFeedForward", "ReversibleEmbedding"};
   return kinds.count(layer.type()) > 0;
 }
 
@@ -54,7 +57,13 @@ CausalLM::CausalLM(const Model& model) : impl_(std::make_unique<Impl>()) {
   m.vocabulary = model.outputs()[0].shape()[1];
   // The capacity is the shortest position table: positions past it have no embedding.
   m.capacity = std::numeric_limits<int64_t>::max();
+  bool rotary = false;  // LlamaDecoders take positions from the step itself; the capacity is the model's input length
   for (const LayerCall* c : model.layer_calls()) {
+    if (dynamic_cast<const LlamaDecoder*>(c->layer.get())) rotary = true;
+    if (const auto* e = dynamic_cast<const ReversibleEmbedding*>(c->layer.get()); e && e->input_dim() != m.vocabulary)
+      throw ValueError("CausalLM: the embedding '" + e->name() + "' reads " + std::to_string(e->input_dim()) +
+                       " token ids but the model gives logits over " + std::to_string(m.vocabulary) +
+                       "; a language model's output is its vocabulary");
     if (const auto* e = dynamic_cast<const TokenAndPositionEmbedding*>(c->layer.get())) {
       m.capacity = std::min(m.capacity, e->sequence_length());
       if (e->vocabulary_size() != m.vocabulary)  // a chosen token is fed back: both are one vocabulary
@@ -64,8 +73,10 @@ CausalLM::CausalLM(const Model& model) : impl_(std::make_unique<Impl>()) {
     }
     m.zero_is_padding = m.zero_is_padding || c->masked;
   }
+  if (m.capacity == std::numeric_limits<int64_t>::max() && rotary) m.capacity = inputs[0].shape()[0];
   if (m.capacity == std::numeric_limits<int64_t>::max())
-    throw ValueError("CausalLM: '" + model.name() + "' has no TokenAndPositionEmbedding to give positions");
+    throw ValueError("CausalLM: '" + model.name() +
+                     "' has no TokenAndPositionEmbedding or LlamaDecoder (rotary positions) to give positions");
 
   Graph g;
   m.ids = g.input("ids", Shape{1, 1}, DType::Int32);
@@ -93,13 +104,22 @@ CausalLM::CausalLM(const Model& model) : impl_(std::make_unique<Impl>()) {
       }
       cache.slot = m.slot, cache.visible = m.visible, cache.updates = &updates;
       values[c] = d->call_with_cache(g, args.at(0), cache);
+    } else if (auto* l = dynamic_cast<LlamaDecoder*>(layer)) {
+      DecoderCache cache;
+      for (Value* v : {&cache.key, &cache.value}) {
+        m.caches.push_back(Tensor::zeros(Shape{l->num_key_value_heads(), m.capacity, l->head_dim()}));
+        *v = g.state(m.caches.back(), l->name() + (v == &cache.key ? "/key_cache" : "/value_cache"));
+      }
+      cache.slot = m.slot, cache.visible = m.visible, cache.updates = &updates;
+      values[c] = l->call_with_cache(g, args.at(0), g.reshape(m.positions, Shape{1}), cache);
     } else if (position_wise(*layer)) {
       values[c] = layer->call_inputs(g, args, inference);
     } else {
       throw ValueError("CausalLM: layer '" + layer->name() + "' (" + layer->type() +
                        ") is not one generation can run a position at a time; it takes TokenAndPositionEmbedding, "
-                       "TransformerDecoder and position-wise layers (Dense, LayerNormalization, Dropout, "
-                       "Activation, element-wise merges)");
+                       "TransformerDecoder, LlamaDecoder and position-wise layers (Dense, LayerNormalization, "
+                       "RMSNormalization, GatedFeedForward, ReversibleEmbedding, Dropout, Activation, "
+                       "element-wise merges)");
     }
   }
   m.logits_value = g.reshape(values.at(model.outputs()[0].call().get()), Shape{m.vocabulary});
@@ -166,9 +186,10 @@ int64_t CausalLM::capacity() const { return live().capacity; }
 int64_t CausalLM::vocabulary_size() const { return live().vocabulary; }
 
 int32_t CausalLM::sample(const Tensor& logits, const SamplerOptions& s, std::mt19937_64& rng) {
-  if (!(s.temperature >= 0.0f) || s.top_k < 0)
-    throw ValueError("CausalLM: the sampler takes temperature >= 0 (0: greedy) and top_k >= 0 (0: all); got " +
-                     std::to_string(s.temperature) + " and " + std::to_string(s.top_k));
+  if (!(s.temperature >= 0.0f) || s.top_k < 0 || !(s.top_p > 0.0f && s.top_p <= 1.0f))
+    throw ValueError(
+        "CausalLM: the sampler takes temperature >= 0 (0: greedy), top_k >= 0 (0: all) and top_p in (0, 1]; got " +
+        std::to_string(s.temperature) + ", " + std::to_string(s.top_k) + " and " + std::to_string(s.top_p));
   if (logits.shape().rank() != 1 || logits.numel() == 0 || logits.dtype() != DType::Float32)
     throw ShapeError("CausalLM: the sampler takes float32 logits {vocabulary} of at least one token; got " +
                      logits.shape().str() + " " + dtype_name(logits.dtype()));
@@ -184,7 +205,16 @@ int32_t CausalLM::sample(const Tensor& logits, const SamplerOptions& s, std::mt1
   const int64_t k = s.top_k > 0 ? std::min(s.top_k, n) : n;
   std::partial_sort(order.begin(), order.begin() + k, order.end(), [z](int32_t a, int32_t b) { return z[a] > z[b]; });
   std::vector<double> p(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) p[size_t(i)] = std::exp(double(z[order[size_t(i)]] - z[order[0]]) / s.temperature);
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i)
+    total += p[size_t(i)] = std::exp(double(z[order[size_t(i)]] - z[order[0]]) / s.temperature);
+  if (s.top_p < 1.0f) {
+    // The fewest most likely tokens whose probability reaches top_p (the nucleus): p is sorted, largest first.
+    double kept = 0.0;
+    int64_t n_kept = 0;
+    while (n_kept < k && kept < double(s.top_p) * total) kept += p[size_t(n_kept++)];
+    p.resize(size_t(std::max<int64_t>(n_kept, 1)));
+  }
   std::discrete_distribution<int64_t> draw(p.begin(), p.end());
   return order[size_t(draw(rng))];
 }

@@ -70,14 +70,13 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
   for (const SymbolicTensor& t : inputs) {
     if (!t.defined())
       throw ValueError("layer '" + name() + "' called on an undefined symbolic tensor; make one with Input()");
-    if (t.dtype() != DType::Float32 && !takes_token_ids())
+    if (t.dtype() != DType::Float32 && !reads_token_ids(t.shape()))
       throw TypeError("layer '" + name() + "' (" + type() + ") takes float32; '" + t.name() + "' is " +
                       dtype_name(t.dtype()) + " (token ids go into an Embedding)");
     shapes.push_back(t.shape());
   }
-  if (takes_token_ids())
-    for (const SymbolicTensor& t : inputs)
-      if (t.call()->layer)
+  for (const SymbolicTensor& t : inputs)
+    if (reads_token_ids(t.shape()) && t.call()->layer)
         throw TypeError("layer '" + name() + "' (" + type() + ") reads token ids from a model input, where they are "
                         "checked; it was called on the output of layer '" + t.name() +
                         "'. Give it an Input() (int32, or float32 holding whole numbers)");

@@ -7,6 +7,7 @@
 #include "tensorgrad/nn/attention.h"
 #include "tensorgrad/nn/conv.h"
 #include "tensorgrad/nn/layers.h"
+#include "tensorgrad/nn/llama.h"
 #include "tensorgrad/nn/merge.h"
 #include "tensorgrad/nn/normalization.h"
 #include "tensorgrad/nn/recurrent.h"
@@ -114,6 +115,45 @@ Registry built_in_layers() {
                                                 float(c.get_double("dropout")), c.get_bool("use_bias"),
                                                 c.get_int("output_shape"), c.get_bool("use_causal_mask"),
                                                 uint64_t(c.get_int("seed")));
+  };
+  r["RMSNormalization"] = [](const LayerConfig& c) {
+    return std::make_shared<RMSNormalization>(float(c.get_double("epsilon")));
+  };
+  r["RotaryEmbedding"] = [](const LayerConfig& c) {
+    return std::make_shared<RotaryEmbedding>(float(c.get_double("max_wavelength")),
+                                             float(c.get_double("scaling_factor")),
+                                             rope_pairing_from_name(c.get_string("pairing")), c.get_int("dims"));
+  };
+  r["GroupedQueryAttention"] = [](const LayerConfig& c) {
+    std::optional<RopeOptions> rotary;
+    if (c.get_bool("rotary"))
+      rotary = RopeOptions{.dims = c.get_int("rope_dims"),
+                           .theta = float(c.get_double("rope_max_wavelength")),
+                           .scaling_factor = float(c.get_double("rope_scaling_factor")),
+                           .pairing = rope_pairing_from_name(c.get_string("rope_pairing"))};
+    return std::make_shared<GroupedQueryAttention>(c.get_int("head_dim"), c.get_int("num_query_heads"),
+                                                   c.get_int("num_key_value_heads"), float(c.get_double("dropout")),
+                                                   c.get_bool("use_bias"), rotary, uint64_t(c.get_int("seed")));
+  };
+  r["GatedFeedForward"] = [](const LayerConfig& c) {
+    return std::make_shared<GatedFeedForward>(c.get_int("intermediate_dim"), c.get_string("activation"));
+  };
+  r["ReversibleEmbedding"] = [](const LayerConfig& c) {
+    return std::make_shared<ReversibleEmbedding>(c.get_int("input_dim"), c.get_int("output_dim"),
+                                                 c.get_bool("tie_weights"));
+  };
+  r["LlamaDecoder"] = [](const LayerConfig& c) {
+    LlamaConfig l;
+    l.hidden_dim = c.get_int("hidden_dim");
+    l.num_query_heads = c.get_int("num_query_heads");
+    l.num_key_value_heads = c.get_int("num_key_value_heads");
+    l.intermediate_dim = c.get_int("intermediate_dim");
+    l.rope_max_wavelength = float(c.get_double("rope_max_wavelength"));
+    l.rope_scaling_factor = float(c.get_double("rope_scaling_factor"));
+    l.rope_pairing = rope_pairing_from_name(c.get_string("rope_pairing"));
+    l.layer_norm_epsilon = float(c.get_double("layer_norm_epsilon"));
+    l.dropout = float(c.get_double("dropout"));
+    return std::make_shared<LlamaDecoder>(l, uint64_t(c.get_int("seed")));
   };
   return r;
 }

@@ -16,10 +16,14 @@ namespace tensorgrad::nn {
 /// How the next token is chosen from the logits (KerasHub's samplers):
 /// temperature 0 takes the largest logit (greedy, the first of equal ones,
 /// as torch.argmax); temperature > 0 draws from softmax(logits /
-/// temperature), restricted to the top_k largest logits when top_k > 0.
+/// temperature), restricted to the top_k largest logits when top_k > 0,
+/// and then to the nucleus when top_p < 1: the fewest most likely tokens
+/// whose probabilities (after temperature and top_k) sum to at least top_p
+/// (Holtzman et al. 2019; KerasHub's TopPSampler, Hugging Face's top_p).
 struct SamplerOptions {
   float temperature = 0.0f;  ///< >= 0; 0: greedy
   int64_t top_k = 0;         ///< >= 0; 0: every token
+  float top_p = 1.0f;        ///< in (0, 1]; 1: every token top_k keeps
   uint64_t seed = 0;         ///< the draws' random stream (std::mt19937_64)
 };
 
@@ -27,7 +31,9 @@ struct SamplerOptions {
 /// model maps token ids {T} to logits {T, V}: a TokenAndPositionEmbedding,
 /// TransformerDecoder blocks without cross-attention, and position-wise
 /// layers (Dense, LayerNormalization, Dropout, Activation, Add), in any
-/// functional arrangement. Each TransformerDecoder keeps the keys and values
+/// functional arrangement; or a LLaMA model (LlamaCausalLM: a
+/// ReversibleEmbedding, LlamaDecoder blocks with rotary positions,
+/// RMSNormalization), whose capacity is its input length T. Each TransformerDecoder keeps the keys and values
 /// of the positions seen so far in a cache that is part of the decoding
 /// graph (preallocated for the embedding's sequence_length positions and
 /// written in place), so a token costs one position's work rather than the
@@ -83,7 +89,7 @@ class CausalLM {
   /// The token `sampler` chooses from logits {V}, drawing from `rng` when
   /// the temperature is > 0. Throws ShapeError for logits that are not
   /// float32 {V} with V >= 1, ValueError for a negative or NaN temperature,
-  /// a negative top_k, or non-finite logits.
+  /// a negative top_k, a top_p outside (0, 1], or non-finite logits.
   static int32_t sample(const Tensor& logits, const SamplerOptions& sampler, std::mt19937_64& rng);
 
  private:

@@ -245,6 +245,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// True for layers that read int32 token ids (Embedding); every other
   /// layer takes float32 and refuses an int32 symbolic tensor.
   virtual bool takes_token_ids() const { return false; }
+  /// Whether a call on an input of `input_shape` (without the batch) reads
+  /// it as token ids: takes_token_ids() for every call, but a layer called
+  /// both on ids and on features (ReversibleEmbedding) says per call.
+  virtual bool reads_token_ids(const Shape& input_shape) const {
+    (void)input_shape;
+    return takes_token_ids();
+  }
   /// Keras' masking: an Embedding(mask_zero = true) marks padding (token id
   /// 0) with a mask {batch, steps} that travels with its output. Whether
   /// this layer takes inputs that carry one (Keras' supports_masking): layers
