@@ -158,7 +158,12 @@ inline void run(const RunOptions& o) {
   const std::string_view train_text(reinterpret_cast<const char*>(text.data()), text.size() - n_val),
       val_text(reinterpret_cast<const char*>(text.data()) + train_text.size(), n_val);
   const tg::text::Tokenizer tok = make_tokenizer(o, train_text);
-  const std::vector<int32_t> train = tok.encode(train_text, false), val = tok.encode(val_text, false);
+  std::vector<int32_t> train, val;
+  if (o.tokenizer == "bytes") {  // the bytes as they are, whatever their encoding
+    train.assign(text.begin(), text.end() - ptrdiff_t(n_val)), val.assign(text.end() - ptrdiff_t(n_val), text.end());
+  } else {
+    train = tok.encode(train_text, false), val = tok.encode(val_text, false);
+  }
   tg::manual_seed(o.seed);
   tg::nn::LlamaCausalLM m(config(tok.vocab_size()));
   init_like_pytorch(m, o.seed);
@@ -206,13 +211,19 @@ inline void run(const RunOptions& o) {
     for (const tg::nn::Weight& w : m.weights())
       if (w.name == trained.name) std::copy_n(trained.value.data<float>(), w.value.numel(), w.value.data<float>());
   tg::nn::CausalLM lm(m);
-  const std::vector<int32_t> prompt = tok.encode(o.prompt, false);
+  const std::vector<int32_t> prompt =
+      o.tokenizer == "bytes" ? char_gpt::tokens_of(o.prompt) : tok.encode(o.prompt, false);
   if (prompt.empty()) throw tg::ValueError("--prompt \"" + o.prompt + "\" gives no tokens");
   const auto t0 = Clock::now();
   const std::vector<int32_t> made = lm.generate(prompt, o.sample_bytes, o.sampler);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("prompt \"%s\"\n", o.prompt.c_str());
-  const std::string sample = tok.decode(made);
+  // The byte vocabulary's ids are the bytes themselves (decode() would tidy spaces, as llama.cpp does for GPT-2's).
+  std::string sample;
+  if (o.tokenizer == "bytes")
+    for (int32_t t : made) sample.push_back(char(t));
+  else
+    sample = tok.decode(made);
   std::printf("sample (%lld tokens at %.0f tokens/s, %s):\n", (long long)made.size(), double(made.size()) / dt,
               o.sampler.temperature > 0.0f ? "sampled" : "greedy");
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
