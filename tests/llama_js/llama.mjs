@@ -9,19 +9,21 @@ export function fail(message) {
   process.exit(1);
 }
 
-/// The model at `path`, with llama.cpp on the CPU. threads: 0 = all cores.
-export async function loadModel(path, threads = 0) {
+const toStderr = (level, message) => process.stderr.write(`llama.cpp ${level}: ${message}\n`);
+
+/// The model at `path`, with llama.cpp on the CPU. threads: 0 = all cores. llama.cpp's messages of
+/// `logLevel` and above go to `logger` (default: stderr).
+export async function loadModel(path, threads = 0, { logLevel = 'error', logger = toStderr } = {}) {
   const llama = await getLlama({
-    gpu: false, build: 'never', skipDownload: true, progressLogs: false, maxThreads: threads,
-    logLevel: 'error', logger: (level, message) => process.stderr.write(`llama.cpp ${level}: ${message}\n`),
+    gpu: false, build: 'never', skipDownload: true, progressLogs: false, maxThreads: threads, logLevel, logger,
   });
   return llama.loadModel({ modelPath: path, gpuLayers: 0 });
 }
 
 /// A one-sequence context. kvCache: ggml type of the key-value cache ("F32" or "F16"; llama.cpp's default is F16).
-export async function createSequence(model, { contextSize, threads = 0, kvCache = 'F32', batchSize } = {}) {
+export async function createSequence(model, { contextSize, threads = 0, kvCache = 'F32', batchSize, performanceTracking = false } = {}) {
   const context = await model.createContext({
-    contextSize, threads, sequences: 1, batchSize: batchSize ?? contextSize, flashAttention: false,
+    contextSize, threads, sequences: 1, batchSize: batchSize ?? contextSize, flashAttention: false, performanceTracking,
     experimentalKvCacheKeyType: kvCache, experimentalKvCacheValueType: kvCache,
   });
   // A full context makes node-llama-cpp drop tokens from its start (a context shift), which would

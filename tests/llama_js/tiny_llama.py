@@ -11,10 +11,10 @@ read_gguf/forward read any F32 llama GGUF with one tensor per name (a file
 tensorgrad writes at F32, for instance): `check` is an independent
 numpy referee for llama.cpp on it.
 
-`fixtures` writes the files tests/io/test_llama_js.cpp reads (two models: GQA
-with a tied output, multi-head with its own output) and
-tests/fixtures/llama_reference.h with their log-softmax logits and greedy
-continuations. Only numpy (Debian's python3-numpy) is needed.
+`fixtures` writes the files tests/io/test_llama_js.cpp reads (GQA with a tied
+output, multi-head with its own output, both with a SentencePiece byte
+vocabulary; GQA untied with a GPT-2 byte-level one) and
+tests/fixtures/llama_reference.h with their logits and greedy continuations. Only numpy (Debian's python3-numpy) is needed.
 
 llama.cpp's conventions, as this file writes them (checked by the test):
 - GGUF stores a tensor's dims as ggml's ne, fastest-varying first: a numpy
@@ -122,22 +122,48 @@ def read_gguf(path):
     return kvs, tensors
 
 
-def byte_vocab():
-    """SentencePiece-style vocabulary: <unk> <s> </s>, then the 256 byte tokens <0xNN> (ids 3..258)."""
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
-    types = [2, 3, 3] + [6] * 256  # UNKNOWN, CONTROL, CONTROL, BYTE (llama.cpp's llama_token_type)
-    return tokens, types
+def gpt2_byte_chars():
+    """GPT-2's bytes_to_unicode: the character that stands for each byte in byte-level BPE vocabularies."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    others = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    return [table[b] for b in range(256)]
 
 
-def make_model(seed, n_embd=16, n_layer=2, n_head=4, n_head_kv=2, n_ff=32, tied=True, n_ctx=64):
-    tokens, types = byte_vocab()
-    n_vocab, hd = len(tokens), n_embd // n_head
+def byte_vocab(kind):
+    """A byte vocabulary's tokenizer.ggml.* keys and the id of each byte.
+
+    "llama" (SentencePiece): <unk> <s> </s>, then the byte tokens <0xNN> (id NN + 3). llama.cpp
+    replaces a space by U+2581 before looking it up: with no such token it falls back to its three
+    UTF-8 bytes (and detokenizes them as U+2581, not a space).
+    "gpt2" (byte-level BPE with no merges): byte b is id b (GPT-2's character for it), then
+    <|endoftext|> (id 256) as BOS and EOS: any text is its bytes, both ways."""
+    if kind == "llama":
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+        types = [2, 3, 3] + [6] * 256  # UNKNOWN, CONTROL, CONTROL, BYTE (llama.cpp's llama_token_type)
+        return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": (GGUF_STRING, tokens),
+                "tokenizer.ggml.scores": (6, [0.0] * len(tokens)), "tokenizer.ggml.token_type": (5, types),
+                "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.bos_token_id": 1,
+                "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.add_bos_token": False,
+                "tokenizer.ggml.add_space_prefix": False}, lambda b: b + 3
+    if kind == "gpt2":
+        tokens = gpt2_byte_chars() + ["<|endoftext|>"]
+        return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default",
+                "tokenizer.ggml.tokens": (GGUF_STRING, tokens), "tokenizer.ggml.token_type": (5, [1] * 256 + [3]),
+                "tokenizer.ggml.merges": (GGUF_STRING, []), "tokenizer.ggml.bos_token_id": 256,
+                "tokenizer.ggml.eos_token_id": 256, "tokenizer.ggml.add_bos_token": False}, lambda b: b
+    raise ValueError(f"tokenizer {kind!r}: llama or gpt2")
+
+
+def make_model(seed, n_embd=16, n_layer=2, n_head=4, n_head_kv=2, n_ff=32, tied=True, n_ctx=64, tokenizer="llama"):
+    vocab, _ = byte_vocab(tokenizer)
+    n_vocab, hd = len(vocab["tokenizer.ggml.tokens"][1]), n_embd // n_head
     rng = np.random.default_rng(seed)
 
     def w(*shape, scale=None):
         return rng.normal(0, scale or shape[-1] ** -0.5, shape).astype(np.float32)
 
-    t = {"token_embd.weight": w(n_vocab, n_embd, scale=1.0)}
+    t = {"token_embd.weight": w(n_vocab, n_embd, scale=0.3 if tied else 1.0)}  # tied: less of an echo
     for i in range(n_layer):
         p = f"blk.{i}."
         t[p + "attn_norm.weight"] = (1 + 0.1 * rng.normal(size=n_embd)).astype(np.float32)
@@ -165,16 +191,7 @@ def make_model(seed, n_embd=16, n_layer=2, n_head=4, n_head_kv=2, n_ff=32, tied=
         "llama.rope.freq_base": 10000.0,
         "llama.attention.layer_norm_rms_epsilon": 1e-5,
         "llama.vocab_size": n_vocab,
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": (GGUF_STRING, tokens),
-        "tokenizer.ggml.scores": (6, [0.0] * n_vocab),
-        "tokenizer.ggml.token_type": (5, types),
-        "tokenizer.ggml.unknown_token_id": 0,
-        "tokenizer.ggml.bos_token_id": 1,
-        "tokenizer.ggml.eos_token_id": 2,
-        "tokenizer.ggml.add_bos_token": False,
-        "tokenizer.ggml.add_space_prefix": False,
-    }
+    } | vocab
     return kvs, t
 
 
@@ -235,9 +252,12 @@ def greedy(kvs, t, ids, n):
     return ids[-n:]
 
 
-# The fixtures: (name, seed, tied, n_head_kv). The prompt is the bytes of PROMPT_TEXT (ids = byte + 3).
-CASES = [("gqa_tied", 1, True, 2), ("mha_untied", 2, False, 4)]
+# The fixtures: (name, seed, tied, n_head_kv, tokenizer). The prompt is PROMPT_TEXT's bytes as byte tokens.
+CASES = [("gqa_tied", 1, True, 2, "llama"),
+         ("mha_untied", 15, False, 4, "llama"),  # seed 15: its greedy tokens pass eos (id 2) twice
+         ("gqa_untied_gpt2", 4, False, 2, "gpt2")]
 PROMPT_TEXT = "Hi, ll\u00e4ma!"
+TEXT = "Hi,  ll\u00e4ma!\n\t\u2581 \U0001F999 x"  # tokenized: ASCII, UTF-8 of 2, 3 and 4 bytes, whitespace runs
 GREEDY = 16
 
 
@@ -254,31 +274,35 @@ def cxx_string(text):
 def fixtures(root):
     out_dir = root / "tests" / "fixtures" / "llama"
     out_dir.mkdir(parents=True, exist_ok=True)
-    prompt = [b + 3 for b in PROMPT_TEXT.encode()]
-    spm = [b + 3 for b in PROMPT_TEXT.replace(" ", "\u2581").encode()]
+    ints = lambda v: ", ".join(map(str, v))  # noqa: E731
     h = ["// GENERATED FILE - do not edit by hand.",
          "// Regenerate from the repository root with: /usr/bin/python3 tests/llama_js/tiny_llama.py fixtures",
          f"// (numpy {np.__version__}.) Tiny LLaMA GGUFs in tests/fixtures/llama/ and their float64 numpy",
-         "// forward (tests/llama_js/tiny_llama.py): log-softmax of the logits at every prompt position, and",
-         "// the greedy continuation.",
+         "// forward (tests/llama_js/tiny_llama.py): the logits at every prompt position (row-major,",
+         "// prompt position by vocabulary) and the greedy continuation; and llama.cpp's tokens for a text.",
          "#pragma once", "", "#include <cstdint>", "", "namespace tensorgrad_fixtures::llama {", "",
-         f"inline constexpr const char* prompt_text = \"{cxx_string(PROMPT_TEXT)}\";  // UTF-8",
-         "// The prompt: the text's bytes as byte tokens (<0xNN> is id NN + 3).",
-         f"inline constexpr int32_t prompt[{len(prompt)}] = {{{', '.join(map(str, prompt))}}};",
-         "// llama.cpp's tokens for the text (SentencePiece: a space becomes U+2581, whose three UTF-8 bytes",
-         "// fall back to byte tokens; no BOS, tokenizer.ggml.add_space_prefix false).",
-         f"inline constexpr int32_t text_tokens[{len(spm)}] = {{{', '.join(map(str, spm))}}};",
-         f"inline constexpr int64_t n_vocab = {len(byte_vocab()[0])}, n_greedy = {GREEDY};", ""]
-    for name, seed, tied, n_kv in CASES:
-        kvs, t = make_model(seed, tied=tied, n_head_kv=n_kv)
+         f"inline constexpr const char* prompt_text = \"{cxx_string(PROMPT_TEXT)}\";  // UTF-8; the prompt is its bytes",
+         f"inline constexpr const char* text = \"{cxx_string(TEXT)}\";  // UTF-8",
+         f"inline constexpr int64_t n_prompt = {len(PROMPT_TEXT.encode())}, n_greedy = {GREEDY};", ""]
+    for name, seed, tied, n_kv, kind in CASES:
+        kvs, t = make_model(seed, tied=tied, n_head_kv=n_kv, tokenizer=kind)
         write_gguf(out_dir / f"{name}.gguf", kvs, t)
         kvs, t = read_gguf(out_dir / f"{name}.gguf")  # what the file holds, float32
-        lp = log_softmax(forward(kvs, t, prompt))
+        _, byte_id = byte_vocab(kind)
+        prompt = [byte_id(b) for b in PROMPT_TEXT.encode()]
+        # llama.cpp's SentencePiece writes a space as U+2581 before falling back to bytes.
+        text_tokens = [byte_id(b) for b in (TEXT.replace(" ", "\u2581") if kind == "llama" else TEXT).encode()]
+        z = forward(kvs, t, prompt)
         g = greedy(kvs, t, prompt, GREEDY)
-        h += [f"// ---- '{name}': seed {seed}, tied output {tied}, heads 4, key-value heads {n_kv}",
+        h += [f"// ---- '{name}': seed {seed}, tied output {tied}, heads 4, key-value heads {n_kv}, tokenizer {kind}",
               f"inline constexpr const char* {name}_file = \"tests/fixtures/llama/{name}.gguf\";",
-              f"inline constexpr float {name}_log_probs[{lp.size}] = {{", cxx_floats(lp), "};",
-              f"inline constexpr int32_t {name}_greedy[{GREEDY}] = {{{', '.join(map(str, g))}}};", ""]
+              f"inline constexpr int64_t {name}_n_vocab = {z.shape[1]};",
+              f"inline constexpr int32_t {name}_bos = {kvs['tokenizer.ggml.bos_token_id']}, "
+              f"{name}_eos = {kvs['tokenizer.ggml.eos_token_id']};",
+              f"inline constexpr int32_t {name}_prompt[{len(prompt)}] = {{{ints(prompt)}}};",
+              f"inline constexpr int32_t {name}_text_tokens[{len(text_tokens)}] = {{{ints(text_tokens)}}};",
+              f"inline constexpr float {name}_logits[{z.size}] = {{", cxx_floats(z), "};",
+              f"inline constexpr int32_t {name}_greedy[{GREEDY}] = {{{ints(g)}}};", ""]
     h += ["}  // namespace tensorgrad_fixtures::llama", ""]
     (root / "tests" / "fixtures" / "llama_reference.h").write_text("\n".join(h))
 
@@ -319,6 +343,7 @@ def main():
     w.add_argument("--heads", type=int, default=4)
     w.add_argument("--kv-heads", type=int, default=2)
     w.add_argument("--ff", type=int, default=32)
+    w.add_argument("--tokenizer", choices=["llama", "gpt2"], default="llama", help="byte vocabulary kind")
     lg = sub.add_parser("logits", help="numpy logits and log-softmax of an F32 llama GGUF, as JSON")
     lg.add_argument("file")
     lg.add_argument("ids", type=int, nargs="+")
@@ -330,7 +355,7 @@ def main():
     a = ap.parse_args()
     if a.cmd == "write":
         kvs, t = make_model(a.seed, n_embd=a.embd, n_layer=a.layers, n_head=a.heads, n_head_kv=a.kv_heads,
-                            n_ff=a.ff, tied=a.tied)
+                            n_ff=a.ff, tied=a.tied, tokenizer=a.tokenizer)
         write_gguf(a.out, kvs, t)
     elif a.cmd == "logits":
         kvs, t = read_gguf(a.file)
