@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -70,8 +72,14 @@ inline bool llama_js_available(std::string* why) {
     if (why) *why = message;
     return false;
   };
-  if (test_support::find_on_path("node").empty())
-    return no("`node` is not on PATH: install Node.js 20 or later (scripts/setup.sh --test)");
+  const std::string node = test_support::find_on_path("node");
+  if (node.empty()) return no("`node` is not on PATH: install Node.js 20 or later (scripts/setup.sh --test)");
+  // node-llama-cpp 3 asks for Node.js 20 ("engines"); Debian 12's own nodejs is 18.
+  RunResult version = run_capture({node, "--version"});
+  while (!version.out.empty() && std::isspace(static_cast<unsigned char>(version.out.back()))) version.out.pop_back();
+  if (version.exit_status != 0 || version.out.size() < 2 || version.out[0] != 'v' || std::atoi(version.out.c_str() + 1) < 20)
+    return no("node-llama-cpp needs Node.js 20 or later, and `node --version` says \"" + version.out + "\"" +
+              ": install a newer Node.js (nodesource's packages, for instance)");
   const std::filesystem::path modules = llama_js_dir() / "node_modules";
   const char* install = "run `NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --prefix tests/llama_js --ignore-scripts "
                         "--omit=optional` (scripts/test.sh does; it needs linux-x64 with glibc)";
