@@ -40,11 +40,11 @@ namespace tensorgrad::text {
 enum class TokenType : int32_t {
   Undefined = 0,    ///< LLAMA_TOKEN_TYPE_UNDEFINED
   Normal = 1,       ///< ordinary text
-  Unknown = 2,      ///< the unknown token (<unk>)
-  Control = 3,      ///< control tokens (<s>, <|begin_of_text|>): no text when decoded without special tokens
+  Unknown = 2,      ///< the unknown token (`<unk>`)
+  Control = 3,      ///< control tokens (`<s>`, `<|begin_of_text|>`): no text when decoded without special tokens
   UserDefined = 4,  ///< tokens matched in the text before tokenizing
   Unused = 5,       ///< LLAMA_TOKEN_TYPE_UNUSED
-  Byte = 6,         ///< <0xNN> byte fallback tokens of "llama" vocabularies
+  Byte = 6,         ///< `<0xNN>` byte fallback tokens of "llama" vocabularies
 };
 
 /// A tokenizer read from or written to a GGUF file's tokenizer.ggml.* keys.
@@ -79,13 +79,13 @@ class Tokenizer {
   /// add_special, parse_special = false). With `add_special`, bos first when
   /// add_bos() and eos last when add_eos(). "gpt2" tokenizers throw
   /// ValueError for text that is not valid UTF-8; a "llama" vocabulary
-  /// without the <0xNN> token a character needs throws ValueError.
+  /// without the `<0xNN>` token a character needs throws ValueError.
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
 
   /// The text of `ids`, as llama.cpp's llama_detokenize(ids, remove_special
   /// = false, unparse_special = !skip_special): control and unknown tokens
   /// give their text, or nothing with `skip_special`; "llama" turns U+2581
-  /// back into spaces, <0xNN> tokens into their bytes, and drops the first
+  /// back into spaces, `<0xNN>` tokens into their bytes, and drops the first
   /// token's leading space when add_space_prefix; "gpt2" maps the
   /// bytes_to_unicode characters back to bytes and then cleans spaces as
   /// llama.cpp does (clean_up_tokenization_spaces: " ." -> ".", " 's" ->
@@ -120,9 +120,7 @@ class Tokenizer {
   /// The merges ("gpt2"), highest priority first, each "left right".
   const std::vector<std::string>& merges() const { return merges_; }
 
-  /// Builds a tokenizer from its parts, checked as from_gguf checks a file
-  /// (FormatError naming the tokenizer.ggml key at fault). `scores` and
-  /// `types` may be empty (0 and Normal for every token).
+  /// A tokenizer's parts, the tokenizer.ggml.* keys' values, for from_parts.
   struct Parts {
     std::string model;                ///< "llama" or "gpt2"
     std::string pre = "default";      ///< "gpt2" only: "default" or "llama-bpe"
@@ -130,12 +128,17 @@ class Tokenizer {
     std::vector<float> scores;        ///< tokenizer.ggml.scores (empty: all 0)
     std::vector<int32_t> types;       ///< tokenizer.ggml.token_type (empty: all Normal)
     std::vector<std::string> merges;  ///< tokenizer.ggml.merges ("gpt2")
-    std::optional<int32_t> bos, eos, unk, pad;  ///< special token ids
+    std::optional<int32_t> bos;       ///< tokenizer.ggml.bos_token_id
+    std::optional<int32_t> eos;       ///< tokenizer.ggml.eos_token_id
+    std::optional<int32_t> unk;       ///< tokenizer.ggml.unknown_token_id
+    std::optional<int32_t> pad;       ///< tokenizer.ggml.padding_token_id
     bool add_bos = false;           ///< tokenizer.ggml.add_bos_token
     bool add_eos = false;           ///< tokenizer.ggml.add_eos_token
     bool add_space_prefix = true;   ///< tokenizer.ggml.add_space_prefix ("llama")
   };
-  /// See Parts.
+  /// Builds a tokenizer from its parts, checked as from_gguf checks a file
+  /// (FormatError naming the tokenizer.ggml key at fault). `scores` and
+  /// `types` may be empty (0 and Normal for every token).
   static Tokenizer from_parts(Parts parts);
 
  private:
