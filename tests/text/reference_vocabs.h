@@ -5,7 +5,7 @@
 // BPE) vocabularies trained by BpeTokenizer::train on a fixed text (pre
 // "llama-bpe" and "default"), and Tokenizer::byte_level(). Shared by the tests and by tests/text/write_reference_vocabs.cpp,
 // which writes them as vocab-only GGUF files for llama.cpp
-// (tests/text/make_llama_cpp_ids.mjs).
+// (tests/llama_js/make_llama_cpp_ids.mjs).
 #include <cstdio>
 #include <string>
 #include <utility>

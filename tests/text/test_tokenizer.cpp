@@ -1,6 +1,6 @@
 // The text layer's tokenizers: agreement with llama.cpp's token ids and
 // detokenized text (recorded in llama_cpp_ids.h, from llama.cpp through
-// node-llama-cpp; regenerate with tests/text/make_llama_cpp_ids.mjs), GGUF
+// node-llama-cpp; regenerate with tests/llama_js/make_llama_cpp_ids.mjs), GGUF
 // round trips, byte-level BPE training, and the errors of malformed files.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ std::string show(const std::vector<int32_t>& ids) {
 // Each text's ids and detokenized texts against llama.cpp's.
 void expect_llama_cpp(const text::Tokenizer& tok, const std::vector<ref::LlamaCppCase>& cases) {
   const auto& texts = ref::texts();
-  ASSERT_EQ(cases.size(), texts.size()) << "llama_cpp_ids.h is stale: regenerate it (make_llama_cpp_ids.mjs)";
+  ASSERT_EQ(cases.size(), texts.size()) << "llama_cpp_ids.h is stale: regenerate it (tests/llama_js/make_llama_cpp_ids.mjs)";
   for (size_t i = 0; i < texts.size(); ++i) {
     SCOPED_TRACE("text " + std::to_string(i) + ": \"" + texts[i] + "\"");
     const auto ids = tok.encode(texts[i], /*add_special=*/false);

@@ -1,6 +1,6 @@
 // Writes the reference tokenizers (reference_vocabs.h) as vocab-only GGUF
 // files, and the texts as JSON, into a folder, for
-// tests/text/make_llama_cpp_ids.mjs:
+// tests/llama_js/make_llama_cpp_ids.mjs:
 //   write_reference_vocabs DIR  ->  DIR/<name>.gguf per tokenizer, DIR/names.json, DIR/texts.json
 #include <cstdio>
 #include <fstream>
