@@ -17,7 +17,8 @@
 namespace tensorgrad::text::reference {
 
 /// <unk>, <s>, </s>, the 256 <0xNN> byte tokens, then characters and
-/// merges with scores (higher merges first), SentencePiece's layout.
+/// merges with scores (higher merges first), SentencePiece's layout, and
+/// one user-defined token, <|user|>.
 inline Tokenizer small_llama() {
   Tokenizer::Parts p;
   p.model = "llama";
@@ -64,6 +65,10 @@ inline Tokenizer small_llama() {
     p.types.push_back(1);
     score -= 1.0f;
   }
+  // A user-defined token: matched in the text before tokenizing, as llama.cpp does.
+  p.tokens.push_back("<|user|>");
+  p.scores.push_back(0.0f);
+  p.types.push_back(4);
   p.bos = 1;
   p.eos = 2;
   p.unk = 0;
@@ -140,6 +145,7 @@ inline const std::vector<std::string>& texts() {
       "\u00dcn\u00efc\u00f6d\u00e9 \u00c0\u00c9\u00ce \u00f1 \u00df",
       "   three spaces then words   and   gaps",
       "x 's ' y . z , w ?",
+      "say <|user|> hi<|user|><|user|> the end",
   };
   return all;
 }
