@@ -30,6 +30,7 @@ install(EXPORT tensorgradTargets
 foreach(lib IN ITEMS OPENBLAS_LIB XSMM_LIB SLEEF_LIB)
   get_filename_component(TENSORGRAD_${lib}_DIR "${${lib}}" DIRECTORY)
 endforeach()
+set(TENSORGRAD_PCRE2_LIB_DIR "${PCRE2_LIBDIR}")  # pkg-config's libdir of libpcre2-8
 configure_package_config_file(cmake/tensorgradConfig.cmake.in
   "${CMAKE_CURRENT_BINARY_DIR}/tensorgradConfig.cmake"
   INSTALL_DESTINATION ${TENSORGRAD_INSTALL_CMAKEDIR}

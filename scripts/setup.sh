@@ -17,7 +17,7 @@ usage: scripts/setup.sh [--test] [--bench] [--plot] [--vulkan]
 
 Installs the Debian 12 packages tensorgrad needs (apt-get; as root, or through sudo).
   (no flag)  the main job's: g++, cmake, make, pkg-config, libopenblas-dev, libxsmm-dev,
-             libtbb-dev, libsleef-dev, zlib1g-dev, libcli11-dev, dataset-fashion-mnist, dict-gcide,
+             libtbb-dev, libsleef-dev, zlib1g-dev, libcli11-dev, libpcre2-dev, dataset-fashion-mnist, dict-gcide,
              and the Vulkan backend's build packages: libvulkan-dev, glslc
   --test     adds the test-only packages: libgtest-dev, gnuplot-nox (the plot test),
              libopenmpi-dev and openmpi-bin (the MPI communicator and its tests),
@@ -67,6 +67,7 @@ packages=(
   libcli11-dev                       # command-line options of the apps and examples
   nlohmann-json3-dev                 # model and compile configurations inside GGUF files (io)
   libfp16-dev                        # IEEE half-precision conversion for F16 tensors in GGUF files
+  libpcre2-dev                       # Unicode regexes of the text layer's pre-tokenizers (tokenizers)
   dataset-fashion-mnist              # the main job's data, /usr/share/datasets/fashion-mnist
   dict-gcide                         # --model gpt's English text, /usr/share/dictd/gcide.dict.dz
   libvulkan-dev glslc                # the Vulkan backend: its headers, and its shaders compiled at build

@@ -17,6 +17,15 @@ if command -v node >/dev/null && command -v npm >/dev/null && [[ ! -d tests/onnx
   npm ci --prefix tests/onnx_js --ignore-scripts --no-audit --no-fund ||
     echo "test: npm ci in tests/onnx_js failed; OnnxExport.OnnxRuntimeRunsEveryExportToTheSamePredictions will skip" >&2
 fi
+# llama.cpp for the LLaMA GGUF checks (tests/llama_js: node-llama-cpp's
+# prebuilt CPU libraries, pinned likewise, about 85 MB). --ignore-scripts and
+# NODE_LLAMA_CPP_SKIP_DOWNLOAD: its install script would download or build
+# llama.cpp; --omit=optional: the optional packages are its GPU builds (about
+# 600 MB), and the CPU build is a direct dependency.
+if command -v node >/dev/null && command -v npm >/dev/null && [[ ! -d tests/llama_js/node_modules ]]; then
+  NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --prefix tests/llama_js --ignore-scripts --omit=optional --no-audit --no-fund ||
+    echo "test: npm ci in tests/llama_js failed; the llama.cpp checks (LlamaJs.*) will skip" >&2
+fi
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DTENSORGRAD_BUILD_TESTS=ON -DTENSORGRAD_BUILD_BENCH=OFF >/dev/null
 cmake --build build-test -j"$(nproc)"
 ctest --test-dir build-test --output-on-failure -j"$(nproc)"

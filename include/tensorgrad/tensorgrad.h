@@ -62,6 +62,7 @@
 #include "tensorgrad/rl/replay_buffer.h"
 #include "tensorgrad/rl/schedule.h"
 #include "tensorgrad/opt/schedules.h"
+#include "tensorgrad/text/tokenizer.h"
 
 // The namespaces, for the API reference (scripts/docs.sh).
 
@@ -103,3 +104,8 @@
 
 /// \namespace tensorgrad::data
 /// Data sets on disk: IDX files (MNIST, Fashion-MNIST).
+
+/// \namespace tensorgrad::text
+/// Tokenizers stored in GGUF files as llama.cpp stores them (SentencePiece
+/// and byte-level BPE), tokenizing as llama.cpp does, and byte-level BPE
+/// training (Hugging Face tokenizers' BpeTrainer).

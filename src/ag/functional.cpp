@@ -192,7 +192,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator* generator) {
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask, float dropout_p, bool is_causal,
-                                    std::optional<float> scale, Generator* generator) {
+                                    std::optional<float> scale, Generator* generator, bool enable_gqa) {
   const char* op = "scaled_dot_product_attention";
   const Shape& qs = query.shape();
   if (qs.rank() < 2 || key.dim() != qs.rank() || value.dim() != qs.rank())
@@ -201,10 +201,29 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   if (!(dropout_p >= 0.0f && dropout_p < 1.0f))
     throw ValueError(std::string(op) + ": dropout_p must be in [0, 1); got " + std::to_string(dropout_p));
   const int r = qs.rank();
-  int64_t n = 1;
-  for (int i = 0; i < r - 2; ++i) n *= qs[i];
+  // The leading axes: key's and value's equal; the query's equal to theirs, but with enable_gqa the heads
+  // (axis -3), which the key's must divide.
+  const Shape &ks = key.shape(), &vs = value.shape();
+  bool fit = true;
+  for (int i = 0; i + 2 < r; ++i) {
+    fit = fit && ks[i] == vs[i];
+    const bool heads = enable_gqa && i == r - 3;
+    fit = fit && (heads ? ks[i] > 0 && qs[i] % ks[i] == 0 : ks[i] == qs[i]);
+  }
+  if (enable_gqa && r < 3)
+    throw ShapeError(std::string(op) + ": enable_gqa needs a heads axis ({..., heads, L, E}, rank >= 3); got " +
+                     qs.str());
+  if (!fit)
+    throw ShapeError(std::string(op) + ": " +
+                     (enable_gqa ? "key and value must have the query's leading axes, except for a number of heads "
+                                   "(axis -3) that divides the query's"
+                                 : "query, key and value must have the same leading axes (pass enable_gqa = true for "
+                                   "fewer key-value heads than query heads)") +
+                     "; got " + qs.str() + ", " + ks.str() + ", " + vs.str());
+  int64_t n = 1, nkv = 1;
+  for (int i = 0; i < r - 2; ++i) n *= qs[i], nkv *= ks[i];
   const int64_t l = qs[r - 2], e = qs[r - 1], s = key.size(-2);
-  auto rows = [&](const Tensor& t) { return reshape(t, Shape{n, t.size(-2), t.size(-1)}); };
+  auto rows = [&](const Tensor& t) { return reshape(t, Shape{&t == &query ? n : nkv, t.size(-2), t.size(-1)}); };
   OpAttrs at;
   at.factor = scale ? *scale : 1.0f / std::sqrt(float(e));
   at.flags = is_causal ? kCausal : 0u;
@@ -242,6 +261,18 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   for (int i = 0; i < r - 1; ++i) out.push_back(qs[i]);
   out.push_back(value.size(-1));
   return reshape(narrow(y, -1, 0, value.size(-1)), Shape(out));
+}
+
+Tensor rms_norm(const Tensor& input, const Tensor& weight, float eps) {
+  OpAttrs at;
+  at.eps = eps;
+  return weight.defined() ? apply(OpKind::RmsNorm, {input, weight}, at) : apply(OpKind::RmsNorm, {input}, at);
+}
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const RopeOptions& options) {
+  OpAttrs at;
+  at.rope = options;
+  return apply(OpKind::Rope, {x, positions}, at);
 }
 
 Tensor softmax(const Tensor& x, int dim) {

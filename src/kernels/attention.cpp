@@ -4,7 +4,9 @@
 // is ever stored, only a {kQueryTile, kKeyTile} tile per thread. Each
 // (n, query tile) is a task forward; each n one task backward, so that its
 // dk and dv are summed by one thread in a fixed order (the same bits for
-// any thread count).
+// any thread count). Grouped-query attention: query row b reads key-value
+// row b / group; backward, one task per key-value row sums the gradients of
+// its group's query rows into its dk and dv.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,6 +27,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Problem {
   const float *q, *k, *v, *mask = nullptr;
   int64_t n, lq, lk, d, dv;
+  int64_t nkv, group;  // key-value rows, and the query rows that read each (n / nkv)
   int64_t mask_n = 0, mask_q = 0;  // the mask's first two dimensions (1 or N, 1 or Lq)
   float scale, rate;
   bool causal;
@@ -35,6 +38,7 @@ struct Problem {
     q = c.in[0].f(), k = c.in[1].f(), v = c.in[2].f();
     n = c.in[0].shape[0], lq = c.in[0].shape[1], d = c.in[0].shape[2];
     lk = c.in[1].shape[1], dv = c.in[2].shape[2];
+    nkv = c.in[1].shape[0], group = n / nkv;
     scale = c.at.factor, rate = c.at.rate, causal = (c.at.flags & kCausal) != 0;
     size_t next = backward ? 5 : 3;
     if (c.at.flags & kAttentionMask) {
@@ -88,7 +92,8 @@ void attention_forward(const KernelCall& c) {
       const int64_t b = int64_t(task) / tiles, i0 = int64_t(task) % tiles * kQueryTile;
       const int64_t rows = std::min(kQueryTile, p.lq - i0);
       const float* q = p.q + (b * p.lq + i0) * p.d;
-      if (kt_of != b) transpose_into(p.k + b * p.lk * p.d, p.lk, p.d, kt), kt_of = b;  // {D, Lk}
+      const int64_t kv = b / p.group;
+      if (kt_of != kv) transpose_into(p.k + kv * p.lk * p.d, p.lk, p.d, kt), kt_of = kv;  // {D, Lk}
       acc.assign(size_t(rows * p.dv), 0.0f);
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.0f);
@@ -125,7 +130,7 @@ void attention_forward(const KernelCall& c) {
           float* ar = acc.data() + r * p.dv;
           for (int64_t e = 0; e < p.dv; ++e) ar[e] *= alpha;
         }
-        gemm(rows, p.dv, cols, s.data(), cols, false, p.v + (b * p.lk + j0) * p.dv, p.dv, acc.data(), p.dv, 1.0f);
+        gemm(rows, p.dv, cols, s.data(), cols, false, p.v + (kv * p.lk + j0) * p.dv, p.dv, acc.data(), p.dv, 1.0f);
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* o = out + (b * p.lq + i0 + r) * row;
@@ -138,69 +143,73 @@ void attention_forward(const KernelCall& c) {
   });
 }
 
-// in: q, k, v, y, g [, mask] [, counter]; out {N, Lq D + Lk D + Lk Dv}: [dq | dk | dv] per n. With P the
+// in: q, k, v, y, g [, mask] [, counter]; out {Nkv, G Lq D + Lk D + Lk Dv}: [dq of the G query rows | dk | dv]
+// per key-value row. With P the
 // weights (recomputed from y's log-sum-exp), Z the dropout factors and dO = g's first Dv columns:
 // dv = (P Z)^T dO, dP = (dO v^T) Z, dS = P (dP - rowsum(dO y) + g_lse), dq = scale dS k, dk = scale dS^T q.
 void attention_backward(const KernelCall& c) {
   const Problem p(c, true);
   const float *y = c.in[3].f(), *g = c.in[4].f();
   float* out = c.out.f();
-  const int64_t row = p.dv + 1, per_n = p.lq * p.d + p.lk * p.d + p.lk * p.dv;
-  parallel_for(c.ctx.pool, size_t(p.n), 1, [&](size_t begin, size_t end) {
+  const int64_t row = p.dv + 1, per_kv = p.group * p.lq * p.d + p.lk * p.d + p.lk * p.dv;
+  parallel_for(c.ctx.pool, size_t(p.nkv), 1, [&](size_t begin, size_t end) {
     std::vector<float> kt, vt, s(static_cast<size_t>(kQueryTile * kKeyTile)),
         dp(static_cast<size_t>(kQueryTile * kKeyTile)), di(static_cast<size_t>(kQueryTile)),
         z(static_cast<size_t>(kKeyTile));
-    for (size_t bb = begin; bb < end; ++bb) {
-      const int64_t b = int64_t(bb);
-      float* dq = out + b * per_n;
-      float* dk = dq + p.lq * p.d;
+    for (size_t kvb = begin; kvb < end; ++kvb) {
+      const int64_t kv = int64_t(kvb);
+      float* const dq0 = out + kv * per_kv;
+      float* dk = dq0 + p.group * p.lq * p.d;
       float* dv = dk + p.lk * p.d;
-      std::fill(dq, dq + per_n, 0.0f);
-      transpose_into(p.k + b * p.lk * p.d, p.lk, p.d, kt);
-      transpose_into(p.v + b * p.lk * p.dv, p.lk, p.dv, vt);
-      for (int64_t i0 = 0; i0 < p.lq; i0 += kQueryTile) {
-        const int64_t rows = std::min(kQueryTile, p.lq - i0);
-        const float* q = p.q + (b * p.lq + i0) * p.d;
-        const float* yr = y + (b * p.lq + i0) * row;
-        const float* gr = g + (b * p.lq + i0) * row;
-        for (int64_t r = 0; r < rows; ++r) {
-          float sum = 0.0f;
-          for (int64_t e = 0; e < p.dv; ++e) sum += gr[r * row + e] * yr[r * row + e];
-          di[size_t(r)] = sum - gr[r * row + p.dv];  // the log-sum-exp's gradient enters with the opposite sign
-        }
-        const int64_t keys = p.key_end(i0 + rows);
-        for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
-          const int64_t cols = std::min(kKeyTile, keys - j0);
-          gemm(rows, cols, p.d, q, p.d, false, kt.data() + j0, p.lk, s.data(), cols, 0.0f);
-          gemm(rows, cols, p.dv, gr, row, false, vt.data() + j0, p.lk, dp.data(), cols, 0.0f);
+      std::fill(dq0, dq0 + per_kv, 0.0f);
+      transpose_into(p.k + kv * p.lk * p.d, p.lk, p.d, kt);
+      transpose_into(p.v + kv * p.lk * p.dv, p.lk, p.dv, vt);
+      for (int64_t b = kv * p.group; b < (kv + 1) * p.group; ++b) {  // the query rows of the group, in order
+        float* dq = dq0 + (b - kv * p.group) * p.lq * p.d;
+        for (int64_t i0 = 0; i0 < p.lq; i0 += kQueryTile) {
+          const int64_t rows = std::min(kQueryTile, p.lq - i0);
+          const float* q = p.q + (b * p.lq + i0) * p.d;
+          const float* yr = y + (b * p.lq + i0) * row;
+          const float* gr = g + (b * p.lq + i0) * row;
           for (int64_t r = 0; r < rows; ++r) {
-            const float lse = yr[r * row + p.dv], dr_i = di[size_t(r)];
-            float* sr = s.data() + r * cols;
-            float* dr = dp.data() + r * cols;
-            if (lse == kNegInf) {  // the query saw no key: no weights, no gradient
-              std::fill(sr, sr + cols, 0.0f);
-              std::fill(dr, dr + cols, 0.0f);
-              continue;
-            }
-            p.score_row(b, i0 + r, j0, cols, sr);
-            for (int64_t j = 0; j < cols; ++j) sr[j] -= lse;
-            exp_n(sr, sr, cols);  // the weights w (0 for hidden keys)
-            if (p.rate > 0.0f) {
-              p.keep_row(b, i0 + r, j0, cols, z.data());
-              for (int64_t j = 0; j < cols; ++j) {
-                dr[j] = sr[j] * (dr[j] * z[size_t(j)] - dr_i);  // dS
-                sr[j] *= z[size_t(j)];                          // the dropped weights, for dv
-              }
-            } else {
-              for (int64_t j = 0; j < cols; ++j) dr[j] = sr[j] * (dr[j] - dr_i);
-            }
+            float sum = 0.0f;
+            for (int64_t e = 0; e < p.dv; ++e) sum += gr[r * row + e] * yr[r * row + e];
+            di[size_t(r)] = sum - gr[r * row + p.dv];  // the log-sum-exp's gradient enters with the opposite sign
           }
-          gemm(cols, p.dv, rows, s.data(), cols, true, gr, row, dv + j0 * p.dv, p.dv, 1.0f);
-          gemm(rows, p.d, cols, dp.data(), cols, false, p.k + (b * p.lk + j0) * p.d, p.d, dq + i0 * p.d, p.d, 1.0f);
-          gemm(cols, p.d, rows, dp.data(), cols, true, q, p.d, dk + j0 * p.d, p.d, 1.0f);
+          const int64_t keys = p.key_end(i0 + rows);
+          for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
+            const int64_t cols = std::min(kKeyTile, keys - j0);
+            gemm(rows, cols, p.d, q, p.d, false, kt.data() + j0, p.lk, s.data(), cols, 0.0f);
+            gemm(rows, cols, p.dv, gr, row, false, vt.data() + j0, p.lk, dp.data(), cols, 0.0f);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float lse = yr[r * row + p.dv], dr_i = di[size_t(r)];
+              float* sr = s.data() + r * cols;
+              float* dr = dp.data() + r * cols;
+              if (lse == kNegInf) {  // the query saw no key: no weights, no gradient
+                std::fill(sr, sr + cols, 0.0f);
+                std::fill(dr, dr + cols, 0.0f);
+                continue;
+              }
+              p.score_row(b, i0 + r, j0, cols, sr);
+              for (int64_t j = 0; j < cols; ++j) sr[j] -= lse;
+              exp_n(sr, sr, cols);  // the weights w (0 for hidden keys)
+              if (p.rate > 0.0f) {
+                p.keep_row(b, i0 + r, j0, cols, z.data());
+                for (int64_t j = 0; j < cols; ++j) {
+                  dr[j] = sr[j] * (dr[j] * z[size_t(j)] - dr_i);  // dS
+                  sr[j] *= z[size_t(j)];                          // the dropped weights, for dv
+                }
+              } else {
+                for (int64_t j = 0; j < cols; ++j) dr[j] = sr[j] * (dr[j] - dr_i);
+              }
+            }
+            gemm(cols, p.dv, rows, s.data(), cols, true, gr, row, dv + j0 * p.dv, p.dv, 1.0f);
+            gemm(rows, p.d, cols, dp.data(), cols, false, p.k + (kv * p.lk + j0) * p.d, p.d, dq + i0 * p.d, p.d, 1.0f);
+            gemm(cols, p.d, rows, dp.data(), cols, true, q, p.d, dk + j0 * p.d, p.d, 1.0f);
+          }
         }
       }
-      for (int64_t i = 0; i < (p.lq + p.lk) * p.d; ++i) dq[i] *= p.scale;  // dq and dk, contiguous
+      for (int64_t i = 0; i < (p.group * p.lq + p.lk) * p.d; ++i) dq0[i] *= p.scale;  // dq and dk, contiguous
     }
   });
 }

@@ -97,6 +97,8 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
        gru_sequence(k.in[0], k.in[1], k.in[2], k.in.size() == 4 ? k.in[3].f() : nullptr, k.out, k.ctx);
      }},
     {OpKind::Attention, attention_forward},
+    {OpKind::RmsNorm, rms_norm_forward},
+    {OpKind::Rope, rope_forward},
     {OpKind::ReluBackward, relu_backward},
     {OpKind::SigmoidBackward, sigmoid_backward},
     {OpKind::TanhBackward, tanh_backward},
@@ -142,6 +144,7 @@ constexpr auto kKernels = std::to_array<KernelEntry>({
        gru_sequence_backward(k.in[0], k.in[1], k.in[2], k.in.size() == 4 ? k.in[3].f() : nullptr, k.out, k.ctx);
      }},
     {OpKind::AttentionBackward, attention_backward},
+    {OpKind::RmsNormBackward, rms_norm_backward},
     {OpKind::Accuracy, [](const KernelCall& k) { accuracy(k.in[0], k.in[1], k.out); }},
     {OpKind::BinaryAccuracy, [](const KernelCall& k) { binary_accuracy(k.at, k.in[0], k.in[1], k.out); }},
     {OpKind::TopKAccuracy, [](const KernelCall& k) { top_k_accuracy(k.at, k.in[0], k.in[1], k.out); }},

@@ -193,6 +193,11 @@ void masked_fill_forward(const KernelCall& k);
 // attention.cpp: Attention and AttentionBackward (FlashAttention's tiles).
 void attention_forward(const KernelCall& c);
 void attention_backward(const KernelCall& c);
+// rms_norm.cpp: RmsNorm and RmsNormBackward, a row of the last axis per step.
+void rms_norm_forward(const KernelCall& c);
+void rms_norm_backward(const KernelCall& c);
+// rope.cpp: Rope (both directions, kRopeInverse), from a table of cosines and sines computed in double.
+void rope_forward(const KernelCall& c);
 void scale_forward(const KernelCall& k);
 void relu_forward(const KernelCall& k);
 void relu_backward(const KernelCall& k);

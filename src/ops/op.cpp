@@ -170,6 +170,18 @@ Value Builder::scaled_dot_product_attention(Value q, Value k, Value v, const Att
   return slice(y, 2, 0, s[2] - 1);
 }
 
+Value Builder::rms_norm(Value x, float eps, Value weight) {
+  OpAttrs at;
+  at.eps = eps;
+  return weight.valid() ? apply(OpKind::RmsNorm, {x, weight}, at) : apply(OpKind::RmsNorm, {x}, at);
+}
+
+Value Builder::rotary_embedding(Value x, Value positions, const RopeOptions& options) {
+  OpAttrs at;
+  at.rope = options;
+  return apply(OpKind::Rope, {x, positions}, at);
+}
+
 Value Builder::pow(Value x, float p) {
   OpAttrs at;
   at.exponent = p;

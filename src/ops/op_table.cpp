@@ -235,12 +235,18 @@ OpSignature attention(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
     expect_float(op, t, i, roles[i]);
     expect_rank(op, s[i], 3, roles[i]);
   }
-  const int64_t n = s[0][0], lq = s[0][1], d = s[0][2], lk = s[1][1], dv = s[2][2];
-  if (s[1][0] != n || s[2][0] != n || s[1][2] != d || s[2][1] != lk)
-    shape_fail(op, "queries {N, Lq, D}, keys {N, Lk, D} and values {N, Lk, Dv} do not fit: " + s[0].str() + ", " +
+  const int64_t n = s[0][0], lq = s[0][1], d = s[0][2], nkv = s[1][0], lk = s[1][1], dv = s[2][2];
+  if (s[2][0] != nkv || s[1][2] != d || s[2][1] != lk)
+    shape_fail(op, "queries {N, Lq, D}, keys {Nkv, Lk, D} and values {Nkv, Lk, Dv} do not fit: " + s[0].str() + ", " +
                        s[1].str() + ", " + s[2].str());
-  if (lq < 1 || lk < 1 || d < 1 || dv < 1)
-    shape_fail(op, "needs at least one query, one key and one feature; got " + s[0].str() + " and " + s[2].str());
+  if (lq < 1 || lk < 1 || d < 1 || dv < 1 || n < 1 || nkv < 1)
+    shape_fail(op, "needs at least one row, one query, one key and one feature; got " + s[0].str() + ", " +
+                       s[1].str() + " and " + s[2].str());
+  if (n % nkv != 0)
+    shape_fail(op, "the keys' and values' " + std::to_string(nkv) + " rows must divide the queries' " +
+                       std::to_string(n) + " (grouped-query attention: each key-value row serves N / Nkv query rows); "
+                       "got queries " + s[0].str() + ", keys " + s[1].str() + ", values " + s[2].str());
+  const int64_t group = n / nkv;
   if (!std::isfinite(a.factor)) throw ValueError("attention: the scale must be finite; got " + std::to_string(a.factor));
   if (!(a.rate >= 0.0f && a.rate < 1.0f))
     throw ValueError("attention: the dropout rate must be in [0, 1); got " + std::to_string(a.rate));
@@ -270,8 +276,58 @@ OpSignature attention(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   if (next != s.size())
     shape_fail(op, std::to_string(s.size()) + " inputs, " + std::to_string(next) +
                        " expected from its flags (kAttentionMask) and dropout rate");
-  if (backward) return {Shape{n, lq * d + lk * d + lk * dv}};
+  if (backward) return {Shape{nkv, group * lq * d + lk * d + lk * dv}};
   return {y};
+}
+
+// RmsNorm (x [, weight]) and RmsNormBackward (x, g [, weight]).
+OpSignature rms_norm_family(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  const bool backward = op == OpKind::RmsNormBackward;
+  for (size_t i = 0; i < s.size(); ++i) expect_float(op, t, i, i == 0 ? "input" : backward && i == 1 ? "gradient" : "weight");
+  const Shape& x = s[0];
+  if (x.rank() < 1) shape_fail(op, "needs at least one dimension (the normalized last axis); got a scalar");
+  if (x[-1] < 1) shape_fail(op, "needs at least one element along the last axis; got " + x.str());
+  if (backward && s[1] != x) shape_fail(op, "gradient " + s[1].str() + " and input " + x.str() + " differ");
+  const size_t weight = backward ? 2 : 1;
+  if (s.size() > weight && s[weight] != Shape{x[-1]})
+    shape_fail(op, "the weight must be {" + std::to_string(x[-1]) + "}, one value per feature of the last axis of " +
+                       x.str() + "; got " + s[weight].str());
+  if (!(a.eps > 0.0f) || !std::isfinite(a.eps))
+    throw ValueError(std::string(op_info(op).name) + ": epsilon must be finite and > 0 (it keeps a zero row finite); got " +
+                     std::to_string(a.eps));
+  return {x};
+}
+
+// Rope (x{B,T,H,D}, positions int32{T}).
+OpSignature rope(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
+  expect_float(op, t, 0, "input");
+  if (t[1] != DType::Int32)
+    throw TypeError(std::string("rope: positions must be int32 {T}; got ") + dtype_name(t[1]) +
+                    " (convert float positions with to_index)");
+  const Shape& x = s[0];
+  if (x.rank() != 4)
+    shape_fail(op, "input must be {batch, steps, heads, head features} (rank 4); got " + x.str());
+  if (s[1] != Shape{x[1]})
+    shape_fail(op, "positions must be {" + std::to_string(x[1]) + "}, one per step of input " + x.str() + "; got " +
+                       s[1].str());
+  const RopeOptions& o = a.rope;
+  if (o.dims < 0 || o.dims % 2 != 0)
+    throw ValueError("rope: dims (the features rotated) must be even and >= 0 (0: all of them), as features turn in "
+                     "pairs; got " + std::to_string(o.dims));
+  if (o.dims > x[3])
+    shape_fail(op, "dims " + std::to_string(o.dims) + " is more than the " + std::to_string(x[3]) +
+                       " head features of input " + x.str());
+  if (o.dims == 0 && x[3] % 2 != 0)
+    shape_fail(op, "rotating all " + std::to_string(x[3]) + " head features of input " + x.str() +
+                       " needs an even count (features turn in pairs); set dims to an even count <= D");
+  if (!(o.theta > 0.0f) || !std::isfinite(o.theta))
+    throw ValueError("rope: theta (the wavelength base) must be finite and > 0; got " + std::to_string(o.theta));
+  if (!(o.scaling_factor > 0.0f) || !std::isfinite(o.scaling_factor))
+    throw ValueError("rope: scaling_factor must be finite and > 0; got " + std::to_string(o.scaling_factor));
+  if (o.pairing != RopePairing::Halves && o.pairing != RopePairing::Adjacent)
+    throw ValueError("rope: pairing must be RopePairing::Halves or RopePairing::Adjacent; got " +
+                     std::to_string(int(o.pairing)));
+  return {x};
 }
 
 OpSignature recurrent_sequence(OpKind op, Shapes s, DTypes t, const OpAttrs&) {
@@ -894,7 +950,8 @@ constexpr auto kOps = std::to_array<OpDef>({
        if (d.need(1)) d.dx[1] = b.matmul(previous_states(b, d.y, h, state ? d.x[3] : Value{}), dhu, true, false);
        if (d.need(2)) d.dx[2] = b.sum_to(dhu, Shape{3 * h});
      }},
-    // One backward op gives [dq | dk | dv] per n; the mask and the counter take none.
+    // One backward op gives [dq | dk | dv] per key-value row (dk, dv summed over its query rows); the mask and
+    // the counter take none.
     {OpKind::Attention, attention,
      [](const GradientCall& d) {
        Builder& b = d.b;
@@ -902,13 +959,31 @@ constexpr auto kOps = std::to_array<OpDef>({
        for (size_t i = 3; i < d.x.size(); ++i) in.push_back(d.x[i]);
        const Value all = b.apply(OpKind::AttentionBackward, in, d.at);
        const Shape q = b.shape(d.x[0]), k = b.shape(d.x[1]), v = b.shape(d.x[2]);
-       const int64_t sizes[3] = {q[1] * q[2], k[1] * k[2], v[1] * v[2]};
+       // per key-value row: the G = N / Nkv query rows that read it, then its own dk and dv
+       const int64_t sizes[3] = {q[0] / k[0] * q[1] * q[2], k[1] * k[2], v[1] * v[2]};
        const Shape shapes[3] = {q, k, v};
        int64_t start = 0;
        for (int i = 0; i < 3; ++i) {
          if (d.need(size_t(i))) d.dx[size_t(i)] = b.reshape(b.slice(all, 1, start, sizes[i]), shapes[i]);
          start += sizes[i];
        }
+     }},
+    // y = x r w, r = 1 / sqrt(mean(x^2) + eps): dx by RmsNormBackward; dw = sum over rows of g x r (the
+    // unweighted normalization, recomputed by the fused op)
+    {OpKind::RmsNorm, rms_norm_family,
+     [](const GradientCall& d) {
+       Builder& b = d.b;
+       if (d.need(0)) d.dx[0] = d.x.size() == 2 ? b.apply(OpKind::RmsNormBackward, {d.x[0], d.g, d.x[1]}, d.at)
+                                                : b.apply(OpKind::RmsNormBackward, {d.x[0], d.g}, d.at);
+       if (d.need(1)) d.dx[1] = b.sum_to(b.mul(d.g, b.rms_norm(d.x[0], d.at.eps)), b.shape(d.x[1]));
+     }},
+    // y = R(p) x, a rotation per pair: dx = R(p)^T g = R(-p) g (kRopeInverse toggled); positions take none
+    {OpKind::Rope, rope,
+     [](const GradientCall& d) {
+       if (!d.need(0)) return;
+       OpAttrs at = d.at;
+       at.flags ^= kRopeInverse;
+       d.dx[0] = d.b.apply(OpKind::Rope, {d.g, d.x[1]}, at);
      }},
 
     // Backward ops. Gradients of gradients exist only where a rule is given
@@ -997,6 +1072,7 @@ constexpr auto kOps = std::to_array<OpDef>({
     {OpKind::LstmSequenceBackward, recurrent_sequence, no_gradient},
     {OpKind::GruSequenceBackward, recurrent_sequence, no_gradient},
     {OpKind::AttentionBackward, attention, no_gradient},
+    {OpKind::RmsNormBackward, rms_norm_family, no_gradient},
 
     // Metrics: counts, never differentiated.
     {OpKind::Accuracy,

@@ -2,7 +2,8 @@
 // installed library and prints the prediction at (1, 1), which must be 1.5;
 // again on the first Vulkan device where the library has the Vulkan backend
 // and the machine a device (the loader is opened at run time: nothing of
-// Vulkan's is linked).
+// Vulkan's is linked). A byte-level BPE tokenizer trained and run checks
+// the text layer's PCRE2 dependency.
 #include <tensorgrad/tensorgrad.h>
 
 #include <cmath>
@@ -58,6 +59,15 @@ int main() {
     if (d.device.kind() == "vulkan" && targets.size() == 1) targets.push_back(d.device);
   if (targets.size() == 1)
     std::printf("vulkan: %s\n", tg::built_with_vulkan() ? "no device here" : "not built");
+  // The text layer's pre-tokenizer links PCRE2 (found again by the installed
+  // package): LLaMA 3's regex splits "it's 12345" into it, 's, ' ', 123, 45.
+  const auto tok = tg::text::BpeTokenizer::train("it's 12345 it's", 258, {});
+  const auto ids = tok.encode("it's 12345", false);
+  std::printf("tokens of \"it's 12345\": %zu\n", ids.size());
+  if (tok.decode(ids) != "it's 12345") {
+    std::printf("tensorgrad consumer: FAILED: the tokenizer did not give the text back\n");
+    return 1;
+  }
   for (const tg::Device& device : targets)
     if (!(std::fabs(train(device) - 1.5f) < 1e-2f)) {
       std::printf("tensorgrad consumer: FAILED on %s (expected 1.5)\n", device.str().c_str());

@@ -110,6 +110,43 @@ class CausalSelfAttention final : public nn::Layer {
   std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
 };
 
+// RMS normalization (the fused RmsNorm op, exported as ReduceMean, Sqrt, Div and Mul) with a fixed weight.
+class RmsNormLayer final : public nn::Layer {
+ public:
+  RmsNormLayer() : Layer("rms_norm") {}
+  const char* type() const override { return "RmsNormLayer"; }
+  Shape build(const Shape& s) override {
+    weight_ = uniform({s[-1]}, 21);
+    return s;
+  }
+  Value call(Builder& b, Value x, const nn::CallOptions&) override {
+    return b.rms_norm(x, 1e-5f, b.parameter(weight_, "weight", false));
+  }
+  std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
+
+ private:
+  Tensor weight_;
+};
+
+// Grouped-query self-attention by the fused Attention op: x {B, L, 4} split into two query heads of 2 features
+// ({B 2, L, 2}, batch-major) against one key-value head (x's first 2 features, {B, L, 2}): each key-value row
+// serves two query rows. Output {B, L 4} (the heads' outputs in turn).
+class GroupedQueryAttention final : public nn::Layer {
+ public:
+  GroupedQueryAttention() : Layer("grouped_query_attention") {}
+  const char* type() const override { return "GroupedQueryAttentionTest"; }
+  Shape build(const Shape& s) override { return Shape{s[0] * 4}; }
+  Value call(Builder& b, Value x, const nn::CallOptions&) override {
+    const Shape s = b.shape(x);
+    const Value q = b.reshape(b.transpose(b.reshape(x, Shape{s[0], s[1], 2, 2}), 1, 2), Shape{s[0] * 2, s[1], 2});
+    const Value kv = b.slice(x, 2, 0, 2);
+    Builder::AttentionOptions o;
+    o.causal = true;
+    return b.reshape(b.scaled_dot_product_attention(q, kv, kv, o), Shape{s[0], s[1] * 4});
+  }
+  std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
+};
+
 std::vector<Case> cases() {
   std::vector<Case> c;
   c.push_back({"activations",
@@ -227,6 +264,27 @@ std::vector<Case> cases() {
                [] {
                  return std::vector<Tensor>{uniform({3, 6, 4}, 15)};
                }});
+  c.push_back({"rms_norm",
+               [] {
+                 auto x = nn::Input({3, 5}, DType::Float32, "x");
+                 return nn::Model(x, nn::Dense(2)(nn::Flatten()(std::make_shared<RmsNormLayer>()->operator()(x))),
+                                  "rms_norm");
+               },
+               [] {
+                 return std::vector<Tensor>{uniform({3, 3, 5}, 16)};
+               }});
+  // Queries viewed {N, 2, L, D} against keys and values unsqueezed {N, 1, L, D}: ONNX Runtime only, as tiny_gpt.
+  c.push_back({"grouped_query_attention",
+               [] {
+                 auto x = nn::Input({6, 4}, DType::Float32, "x");
+                 auto a = std::make_shared<GroupedQueryAttention>()->operator()(x);
+                 return nn::Model(x, nn::Dense(2)(a), "gqa");
+               },
+               [] {
+                 return std::vector<Tensor>{uniform({3, 6, 4}, 17)};
+               },
+               io::OnnxImageLayout::NHWC,
+               true});
   c.push_back({"main_job_mlp",
                [] {
                  nn::Sequential s(Shape{784});
@@ -413,9 +471,34 @@ class McDropout final : public nn::Layer {
   std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
 };
 
+// A rotary position embedding of x {L, 1, 4} per sample, at positions 0..L-1.
+class RopeLayer final : public nn::Layer {
+ public:
+  RopeLayer() : Layer("rope") {}
+  const char* type() const override { return "RopeLayer"; }
+  Shape build(const Shape& s) override { return s; }
+  Value call(Builder& b, Value x, const nn::CallOptions&) override {
+    const Shape s = b.shape(x);
+    std::vector<int32_t> p(static_cast<size_t>(s[1]));
+    for (size_t i = 0; i < p.size(); ++i) p[i] = int32_t(i);
+    positions_ = Tensor::from_vector(std::span<const int32_t>(p), Shape{s[1]});
+    return b.rotary_embedding(x, b.parameter(positions_, "positions", false), {});
+  }
+  std::shared_ptr<nn::Layer> clone() const override { return nn::clone_layer(*this); }
+
+ private:
+  Tensor positions_;
+};
+
 }  // namespace
 
 TEST(OnnxExport, BadInputIsATypedErrorAndLeavesNothingBehind) {
+  nn::Sequential rope(Shape{3, 1, 4});
+  rope.add(std::make_shared<RopeLayer>());
+  EXPECT_TRUE(test_support::throws<ValueError>(
+      [&] { io::save_onnx(rope, ::testing::TempDir() + "/rope.onnx"); },
+      {"layer 'rope'", "rotary position embedding", "opset 23", "no ONNX form"}));
+
   nn::Sequential s(Shape{4});
   s.add(nn::Dense(3));
   s.add(std::make_shared<McDropout>());

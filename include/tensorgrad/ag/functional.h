@@ -147,11 +147,17 @@ Tensor softmax(const Tensor& x, int dim = -1);
 /// of the S positions); scale defaults to 1 / sqrt(E); dropout_p drops
 /// weights from the generator's stream. One fused op that stores no {L, S}
 /// matrix (FlashAttention, Dao et al. 2022); a query that sees no key gives
-/// 0. Throws ShapeError for shapes that do not fit, TypeError for other
+/// 0. enable_gqa (PyTorch 2.5's): key and value may have fewer heads (axis
+/// -3, Hkv) than the query (Hq, a multiple), query head h reading key-value
+/// head h / (Hq / Hkv) (grouped-query attention, Hugging Face's
+/// repeat_interleave), without copying key or value; their gradients keep
+/// their shapes. Without it, leading axes that differ are a ShapeError.
+/// Throws ShapeError for shapes that do not fit, TypeError for other
 /// dtypes, ValueError for a dropout_p outside [0, 1).
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = Tensor(), float dropout_p = 0.0f, bool is_causal = false,
-                                    std::optional<float> scale = std::nullopt, Generator* generator = nullptr);
+                                    std::optional<float> scale = std::nullopt, Generator* generator = nullptr,
+                                    bool enable_gqa = false);
 Tensor log_softmax(const Tensor& x, int dim = -1);
 ///@}
 
@@ -224,6 +230,29 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t p
 /// missing running statistics in evaluation.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, bool training = true,
                   const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor(), float eps = 1e-5f);
+
+/// Root mean square normalization over the last dimension:
+/// torch.nn.functional.rms_norm(input, (D,), weight, eps) (normalized_shape
+/// being the last dimension only): input / sqrt(mean(input^2) + eps) *
+/// weight, input {..., D} float32, weight {D} optional. eps defaults to
+/// 1e-6 (Keras' RMSNormalization; PyTorch's default is the dtype's machine
+/// epsilon). One fused op; gradients reach input and weight. Throws
+/// TypeError for non-float32 tensors, ShapeError for a scalar input or a
+/// weight that is not {D}, ValueError for an eps not finite and > 0.
+Tensor rms_norm(const Tensor& input, const Tensor& weight = Tensor(), float eps = 1e-6f);
+/// Rotary position embedding (RoFormer, Su et al. 2021) as one fused op: x
+/// {B, T, H, D} float32 (batch, steps, heads, head features), positions
+/// int32 {T}, each >= 0. Pair i (options.pairing: Halves pairs feature i
+/// with i + dims / 2, Hugging Face's rotate_half; Adjacent pairs 2i with
+/// 2i + 1, ggml's GGML_ROPE_TYPE_NORM) of the first options.dims features
+/// (0: all D) of every head at step t turns by positions[t] /
+/// scaling_factor * theta^(-2i / dims); the rest pass unchanged. Angles in
+/// double on the CPU, float32 on Vulkan. The gradient reaches x. Throws
+/// TypeError for a non-float32 x or non-int32 positions, ShapeError for an x
+/// not of rank 4, positions not {T} or dims > D, ValueError for an odd or
+/// negative dims, a theta or scaling_factor not finite and > 0, or (on the
+/// CPU) a negative position.
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const RopeOptions& options = {});
 
 // ---- losses (mean over every element, PyTorch's default reduction) ----
 

@@ -127,6 +127,7 @@ class GGUFWriter {
   void set_i32_array(const std::string& key, std::span<const int32_t> values);
   void set_f32_array(const std::string& key, std::span<const float> values);
   ///@}
+  /// STRING arrays (tokenizer.ggml.tokens and tokenizer.ggml.merges).
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   ///@}
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16

@@ -204,15 +204,47 @@ class Builder {
   };
   /// softmax(q k^T scale + mask) v per n (torch.nn.functional.
   /// scaled_dot_product_attention on {N, L, D} with N = batch x heads): q
-  /// {N, Lq, D}, k {N, Lk, D}, v {N, Lk, Dv} -> {N, Lq, Dv}, by one fused op
-  /// (Attention) that never stores the {Lq, Lk} weights (FlashAttention,
+  /// {N, Lq, D}, k {Nkv, Lk, D}, v {Nkv, Lk, Dv} -> {N, Lq, Dv}, by one fused
+  /// op (Attention) that never stores the {Lq, Lk} weights (FlashAttention,
   /// Dao et al. 2022). A query that sees no key gives 0 and no gradient.
-  /// Throws ShapeError when the shapes do not fit, TypeError for non-float32
-  /// inputs, ValueError for a dropout outside [0, 1) or a non-finite scale.
+  /// Grouped-query attention (Ainslie et al. 2023): Nkv may be any divisor
+  /// of N, and query row n then reads key-value row n / (N / Nkv), k and v
+  /// never copied. With N = batch x query heads and Nkv = batch x key-value
+  /// heads, both batch-major, query head h reads key-value head h / (heads /
+  /// kv heads): Hugging Face's repeat_interleave of the key-value heads,
+  /// PyTorch's enable_gqa. The gradients of k and v have their shapes, each
+  /// key-value row's summed over the query rows that read it. Nkv = N is
+  /// plain multi-head attention. Throws ShapeError when the shapes do not fit
+  /// (Nkv not dividing N among them), TypeError for non-float32 inputs,
+  /// ValueError for a dropout outside [0, 1) or a non-finite scale.
   Value scaled_dot_product_attention(Value q, Value k, Value v, const AttentionOptions& options);
   /// scaled_dot_product_attention with the default options (no mask, not
   /// causal, scale 1 / sqrt(D), no dropout).
   Value scaled_dot_product_attention(Value q, Value k, Value v) { return scaled_dot_product_attention(q, k, v, {}); }
+  /// Root mean square normalization over the last axis (Zhang & Sennrich
+  /// 2019), the formula of keras.layers.RMSNormalization, torch.nn.
+  /// functional.rms_norm and ggml_rms_norm: y = x / sqrt(mean(x^2) + eps)
+  /// * weight, the mean over the last axis of x {..., D}; weight {D}
+  /// optional (no scale). One fused op (RmsNorm) with its own backward op;
+  /// gradients reach x and weight. Throws TypeError for a non-float32 x or
+  /// weight, ShapeError for a scalar x, an empty last axis or a weight that
+  /// is not {D}, ValueError for an eps that is not finite and > 0.
+  Value rms_norm(Value x, float eps, Value weight = {});
+  /// Rotary position embedding (RoFormer, Su et al. 2021) as one fused op
+  /// (Rope): x {B, T, H, D} float32 (batch, steps, heads, head features),
+  /// positions int32 {T}, each >= 0. Pair (a, b) of every head at step t
+  /// (which features pair: options.pairing) turns to (a cos - b sin, a sin +
+  /// b cos) by the angle positions[t] / scaling_factor * theta^(-2i / dims)
+  /// for the pair's index i in [0, dims / 2); features from dims on pass
+  /// unchanged. The angle and its cosine and sine are computed in double on
+  /// the CPU, in float32 on Vulkan. The gradient reaches x (the rotation by
+  /// the negated angle); positions take none. Throws TypeError for a
+  /// non-float32 x or non-int32 positions, ShapeError for an x not of rank 4,
+  /// positions not {T} or dims > D (or an odd D with dims 0), ValueError for
+  /// an odd or negative dims, or a theta or scaling_factor not finite and
+  /// > 0. A negative position is a ValueError when the CPU kernel runs (a
+  /// device rotates it by its negative angle).
+  Value rotary_embedding(Value x, Value positions, const RopeOptions& options);
   /// MaxPool2D or AvgPool2D of x {B, H, W, C} with `window`.
   Value windowed(OpKind op, Value x, const Window2D& window);
 };

@@ -99,6 +99,28 @@ inline constexpr uint32_t kBatchStatsOutput = 1u << 1;
 inline constexpr uint32_t kCausal = 1u << 2;
 inline constexpr uint32_t kAttentionMask = 1u << 3;
 ///@}
+/// The mode of Rope (OpAttrs::flags): rotate by the negated angle, the
+/// inverse rotation, which is the rotation's gradient (its transpose).
+inline constexpr uint32_t kRopeInverse = 1u << 0;
+
+/// How a rotary position embedding pairs the features it rotates: Halves
+/// pairs feature i with i + dims/2 (Hugging Face's rotate_half, KerasHub's
+/// RotaryEmbedding); Adjacent pairs 2i with 2i + 1 (ggml's
+/// GGML_ROPE_TYPE_NORM, llama.cpp's LLaMA).
+enum class RopePairing : uint8_t { Halves, Adjacent };
+
+/// A rotary position embedding (RoFormer, Su et al. 2021): pair i of the
+/// rotated features at position p turns by the angle
+/// p / scaling_factor * theta^(-2i / dims), i in [0, dims / 2).
+struct RopeOptions {
+  int64_t dims = 0;             ///< features rotated, even, <= D; 0: all D. Features from dims on pass unchanged
+                                ///< (ggml's n_dims, GGUF's llama.rope.dimension_count)
+  float theta = 10000.0f;       ///< the base, > 0 (KerasHub's max_wavelength, GGUF's llama.rope.freq_base)
+  float scaling_factor = 1.0f;  ///< positions are divided by it, > 0 (KerasHub's scaling_factor: linear scaling)
+  RopePairing pairing = RopePairing::Halves;  ///< which features form a pair
+  /// Equal when every field is.
+  bool operator==(const RopeOptions&) const = default;
+};
 /// The floats a Conv2D with kBatchStatsOutput writes just before its output
 /// of `filters` channels: the {2, filters} statistics, padded to a multiple
 /// of 64 bytes so that the output keeps its alignment. They lie before the
@@ -173,7 +195,8 @@ struct OpAttrs {
   float threshold = 0.0f;                 ///< BinaryAccuracy: predictions above it count as 1
   float clip = 0.0f;                      ///< ClipValue: the bound; ClipNorm: the largest norm
   float momentum = 0.0f;                  ///< MovingAverage: the old state's weight
-  float eps = 0.0f;                       ///< BatchNorm, BatchNormParamGrad, BatchNormBackward: epsilon, > 0
+  float eps = 0.0f;                       ///< BatchNorm, BatchNormParamGrad, BatchNormBackward, RmsNorm,
+                                          ///< RmsNormBackward: epsilon, > 0
   bool own_stats = false;                 ///< BatchNorm, BatchNormBackward: the statistics are the input's own,
                                           ///< so their gradient folds into dx
   int64_t k = 0;                          ///< TopKAccuracy: how many top scores count, >= 1
@@ -185,6 +208,8 @@ struct OpAttrs {
                                           ///< MatMul, Conv2D, BatchNorm, Add,
                                           ///< BatchNormParamGrad, BatchNormBackward: kReluOutput;
                                           ///< Conv2D: kBatchStatsOutput;
+                                          ///< Attention, AttentionBackward: kCausal, kAttentionMask;
+                                          ///< Rope: kRopeInverse;
                                           ///< OptimizerTick: an LrScheduleKind
   Shape shape;                            ///< SumTo / BroadcastTo / Fill / Reshape target; backward input shapes
   int axis = 0;                           ///< Slice / Concat / SumAxis / MeanAxis / MaxAxis / Transpose, in [0, rank)
@@ -199,6 +224,7 @@ struct OpAttrs {
   int64_t start = 0, length = 0;
   ///@}
   Window2D window;                        ///< pooling, Conv2D and their backward ops
+  RopeOptions rope;                       ///< Rope: the rotation
   /// Equal when every field is: two applications of an op with equal
   /// attributes compute the same function.
   bool operator==(const OpAttrs&) const = default;

@@ -148,14 +148,22 @@ TG_OP(LstmSequence, "lstm_sequence", 2, 4, Computes, nullptr, Fixed, recurrent)
 // [h | z | r | n | hn], hn = h_{t-1} U_n + rb_n; z, r = sigmoid(xw + h_{t-1} U + rb), n = tanh(xw_n + r hn),
 // h = z h_{t-1} + (1 - z) n (reset_after, as cuDNN and PyTorch)
 TG_OP(GruSequence, "gru_sequence", 3, 4, Computes, nullptr, Fixed, recurrent)
-// Scaled dot-product attention per n (N = batch x heads): (q{N,Lq,D}, k{N,Lk,D}, v{N,Lk,Dv} [, mask{Nm,Lqm,Lk}]
+// Scaled dot-product attention per n (N = batch x heads): (q{N,Lq,D}, k{Nkv,Lk,D}, v{Nkv,Lk,Dv} [, mask{Nm,Lqm,Lk}]
 // [, counter int64{1}]) -> {N,Lq,Dv+1}: softmax(q k^T attrs.factor + mask) v, and in the last column each
 // query's log-sum-exp of its scores (-inf when every key is hidden; its output is then 0). The mask (flags
 // kAttentionMask; Nm 1 or N, Lqm 1 or Lq) is added to the scaled scores (0 keeps, -inf hides); flags kCausal hides
 // the keys after each query; attrs.rate > 0 drops weights (kept ones scaled by 1 / (1 - rate)) by hash(attrs.seed,
 // counter) per (n, i, j). Computed in tiles with an online softmax (FlashAttention, Dao et al. 2022): memory linear
-// in Lk, no {Lq, Lk} matrix stored
+// in Lk, no {Lq, Lk} matrix stored. Grouped-query attention: Nkv divides N, and query row n reads key-value row
+// n / (N / Nkv), k and v never copied (Nkv = N: a key-value row per query row)
 TG_OP(Attention, "attention", 3, 5, Computes, nullptr, Fixed, attention)
+// x{..., D} [, weight{D}] -> x / sqrt(mean(x^2 over the last axis) + attrs.eps) [* weight]: root mean square
+// normalization (Zhang & Sennrich 2019; keras.layers.RMSNormalization, torch.nn.functional.rms_norm)
+TG_OP(RmsNorm, "rms_norm", 1, 2, Computes, &OpAttrs::eps, Fixed, elementwise)
+// (x{B,T,H,D}, positions int32{T}) -> x with pair i of its first attrs.rope.dims features (ops/op.h's
+// RopeOptions: pairing, theta, scaling_factor) of every head at step t rotated by positions[t] / scaling_factor
+// theta^(-2i / dims); flags kRopeInverse: by the negated angle (the rotation's gradient)
+TG_OP(Rope, "rope", 2, 2, Computes, nullptr, Fixed, elementwise)
 
 // ---- backward ops (inputs listed at each gradient rule) ----
 TG_OP(ReluBackward, "relu_backward", 2, 2, Computes, nullptr, Fixed, elementwise)
@@ -215,10 +223,14 @@ TG_OP(LstmSequenceBackward, "lstm_sequence_backward", 3, 4, Computes, nullptr, F
 // (y{B,T,5H}, U{H,3H}, g{B,T,5H} [, h0{B,H}]) -> {B,T,4H}: [dz | dr | dn] pre-activation (= d xw) and d hn,
 // so that d(h U + rb) = [dz | dr | d hn]. With h0: {B,T+1,4H}, step T holding [dh0 | 0 | 0 | 0]
 TG_OP(GruSequenceBackward, "gru_sequence_backward", 3, 4, Computes, nullptr, Fixed, recurrent)
-// (q, k, v, y{N,Lq,Dv+1}, g{N,Lq,Dv+1} [, mask] [, counter]) -> {N, Lq D + Lk D + Lk Dv}: [dq | dk | dv] per n,
-// each flattened, Attention's attributes; g's last column (the log-sum-exp's gradient) counts. The weights are
+// (q, k, v, y{N,Lq,Dv+1}, g{N,Lq,Dv+1} [, mask] [, counter]) -> {Nkv, G Lq D + Lk D + Lk Dv}, G = N / Nkv:
+// [dq of the G query rows | dk | dv] per key-value row (dk and dv summed over its G query rows), each flattened,
+// Attention's attributes; g's last column (the log-sum-exp's gradient) counts. The weights are
 // recomputed tile by tile from y's log-sum-exp (FlashAttention's backward)
 TG_OP(AttentionBackward, "attention_backward", 5, 7, Computes, nullptr, Fixed, attention)
+// (x, g [, weight]) -> dx of RmsNorm, attributes as its; with r = 1 / sqrt(mean(x^2) + eps) and h = g weight:
+// dx = r h - x r^3 mean(h x)
+TG_OP(RmsNormBackward, "rms_norm_backward", 2, 3, Computes, &OpAttrs::eps, Fixed, elementwise)
 
 // ---- metrics ----
 // (logits{B,C}, labels) -> scalar count of rows whose argmax is the label

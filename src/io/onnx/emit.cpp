@@ -167,21 +167,48 @@ std::string slice(Writer& w, Value v, const Node& n, const std::vector<std::stri
 std::string attention(Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
   if (n.attrs.rate > 0.0f) w.refuse("attention dropout at inference (random, so no file computes it)");
   const Shape& q = w.graph().node(n.inputs[0]).shape;
-  const int64_t lq = q[1], lk = w.graph().node(n.inputs[1]).shape[1];
-  const std::string kt = with_attr(w, "Transpose", {x[1]}, "perm", std::vector<int64_t>{0, 2, 1});
-  std::string s = w.op("Mul", {w.op("MatMul", {x[0], kt}), w.scalar(n.attrs.factor)});
-  if (n.attrs.flags & kAttentionMask) s = w.op("Add", {s, x[3]});
+  const Shape& k = w.graph().node(n.inputs[1]).shape;
+  const int64_t lq = q[1], lk = k[1], group = q[0] / k[0];
+  // Grouped-query attention: q viewed as {Nkv, G, Lq, D} against k and v as {Nkv, 1, Lk, D}, so that MatMul's
+  // broadcasting shares each key-value row with its group (no copy in the file either); the mask alike.
+  std::string qs = x[0], ks = x[1], vs = x[2];
+  if (group > 1) {
+    qs = w.op("Reshape", {x[0], w.ints({-1, group, lq, q[2]})});
+    ks = w.op("Unsqueeze", {x[1], w.ints({1})});
+    vs = w.op("Unsqueeze", {x[2], w.ints({1})});
+  }
+  const std::vector<int64_t> perm = group > 1 ? std::vector<int64_t>{0, 1, 3, 2} : std::vector<int64_t>{0, 2, 1};
+  const std::string kt = with_attr(w, "Transpose", {ks}, "perm", perm);
+  std::string s = w.op("Mul", {w.op("MatMul", {qs, kt}), w.scalar(n.attrs.factor)});
+  if (n.attrs.flags & kAttentionMask) {
+    const Shape& m = w.graph().node(n.inputs[3]).shape;
+    std::string mask = x[3];
+    if (group > 1)  // {Nm, Lqm, Lk} -> {Nkv or 1, G or 1, Lqm, Lk}
+      mask = m[0] == 1 ? w.op("Unsqueeze", {x[3], w.ints({0})}) : w.op("Reshape", {x[3], w.ints({-1, group, m[1], lk})});
+    s = w.op("Add", {s, mask});
+  }
   if (n.attrs.flags & kCausal) {
     Tensor hide = Tensor::zeros({lq, lk});
     for (int64_t i = 0; i < lq; ++i)
       for (int64_t j = i + lk - lq + 1; j < lk; ++j) hide.data<float>()[i * lk + j] = -INFINITY;
     s = w.op("Add", {s, w.tensor(hide)});
   }
-  const std::string o = w.op("MatMul", {with_attr(w, "Softmax", {s}, "axis", int64_t(-1)), x[2]});
+  const std::string o = w.op("MatMul", {with_attr(w, "Softmax", {s}, "axis", int64_t(-1)), vs});
   onnx::NodeProto& lse = w.add("ReduceLogSumExp", {s});
   Writer::attr(lse, "axes", std::vector<int64_t>{-1});
   Writer::attr(lse, "keepdims", int64_t(1));
-  return with_attr(w, "Concat", {o, lse.output(0)}, "axis", int64_t(-1));
+  const std::string y = with_attr(w, "Concat", {o, lse.output(0)}, "axis", int64_t(-1));
+  if (group == 1) return y;
+  const int64_t dv = w.graph().node(n.inputs[2]).shape[2];
+  return w.op("Reshape", {y, w.ints({-1, lq, dv + 1})});
+}
+
+// RMS normalization composed of ONNX ops (RMSNormalization is opset 23's):
+// x / sqrt(mean(x^2, -1) + eps) [* weight].
+std::string rms_norm(Writer& w, Value, const Node& n, const std::vector<std::string>& x) {
+  const std::string ms = reduce(w, "ReduceMean", w.op("Mul", {x[0], x[0]}), {-1}, true);
+  const std::string y = w.op("Div", {x[0], w.op("Sqrt", {w.op("Add", {ms, w.scalar(n.attrs.eps)})})});
+  return x.size() > 1 ? w.op("Mul", {y, x[1]}) : y;
 }
 
 // Every op, in OpKind order.
@@ -450,6 +477,9 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
      [](Writer& w, Value v, const Node& n, const std::vector<std::string>& x) { return recurrent(w, v, n, x, false); },
      nullptr},
     {OpKind::Attention, attention, nullptr},
+    {OpKind::RmsNorm, rms_norm, nullptr},
+    {OpKind::Rope, nullptr,
+     "a rotary position embedding (ONNX's RotaryEmbedding is opset 23's, and this exporter writes opset 17)"},
     {OpKind::ReluBackward, nullptr, "a backward op"},
     {OpKind::SigmoidBackward, nullptr, "a backward op"},
     {OpKind::TanhBackward, nullptr, "a backward op"},
@@ -481,6 +511,7 @@ constexpr std::array<Form, size_t(OpKind::Count)> kForms = {{
     {OpKind::LstmSequenceBackward, nullptr, "a backward op"},
     {OpKind::GruSequenceBackward, nullptr, "a backward op"},
     {OpKind::AttentionBackward, nullptr, "a backward op"},
+    {OpKind::RmsNormBackward, nullptr, "a backward op"},
     {OpKind::Accuracy, nullptr, "a metric"},
     {OpKind::BinaryAccuracy, nullptr, "a metric"},
     {OpKind::TopKAccuracy, nullptr, "a metric"},

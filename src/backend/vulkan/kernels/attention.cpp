@@ -3,7 +3,9 @@
 // per query row forward; backward, one per query row for dq and one per key
 // for dk and dv, each summing in a fixed order. The shaders read q, k and v
 // from device memory for every pair (no tiles in shared memory yet), so they
-// are the CPU's results on any device, not yet a GPU's speed.
+// are the CPU's results on any device, not yet a GPU's speed. Grouped-query
+// attention: query row b reads key-value row b / group; backward, the
+// invocation of key (kv, j) walks the queries of the kv row's whole group.
 #include "backend/vulkan/kernels/kernels.h"
 
 namespace tensorgrad::vulkan {
@@ -14,7 +16,7 @@ constexpr uint32_t kGroup = 64;
 
 struct Push {
   uint64_t q, k, v, y, g, mask, counter, dx;
-  uint32_t n, lq, lk, d, dv, mask_n, mask_q, flags;
+  uint32_t n, lq, lk, d, dv, mask_n, mask_q, flags, group;
   float scale, rate;
   uint64_t seed;
 };
@@ -29,6 +31,7 @@ Push push_of(const OpAttrs& at, std::span<const KernelArg> in, bool backward) {
   for (size_t i = 0; i < 3; ++i) count32(in[i].numel(), "attention");
   p.n = uint32_t(in[0].shape[0]), p.lq = uint32_t(in[0].shape[1]), p.d = uint32_t(in[0].shape[2]);
   p.lk = uint32_t(in[1].shape[1]), p.dv = uint32_t(in[2].shape[2]);
+  p.group = uint32_t(in[0].shape[0] / in[1].shape[0]);
   size_t next = 3;
   if (backward) p.y = address(in[3]), p.g = address(in[4]), next = 5;
   if (at.flags & kAttentionMask) {
@@ -55,7 +58,7 @@ void attention_backward(Recorder& r, const OpAttrs& at, std::span<const KernelAr
   p.dx = address(out);
   count32(out.numel(), "attention_backward");
   r.dispatch("attention_backward", {kGroup, 0}, p, r.groups(p.n * p.lq, kGroup));
-  r.dispatch("attention_backward", {kGroup, 1}, p, r.groups(p.n * p.lk, kGroup));
+  r.dispatch("attention_backward", {kGroup, 1}, p, r.groups(p.n / p.group * p.lk, kGroup));
 }
 
 }  // namespace

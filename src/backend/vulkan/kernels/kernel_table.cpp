@@ -18,6 +18,8 @@ const KernelTable& kernel_table() {
     add_batch_norm_kernels(t);
     add_recurrent_kernels(t);
     add_attention_kernels(t);
+    add_rms_norm_kernels(t);
+    add_rope_kernels(t);
     return t;
   }();
   return table;

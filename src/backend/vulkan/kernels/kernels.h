@@ -33,5 +33,7 @@ void add_gather_kernels(KernelTable& t);       // Gather (embeddings) and its gr
 void add_batch_norm_kernels(KernelTable& t);   // batch statistics, batch norm and its gradients
 void add_recurrent_kernels(KernelTable& t);    // the fused LSTM and GRU sequences and their gradients
 void add_attention_kernels(KernelTable& t);    // the fused attention and its gradient
+void add_rms_norm_kernels(KernelTable& t);     // RMS normalization and its gradient
+void add_rope_kernels(KernelTable& t);         // the rotary position embedding (its gradient is itself, inverted)
 
 }  // namespace tensorgrad::vulkan

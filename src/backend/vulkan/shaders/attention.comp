@@ -11,18 +11,18 @@ void main() {
   const float neg_inf = uintBitsToFloat(0xff800000u);
   FOR_EACH(row, p.n * p.lq) {
     const uint b = row / p.lq, i = row % p.lq, end = key_end(i);
-    const uint qi = row * p.d, yi = row * (p.dv + 1u);
+    const uint qi = row * p.d, yi = row * (p.dv + 1u), kv = b / p.group;
     float m = neg_inf;
-    for (uint j = 0u; j < end; ++j) m = nan_max(m, score(b, i, j, dot_rows(p.q, qi, p.k, (b * p.lk + j) * p.d, p.d)));
+    for (uint j = 0u; j < end; ++j) m = nan_max(m, score(b, i, j, dot_rows(p.q, qi, p.k, (kv * p.lk + j) * p.d, p.d)));
     for (uint e = 0u; e < p.dv; ++e) p.y.v[yi + e] = 0.0;
     float l = 0.0;
     if (m != neg_inf) {
       for (uint j = 0u; j < end; ++j) {
-        const float s = score(b, i, j, dot_rows(p.q, qi, p.k, (b * p.lk + j) * p.d, p.d));
+        const float s = score(b, i, j, dot_rows(p.q, qi, p.k, (kv * p.lk + j) * p.d, p.d));
         const float w = exp(s - m);
         l += w;
         const float wz = w * keep(key, b, i, j);
-        const uint vj = (b * p.lk + j) * p.dv;
+        const uint vj = (kv * p.lk + j) * p.dv;
         for (uint e = 0u; e < p.dv; ++e) p.y.v[yi + e] += wz * p.v.v[vj + e];
       }
       for (uint e = 0u; e < p.dv; ++e) p.y.v[yi + e] /= l;

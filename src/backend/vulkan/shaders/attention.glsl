@@ -5,14 +5,15 @@
 
 layout(push_constant) uniform Push {
   F32 q;  // {N, Lq, D}
-  F32 k;  // {N, Lk, D}
-  F32 v;  // {N, Lk, Dv}
+  F32 k;  // {N / group, Lk, D}
+  F32 v;  // {N / group, Lk, Dv}
   F32 y;  // {N, Lq, Dv + 1}: the forward's output (backward: its input)
   F32 g;  // {N, Lq, Dv + 1}: the output's gradient (backward only)
   F32 mask;  // {mask_n, mask_q, Lk}, added to the scaled scores (with kMask)
   I64 counter;  // the random stream's counter (when rate > 0)
-  F32 dx;  // backward: {N, Lq D + Lk D + Lk Dv}
+  F32 dx;  // backward: {N / group, group Lq D + Lk D + Lk Dv}
   uint n, lq, lk, d, dv, mask_n, mask_q, flags;
+  uint group;  // query rows per key-value row: query row b reads key-value row b / group
   float scale, rate;
   uint64_t seed;
 } p;
