@@ -150,6 +150,13 @@ uint16_t half_scale(float v, const char* type) {
   return h;
 }
 
+// `v` within [lo, hi] and a NaN as their middle: a no-op for every value
+// ggml's reference quantizers form from a normal scale (so their bytes stay
+// theirs), and a defined conversion to an integer where a scale so small
+// that its inverse overflows (the f16 scale is 0 then, and every value
+// decodes to 0 whatever its q) would make an infinity or a NaN.
+float to_range(float v, float lo, float hi) { return std::isnan(v) ? (lo + hi) / 2 : std::clamp(v, lo, hi); }
+
 void quantize_q8_0(const float* x, uint8_t* b, size_t blocks) {
   for (size_t i = 0; i < blocks; ++i, x += kQK, b += kQ8_0Bytes) {
     float amax = 0.0f;
@@ -157,7 +164,7 @@ void quantize_q8_0(const float* x, uint8_t* b, size_t blocks) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_half(b, half_scale(d, "Q8_0"));
-    for (int j = 0; j < kQK; ++j) b[2 + j] = uint8_t(int8_t(std::roundf(x[j] * id)));
+    for (int j = 0; j < kQK; ++j) b[2 + j] = uint8_t(int8_t(std::roundf(to_range(x[j] * id, -127.0f, 127.0f))));
   }
 }
 
@@ -173,8 +180,8 @@ void quantize_q4_0(const float* x, uint8_t* b, size_t blocks) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_half(b, half_scale(d, "Q4_0"));
     for (int j = 0; j < kQK / 2; ++j) {
-      const auto lo = uint8_t(std::min<int8_t>(15, int8_t(x[j] * id + 8.5f)));
-      const auto hi = uint8_t(std::min<int8_t>(15, int8_t(x[j + kQK / 2] * id + 8.5f)));
+      const auto lo = uint8_t(std::min<int8_t>(15, int8_t(to_range(x[j] * id + 8.5f, 0.0f, 16.0f))));
+      const auto hi = uint8_t(std::min<int8_t>(15, int8_t(to_range(x[j + kQK / 2] * id + 8.5f, 0.0f, 16.0f))));
       b[2 + j] = uint8_t(lo | (hi << 4));
     }
   }
@@ -349,6 +356,7 @@ uint64_t tensor_type_row_bytes(TensorType type, int64_t n) {
 void dequantize_row(TensorType type, std::span<const uint8_t> src, std::span<float> dst) {
   check_sizes("dequantize_row", type, dst.size(), src.size());
   const size_t n = dst.size();
+  if (n == 0 && (type != TensorType::I32 && type != TensorType::I64)) return;  // empty spans may hold null
   switch (type) {
     case TensorType::F32: std::memcpy(dst.data(), src.data(), src.size()); return;
     case TensorType::F16:
@@ -373,6 +381,7 @@ void dequantize_row(TensorType type, std::span<const uint8_t> src, std::span<flo
 void quantize_row(TensorType type, std::span<const float> src, std::span<uint8_t> dst) {
   check_sizes("quantize_row", type, src.size(), dst.size());
   const size_t n = src.size();
+  if (n == 0 && (type != TensorType::I32 && type != TensorType::I64)) return;  // empty spans may hold null
   if (tensor_type_is_quantized(type))
     for (size_t i = 0; i < n; ++i)
       if (!std::isfinite(src[i]))

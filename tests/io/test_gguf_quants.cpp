@@ -477,6 +477,26 @@ TEST(GGUFQuantsEncode, NonFiniteOrHugeValuesAreRefused) {
   EXPECT_TRUE(std::isnan(f16_to_float(get_u16(b.data()))));
 }
 
+TEST(GGUFQuantsEncode, ScalesBelowF16DecodeToZero) {
+  // max|x| = 1e-39: the scale's inverse overflows float32 (0 * inf would be
+  // NaN) and the f16 scale is 0; every value decodes to 0 (ggml's answer),
+  // with no undefined float-to-integer conversion on the way.
+  std::vector<float> x(256, 0.0f);
+  x[0] = 1e-39f;
+  x[40] = -5e-40f;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    Bytes b(size_t(tensor_type_row_bytes(type, 256)));
+    quantize_row(type, x, b);
+    std::vector<float> y(256);
+    dequantize_row(type, b, y);
+    for (size_t i = 0; i < 256; ++i) ASSERT_EQ(y[i], 0.0f) << i;
+  }
+  // Empty rows are nothing to do.
+  quantize_row(TensorType::Q4_K, {}, {});
+  dequantize_row(TensorType::F32, {}, {});
+}
+
 // ---------------------------------------------------------------- files
 
 TEST(GGUFQuantsFile, WriterRoundTripsEachTypeThroughADiskFile) {
