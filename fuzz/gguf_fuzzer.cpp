@@ -77,8 +77,10 @@ void touch_tensors(const GGUFFile& file) {
     tolerant([&] {
       const Tensor t = file.read(info.name);
       if (t.shape() != info.shape) broken("read() shape differs from the table's", info.name);
-      if (size_t(t.numel()) * tensor_type_size(info.type) != info.nbytes)
-        broken("element count times type size differs from nbytes", info.name);
+      // ggml_row_size: rows of the innermost dimension (the last of tensorgrad's shape) in whole blocks.
+      const int64_t inner = info.shape[info.shape.rank() - 1];
+      if (uint64_t(t.numel() / inner) * tensor_type_row_bytes(info.type, inner) != info.nbytes)
+        broken("rows times row bytes differs from nbytes", info.name);
       const size_t n = t.nbytes();
       const auto* p = static_cast<const uint8_t*>(t.raw());
       for (size_t i = 0; i < n; ++i) sink += p[i];

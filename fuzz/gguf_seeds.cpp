@@ -78,6 +78,15 @@ int main(int argc, char** argv) {
       w.add_tensor("i64", steps, TensorType::I64);
       save(dir, "tensors.gguf", w);
     }
+    {  // ggml's block types: one block of Q8_0 and Q4_0, one super-block of Q4_K and Q6_K.
+      GGUFWriter w;
+      w.set_string("general.architecture", "llama");
+      w.add_tensor("q8_0", Tensor::from_vector(ramp(32, 0.3f), Shape{1, 32}), TensorType::Q8_0);
+      w.add_tensor("q4_0", Tensor::from_vector(ramp(64, -0.2f), Shape{2, 32}), TensorType::Q4_0);
+      w.add_tensor("q4_k", Tensor::from_vector(ramp(256, 0.05f), Shape{256}), TensorType::Q4_K);
+      w.add_tensor("q6_k", Tensor::from_vector(ramp(256, -0.01f), Shape{256}), TensorType::Q6_K);
+      save(dir, "quantized.gguf", w);
+    }
     {  // A model-like file at alignment 64.
       GGUFWriter w(64);
       w.set_string("general.architecture", "tensorgrad");

@@ -23,6 +23,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -119,12 +120,19 @@ bool tensor_type_known(uint32_t id) {
   switch (TensorType(id)) {
     case TensorType::F32:
     case TensorType::F16:
+    case TensorType::Q4_0:
+    case TensorType::Q8_0:
+    case TensorType::Q4_K:
+    case TensorType::Q6_K:
     case TensorType::I32:
     case TensorType::I64:
     case TensorType::BF16: return true;
   }
   return false;
 }
+
+// The types tensorgrad reads and writes, for messages.
+constexpr const char* kTypesRead = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, I32, I64";
 
 bool value_type_known(uint32_t id) { return id <= uint32_t(ValueType::Float64); }
 
@@ -178,7 +186,11 @@ DType dtype_for(TensorType t) {
   switch (t) {
     case TensorType::F32:
     case TensorType::F16:
-    case TensorType::BF16: return DType::Float32;
+    case TensorType::BF16:
+    case TensorType::Q4_0:
+    case TensorType::Q8_0:
+    case TensorType::Q4_K:
+    case TensorType::Q6_K: return DType::Float32;
     case TensorType::I32: return DType::Int32;
     case TensorType::I64: return DType::Int64;
   }
@@ -284,31 +296,6 @@ class Cursor {
 }  // namespace
 
 // ---------------------------------------------------------------- names and conversions
-
-const char* tensor_type_name(TensorType type) {
-  switch (type) {
-    case TensorType::F32: return "F32";
-    case TensorType::F16: return "F16";
-    case TensorType::I32: return "I32";
-    case TensorType::I64: return "I64";
-    case TensorType::BF16: return "BF16";
-  }
-  return "?";
-}
-
-size_t tensor_type_size(TensorType type) {
-  switch (type) {
-    case TensorType::F32:
-    case TensorType::I32: return 4;
-    case TensorType::F16:
-    case TensorType::BF16: return 2;
-    case TensorType::I64: return 8;
-  }
-  // Reached only through a cast; a size of 0 would make every size computed from it silently 0.
-  throw ValueError("tensor_type_size: " + std::to_string(uint32_t(type)) +
-                   " is not a TensorType; expected F32 (0), F16 (1), I32 (26), I64 (27) or BF16 (30), the ggml type "
-                   "ids tensorgrad stores; pass one of the TensorType enumerators");
-}
 
 const char* value_type_name(ValueType type) {
   switch (type) {
@@ -464,17 +451,27 @@ struct GGUFWriter::Impl {
         case TensorType::I32:
         case TensorType::I64: sink(t.tensor.raw(), size_t(t.nbytes)); break;
         case TensorType::F16:
-        case TensorType::BF16: {
+        case TensorType::BF16:
+        case TensorType::Q4_0:
+        case TensorType::Q8_0:
+        case TensorType::Q4_K:
+        case TensorType::Q6_K: {
+          // Converted in chunks of whole blocks (kConvertChunk is a multiple
+          // of every block size, and numel one of the tensor's).
           const float* src = t.tensor.data<float>();
           const size_t n = size_t(t.tensor.numel());
-          std::vector<uint16_t> chunk(std::min(n, kConvertChunk));
-          for (size_t i = 0; i < n; i += chunk.size()) {
-            const size_t m = std::min(chunk.size(), n - i);
-            if (t.type == TensorType::F16)
-              for (size_t j = 0; j < m; ++j) chunk[j] = float_to_f16(src[i + j]);
-            else
-              for (size_t j = 0; j < m; ++j) chunk[j] = float_to_bf16(src[i + j]);
-            sink(chunk.data(), m * sizeof(uint16_t));
+          const size_t step = std::min(n, kConvertChunk);
+          std::vector<uint8_t> chunk(size_t(tensor_type_row_bytes(t.type, int64_t(step))));
+          for (size_t i = 0; i < n; i += step) {
+            const size_t m = std::min(step, n - i);
+            const size_t bytes = size_t(tensor_type_row_bytes(t.type, int64_t(m)));
+            try {
+              quantize_row(t.type, {src + i, m}, {chunk.data(), bytes});
+            } catch (const ValueError& e) {  // a value changed since add_tensor, or past f16's range
+              throw ValueError("GGUFWriter: tensor " + escaped(t.name) + " of shape " + t.tensor.shape().str() +
+                               " (elements " + std::to_string(i) + " on): " + e.what());
+            }
+            sink(chunk.data(), bytes);
           }
           break;
         }
@@ -583,11 +580,12 @@ void GGUFWriter::add_tensor(const std::string& name, const Tensor& tensor, Tenso
   if (impl_->names.count(name)) throw ValueError(where + " is added twice; give each tensor a distinct name");
   if (!tensor_type_known(uint32_t(type)))
     throw ValueError(where + ": " + std::to_string(uint32_t(type)) +
-                     " is not a TensorType; use F32, F16, BF16, I32 or I64");
+                     " is not a TensorType; use " + kTypesRead);
   if (!tensor.defined()) throw ValueError(where + " is an undefined Tensor; pass a tensor holding data");
   if (tensor.dtype() != dtype_for(type))
     throw TypeError(where + " is " + dtype_name(tensor.dtype()) + ", which cannot be stored as " +
-                    tensor_type_name(type) + "; store float32 tensors as F32, F16 or BF16, int32 as I32, int64 as I64");
+                    tensor_type_name(type) +
+                    "; store float32 tensors as F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K, int32 as I32, int64 as I64");
   const Shape& shape = tensor.shape();
   if (shape.rank() > int(kMaxDims))
     throw ShapeError(where + " has shape " + shape.str() + " (" + std::to_string(shape.rank()) +
@@ -596,9 +594,25 @@ void GGUFWriter::add_tensor(const std::string& name, const Tensor& tensor, Tenso
     throw ShapeError(where + " has shape " + shape.str() + ", which holds no elements; GGUF tensors hold at least one");
   // Written from host memory: a device tensor is copied to the host now
   // (a CPU tensor is shared, so later changes before write() are saved).
-  Impl::Entry e{name, tensor.to(Device::CPU), type, {}, impl_->data_size, uint64_t(tensor.numel()) * tensor_type_size(type)};
+  Impl::Entry e{name, tensor.to(Device::CPU), type, {}, impl_->data_size, 0};
   for (int i = shape.rank() - 1; i >= 0; --i) e.ne.push_back(uint64_t(shape[i]));
   if (e.ne.empty()) e.ne.push_back(1);  // a scalar is stored as one dimension of 1
+  const int64_t block = tensor_type_block_size(type);
+  if (int64_t(e.ne[0]) % block != 0)
+    throw ValueError(where + " has shape " + shape.str() + ": its innermost (last) dimension, " +
+                     std::to_string(e.ne[0]) + ", is not a multiple of " + std::to_string(block) + ", the block size of " +
+                     tensor_type_name(type) + " (ggml quantizes rows in whole blocks); store it as F32, F16 or BF16, "
+                     "or pad the dimension");
+  if (tensor_type_is_quantized(type)) {
+    const float* v = e.tensor.data<float>();
+    for (int64_t i = 0; i < tensor.numel(); ++i)
+      if (!std::isfinite(v[i]))
+        throw ValueError(where + " of shape " + shape.str() + " holds " + std::to_string(v[i]) + " at flat index " +
+                         std::to_string(i) + "; a " + tensor_type_name(type) +
+                         " block shares one scale, which a NaN or infinity would turn into NaN for the whole "
+                         "block; replace non-finite values or store the tensor as F32");
+  }
+  e.nbytes = uint64_t(tensor.numel() / int64_t(e.ne[0])) * tensor_type_row_bytes(type, int64_t(e.ne[0]));
   impl_->data_size = align_up(e.offset + e.nbytes, impl_->alignment);
   impl_->names.insert(name);
   impl_->tensors.push_back(std::move(e));
@@ -652,6 +666,18 @@ struct GGUFFile::Impl {
   }
 
   std::string prefix() const { return "GGUF file " + quoted(path) + ": "; }
+  // Drops the mapped pages of `t`'s bytes from the process (they are read
+  // from the file again if touched: a read-only private file mapping),
+  // rounded out to whole pages; another tensor's bytes in a shared page are
+  // only re-read, never lost. Nothing for parse()'s copy. Advisory: an error
+  // leaves the pages resident, which is harmless.
+  void release(const TensorInfo& t) const {
+    if (!map || t.nbytes == 0) return;
+    static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+    const uint64_t begin = t.offset / page * page;
+    const uint64_t end = std::min<uint64_t>(align_up(t.offset + t.nbytes, page), map_size);
+    (void)::madvise(static_cast<uint8_t*>(map) + begin, size_t(end - begin), MADV_DONTNEED);
+  }
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(prefix() + what); }
 
   void parse();
@@ -839,7 +865,8 @@ void GGUFFile::Impl::parse() {
     if (!tensor_type_known(type))
       fail("tensor " + quoted(info.name) + " has GGML type " + std::to_string(type) + " (" + ggml_type_name(type) +
            ") at byte " + std::to_string(pos) +
-           ", which tensorgrad does not read; types read: F32, F16, BF16, I32, I64");
+           ", which tensorgrad does not read; types read: " + kTypesRead +
+           "; convert the file to one of them (llama.cpp's llama-quantize)");
     info.type = TensorType(type);
     pos = c.pos();
     const uint64_t offset = c.read<uint64_t>("the data offset");
@@ -848,7 +875,13 @@ void GGUFFile::Impl::parse() {
            ", which is not a multiple of the alignment " + std::to_string(alignment));
     std::vector<int64_t> dims(ne.rbegin(), ne.rend());
     info.shape = Shape(std::span<const int64_t>(dims));
-    info.nbytes = numel * tensor_type_size(info.type);
+    // ggml_row_size: rows of ne[0] elements in whole blocks.
+    const int64_t block = tensor_type_block_size(info.type);
+    if (ne[0] % uint64_t(block) != 0)
+      fail(where + " is " + tensor_type_name(info.type) + " with ne[0] = " + std::to_string(ne[0]) +
+           " (dimensions ne = " + ne_str(ne) + ", GGUF order), which is not a multiple of " + std::to_string(block) +
+           ", the type's block size: ggml stores each row of ne[0] elements in whole blocks; the file is corrupt");
+    info.nbytes = (numel / ne[0]) * tensor_type_row_bytes(info.type, int64_t(ne[0]));
     relative[size_t(i)] = offset;
     info.stored_name = info.name;
     tensor_index.emplace(info.name, tensors.size());
@@ -1099,26 +1132,27 @@ std::span<const uint8_t> GGUFFile::data(const std::string& name) const {
   return {im.bytes + t.offset, size_t(t.nbytes)};
 }
 
+void GGUFFile::release_pages(const std::string& name) const {
+  const Impl& im = *live(__func__);
+  im.release(im.tensor(name, "release_pages"));
+}
+
 namespace {
 // Converts a tensor's file bytes into `out`, which holds numel elements of
 // the tensor's dtype.
 void convert(const TensorInfo& t, const uint8_t* src, void* out) {
-  const size_t n = size_t(t.shape.numel());
   switch (t.type) {
-    case TensorType::F32:
     case TensorType::I32:
     case TensorType::I64: std::memcpy(out, src, size_t(t.nbytes)); return;
+    case TensorType::F32:
     case TensorType::F16:
-    case TensorType::BF16: {
-      float* dst = static_cast<float*>(out);
-      const bool half = t.type == TensorType::F16;
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = half ? f16_to_float(h) : bf16_to_float(h);
-      }
+    case TensorType::BF16:
+    case TensorType::Q4_0:
+    case TensorType::Q8_0:
+    case TensorType::Q4_K:
+    case TensorType::Q6_K:
+      dequantize_row(t.type, {src, size_t(t.nbytes)}, {static_cast<float*>(out), size_t(t.shape.numel())});
       return;
-    }
   }
 }
 }  // namespace
@@ -1128,6 +1162,7 @@ Tensor GGUFFile::read(const std::string& name) const {
   const TensorInfo& t = im.tensor(name, "read");
   Tensor out = Tensor::empty(t.shape, dtype_for(t.type));
   convert(t, im.bytes + t.offset, out.raw());
+  im.release(t);
   return out;
 }
 
@@ -1146,15 +1181,25 @@ void GGUFFile::read_into(const std::string& name, Tensor& out) const {
                     ", but the output tensor is " + dtype_name(out.dtype()) + "; pass a " + dtype_name(want) +
                     " tensor");
   // The loaded bytes reach the (persistent) output by one copy: the file's
-  // own bytes viewed where they are stored as is, else converted to float32
-  // in a host staging buffer first.
+  // own bytes viewed where they are stored as is; converted ones straight
+  // into a CPU output, else through a host buffer of whole blocks at a time.
   if (t.type == TensorType::F32 || t.type == TensorType::I32 || t.type == TensorType::I64) {
     out.copy_from(Tensor::view(const_cast<uint8_t*>(im.bytes + t.offset), t.shape, want));  // read only
-    return;
+  } else if (out.device() == Device::CPU) {
+    convert(t, im.bytes + t.offset, out.raw());
+  } else {
+    const size_t n = size_t(t.shape.numel());
+    const size_t step = std::min(n, kConvertChunk);  // a multiple of every block size, as n is of the tensor's
+    std::vector<float> staging(step);
+    for (size_t i = 0; i < n; i += step) {
+      const size_t m = std::min(step, n - i);
+      const uint64_t at = tensor_type_row_bytes(t.type, int64_t(i));
+      dequantize_row(t.type, {im.bytes + t.offset + at, size_t(tensor_type_row_bytes(t.type, int64_t(m)))},
+                     {staging.data(), m});
+      out.copy_from_host(staging.data(), m * sizeof(float), i * sizeof(float));
+    }
   }
-  std::vector<float> staging(size_t(t.shape.numel()));
-  convert(t, im.bytes + t.offset, staging.data());
-  out.copy_from(Tensor::view(staging.data(), t.shape, want));
+  im.release(t);
 }
 
 }  // namespace tensorgrad::io

@@ -243,11 +243,12 @@ TEST(GGUFConvert, TypeNamesAndSizes) {
 }
 
 TEST(GGUFConvert, SizeOfAnUnknownTypeIsAnError) {
-  // 2 is ggml's Q4_0: a type id, but none tensorgrad stores; 99 is no type at all.
-  for (uint32_t id : {2u, 99u})
+  // 3 is ggml's Q4_1: a type id, but none tensorgrad stores; 99 is no type at all.
+  for (uint32_t id : {3u, 99u})
     expect_throw_with<ValueError>([&] { (void)tensor_type_size(TensorType(id)); },
                                   {"tensor_type_size: " + std::to_string(id) + " is not a TensorType",
-                                   "F32 (0), F16 (1), I32 (26), I64 (27) or BF16 (30)"});
+                                   "F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), Q4_K (12), Q6_K (14), I32 (26), I64 (27) or "
+                                   "BF16 (30)"});
 }
 
 // ---------------------------------------------------------------- metadata
@@ -875,8 +876,9 @@ TEST(GGUFMalformed, ElementCountOverflowOrTooLarge) {
 TEST(GGUFMalformed, UnknownTensorTypeIsNamed) {
   Bytes b = sample_file();
   const InfoPos p = info_pos(b, "tensor_b");
-  put<uint32_t>(b, p.type(1), 2);
-  expect_malformed(b, {"tensor 'tensor_b' has GGML type 2 (Q4_0)", "types read: F32, F16, BF16, I32, I64",
+  put<uint32_t>(b, p.type(1), 3);
+  expect_malformed(b, {"tensor 'tensor_b' has GGML type 3 (Q4_1)",
+                       "types read: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, I32, I64",
                        "byte " + std::to_string(p.type(1))});
   put<uint32_t>(b, p.type(1), 1000);
   expect_malformed(b, {"GGML type 1000 (not a ggml type)"});

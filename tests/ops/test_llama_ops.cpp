@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -336,4 +337,46 @@ TEST(AttentionOp, GroupedQueryGradientsMatchFiniteDifferences) {
     const test_support::CheckResult r = t.check(t.project(t.g.scaled_dot_product_attention(q, k, v, o)));
     EXPECT_TRUE(r.ok) << r.message;
   }
+}
+
+// Every kernel of the three splits its work so that each output element is
+// summed by one thread in a fixed order: 1 and 2 threads give the same bits
+// (shapes large enough for several tasks: rows of RmsNorm, rows of Rope,
+// key-value rows of the grouped attention's backward).
+TEST(LlamaOps, OneAndTwoThreadsGiveTheSameBits) {
+  test_support::ThreadsGuard guard;
+  std::mt19937 rng(12);
+  const Tensor x = uniform({4, 64, 4, 64}, rng, -1, 1), w = uniform({64}, rng, -1, 1);
+  std::vector<int32_t> p(64);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = int32_t(3 * i + 1);
+  const Tensor pos = positions_of(p);
+  const Tensor q = uniform({8, 80, 16}, rng, -1, 1), k = uniform({2, 80, 16}, rng, -1, 1), v = uniform({2, 80, 16}, rng, -1, 1);
+  auto run_all = [&] {
+    Graph g;
+    const Value xv = g.parameter(x, "x", true), wv = g.parameter(w, "w", true);
+    const Value pv = g.input("p", pos.shape(), DType::Int32);
+    RopeOptions o;
+    o.pairing = RopePairing::Adjacent;
+    const Value y = g.rotary_embedding(g.rms_norm(xv, 1e-6f, wv), pv, o);
+    const Value qv = g.parameter(q, "q", true), kv = g.parameter(k, "k", true), vv = g.parameter(v, "v", true);
+    Builder::AttentionOptions ao;
+    ao.causal = true;
+    const Value a = g.scaled_dot_product_attention(qv, kv, vv, ao);
+    const Value loss = g.add(g.sum(g.mul(y, y)), g.sum(g.mul(a, a)));
+    std::vector<Value> outs{y, a};
+    for (Value d : g.gradients(loss, std::vector<Value>{xv, wv, qv, kv, vv})) outs.push_back(d);
+    Executable exe(std::move(g), outs);
+    exe.bind(pv, pos);
+    exe.run();
+    std::vector<std::vector<float>> r;
+    for (Value out : outs) r.push_back(exe.output(out).to_vector());
+    return r;
+  };
+  set_num_threads(1);
+  const auto one = run_all();
+  set_num_threads(2);
+  const auto two = run_all();
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_EQ(std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(float)), 0) << "output " << i;
 }

@@ -66,6 +66,37 @@ TEST(Inspect, PrintsMetadataAndTensorTableAndFailsOnMalformedFiles) {
 #endif
 }
 
+TEST(Inspect, NamesGgmlsQuantizedTypes) {
+#ifndef TENSORGRAD_INSPECT
+  GTEST_SKIP() << "tensorgrad-inspect is not built (configure with TENSORGRAD_BUILD_APPS=ON)";
+#else
+  test_support::TempDir dir("tg_inspect");
+  io::GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  const Tensor x = Tensor::zeros(Shape{4, 256});
+  w.add_tensor("blk.0.attn_q.weight", x, io::TensorType::Q4_0);
+  w.add_tensor("blk.0.attn_k.weight", x, io::TensorType::Q8_0);
+  w.add_tensor("blk.0.ffn_up.weight", x, io::TensorType::Q4_K);
+  w.add_tensor("output.weight", x, io::TensorType::Q6_K);
+  w.write((dir / "q.gguf"));
+  const auto [rc, out] = run(std::string(TENSORGRAD_INSPECT) + " " + (dir / "q.gguf"));
+  EXPECT_EQ(rc, 0) << out;
+  // Each type by ggml's name with its bytes: 4 rows of 256 in blocks (Q4_0 8 x 18, Q8_0 8 x 34, Q4_K 144, Q6_K 210).
+  const std::pair<std::string, std::string> rows[] = {{"blk.0.attn_q.weight", "  Q4_0  {4, 256} "},
+                                                       {"blk.0.attn_k.weight", "  Q8_0  {4, 256} "},
+                                                       {"blk.0.ffn_up.weight", "  Q4_K  {4, 256} "},
+                                                       {"output.weight", "  Q6_K  {4, 256} "}};
+  const char* bytes[] = {" 576\n", " 1088\n", " 576\n", " 840\n"};
+  for (size_t i = 0; i < 4; ++i) {
+    const size_t at = out.find("  " + rows[i].first + " ");
+    ASSERT_NE(at, std::string::npos) << rows[i].first << " not in:\n" << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at + 1);
+    EXPECT_NE(line.find(rows[i].second), std::string::npos) << line;
+    EXPECT_NE(line.find(bytes[i]), std::string::npos) << line;
+  }
+#endif
+}
+
 TEST(Inspect, ShowsWhichTensorgradWroteAnEagerFileAndWhen) {
 #ifndef TENSORGRAD_INSPECT
   GTEST_SKIP() << "tensorgrad-inspect is not built (configure with TENSORGRAD_BUILD_APPS=ON)";

@@ -18,18 +18,9 @@
 
 #include "tensorgrad/core/shape.h"
 #include "tensorgrad/core/tensor.h"
+#include "tensorgrad/io/quants.h"  // TensorType, its names, sizes and block formats
 
 namespace tensorgrad::io {
-
-/// The tensor element types tensorgrad reads and writes, with ggml's type
-/// ids. Any other id in a file is a FormatError naming it.
-enum class TensorType : uint32_t { F32 = 0, F16 = 1, I32 = 26, I64 = 27, BF16 = 30 };
-/// "F32", "F16", "BF16", "I32", "I64".
-const char* tensor_type_name(TensorType type);
-/// Bytes per element of `type` (ggml's type sizes: 4 for F32 and I32, 2 for
-/// F16 and BF16, 8 for I64). Throws ValueError for a value that is none of
-/// the enumerators (made by a cast).
-size_t tensor_type_size(TensorType type);
 
 /// The keys where a file lists the tensors whose names GGUF does not take
 /// as they are (GGUFWriter::add_tensor): the names in the tensor table
@@ -131,8 +122,14 @@ class GGUFWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   ///@}
   /// A tensor stored as `type`: a float32 tensor as F32, F16 or BF16
-  /// (rounded to nearest even; NaN stays NaN, infinities stay infinite), an
-  /// int32 one as I32, an int64 one as I64.
+  /// (rounded to nearest even; NaN stays NaN, infinities stay infinite) or
+  /// quantized as Q8_0, Q4_0, Q4_K or Q6_K (quantize_row: Q8_0 and Q4_0 by
+  /// ggml's reference quantizers, Q4_K and Q6_K by tensorgrad's own encoder,
+  /// which ggml decodes), an int32 one as I32, an int64 one as I64. A
+  /// quantized tensor's innermost (last) dimension must be a multiple of the
+  /// type's block size, 32 or 256 (ValueError naming the tensor, its shape
+  /// and the block size), and its values finite (ValueError naming the
+  /// tensor, here and again when the file is written).
   ///
   /// Every name is taken. GGUF tensor names hold 1 to 63 bytes (ggml's
   /// GGML_MAX_NAME of 64 counts the terminating NUL) and no NUL byte (ggml
@@ -151,7 +148,8 @@ class GGUFWriter {
   /// CRC-32 is seeded with 1, 2, ... until one is free). Files of names
   /// GGUF takes have no such keys and are what earlier versions wrote.
   ///
-  /// Throws ValueError for a name given twice or an undefined tensor; TypeError for a dtype that cannot be stored as `type`;
+  /// Throws ValueError for a name given twice, an undefined tensor or (see
+  /// above) a quantized one that does not fit its blocks; TypeError for a dtype that cannot be stored as `type`;
   /// ShapeError for a tensor of more than 4 dimensions (GGUF's limit) or no
   /// elements. A scalar (shape {}) is stored with one dimension of 1 and
   /// reads back as shape {1}. A CPU tensor is read when the file is
@@ -187,7 +185,10 @@ class GGUFFile {
   /// metadata key with a NUL byte (ggml reads them as C strings); and a list
   /// of long names (kLongNamesStoredKey, kLongNamesFullKey) that is not two
   /// ARRAY[STRING] of one length, names a tensor the file lacks or twice, or
-  /// gives two tensors one name. When a file has that list, tensors(),
+  /// gives two tensors one name; a tensor of a type tensorgrad does not read
+  /// (named by ggml's name and id, with the types read), and a quantized
+  /// tensor whose innermost dimension (ne[0]) is not a whole number of its
+  /// blocks. When a file has that list, tensors(),
   /// find_tensor(), read() and data() name its tensors by their full names
   /// (TensorInfo::stored_name is the name in the file).
   static GGUFFile open(const std::string& path);
@@ -243,15 +244,32 @@ class GGUFFile {
   /// The tensor named `name`, or null.
   const TensorInfo* find_tensor(const std::string& name) const;
   /// A new tensor holding the tensor's values: float32 for F32, F16 and BF16
-  /// (converted), int32 for I32, int64 for I64. Throws ValueError for a name
-  /// not in the file.
+  /// (converted) and for Q8_0, Q4_0, Q4_K and Q6_K (dequantized by ggml's
+  /// block formats, dequantize_row), int32 for I32, int64 for I64. Nothing
+  /// but the result is allocated. Throws ValueError for a name not in the
+  /// file.
+  ///
+  /// A file opened with open() is memory-mapped: once the tensor is read,
+  /// its pages are given back to the system (madvise MADV_DONTNEED), so that
+  /// loading a whole file holds its tensors' values and not also the file.
+  /// data() stays valid: the pages are read from the file again if touched.
   Tensor read(const std::string& name) const;
   /// The same into `out`, which must have the tensor's shape (ShapeError
   /// naming both) and its dtype (TypeError): loading weights in place.
+  /// Converted types reach a tensor on another device through a small host
+  /// buffer, in chunks; the file's pages are given back as by read().
   void read_into(const std::string& name, Tensor& out) const;
-  /// The tensor's raw bytes in the file (valid while this object lives).
+  /// The tensor's raw bytes in the file (valid while this object lives):
+  /// its blocks, for a quantized type (tensor_type_row_bytes per row).
   /// Throws ValueError for a name not in the file.
   std::span<const uint8_t> data(const std::string& name) const;
+  /// Gives the memory-mapped pages of the tensor's bytes back to the system
+  /// (what read() does after reading), for a caller that used data(): the
+  /// process's resident memory no longer counts them, and data() stays valid
+  /// (the pages are read from the file again when touched). Nothing happens
+  /// for parse()'s in-memory copy. Throws ValueError for a name not in the
+  /// file.
+  void release_pages(const std::string& name) const;
 
  private:
   struct Impl;

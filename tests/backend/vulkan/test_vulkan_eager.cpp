@@ -90,6 +90,14 @@ std::vector<EagerCase> cases() {
        }},
       {"attention", {{2, 2, 5, 4}, {2, 2, 6, 4}, {2, 2, 6, 3}},
        [](T x, Device) { return ag::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0f, true); }},
+      {"grouped_query_attention", {{2, 4, 5, 4}, {2, 2, 6, 4}, {2, 2, 6, 3}},
+       [](T x, Device) {
+         return ag::scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0f, true, std::nullopt, nullptr, true);
+       }},
+      {"rms_norm", {{4, 6}, {6}}, [](T x, Device) { return ag::rms_norm(x[0], x[1], 1e-5f); }},
+      {"rope", {{2, 3, 2, 6}}, [](T x, Device d) {
+         return ag::rotary_embedding(x[0], ids_on({5, 0, 9}, {3}, d), {4, 100.0f, 2.0f, RopePairing::Adjacent});
+       }},
       {"matmul", {{5, 7}, {7, 3}}, [](T x, Device) { return ag::matmul(x[0], x[1]); }},
       {"linear", {{6, 4}, {3, 4}, {3}}, [](T x, Device) { return ag::linear(x[0], x[1], x[2]); }},
       {"accumulated_gradients", {{6, 4}, {3, 4}}, [](T x, Device) { return ag::linear(x[0], x[1]); }, 2},
