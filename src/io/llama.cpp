@@ -107,6 +107,7 @@ struct Reader {
       dequantize_row(t.type, bytes.subspan(size_t(r) * row_bytes, row_bytes), row);
       put(r, std::span<const float>(row));
     }
+    file.release_pages(name);  // read once: the mapping's pages need not stay resident beside the weights
   }
 
   // A {n} vector or {rows, in} matrix copied as it is into `dst` (its shape).

@@ -314,6 +314,12 @@ ReversibleEmbedding::ReversibleEmbedding(int64_t input_dim, int64_t output_dim, 
                      " and " + std::to_string(output_dim));
 }
 
+Shape ReversibleEmbedding::build_inputs(std::span<const Shape> s) {
+  if (s.size() != 1)
+    throw ValueError("ReversibleEmbedding '" + name() + "' takes one input; got " + std::to_string(s.size()));
+  return build(s[0]);
+}
+
 Shape ReversibleEmbedding::build(const Shape& s) {
   if (s.rank() == 1) {  // token ids {T}
     if (!embeddings_.valid())

@@ -10,7 +10,7 @@
 //     (llama_perf_context: the decodes alone, as llama-cli and llama-bench report them).
 // --kv: the key-value cache's type (default F16, llama.cpp's own default).
 import { readFileSync } from 'node:fs';
-import { fail, loadModel, createSequence } from './llama.mjs';
+import { fail, loadModel, createSequence, writeAllStdout } from './llama.mjs';
 
 const args = process.argv.slice(2);
 const opt = { threads: 0, prompt: 128, tokens: 128, runs: 5, kv: 'F16' };
@@ -70,7 +70,7 @@ for (let run = 0; run <= opt.runs; ++run) {
 }
 const median = (a) => { const s = [...a].sort((x, y) => x - y); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
 const version = JSON.parse(readFileSync(new URL('./node_modules/node-llama-cpp/package.json', import.meta.url))).version;
-process.stdout.write(JSON.stringify({
+writeAllStdout(JSON.stringify({
   model: positional[0], node_llama_cpp: version, llama_cpp: model.llama.llamaCppRelease.release,
   threads: context.currentThreads ?? opt.threads, kv_cache: opt.kv, prompt_tokens: opt.prompt,
   generated_tokens: opt.tokens, runs: opt.runs,

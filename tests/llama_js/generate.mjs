@@ -7,7 +7,7 @@
 // that byte, U+2581 a space; "gpt2": GPT-2's byte-to-character table reversed; control tokens
 // nothing), written as they are, valid UTF-8 or not; for other vocabularies, llama.cpp's
 // detokenization.
-import { fail, loadModel, createSequence, evaluatePrompt, greedyAfter } from './llama.mjs';
+import { fail, loadModel, createSequence, evaluatePrompt, greedyAfter, writeAllStdout } from './llama.mjs';
 
 // GPT-2's table (bytes_to_unicode): printable bytes stand for themselves, the others for 256 + i.
 function gpt2ByteDecoder() {
@@ -59,5 +59,5 @@ if (prompt.length === 0) fail('generate.mjs: the prompt has no tokens (give some
 const { sequence } = await createSequence(model, { contextSize: prompt.length + tokens, threads });
 const { next } = await evaluatePrompt(sequence, prompt);
 const out = await greedyAfter(sequence, next, tokens);
-process.stdout.write(Buffer.concat([tokenBytes(model, out), Buffer.from('\n')]));
+writeAllStdout(Buffer.concat([tokenBytes(model, out), Buffer.from('\n')]));  // synchronous, as exit() follows
 process.exit(0);

@@ -1,6 +1,7 @@
 // Shared by run.mjs, generate.mjs and bench.mjs: llama.cpp (node-llama-cpp's
 // prebuilt CPU libraries, tests/llama_js/package-lock.json) loaded without
 // GPU, build or download, its logs on stderr so that stdout holds only JSON.
+import { writeSync } from 'node:fs';
 import { getLlama } from 'node-llama-cpp';
 
 /// Prints `message` on stderr and exits with status 1.
@@ -60,4 +61,19 @@ export async function greedyAfter(sequence, first, n) {
     next = r[0].next.token;
   }
   return out;
+}
+
+/// Writes all of `data` (a string or Buffer) to stdout before returning: the
+/// scripts exit right after, and node's stdout pipe is non-blocking, so an
+/// asynchronous write (or one writeSync) can stop at the pipe's 64 KiB.
+export function writeAllStdout(data) {
+  const bytes = Buffer.isBuffer(data) ? data : Buffer.from(data);
+  let done = 0;
+  while (done < bytes.length) {
+    try {
+      done += writeSync(1, bytes, done, bytes.length - done);
+    } catch (e) {
+      if (e.code !== 'EAGAIN') throw e;
+    }
+  }
 }

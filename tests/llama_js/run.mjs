@@ -21,7 +21,7 @@
 //    "greedy": [N ids]}
 // Errors: a message on stderr and exit status 1.
 import { readFileSync } from 'node:fs';
-import { fail, loadModel, createSequence, evaluatePrompt, greedyAfter } from './llama.mjs';
+import { fail, loadModel, createSequence, evaluatePrompt, greedyAfter, writeAllStdout } from './llama.mjs';
 
 const [modelPath, requestPath] = process.argv.slice(2);
 if (!modelPath) fail('usage: node run.mjs MODEL.gguf [REQUEST.json | -]');
@@ -73,5 +73,5 @@ if (prompt.length > 0) {
   }
   if (n > 0) result.greedy = await greedyAfter(sequence, next, n);
 }
-process.stdout.write(JSON.stringify(result));
+writeAllStdout(JSON.stringify(result));  // synchronous: exit() below would cut an asynchronous pipe write at 64 KiB
 process.exit(0);

@@ -145,6 +145,9 @@ class ReversibleEmbedding : public Layer {
  public:
   ReversibleEmbedding(int64_t input_dim, int64_t output_dim, bool tie_weights = true);
   const char* type() const override { return "ReversibleEmbedding"; }
+  /// Ids {T} embed, a sequence {T, output_dim} projects back (each call
+  /// its own shape; the weights are declared once).
+  Shape build_inputs(std::span<const Shape> input_shapes) override;
   Shape build(const Shape& input_shape) override;
   Value call(Builder& b, Value x, const CallOptions& options) override;
   bool takes_token_ids() const override { return true; }
