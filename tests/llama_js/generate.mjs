@@ -1,6 +1,6 @@
 // Greedy continuation of a prompt by llama.cpp (node-llama-cpp, CPU):
 //   node tests/llama_js/generate.mjs MODEL.gguf "prompt" [--tokens N] [--threads T] [--no-bos]
-// prints the N generated tokens (default 64) as text, then a newline. The prompt gets the BOS token
+// prints the prompt and the N generated tokens (default 64) as text, then a newline. The prompt gets the BOS token
 // when the file asks for one (tokenizer.ggml.add_bos_token). Generation never stops early: an
 // end-of-generation token counts as one of the N and prints as nothing. The output is the tokens'
 // bytes as the file's vocabulary spells them (tokenizer.ggml.model "llama": <0xNN> byte tokens are
@@ -56,8 +56,30 @@ try {
 const prompt = Array.from(model.tokenize(text, false));
 if (bos && model.tokens.shouldPrependBosToken && model.tokens.bos !== null) prompt.unshift(model.tokens.bos);
 if (prompt.length === 0) fail('generate.mjs: the prompt has no tokens (give some text, or a file that adds BOS)');
-const { sequence } = await createSequence(model, { contextSize: prompt.length + tokens, threads });
-const { next } = await evaluatePrompt(sequence, prompt);
-const out = await greedyAfter(sequence, next, tokens);
-writeAllStdout(Buffer.concat([tokenBytes(model, out), Buffer.from('\n')]));  // synchronous, as exit() follows
+// tensorgrad's nn::CausalLM::generate, step for step: the window is the model's context C
+// (llama.context_length); when a chosen token does not fit, the window starts again from the last C / 2
+// tokens of the text, that token included; a prompt longer than C starts from its last C / 2 tokens.
+const C = model.trainContextSize, half = Math.max(C >> 1, 1);
+// One cell more than the window: node-llama-cpp keeps one free.
+const { sequence } = await createSequence(model, { contextSize: C + 1, threads });
+let position = 0;
+async function feed(window) {
+  await sequence.clearHistory();
+  position = window.length;
+  return (await evaluatePrompt(sequence, window)).next;
+}
+const all = [...prompt], out = [];
+let next = await feed(prompt.length <= C ? prompt : prompt.slice(-half));
+for (let i = 0; i < tokens; ++i) {
+  out.push(next), all.push(next);
+  if (i + 1 === tokens) break;
+  if (position === C) {
+    next = await feed(all.slice(-half));
+  } else {
+    next = (await greedyAfter(sequence, next, 2))[1];
+    position += 1;
+  }
+}
+// The prompt as given, then the continuation, as tensorgrad's main job prints its sample.
+writeAllStdout(Buffer.concat([Buffer.from(text), tokenBytes(model, out), Buffer.from('\n')]));
 process.exit(0);
