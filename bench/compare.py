@@ -59,18 +59,28 @@ TARGETS = {  # workload row -> (target, unit); lower is better
     "gru step": (None, "us/step"), "gru inference": (None, "us/batch"),
     # issue 43: the GPT step at most 1/3 of PyTorch's (a ratio); sampling in bytes per second (higher is better)
     "gpt step": (None, "ms/step"), "gpt sampling": (None, "bytes/s"),
+    # issue 58: the LLaMA-style model's step (at most 1/3 of PyTorch's) and generation; and llama.cpp itself
+    # (node-llama-cpp, CPU) on the files tensorgrad wrote, beside tensorgrad's CausalLM on the same files
+    "llama step": (None, "ms/step"), "llama generation": (None, "bytes/s"),
+    "llama file F32: prompt": (None, "tokens/s"), "llama file F32: generation": (None, "tokens/s"),
+    "llama file Q8_0: prompt": (None, "tokens/s"), "llama file Q8_0: generation": (None, "tokens/s"),
 }
+LLAMA_FILE_ROWS = ["llama file F32: prompt", "llama file F32: generation", "llama file Q8_0: prompt",
+                   "llama file Q8_0: generation"]
 ROWS = ["mlp (fit)", "mlp (fit, mixed_bfloat16)", "mlp (step loop)", "cnn (fit)", "cnn (fit, mixed_bfloat16)",
         "resnet (fit)", "rlstep", "trainer step", "eager Adam step",
-        "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference", "gpt step", "gpt sampling"]
-WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt"]
+        "predict", "eager step", "lstm step", "lstm inference", "gru step", "gru inference", "gpt step", "gpt sampling",
+        "llama step", "llama generation"] + LLAMA_FILE_ROWS
+WORKLOADS = ["mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt", "llama"]
 # The workloads each peer has: the shared peers' (../shared/bench), and the
 # eager step, whose peers live in this repository's bench/ (dlib has none).
-PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt"},
+PEER_WORKLOADS = {"pytorch": {"mlp", "cnn", "resnet", "rlstep", "predict", "eager", "lstm", "gru", "gpt", "llama"},
                   "libtorch": {"mlp", "rlstep", "predict", "eager"},
-                  "dlib": {"mlp", "rlstep"}}
-PEERS = ["pytorch", "libtorch", "dlib"]
-HIGHER_IS_BETTER = {"gpt sampling"}  # rates; every other row is a time
+                  "dlib": {"mlp", "rlstep"},
+                  "llama.cpp": {"llama"}}
+PEERS = ["pytorch", "libtorch", "dlib", "llama.cpp"]
+HIGHER_IS_BETTER = {"gpt sampling", "llama generation"} | set(LLAMA_FILE_ROWS)  # rates; every other row is a time
+LLAMA_DIR = None  # where the llama rows' GGUF files are written (main: the build directory's llama-files/)
 
 
 def log(msg):
@@ -276,8 +286,11 @@ def tensorgrad_run(exe, workload, threads, reps):
     # Full names carry suffixes ("rlstep/iterations:2000/repeats:5/manual_time").
     filt = {"mlp": "^mlp_(fit|fit_bf16|steps)/", "cnn": "^cnn_fit(_bf16)?/", "resnet": "^resnet_fit/",
             "rlstep": "^(rlstep|trainer_step|eager_adam_step)/", "predict": "^predict/", "eager": "^eager_step/",
-            "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/", "gpt": "^gpt_(step|sample)/"}[workload]
+            "lstm": "^lstm_(step|infer)/", "gru": "^gru_(step|infer)/", "gpt": "^gpt_(step|sample)/",
+            "llama": "^llama_(step|sample|file_f32|file_q8_0)/"}[workload]
     env = {"TG_THREADS": str(threads)}
+    if workload == "llama":
+        env["TG_LLAMA_DIR"] = LLAMA_DIR
     if reps:
         env["TG_REPS"] = str(reps)
     out = run([exe, f"--benchmark_filter={filt}", "--benchmark_format=json"], env=env)
@@ -292,22 +305,27 @@ def tensorgrad_run(exe, workload, threads, reps):
                 "eager_step": ("eager step", "us_per_step"), "eager_adam_step": ("eager Adam step", "us_per_step"),
                 "lstm_step": ("lstm step", "us_per_step"), "lstm_infer": ("lstm inference", "us_per_batch"),
                 "gru_step": ("gru step", "us_per_step"), "gru_infer": ("gru inference", "us_per_batch"),
-                "gpt_step": ("gpt step", "ms_per_step"), "gpt_sample": ("gpt sampling", "bytes_per_s")}
+                "gpt_step": ("gpt step", "ms_per_step"), "gpt_sample": ("gpt sampling", "bytes_per_s"),
+                "llama_step": ("llama step", "ms_per_step"), "llama_sample": ("llama generation", "bytes_per_s")}
+    # Benchmarks with two counters, each its own row.
+    two = {f"llama_file_{t.lower()}": [(f"llama file {t}: prompt", "prompt_tokens_per_s"),
+                                       (f"llama file {t}: generation", "generation_tokens_per_s")]
+           for t in ("F32", "Q8_0")}
     found, single = {}, {}
     for b in data.get("benchmarks", []):
         if b.get("error_occurred"):
             raise RuntimeError(f"{b.get('name')}: {b.get('error_message')}")
         base = b.get("run_name", b["name"]).split("/")[0]
-        if base not in counters:
+        if base not in counters and base not in two:
             continue
-        row, counter = counters[base]
-        if counter not in b:
-            continue
-        if b.get("run_type") == "aggregate":
-            if b.get("aggregate_name") == "median":
-                found[row] = b[counter]
-        else:  # one repetition: no aggregates are computed
-            single.setdefault(row, []).append(b[counter])
+        for row, counter in two.get(base, [counters.get(base)]):
+            if counter not in b:
+                continue
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    found[row] = b[counter]
+            else:  # one repetition: no aggregates are computed
+                single.setdefault(row, []).append(b[counter])
     for row, vals in single.items():
         found.setdefault(row, statistics.median(vals))
     if not found:
@@ -320,6 +338,17 @@ def peer_run(peer, exe, workload, threads):
     `exe` is the peer's program for this workload (for eager: bench/eager_peer_*)."""
     if workload not in PEER_WORKLOADS[peer]:
         return {}  # only peer_pytorch.py has the cnn and resnet workloads, dlib no predict or eager
+    if peer == "llama.cpp":  # node-llama-cpp on the files tensorgrad_bench's llama_write wrote
+        rows = {}
+        for t in ("F32", "Q8_0"):
+            path = os.path.join(LLAMA_DIR, t.lower() + ".gguf")
+            base = ["node", exe, path, "--threads", str(threads), "--kv", "F32", "--runs", "5"]
+            # As tensorgrad's llama_file rows: 127 prompt tokens from an empty cache; 127 greedy tokens after 2.
+            pp = last_json_line(run(base + ["--prompt", "128", "--tokens", "1"]))
+            tg = last_json_line(run(base + ["--prompt", "2", "--tokens", "127"]))
+            rows[f"llama file {t}: prompt"] = pp["llama_cpp_prompt_tokens_per_s"]
+            rows[f"llama file {t}: generation"] = tg["llama_cpp_generation_tokens_per_s"]
+        return rows
     if workload == "eager":
         cmd = ([exe] if peer == "libtorch" else ["/usr/bin/python3", exe]) + ["--threads", str(threads)]
         return {"eager step": last_json_line(run(cmd))["us_per_step_median"]}
@@ -334,7 +363,7 @@ def peer_run(peer, exe, workload, threads):
     else:  # pytorch
         cmd = ["/usr/bin/python3", exe, workload, "--threads", str(threads)] + (
             ["--epochs", "2"] if workload in ("mlp", "cnn") else ["--epochs", "1"] if workload == "resnet" else
-            ["--steps", "0"] if workload == "gpt" else [])
+            ["--steps", "0"] if workload in ("gpt", "llama") else [])
         res = last_json_line(run(cmd))
     if workload in ("mlp", "cnn"):  # the float32 epoch stands beside both of tensorgrad's policies
         return {workload + " (fit)": res["s_per_epoch_median"],
@@ -345,6 +374,8 @@ def peer_run(peer, exe, workload, threads):
         return {workload + " step": res["us_per_step_median"], workload + " inference": res["us_per_inference_batch_median"]}
     if workload == "gpt":  # --steps 0: 60 timed steps and the sampling, no validation
         return {"gpt step": res["ms_per_step_median"], "gpt sampling": res["sample_bytes_per_s"]}
+    if workload == "llama":
+        return {"llama step": res["ms_per_step_median"], "llama generation": res["sample_bytes_per_s"]}
     if workload == "rlstep":  # the peers' step (nn.Sequential, optim.Adam, eager) stands against tensorgrad's three rows
         step = res["us_per_step_median"]
         rows = {"rlstep": step, "trainer step": step}
@@ -402,8 +433,9 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (default 3; 1 with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every implementation (default 2)")
     ap.add_argument("--workloads", default="mlp,cnn,rlstep,predict,eager",
-                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager,lstm,gru,gpt (resnet: minutes "
-                         "an epoch, gpt about two minutes with its peer, so not in the default set)")
+                    help="comma-separated subset of mlp,cnn,resnet,rlstep,predict,eager,lstm,gru,gpt,llama (resnet: "
+                         "minutes an epoch, gpt and llama minutes with their peers, so not in the default set; "
+                         "llama's llama.cpp rows need node and tests/llama_js/node_modules)")
     ap.add_argument("--no-peers", action="store_true", help="measure tensorgrad alone")
     ap.add_argument("--no-build", action="store_true",
                     help="use the existing tensorgrad_bench in the build directory, without configuring or building")
@@ -429,6 +461,8 @@ def main():
     if args.peers is None:
         args.peers = os.path.join(os.path.dirname(root), "shared", "bench")
     build = os.path.abspath(args.build_dir) if args.build_dir else os.path.join(root, "build-bench")
+    global LLAMA_DIR
+    LLAMA_DIR = os.path.join(build, "llama-files")
     started = datetime.datetime.now().astimezone()
 
     log("building")
@@ -458,8 +492,21 @@ def main():
         exe = build_dlib(args.peers, build)
         if exe:
             peers["dlib"] = exe
+        if "llama" in workloads:
+            script = os.path.join(root, "tests", "llama_js", "bench.mjs")
+            if shutil.which("node") is None:
+                log("skipping llama.cpp: node is not on PATH (Node.js 20 or later)")
+            elif not os.path.isdir(os.path.join(root, "tests", "llama_js", "node_modules")):
+                log("skipping llama.cpp: run NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --prefix tests/llama_js "
+                    "--ignore-scripts --omit=optional")
+            else:
+                peers["llama.cpp"] = script
         if "pytorch" in peers and any(w in workloads for w in ("mlp", "cnn", "resnet")) and not os.path.isdir("/usr/share/datasets/fashion-mnist"):
             log("note: PyTorch's mlp reads /usr/share/datasets/fashion-mnist, which is missing; its mlp will fail")
+
+    if "llama" in workloads:  # the files of llama.cpp's rows, written once before the rounds
+        os.makedirs(LLAMA_DIR, exist_ok=True)
+        run([tg_exe, "--benchmark_filter=^llama_write$"], env={"TG_LLAMA_DIR": LLAMA_DIR})
 
     # The peers that have a program for at least one of the chosen workloads.
     impls = ["tensorgrad"] + [p for p in PEERS if any(

@@ -7,6 +7,10 @@
 //                                            each tensor's bytes given back after it is read)
 //   gguf_quant_load load-keep-pages PATH      the same values through data() and dequantize_row, which
 //                                            leave the file's pages mapped: what read() did before
+//   gguf_quant_load write-llama PATH [TYPE]   a LLaMA model (width 1024, 8 blocks, 16 heads, 4 key-value
+//                                            heads, SwiGLU 2816, 32000 tokens, untied) saved by
+//                                            io::save_llama with TYPE (Q4_0 by default) matrices
+//   gguf_quant_load load-llama PATH           io::load_llama: the model built, then read into
 //
 // Each load prints the tensors' float32 size, the file's size, the process's
 // peak resident memory (getrusage ru_maxrss) before opening and at the end,
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "tensorgrad/io/gguf.h"
+#include "tensorgrad/io/llama.h"
 
 using namespace tensorgrad;
 using namespace tensorgrad::io;
@@ -85,6 +90,42 @@ int load(const std::string& path, bool keep_pages) {
   return 0;
 }
 
+nn::LlamaConfig big_llama() {
+  nn::LlamaConfig c;
+  c.vocabulary_size = 32000, c.hidden_dim = 1024, c.num_layers = 8, c.num_query_heads = 16;
+  c.num_key_value_heads = 4, c.intermediate_dim = 2816, c.max_sequence_length = 256;
+  return c;
+}
+
+int write_llama(const std::string& path, TensorType type) {
+  nn::LlamaCausalLM m(big_llama());
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 32000; ++i) tokens.push_back(i < 256 ? std::string(1, char(i)) : "t" + std::to_string(i));
+  text::Tokenizer::Parts p;
+  p.model = "gpt2";
+  const text::Tokenizer bytes = text::Tokenizer::byte_level();
+  for (int i = 0; i < 256; ++i) tokens[size_t(i)] = bytes.token(i);  // GPT-2's byte characters
+  p.tokens = tokens;
+  p.bos = 0, p.eos = 0;
+  const text::Tokenizer tok = text::Tokenizer::from_parts(std::move(p));
+  const WriteStats s = io::save_llama(m, path, {.type = type, .tokenizer = &tok});
+  std::printf("wrote %s: %s matrices, %llu bytes\n", path.c_str(), tensor_type_name(type), (unsigned long long)s.bytes);
+  return 0;
+}
+
+int load_llama_file(const std::string& path) {
+  const uint64_t before = peak_rss_bytes();
+  const io::LlamaFile f = io::load_llama(path);
+  uint64_t floats = 0;
+  for (const nn::Weight& w : f.model->weights()) floats += w.value.nbytes();
+  const uint64_t peak = peak_rss_bytes(), file_bytes = std::filesystem::file_size(path);
+  std::printf("load-llama (%s): weights float32 %.1f MB, file %.1f MB; peak RSS before %.1f MB, after %.1f MB; "
+              "growth %.1f MB = %.3f of the float32 size\n",
+              path.c_str(), floats / 1e6, file_bytes / 1e6, before / 1e6, peak / 1e6, (peak - before) / 1e6,
+              double(peak - before) / double(floats));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,10 +134,13 @@ int main(int argc, char** argv) {
     if (mode == "write" && argc >= 3)
       return write(argv[2], argc > 3 ? std::atof(argv[3]) : 200.0, argc > 4 ? type_named(argv[4]) : TensorType::Q4_0);
     if ((mode == "load" || mode == "load-keep-pages") && argc == 3) return load(argv[2], mode == "load-keep-pages");
+    if (mode == "write-llama" && argc >= 3) return write_llama(argv[2], argc > 3 ? type_named(argv[3]) : TensorType::Q4_0);
+    if (mode == "load-llama" && argc == 3) return load_llama_file(argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gguf_quant_load: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: gguf_quant_load write PATH [MB] [TYPE] | load PATH | load-keep-pages PATH\n");
+  std::fprintf(stderr, "usage: gguf_quant_load write PATH [MB] [TYPE] | load PATH | load-keep-pages PATH | write-llama PATH [TYPE] "
+                       "| load-llama PATH\n");
   return 2;
 }

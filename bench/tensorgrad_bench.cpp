@@ -60,8 +60,13 @@
 //               Counter ms_per_step (median of 60 steps after 10 warm-up).
 //   llama_sample  the untrained model's greedy generation of 300 bytes from
 //               the peer's prompt through nn::CausalLM. Counter
-//               bytes_per_s. With TG_LLAMA_GGUF=PATH it also writes that
-//               model (F32) there for llama.cpp's row (bench/compare.py).
+//               bytes_per_s.
+//   llama_write  writes that model to TG_LLAMA_DIR as f32.gguf and q8_0.gguf
+//               (io::save_llama), for llama.cpp's rows.
+//   llama_file_f32, llama_file_q8_0  nn::CausalLM on those files (read back
+//               with io::load_llama): counters prompt_tokens_per_s (127
+//               tokens from an empty cache, one position at a time) and
+//               generation_tokens_per_s (127 greedy tokens after 2).
 //   predict     the 784-500-10 MLP, model.predict(x, out) of {500, 784} into a
 //               caller-owned {500, 10}. Counter us_per_image (median of 200
 //               calls after 20 warm-up calls, divided by 500).
@@ -593,10 +598,6 @@ void BM_llama_sample(benchmark::State& state) {
     tg::nn::clear_session();
     tg::nn::LlamaCausalLM model(char_llama::config());
     char_llama::init_like_pytorch(model, 0);
-    if (const char* path = std::getenv("TG_LLAMA_GGUF")) {
-      const tg::text::Tokenizer bytes = tg::text::Tokenizer::byte_level();
-      tg::io::save_llama(model, path, {.type = tg::io::TensorType::F32, .tokenizer = &bytes});
-    }
     tg::nn::CausalLM lm(model);
     const std::vector<int32_t> prompt = char_gpt::tokens_of(char_gpt::RunOptions{}.prompt);
     lm.generate(prompt, 20);  // warm-up
@@ -613,6 +614,59 @@ void BM_llama_sample(benchmark::State& state) {
     state.SkipWithError(e.what());
   }
 }
+
+// The files of llama.cpp's rows in bench/compare.py: the untrained llama_sample
+// model at F32 and Q8_0, in TG_LLAMA_DIR (f32.gguf, q8_0.gguf).
+void BM_llama_write(benchmark::State& state) {
+  try {
+    const char* dir = std::getenv("TG_LLAMA_DIR");
+    if (!dir) throw tg::ValueError("llama_write: set TG_LLAMA_DIR to the folder for f32.gguf and q8_0.gguf");
+    tg::manual_seed(0);
+    tg::nn::clear_session();
+    tg::nn::LlamaCausalLM model(char_llama::config());
+    char_llama::init_like_pytorch(model, 0);
+    const tg::text::Tokenizer bytes = tg::text::Tokenizer::byte_level();
+    for (auto _ : state) {
+      tg::io::save_llama(model, std::string(dir) + "/f32.gguf", {.type = tg::io::TensorType::F32, .tokenizer = &bytes});
+      tg::io::save_llama(model, std::string(dir) + "/q8_0.gguf", {.type = tg::io::TensorType::Q8_0, .tokenizer = &bytes});
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// tensorgrad's CausalLM on a file llama_write wrote (read with io::load_llama, its weights dequantized):
+// prompt processing, 127 tokens fed from an empty cache (one position at a time: CausalLM has no batched
+// prompt yet), and generation, 127 greedy tokens after a 2-token prompt; tokens per second, medians.
+void llama_file(benchmark::State& state, const char* file) {
+  try {
+    const char* dir = std::getenv("TG_LLAMA_DIR");
+    if (!dir) throw tg::ValueError("llama_file: set TG_LLAMA_DIR (bench/compare.py --workloads llama does)");
+    tg::io::LlamaFile f = tg::io::load_llama(std::string(dir) + "/" + file);
+    tg::nn::CausalLM lm(*f.model);
+    std::vector<int32_t> prompt(128);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % 256);  // bench.mjs's ids
+    lm.generate(std::span<const int32_t>(prompt).first(2), 16);  // warm-up
+    std::vector<double> pp, tg_;
+    for (auto _ : state) {
+      lm.reset();
+      auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i + 1 < prompt.size(); ++i) lm.next(prompt[i]);
+      pp.push_back(seconds_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(lm.generate(std::span<const int32_t>(prompt).first(2), 127));
+      const double dt = seconds_since(t0);
+      tg_.push_back(dt);
+      state.SetIterationTime(pp.back() + dt);
+    }
+    state.counters["prompt_tokens_per_s"] = 127.0 / median(pp);
+    state.counters["generation_tokens_per_s"] = 127.0 / median(tg_);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+void BM_llama_file_f32(benchmark::State& state) { llama_file(state, "f32.gguf"); }
+void BM_llama_file_q8_0(benchmark::State& state) { llama_file(state, "q8_0.gguf"); }
 
 }  // namespace
 
@@ -695,6 +749,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("llama_sample", BM_llama_sample)
       ->Iterations(5)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("llama_write", BM_llama_write)->Iterations(1)->Repetitions(1);
+  for (Named b : {Named{"llama_file_f32", BM_llama_file_f32}, Named{"llama_file_q8_0", BM_llama_file_q8_0}})
+    benchmark::RegisterBenchmark(b.name, b.fn)
+        ->Iterations(5)->Repetitions(env_int("TG_REPS", 1))->ReportAggregatesOnly(true)
+        ->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("predict", BM_predict)
       ->Iterations(200)->Repetitions(small_reps)->ReportAggregatesOnly(true)
       ->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -22,6 +22,7 @@ namespace tensorgrad::nn {
 /// epsilon > 0.
 class RMSNormalization : public Layer {
  public:
+  /// Keras 3's default epsilon, 1e-6 (llama.cpp's files say theirs).
   explicit RMSNormalization(float epsilon = 1e-6f);
   const char* type() const override { return "RMSNormalization"; }
   /// Normalizes each step alone: passes a mask on.
@@ -30,6 +31,7 @@ class RMSNormalization : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
+  /// The epsilon added to the mean square.
   float epsilon() const { return epsilon_; }
 
  private:
@@ -51,6 +53,7 @@ class RMSNormalization : public Layer {
 /// not {T, heads, head_dim} or dims > head_dim.
 class RotaryEmbedding : public Layer {
  public:
+  /// KerasHub's arguments, then the pairing and the rotated features (0: all).
   explicit RotaryEmbedding(float max_wavelength = 10000.0f, float scaling_factor = 1.0f,
                            RopePairing pairing = RopePairing::Halves, int64_t dims = 0);
   /// The same from the op's options (theta is max_wavelength).
@@ -61,6 +64,7 @@ class RotaryEmbedding : public Layer {
   Value call(Builder& b, Value x, const CallOptions& options) override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
+  /// The rotation (theta is max_wavelength).
   const RopeOptions& options() const { return options_; }
 
  private:
@@ -90,6 +94,9 @@ RopePairing rope_pairing_from_name(const std::string& name);
 /// [0, 1); ShapeError for an input that is not {T, E}.
 class GroupedQueryAttention : public Layer {
  public:
+  /// Keras 3's arguments (use_bias false: LLaMA's projections have none),
+  /// the rotary embedding of the queries and keys (none: no positions),
+  /// and the dropout's seed (drawn from the global generator when absent).
   GroupedQueryAttention(int64_t head_dim, int64_t num_query_heads, int64_t num_key_value_heads, float dropout = 0.0f,
                         bool use_bias = false, std::optional<RopeOptions> rotary = std::nullopt,
                         std::optional<uint64_t> seed = std::nullopt);
@@ -118,6 +125,7 @@ class GroupedQueryAttention : public Layer {
 /// activation.
 class GatedFeedForward : public Layer {
  public:
+  /// The hidden width and the gate's activation (a name Dense takes).
   explicit GatedFeedForward(int64_t intermediate_dim, const std::string& activation = "silu");
   const char* type() const override { return "GatedFeedForward"; }
   bool supports_masking() const override { return true; }
@@ -143,6 +151,8 @@ class GatedFeedForward : public Layer {
 /// them. Throws ValueError for a size < 1.
 class ReversibleEmbedding : public Layer {
  public:
+  /// input_dim tokens of output_dim features; tie_weights: the reverse
+  /// call uses the embeddings themselves.
   ReversibleEmbedding(int64_t input_dim, int64_t output_dim, bool tie_weights = true);
   const char* type() const override { return "ReversibleEmbedding"; }
   /// Ids {T} embed, a sequence {T, output_dim} projects back (each call
@@ -155,8 +165,11 @@ class ReversibleEmbedding : public Layer {
   void validate_input(const Tensor& x) const override;
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
+  /// The vocabulary size V.
   int64_t input_dim() const { return input_dim_; }
+  /// The embedding width E.
   int64_t output_dim() const { return output_dim_; }
+  /// Whether the reverse call reuses the embeddings.
   bool tie_weights() const { return tie_weights_; }
 
  private:
@@ -204,6 +217,8 @@ struct LlamaConfig {
 /// LlamaConfig::validate.
 class LlamaDecoder : public Layer {
  public:
+  /// A block of `config`'s sizes; seed: the dropout's stream (drawn from
+  /// the global generator when absent).
   explicit LlamaDecoder(const LlamaConfig& config, std::optional<uint64_t> seed = std::nullopt);
   const char* type() const override { return "LlamaDecoder"; }
   Shape build(const Shape& input_shape) override;
@@ -215,9 +230,13 @@ class LlamaDecoder : public Layer {
   Value call_with_cache(Builder& b, Value x, Value positions, const DecoderCache& cache);
   std::shared_ptr<Layer> clone() const override { return clone_layer(*this); }
   LayerConfig config() const override;
+  /// The settings the block was made with.
   const LlamaConfig& llama_config() const { return config_; }
+  /// The key/value heads and their size: the cache's shape.
+  ///@{
   int64_t num_key_value_heads() const { return config_.num_key_value_heads; }
   int64_t head_dim() const { return config_.head_dim(); }
+  ///@}
 
  private:
   Value block(Builder& b, Value x, Value positions, const CallOptions& options, const DecoderCache* cache);
@@ -235,7 +254,9 @@ class LlamaDecoder : public Layer {
 /// "sequence_output_layernorm". Throws as LlamaConfig::validate.
 class LlamaBackbone : public Model {
  public:
+  /// The backbone of `config` (its tie_word_embeddings is not read).
   explicit LlamaBackbone(const LlamaConfig& config, const std::string& name = "llama_backbone");
+  /// The settings the model was made with.
   const LlamaConfig& llama_config() const { return config_; }
 
  private:
@@ -251,7 +272,10 @@ class LlamaBackbone : public Model {
 /// io::save_llama. Throws as LlamaConfig::validate.
 class LlamaCausalLM : public Model {
  public:
+  /// The model of `config`, its weights initialised as its layers'
+  /// (Glorot-uniform kernels, uniform embeddings, unit scales).
   explicit LlamaCausalLM(const LlamaConfig& config, const std::string& name = "llama_causal_lm");
+  /// The settings the model was made with.
   const LlamaConfig& llama_config() const { return config_; }
 
  private:

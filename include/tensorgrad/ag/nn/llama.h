@@ -20,6 +20,7 @@ namespace tensorgrad::ag::nn {
 /// not normalized_shape.
 class RMSNorm : public Module {
  public:
+  /// torch.nn.RMSNorm's arguments (normalized_shape: the last dimension's size).
   explicit RMSNorm(int64_t normalized_shape, float eps = 1e-6f, bool elementwise_affine = true);
   const char* type() const override { return "RMSNorm"; }
   ModuleConfig config() const override;
@@ -39,11 +40,15 @@ class RMSNorm : public Module {
 /// copying. Throws as LlamaConfig::validate.
 class LlamaAttention : public Module {
  public:
+  /// The attention of `config`'s sizes (its rotary settings included).
   explicit LlamaAttention(const tensorgrad::nn::LlamaConfig& config);
   const char* type() const override { return "LlamaAttention"; }
   /// x {B, T, E} at positions 0..T-1 -> {B, T, E}. ShapeError for another shape.
   Tensor forward(const Tensor& x) override;
+  /// The projections (Hugging Face's names and layouts).
+  ///@{
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  ///@}
 
  private:
   tensorgrad::nn::LlamaConfig config_;
@@ -54,11 +59,15 @@ class LlamaAttention : public Module {
 /// E}, down_proj {E, I} (Linear, no bias). ValueError for a size < 1.
 class LlamaMLP : public Module {
  public:
+  /// Hugging Face's hidden_size (E) and intermediate_size (I).
   LlamaMLP(int64_t hidden_size, int64_t intermediate_size);
   const char* type() const override { return "LlamaMLP"; }
   /// x {..., E} -> {..., E}.
   Tensor forward(const Tensor& x) override;
+  /// The three projections.
+  ///@{
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+  ///@}
 };
 
 /// A pre-norm LLaMA block (Hugging Face's LlamaDecoderLayer): x +
@@ -66,26 +75,31 @@ class LlamaMLP : public Module {
 /// Throws as LlamaConfig::validate.
 class LlamaDecoderLayer : public Module {
  public:
+  /// A block of `config`'s sizes.
   explicit LlamaDecoderLayer(const tensorgrad::nn::LlamaConfig& config);
   const char* type() const override { return "LlamaDecoderLayer"; }
   /// x {B, T, E} -> {B, T, E}.
   Tensor forward(const Tensor& x) override;
+  /// The norms before the attention and before the MLP.
+  ///@{
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
-  std::shared_ptr<LlamaAttention> self_attn;
-  std::shared_ptr<LlamaMLP> mlp;
+  ///@}
+  std::shared_ptr<LlamaAttention> self_attn;  ///< the attention sub-block
+  std::shared_ptr<LlamaMLP> mlp;              ///< the feed-forward sub-block
 };
 
 /// The LLaMA decoder stack (Hugging Face's LlamaModel): embed_tokens
 /// (Embedding {V, E}), layers "0", "1", ... (LlamaDecoderLayer), norm.
 class LlamaModel : public Module {
  public:
+  /// The stack of `config`'s sizes.
   explicit LlamaModel(const tensorgrad::nn::LlamaConfig& config);
   const char* type() const override { return "LlamaModel"; }
   /// ids {B, T} (int32, T <= max_sequence_length) -> hidden states {B, T, E}.
   Tensor forward(const Tensor& ids) override;
-  std::shared_ptr<Embedding> embed_tokens;
-  std::shared_ptr<Sequential> layers;
-  std::shared_ptr<RMSNorm> norm;
+  std::shared_ptr<Embedding> embed_tokens;  ///< {V, E}
+  std::shared_ptr<Sequential> layers;       ///< the blocks, "0", "1", ...
+  std::shared_ptr<RMSNorm> norm;            ///< the final norm
 
  private:
   int64_t context_;
@@ -101,12 +115,14 @@ class LlamaModel : public Module {
 /// Face's checkpoints). Throws as LlamaConfig::validate.
 class LlamaForCausalLM : public Module {
  public:
+  /// The model of `config`, initialised as PyTorch's modules are.
   explicit LlamaForCausalLM(const tensorgrad::nn::LlamaConfig& config);
   const char* type() const override { return "LlamaForCausalLM"; }
   /// ids {B, T} int32 -> logits {B, T, V}.
   Tensor forward(const Tensor& ids) override;
-  std::shared_ptr<LlamaModel> model;
-  std::shared_ptr<Linear> lm_head;  ///< null when tied: the logits use model->embed_tokens->weight
+  std::shared_ptr<LlamaModel> model;  ///< the decoder stack
+  std::shared_ptr<Linear> lm_head;    ///< null when tied: the logits use model->embed_tokens->weight
+  /// The settings the model was made with.
   const tensorgrad::nn::LlamaConfig& llama_config() const { return config_; }
 
  private:
