@@ -4,14 +4,15 @@
 //
 // A depthwise convolution (G == C) does kh*kw multiply-adds per output and
 // reads each input pixel about kh*kw / (sh*sw) times from cache: it is
-// bound by memory, not arithmetic, so its loops stream whole rows of
-// channels, the innermost loop over the channels (contiguous in x, the
-// kernel's tap and y), which the compiler vectorizes at the machine's
-// width (-march of the kernels' build; there is no hand-written ISA path,
-// so every machine runs this same code). One output row is one task, so an
-// image of one batch still spreads over the threads. The other groupings
-// (ResNeXt's, depth multipliers > 1) take the same loops with an inner loop
-// over the group's filters.
+// bound by memory, not arithmetic. Its forward pass and input gradient sum
+// each pixel's channels a register at a time (contiguous in x, the
+// kernel's tap and y; lanes.h's vectors of the machine's width, -march of
+// the kernels' build) over the taps in the register and store each result
+// once. There is no hand-written ISA path: every machine runs this code,
+// and the kernels' tests run it built for AVX2 as well as natively. One
+// row is one task, so an image of one batch still spreads over the
+// threads. The other groupings (ResNeXt's, depth multipliers > 1) and the
+// filter gradients pass over a row per tap, the group's filters innermost.
 //
 // Every sum is taken in an order fixed by the shapes (taps in order, the
 // filter gradient over fixed slices of the batch added in order), so the
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/lanes.h"
 
 namespace tensorgrad::kernels {
 
@@ -30,6 +32,8 @@ namespace {
 struct Dims {
   int64_t B, H, W, C, Ho, Wo, F, G, Cg, Fg;
   bool depthwise() const { return Cg == 1 && Fg == 1; }
+  // The depthwise loops' case: depth multiplier 1, at most kMaxTaps taps.
+  bool depthwise_fast(const Window2D& w) const;
 };
 
 Dims dims_of(const Window2D& win, const Shape& x, const Shape& y) {
@@ -53,11 +57,6 @@ void forward_tap(const Dims& d, const float* xr, const float* kt, int64_t lo, in
   for (int64_t ox = lo; ox < hi; ++ox) {
     const float* __restrict xp = xr + (ox * sw + offset) * d.C;
     float* __restrict yp = row + ox * d.F;
-    if (d.depthwise()) {
-      const float* __restrict k = kt;
-      for (int64_t c = 0; c < d.C; ++c) yp[c] += xp[c] * k[c];
-      continue;
-    }
     for (int64_t g = 0; g < d.G; ++g)
       for (int64_t c = 0; c < d.Cg; ++c) {
         const float xv = xp[g * d.Cg + c];
@@ -65,6 +64,123 @@ void forward_tap(const Dims& d, const float* xr, const float* kt, int64_t lo, in
         float* __restrict yg = yp + g * d.Fg;
         for (int64_t f = 0; f < d.Fg; ++f) yg[f] += xv * k[f];
       }
+  }
+}
+
+// The most taps the depthwise loops take (7x7); larger windows take the
+// other groupings' loops.
+constexpr int64_t kMaxTaps = 49;
+
+// Sums over the taps listed (offsets into the image and the kernel, in
+// (ky, kx) order) for every channel of one pixel: a register of channels at
+// a time (lanes.h: 16 with AVX-512, 8 with AVX2), summed over the taps in
+// the register and stored once.
+void depthwise_pixel(const float* image, const float* k, const int64_t* image_at, const int64_t* kernel_at,
+                     int64_t taps, int64_t C, float* out) {
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= C; c0 += kLanes) {
+    Vec acc{};
+    for (int64_t t = 0; t < taps; ++t) acc += load_vec(image + image_at[t] + c0) * load_vec(k + kernel_at[t] + c0);
+    store_vec(out + c0, acc);
+  }
+  for (int64_t c = c0; c < C; ++c) {  // the channels past the last whole register
+    float acc = 0.0f;
+    for (int64_t t = 0; t < taps; ++t) acc += image[image_at[t] + c] * k[kernel_at[t] + c];
+    out[c] = acc;
+  }
+}
+
+// One output row of a depthwise convolution with depth multiplier 1 (a
+// pass over the row per tap would load and store every output kh*kw times).
+void depthwise_row(const Window2D& win, const Dims& d, const float* x_image, const float* k, int64_t oy,
+                   float* row) {
+  int64_t image_at[kMaxTaps], kernel_at[kMaxTaps];
+  const int64_t iy0 = oy * win.sh - win.pad_top;
+  for (int64_t ox = 0; ox < d.Wo; ++ox) {
+    const int64_t ix0 = ox * win.sw - win.pad_left;
+    int64_t taps = 0;
+    for (int64_t ky = 0; ky < win.kh; ++ky) {
+      const int64_t iy = iy0 + ky * win.dh;
+      if (iy < 0 || iy >= d.H) continue;
+      for (int64_t kx = 0; kx < win.kw; ++kx) {
+        const int64_t ix = ix0 + kx * win.dw;
+        if (ix < 0 || ix >= d.W) continue;
+        image_at[taps] = (iy * d.W + ix) * d.C;
+        kernel_at[taps++] = (ky * win.kw + kx) * d.C;
+      }
+    }
+    depthwise_pixel(x_image, k, image_at, kernel_at, taps, d.C, row + ox * d.C);
+  }
+}
+
+// One input row of a depthwise convolution's input gradient (depth
+// multiplier 1), gathered: each input pixel's channels summed over the taps
+// that reach it, in (ky, kx) order.
+void depthwise_input_row(const Window2D& win, const Dims& d, const float* g_image, const float* k, int64_t iy,
+                         float* row) {
+  int64_t image_at[kMaxTaps], kernel_at[kMaxTaps];
+  for (int64_t ix = 0; ix < d.W; ++ix) {
+    int64_t taps = 0;
+    for (int64_t ky = 0; ky < win.kh; ++ky) {
+      const int64_t t = iy + win.pad_top - ky * win.dh;
+      if (t < 0 || t % win.sh != 0 || t / win.sh >= d.Ho) continue;
+      for (int64_t kx = 0; kx < win.kw; ++kx) {
+        const int64_t u = ix + win.pad_left - kx * win.dw;
+        if (u < 0 || u % win.sw != 0 || u / win.sw >= d.Wo) continue;
+        image_at[taps] = ((t / win.sh) * d.Wo + u / win.sw) * d.C;
+        kernel_at[taps++] = (ky * win.kw + kx) * d.C;
+      }
+    }
+    depthwise_pixel(g_image, k, image_at, kernel_at, taps, d.C, row + ix * d.C);
+  }
+}
+
+bool Dims::depthwise_fast(const Window2D& w) const { return depthwise() && w.kh * w.kw <= kMaxTaps; }
+
+// One output row of the other groupings: a pass over the row per tap (the
+// row, in cache, taking each tap's products), the filters of a group
+// innermost.
+void grouped_row(const Window2D& win, const Dims& d, const float* px, const float* pk, int64_t b, int64_t oy,
+                 float* row) {
+  for (int64_t ky = 0; ky < win.kh; ++ky) {
+    const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
+    if (iy < 0 || iy >= d.H) continue;
+    const float* xr = px + (b * d.H + iy) * d.W * d.C;
+    for (int64_t kx = 0; kx < win.kw; ++kx) {
+      const int64_t offset = kx * win.dw - win.pad_left;
+      int64_t lo, hi;
+      valid_columns(offset, win.sw, d.W, d.Wo, &lo, &hi);
+      forward_tap(d, xr, pk + (ky * win.kw + kx) * d.Cg * d.F, lo, hi, win.sw, offset, row);
+    }
+  }
+}
+
+// One input row of the other groupings' input gradient, gathered: per tap,
+// each input pixel's channels take the dot product of the output pixel's
+// group of gradients with the tap's filters.
+void grouped_input_row(const Window2D& win, const Dims& d, const float* pg, const float* pk, int64_t b, int64_t iy,
+                       float* dr) {
+  for (int64_t ky = 0; ky < win.kh; ++ky) {
+    const int64_t t = iy + win.pad_top - ky * win.dh;
+    if (t < 0 || t % win.sh != 0 || t / win.sh >= d.Ho) continue;
+    const float* gr = pg + (b * d.Ho + t / win.sh) * d.Wo * d.F;
+    for (int64_t kx = 0; kx < win.kw; ++kx) {
+      const float* kt = pk + (ky * win.kw + kx) * d.Cg * d.F;
+      for (int64_t ix = 0; ix < d.W; ++ix) {
+        const int64_t u = ix + win.pad_left - kx * win.dw;
+        if (u < 0 || u % win.sw != 0 || u / win.sw >= d.Wo) continue;
+        const float* gp = gr + (u / win.sw) * d.F;
+        float* dp = dr + ix * d.C;
+        for (int64_t gi = 0; gi < d.G; ++gi)
+          for (int64_t c = 0; c < d.Cg; ++c) {
+            const float* k = kt + c * d.F + gi * d.Fg;
+            const float* gg = gp + gi * d.Fg;
+            float s = 0.0f;
+            for (int64_t f = 0; f < d.Fg; ++f) s += gg[f] * k[f];
+            dp[gi * d.Cg + c] += s;
+          }
+      }
+    }
   }
 }
 
@@ -80,17 +196,11 @@ void grouped_conv2d(const Window2D& win, const TensorRef& x, const TensorRef& ke
     for (size_t r = r0; r < r1; ++r) {
       const int64_t b = int64_t(r) / d.Ho, oy = int64_t(r) % d.Ho;
       float* row = py + int64_t(r) * d.Wo * d.F;
-      std::fill(row, row + d.Wo * d.F, 0.0f);
-      for (int64_t ky = 0; ky < win.kh; ++ky) {
-        const int64_t iy = oy * win.sh - win.pad_top + ky * win.dh;
-        if (iy < 0 || iy >= d.H) continue;
-        const float* xr = px + (b * d.H + iy) * d.W * d.C;
-        for (int64_t kx = 0; kx < win.kw; ++kx) {
-          const int64_t offset = kx * win.dw - win.pad_left;
-          int64_t lo, hi;
-          valid_columns(offset, win.sw, d.W, d.Wo, &lo, &hi);
-          forward_tap(d, xr, pk + (ky * win.kw + kx) * d.Cg * d.F, lo, hi, win.sw, offset, row);
-        }
+      if (d.depthwise_fast(win)) {
+        depthwise_row(win, d, px + b * d.H * d.W * d.C, pk, oy, row);
+      } else {
+        std::fill(row, row + d.Wo * d.F, 0.0f);
+        grouped_row(win, d, px, pk, b, oy, row);
       }
       // The bias after the taps and the ReLU after it: the bits of the
       // separate Add and Relu kernels.
@@ -126,33 +236,11 @@ void grouped_conv2d_backward_input(const Window2D& win, const TensorRef& g, cons
     for (size_t r = r0; r < r1; ++r) {
       const int64_t b = int64_t(r) / d.H, iy = int64_t(r) % d.H;
       float* dr = pdx + int64_t(r) * d.W * d.C;
-      std::fill(dr, dr + d.W * d.C, 0.0f);
-      for (int64_t ky = 0; ky < win.kh; ++ky) {
-        const int64_t t = iy + win.pad_top - ky * win.dh;
-        if (t < 0 || t % win.sh != 0 || t / win.sh >= d.Ho) continue;
-        const float* gr = pg + (b * d.Ho + t / win.sh) * d.Wo * d.F;
-        for (int64_t kx = 0; kx < win.kw; ++kx) {
-          const float* kt = pk + (ky * win.kw + kx) * d.Cg * d.F;
-          for (int64_t ix = 0; ix < d.W; ++ix) {
-            const int64_t u = ix + win.pad_left - kx * win.dw;
-            if (u < 0 || u % win.sw != 0 || u / win.sw >= d.Wo) continue;
-            const float* __restrict gp = gr + (u / win.sw) * d.F;
-            float* __restrict dp = dr + ix * d.C;
-            if (d.depthwise()) {
-              const float* __restrict k = kt;
-              for (int64_t c = 0; c < d.C; ++c) dp[c] += gp[c] * k[c];
-              continue;
-            }
-            for (int64_t gi = 0; gi < d.G; ++gi)
-              for (int64_t c = 0; c < d.Cg; ++c) {
-                const float* k = kt + c * d.F + gi * d.Fg;
-                const float* gg = gp + gi * d.Fg;
-                float s = 0.0f;
-                for (int64_t f = 0; f < d.Fg; ++f) s += gg[f] * k[f];
-                dp[gi * d.Cg + c] += s;
-              }
-          }
-        }
+      if (d.depthwise_fast(win)) {
+        depthwise_input_row(win, d, pg + b * d.Ho * d.Wo * d.F, pk, iy, dr);
+      } else {
+        std::fill(dr, dr + d.W * d.C, 0.0f);
+        grouped_input_row(win, d, pg, pk, b, iy, dr);
       }
       // The Add and the ReLU's backward folded in: their kernels' bits.
       const int64_t n = d.W * d.C, at = int64_t(r) * n;

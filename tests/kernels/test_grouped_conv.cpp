@@ -57,6 +57,11 @@ std::vector<GroupCase> cases() {
       {"depthwise_m2_3x3_dilation2_valid", {1, 6, 7, 2}, 4, 2, window(3, 3, 1, 1, 2, 2)},
       {"groups3_2x3_mixed", {1, 6, 7, 6}, 9, 3, window(2, 3, 2, 1, 1, 2, 1, 0, 0, 2)},
       {"depthwise_1x3_conv1d", {2, 1, 9, 4}, 4, 4, window(1, 3, 1, 1, 1, 1, 0, 1, 0, 1)},
+      // Whole registers of channels and a tail (16 + 5 with AVX-512, 8 + 8 + 5 with AVX2).
+      {"depthwise_m1_21_channels_same", {2, 5, 6, 21}, 21, 21, window(3, 3, 1, 1, 1, 1, 1, 1, 1, 1)},
+      {"depthwise_m1_21_channels_s2", {1, 7, 6, 21}, 21, 21, window(3, 3, 2, 2, 1, 1, 1, 1, 1, 1)},
+      // More taps than the depthwise loops take (7x7): the general loops.
+      {"depthwise_m1_9x9_same", {1, 9, 9, 3}, 3, 3, window(9, 9, 1, 1, 1, 1, 4, 4, 4, 4)},
   };
 }
 
