@@ -11,8 +11,10 @@
 // once. There is no hand-written ISA path: every machine runs this code,
 // and the kernels' tests run it built for AVX2 as well as natively. One
 // row is one task, so an image of one batch still spreads over the
-// threads. The other groupings (ResNeXt's, depth multipliers > 1) and the
-// filter gradients pass over a row per tap, the group's filters innermost.
+// threads. Its filter gradient sums each tap's products over an output row
+// in registers and adds them once per row. The other groupings (ResNeXt's,
+// depth multipliers > 1) pass over a row per tap, the group's filters
+// innermost.
 //
 // Every sum is taken in an order fixed by the shapes (taps in order, the
 // filter gradient over fixed slices of the batch added in order), so the
@@ -132,6 +134,24 @@ void depthwise_input_row(const Window2D& win, const Dims& d, const float* g_imag
       }
     }
     depthwise_pixel(g_image, k, image_at, kernel_at, taps, d.C, row + ix * d.C);
+  }
+}
+
+// One tap's share of a depthwise filter gradient (depth multiplier 1) over
+// one output row: a[c] += the sum over ox in [lo, hi) of x[ox sw][c] g[ox][c],
+// a register of channels summed over the row in the register, then added
+// once (x is the tap's input row, shifted by the tap's offset).
+void depthwise_filter_row(const float* x, const float* g, int64_t lo, int64_t hi, int64_t sw, int64_t C, float* a) {
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= C; c0 += kLanes) {
+    Vec acc{};
+    for (int64_t ox = lo; ox < hi; ++ox) acc += load_vec(x + ox * sw * C + c0) * load_vec(g + ox * C + c0);
+    store_vec(a + c0, load_vec(a + c0) + acc);
+  }
+  for (int64_t c = c0; c < C; ++c) {
+    float acc = 0.0f;
+    for (int64_t ox = lo; ox < hi; ++ox) acc += x[ox * sw * C + c] * g[ox * C + c];
+    a[c] += acc;
   }
 }
 
@@ -287,14 +307,13 @@ void grouped_conv2d_backward_filter(const Window2D& win, const TensorRef& x, con
               int64_t lo, hi;
               valid_columns(offset, win.sw, d.W, d.Wo, &lo, &hi);
               float* at = acc + (ky * win.kw + kx) * d.Cg * d.F;
+              if (d.depthwise()) {
+                depthwise_filter_row(xr + offset * d.C, gr, lo, hi, win.sw, d.C, at);
+                continue;
+              }
               for (int64_t ox = lo; ox < hi; ++ox) {
                 const float* __restrict xp = xr + (ox * win.sw + offset) * d.C;
                 const float* __restrict gp = gr + ox * d.F;
-                if (d.depthwise()) {
-                  float* __restrict a = at;
-                  for (int64_t c = 0; c < d.C; ++c) a[c] += xp[c] * gp[c];
-                  continue;
-                }
                 for (int64_t gi = 0; gi < d.G; ++gi)
                   for (int64_t c = 0; c < d.Cg; ++c) {
                     const float xv = xp[gi * d.Cg + c];
