@@ -98,7 +98,26 @@ void depthwise_row(const Window2D& win, const Dims& d, const float* x_image, con
                    float* row) {
   int64_t image_at[kMaxTaps], kernel_at[kMaxTaps];
   const int64_t iy0 = oy * win.sh - win.pad_top;
+  // The columns whose every tap lies inside the row share one list of taps
+  // (the rows inside the image, each with all kw columns), offset by the
+  // column: built once per row instead of once per pixel.
+  int64_t inner_taps = 0;
+  for (int64_t ky = 0; ky < win.kh; ++ky) {
+    const int64_t iy = iy0 + ky * win.dh;
+    if (iy < 0 || iy >= d.H) continue;
+    for (int64_t kx = 0; kx < win.kw; ++kx) {
+      image_at[inner_taps] = (iy * d.W + kx * win.dw) * d.C;
+      kernel_at[inner_taps++] = (ky * win.kw + kx) * d.C;
+    }
+  }
+  int64_t inner_lo, inner_hi;  // ox * sw - pl >= 0 and ox * sw - pl + dw (kw - 1) < W
+  valid_columns(-win.pad_left, win.sw, d.W - win.dw * (win.kw - 1), d.Wo, &inner_lo, &inner_hi);
+  for (int64_t ox = inner_lo; ox < inner_hi; ++ox)
+    depthwise_pixel(x_image + (ox * win.sw - win.pad_left) * d.C, k, image_at, kernel_at, inner_taps, d.C,
+                    row + ox * d.C);
   for (int64_t ox = 0; ox < d.Wo; ++ox) {
+    if (ox == inner_lo && inner_hi > inner_lo) ox = inner_hi;
+    if (ox >= d.Wo) break;
     const int64_t ix0 = ox * win.sw - win.pad_left;
     int64_t taps = 0;
     for (int64_t ky = 0; ky < win.kh; ++ky) {
