@@ -165,6 +165,10 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
                    std::string(approximate) + "\"");
 }
 Tensor silu(const Tensor& x) { return apply(OpKind::Silu, {x}); }
+Tensor relu6(const Tensor& x) { return clamp(x, 0.0f, 6.0f); }
+// As nn::apply_activation's hard_sigmoid: one clamp between two scalings.
+Tensor hardsigmoid(const Tensor& x) { return clamp(x + 3.0f, 0.0f, 6.0f) * (1.0f / 6.0f); }
+Tensor hardswish(const Tensor& x) { return x * hardsigmoid(x); }
 Tensor elu(const Tensor& x, float alpha) { return with_param(OpKind::Elu, x, alpha); }
 Tensor leaky_relu(const Tensor& x, float negative_slope) { return with_param(OpKind::LeakyRelu, x, negative_slope); }
 Tensor softplus(const Tensor& x) { return apply(OpKind::Softplus, {x}); }
@@ -370,9 +374,10 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
-              int64_t dilation) {
+              int64_t dilation, int64_t groups) {
   OpAttrs at;
   at.window = square_window(weight.defined() && weight.dim() == 4 ? weight.size(0) : 1, stride, padding, dilation);
+  at.window.groups = groups;
   if (weight.defined() && weight.dim() == 4) at.window.kw = weight.size(1);
   // A {F} bias rides in the kernel (added to each output row in cache);
   // other shapes broadcast through add.

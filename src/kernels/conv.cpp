@@ -450,6 +450,7 @@ void conv2d_any(const Window2D& win, const TensorRef& x, const TensorRef& kernel
 
 void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
             const KernelContext& ctx, const float* bias, bool relu, float* stats) {
+  if (win.groups != 1) return grouped_conv2d(win, x, kernel, y, ctx, bias, relu, stats);
   if (!stats) return conv2d_any(win, x, kernel, y, ctx, bias, relu, nullptr);
   const int64_t B = y.shape[0], pixels = y.shape[1] * y.shape[2], F = y.shape[3];
   thread_local std::vector<double> image_sums;  // the caller's; image b's at 2 F b
@@ -460,6 +461,7 @@ void conv2d(const Window2D& win, const TensorRef& x, const TensorRef& kernel, co
 
 void conv2d_backward_input(const Window2D& win, const TensorRef& g, const TensorRef& kernel, const TensorRef& dx,
                            const KernelContext& ctx, const float* addend, const float* mask) {
+  if (win.groups != 1) return grouped_conv2d_backward_input(win, g, kernel, dx, ctx, addend, mask);
   const int64_t W = dx.shape[2], C = dx.shape[3], F = g.shape[3], taps = win.kh * win.kw;
   const float* pk = kernel.f();
   if (win.sh == 1 && win.sw == 1) {
@@ -490,6 +492,7 @@ void conv2d_backward_input(const Window2D& win, const TensorRef& g, const Tensor
 
 void conv2d_backward_filter(const Window2D& win, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx) {
+  if (win.groups != 1) return grouped_conv2d_backward_filter(win, x, g, dkernel, ctx);
   const int64_t B = x.shape[0], H = x.shape[1], W = x.shape[2], C = x.shape[3];
   const int64_t Ho = g.shape[1], Wo = g.shape[2], F = g.shape[3], K = win.kh * win.kw * C;
   const float* px = x.f();

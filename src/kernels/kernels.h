@@ -266,6 +266,16 @@ void conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRe
                            const KernelContext& ctx, const float* addend = nullptr, const float* mask = nullptr);
 void conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g, const TensorRef& dkernel,
                             const KernelContext& ctx);
+// grouped_conv.cpp: the convolutions with Window2D::groups > 1 (depthwise
+// included), kernel {kh, kw, C/groups, F}; the direct kernels above hand
+// them over, with the same arguments.
+void grouped_conv2d(const Window2D& w, const TensorRef& x, const TensorRef& kernel, const TensorRef& y,
+                    const KernelContext& ctx, const float* bias, bool relu, float* stats);
+void grouped_conv2d_backward_input(const Window2D& w, const TensorRef& g, const TensorRef& kernel,
+                                   const TensorRef& dx, const KernelContext& ctx, const float* addend,
+                                   const float* mask);
+void grouped_conv2d_backward_filter(const Window2D& w, const TensorRef& x, const TensorRef& g,
+                                    const TensorRef& dkernel, const KernelContext& ctx);
 // winograd.cpp: the 3x3 unit-stride convolutions by F(4x4, 3x3) or F(2x2, 3x3), when
 // winograd_applies (the public switch set_winograd_convolutions, and the
 // shapes it names); same arguments as the direct kernels above.

@@ -27,6 +27,9 @@ const char* kind_name(const LayerConfig::Value& v) {
   return "?";
 }
 
+// Conv2D's and Conv1D's groups: 1 in configs saved before it existed.
+int64_t groups_of(const LayerConfig& c) { return c.has("groups") ? c.get_int("groups") : 1; }
+
 std::array<int64_t, 2> pair_of(const LayerConfig& c, const char* key) {
   const std::vector<int64_t> v = c.get_ints(key);
   if (v.size() != 2)
@@ -57,12 +60,30 @@ Registry built_in_layers() {
   r["Conv2D"] = [](const LayerConfig& c) {
     return std::make_shared<Conv2D>(c.get_int("filters"), pair_of(c, "kernel_size"), pair_of(c, "strides"),
                                     c.get_string("padding"), pair_of(c, "dilation_rate"), c.get_string("activation"),
-                                    c.get_bool("use_bias"));
+                                    c.get_bool("use_bias"), groups_of(c));
+  };
+  r["DepthwiseConv2D"] = [](const LayerConfig& c) {
+    return std::make_shared<DepthwiseConv2D>(pair_of(c, "kernel_size"), pair_of(c, "strides"), c.get_string("padding"),
+                                             c.get_int("depth_multiplier"), pair_of(c, "dilation_rate"),
+                                             c.get_string("activation"), c.get_bool("use_bias"));
+  };
+  r["SeparableConv2D"] = [](const LayerConfig& c) {
+    return std::make_shared<SeparableConv2D>(c.get_int("filters"), pair_of(c, "kernel_size"), pair_of(c, "strides"),
+                                             c.get_string("padding"), c.get_int("depth_multiplier"),
+                                             pair_of(c, "dilation_rate"), c.get_string("activation"),
+                                             c.get_bool("use_bias"));
+  };
+  r["ZeroPadding2D"] = [](const LayerConfig& c) {
+    const std::vector<int64_t> p = c.get_ints("padding");
+    if (p.size() != 4)
+      throw ValueError("ZeroPadding2D config: 'padding' must hold 4 integers (top, bottom, left, right); got " +
+                       std::to_string(p.size()));
+    return std::make_shared<ZeroPadding2D>(std::array<std::array<int64_t, 2>, 2>{{{p[0], p[1]}, {p[2], p[3]}}});
   };
   r["Conv1D"] = [](const LayerConfig& c) {
     return std::make_shared<Conv1D>(c.get_int("filters"), c.get_int("kernel_size"), c.get_int("strides"),
                                     c.get_string("padding"), c.get_int("dilation_rate"), c.get_string("activation"),
-                                    c.get_bool("use_bias"));
+                                    c.get_bool("use_bias"), groups_of(c));
   };
   r["MaxPooling2D"] = [](const LayerConfig& c) {
     return std::make_shared<MaxPooling2D>(pair_of(c, "pool_size"), pair_of(c, "strides"), c.get_string("padding"));

@@ -108,9 +108,12 @@ Activation activation_from_name(const std::string& name) {
   if (name == "elu") return Activation::Elu;
   if (name == "leaky_relu") return Activation::LeakyRelu;
   if (name == "softplus") return Activation::Softplus;
+  if (name == "relu6") return Activation::Relu6;
+  if (name == "hard_sigmoid") return Activation::HardSigmoid;
+  if (name == "hard_swish" || name == "hard_silu") return Activation::HardSwish;
   throw ValueError("unknown activation '" + name +
                    "'; expected one of linear, relu, sigmoid, tanh, softmax, gelu, gelu_tanh, silu, elu, leaky_relu, "
-                   "softplus");
+                   "softplus, relu6, hard_sigmoid, hard_swish");
 }
 
 const char* activation_name(Activation a) {
@@ -126,8 +129,17 @@ const char* activation_name(Activation a) {
     case Activation::LeakyRelu: return "leaky_relu";
     case Activation::Softplus: return "softplus";
     case Activation::GeluTanh: return "gelu_tanh";
+    case Activation::Relu6: return "relu6";
+    case Activation::HardSigmoid: return "hard_sigmoid";
+    case Activation::HardSwish: return "hard_swish";
   }
   return "?";
+}
+
+// Keras 3's and PyTorch's hard sigmoid, relu6(x + 3) / 6: a Clamp between
+// two scalings, so its gradient is 1/6 inside [-3, 3] and 0 outside.
+Value hard_sigmoid(Builder& b, Value x) {
+  return b.scale(b.clamp(b.add(x, b.fill(Shape{}, 3.0f)), 0.0f, 6.0f), 1.0f / 6.0f);
 }
 
 Value apply_activation(Builder& b, Activation a, Value x) {
@@ -143,10 +155,13 @@ Value apply_activation(Builder& b, Activation a, Value x) {
     case Activation::LeakyRelu: return b.unary(OpKind::LeakyRelu, x, 0.2f);
     case Activation::Softplus: return b.unary(OpKind::Softplus, x);
     case Activation::GeluTanh: return b.unary(OpKind::GeluTanh, x);
+    case Activation::Relu6: return b.clamp(x, 0.0f, 6.0f);
+    case Activation::HardSigmoid: return hard_sigmoid(b, x);
+    case Activation::HardSwish: return b.mul(x, hard_sigmoid(b, x));
   }
   // Reached only through a cast; passing x through would train a silently linear layer.
   throw ValueError("apply_activation: " + std::to_string(static_cast<int>(a)) +
-                   " is not an Activation; its values are 0 (Linear) to 10 (GeluTanh); pass one of the Activation "
+                   " is not an Activation; its values are 0 (Linear) to 13 (HardSwish); pass one of the Activation "
                    "enumerators (activation_from_name gives one for a Keras name)");
 }
 

@@ -108,16 +108,32 @@ OpSignature loss(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   return {Shape{}};
 }
 
+// Conv2D's groups against its channels and filters (filters 0: not known
+// yet, the kernel's shape is checked after).
+void check_groups(OpKind op, int64_t groups, int64_t channels, int64_t filters) {
+  if (groups < 1 || channels % groups != 0 || (filters > 0 && filters % groups != 0))
+    throw ValueError(std::string(op_info(op).name) + ": groups must be >= 1 and divide the input channels (" +
+                     std::to_string(channels) + ") and the filters (" + std::to_string(filters) + "); got groups " +
+                     std::to_string(groups));
+}
+
 // Pooling and Conv2D: a window over {B, H, W, C}.
 OpSignature windowed(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   expect_float(op, t, 0, "input");
   expect_rank(op, s[0], 4, "input {batch, height, width, channels}");
   const Window2D& w = a.window;
+  if (op != OpKind::Conv2D && w.groups != 1)
+    throw ValueError(std::string(op_info(op).name) + ": groups is a convolution's; a pooling window has groups 1, got " +
+                     std::to_string(w.groups));
   if (op == OpKind::Conv2D) {
     expect_float(op, t, 1, "kernel");
-    if (s[1] != Shape{w.kh, w.kw, s[0][3], s[1].rank() == 4 ? s[1][3] : 0} || s[1][3] < 1)
+    check_groups(op, w.groups, s[0][3], s[1].rank() == 4 ? s[1][3] : 0);
+    const int64_t per_group = s[0][3] / w.groups;
+    if (s[1] != Shape{w.kh, w.kw, per_group, s[1].rank() == 4 ? s[1][3] : 0} || s[1][3] < 1)
       shape_fail(op, "kernel must be {" + std::to_string(w.kh) + ", " + std::to_string(w.kw) + ", " +
-                         std::to_string(s[0][3]) + ", filters} for input " + s[0].str() + "; got " + s[1].str());
+                         std::to_string(per_group) + ", filters} (input channels " + std::to_string(s[0][3]) +
+                         " / groups " + std::to_string(w.groups) + ") for input " + s[0].str() + "; got " +
+                         s[1].str());
     if (s.size() == 3) {
       expect_float(op, t, 2, "bias");
       if (s[2] != Shape{s[1][3]})
@@ -145,9 +161,10 @@ OpSignature conv2d_backward(OpKind op, Shapes s, DTypes t, const OpAttrs& a) {
   const Shape& kernel = input ? s[1] : a.shape;
   const Shape& g = input ? s[0] : s[1];
   const Window2D& w = a.window;
-  if (x.rank() != 4 || kernel.rank() != 4 || kernel[0] != w.kh || kernel[1] != w.kw || kernel[2] != x[3])
+  if (x.rank() == 4 && kernel.rank() == 4) check_groups(op, w.groups, x[3], kernel[3]);
+  if (x.rank() != 4 || kernel.rank() != 4 || kernel[0] != w.kh || kernel[1] != w.kw || kernel[2] * w.groups != x[3])
     shape_fail(op, "input " + x.str() + " and kernel " + kernel.str() + " do not fit a " + std::to_string(w.kh) +
-                       "x" + std::to_string(w.kw) + " window");
+                       "x" + std::to_string(w.kw) + " window in " + std::to_string(w.groups) + " groups");
   const Shape want{x[0], w.out_h(x[1]), w.out_w(x[2]), kernel[3]};
   if (g != want) shape_fail(op, "gradient must be " + want.str() + "; got " + g.str());
   // Conv2DBackwardInput's extra inputs: the addend, then with kMaskNonPositive the ReLU output y.

@@ -436,8 +436,8 @@ std::string with_bound_inputs(const std::filesystem::path& dir, const std::files
 // Beside unsupported ops they are: a first input without a batch axis (rank
 // 0 or 1), non-float32 inputs (int64 targets of the loss ops, strings), ops
 // across the batch axis (a reduction over every axis, a Concat or softmax
-// along axis 0, a Transpose that moves it, a Flatten that merges it), opsets
-// before 7, and grouped convolutions.
+// along axis 0, a Transpose that moves it, a Flatten that merges it), and
+// opsets before 7.
 TEST(Onnx, TheBackendCasesThatLoadPass) {
   const std::filesystem::path root = "/usr/include/onnx/backend/test/data";
   if (!std::filesystem::exists(root / "node")) GTEST_SKIP() << "no ONNX backend test data (Debian: libonnx-testdata)";

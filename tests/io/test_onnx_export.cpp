@@ -155,7 +155,7 @@ std::vector<Case> cases() {
                  auto h = nn::Dense(8)(x);
                  std::vector<nn::SymbolicTensor> outs;
                  for (const char* a : {"linear", "relu", "sigmoid", "tanh", "softmax", "gelu", "gelu_tanh", "silu",
-                                       "elu", "leaky_relu", "softplus"})
+                                       "elu", "leaky_relu", "softplus", "relu6", "hard_sigmoid", "hard_swish"})
                    outs.push_back(nn::ActivationLayer(a)(h));
                  return nn::Model(x, nn::Concatenate()(outs), "activations");
                },
@@ -186,6 +186,29 @@ std::vector<Case> cases() {
                },
                [] {
                  return std::vector<Tensor>{uniform({3, 9, 9, 3}, 3)};
+               }});
+  c.push_back({"grouped_depthwise_separable",
+               [] {
+                 auto x = nn::Input({9, 9, 4}, DType::Float32, "image");
+                 auto h = nn::ZeroPadding2D({{{1, 0}, {0, 1}}})(x);
+                 h = nn::Conv2D(6, {3, 3}, {1, 1}, "same", {1, 1}, "relu6", true, 2)(h);
+                 h = nn::DepthwiseConv2D({3, 3}, {2, 2}, "same", 2, {1, 1}, "hard_swish")(h);
+                 h = nn::DepthwiseConv2D({3, 3}, {1, 1}, "valid", 1, {2, 2})(h);
+                 h = nn::SeparableConv2D(5, {3, 3}, {1, 1}, "same", 1, {1, 1}, "hard_sigmoid")(h);
+                 return nn::Model(x, nn::Flatten()(h), "grouped");
+               },
+               [] {
+                 return std::vector<Tensor>{uniform({3, 9, 9, 4}, 5)};
+               }});
+  c.push_back({"conv1d_groups",
+               [] {
+                 nn::Sequential s(Shape{12, 4});
+                 s.add(nn::Conv1D(6, 3, 1, "same", 1, "relu", true, 2));
+                 s.add(nn::Flatten());
+                 return nn::Model(std::move(s));
+               },
+               [] {
+                 return std::vector<Tensor>{uniform({3, 12, 4}, 6)};
                }});
   c.push_back({"conv1d",
                [] {

@@ -372,6 +372,22 @@ TEST(OnnxMalformed, WhatOnnxsCheckerRefusesIsATypedError) {
     conv->mutable_attribute(0)->set_ints(1, 3);
     EXPECT_NO_THROW(parse(m));
   }
+  // A group that does not divide the weight's filters, or a weight {F, C/group, kh, kw} whose channels
+  // times group disagree with the input's; a group that fits is read.
+  {
+    onnx::ModelProto m = model_with_input("x", {4, 5, 5});
+    *m.mutable_graph()->add_initializer() = floats("W", {6, 2, 3, 3}, iota_floats(108));
+    onnx::NodeProto* conv = node(m, "Conv", {"x", "W"}, "y");
+    attr_int(conv, "group", 4);
+    output(m, "y");
+    EXPECT_TRUE(test_support::throws<FormatError>(
+        [&] { parse(m); }, {"Conv node 'Conv_y'", "group 4", "divide the filters", "{6, 2, 3, 3}"}));
+    conv->mutable_attribute(0)->set_i(3);
+    EXPECT_TRUE(test_support::throws<FormatError>(
+        [&] { parse(m); }, {"Conv node 'Conv_y'", "4 channels", "group 3", "takes 6"}));
+    conv->mutable_attribute(0)->set_i(2);
+    EXPECT_NO_THROW(parse(m));
+  }
   // An integer constant where a float32 weight is read (it said "B must have rank 2; got shape {3}").
   {
     onnx::ModelProto m = model_with_input("x", {2});

@@ -169,6 +169,31 @@ TEST(Saving, ConvolutionAndPooling) {
   expect_round_trip(m, xs, ys, dir);
 }
 
+// The mobile networks' layers: grouped Conv2D and Conv1D, DepthwiseConv2D,
+// SeparableConv2D, ZeroPadding2D and the hard activations come back with
+// their configurations and weights.
+TEST(Saving, GroupedDepthwiseSeparableAndPadding) {
+  ThreadsGuard threads;
+  set_num_threads(1);
+  manual_seed(5);
+  nn::clear_session();
+  std::mt19937 rng(3);
+  const SymbolicTensor in = Input({8, 8, 4});
+  SymbolicTensor a = nn::ZeroPadding2D({{{1, 0}, {2, 1}}})(in);
+  a = nn::Conv2D(6, {3, 3}, {1, 1}, "same", {1, 1}, "relu6", true, 2)(a);
+  a = nn::DepthwiseConv2D({3, 3}, {2, 2}, "same", 2, {1, 1}, "hard_swish")(a);
+  a = nn::SeparableConv2D(5, {3, 3}, {1, 1}, "valid", 1, {1, 1}, "hard_sigmoid", false)(a);
+  const SymbolicTensor seq = Input({10, 4});
+  const SymbolicTensor b = nn::Conv1D(4, 3, 1, "same", 1, "linear", true, 4)(seq);
+  Model m({in, seq}, {Dense(2)(nn::Concatenate()({nn::Flatten()(a), nn::Flatten()(b)}))}, "mobile");
+  m.compile(OptimizerSpec::sgd({.learning_rate = 0.05f}), "mse");
+  std::vector<Tensor> xs{uniform({16, 8, 8, 4}, rng, -1, 1), uniform({16, 10, 4}, rng, -1, 1)};
+  std::vector<Tensor> ys{uniform({16, 2}, rng, -1, 1)};
+  train_briefly(m, xs, ys);
+  TempDir dir;
+  expect_round_trip(m, xs, ys, dir);
+}
+
 TEST(Saving, SequencesEmbeddingRecurrentReshape) {
   ThreadsGuard threads;
   set_num_threads(1);

@@ -31,6 +31,7 @@ struct ConvCase {
   const char* name;
   int64_t side, channels, filters, kernel, stride;
   bool bias, relu;
+  int64_t groups = 1;  // Window2D::groups (grouped_conv.cpp's kernels)
 };
 
 // conv -> BatchNorm (the batch's statistics) -> loss, and the gradients of
@@ -52,6 +53,7 @@ ConvBnGraph build(const ConvCase& c, int64_t batch, const std::vector<Tensor>& d
   OpAttrs at;
   const int64_t pad = c.kernel / 2;
   at.window = test_support::window(c.kernel, c.kernel, c.stride, c.stride, 1, 1, pad, pad, pad, pad);
+  at.window.groups = c.groups;
   if (c.relu) at.flags = kReluOutput;
   if (c.bias) params.push_back(g.parameter(data[3], "bias", true));
   r.conv = c.bias ? g.apply(OpKind::Conv2D, {x, params[0], params[3]}, at) : g.apply(OpKind::Conv2D, {x, params[0]}, at);
@@ -71,11 +73,13 @@ ConvBnGraph build(const ConvCase& c, int64_t batch, const std::vector<Tensor>& d
 std::vector<ConvCase> cases() {
   return {{"winograd F(4x4)", 9, 16, 16, 3, 1, false, false},  {"winograd F(2x2), bias, relu", 6, 16, 16, 3, 1, true, true},
           {"direct, stride 2", 9, 16, 32, 3, 2, false, false}, {"stem, one channel", 8, 1, 16, 3, 1, true, false},
-          {"1x1 projection, stride 2", 8, 16, 32, 1, 2, false, true}, {"direct, few channels", 7, 3, 5, 3, 1, false, false}};
+          {"1x1 projection, stride 2", 8, 16, 32, 1, 2, false, true}, {"direct, few channels", 7, 3, 5, 3, 1, false, false},
+          {"depthwise", 9, 24, 24, 3, 1, false, false, 24},          {"depthwise, stride 2, bias, relu", 9, 24, 24, 3, 2, true, true, 24},
+          {"depthwise, multiplier 2", 7, 5, 10, 3, 1, true, false, 5}, {"grouped, 4 groups", 7, 8, 12, 3, 1, false, true, 4}};
 }
 
 std::vector<Tensor> case_data(const ConvCase& c, std::mt19937& rng) {
-  return {uniform({c.kernel, c.kernel, c.channels, c.filters}, rng, -0.4f, 0.4f),
+  return {uniform({c.kernel, c.kernel, c.channels / c.groups, c.filters}, rng, -0.4f, 0.4f),
           uniform({c.filters}, rng, 0.5f, 1.5f), uniform({c.filters}, rng, -0.5f, 0.5f),
           uniform({c.filters}, rng, -0.2f, 0.2f)};
 }

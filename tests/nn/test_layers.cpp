@@ -1136,8 +1136,8 @@ TEST(LayersErrors, UnknownActivationValueIsValueError) {
   // Only a cast makes such a value; it must not pass the input through as if it were "linear".
   ag::EagerBuilder b;
   const Value x = b.input(ag::Tensor(Tensor::from_vector(std::vector<float>{-1.0f, 2.0f}, {1, 2})));
-  EXPECT_TRUE(throws<ValueError>([&] { apply_activation(b, Activation(11), x); },
-                                 {"apply_activation: 11 is not an Activation", "0 (Linear) to 10 (GeluTanh)"}));
+  EXPECT_TRUE(throws<ValueError>([&] { apply_activation(b, Activation(14), x); },
+                                 {"apply_activation: 14 is not an Activation", "0 (Linear) to 13 (HardSwish)"}));
   EXPECT_TRUE(throws<ValueError>([&] { apply_activation(b, Activation(-1), x); }, {"-1 is not an Activation"}));
   EXPECT_EQ(b.tensor(apply_activation(b, Activation::Relu, x)).data().to_vector(), (std::vector<float>{0.0f, 2.0f}));
 }

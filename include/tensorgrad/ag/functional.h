@@ -102,6 +102,15 @@ Tensor tanh(const Tensor& x);
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 /// x sigmoid(x) (torch.nn.functional.silu, Keras' swish).
 Tensor silu(const Tensor& x);
+/// min(max(x, 0), 6) (torch.nn.functional.relu6): a clamp, its gradient
+/// passing where 0 <= x <= 6.
+Tensor relu6(const Tensor& x);
+/// relu6(x + 3) / 6 (torch.nn.functional.hardsigmoid, Keras 3's
+/// hard_sigmoid; ONNX's HardSigmoid with alpha 1/6, beta 0.5).
+Tensor hardsigmoid(const Tensor& x);
+/// x hardsigmoid(x) (torch.nn.functional.hardswish, MobileNetV3's h-swish;
+/// ONNX's HardSwish).
+Tensor hardswish(const Tensor& x);
 /// x where x > 0, else alpha (e^x - 1) (torch.nn.functional.elu).
 Tensor elu(const Tensor& x, float alpha = 1.0f);
 /// x where x > 0, else negative_slope x (torch.nn.functional.leaky_relu,
@@ -206,12 +215,14 @@ Tensor embedding(const Tensor& ids, const Tensor& weight);
 
 // ---- convolution and pooling, channels-last as the engine ----
 
-/// x {N, H, W, C} convolved with weight {kh, kw, C, F} (the engine's
-/// layout; the Conv2d module, ag/nn/conv.h, takes PyTorch's) plus bias {F}
-/// when defined -> {N, Ho, Wo, F}. Zero padding of `padding` pixels on
-/// every side.
+/// x {N, H, W, C} convolved with weight {kh, kw, C / groups, F} (the
+/// engine's layout; the Conv2d module, ag/nn/conv.h, takes PyTorch's) plus
+/// bias {F} when defined -> {N, Ho, Wo, F}. Zero padding of `padding`
+/// pixels on every side. groups (torch.nn.functional.conv2d's) splits the
+/// channels and the filters into that many groups, filter group g seeing
+/// channel group g only; ValueError unless it divides C and F.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
-              int64_t padding = 0, int64_t dilation = 1);
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 /// Max / average pooling of x {N, H, W, C} over kernel x kernel windows;
 /// stride 0 means stride = kernel (as PyTorch's default). Averages exclude padding.
 ///@{

@@ -99,7 +99,7 @@ bool onnx_available();
 /// Slice and element-wise ops run on such tensors as held, any other op on
 /// them is refused.
 ///
-/// Ops read: Conv (2-D, group 1; pads, strides, dilations, auto_pad),
+/// Ops read: Conv (2-D, any group: grouped and depthwise; pads, strides, dilations, auto_pad),
 /// MaxPool, AveragePool (ceil_mode, count_include_pad), GlobalAveragePool,
 /// GlobalMaxPool, BatchNormalization (Keras' BatchNormalization layer over
 /// the channels: gamma and beta train, the moving statistics start as the
@@ -169,7 +169,8 @@ struct OnnxExportOptions {
 /// statistics), the batch dimension symbolic ("batch"), the model's inputs
 /// and outputs by their names (float32, or int32 token ids), every weight
 /// an initializer named "<layer>/<weight>" in tensorgrad's layouts (a
-/// Conv2D kernel {kh, kw, C, F}, transposed to ONNX's in the graph).
+/// Conv2D kernel {kh, kw, C / groups, F}, transposed to ONNX's in the
+/// graph; grouped and depthwise ones with Conv's `group`).
 /// Every op of the graph is written as ONNX ops: GELU in its Erf or Tanh
 /// form (ONNX's Gelu is later than opset 17), convolutions and poolings as
 /// ONNX's NCHW ones between transposes, LSTM and GRU layers as ONNX's LSTM

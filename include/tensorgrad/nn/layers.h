@@ -157,12 +157,16 @@ class SymbolicTensor {
 SymbolicTensor Input(const Shape& shape, DType dtype = DType::Float32, const std::string& name = "");
 
 /// Activations by their Keras names.
-enum class Activation { Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus, GeluTanh };
+enum class Activation {
+  Linear, Relu, Sigmoid, Tanh, Softmax, Gelu, Silu, Elu, LeakyRelu, Softplus, GeluTanh, Relu6, HardSigmoid, HardSwish
+};
 /// "linear" (or ""), "relu", "sigmoid", "tanh", "softmax", "gelu" (exact
 /// erf form), "gelu_tanh" (its tanh approximation: Keras' gelu(approximate=True),
 /// PyTorch's gelu(approximate="tanh")), "silu" (or "swish"), "elu" (alpha 1), "leaky_relu" (slope 0.2,
-/// Keras 3's default), "softplus"; throws ValueError for any other name,
-/// listing these.
+/// Keras 3's default), "softplus", "relu6" (min(max(x, 0), 6)), "hard_sigmoid"
+/// (Keras 3's and PyTorch's relu6(x + 3) / 6), "hard_swish" (or "hard_silu":
+/// x * hard_sigmoid(x), MobileNetV3's); throws ValueError for any other
+/// name, listing these.
 Activation activation_from_name(const std::string& name);
 /// The Keras name of `a` ("relu"; "linear" for Linear), as
 /// activation_from_name reads it back.

@@ -166,6 +166,13 @@ struct Window2D {
   ///@{
   int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   ///@}
+  /// Conv2D and its backward ops only (pooling: 1): the channels split into
+  /// this many groups, each convolved with its own filters (Keras 3's and
+  /// PyTorch's `groups`; ONNX's `group`). The input's channels C and the
+  /// filters F are multiples of it; the kernel is {kh, kw, C / groups, F},
+  /// filters [g F/groups, (g+1) F/groups) reading channels
+  /// [g C/groups, (g+1) C/groups). groups == C is a depthwise convolution.
+  int64_t groups = 1;
   /// The output height for an input of height `h`: floor((h + pads - dh (kh - 1) - 1) / sh) + 1.
   int64_t out_h(int64_t h) const { return (h + pad_top + pad_bottom - dh * (kh - 1) - 1) / sh + 1; }
   /// The output width for an input of width `w`, as out_h.

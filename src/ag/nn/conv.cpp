@@ -67,17 +67,21 @@ void check_pool(const char* module, int64_t kernel, int64_t stride, int64_t padd
 // ---- Conv2d ----
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding,
-               int64_t dilation, bool has_bias)
+               int64_t dilation, bool has_bias, int64_t groups)
     : in_(in_channels), out_(out_channels), kernel_(kernel_size), stride_(stride), padding_(padding),
-      dilation_(dilation) {
+      dilation_(dilation), groups_(groups) {
   check_positive("Conv2d", "in_channels", in_channels);
   check_positive("Conv2d", "out_channels", out_channels);
   check_positive("Conv2d", "kernel_size", kernel_size);
   check_positive("Conv2d", "stride", stride);
   check_positive("Conv2d", "dilation", dilation);
   check_non_negative("Conv2d", "padding", padding);
-  const int64_t fan_in = in_ * kernel_ * kernel_;
-  weight = register_parameter("weight", uniform_init(Shape{out_, in_, kernel_, kernel_}, fan_in));
+  check_positive("Conv2d", "groups", groups);
+  if (in_channels % groups != 0 || out_channels % groups != 0)
+    throw ValueError("Conv2d: groups (" + str(groups) + ") must divide in_channels (" + str(in_channels) +
+                     ") and out_channels (" + str(out_channels) + ")");
+  const int64_t fan_in = in_ / groups_ * kernel_ * kernel_;
+  weight = register_parameter("weight", uniform_init(Shape{out_, in_ / groups_, kernel_, kernel_}, fan_in));
   if (has_bias) bias = register_parameter("bias", uniform_init(Shape{out_}, fan_in));
 }
 
@@ -85,16 +89,22 @@ ModuleConfig Conv2d::config() const {
   ModuleConfig c(type());
   c.set("in_channels", in_).set("out_channels", out_).set("kernel_size", kernel_);
   c.set("stride", stride_).set("padding", padding_).set("dilation", dilation_).set("bias", bias.defined());
+  c.set("groups", groups_);
   return c;
 }
 
 Tensor Conv2d::forward(const Tensor& input) {
   check_image("Conv2d", input, in_, kernel_, stride_, padding_, dilation_);
-  // {F, C, kh, kw} viewed as {F, C, kh * kw}; one recorded transpose makes
-  // {kh * kw, C, F}, viewed as the engine's {kh, kw, C, F}.
-  Tensor w = reshape(weight, Shape{out_, in_, kernel_ * kernel_});
-  w = reshape(transpose(w, 0, 2), Shape{kernel_, kernel_, in_, out_});
-  return conv2d(input, w, bias, stride_, padding_, dilation_);
+  // {F, C/G, kh, kw} viewed as {F, C/G, kh * kw}; one recorded transpose
+  // makes {kh * kw, C/G, F}, viewed as the engine's {kh, kw, C/G, F}.
+  const int64_t per_group = in_ / groups_;
+  if (weight.shape() != Shape{out_, per_group, kernel_, kernel_})
+    throw ShapeError("Conv2d: weight must be {" + str(out_) + ", " + str(per_group) + ", " + str(kernel_) + ", " +
+                     str(kernel_) + "} (in_channels " + str(in_) + " / groups " + str(groups_) + "); got " +
+                     weight.shape().str());
+  Tensor w = reshape(weight, Shape{out_, per_group, kernel_ * kernel_});
+  w = reshape(transpose(w, 0, 2), Shape{kernel_, kernel_, per_group, out_});
+  return conv2d(input, w, bias, stride_, padding_, dilation_, groups_);
 }
 
 // ---- BatchNorm1d / BatchNorm2d ----

@@ -140,7 +140,7 @@ std::map<std::string, ModuleFactory>& module_registry() {
     m["Conv2d"] = [](const ModuleConfig& c) {
       return std::make_shared<Conv2d>(c.get_int("in_channels"), c.get_int("out_channels"), c.get_int("kernel_size"),
                                       c.get_int("stride"), c.get_int("padding"), c.get_int("dilation"),
-                                      c.get_bool("bias"));
+                                      c.get_bool("bias"), c.has("groups") ? c.get_int("groups") : 1);
     };
     m["BatchNorm1d"] = [](const ModuleConfig& c) {
       return std::make_shared<BatchNorm1d>(c.get_int("num_features"), c.get_double("eps"), c.get_double("momentum"),

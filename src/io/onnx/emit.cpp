@@ -138,6 +138,8 @@ std::string window_op(Writer& w, const Node& n, const std::string& op_type, cons
   Writer::attr(p, "strides", std::vector<int64_t>{k.sh, k.sw});
   Writer::attr(p, "pads", std::vector<int64_t>{k.pad_top, k.pad_left, k.pad_bottom, k.pad_right});
   if (op_type != "AveragePool") Writer::attr(p, "dilations", std::vector<int64_t>{k.dh, k.dw});
+  // The kernel {kh, kw, C/G, F} transposed above is ONNX's grouped {F, C/G, kh, kw}.
+  if (op_type == "Conv" && k.groups != 1) Writer::attr(p, "group", k.groups);
   if (op_type == "AveragePool" && (k.dh != 1 || k.dw != 1))
     w.refuse("a dilated average pooling (ONNX's AveragePool has no dilations before opset 19)");
   return relu_if(w, n, to_nhwc(w, p.output(0)));

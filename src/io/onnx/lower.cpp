@@ -533,6 +533,11 @@ std::vector<Value> lower(const NodeSpec& n, Builder& b, std::span<const Value> x
       return one(b.windowed(OpKind::AvgPool2D, y, w));
     }
     if (op != "Conv") return one(b.windowed(op == "MaxPool" ? OpKind::MaxPool2D : OpKind::AvgPool2D, x[0], w));
+    w.groups = n.int_attr("group", 1);  // checked against the weight's filters at import
+    if (s0[3] != b.shape(x[1])[2] * w.groups)
+      throw FormatError("load_onnx: " + n.where() + ": its input has " + std::to_string(s0[3]) +
+                        " channels, but its weight W {F, C/group, kh, kw} with group " + std::to_string(w.groups) +
+                        " takes " + std::to_string(b.shape(x[1])[2] * w.groups));
     OpAttrs at;
     at.window = w;
     if (x.size() > 2) return one(b.apply(OpKind::Conv2D, {x[0], x[1], x[2]}, at));
@@ -882,9 +887,12 @@ void check_node(const NodeSpec& n) {
   } else if (op == "Conv") {
     if (n.slots.size() < 2 || !activation(0) || !weight(1) || (n.slots.size() > 2 && !weight(2)))
       throw unsupported(n, "Conv is read as an image computed by the model and weights of the file");
-    if (n.int_attr("group", 1) != 1) throw unsupported(n, "a grouped convolution (group != 1)");
     const Shape w = n.weights[size_t(n.slots[1])].second.shape();
     if (w.rank() != 4) throw unsupported(n, "a convolution that is not 2-D");
+    const int64_t group = n.int_attr("group", 1);
+    if (group < 1 || w[0] % group != 0)
+      throw FormatError("load_onnx: " + n.where() + ": group " + std::to_string(group) +
+                        " must be >= 1 and divide the filters of its weight W " + w.str() + " ({F, C/group, kh, kw})");
     // ONNX Runtime refuses a kernel_shape other than W's spatial dims.
     if (n.has_attr("kernel_shape") && n.ints("kernel_shape", -1) != std::vector<int64_t>{w[2], w[3]})
       throw FormatError("load_onnx: " + n.where() + ": kernel_shape {" + [&] {

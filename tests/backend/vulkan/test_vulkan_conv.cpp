@@ -53,10 +53,12 @@ struct ConvShape {
   int64_t b, h, w, c, f, kh, kw, stride;
   bool same;          // "same" padding (TensorFlow's: the odd pixel at the bottom and right), else "valid"
   int64_t dilation = 1;
+  int64_t groups = 1;  // Window2D::groups: the kernel is {kh, kw, c / groups, f}
   std::string str() const {
     return "{" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(w) + "," + std::to_string(c) +
            "} * " + std::to_string(kh) + "x" + std::to_string(kw) + "x" + std::to_string(f) + " stride " +
-           std::to_string(stride) + (same ? " same" : " valid") + " dilation " + std::to_string(dilation);
+           std::to_string(stride) + (same ? " same" : " valid") + " dilation " + std::to_string(dilation) +
+           " groups " + std::to_string(groups);
   }
 };
 
@@ -77,6 +79,7 @@ Window2D window_of(const ConvShape& s) {
   w.kw = s.kw;
   w.sh = w.sw = s.stride;
   w.dh = w.dw = s.dilation;
+  w.groups = s.groups;
   if (s.same) {
     const int64_t span_h = s.dilation * (s.kh - 1) + 1, span_w = s.dilation * (s.kw - 1) + 1;
     const int64_t oh = (s.h + s.stride - 1) / s.stride, ow = (s.w + s.stride - 1) / s.stride;
@@ -91,7 +94,7 @@ Window2D window_of(const ConvShape& s) {
 }
 
 Shape x_shape(const ConvShape& s) { return {s.b, s.h, s.w, s.c}; }
-Shape kernel_shape(const ConvShape& s) { return {s.kh, s.kw, s.c, s.f}; }
+Shape kernel_shape(const ConvShape& s) { return {s.kh, s.kw, s.c / s.groups, s.f}; }
 Shape g_shape(const ConvShape& s) {
   const Window2D w = window_of(s);
   return {s.b, w.out_h(s.h), w.out_w(s.w), s.f};
@@ -223,6 +226,25 @@ TEST(VulkanConv, NetworkLayer) {
   expect_forward(vk, s, true, true, seed);
   expect_input_grad(vk, s, 2, seed);
   expect_filter_grad(vk, s, seed);
+}
+
+// Grouped convolutions (shaders/grouped_conv.comp): groups 2 and 3, depthwise
+// with depth multipliers 1 and 2, strided, dilated, both paddings, every
+// fused form; the sums are kh kw C/groups (forward), kh kw F/groups (input
+// gradient) long.
+TEST(VulkanConv, Grouped) {
+  TG_VULKAN_OR_SKIP(vk);
+  const std::vector<ConvShape> shapes{
+      {2, 6, 7, 4, 6, 3, 3, 1, true, 1, 2},  {1, 7, 6, 6, 9, 3, 3, 2, false, 1, 3},
+      {2, 7, 7, 5, 5, 3, 3, 1, true, 1, 5},  {2, 9, 8, 3, 6, 3, 3, 2, true, 1, 3},
+      {1, 9, 9, 4, 8, 3, 3, 1, false, 2, 4}, {3, 13, 11, 32, 32, 3, 3, 2, true, 1, 32},
+  };
+  uint32_t seed = 500;
+  for (const ConvShape& s : shapes) {
+    for (int form = 0; form < 4; ++form) expect_forward(vk, s, form & 1, form & 2, seed);
+    for (int form = 0; form < 4; ++form) expect_input_grad(vk, s, form, seed);
+    expect_filter_grad(vk, s, seed);
+  }
 }
 
 // A Vulkan run repeated gives the same bits (fixed-order sums, no atomics).

@@ -9,7 +9,7 @@
 // (module_from_config rebuilds it from config()).
 //
 // Square kernels, strides, paddings and dilations only (one int each, as
-// torch accepts for a square window); PyTorch's groups, padding_mode,
+// torch accepts for a square window); PyTorch's padding_mode,
 // padding_idx, ceil_mode and the like are not built.
 #include <cstdint>
 #include <memory>
@@ -19,11 +19,12 @@
 
 namespace tensorgrad::ag::nn {
 
-/// 2-D convolution, as torch.nn.Conv2d (groups = 1, zero padding).
+/// 2-D convolution, as torch.nn.Conv2d (zero padding).
 ///
-/// Parameters: weight {out_channels, in_channels, kernel_size, kernel_size}
-/// (PyTorch's layout), bias {out_channels} unless bias = false; both drawn
-/// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in_channels * kernel_size^2,
+/// Parameters: weight {out_channels, in_channels / groups, kernel_size,
+/// kernel_size} (PyTorch's layout), bias {out_channels} unless bias = false;
+/// both drawn U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in_channels /
+/// groups * kernel_size^2,
 /// from ag::default_generator() (PyTorch's kaiming_uniform_(a = sqrt(5)) and
 /// its bias rule).
 ///
@@ -32,17 +33,21 @@ namespace tensorgrad::ag::nn {
 /// The weight is permuted to the engine's {kh, kw, C, F} by recorded ops, so
 /// gradients reach the PyTorch-layout weight.
 ///
-/// Throws ValueError for in/out channels or kernel_size, stride or dilation
-/// < 1, or padding < 0; ShapeError naming Conv2d and the shape for an input
+/// groups (PyTorch's): output channels [g out/groups, (g+1) out/groups)
+/// see input channels [g in/groups, (g+1) in/groups) only; groups =
+/// in_channels is a depthwise convolution.
+///
+/// Throws ValueError for in/out channels or kernel_size, stride, dilation or
+/// groups < 1, groups not dividing both channel counts, or padding < 0; ShapeError naming Conv2d and the shape for an input
 /// that is not {N, H, W, in_channels} or is smaller than the dilated kernel.
 class Conv2d : public Module {
  public:
   /// torch.nn.Conv2d's arguments and defaults, square (one int each);
   /// throws as the class says.
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
-         int64_t dilation = 1, bool bias = true);
+         int64_t dilation = 1, bool bias = true, int64_t groups = 1);
   const char* type() const override { return "Conv2d"; }
-  /// in_channels, out_channels, kernel_size, stride, padding, dilation, bias.
+  /// in_channels, out_channels, kernel_size, stride, padding, dilation, bias, groups.
   ModuleConfig config() const override;
   Tensor forward(const Tensor& input) override;
   /// weight {out_channels, in_channels, kernel_size, kernel_size}; bias
@@ -52,7 +57,7 @@ class Conv2d : public Module {
   ///@}
 
  private:
-  int64_t in_, out_, kernel_, stride_, padding_, dilation_;
+  int64_t in_, out_, kernel_, stride_, padding_, dilation_, groups_;
 };
 
 /// Batch normalization over every axis but the last (channels-last), the

@@ -1,7 +1,8 @@
 // Vulkan kernels: the conv family (kernels.h): Conv2D, Conv2DBackwardInput and
 // Conv2DBackwardFilter, each one dispatch of shaders/conv.comp, an implicit
 // GEMM that gathers the patches as it stages them (no patch matrix: kernels
-// have no scratch memory).
+// have no scratch memory); grouped ones (depthwise included) one dispatch of
+// shaders/grouped_conv.comp, a direct loop per element of the result.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -119,6 +120,44 @@ void record(Recorder& r, Mode mode, Push& p, uint64_t m, uint64_t n, uint64_t k,
   r.dispatch("conv", {t.invocations(), t.tm, t.tn, t.tk, t.rm, t.rn, uint32_t(mode), unit_stride}, p, gx, gy);
 }
 
+// shaders/grouped_conv.comp's push block: the grouped convolutions
+// (Window2D::groups > 1), one invocation per element of the result.
+struct GroupedPush {
+  uint64_t a, b, c, extra, mask;
+  uint32_t n, flags;
+  int32_t batch, h, w, ch, ho, wo, f, groups;
+  int32_t kh, kw, sh, sw, dh, dw, pt, pl;
+};
+static_assert(sizeof(GroupedPush) <= 128);
+
+// One dispatch of grouped_conv.comp in `mode` over `out`; image {B,H,W,C}
+// and grid {B,Ho,Wo,F} as geometry's.
+void record_grouped(Recorder& r, Mode mode, const Window2D& win, const Shape& image, const Shape& grid,
+                    GroupedPush& p, const KernelArg& out, const char* op) {
+  geometry(win, image, grid, op);  // its 32-bit and window checks
+  p.n = count32(out.numel(), op);
+  p.batch = int32_t(image[0]);
+  p.h = int32_t(image[1]);
+  p.w = int32_t(image[2]);
+  p.ch = int32_t(image[3]);
+  p.ho = int32_t(grid[1]);
+  p.wo = int32_t(grid[2]);
+  p.f = int32_t(grid[3]);
+  p.groups = int32_t(win.groups);
+  p.kh = int32_t(win.kh);
+  p.kw = int32_t(win.kw);
+  p.sh = int32_t(win.sh);
+  p.sw = int32_t(win.sw);
+  p.dh = int32_t(win.dh);
+  p.dw = int32_t(win.dw);
+  p.pt = int32_t(win.pad_top);
+  p.pl = int32_t(win.pad_left);
+  p.c = address(out);
+  if (p.n == 0) return;
+  constexpr uint32_t kGroup = 256;
+  r.dispatch("grouped_conv", {kGroup, uint32_t(mode)}, p, r.groups(p.n, kGroup));
+}
+
 // (x{B,H,W,C}, kernel{kh,kw,C,F} [, bias{F}]) -> y{B,Ho,Wo,F} [ReLU].
 void conv2d(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
   // Only the fusion pass sets it, and the Vulkan backend does not run that rewrite: the statistics would
@@ -127,6 +166,17 @@ void conv2d(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, co
     throw StateError("Vulkan conv2d: the kBatchStatsOutput form (batch statistics beside the output) has no kernel");
   const Window2D& win = attrs.window;
   const Shape& x = in[0].shape;
+  if (win.groups != 1) {
+    GroupedPush g{};
+    g.a = address(in[0]);
+    g.b = address(in[1]);
+    if (in.size() == 3) {
+      g.extra = address(in[2]);
+      g.flags |= kBias;
+    }
+    if (attrs.flags & kReluOutput) g.flags |= kRelu;
+    return record_grouped(r, kForward, win, x, out.shape, g, out, "conv2d");
+  }
   Push p = geometry(win, x, out.shape, "conv2d");
   p.a = address(in[0]);
   p.b = address(in[1]);
@@ -147,6 +197,20 @@ void conv2d_backward_input(Recorder& r, const OpAttrs& attrs, std::span<const Ke
   const Window2D& win = attrs.window;
   const bool masked = (attrs.flags & kMaskNonPositive) != 0;
   const bool addend = in.size() - 2 - (masked ? 1 : 0) > 0;
+  if (win.groups != 1) {
+    GroupedPush g{};
+    g.a = address(in[0]);
+    g.b = address(in[1]);
+    if (addend) {
+      g.extra = address(in[2]);
+      g.flags |= kAddend;
+    }
+    if (masked) {
+      g.mask = address(in.back());
+      g.flags |= kMask;
+    }
+    return record_grouped(r, kInputGrad, win, out.shape, in[0].shape, g, out, "conv2d_backward_input");
+  }
   Push p = geometry(win, out.shape, in[0].shape, "conv2d_backward_input");
   p.a = address(in[0]);
   p.b = address(in[1]);
@@ -167,6 +231,12 @@ void conv2d_backward_input(Recorder& r, const OpAttrs& attrs, std::span<const Ke
 void conv2d_backward_filter(Recorder& r, const OpAttrs& attrs, std::span<const KernelArg> in, const KernelArg& out) {
   const Window2D& win = attrs.window;
   const Shape& g = in[1].shape;
+  if (win.groups != 1) {
+    GroupedPush gp{};
+    gp.a = address(in[0]);
+    gp.b = address(in[1]);
+    return record_grouped(r, kFilterGrad, win, in[0].shape, g, gp, out, "conv2d_backward_filter");
+  }
   Push p = geometry(win, in[0].shape, g, "conv2d_backward_filter");
   p.a = address(in[0]);
   p.b = address(in[1]);
