@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/loading.h"
 #include "tensorgrad/core/error.h"
 
 namespace tensorgrad::io {
@@ -200,7 +201,12 @@ LlamaFile load_llama(const std::string& path) {
     rd.fail(std::string("its settings do not make a model: ") + e.what());
   }
   if (file.find("general.name")) out.name = file.get_string("general.name");
-  out.model = std::make_unique<nn::LlamaCausalLM>(c);
+  {
+    // Weights and streams come from the file: draw nothing (no random values to overwrite, no
+    // transient copies, and the caller's random stream untouched).
+    nn::detail::LoadingScope loading;
+    out.model = std::make_unique<nn::LlamaCausalLM>(c);
+  }
   const nn::Model& m = *out.model;
   rd.into("token_embd.weight", weight(m, "token_embedding/embeddings"));
   for (int64_t i = 0; i < c.num_layers; ++i) {
