@@ -118,12 +118,48 @@ struct RunOptions {
   std::string save_gguf;                   ///< a llama.cpp GGUF file for the trained model; empty: none
 };
 
+/// `bytes` as valid UTF-8: each byte that does not start a well-formed
+/// sequence becomes U+FFFD (as Python's errors="replace" reads it), since a
+/// BPE tokenizer takes text, and GCIDE's first 4 MiB hold Latin-1 bytes and
+/// end inside a character.
+inline std::string valid_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= bytes.size();
+    uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    for (size_t k = 1; ok && k < n; ++k) {
+      const auto c = static_cast<unsigned char>(bytes[i + k]);
+      ok = (c >> 6) == 0x2;
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    static constexpr uint32_t kLeast[5] = {0, 0, 0x80, 0x800, 0x10000};
+    ok = ok && cp >= kLeast[n] && !(cp >= 0xD800 && cp <= 0xDFFF) && cp <= 0x10FFFF;
+    if (ok) {
+      out.append(bytes.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
 /// The tokenizer of the run: the 256 bytes, or a byte-level BPE trained on
 /// the training text.
 inline tg::text::Tokenizer make_tokenizer(const RunOptions& o, std::string_view train_text) {
   if (o.tokenizer == "bytes") return tg::text::Tokenizer::byte_level();
   const auto t0 = std::chrono::steady_clock::now();
-  tg::text::Tokenizer t = tg::text::BpeTokenizer::train(train_text, o.vocab);
+  // The model trains on windows of running text without a BOS token, so the file says not to add one
+  // (tokenizer.ggml.add_bos_token false): llama.cpp then feeds a prompt as the model was trained.
+  tg::text::BpeTrainerOptions options;
+  options.add_bos = false;
+  tg::text::Tokenizer t = tg::text::BpeTokenizer::train(valid_utf8(train_text), o.vocab, options);
   std::printf("tokenizer: byte-level BPE of %lld tokens trained on %zu bytes in %.1f s\n", (long long)t.vocab_size(),
               train_text.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return t;
@@ -162,7 +198,7 @@ inline void run(const RunOptions& o) {
   if (o.tokenizer == "bytes") {  // the bytes as they are, whatever their encoding
     train.assign(text.begin(), text.end() - ptrdiff_t(n_val)), val.assign(text.end() - ptrdiff_t(n_val), text.end());
   } else {
-    train = tok.encode(train_text, false), val = tok.encode(val_text, false);
+    train = tok.encode(valid_utf8(train_text), false), val = tok.encode(valid_utf8(val_text), false);
   }
   tg::manual_seed(o.seed);
   tg::nn::LlamaCausalLM m(config(tok.vocab_size()));
