@@ -175,6 +175,45 @@ inline double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+/// Steps `trainer` on `steps` batches of `batches` (next() fills its x and
+/// y), printing the mean training loss every 100 steps when verbose; returns
+/// the median step time in seconds, the first min(10, steps / 2) steps
+/// left out as the peer leaves out its warm-up.
+template <class Source>
+double train_steps(tg::nn::Trainer& trainer, Source& batches, int64_t steps, int verbose) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> times;
+  double loss_sum = 0.0;
+  int64_t loss_n = 0;
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) {
+    batches.next();
+    const auto t0 = Clock::now();
+    const float loss = trainer.step(batches.x, batches.y);
+    if (i >= std::min<int64_t>(10, steps / 2)) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    loss_sum += loss, ++loss_n;
+    if (verbose && ((i + 1) % 100 == 0 || i + 1 == steps)) {
+      std::printf("step %5lld/%lld  train loss %.4f  (%.0f ms/step, %.0f s)\n", (long long)(i + 1), (long long)steps,
+                  loss_sum / double(loss_n), 1e3 * median(times),
+                  std::chrono::duration<double>(Clock::now() - start).count());
+      std::fflush(stdout);
+      loss_sum = 0.0, loss_n = 0;
+    }
+  }
+  return median(times);
+}
+
+/// The mean loss over the next 32 batches of `held_out` (the peer's fixed validation batches).
+template <class Source>
+double validation_loss(tg::nn::Trainer& trainer, Source& held_out) {
+  double sum = 0.0;
+  for (int b = 0; b < 32; ++b) {
+    held_out.next();
+    sum += trainer.eval(held_out.x, held_out.y);
+  }
+  return sum / 32.0;
+}
+
 /// Trains on the first 4 MiB of the text (the last 5% held out), then prints
 /// the validation loss over 32 fixed batches (nats and bits per byte) and
 /// a sample from the prompt, generated with the key-value cache.
@@ -208,33 +247,10 @@ inline void run(const RunOptions& o) {
       (long long)kContext, (long long)kBatch, (long long)o.steps, tg::num_threads());
   tg::nn::Trainer trainer(m, {.batch_size = kBatch});
   Batches batches(train, o.seed + 1);
-  std::vector<double> times;
-  double loss_sum = 0.0;
-  int64_t loss_n = 0;
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < o.steps; ++i) {
-    batches.next();
-    const auto t0 = Clock::now();
-    const float loss = trainer.step(batches.x, batches.y);
-    if (i >= std::min<int64_t>(10, o.steps / 2))
-      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    loss_sum += loss, ++loss_n;
-    if (o.verbose && ((i + 1) % 100 == 0 || i + 1 == o.steps)) {
-      std::printf("step %5lld/%lld  train loss %.4f  (%.0f ms/step, %.0f s)\n", (long long)(i + 1), (long long)o.steps,
-                  loss_sum / double(loss_n), 1e3 * median(times),
-                  std::chrono::duration<double>(Clock::now() - start).count());
-      std::fflush(stdout);
-      loss_sum = 0.0, loss_n = 0;
-    }
-  }
-  std::printf("training step: %.1f ms median\n", 1e3 * median(times));
+  const double step_seconds = train_steps(trainer, batches, o.steps, o.verbose);
+  std::printf("training step: %.1f ms median\n", 1e3 * step_seconds);
   Batches held_out(val, 1);
-  double val_loss = 0.0;
-  for (int b = 0; b < 32; ++b) {
-    held_out.next();
-    val_loss += trainer.eval(held_out.x, held_out.y);
-  }
-  val_loss /= 32.0;
+  const double val_loss = validation_loss(trainer, held_out);
   std::printf("validation loss %.4f nats per byte, %.4f bits per byte (32 batches of %lld x %lld bytes)\n", val_loss,
               val_loss / std::log(2.0), (long long)kBatch, (long long)kContext);
   tg::nn::Model trained = trainer.model();

@@ -213,33 +213,10 @@ inline void run(const RunOptions& o) {
       (long long)kFeedForward, (long long)kContext, (long long)kBatch, (long long)o.steps, tg::num_threads());
   tg::nn::Trainer trainer(m, {.batch_size = kBatch});
   Batches batches(train, o.seed + 1);
-  std::vector<double> times;
-  double loss_sum = 0.0;
-  int64_t loss_n = 0;
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < o.steps; ++i) {
-    batches.next();
-    const auto t0 = Clock::now();
-    const float loss = trainer.step(batches.x, batches.y);
-    if (i >= std::min<int64_t>(10, o.steps / 2))
-      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    loss_sum += loss, ++loss_n;
-    if (o.verbose && ((i + 1) % 100 == 0 || i + 1 == o.steps)) {
-      std::printf("step %5lld/%lld  train loss %.4f  (%.0f ms/step, %.0f s)\n", (long long)(i + 1), (long long)o.steps,
-                  loss_sum / double(loss_n), 1e3 * char_gpt::median(times),
-                  std::chrono::duration<double>(Clock::now() - start).count());
-      std::fflush(stdout);
-      loss_sum = 0.0, loss_n = 0;
-    }
-  }
-  std::printf("training step: %.1f ms median\n", 1e3 * char_gpt::median(times));
+  const double step_seconds = char_gpt::train_steps(trainer, batches, o.steps, o.verbose);
+  std::printf("training step: %.1f ms median\n", 1e3 * step_seconds);
   Batches held_out(val, 1);
-  double val_loss = 0.0;
-  for (int b = 0; b < 32; ++b) {
-    held_out.next();
-    val_loss += trainer.eval(held_out.x, held_out.y);
-  }
-  val_loss /= 32.0;
+  const double val_loss = char_gpt::validation_loss(trainer, held_out);
   std::printf("validation loss %.4f nats per token, %.4f bits per token (32 batches of %lld x %lld tokens)\n",
               val_loss, val_loss / std::log(2.0), (long long)kBatch, (long long)kContext);
   // The trainer trains its own copy of the weights: bring them into the model generation and saving read.

@@ -516,6 +516,37 @@ void BM_lstm_infer(benchmark::State& state) { text_rnn<tg::nn::LSTM>(state, fals
 void BM_gru_step(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, true); }
 void BM_gru_infer(benchmark::State& state) { text_rnn<tg::nn::GRU>(state, false); }
 
+// A language model's training step, as the peers time it: 10 warm-up steps, then one step per iteration on
+// the next random batch; counter ms_per_step (the median).
+template <class Batches>
+void time_language_model_steps(benchmark::State& state, tg::nn::Trainer& trainer, Batches& batches) {
+  for (int i = 0; i < 10; ++i) batches.next(), trainer.step(batches.x, batches.y);
+  std::vector<double> times;
+  for (auto _ : state) {
+    batches.next();
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(trainer.step(batches.x, batches.y));
+    const double dt = seconds_since(t0);
+    state.SetIterationTime(dt);
+    times.push_back(dt);
+  }
+  state.counters["ms_per_step"] = 1e3 * median(times);
+}
+
+// 300 greedy bytes from the prompt per iteration after a warm-up; counter bytes_per_s (the median's rate).
+void time_generation(benchmark::State& state, tg::nn::CausalLM& lm, const std::vector<int32_t>& prompt) {
+  lm.generate(prompt, 20);
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(lm.generate(prompt, 300));
+    const double dt = seconds_since(t0);
+    state.SetIterationTime(dt);
+    times.push_back(dt);
+  }
+  state.counters["bytes_per_s"] = 300.0 / median(times);
+}
+
 void BM_gpt_step(benchmark::State& state) {
   try {
     tg::manual_seed(0);
@@ -526,17 +557,7 @@ void BM_gpt_step(benchmark::State& state) {
     model.compile(char_gpt::optimizer(2000), "sparse_categorical_crossentropy");
     tg::nn::Trainer trainer(model, {.batch_size = char_gpt::kBatch});
     char_gpt::Batches batches(text, 1);
-    for (int i = 0; i < 10; ++i) batches.next(), trainer.step(batches.x, batches.y);  // warm-up, as the peer
-    std::vector<double> times;
-    for (auto _ : state) {
-      batches.next();
-      const auto t0 = std::chrono::steady_clock::now();
-      benchmark::DoNotOptimize(trainer.step(batches.x, batches.y));
-      const double dt = seconds_since(t0);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["ms_per_step"] = 1e3 * median(times);
+    time_language_model_steps(state, trainer, batches);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -550,16 +571,7 @@ void BM_gpt_sample(benchmark::State& state) {
     char_gpt::init_like_pytorch(model, 0);
     tg::nn::CausalLM lm(model);
     const std::vector<int32_t> prompt = char_gpt::tokens_of(char_gpt::RunOptions{}.prompt);
-    lm.generate(prompt, 20);  // warm-up
-    std::vector<double> times;
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      benchmark::DoNotOptimize(lm.generate(prompt, 300));
-      const double dt = seconds_since(t0);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["bytes_per_s"] = 300.0 / median(times);
+    time_generation(state, lm, prompt);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -576,17 +588,7 @@ void BM_llama_step(benchmark::State& state) {
     model.compile(char_gpt::optimizer(2000), "sparse_categorical_crossentropy");
     tg::nn::Trainer trainer(model, {.batch_size = char_llama::kBatch});
     char_llama::Batches batches(tokens, 1);
-    for (int i = 0; i < 10; ++i) batches.next(), trainer.step(batches.x, batches.y);  // warm-up, as the peer
-    std::vector<double> times;
-    for (auto _ : state) {
-      batches.next();
-      const auto t0 = std::chrono::steady_clock::now();
-      benchmark::DoNotOptimize(trainer.step(batches.x, batches.y));
-      const double dt = seconds_since(t0);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["ms_per_step"] = 1e3 * median(times);
+    time_language_model_steps(state, trainer, batches);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -600,16 +602,7 @@ void BM_llama_sample(benchmark::State& state) {
     char_llama::init_like_pytorch(model, 0);
     tg::nn::CausalLM lm(model);
     const std::vector<int32_t> prompt = char_gpt::tokens_of(char_gpt::RunOptions{}.prompt);
-    lm.generate(prompt, 20);  // warm-up
-    std::vector<double> times;
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      benchmark::DoNotOptimize(lm.generate(prompt, 300));
-      const double dt = seconds_since(t0);
-      state.SetIterationTime(dt);
-      times.push_back(dt);
-    }
-    state.counters["bytes_per_s"] = 300.0 / median(times);
+    time_generation(state, lm, prompt);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
